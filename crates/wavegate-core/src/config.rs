@@ -1,0 +1,561 @@
+//! Upstream configuration: documented defaults, refused at build time when it cannot work.
+//!
+//! Every check says what to change. The most important one ties the permit's lease to the
+//! call timeout: a permit that expires while its call is still running lets a new call in and
+//! the fleet goes over the limit, so the TTL must exceed the call timeout by a margin
+//! (10 % of the call timeout, at least 1 s).
+//!
+//! ```
+//! use std::time::Duration;
+//! use wavegate_core::UpstreamConfig;
+//!
+//! let openai = UpstreamConfig::builder("openai").limit(20).build().unwrap();
+//! assert_eq!(openai.permit_ttl(), Duration::from_secs(660));
+//!
+//! let err = UpstreamConfig::builder("openai")
+//!     .permit_ttl(Duration::from_secs(30))
+//!     .build()
+//!     .unwrap_err();
+//! assert!(err.to_string().contains("raise permit_ttl to at least 660s"));
+//! ```
+
+use std::collections::HashSet;
+use std::fmt;
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::time::Duration;
+
+use crate::backoff::Backoff;
+use crate::breaker::BreakerConfig;
+use crate::cooldown::CooldownPolicy;
+use crate::retry_budget::RetryBudgetConfig;
+use crate::wave::WaveConfig;
+
+/// A validated upstream name: 1–64 characters of `A-Z a-z 0-9 _ - .`.
+///
+/// Names become Redis hash tags (`{name}`) and metric labels, so braces, spaces and other
+/// characters are refused.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct UpstreamName(String);
+
+impl UpstreamName {
+    /// The longest name accepted.
+    pub const MAX_LEN: usize = 64;
+
+    /// Checks and wraps a name.
+    pub fn new(name: impl Into<String>) -> Result<Self, ConfigError> {
+        let name = name.into();
+        let reason = if name.is_empty() {
+            Some("it is empty")
+        } else if name.len() > Self::MAX_LEN {
+            Some("it is longer than 64 characters")
+        } else if !name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.')) {
+            Some("it may only hold ASCII letters, digits, '_', '-' and '.'")
+        } else {
+            None
+        };
+        match reason {
+            Some(reason) => Err(ConfigError::InvalidName { name, reason }),
+            None => Ok(Self(name)),
+        }
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for UpstreamName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl AsRef<str> for UpstreamName {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A configuration that cannot work, with what to change.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The upstream name cannot be used.
+    #[error("upstream name {name:?} is invalid: {reason}; choose 1-64 characters of A-Z, a-z, 0-9, '_', '-', '.'")]
+    InvalidName {
+        /// The name given.
+        name: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The concurrency limit is zero.
+    #[error("upstream `{upstream}`: limit is 0; set limit to at least 1 (the default is 10)")]
+    ZeroLimit {
+        /// The upstream.
+        upstream: String,
+    },
+    /// The permit could expire while its call is still running.
+    #[error(
+        "upstream `{upstream}`: permit_ttl ({permit_ttl:?}) does not exceed call_timeout ({call_timeout:?}) \
+         by the required margin; raise permit_ttl to at least {required:?} or lower call_timeout"
+    )]
+    TtlTooShort {
+        /// The upstream.
+        upstream: String,
+        /// The TTL given.
+        permit_ttl: Duration,
+        /// The call timeout given.
+        call_timeout: Duration,
+        /// The smallest TTL that would be accepted.
+        required: Duration,
+    },
+    /// A duration that must be positive is zero.
+    #[error("upstream `{upstream}`: {field} is zero; set it to a positive duration")]
+    ZeroDuration {
+        /// The upstream.
+        upstream: String,
+        /// The setting.
+        field: &'static str,
+    },
+    /// A count that must be positive is zero.
+    #[error("upstream `{upstream}`: {field} is 0; set it to at least 1")]
+    ZeroCount {
+        /// The upstream.
+        upstream: String,
+        /// The setting.
+        field: &'static str,
+    },
+    /// A share outside its range.
+    #[error("upstream `{upstream}`: {field} is {value}; set it within {range}")]
+    OutOfRange {
+        /// The upstream.
+        upstream: String,
+        /// The setting.
+        field: &'static str,
+        /// The value given.
+        value: f64,
+        /// The accepted range.
+        range: &'static str,
+    },
+    /// The cooldown cap is below the first ladder step, so the ladder could never apply.
+    #[error(
+        "upstream `{upstream}`: max_cooldown ({max:?}) is below the first cooldown step ({first:?}); \
+         raise max_cooldown to at least {first:?} or shorten the ladder's first step"
+    )]
+    CooldownCapBelowFirstStep {
+        /// The upstream.
+        upstream: String,
+        /// The cap given.
+        max: Duration,
+        /// The first ladder step.
+        first: Duration,
+    },
+    /// The shortest cooldown exceeds the longest.
+    #[error("upstream `{upstream}`: min_cooldown ({min:?}) exceeds max_cooldown ({max:?}); lower min_cooldown")]
+    CooldownMinAboveMax {
+        /// The upstream.
+        upstream: String,
+        /// The minimum given.
+        min: Duration,
+        /// The maximum given.
+        max: Duration,
+    },
+    /// The backoff cap is below its base.
+    #[error("upstream `{upstream}`: backoff max ({max:?}) is below backoff base ({base:?}); raise the max")]
+    BackoffMaxBelowBase {
+        /// The upstream.
+        upstream: String,
+        /// The base.
+        base: Duration,
+        /// The max.
+        max: Duration,
+    },
+    /// Two upstreams share a name.
+    #[error("upstream `{0}` is configured twice; give each upstream a distinct name")]
+    DuplicateUpstream(String),
+    /// A scheduler with nothing to schedule.
+    #[error("no upstream is configured; add at least one with `UpstreamConfig::builder(name)`")]
+    NoUpstreams,
+}
+
+/// The validated configuration of one upstream. Build it with [`UpstreamConfig::builder`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamConfig {
+    name: UpstreamName,
+    wave: WaveConfig,
+    permit_ttl: Duration,
+    call_timeout: Duration,
+    max_wait: Duration,
+    queue_capacity: NonZeroUsize,
+    breaker: BreakerConfig,
+    retry_budget: RetryBudgetConfig,
+    backoff: Backoff,
+}
+
+impl UpstreamConfig {
+    /// The default concurrency limit: 10.
+    pub const DEFAULT_LIMIT: u32 = 10;
+    /// The default permit TTL: 660 s.
+    pub const DEFAULT_PERMIT_TTL: Duration = Duration::from_secs(660);
+    /// The default call timeout: 600 s.
+    pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(600);
+    /// The default longest wait for a permit: 25 s.
+    pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(25);
+    /// The default number of callers that may wait for a permit in one process: 1024.
+    pub const DEFAULT_QUEUE_CAPACITY: usize = 1024;
+
+    /// A builder with every default, for the upstream `name`.
+    pub fn builder(name: impl Into<String>) -> UpstreamConfigBuilder {
+        UpstreamConfigBuilder {
+            name: name.into(),
+            limit: Self::DEFAULT_LIMIT,
+            probe_successes: WaveConfig::DEFAULT_PROBE_SUCCESSES.get(),
+            cooldown: CooldownPolicy::default(),
+            permit_ttl: Self::DEFAULT_PERMIT_TTL,
+            call_timeout: Self::DEFAULT_CALL_TIMEOUT,
+            max_wait: Self::DEFAULT_MAX_WAIT,
+            queue_capacity: Self::DEFAULT_QUEUE_CAPACITY,
+            breaker: BreakerConfig::default(),
+            retry_budget: RetryBudgetConfig::default(),
+            backoff: Backoff::default(),
+        }
+    }
+
+    /// The smallest permit TTL accepted for a call timeout: the timeout plus 10 %, at least
+    /// 1 s more.
+    pub fn required_ttl(call_timeout: Duration) -> Duration {
+        call_timeout.saturating_add((call_timeout / 10).max(Duration::from_secs(1)))
+    }
+
+    /// The upstream's name.
+    pub fn name(&self) -> &UpstreamName {
+        &self.name
+    }
+    /// The concurrency limit in NORMAL.
+    pub fn limit(&self) -> NonZeroU32 {
+        self.wave.base_limit
+    }
+    /// The wave machine's parameters (limit, probe successes, cooldown).
+    pub fn wave(&self) -> &WaveConfig {
+        &self.wave
+    }
+    /// How long a permit lives without being released.
+    pub fn permit_ttl(&self) -> Duration {
+        self.permit_ttl
+    }
+    /// How long one upstream call may run.
+    pub fn call_timeout(&self) -> Duration {
+        self.call_timeout
+    }
+    /// How long a caller may wait for a permit.
+    pub fn max_wait(&self) -> Duration {
+        self.max_wait
+    }
+    /// How many callers may wait for a permit in one process.
+    pub fn queue_capacity(&self) -> NonZeroUsize {
+        self.queue_capacity
+    }
+    /// The circuit breaker's parameters.
+    pub fn breaker(&self) -> &BreakerConfig {
+        &self.breaker
+    }
+    /// The retry budget's parameters.
+    pub fn retry_budget(&self) -> &RetryBudgetConfig {
+        &self.retry_budget
+    }
+    /// The backoff for transient failures.
+    pub fn backoff(&self) -> &Backoff {
+        &self.backoff
+    }
+}
+
+/// Builds an [`UpstreamConfig`]; every setting has a documented default.
+#[derive(Debug, Clone)]
+#[must_use = "call `build()` to get the configuration"]
+pub struct UpstreamConfigBuilder {
+    name: String,
+    limit: u32,
+    probe_successes: u32,
+    cooldown: CooldownPolicy,
+    permit_ttl: Duration,
+    call_timeout: Duration,
+    max_wait: Duration,
+    queue_capacity: usize,
+    breaker: BreakerConfig,
+    retry_budget: RetryBudgetConfig,
+    backoff: Backoff,
+}
+
+impl UpstreamConfigBuilder {
+    /// Concurrent calls allowed across the fleet in NORMAL. Default 10; must be at least 1.
+    pub fn limit(mut self, limit: u32) -> Self {
+        self.limit = limit;
+        self
+    }
+    /// Consecutive successes needed to leave PROBE. Default 3.
+    pub fn probe_successes(mut self, successes: u32) -> Self {
+        self.probe_successes = successes;
+        self
+    }
+    /// The cooldown ladder, one step per consecutive wave. Default 5, 10, 20, 30 s.
+    pub fn cooldown_ladder(mut self, ladder: impl IntoIterator<Item = Duration>) -> Self {
+        self.cooldown.ladder = ladder.into_iter().collect();
+        self
+    }
+    /// The shortest cooldown a `Retry-After` is clamped to. Default 1 s.
+    pub fn min_cooldown(mut self, min: Duration) -> Self {
+        self.cooldown.min = min;
+        self
+    }
+    /// The longest cooldown. Default 60 s; must be at least the ladder's first step.
+    pub fn max_cooldown(mut self, max: Duration) -> Self {
+        self.cooldown.max = max;
+        self
+    }
+    /// How long a permit lives without being released. Default 660 s; must exceed the call
+    /// timeout by 10 % (at least 1 s).
+    pub fn permit_ttl(mut self, ttl: Duration) -> Self {
+        self.permit_ttl = ttl;
+        self
+    }
+    /// How long one upstream call may run. Default 600 s.
+    pub fn call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout;
+        self
+    }
+    /// How long a caller may wait for a permit. Default 25 s.
+    pub fn max_wait(mut self, wait: Duration) -> Self {
+        self.max_wait = wait;
+        self
+    }
+    /// How many callers may wait for a permit in one process. Default 1024.
+    pub fn queue_capacity(mut self, capacity: usize) -> Self {
+        self.queue_capacity = capacity;
+        self
+    }
+    /// The circuit breaker's parameters.
+    pub fn breaker(mut self, breaker: BreakerConfig) -> Self {
+        self.breaker = breaker;
+        self
+    }
+    /// The retry budget's parameters.
+    pub fn retry_budget(mut self, budget: RetryBudgetConfig) -> Self {
+        self.retry_budget = budget;
+        self
+    }
+    /// The backoff for transient failures.
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// Checks everything and returns the configuration, or the first problem found.
+    pub fn build(self) -> Result<UpstreamConfig, ConfigError> {
+        let name = UpstreamName::new(self.name)?;
+        let upstream = || name.to_string();
+        let zero_duration = |field| ConfigError::ZeroDuration { upstream: upstream(), field };
+        let zero_count = |field| ConfigError::ZeroCount { upstream: upstream(), field };
+
+        let limit = NonZeroU32::new(self.limit).ok_or_else(|| ConfigError::ZeroLimit { upstream: upstream() })?;
+        let probe_successes = NonZeroU32::new(self.probe_successes).ok_or_else(|| zero_count("probe_successes"))?;
+        let queue_capacity = NonZeroUsize::new(self.queue_capacity).ok_or_else(|| zero_count("queue_capacity"))?;
+        for (field, value) in [
+            ("call_timeout", self.call_timeout),
+            ("max_wait", self.max_wait),
+            ("min_cooldown", self.cooldown.min),
+            ("breaker.window", self.breaker.window),
+            ("breaker.open_for", self.breaker.open_for),
+            ("retry_budget.ttl", self.retry_budget.ttl),
+            ("backoff.base", self.backoff.base),
+        ] {
+            if value.is_zero() {
+                return Err(zero_duration(field));
+            }
+        }
+        let Some(&first) = self.cooldown.ladder.first() else {
+            return Err(zero_count("cooldown_ladder steps"));
+        };
+        if self.cooldown.ladder.iter().any(Duration::is_zero) {
+            return Err(zero_duration("a cooldown_ladder step"));
+        }
+        if self.cooldown.max < first {
+            return Err(ConfigError::CooldownCapBelowFirstStep { upstream: upstream(), max: self.cooldown.max, first });
+        }
+        if self.cooldown.min > self.cooldown.max {
+            return Err(ConfigError::CooldownMinAboveMax {
+                upstream: upstream(),
+                min: self.cooldown.min,
+                max: self.cooldown.max,
+            });
+        }
+        let required = UpstreamConfig::required_ttl(self.call_timeout);
+        if self.permit_ttl < required {
+            return Err(ConfigError::TtlTooShort {
+                upstream: upstream(),
+                permit_ttl: self.permit_ttl,
+                call_timeout: self.call_timeout,
+                required,
+            });
+        }
+        if self.breaker.minimum_calls == 0 {
+            return Err(zero_count("breaker.minimum_calls"));
+        }
+        if self.breaker.half_open_probes == 0 {
+            return Err(zero_count("breaker.half_open_probes"));
+        }
+        let rate = self.breaker.failure_rate;
+        if !(rate > 0.0 && rate <= 1.0) {
+            return Err(ConfigError::OutOfRange {
+                upstream: upstream(),
+                field: "breaker.failure_rate",
+                value: rate,
+                range: "(0, 1]",
+            });
+        }
+        let ratio = self.retry_budget.ratio;
+        if !(0.0..=1.0).contains(&ratio) {
+            return Err(ConfigError::OutOfRange {
+                upstream: upstream(),
+                field: "retry_budget.ratio",
+                value: ratio,
+                range: "[0, 1]",
+            });
+        }
+        if self.backoff.max < self.backoff.base {
+            return Err(ConfigError::BackoffMaxBelowBase {
+                upstream: upstream(),
+                base: self.backoff.base,
+                max: self.backoff.max,
+            });
+        }
+        Ok(UpstreamConfig {
+            name,
+            wave: WaveConfig { base_limit: limit, probe_successes, cooldown: self.cooldown },
+            permit_ttl: self.permit_ttl,
+            call_timeout: self.call_timeout,
+            max_wait: self.max_wait,
+            queue_capacity,
+            breaker: self.breaker,
+            retry_budget: self.retry_budget,
+            backoff: self.backoff,
+        })
+    }
+}
+
+/// A name that is not among the configured upstreams.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown upstream `{name}`; configured upstreams: {known}")]
+pub struct UnknownUpstream {
+    /// The name asked for.
+    pub name: String,
+    /// The configured names, comma-separated.
+    pub known: String,
+}
+
+/// The upstreams of one scheduler: at least one, names distinct.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamSet {
+    upstreams: Vec<UpstreamConfig>,
+}
+
+impl UpstreamSet {
+    /// Checks that there is at least one upstream and that no name repeats.
+    pub fn new(upstreams: impl IntoIterator<Item = UpstreamConfig>) -> Result<Self, ConfigError> {
+        let upstreams: Vec<UpstreamConfig> = upstreams.into_iter().collect();
+        if upstreams.is_empty() {
+            return Err(ConfigError::NoUpstreams);
+        }
+        let mut seen = HashSet::new();
+        for upstream in &upstreams {
+            if !seen.insert(upstream.name()) {
+                return Err(ConfigError::DuplicateUpstream(upstream.name().to_string()));
+            }
+        }
+        Ok(Self { upstreams })
+    }
+
+    /// The configuration of upstream `name`.
+    pub fn get(&self, name: &str) -> Result<&UpstreamConfig, UnknownUpstream> {
+        self.upstreams.iter().find(|u| u.name().as_str() == name).ok_or_else(|| UnknownUpstream {
+            name: name.chars().take(UpstreamName::MAX_LEN).collect(),
+            known: self.upstreams.iter().map(|u| u.name().as_str()).collect::<Vec<_>>().join(", "),
+        })
+    }
+
+    /// All upstreams, in configuration order.
+    pub fn iter(&self) -> impl Iterator<Item = &UpstreamConfig> {
+        self.upstreams.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(builder: UpstreamConfigBuilder) -> String {
+        builder.build().expect_err("the configuration must be refused").to_string()
+    }
+
+    #[test]
+    fn defaults_match_the_design() {
+        let config = UpstreamConfig::builder("img").build().expect("defaults are valid");
+        assert_eq!(config.limit().get(), 10);
+        assert_eq!(config.permit_ttl(), Duration::from_secs(660));
+        assert_eq!(config.call_timeout(), Duration::from_secs(600));
+        assert_eq!(config.max_wait(), Duration::from_secs(25));
+        assert_eq!(config.wave().probe_successes.get(), 3);
+        assert_eq!(config.wave().cooldown.ladder(), CooldownPolicy::DEFAULT_LADDER);
+        assert_eq!(config.retry_budget().ratio, 0.2);
+    }
+
+    #[test]
+    fn each_refusal_says_what_to_change() {
+        let b = || UpstreamConfig::builder("llm");
+        let cases = [
+            (b().limit(0), "set limit to at least 1"),
+            (b().permit_ttl(Duration::from_secs(600)), "raise permit_ttl to at least 660s"),
+            (b().call_timeout(Duration::from_secs(5)).permit_ttl(Duration::from_secs(5)), "at least 6s"),
+            (b().max_cooldown(Duration::from_secs(2)), "raise max_cooldown to at least 5s"),
+            (b().min_cooldown(Duration::from_secs(61)), "lower min_cooldown"),
+            (b().cooldown_ladder([]), "cooldown_ladder steps is 0"),
+            (b().cooldown_ladder([Duration::ZERO]), "a cooldown_ladder step is zero"),
+            (b().max_wait(Duration::ZERO), "max_wait is zero"),
+            (b().queue_capacity(0), "queue_capacity is 0"),
+            (b().probe_successes(0), "probe_successes is 0"),
+            (b().breaker(BreakerConfig { failure_rate: 1.5, ..Default::default() }), "within (0, 1]"),
+            (b().breaker(BreakerConfig { failure_rate: f64::NAN, ..Default::default() }), "within (0, 1]"),
+            (b().retry_budget(RetryBudgetConfig { ratio: -0.1, ..Default::default() }), "within [0, 1]"),
+            (
+                b().backoff(Backoff { base: Duration::from_secs(2), max: Duration::from_secs(1), max_retries: 1 }),
+                "raise the max",
+            ),
+        ];
+        for (builder, hint) in cases {
+            let message = refused(builder);
+            assert!(message.contains(hint), "{message:?} should contain {hint:?}");
+            assert!(message.contains("`llm`"), "{message:?} should name the upstream");
+        }
+    }
+
+    #[test]
+    fn names_that_cannot_be_hash_tags_are_refused() {
+        for bad in ["", "a{b}", "with space", "ü", &"x".repeat(65)] {
+            let message = refused(UpstreamConfig::builder(bad));
+            assert!(message.contains("choose 1-64 characters"), "{message}");
+        }
+        assert!(UpstreamConfig::builder("openai.gpt-4o_mini").build().is_ok());
+    }
+
+    #[test]
+    fn upstream_sets_refuse_duplicates_and_name_the_known_ones() {
+        let a = || UpstreamConfig::builder("a").build().expect("valid");
+        let b = UpstreamConfig::builder("b").build().expect("valid");
+        assert_eq!(UpstreamSet::new([a(), a()]), Err(ConfigError::DuplicateUpstream("a".into())));
+        assert_eq!(UpstreamSet::new([]), Err(ConfigError::NoUpstreams));
+        let set = UpstreamSet::new([a(), b]).expect("valid");
+        let unknown = set.get("c").expect_err("unknown");
+        assert_eq!(unknown.to_string(), "unknown upstream `c`; configured upstreams: a, b");
+        assert_eq!(set.get("b").map(|u| u.name().as_str()), Ok("b"));
+    }
+}

@@ -1,0 +1,60 @@
+//! wavegate's policy, with no I/O: what the scheduler decides, separate from how it talks.
+//!
+//! Everything here is a pure state machine or function; time comes in as milliseconds from a
+//! [`Clock`] and randomness as an [`rand::Rng`], so every rule can be tested exactly and the
+//! same rules can be reimplemented (in Lua, for Redis) and checked against the tables in
+//! [`spec`].
+//!
+//! | concept | where |
+//! |---|---|
+//! | the 429 wave: NORMAL / COOLDOWN / PROBE / DEGRADED | [`WaveMachine`] |
+//! | cooldown length: `Retry-After`, else the ladder | [`CooldownPolicy`], [`parse_retry_after`] |
+//! | permits by client id with leases | [`PermitLedger`], [`LocalGate`] |
+//! | what a result means, and which layer owns it | [`Outcome`] |
+//! | circuit breaker | [`CircuitBreaker`] |
+//! | retry budget and backoff | [`RetryBudget`], [`Backoff`] |
+//! | configuration, validated at build time | [`UpstreamConfig`], [`UpstreamSet`] |
+//!
+//! ```
+//! use wavegate_core::{Admission, LocalGate, UpstreamConfig, WaveSignal, WaveState};
+//!
+//! let config = UpstreamConfig::builder("images").limit(10).build()?;
+//! let mut gate = LocalGate::new(config.wave().clone());
+//! let lease = config.permit_ttl().as_millis() as u64;
+//!
+//! let Admission::Granted { wave, .. } = gate.acquire("req-1", 0, lease) else { unreachable!() };
+//! gate.finish("req-1", wave, WaveSignal::RateLimited { retry_after: None }, 10);
+//! let (status, in_flight) = gate.status(10);
+//! assert_eq!((status.state, status.limit, in_flight), (WaveState::Cooldown, 5, 0));
+//! # Ok::<(), wavegate_core::ConfigError>(())
+//! ```
+
+mod backoff;
+mod breaker;
+mod clock;
+mod config;
+mod cooldown;
+mod gate;
+mod ledger;
+mod outcome;
+mod retry_after;
+mod retry_budget;
+pub mod spec;
+mod wave;
+
+pub use backoff::Backoff;
+pub use breaker::{
+    BreakerConfig, BreakerOpen, BreakerState, BreakerTicket, BreakerTransition, CallResult, CircuitBreaker,
+};
+pub use clock::{Clock, ManualClock, MonotonicClock, duration_ms};
+pub use config::{ConfigError, UnknownUpstream, UpstreamConfig, UpstreamConfigBuilder, UpstreamName, UpstreamSet};
+pub use cooldown::CooldownPolicy;
+pub use gate::{FinishReport, LocalGate, WaveSignal};
+pub use ledger::{HeldPermit, PermitLedger};
+pub use outcome::{Outcome, Transient, TransportError};
+pub use retry_after::{RetryAfterError, parse_retry_after};
+pub use retry_budget::{RetryBudget, RetryBudgetConfig};
+pub use wave::{Admission, DenyReason, RateLimitEffect, Transition, WaveConfig, WaveMachine, WaveSnapshot, WaveState};
+
+// Re-exported so callers can name the RNG trait the backoff takes without a direct dependency.
+pub use rand;

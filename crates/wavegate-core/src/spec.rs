@@ -1,0 +1,503 @@
+//! The wave machine's executable specification: tables of steps and expected answers.
+//!
+//! Two implementations must agree: [`LocalGate`] (Rust, local mode) and the Lua scripts
+//! (shared mode, in Redis). Each implements [`WaveModel`]; [`run_case`] drives one through a
+//! [`SpecCase`] and reports the first step whose answer differs. The tables use short
+//! durations (tens of milliseconds) with margins, so a model on a real clock (Redis `TIME`,
+//! advanced by sleeping) passes them as well as one on a manual clock.
+//!
+//! ```
+//! use wavegate_core::spec::{cases, run_case, GateModel};
+//!
+//! for case in cases() {
+//!     let mut model = GateModel::new(&case);
+//!     run_case(&case, &mut model).unwrap();
+//! }
+//! ```
+
+use std::collections::HashMap;
+use std::fmt;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use crate::clock::{Clock, ManualClock};
+use crate::cooldown::CooldownPolicy;
+use crate::gate::{LocalGate, WaveSignal};
+use crate::wave::{Admission, DenyReason, WaveConfig, WaveSnapshot, WaveState};
+
+/// One named scenario with the configuration it runs under.
+#[derive(Debug, Clone)]
+pub struct SpecCase {
+    /// What the case shows.
+    pub name: &'static str,
+    /// The base concurrency limit.
+    pub base_limit: u32,
+    /// Consecutive successes needed to leave PROBE.
+    pub probe_successes: u32,
+    /// The cooldown ladder, in milliseconds.
+    pub ladder_ms: Vec<u64>,
+    /// The shortest cooldown a `Retry-After` is clamped to, in milliseconds.
+    pub min_cooldown_ms: u64,
+    /// The longest cooldown, in milliseconds.
+    pub max_cooldown_ms: u64,
+    /// The lease every acquire asks for, in milliseconds.
+    pub lease_ms: u64,
+    /// The steps, in order.
+    pub steps: Vec<Step>,
+}
+
+impl SpecCase {
+    /// The wave configuration the case describes.
+    pub fn wave_config(&self) -> WaveConfig {
+        WaveConfig {
+            base_limit: NonZeroU32::new(self.base_limit).unwrap_or(NonZeroU32::MIN),
+            probe_successes: NonZeroU32::new(self.probe_successes).unwrap_or(NonZeroU32::MIN),
+            cooldown: CooldownPolicy {
+                ladder: self.ladder_ms.iter().copied().map(Duration::from_millis).collect(),
+                min: Duration::from_millis(self.min_cooldown_ms),
+                max: Duration::from_millis(self.max_cooldown_ms),
+            },
+        }
+    }
+}
+
+/// One step of a case.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Acquire the permit named `permit` and compare the answer.
+    Acquire {
+        /// The permit's name (models may prefix it to make a unique id).
+        permit: &'static str,
+        /// The expected answer.
+        expect: Expect,
+    },
+    /// Finish `permit` with `signal`, tagged with the wave it was granted in (or `wave` when
+    /// given, for a permit that was never granted); compare whether it was held.
+    Finish {
+        /// The permit's name.
+        permit: &'static str,
+        /// An explicit wave tag; `None` uses the wave of the permit's last grant.
+        wave: Option<u64>,
+        /// The outcome.
+        signal: SpecSignal,
+        /// Whether the model must say the permit was held.
+        held: bool,
+    },
+    /// Let time pass.
+    Advance {
+        /// How long, in milliseconds.
+        ms: u64,
+    },
+    /// Compare the model's status.
+    Status {
+        /// Expected state.
+        state: WaveState,
+        /// Expected limit.
+        limit: u32,
+        /// Expected wave id.
+        wave: u64,
+        /// Expected number of permits held.
+        in_flight: usize,
+    },
+}
+
+/// The expected answer to an acquire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// Granted in this wave, state and limit.
+    Granted {
+        /// Wave id.
+        wave: u64,
+        /// State.
+        state: WaveState,
+        /// Limit.
+        limit: u32,
+    },
+    /// Refused because of a cooldown.
+    DeniedCooldown,
+    /// Refused because the limit is reached.
+    DeniedAtLimit,
+}
+
+/// An outcome, in table form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpecSignal {
+    /// Success.
+    Success,
+    /// 429, with a `Retry-After` in milliseconds if given.
+    RateLimited(Option<u64>),
+    /// A non-wave outcome (5xx, timeout, cancelled).
+    Neutral,
+}
+
+impl SpecSignal {
+    /// The signal as the gate takes it.
+    pub fn to_wave_signal(self) -> WaveSignal {
+        match self {
+            SpecSignal::Success => WaveSignal::Success,
+            SpecSignal::RateLimited(ms) => WaveSignal::RateLimited { retry_after: ms.map(Duration::from_millis) },
+            SpecSignal::Neutral => WaveSignal::Neutral,
+        }
+    }
+}
+
+/// An implementation of the wave machine under test.
+pub trait WaveModel {
+    /// What can go wrong talking to it (I/O for the Redis model).
+    type Error: fmt::Display;
+    /// Acquires permit `permit` with the case's lease.
+    fn acquire(&mut self, permit: &str) -> Result<Admission, Self::Error>;
+    /// Finishes permit `permit`, tagged with `wave`; returns whether it was held.
+    fn finish(&mut self, permit: &str, wave: u64, signal: WaveSignal) -> Result<bool, Self::Error>;
+    /// Lets `ms` milliseconds pass.
+    fn advance(&mut self, ms: u64) -> Result<(), Self::Error>;
+    /// The current state and number of permits held.
+    fn status(&mut self) -> Result<(WaveSnapshot, usize), Self::Error>;
+}
+
+/// The first step at which a model disagreed with the table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecFailure {
+    /// The case.
+    pub case: &'static str,
+    /// The index of the step in the case.
+    pub step: usize,
+    /// What the table expected.
+    pub expected: String,
+    /// What the model answered.
+    pub got: String,
+}
+
+impl fmt::Display for SpecFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "case `{}`, step {}: expected {}, got {}", self.case, self.step, self.expected, self.got)
+    }
+}
+
+impl std::error::Error for SpecFailure {}
+
+/// Drives `model` through `case`; the first disagreement is the error.
+pub fn run_case<M: WaveModel>(case: &SpecCase, model: &mut M) -> Result<(), SpecFailure> {
+    let mut granted_in: HashMap<&str, u64> = HashMap::new();
+    for (index, step) in case.steps.iter().enumerate() {
+        let fail = |expected: String, got: String| SpecFailure { case: case.name, step: index, expected, got };
+        let io = |e: M::Error| fail(format!("{step:?}"), format!("model error: {e}"));
+        match step {
+            Step::Acquire { permit, expect } => {
+                let got = model.acquire(permit).map_err(io)?;
+                let matches = match (expect, got) {
+                    (Expect::Granted { wave, state, limit }, Admission::Granted { wave: w, state: s, limit: l }) => {
+                        (*wave, *state, *limit) == (w, s, l)
+                    }
+                    (Expect::DeniedCooldown, Admission::Denied { reason, .. }) => reason == DenyReason::Cooldown,
+                    (Expect::DeniedAtLimit, Admission::Denied { reason, .. }) => reason == DenyReason::AtLimit,
+                    _ => false,
+                };
+                if !matches {
+                    return Err(fail(format!("acquire {permit}: {expect:?}"), format!("{got:?}")));
+                }
+                if let Admission::Granted { wave, .. } = got {
+                    granted_in.insert(permit, wave);
+                }
+            }
+            Step::Finish { permit, wave, signal, held } => {
+                let tag = wave.or_else(|| granted_in.get(permit).copied()).unwrap_or(0);
+                let got = model.finish(permit, tag, signal.to_wave_signal()).map_err(io)?;
+                if got != *held {
+                    return Err(fail(format!("finish {permit}: held={held}"), format!("held={got}")));
+                }
+            }
+            Step::Advance { ms } => model.advance(*ms).map_err(io)?,
+            Step::Status { state, limit, wave, in_flight } => {
+                let (snapshot, held) = model.status().map_err(io)?;
+                let got = (snapshot.state, snapshot.limit, snapshot.wave, held);
+                if got != (*state, *limit, *wave, *in_flight) {
+                    return Err(fail(
+                        format!("status {state} limit {limit} wave {wave} in flight {in_flight}"),
+                        format!("status {} limit {} wave {} in flight {}", got.0, got.1, got.2, got.3),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// [`LocalGate`] on a [`ManualClock`], as a [`WaveModel`].
+#[derive(Debug)]
+pub struct GateModel {
+    gate: LocalGate,
+    clock: ManualClock,
+    lease_ms: u64,
+}
+
+impl GateModel {
+    /// A fresh gate configured for `case`.
+    pub fn new(case: &SpecCase) -> Self {
+        Self { gate: LocalGate::new(case.wave_config()), clock: ManualClock::new(1_000_000), lease_ms: case.lease_ms }
+    }
+}
+
+impl WaveModel for GateModel {
+    type Error = std::convert::Infallible;
+
+    fn acquire(&mut self, permit: &str) -> Result<Admission, Self::Error> {
+        Ok(self.gate.acquire(permit, self.clock.now_ms(), self.lease_ms))
+    }
+
+    fn finish(&mut self, permit: &str, wave: u64, signal: WaveSignal) -> Result<bool, Self::Error> {
+        Ok(self.gate.finish(permit, wave, signal, self.clock.now_ms()).held)
+    }
+
+    fn advance(&mut self, ms: u64) -> Result<(), Self::Error> {
+        self.clock.advance(Duration::from_millis(ms));
+        Ok(())
+    }
+
+    fn status(&mut self) -> Result<(WaveSnapshot, usize), Self::Error> {
+        Ok(self.gate.status(self.clock.now_ms()))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The tables.
+
+const LEASE_MS: u64 = 60_000;
+
+fn granted(permit: &'static str, wave: u64, state: WaveState, limit: u32) -> Step {
+    Step::Acquire { permit, expect: Expect::Granted { wave, state, limit } }
+}
+
+fn denied_cooldown(permit: &'static str) -> Step {
+    Step::Acquire { permit, expect: Expect::DeniedCooldown }
+}
+
+fn denied_at_limit(permit: &'static str) -> Step {
+    Step::Acquire { permit, expect: Expect::DeniedAtLimit }
+}
+
+fn finish(permit: &'static str, signal: SpecSignal) -> Step {
+    Step::Finish { permit, wave: None, signal, held: true }
+}
+
+fn status(state: WaveState, limit: u32, wave: u64, in_flight: usize) -> Step {
+    Step::Status { state, limit, wave, in_flight }
+}
+
+const PERMITS: [&str; 16] =
+    ["p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8", "p9", "p10", "p11", "p12", "p13", "p14", "p15"];
+
+/// `count` permits granted together in `state`, then all finished with success.
+fn round(count: usize, wave: u64, state: WaveState, limit: u32) -> Vec<Step> {
+    let mut steps: Vec<Step> = PERMITS[..count].iter().map(|p| granted(p, wave, state, limit)).collect();
+    if count == limit as usize {
+        steps.push(denied_at_limit("over"));
+    }
+    steps.extend(PERMITS[..count].iter().map(|p| finish(p, SpecSignal::Success)));
+    steps
+}
+
+/// From PROBE at `wave` (limit 1), successes up to NORMAL at `base` = 10 with 3 probes.
+fn recover_from_probe(wave: u64) -> Vec<Step> {
+    let mut steps = Vec::new();
+    for _ in 0..3 {
+        steps.extend(round(1, wave, WaveState::Probe, 1));
+    }
+    steps.push(status(WaveState::Degraded, 2, wave, 0));
+    steps.extend(round(2, wave, WaveState::Degraded, 2));
+    steps.push(status(WaveState::Degraded, 4, wave, 0));
+    steps.extend(round(4, wave, WaveState::Degraded, 4));
+    steps.push(status(WaveState::Degraded, 8, wave, 0));
+    steps.extend(round(8, wave, WaveState::Degraded, 8));
+    steps.push(status(WaveState::Normal, 10, wave, 0));
+    steps
+}
+
+fn case(name: &'static str, steps: Vec<Step>) -> SpecCase {
+    SpecCase {
+        name,
+        base_limit: 10,
+        probe_successes: 3,
+        ladder_ms: vec![100, 200, 400, 600],
+        min_cooldown_ms: 20,
+        max_cooldown_ms: 1_000,
+        lease_ms: LEASE_MS,
+        steps,
+    }
+}
+
+/// Every case of the specification.
+pub fn cases() -> Vec<SpecCase> {
+    use SpecSignal::{Neutral, RateLimited, Success};
+    use WaveState::{Cooldown, Degraded, Normal, Probe};
+
+    let mut walkthrough = vec![
+        // 1. A and B get permits in wave 1.
+        granted("A", 1, Normal, 10),
+        granted("B", 1, Normal, 10),
+        // 2. A gets 429: limit 10 → 5, wave 2, COOLDOWN.
+        finish("A", RateLimited(None)),
+        status(Cooldown, 5, 2, 1),
+        // 3. B's 429 arrives late, still tagged wave 1: no further cut.
+        finish("B", RateLimited(None)),
+        status(Cooldown, 5, 2, 0),
+        denied_cooldown("C"),
+        Step::Advance { ms: 50 },
+        denied_cooldown("C"),
+        // 4. The cooldown (100 ms, the first ladder step) ends: PROBE at limit 1.
+        Step::Advance { ms: 60 },
+        status(Probe, 1, 2, 0),
+    ];
+    walkthrough.extend(recover_from_probe(2));
+
+    let mut ladder = vec![
+        granted("A", 1, Normal, 10),
+        finish("A", RateLimited(None)),
+        Step::Advance { ms: 110 },
+        // 5. A 429 in PROBE starts a new wave, one ladder step up (200 ms).
+        granted("B", 2, Probe, 1),
+        finish("B", RateLimited(None)),
+        status(Cooldown, 1, 3, 0),
+        Step::Advance { ms: 150 },
+        denied_cooldown("C"),
+        Step::Advance { ms: 60 },
+    ];
+    for _ in 0..3 {
+        ladder.extend(round(1, 3, Probe, 1));
+    }
+    ladder.extend([
+        // A 429 in DEGRADED: wave 4, the third step (400 ms), limit 2 → 1.
+        granted("D", 3, Degraded, 2),
+        finish("D", RateLimited(None)),
+        status(Cooldown, 1, 4, 0),
+        Step::Advance { ms: 350 },
+        denied_cooldown("E"),
+        Step::Advance { ms: 60 },
+        status(Probe, 1, 4, 0),
+    ]);
+    ladder.extend(recover_from_probe(4));
+    // Back in NORMAL the ladder starts again from its first step (100 ms).
+    ladder.extend([
+        granted("F", 4, Normal, 10),
+        finish("F", RateLimited(None)),
+        status(Cooldown, 5, 5, 0),
+        Step::Advance { ms: 110 },
+        status(Probe, 1, 5, 0),
+    ]);
+
+    vec![
+        case("seed walk-through: 10 → 5 → PROBE 1 → 2 → 4 → 8 → 10", walkthrough),
+        case("cooldown ladder climbs per wave before NORMAL and resets in NORMAL", ladder),
+        case(
+            "Retry-After comes first, clamped to [min, max]",
+            vec![
+                granted("A", 1, Normal, 10),
+                finish("A", RateLimited(Some(300))),
+                Step::Advance { ms: 250 },
+                denied_cooldown("B"),
+                Step::Advance { ms: 60 },
+                granted("B", 2, Probe, 1),
+                finish("B", RateLimited(Some(0))),
+                status(Cooldown, 1, 3, 0),
+                Step::Advance { ms: 25 },
+                granted("C", 3, Probe, 1),
+                finish("C", RateLimited(Some(86_400_000))),
+                Step::Advance { ms: 900 },
+                denied_cooldown("D"),
+                Step::Advance { ms: 110 },
+                granted("D", 4, Probe, 1),
+            ],
+        ),
+        case(
+            "only successes of the current wave count towards recovery",
+            vec![
+                granted("old", 1, Normal, 10),
+                granted("A", 1, Normal, 10),
+                finish("A", RateLimited(None)),
+                Step::Advance { ms: 110 },
+                status(Probe, 1, 2, 1),
+                // The old wave's call still holds its permit, so PROBE has no room yet.
+                denied_at_limit("B"),
+                finish("old", Success),
+                granted("B", 2, Probe, 1),
+                finish("B", Success),
+                granted("C", 2, Probe, 1),
+                finish("C", Success),
+                status(Probe, 1, 2, 0),
+                granted("D", 2, Probe, 1),
+                finish("D", Success),
+                status(Degraded, 2, 2, 0),
+            ],
+        ),
+        case(
+            "a late 429 from an older wave cuts nothing in any state",
+            vec![
+                granted("A", 1, Normal, 10),
+                granted("B", 1, Normal, 10),
+                granted("C", 1, Normal, 10),
+                finish("A", RateLimited(None)),
+                finish("B", RateLimited(None)),
+                status(Cooldown, 5, 2, 1),
+                Step::Advance { ms: 110 },
+                status(Probe, 1, 2, 1),
+                finish("C", RateLimited(Some(500))),
+                status(Probe, 1, 2, 0),
+                granted("P", 2, Probe, 1),
+                Step::Finish { permit: "P", wave: Some(1), signal: RateLimited(None), held: true },
+                status(Probe, 1, 2, 0),
+            ],
+        ),
+        case(
+            "limits, neutral outcomes and idempotent ids",
+            vec![
+                granted("A", 1, Normal, 10),
+                // A resent acquire (its reply was lost) is the same permit.
+                granted("A", 1, Normal, 10),
+                status(Normal, 10, 1, 1),
+                Step::Finish { permit: "ghost", wave: Some(1), signal: Neutral, held: false },
+                finish("A", Neutral),
+                Step::Finish { permit: "A", wave: None, signal: Neutral, held: false },
+                status(Normal, 10, 1, 0),
+            ]
+            .into_iter()
+            .chain((0..10).map(|i| granted(PERMITS[i], 1, Normal, 10)))
+            .chain([denied_at_limit("K"), finish("p3", Neutral), granted("K", 1, Normal, 10), denied_at_limit("L")])
+            .collect(),
+        ),
+        SpecCase {
+            lease_ms: 100,
+            ..case(
+                "an expired lease frees its permit, and its late report still counts",
+                vec![
+                    granted("A", 1, Normal, 10),
+                    Step::Advance { ms: 60 },
+                    status(Normal, 10, 1, 1),
+                    Step::Advance { ms: 60 },
+                    status(Normal, 10, 1, 0),
+                    Step::Finish { permit: "A", wave: None, signal: RateLimited(None), held: false },
+                    status(Cooldown, 5, 2, 0),
+                ],
+            )
+        },
+        SpecCase {
+            base_limit: 1,
+            ..case(
+                "limit 1 stays 1 through a cut and recovers straight to NORMAL",
+                vec![
+                    granted("A", 1, Normal, 1),
+                    denied_at_limit("B"),
+                    finish("A", RateLimited(None)),
+                    status(Cooldown, 1, 2, 0),
+                    Step::Advance { ms: 110 },
+                    granted("B", 2, Probe, 1),
+                    finish("B", Success),
+                    granted("C", 2, Probe, 1),
+                    finish("C", Success),
+                    granted("D", 2, Probe, 1),
+                    finish("D", Success),
+                    status(Normal, 1, 2, 0),
+                ],
+            )
+        },
+    ]
+}
