@@ -1,0 +1,76 @@
+//! The wave machine's specification tables, run against the Rust implementation, and a check
+//! that the tables catch an implementation that gets the rules wrong.
+
+use wavegate_core::spec::{GateModel, Step, WaveModel, cases, run_case};
+use wavegate_core::{Admission, WaveSignal, WaveSnapshot};
+
+#[test]
+fn local_gate_passes_every_case() {
+    let cases = cases();
+    assert!(cases.len() >= 8, "the spec lost cases");
+    for case in &cases {
+        let mut model = GateModel::new(case);
+        if let Err(failure) = run_case(case, &mut model) {
+            panic!("{failure}");
+        }
+    }
+}
+
+/// A wrong implementation: it treats every 429 as news, whatever its wave.
+struct CutsOnLate429s(GateModel);
+
+impl WaveModel for CutsOnLate429s {
+    type Error = std::convert::Infallible;
+    fn acquire(&mut self, permit: &str) -> Result<Admission, Self::Error> {
+        self.0.acquire(permit)
+    }
+    fn finish(&mut self, permit: &str, _wave: u64, signal: WaveSignal) -> Result<bool, Self::Error> {
+        let current = self.0.status()?.0.wave;
+        self.0.finish(permit, current, signal)
+    }
+    fn advance(&mut self, ms: u64) -> Result<(), Self::Error> {
+        self.0.advance(ms)
+    }
+    fn status(&mut self) -> Result<(WaveSnapshot, usize), Self::Error> {
+        self.0.status()
+    }
+}
+
+/// A wrong implementation: its clock stands still, so cooldowns and leases never end.
+struct ClockStandsStill(GateModel);
+
+impl WaveModel for ClockStandsStill {
+    type Error = std::convert::Infallible;
+    fn acquire(&mut self, permit: &str) -> Result<Admission, Self::Error> {
+        self.0.acquire(permit)
+    }
+    fn finish(&mut self, permit: &str, wave: u64, signal: WaveSignal) -> Result<bool, Self::Error> {
+        self.0.finish(permit, wave, signal)
+    }
+    fn advance(&mut self, _ms: u64) -> Result<(), Self::Error> {
+        Ok(())
+    }
+    fn status(&mut self) -> Result<(WaveSnapshot, usize), Self::Error> {
+        self.0.status()
+    }
+}
+
+#[test]
+fn the_tables_catch_a_machine_that_cuts_on_late_429s() {
+    let failing: Vec<&str> = cases()
+        .iter()
+        .filter(|case| run_case(case, &mut CutsOnLate429s(GateModel::new(case))).is_err())
+        .map(|case| case.name)
+        .collect();
+    assert!(failing.iter().any(|name| name.contains("seed walk-through")), "{failing:?}");
+    assert!(failing.iter().any(|name| name.contains("late 429")), "{failing:?}");
+}
+
+#[test]
+fn the_tables_catch_a_machine_whose_clock_stands_still() {
+    for case in cases() {
+        let uses_time = case.steps.iter().any(|step| matches!(step, Step::Advance { .. }));
+        let failed = run_case(&case, &mut ClockStandsStill(GateModel::new(&case))).is_err();
+        assert_eq!(failed, uses_time, "case `{}`", case.name);
+    }
+}
