@@ -19,3 +19,7 @@
 //! ```
 
 pub use wavegate_core as core;
+
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+struct ReadmeDoctests;
