@@ -125,10 +125,10 @@ fn main() {
                         let service_ms = if busy > options.capacity { 20 } else { rng.random_range(200..400) };
                         in_flight.push(InFlight { job, permit, wave, ends_ms: now_ms + service_ms, outcome });
                     }
-                    Admission::Denied { reason, retry_at_ms } => {
+                    Admission::Denied { reason, retry_after_ms } => {
                         attempts -= 1;
                         if reason == DenyReason::Cooldown {
-                            wait_until_ms = retry_at_ms;
+                            wait_until_ms = now_ms + retry_after_ms;
                         }
                         break;
                     }

@@ -113,7 +113,7 @@ pub enum Expect {
         /// Limit.
         limit: u32,
     },
-    /// Refused because of a cooldown.
+    /// Refused because of a cooldown, with a wait in `(0, max_cooldown]`.
     DeniedCooldown,
     /// Refused because the limit is reached.
     DeniedAtLimit,
@@ -189,7 +189,9 @@ pub fn run_case<M: WaveModel>(case: &SpecCase, model: &mut M) -> Result<(), Spec
                     (Expect::Granted { wave, state, limit }, Admission::Granted { wave: w, state: s, limit: l }) => {
                         (*wave, *state, *limit) == (w, s, l)
                     }
-                    (Expect::DeniedCooldown, Admission::Denied { reason, .. }) => reason == DenyReason::Cooldown,
+                    (Expect::DeniedCooldown, Admission::Denied { reason, retry_after_ms }) => {
+                        reason == DenyReason::Cooldown && retry_after_ms > 0 && retry_after_ms <= case.max_cooldown_ms
+                    }
                     (Expect::DeniedAtLimit, Admission::Denied { reason, .. }) => reason == DenyReason::AtLimit,
                     _ => false,
                 };

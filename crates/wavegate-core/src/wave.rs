@@ -137,9 +137,10 @@ pub enum Admission {
     Denied {
         /// Why not.
         reason: DenyReason,
-        /// The earliest time asking again can succeed: the cooldown deadline, or `now` when
-        /// only a release can make room.
-        retry_at_ms: u64,
+        /// How long until asking again can succeed: the rest of the cooldown, or zero when
+        /// only a release can make room. Relative, so it means the same whichever clock
+        /// (Redis `TIME` or the process's) decided.
+        retry_after_ms: u64,
     },
 }
 
@@ -248,10 +249,13 @@ impl WaveMachine {
         self.poll(now_ms);
         let s = &self.snapshot;
         if s.state == WaveState::Cooldown {
-            return Admission::Denied { reason: DenyReason::Cooldown, retry_at_ms: s.cooldown_until_ms };
+            return Admission::Denied {
+                reason: DenyReason::Cooldown,
+                retry_after_ms: s.cooldown_until_ms.saturating_sub(now_ms),
+            };
         }
         if in_flight >= s.limit {
-            return Admission::Denied { reason: DenyReason::AtLimit, retry_at_ms: now_ms };
+            return Admission::Denied { reason: DenyReason::AtLimit, retry_after_ms: 0 };
         }
         Admission::Granted { wave: s.wave, state: s.state, limit: s.limit }
     }
