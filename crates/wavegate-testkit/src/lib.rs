@@ -1,0 +1,63 @@
+//! Test harness for wavegate: real `redis-server` processes that tests can
+//! break.
+//!
+//! wavegate must keep scheduling when Redis dies, hangs, restarts empty or
+//! forgets its Lua scripts. Mocks cannot reproduce those failures faithfully,
+//! so this crate starts a real `redis-server` per test, on a free port of
+//! 127.0.0.1, in a temporary directory with persistence off, and lets the test
+//! inflict them:
+//!
+//! | failure                         | method                                  |
+//! |---------------------------------|-----------------------------------------|
+//! | crash (`kill -9`)               | [`RedisServer::kill`]                   |
+//! | clean shutdown                  | [`RedisServer::stop`]                   |
+//! | comes back empty, same address  | [`RedisServer::restart`]                |
+//! | hangs (no answers, no resets)   | [`RedisServer::pause`] / [`resume`]     |
+//! | script cache lost (`NOSCRIPT`)  | [`RedisServer::flush_scripts`]          |
+//!
+//! [`resume`]: RedisServer::resume
+//!
+//! Dropping a [`RedisServer`] kills its process and removes its directory.
+//!
+//! # Requirements
+//!
+//! A `redis-server` binary: on `PATH`, or named by the `WAVEGATE_REDIS_SERVER`
+//! environment variable ([`REDIS_SERVER_ENV`]), or given to
+//! [`RedisServerBuilder::binary`]. If it is missing, starting fails with
+//! [`HarnessError::BinaryNotFound`], whose message says how to fix it.
+//! Signals and `/proc` make this Unix-only (Linux in practice).
+//!
+//! # Example
+//!
+//! ```
+//! use wavegate_testkit::RedisServer;
+//!
+//! let mut server = RedisServer::start()?;
+//! let mut con = server.connection()?;
+//! redis::cmd("SET").arg("k").arg("v").exec(&mut con)?;
+//!
+//! server.kill()?; // like kill -9
+//! assert!(redis::cmd("PING").exec(&mut con).is_err());
+//!
+//! server.restart()?; // same port, empty dataset
+//! let mut con = server.connection()?;
+//! let value: Option<String> = redis::cmd("GET").arg("k").query(&mut con)?;
+//! assert_eq!(value, None);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod builder;
+mod error;
+mod log;
+mod port;
+mod process;
+mod server;
+
+pub use builder::RedisServerBuilder;
+pub use error::HarnessError;
+pub use port::free_port;
+pub use server::RedisServer;
+
+/// The environment variable naming the `redis-server` binary to run when
+/// [`RedisServerBuilder::binary`] is not used: `WAVEGATE_REDIS_SERVER`.
+pub const REDIS_SERVER_ENV: &str = "WAVEGATE_REDIS_SERVER";
