@@ -85,9 +85,10 @@ impl LocalGate {
 
     /// Reports the outcome of permit `id` (issued in `wave`) and releases it.
     ///
-    /// The report counts even when the permit already expired: a 429 is news about the wave
-    /// whoever holds the permit.
+    /// The report counts even when the permit's lease already ended (`held` is then false):
+    /// a 429 is news about the wave whoever holds the permit.
     pub fn finish(&mut self, id: &str, wave: u64, signal: WaveSignal, now_ms: u64) -> FinishReport {
+        self.ledger.purge_expired(now_ms);
         self.machine.poll(now_ms);
         let (rate_limit, transition) = match signal {
             WaveSignal::Success => (None, self.machine.on_success(wave)),

@@ -1,0 +1,153 @@
+-- wave.lua: the wave state machine and permit set shared by every wavegate script.
+--
+-- Not a script on its own: each script is this file followed by its body (see
+-- crates/wavegate-redis/src/scripts.rs), so the machine is written once. It is the Lua twin
+-- of wavegate-core's WaveMachine and LocalGate and must pass the same tables
+-- (wavegate_core::spec).
+--
+-- Keys every script receives (all share the upstream's hash tag, e.g. "wavegate:{openai}:..."):
+--   KEYS[1]  sorted set of held permits: member = client-chosen permit id, score = lease end (ms)
+--   KEYS[2]  hash of the wave state: state, limit, wave, cooldown_until, successes, step, threshold
+--   KEYS[3]  hash of permit id -> wave the permit was issued in
+-- Time is always Redis TIME, in milliseconds.
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function fail(script, message)
+  return redis.error_reply('ERR wavegate ' .. script .. ': ' .. message)
+end
+
+local function to_int(value, name)
+  local n = tonumber(value)
+  if n == nil or n ~= math.floor(n) or n < 0 then
+    error({ err = 'ERR wavegate: ' .. name .. ' must be a non-negative integer, got ' .. tostring(value) })
+  end
+  return n
+end
+
+-- The wave configuration, from five ARGV entries starting at `at`:
+-- base limit, probe successes, cooldown ladder (comma-separated ms), min cooldown ms, max cooldown ms.
+local function read_config(at)
+  local config = {
+    base = to_int(ARGV[at], 'base limit'),
+    probe = to_int(ARGV[at + 1], 'probe successes'),
+    ladder = {},
+    min_cooldown = to_int(ARGV[at + 3], 'min cooldown'),
+    max_cooldown = to_int(ARGV[at + 4], 'max cooldown'),
+  }
+  for step in string.gmatch(ARGV[at + 2], '[^,]+') do
+    table.insert(config.ladder, to_int(step, 'cooldown step'))
+  end
+  if config.base < 1 or config.probe < 1 or #config.ladder == 0 then
+    error({ err = 'ERR wavegate: base limit, probe successes and the ladder must not be empty or zero' })
+  end
+  return config
+end
+
+local STATES = { NORMAL = true, COOLDOWN = true, PROBE = true, DEGRADED = true }
+
+-- Reads the state; a missing or unreadable hash starts over in NORMAL at the base limit.
+local function load_state(config)
+  local v = redis.call('HMGET', KEYS[2], 'state', 'limit', 'wave', 'cooldown_until', 'successes', 'step', 'threshold')
+  local s = {
+    state = v[1],
+    limit = tonumber(v[2]),
+    wave = tonumber(v[3]),
+    cooldown_until = tonumber(v[4]),
+    successes = tonumber(v[5]),
+    step = tonumber(v[6]),
+    threshold = tonumber(v[7]),
+  }
+  if not STATES[s.state] or not s.limit or not s.wave or not s.cooldown_until
+      or not s.successes or not s.step or not s.threshold then
+    if v[1] then
+      redis.log(redis.LOG_WARNING, 'wavegate: unreadable wave state in ' .. KEYS[2] .. ', starting over')
+    end
+    return { state = 'NORMAL', limit = config.base, wave = 1, cooldown_until = 0, successes = 0,
+             step = 0, threshold = config.base }
+  end
+  s.limit = math.max(1, math.min(s.limit, config.base))
+  s.threshold = math.max(1, math.min(s.threshold, config.base))
+  return s
+end
+
+local function save_state(s)
+  redis.call('HSET', KEYS[2], 'state', s.state, 'limit', s.limit, 'wave', s.wave,
+    'cooldown_until', s.cooldown_until, 'successes', s.successes, 'step', s.step, 'threshold', s.threshold)
+end
+
+-- COOLDOWN past its deadline becomes PROBE at limit 1. Returns true when it changed.
+local function poll(s, now)
+  if s.state == 'COOLDOWN' and now >= s.cooldown_until then
+    s.state = 'PROBE'
+    s.limit = 1
+    s.successes = 0
+    return true
+  end
+  return false
+end
+
+-- A success of a permit issued in `wave`. Returns the state left, or nil when nothing changed.
+local function on_success(s, wave, config)
+  if wave ~= s.wave then return nil end
+  if s.state == 'PROBE' then
+    s.successes = s.successes + 1
+    if s.successes < config.probe then return nil end
+    s.successes = 0
+    s.limit = math.min(2, config.base)
+    if s.limit >= config.base then
+      s.state = 'NORMAL'
+      s.step = 0
+    else
+      s.state = 'DEGRADED'
+    end
+    return 'PROBE'
+  elseif s.state == 'DEGRADED' then
+    s.successes = s.successes + 1
+    if s.successes < s.limit then return nil end
+    s.successes = 0
+    s.limit = math.min(s.limit * 2, config.base)
+    if s.limit >= config.base then
+      s.state = 'NORMAL'
+      s.step = 0
+    end
+    return 'DEGRADED'
+  end
+  return nil
+end
+
+-- A 429 of a permit issued in `wave`. Returns 'cut' (with the limit before) or 'late'.
+local function on_rate_limited(s, wave, now, retry_after_ms, config)
+  poll(s, now)
+  if wave ~= s.wave then return 'late', s.limit end
+  local from = s.limit
+  if s.state == 'NORMAL' then s.step = 0 else s.step = s.step + 1 end
+  s.limit = math.max(1, math.floor(s.limit / 2))
+  s.threshold = s.limit
+  s.wave = s.wave + 1
+  s.state = 'COOLDOWN'
+  s.successes = 0
+  local cooldown
+  if retry_after_ms then
+    cooldown = math.max(config.min_cooldown, math.min(retry_after_ms, config.max_cooldown))
+  else
+    cooldown = math.min(config.ladder[math.min(s.step + 1, #config.ladder)], config.max_cooldown)
+  end
+  s.cooldown_until = now + cooldown
+  return 'cut', from
+end
+
+-- Drops the permits whose lease ended at or before `now`, with their wave tags.
+local function purge(now)
+  local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
+  if #expired > 0 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+    for i = 1, #expired, 1000 do
+      redis.call('HDEL', KEYS[3], unpack(expired, i, math.min(i + 999, #expired)))
+    end
+  end
+  return #expired
+end
