@@ -23,7 +23,7 @@ use std::time::Duration;
 use crate::clock::{Clock, ManualClock};
 use crate::cooldown::CooldownPolicy;
 use crate::gate::{LocalGate, WaveSignal};
-use crate::wave::{Admission, DenyReason, WaveConfig, WaveSnapshot, WaveState};
+use crate::wave::{Admission, DenyReason, WaveConfig, WaveState};
 
 /// One named scenario with the configuration it runs under.
 #[derive(Debug, Clone)]
@@ -152,7 +152,20 @@ pub trait WaveModel {
     /// Lets `ms` milliseconds pass.
     fn advance(&mut self, ms: u64) -> Result<(), Self::Error>;
     /// The current state and number of permits held.
-    fn status(&mut self) -> Result<(WaveSnapshot, usize), Self::Error>;
+    fn status(&mut self) -> Result<ModelStatus, Self::Error>;
+}
+
+/// What a [`WaveModel`] reports of its state: the parts every implementation shares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelStatus {
+    /// The state.
+    pub state: WaveState,
+    /// The current limit.
+    pub limit: u32,
+    /// The current wave id.
+    pub wave: u64,
+    /// Permits held.
+    pub in_flight: usize,
 }
 
 /// The first step at which a model disagreed with the table.
@@ -211,8 +224,8 @@ pub fn run_case<M: WaveModel>(case: &SpecCase, model: &mut M) -> Result<(), Spec
             }
             Step::Advance { ms } => model.advance(*ms).map_err(io)?,
             Step::Status { state, limit, wave, in_flight } => {
-                let (snapshot, held) = model.status().map_err(io)?;
-                let got = (snapshot.state, snapshot.limit, snapshot.wave, held);
+                let status = model.status().map_err(io)?;
+                let got = (status.state, status.limit, status.wave, status.in_flight);
                 if got != (*state, *limit, *wave, *in_flight) {
                     return Err(fail(
                         format!("status {state} limit {limit} wave {wave} in flight {in_flight}"),
@@ -256,8 +269,9 @@ impl WaveModel for GateModel {
         Ok(())
     }
 
-    fn status(&mut self) -> Result<(WaveSnapshot, usize), Self::Error> {
-        Ok(self.gate.status(self.clock.now_ms()))
+    fn status(&mut self) -> Result<ModelStatus, Self::Error> {
+        let (snapshot, in_flight) = self.gate.status(self.clock.now_ms());
+        Ok(ModelStatus { state: snapshot.state, limit: snapshot.limit, wave: snapshot.wave, in_flight })
     }
 }
 

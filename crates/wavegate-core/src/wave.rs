@@ -174,8 +174,8 @@ pub enum RateLimitEffect {
         to: u32,
         /// The new wave id.
         wave: u64,
-        /// When the cooldown ends, in clock milliseconds.
-        cooldown_until_ms: u64,
+        /// How long the cooldown lasts from the report.
+        cooldown: Duration,
     },
     /// It belonged to an older wave that was already cut: nothing changed.
     Late {
@@ -317,7 +317,7 @@ impl WaveMachine {
         s.successes = 0;
         let cooldown = self.config.cooldown.duration(s.step, retry_after);
         s.cooldown_until_ms = now_ms.saturating_add(duration_ms(cooldown));
-        RateLimitEffect::Cut { from, to: s.limit, wave: s.wave, cooldown_until_ms: s.cooldown_until_ms }
+        RateLimitEffect::Cut { from, to: s.limit, wave: s.wave, cooldown }
     }
 
     /// Replaces the state, e.g. with one read back from Redis or carried across an outage.

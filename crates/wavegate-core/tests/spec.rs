@@ -1,8 +1,8 @@
 //! The wave machine's specification tables, run against the Rust implementation, and a check
 //! that the tables catch an implementation that gets the rules wrong.
 
-use wavegate_core::spec::{GateModel, Step, WaveModel, cases, run_case};
-use wavegate_core::{Admission, WaveSignal, WaveSnapshot};
+use wavegate_core::spec::{GateModel, ModelStatus, Step, WaveModel, cases, run_case};
+use wavegate_core::{Admission, WaveSignal};
 
 #[test]
 fn local_gate_passes_every_case() {
@@ -25,13 +25,13 @@ impl WaveModel for CutsOnLate429s {
         self.0.acquire(permit)
     }
     fn finish(&mut self, permit: &str, _wave: u64, signal: WaveSignal) -> Result<bool, Self::Error> {
-        let current = self.0.status()?.0.wave;
+        let current = self.0.status()?.wave;
         self.0.finish(permit, current, signal)
     }
     fn advance(&mut self, ms: u64) -> Result<(), Self::Error> {
         self.0.advance(ms)
     }
-    fn status(&mut self) -> Result<(WaveSnapshot, usize), Self::Error> {
+    fn status(&mut self) -> Result<ModelStatus, Self::Error> {
         self.0.status()
     }
 }
@@ -50,7 +50,7 @@ impl WaveModel for ClockStandsStill {
     fn advance(&mut self, _ms: u64) -> Result<(), Self::Error> {
         Ok(())
     }
-    fn status(&mut self) -> Result<(WaveSnapshot, usize), Self::Error> {
+    fn status(&mut self) -> Result<ModelStatus, Self::Error> {
         self.0.status()
     }
 }

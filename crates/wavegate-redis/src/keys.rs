@@ -1,0 +1,82 @@
+//! Where an upstream's state lives in Redis.
+//!
+//! Every key of one upstream carries the upstream's name as a hash tag, `{name}`, so all of
+//! them map to one Cluster slot and one script can touch them together. A namespace prefix
+//! (default `wavegate`) keeps several deployments apart on one server.
+
+use wavegate_core::UpstreamName;
+
+/// The namespace prefix of every key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keyspace {
+    prefix: String,
+}
+
+impl Keyspace {
+    /// The default prefix.
+    pub const DEFAULT_PREFIX: &'static str = "wavegate";
+
+    /// A keyspace under `prefix`. Braces are removed, since they would break the hash tag.
+    pub fn new(prefix: impl Into<String>) -> Self {
+        let prefix: String = prefix.into().chars().filter(|c| *c != '{' && *c != '}').collect();
+        Self { prefix }
+    }
+
+    /// The keys of one upstream.
+    pub fn upstream(&self, name: &UpstreamName) -> UpstreamKeys {
+        let base = format!("{}:{{{}}}", self.prefix, name.as_str());
+        UpstreamKeys {
+            permits: format!("{base}:permits"),
+            wave: format!("{base}:wave"),
+            permit_waves: format!("{base}:permit_waves"),
+            released: format!("{base}:released"),
+        }
+    }
+
+    /// The prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+}
+
+impl Default for Keyspace {
+    fn default() -> Self {
+        Self::new(Self::DEFAULT_PREFIX)
+    }
+}
+
+/// The keys (and the release channel) of one upstream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamKeys {
+    /// Sorted set of held permits: member = permit id, score = lease end in ms (Redis time).
+    pub permits: String,
+    /// Hash of the wave state.
+    pub wave: String,
+    /// Hash of permit id → the wave it was issued in.
+    pub permit_waves: String,
+    /// Pub/sub channel that announces released permits, so waiters wake instead of polling.
+    pub released: String,
+}
+
+impl UpstreamKeys {
+    /// The three keys every script takes, in `KEYS` order.
+    pub fn script_keys(&self) -> [&str; 3] {
+        [&self.permits, &self.wave, &self.permit_waves]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_shares_the_hash_tag() {
+        let name = UpstreamName::new("openai").expect("valid");
+        let keys = Keyspace::new("prod{x}").upstream(&name);
+        assert_eq!(keys.permits, "prodx:{openai}:permits");
+        for key in keys.script_keys() {
+            assert_eq!(key.matches("{openai}").count(), 1, "{key}");
+            assert_eq!(key.matches('{').count(), 1, "{key}");
+        }
+    }
+}

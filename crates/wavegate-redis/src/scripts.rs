@@ -1,0 +1,46 @@
+//! The Lua scripts from `lua/`, compiled in and loaded once.
+//!
+//! Each script is `lua/wave.lua` (the state machine, written once) followed by the script's
+//! body. [`redis::Script`] sends `EVALSHA` and on `NOSCRIPT` (a restarted or flushed server)
+//! loads the script and retries, so a script flush is never an outage. [`preload`] loads all
+//! of them at start so the first calls do not pay for it.
+
+use std::sync::OnceLock;
+
+use redis::Script;
+use redis::aio::ConnectionLike;
+
+macro_rules! wave_script {
+    ($body:literal) => {
+        concat!(include_str!("../../../lua/wave.lua"), "\n", include_str!(concat!("../../../lua/", $body)))
+    };
+}
+
+/// The four scripts.
+#[derive(Debug)]
+pub(crate) struct Scripts {
+    pub(crate) acquire: Script,
+    pub(crate) finish: Script,
+    pub(crate) renew: Script,
+    pub(crate) status: Script,
+}
+
+/// The scripts, built on first use.
+pub(crate) fn scripts() -> &'static Scripts {
+    static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
+    SCRIPTS.get_or_init(|| Scripts {
+        acquire: Script::new(wave_script!("acquire.lua")),
+        finish: Script::new(wave_script!("finish.lua")),
+        renew: Script::new(wave_script!("renew.lua")),
+        status: Script::new(wave_script!("status.lua")),
+    })
+}
+
+/// Loads every script into the server's script cache (`SCRIPT LOAD`).
+pub async fn preload<C: ConnectionLike>(connection: &mut C) -> redis::RedisResult<()> {
+    let s = scripts();
+    for script in [&s.acquire, &s.finish, &s.renew, &s.status] {
+        script.load_async(connection).await?;
+    }
+    Ok(())
+}

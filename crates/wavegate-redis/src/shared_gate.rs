@@ -1,0 +1,269 @@
+//! One upstream's permits and wave state in Redis: the shared twin of
+//! [`LocalGate`](wavegate_core::LocalGate).
+//!
+//! Every method is one script call, bounded by the command timeout, and answers in
+//! wavegate-core's types. Replies are checked field by field; a reply of the wrong shape is a
+//! [`StoreError::UnexpectedReply`], never a panic.
+
+use std::time::Duration;
+
+use redis::Value;
+use wavegate_core::{
+    Admission, DenyReason, RateLimitEffect, Transition, UpstreamName, WaveConfig, WaveSignal, WaveState, duration_ms,
+};
+
+use crate::connection::Store;
+use crate::error::StoreError;
+use crate::keys::UpstreamKeys;
+use crate::scripts::scripts;
+
+/// The answer to an acquire, with the number of permits held after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Acquired {
+    /// Granted or denied, as the wave machine decided.
+    pub admission: Admission,
+    /// Permits held across the fleet after the call.
+    pub in_flight: u32,
+}
+
+/// What finishing a permit did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Finished {
+    /// Whether the permit was still held.
+    pub held: bool,
+    /// The effect of a 429, if the outcome was one.
+    pub rate_limit: Option<RateLimitEffect>,
+    /// A state change caused by a success, if any.
+    pub transition: Option<Transition>,
+    /// The state after the call.
+    pub status: SharedStatus,
+}
+
+/// The shared state of one upstream, as read with Redis time applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedStatus {
+    /// The state.
+    pub state: WaveState,
+    /// The current limit.
+    pub limit: u32,
+    /// The current wave id.
+    pub wave: u64,
+    /// The rest of the cooldown (zero outside COOLDOWN).
+    pub cooldown_remaining: Duration,
+    /// Permits held across the fleet.
+    pub in_flight: u32,
+}
+
+/// One upstream's scripts, bound to its keys and wave configuration.
+#[derive(Debug, Clone)]
+pub struct SharedGate {
+    store: Store,
+    keys: UpstreamKeys,
+    /// The five wave-config arguments every script but renew takes, rendered once.
+    config_args: [String; 5],
+}
+
+impl SharedGate {
+    /// The gate of upstream `name`, with its wave configuration.
+    pub fn new(store: Store, name: &UpstreamName, wave: &WaveConfig) -> Self {
+        let keys = store.config().keyspace.upstream(name);
+        let ladder = wave.cooldown.ladder().iter().map(|step| duration_ms(*step).to_string()).collect::<Vec<_>>();
+        let config_args = [
+            wave.base_limit.to_string(),
+            wave.probe_successes.to_string(),
+            ladder.join(","),
+            duration_ms(wave.cooldown.min()).to_string(),
+            duration_ms(wave.cooldown.max()).to_string(),
+        ];
+        Self { store, keys, config_args }
+    }
+
+    /// The upstream's keys.
+    pub fn keys(&self) -> &UpstreamKeys {
+        &self.keys
+    }
+
+    /// Asks for permit `id` with a lease of `lease`. Sending the same id again (after a lost
+    /// reply) grants the same permit, never a second one.
+    pub async fn acquire(&self, id: &str, lease: Duration) -> Result<Acquired, StoreError> {
+        const COMMAND: &str = "acquire";
+        let mut invocation = scripts().acquire.prepare_invoke();
+        invocation.key(&self.keys.script_keys()[..]).arg(&self.config_args[..]).arg(id).arg(duration_ms(lease));
+        let mut connection = self.store.connection();
+        let reply: Vec<Value> = self
+            .store
+            .bounded(COMMAND, self.store.config().command_timeout, invocation.invoke_async(&mut connection))
+            .await?;
+        let r = Reply::new(COMMAND, &reply);
+        match r.int(0)? {
+            1 => {
+                r.expect_len(5)?;
+                let admission = Admission::Granted { wave: r.uint(1)?, state: r.state(2)?, limit: r.u32(3)? };
+                Ok(Acquired { admission, in_flight: r.u32(4)? })
+            }
+            0 => {
+                r.expect_len(4)?;
+                let reason = match r.string(1)?.as_str() {
+                    "cooldown" => DenyReason::Cooldown,
+                    "at_limit" => DenyReason::AtLimit,
+                    other => return Err(StoreError::unexpected(COMMAND, format!("unknown denial reason {other:?}"))),
+                };
+                Ok(Acquired {
+                    admission: Admission::Denied { reason, retry_after_ms: r.uint(2)? },
+                    in_flight: r.u32(3)?,
+                })
+            }
+            other => Err(StoreError::unexpected(COMMAND, format!("first field is {other}, not 0 or 1"))),
+        }
+    }
+
+    /// Releases permit `id` (idempotent) and reports its outcome for `wave`.
+    pub async fn finish(&self, id: &str, wave: u64, signal: WaveSignal) -> Result<Finished, StoreError> {
+        const COMMAND: &str = "finish";
+        let (outcome, retry_after) = match signal {
+            WaveSignal::Success => ("success", String::new()),
+            WaveSignal::RateLimited { retry_after } => {
+                ("rate_limited", retry_after.map(|d| duration_ms(d).to_string()).unwrap_or_default())
+            }
+            WaveSignal::Neutral => ("neutral", String::new()),
+        };
+        let mut invocation = scripts().finish.prepare_invoke();
+        invocation
+            .key(&self.keys.script_keys()[..])
+            .arg(&self.config_args[..])
+            .arg(id)
+            .arg(wave)
+            .arg(outcome)
+            .arg(retry_after)
+            .arg(&self.keys.released);
+        let mut connection = self.store.connection();
+        let reply: Vec<Value> = self
+            .store
+            .bounded(COMMAND, self.store.config().command_timeout, invocation.invoke_async(&mut connection))
+            .await?;
+        let r = Reply::new(COMMAND, &reply);
+        r.expect_len(9)?;
+        let status = SharedStatus {
+            limit: r.u32(3)?,
+            wave: r.uint(4)?,
+            state: r.state(5)?,
+            cooldown_remaining: Duration::from_millis(r.uint(6)?),
+            in_flight: r.u32(8)?,
+        };
+        let rate_limit = match r.string(1)?.as_str() {
+            "cut" => Some(RateLimitEffect::Cut {
+                from: r.u32(2)?,
+                to: status.limit,
+                wave: status.wave,
+                cooldown: status.cooldown_remaining,
+            }),
+            "late" => Some(RateLimitEffect::Late { reported: wave, current: status.wave }),
+            "none" => None,
+            other => return Err(StoreError::unexpected(COMMAND, format!("unknown effect {other:?}"))),
+        };
+        let changed_from = r.string(7)?;
+        let transition = if changed_from.is_empty() {
+            None
+        } else {
+            let from = WaveState::parse(&changed_from)
+                .ok_or_else(|| StoreError::unexpected(COMMAND, format!("unknown state {changed_from:?}")))?;
+            Some(Transition { from, to: status.state, limit: status.limit })
+        };
+        Ok(Finished { held: r.int(0)? == 1, rate_limit, transition, status })
+    }
+
+    /// Extends the leases of the held permits among `ids` (one call for the batch); returns
+    /// how many were still held.
+    pub async fn renew(&self, ids: &[String], lease: Duration) -> Result<usize, StoreError> {
+        const COMMAND: &str = "renew";
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let mut invocation = scripts().renew.prepare_invoke();
+        invocation.key(&self.keys.script_keys()[..]).arg(duration_ms(lease)).arg(ids);
+        let mut connection = self.store.connection();
+        let renewed: i64 = self
+            .store
+            .bounded(COMMAND, self.store.config().command_timeout, invocation.invoke_async(&mut connection))
+            .await?;
+        usize::try_from(renewed).map_err(|_| StoreError::unexpected(COMMAND, format!("negative count {renewed}")))
+    }
+
+    /// The shared state, with Redis time applied (a cooldown past its end reads as PROBE).
+    pub async fn status(&self) -> Result<SharedStatus, StoreError> {
+        const COMMAND: &str = "status";
+        let mut invocation = scripts().status.prepare_invoke();
+        invocation.key(&self.keys.script_keys()[..]).arg(&self.config_args[..]);
+        let mut connection = self.store.connection();
+        let reply: Vec<Value> = self
+            .store
+            .bounded(COMMAND, self.store.config().command_timeout, invocation.invoke_async(&mut connection))
+            .await?;
+        let r = Reply::new(COMMAND, &reply);
+        r.expect_len(8)?;
+        Ok(SharedStatus {
+            state: r.state(0)?,
+            limit: r.u32(1)?,
+            wave: r.uint(2)?,
+            cooldown_remaining: Duration::from_millis(r.uint(3)?),
+            in_flight: r.u32(7)?,
+        })
+    }
+}
+
+/// A script's array reply, read field by field with typed errors.
+struct Reply<'a> {
+    command: &'static str,
+    fields: &'a [Value],
+}
+
+impl<'a> Reply<'a> {
+    fn new(command: &'static str, fields: &'a [Value]) -> Self {
+        Self { command, fields }
+    }
+
+    fn expect_len(&self, len: usize) -> Result<(), StoreError> {
+        if self.fields.len() == len {
+            Ok(())
+        } else {
+            Err(StoreError::unexpected(self.command, format!("{} fields, expected {len}", self.fields.len())))
+        }
+    }
+
+    fn field(&self, index: usize) -> Result<&'a Value, StoreError> {
+        self.fields.get(index).ok_or_else(|| {
+            StoreError::unexpected(self.command, format!("missing field {index} of {}", self.fields.len()))
+        })
+    }
+
+    fn int(&self, index: usize) -> Result<i64, StoreError> {
+        match self.field(index)? {
+            Value::Int(n) => Ok(*n),
+            other => Err(StoreError::unexpected(self.command, format!("field {index} is {other:?}, not an integer"))),
+        }
+    }
+
+    fn uint(&self, index: usize) -> Result<u64, StoreError> {
+        let n = self.int(index)?;
+        u64::try_from(n).map_err(|_| StoreError::unexpected(self.command, format!("field {index} is negative: {n}")))
+    }
+
+    fn u32(&self, index: usize) -> Result<u32, StoreError> {
+        let n = self.int(index)?;
+        u32::try_from(n).map_err(|_| StoreError::unexpected(self.command, format!("field {index} out of range: {n}")))
+    }
+
+    fn string(&self, index: usize) -> Result<String, StoreError> {
+        match self.field(index)? {
+            Value::BulkString(bytes) => String::from_utf8(bytes.clone())
+                .map_err(|_| StoreError::unexpected(self.command, format!("field {index} is not UTF-8"))),
+            Value::SimpleString(s) => Ok(s.clone()),
+            other => Err(StoreError::unexpected(self.command, format!("field {index} is {other:?}, not a string"))),
+        }
+    }
+
+    fn state(&self, index: usize) -> Result<WaveState, StoreError> {
+        let name = self.string(index)?;
+        WaveState::parse(&name).ok_or_else(|| StoreError::unexpected(self.command, format!("unknown state {name:?}")))
+    }
+}

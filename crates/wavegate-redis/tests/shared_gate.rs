@@ -1,0 +1,233 @@
+//! The shared gate on a real redis-server: idempotent ids, releases of unknown ids, leases,
+//! pub/sub wake-ups, script flushes, odd state, and how outages are reported.
+
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use wavegate_core::{Admission, DenyReason, UpstreamConfig, WaveSignal, WaveState};
+use wavegate_redis::{SharedGate, Store, StoreConfig};
+use wavegate_testkit::RedisServer;
+
+const LEASE: Duration = Duration::from_secs(30);
+
+async fn gate(server: &RedisServer, name: &str, limit: u32) -> SharedGate {
+    let upstream = UpstreamConfig::builder(name).limit(limit).build().expect("valid config");
+    let store = Store::connect(StoreConfig::new(server.url())).await.expect("store");
+    SharedGate::new(store, upstream.name(), upstream.wave())
+}
+
+fn granted_wave(admission: Admission) -> u64 {
+    match admission {
+        Admission::Granted { wave, .. } => wave,
+        denied => panic!("expected a grant, got {denied:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_resent_acquire_is_the_same_permit() {
+    let server = RedisServer::start().expect("redis-server");
+    let gate = gate(&server, "resend", 2).await;
+    let first = gate.acquire("req-1", LEASE).await.expect("acquire");
+    let again = gate.acquire("req-1", LEASE).await.expect("acquire again");
+    assert_eq!(first.admission, again.admission);
+    assert_eq!(again.in_flight, 1, "the resent acquire must not add a second permit");
+    let mut con = server.connection().expect("connection");
+    let members: i64 = redis::cmd("ZCARD").arg(&gate.keys().permits).query(&mut con).expect("ZCARD");
+    assert_eq!(members, 1);
+}
+
+#[tokio::test]
+async fn releasing_an_unknown_id_breaks_nothing() {
+    let server = RedisServer::start().expect("redis-server");
+    let gate = gate(&server, "unknown", 1).await;
+    let wave = granted_wave(gate.acquire("held", LEASE).await.expect("acquire").admission);
+    let ghost = gate.finish("never-acquired", wave, WaveSignal::Neutral).await.expect("finish ghost");
+    assert!(!ghost.held);
+    assert_eq!(ghost.status.in_flight, 1, "the held permit is still held");
+    let done = gate.finish("held", wave, WaveSignal::Success).await.expect("finish");
+    assert!(done.held);
+    let twice = gate.finish("held", wave, WaveSignal::Success).await.expect("finish twice");
+    assert!(!twice.held);
+    assert_eq!(twice.status.in_flight, 0);
+    assert!(matches!(gate.acquire("next", LEASE).await.expect("acquire").admission, Admission::Granted { .. }));
+}
+
+#[tokio::test]
+async fn fifty_simultaneous_429s_of_one_wave_cut_once() {
+    let server = RedisServer::start().expect("redis-server");
+    let gate = gate(&server, "burst", 50).await;
+    let mut waves = Vec::new();
+    for i in 0..50 {
+        waves.push(granted_wave(gate.acquire(&format!("p{i}"), LEASE).await.expect("acquire").admission));
+    }
+    let reports = futures_join_all(&gate, &waves).await;
+    let cuts =
+        reports.iter().filter(|f| matches!(f.rate_limit, Some(wavegate_core::RateLimitEffect::Cut { .. }))).count();
+    let late =
+        reports.iter().filter(|f| matches!(f.rate_limit, Some(wavegate_core::RateLimitEffect::Late { .. }))).count();
+    assert_eq!((cuts, late), (1, 49));
+    let status = gate.status().await.expect("status");
+    assert_eq!((status.state, status.limit, status.wave, status.in_flight), (WaveState::Cooldown, 25, 2, 0));
+    // Nothing is issued during the cooldown.
+    match gate.acquire("during", LEASE).await.expect("acquire").admission {
+        Admission::Denied { reason: DenyReason::Cooldown, retry_after_ms } => {
+            assert!(retry_after_ms > 4_000 && retry_after_ms <= 5_000, "{retry_after_ms}");
+        }
+        other => panic!("granted during COOLDOWN: {other:?}"),
+    }
+}
+
+/// Sends the 429s concurrently on one multiplexed connection.
+async fn futures_join_all(gate: &SharedGate, waves: &[u64]) -> Vec<wavegate_redis::Finished> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, wave) in waves.iter().copied().enumerate() {
+        let gate = gate.clone();
+        tasks.spawn(async move {
+            gate.finish(&format!("p{i}"), wave, WaveSignal::RateLimited { retry_after: None }).await.expect("finish")
+        });
+    }
+    tasks.join_all().await
+}
+
+#[tokio::test]
+async fn leases_end_and_renewals_extend_them() {
+    let server = RedisServer::start().expect("redis-server");
+    let gate = gate(&server, "lease", 2).await;
+    let short = Duration::from_millis(300);
+    gate.acquire("kept", short).await.expect("acquire");
+    gate.acquire("dropped", short).await.expect("acquire");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let renewed =
+        gate.renew(&["kept".to_string(), "not-held".to_string()], Duration::from_millis(600)).await.expect("renew");
+    assert_eq!(renewed, 1);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let status = gate.status().await.expect("status");
+    assert_eq!(status.in_flight, 1, "the renewed permit survives, the other expired");
+    let mut con = server.connection().expect("connection");
+    let waves: Vec<String> = redis::cmd("HKEYS").arg(&gate.keys().permit_waves).query(&mut con).expect("HKEYS");
+    assert_eq!(waves, vec!["kept".to_string()], "expired permits leave no wave tag behind");
+    assert_eq!(gate.renew(&[], short).await.expect("empty renew"), 0);
+}
+
+#[tokio::test]
+async fn a_release_is_announced_on_the_channel() {
+    let server = RedisServer::start().expect("redis-server");
+    let gate = gate(&server, "pubsub", 1).await;
+    let mut pubsub = server.client().get_async_pubsub().await.expect("pubsub");
+    pubsub.subscribe(&gate.keys().released).await.expect("subscribe");
+    let wave = granted_wave(gate.acquire("a", LEASE).await.expect("acquire").admission);
+    gate.finish("ghost", wave, WaveSignal::Neutral).await.expect("finish ghost");
+    gate.finish("a", wave, WaveSignal::Success).await.expect("finish");
+    let mut messages = pubsub.on_message();
+    let message = tokio::time::timeout(Duration::from_secs(2), messages.next())
+        .await
+        .expect("a release message within 2 s")
+        .expect("stream open");
+    let payload: String = message.get_payload().expect("payload");
+    assert_eq!(payload, "a", "only a real release is announced");
+}
+
+#[tokio::test]
+async fn a_script_flush_is_not_an_outage() {
+    let server = RedisServer::start().expect("redis-server");
+    let gate = gate(&server, "flush", 3).await;
+    gate.acquire("a", LEASE).await.expect("acquire");
+    server.flush_scripts().expect("SCRIPT FLUSH");
+    let acquired = gate.acquire("b", LEASE).await.expect("acquire after a flush reloads the script");
+    assert_eq!(acquired.in_flight, 2);
+}
+
+#[tokio::test]
+async fn an_unreadable_state_starts_over_instead_of_failing() {
+    let server = RedisServer::start().expect("redis-server");
+    let gate = gate(&server, "odd", 4).await;
+    let mut con = server.connection().expect("connection");
+    let _: () = redis::cmd("HSET")
+        .arg(&gate.keys().wave)
+        .arg("state")
+        .arg("EXPLODED")
+        .arg("limit")
+        .arg("not-a-number")
+        .query(&mut con)
+        .expect("HSET");
+    let status = gate.status().await.expect("status");
+    assert_eq!((status.state, status.limit, status.wave), (WaveState::Normal, 4, 1));
+    let _: () = redis::cmd("HSET").arg(&gate.keys().wave).arg("limit").arg(999).query(&mut con).expect("HSET");
+    let _: () = redis::cmd("HSET")
+        .arg(&gate.keys().wave)
+        .arg("state")
+        .arg("NORMAL")
+        .arg("wave")
+        .arg(3)
+        .arg("cooldown_until")
+        .arg(0)
+        .arg("successes")
+        .arg(0)
+        .arg("step")
+        .arg(0)
+        .arg("threshold")
+        .arg(2)
+        .query(&mut con)
+        .expect("HSET");
+    let status = gate.status().await.expect("status");
+    assert_eq!((status.limit, status.wave), (4, 3), "a limit above the base is clamped to it");
+}
+
+#[tokio::test]
+async fn scripts_check_their_arguments() {
+    let server = RedisServer::start().expect("redis-server");
+    let mut con = server.connection().expect("connection");
+    let source = concat!(include_str!("../../../lua/wave.lua"), "\n", include_str!("../../../lua/acquire.lua"));
+    let err =
+        redis::cmd("EVAL").arg(source).arg(3).arg("a").arg("b").arg("c").arg("only-one").exec(&mut con).unwrap_err();
+    assert!(err.to_string().contains("expected 7 ARGV, got 1"), "{err}");
+    let err = redis::cmd("EVAL")
+        .arg(source)
+        .arg(3)
+        .arg(&["a", "b", "c"][..])
+        .arg(&["10", "3", "5000", "1000", "60000", "id", "-5"][..])
+        .exec(&mut con)
+        .unwrap_err();
+    assert!(err.to_string().contains("lease must be a non-negative integer"), "{err}");
+}
+
+#[tokio::test]
+async fn outages_are_reported_fast_and_recovered_from() {
+    let mut server = RedisServer::start().expect("redis-server");
+    let gate = gate(&server, "outage", 3).await;
+    gate.acquire("a", LEASE).await.expect("acquire");
+
+    // A hang: the command timeout (250 ms) bounds the call.
+    server.pause().expect("SIGSTOP");
+    let started = Instant::now();
+    let err = gate.acquire("b", LEASE).await.expect_err("a paused server cannot answer");
+    let took = started.elapsed();
+    assert!(err.is_outage() && err.is_timeout(), "{err:?}");
+    assert!(took < Duration::from_millis(600), "took {took:?}");
+    server.resume().expect("SIGCONT");
+    gate.acquire("b", LEASE).await.expect("works again after SIGCONT");
+
+    // A death: refused connections are outages too, and quick.
+    server.kill().expect("kill -9");
+    for _ in 0..3 {
+        let started = Instant::now();
+        let err = gate.acquire("c", LEASE).await.expect_err("a dead server cannot answer");
+        assert!(err.is_outage(), "{err:?}");
+        assert!(started.elapsed() < Duration::from_millis(800), "took {:?}", started.elapsed());
+    }
+    server.restart().expect("restart");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match gate.acquire("c", LEASE).await {
+            Ok(acquired) => {
+                assert_eq!(acquired.in_flight, 1, "a restarted server has no data");
+                break;
+            }
+            Err(err) => {
+                assert!(err.is_outage(), "{err:?}");
+                assert!(Instant::now() < deadline, "no reconnect within 5 s: {err}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
