@@ -98,7 +98,8 @@ pub enum ConfigError {
     /// The permit could expire while its call is still running.
     #[error(
         "upstream `{upstream}`: permit_ttl ({permit_ttl:?}) does not exceed call_timeout ({call_timeout:?}) \
-         by the required margin; raise permit_ttl to at least {required:?} or lower call_timeout"
+         by the required margin; raise permit_ttl to at least {required:?}, lower call_timeout, or use \
+         renewed_lease(..) so a watchdog keeps permits alive while their calls run"
     )]
     TtlTooShort {
         /// The upstream.
@@ -171,6 +172,16 @@ pub enum ConfigError {
         /// The max.
         max: Duration,
     },
+    /// A renewed lease too short for the watchdog to renew it in time.
+    #[error("upstream `{upstream}`: renewed lease ({lease:?}) is below {min:?}; raise it to at least {min:?}")]
+    LeaseTooShort {
+        /// The upstream.
+        upstream: String,
+        /// The lease given.
+        lease: Duration,
+        /// The shortest lease accepted.
+        min: Duration,
+    },
     /// Two upstreams share a name.
     #[error("upstream `{0}` is configured twice; give each upstream a distinct name")]
     DuplicateUpstream(String),
@@ -185,8 +196,10 @@ pub struct UpstreamConfig {
     name: UpstreamName,
     wave: WaveConfig,
     permit_ttl: Duration,
+    renew_leases: bool,
     call_timeout: Duration,
     max_wait: Duration,
+    total_timeout: Duration,
     queue_capacity: NonZeroUsize,
     breaker: BreakerConfig,
     retry_budget: RetryBudgetConfig,
@@ -204,6 +217,8 @@ impl UpstreamConfig {
     pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(25);
     /// The default number of callers that may wait for a permit in one process: 1024.
     pub const DEFAULT_QUEUE_CAPACITY: usize = 1024;
+    /// The shortest renewed lease: 1 s (renewed every third of it).
+    pub const MIN_RENEWED_LEASE: Duration = Duration::from_secs(1);
 
     /// A builder with every default, for the upstream `name`.
     pub fn builder(name: impl Into<String>) -> UpstreamConfigBuilder {
@@ -213,8 +228,10 @@ impl UpstreamConfig {
             probe_successes: WaveConfig::DEFAULT_PROBE_SUCCESSES.get(),
             cooldown: CooldownPolicy::default(),
             permit_ttl: Self::DEFAULT_PERMIT_TTL,
+            renew_leases: false,
             call_timeout: Self::DEFAULT_CALL_TIMEOUT,
             max_wait: Self::DEFAULT_MAX_WAIT,
+            total_timeout: None,
             queue_capacity: Self::DEFAULT_QUEUE_CAPACITY,
             breaker: BreakerConfig::default(),
             retry_budget: RetryBudgetConfig::default(),
@@ -240,9 +257,19 @@ impl UpstreamConfig {
     pub fn wave(&self) -> &WaveConfig {
         &self.wave
     }
-    /// How long a permit lives without being released.
+    /// How long a permit lives without being released (or renewed, see
+    /// [`renews_leases`](Self::renews_leases)).
     pub fn permit_ttl(&self) -> Duration {
         self.permit_ttl
+    }
+    /// Whether a watchdog renews held permits every third of [`permit_ttl`](Self::permit_ttl),
+    /// so a short lease is safe and a killed process's permits come back within one lease.
+    pub fn renews_leases(&self) -> bool {
+        self.renew_leases
+    }
+    /// The whole call's time budget: permit waits, attempts and retries included.
+    pub fn total_timeout(&self) -> Duration {
+        self.total_timeout
     }
     /// How long one upstream call may run.
     pub fn call_timeout(&self) -> Duration {
@@ -279,8 +306,10 @@ pub struct UpstreamConfigBuilder {
     probe_successes: u32,
     cooldown: CooldownPolicy,
     permit_ttl: Duration,
+    renew_leases: bool,
     call_timeout: Duration,
     max_wait: Duration,
+    total_timeout: Option<Duration>,
     queue_capacity: usize,
     breaker: BreakerConfig,
     retry_budget: RetryBudgetConfig,
@@ -317,6 +346,22 @@ impl UpstreamConfigBuilder {
     /// timeout by 10 % (at least 1 s).
     pub fn permit_ttl(mut self, ttl: Duration) -> Self {
         self.permit_ttl = ttl;
+        self.renew_leases = false;
+        self
+    }
+    /// Permits with a short lease that a watchdog renews every third of it while their calls
+    /// run (one batched call per upstream), instead of a fixed TTL: a killed process's permits
+    /// come back within one lease, and the call timeout is no longer bounded by the lease.
+    /// At least 1 s; 30 s is a good value.
+    pub fn renewed_lease(mut self, lease: Duration) -> Self {
+        self.permit_ttl = lease;
+        self.renew_leases = true;
+        self
+    }
+    /// The whole call's time budget, waits and retries included. Default: max_wait plus
+    /// call_timeout.
+    pub fn total_timeout(mut self, timeout: Duration) -> Self {
+        self.total_timeout = Some(timeout);
         self
     }
     /// How long one upstream call may run. Default 600 s.
@@ -373,6 +418,10 @@ impl UpstreamConfigBuilder {
                 return Err(zero_duration(field));
             }
         }
+        let total_timeout = self.total_timeout.unwrap_or(self.max_wait.saturating_add(self.call_timeout));
+        if total_timeout.is_zero() {
+            return Err(zero_duration("total_timeout"));
+        }
         let Some(&first) = self.cooldown.ladder.first() else {
             return Err(zero_count("cooldown_ladder steps"));
         };
@@ -390,7 +439,15 @@ impl UpstreamConfigBuilder {
             });
         }
         let required = UpstreamConfig::required_ttl(self.call_timeout);
-        if self.permit_ttl < required {
+        if self.renew_leases {
+            if self.permit_ttl < UpstreamConfig::MIN_RENEWED_LEASE {
+                return Err(ConfigError::LeaseTooShort {
+                    upstream: upstream(),
+                    lease: self.permit_ttl,
+                    min: UpstreamConfig::MIN_RENEWED_LEASE,
+                });
+            }
+        } else if self.permit_ttl < required {
             return Err(ConfigError::TtlTooShort {
                 upstream: upstream(),
                 permit_ttl: self.permit_ttl,
@@ -433,8 +490,10 @@ impl UpstreamConfigBuilder {
             name,
             wave: WaveConfig { base_limit: limit, probe_successes, cooldown: self.cooldown },
             permit_ttl: self.permit_ttl,
+            renew_leases: self.renew_leases,
             call_timeout: self.call_timeout,
             max_wait: self.max_wait,
+            total_timeout,
             queue_capacity,
             breaker: self.breaker,
             retry_budget: self.retry_budget,
@@ -507,6 +566,11 @@ mod tests {
         assert_eq!(config.wave().probe_successes.get(), 3);
         assert_eq!(config.wave().cooldown.ladder(), CooldownPolicy::DEFAULT_LADDER);
         assert_eq!(config.retry_budget().ratio, 0.2);
+        assert!(!config.renews_leases());
+        assert_eq!(config.total_timeout(), Duration::from_secs(625));
+        let renewed = UpstreamConfig::builder("img").renewed_lease(Duration::from_secs(2)).build().expect("valid");
+        assert!(renewed.renews_leases(), "a renewed lease is not bounded by the call timeout");
+        assert_eq!(renewed.permit_ttl(), Duration::from_secs(2));
     }
 
     #[test]
@@ -521,6 +585,9 @@ mod tests {
             (b().cooldown_ladder([]), "cooldown_ladder steps is 0"),
             (b().cooldown_ladder([Duration::ZERO]), "a cooldown_ladder step is zero"),
             (b().max_wait(Duration::ZERO), "max_wait is zero"),
+            (b().total_timeout(Duration::ZERO), "total_timeout is zero"),
+            (b().renewed_lease(Duration::from_millis(500)), "raise it to at least 1s"),
+            (b().permit_ttl(Duration::from_secs(60)), "use renewed_lease(..)"),
             (b().queue_capacity(0), "queue_capacity is 0"),
             (b().probe_successes(0), "probe_successes is 0"),
             (b().breaker(BreakerConfig { failure_rate: 1.5, ..Default::default() }), "within (0, 1]"),

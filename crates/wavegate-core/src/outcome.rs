@@ -136,6 +136,19 @@ impl Outcome {
         }
     }
 
+    /// The HTTP status, when the call got one (`None` for transport failures).
+    pub const fn status(&self) -> Option<u16> {
+        match self {
+            Outcome::Success { status }
+            | Outcome::ServerError { status }
+            | Outcome::ClientError { status }
+            | Outcome::Unexpected { status }
+            | Outcome::Transient { kind: Transient::Status(status), .. } => Some(*status),
+            Outcome::RateLimited { .. } => Some(429),
+            Outcome::Transient { kind: Transient::Transport(_), .. } => None,
+        }
+    }
+
     /// A stable lower-case label for metrics and logs.
     pub const fn label(&self) -> &'static str {
         match self {
