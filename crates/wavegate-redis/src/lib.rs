@@ -32,11 +32,13 @@
 mod connection;
 mod error;
 mod keys;
+mod releases;
 mod scripts;
 mod shared_gate;
 
 pub use connection::{Store, StoreConfig};
 pub use error::StoreError;
 pub use keys::{Keyspace, UpstreamKeys};
+pub use releases::ReleaseSubscription;
 pub use scripts::preload;
 pub use shared_gate::{Acquired, Finished, SharedGate, SharedStatus};

@@ -1,0 +1,54 @@
+//! Release announcements: a pub/sub subscription to upstreams' release channels.
+//!
+//! `finish.lua` publishes a permit's id on its upstream's channel when it frees the permit.
+//! Other processes subscribe so their waiters ask again at once instead of polling.
+
+use redis::aio::PubSub;
+
+use crate::connection::StoreConfig;
+use crate::error::StoreError;
+
+/// A live subscription; yields the channel of each release.
+pub struct ReleaseSubscription {
+    pubsub: PubSub,
+}
+
+impl std::fmt::Debug for ReleaseSubscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReleaseSubscription").finish_non_exhaustive()
+    }
+}
+
+impl ReleaseSubscription {
+    /// Connects and subscribes to `channels`, within the connect timeout plus one command
+    /// timeout per channel.
+    pub async fn subscribe<'a>(
+        config: &StoreConfig,
+        channels: impl IntoIterator<Item = &'a str>,
+    ) -> Result<Self, StoreError> {
+        const COMMAND: &str = "SUBSCRIBE";
+        let channels: Vec<&str> = channels.into_iter().collect();
+        let client = redis::Client::open(config.url.as_str())
+            .map_err(|source| StoreError::Refused { command: COMMAND, source })?;
+        let bound = config.connect_timeout + config.command_timeout * u32::try_from(channels.len()).unwrap_or(u32::MAX);
+        let connect = async {
+            let mut pubsub = client.get_async_pubsub().await?;
+            for channel in &channels {
+                pubsub.subscribe(*channel).await?;
+            }
+            Ok::<_, redis::RedisError>(pubsub)
+        };
+        match tokio::time::timeout(bound, connect).await {
+            Ok(Ok(pubsub)) => Ok(Self { pubsub }),
+            Ok(Err(error)) => Err(StoreError::from_redis(COMMAND, bound.as_millis() as u64, error)),
+            Err(_) => Err(StoreError::Timeout { command: COMMAND, timeout_ms: bound.as_millis() as u64 }),
+        }
+    }
+
+    /// The channel of the next release, or `None` when the connection is gone.
+    pub async fn next(&mut self) -> Option<String> {
+        use futures_util::StreamExt;
+        let message = self.pubsub.on_message().next().await?;
+        Some(message.get_channel_name().to_owned())
+    }
+}

@@ -1,0 +1,25 @@
+//! Permit ids, unique across the fleet: `<instance>:<sequence>`.
+//!
+//! The id is chosen by the client so that an acquire whose reply was lost can be sent again
+//! without creating a second permit.
+
+use rand::Rng;
+
+/// Hands out permit ids for one process.
+#[derive(Debug)]
+pub(crate) struct PermitIds {
+    instance: String,
+    next: u64,
+}
+
+impl PermitIds {
+    pub(crate) fn new() -> Self {
+        let nonce: u32 = rand::rng().random();
+        Self { instance: format!("{}-{nonce:08x}", std::process::id()), next: 0 }
+    }
+
+    pub(crate) fn next_id(&mut self) -> String {
+        self.next += 1;
+        format!("{}:{}", self.instance, self.next)
+    }
+}

@@ -1,0 +1,108 @@
+//! The messages the actors exchange (a call, as messages):
+//!
+//! ```text
+//! RequestActor ── Admit ──► UpstreamSupervisor          breaker closed? retry budget left?
+//! RequestActor ── Acquire ──► Coordinator ── acquire script ──► Redis (or the local gate)
+//!              ◄─ Grant | Error (queue full, waited too long)
+//! RequestActor runs the caller's future under the call timeout
+//! RequestActor ── Finish ──► Coordinator (release + report the wave)
+//!              ── Record ──► UpstreamSupervisor (breaker)
+//! ```
+
+use std::time::{Duration, Instant};
+
+use actix::Message;
+use tokio::sync::oneshot;
+use wavegate_core::{BreakerState, BreakerTicket, CallResult, WaveSignal, WaveState};
+
+use crate::error::Error;
+use crate::status::{Mode, UpstreamStatus};
+
+/// Why an attempt asks for admission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AttemptKind {
+    /// The call's first attempt: deposits into the retry budget.
+    First,
+    /// A retry after a 429: it passes the shared cooldown like everyone else; not budgeted.
+    AfterRateLimit,
+    /// A retry after a transient failure: withdraws from the retry budget.
+    AfterTransient,
+}
+
+/// Ask the supervisor whether an attempt may go ahead.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<BreakerTicket, Refusal>")]
+pub(crate) struct Admit {
+    pub(crate) kind: AttemptKind,
+}
+
+/// Why the supervisor refused an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// The breaker is open for this long.
+    BreakerOpen(Duration),
+    /// The retry budget is spent.
+    BudgetSpent,
+}
+
+/// Tell the supervisor how an admitted attempt went.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct Record {
+    pub(crate) ticket: BreakerTicket,
+    pub(crate) result: CallResult,
+}
+
+/// Read the breaker's state.
+#[derive(Debug, Message)]
+#[rtype(result = "BreakerState")]
+pub(crate) struct ReadBreaker;
+
+/// A granted permit, as the coordinator hands it out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Grant {
+    pub(crate) id: String,
+    pub(crate) wave: u64,
+    pub(crate) state: WaveState,
+    pub(crate) limit: u32,
+    pub(crate) waited: Duration,
+}
+
+/// Queue for a permit of upstream `upstream` until `deadline`; the answer comes on `reply`.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct Acquire {
+    pub(crate) upstream: usize,
+    pub(crate) deadline: Instant,
+    pub(crate) reply: oneshot::Sender<Result<Grant, Error>>,
+}
+
+/// Release permit `id` and report its outcome for its wave.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct Finish {
+    pub(crate) upstream: usize,
+    pub(crate) id: String,
+    pub(crate) wave: u64,
+    pub(crate) signal: WaveSignal,
+}
+
+/// Something may have freed a permit of `upstream` (a release announced on pub/sub).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct Wake {
+    pub(crate) upstream: usize,
+}
+
+/// Read one upstream's scheduling state (the breaker part comes from the supervisor).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct ReadStatus {
+    pub(crate) upstream: usize,
+    pub(crate) reply: oneshot::Sender<UpstreamStatus>,
+}
+
+/// The coordinator's mode, for tests and the status endpoint.
+#[derive(Debug, Message)]
+#[rtype(result = "Mode")]
+pub(crate) struct ReadMode;

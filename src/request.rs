@@ -1,0 +1,172 @@
+//! The request actor: one per call. Admission → permit → the caller's future under its call
+//! timeout → report the outcome → retry or finish.
+//!
+//! Each retry has one owner and an end:
+//! * a 429 is retried through a **new permit**, so it passes the shared cooldown like
+//!   everyone else; it ends with the call's total timeout;
+//! * a transient failure (502/503/504, connect, reset, timeout) is retried after exponential
+//!   backoff with full jitter, at most `max_retries` times, each retry withdrawn from the
+//!   upstream's retry budget, all inside the total timeout;
+//! * anything else ends the call at once.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::{Actor, ActorContext, ActorFutureExt, AsyncContext, Context, WrapFuture};
+use tokio::sync::oneshot;
+use wavegate_core::{Outcome, TransportError};
+
+use crate::error::Error;
+use crate::messages::{Acquire, Admit, AttemptKind, Refusal};
+use crate::permit::{Admission, Permit};
+use crate::scheduler::Inner;
+
+/// What the caller's closure learns about the attempt it is asked to make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Attempt {
+    /// 1 for the first attempt, 2 for the first retry, ...
+    pub number: u32,
+    /// The wave the attempt's permit was issued in.
+    pub wave: u64,
+    /// How long this attempt may run (the call timeout, or less near the deadline).
+    pub timeout: Duration,
+}
+
+/// One call in flight; it stops itself once the caller has its answer.
+pub(crate) struct RequestActor {
+    run: Option<Pin<Box<dyn Future<Output = ()>>>>,
+}
+
+impl std::fmt::Debug for RequestActor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestActor").finish_non_exhaustive()
+    }
+}
+
+impl RequestActor {
+    pub(crate) fn new<F, Fut, T>(
+        inner: Arc<Inner>,
+        upstream: usize,
+        f: F,
+        reply: oneshot::Sender<Result<T, Error>>,
+    ) -> Self
+    where
+        F: FnMut(Attempt) -> Fut + 'static,
+        Fut: Future<Output = Result<T, Outcome>> + 'static,
+        T: 'static,
+    {
+        let run = Box::pin(async move {
+            let mut reply = reply;
+            let call = run_call(inner, upstream, f);
+            // A caller that goes away cancels the call; dropping it releases its permit.
+            let result = tokio::select! {
+                result = call => Some(result),
+                () = reply.closed() => None,
+            };
+            if let Some(result) = result {
+                let _ = reply.send(result);
+            }
+        });
+        Self { run: Some(run) }
+    }
+}
+
+impl Actor for RequestActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        if let Some(run) = self.run.take() {
+            ctx.spawn(run.into_actor(self).map(|(), _, ctx| ctx.stop()));
+        }
+    }
+}
+
+/// Admission and a permit for one attempt.
+pub(crate) async fn acquire_permit(
+    inner: &Inner,
+    upstream: usize,
+    kind: AttemptKind,
+    wait_until: Instant,
+) -> Result<Permit, Error> {
+    let name = || inner.upstreams[upstream].name().to_string();
+    let supervisor = inner.supervisors[upstream].clone();
+    let ticket = match supervisor.send(Admit { kind }).await {
+        Ok(Ok(ticket)) => ticket,
+        Ok(Err(Refusal::BreakerOpen(retry_after))) => return Err(Error::BreakerOpen { upstream: name(), retry_after }),
+        Ok(Err(Refusal::BudgetSpent)) => {
+            return Err(Error::RetryBudgetSpent { upstream: name(), attempts: 0, last: "transient" });
+        }
+        Err(_) => return Err(Error::Stopped),
+    };
+    let admission = Admission::new(ticket, supervisor.clone());
+    let (reply, granted) = oneshot::channel();
+    inner.coordinator.do_send(Acquire { upstream, deadline: wait_until, reply });
+    let grant = granted.await.map_err(|_| Error::Stopped)??;
+    Ok(Permit::new(upstream, grant, admission.into_ticket(), inner.coordinator.clone(), supervisor))
+}
+
+async fn run_call<F, Fut, T>(inner: Arc<Inner>, upstream: usize, mut f: F) -> Result<T, Error>
+where
+    F: FnMut(Attempt) -> Fut,
+    Fut: Future<Output = Result<T, Outcome>>,
+{
+    let config = &inner.upstreams[upstream];
+    let name = || config.name().to_string();
+    let started = Instant::now();
+    let deadline = started + config.total_timeout();
+    let mut attempts = 0u32;
+    let mut transient_retries = 0u32;
+    let mut kind = AttemptKind::First;
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(Error::DeadlinePassed { upstream: name(), attempts });
+        }
+        let wait_until = deadline.min(now + config.max_wait());
+        let permit = match acquire_permit(&inner, upstream, kind, wait_until).await {
+            Ok(permit) => permit,
+            Err(Error::WaitedTooLong { .. }) if Instant::now() >= deadline => {
+                return Err(Error::DeadlinePassed { upstream: name(), attempts });
+            }
+            Err(Error::RetryBudgetSpent { upstream, .. }) => {
+                return Err(Error::RetryBudgetSpent { upstream, attempts, last: "transient" });
+            }
+            Err(error) => return Err(error),
+        };
+        attempts += 1;
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let timeout = config.call_timeout().min(remaining);
+        let attempt = Attempt { number: attempts, wave: permit.wave(), timeout };
+        let outcome = match tokio::time::timeout(timeout, f(attempt)).await {
+            Ok(Ok(value)) => {
+                permit.succeeded();
+                return Ok(value);
+            }
+            Ok(Err(outcome)) => outcome,
+            Err(_) if timeout < config.call_timeout() => {
+                // Cut short by the deadline, not by the upstream: nothing to learn.
+                drop(permit);
+                return Err(Error::DeadlinePassed { upstream: name(), attempts });
+            }
+            Err(_) => Outcome::from_transport(TransportError::Timeout),
+        };
+        permit.report(outcome);
+        match outcome {
+            Outcome::RateLimited { .. } => kind = AttemptKind::AfterRateLimit,
+            Outcome::Transient { .. } if transient_retries < config.backoff().max_retries => {
+                let delay = config.backoff().delay(transient_retries, &mut rand::rng());
+                transient_retries += 1;
+                let until = Instant::now() + delay;
+                if until >= deadline {
+                    return Err(Error::DeadlinePassed { upstream: name(), attempts });
+                }
+                tokio::time::sleep_until(until.into()).await;
+                kind = AttemptKind::AfterTransient;
+            }
+            _ => return Err(Error::Upstream { upstream: name(), outcome, attempts }),
+        }
+    }
+}

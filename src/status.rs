@@ -1,0 +1,57 @@
+//! What the scheduler can tell about an upstream right now.
+
+use std::fmt;
+use std::time::Duration;
+
+use wavegate_core::WaveState;
+
+/// Where permits come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Mode {
+    /// In-process only: no Redis configured (the embedded default).
+    Local,
+    /// Shared across the fleet through Redis.
+    Shared,
+}
+
+impl Mode {
+    /// `local` or `shared`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Mode::Local => "local",
+            Mode::Shared => "shared",
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One upstream's state as this process sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamStatus {
+    /// The upstream's name.
+    pub upstream: String,
+    /// Where permits come from.
+    pub mode: Mode,
+    /// The wave state.
+    pub state: WaveState,
+    /// The current limit.
+    pub limit: u32,
+    /// The current wave id.
+    pub wave: u64,
+    /// The rest of the cooldown (zero outside COOLDOWN).
+    pub cooldown_remaining: Duration,
+    /// Permits held by this process.
+    pub in_flight_local: usize,
+    /// Permits held across the fleet (`None` when the shared store could not be read).
+    pub in_flight_fleet: Option<u32>,
+    /// Callers of this process waiting for a permit.
+    pub queue_depth: usize,
+    /// The circuit breaker's state: `closed`, `open` or `half_open`.
+    pub breaker: &'static str,
+}
