@@ -19,6 +19,9 @@
 //!
 //! Dropping a [`RedisServer`] kills its process and removes its directory.
 //!
+//! [`MockUpstream`] is the other referee: an HTTP provider on loopback that counts the calls
+//! it serves at once and answers 429 beyond a hidden capacity; [`http_get`] calls it.
+//!
 //! # Requirements
 //!
 //! A `redis-server` binary: on `PATH`, or named by the `WAVEGATE_REDIS_SERVER`
@@ -48,13 +51,17 @@
 
 mod builder;
 mod error;
+mod http;
 mod log;
+mod mock_upstream;
 mod port;
 mod process;
 mod server;
 
 pub use builder::RedisServerBuilder;
 pub use error::HarnessError;
+pub use http::{HttpReply, http_get};
+pub use mock_upstream::{MockUpstream, MockUpstreamConfig};
 pub use port::free_port;
 pub use server::RedisServer;
 

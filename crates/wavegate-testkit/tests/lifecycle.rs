@@ -243,3 +243,27 @@ fn restart_waits_while_the_port_is_taken() {
     let mut con = server.connection().unwrap();
     assert_eq!(server_pid(&mut con), server.pid().unwrap());
 }
+
+#[tokio::test]
+async fn mock_upstream_counts_concurrency_and_answers_429_beyond_capacity() {
+    use wavegate_testkit::{MockUpstream, MockUpstreamConfig, http_get};
+    let mock = MockUpstream::start(MockUpstreamConfig {
+        capacity: Some(3),
+        service_time: Duration::from_millis(100),
+        retry_after: "2".into(),
+    })
+    .unwrap();
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..5 {
+        let addr = mock.addr();
+        calls.spawn(async move { http_get(addr, "/", Duration::from_secs(2)).await.unwrap() });
+    }
+    let replies = calls.join_all().await;
+    let ok = replies.iter().filter(|r| r.status == 200).count();
+    let limited: Vec<_> = replies.iter().filter(|r| r.status == 429).collect();
+    assert_eq!((ok, limited.len()), (3, 2));
+    assert!(limited.iter().all(|r| r.retry_after.as_deref() == Some("2")));
+    assert_eq!((mock.served(), mock.rate_limited()), (3, 2));
+    assert!(mock.max_in_flight() >= 4, "5 concurrent calls must overlap: {}", mock.max_in_flight());
+    assert_eq!(mock.in_flight(), 0);
+}

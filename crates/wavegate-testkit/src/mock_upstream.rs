@@ -1,0 +1,165 @@
+//! A mock HTTP provider on loopback that counts the calls it serves at once.
+//!
+//! It is the referee of concurrency tests: whatever the scheduler believes, the mock counts
+//! what really arrives. It runs on its own thread with its own runtime, so it keeps serving
+//! (and counting) whatever the test's runtime does. Beyond an optional hidden capacity it
+//! answers `429 Too Many Requests` with a `Retry-After`, like a saturated provider.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+
+/// How the mock behaves.
+#[derive(Debug, Clone)]
+pub struct MockUpstreamConfig {
+    /// Calls served at once before it answers 429 (`None`: never).
+    pub capacity: Option<usize>,
+    /// How long a served call takes.
+    pub service_time: Duration,
+    /// The `Retry-After` sent with a 429.
+    pub retry_after: String,
+}
+
+impl Default for MockUpstreamConfig {
+    fn default() -> Self {
+        Self { capacity: None, service_time: Duration::from_millis(2), retry_after: "1".to_string() }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    served: AtomicU64,
+    rate_limited: AtomicU64,
+}
+
+/// A running mock provider; stops on drop.
+#[derive(Debug)]
+pub struct MockUpstream {
+    addr: SocketAddr,
+    counters: Arc<Counters>,
+    shutdown: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl MockUpstream {
+    /// Starts serving on a free port of 127.0.0.1.
+    pub fn start(config: MockUpstreamConfig) -> io::Result<Self> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let counters = Arc::new(Counters::default());
+        let (shutdown, stopped) = oneshot::channel();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let served = counters.clone();
+        let thread = std::thread::Builder::new().name("mock-upstream".into()).spawn(move || {
+            runtime.block_on(async move {
+                let Ok(listener) = TcpListener::from_std(listener) else { return };
+                tokio::select! {
+                    () = serve(listener, config, served) => {}
+                    _ = stopped => {}
+                }
+            });
+        })?;
+        Ok(Self { addr, counters, shutdown: Some(shutdown), thread: Some(thread) })
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Calls being served now.
+    pub fn in_flight(&self) -> usize {
+        self.counters.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// The most calls ever served at once (429s included while they were being answered).
+    pub fn max_in_flight(&self) -> usize {
+        self.counters.max_in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Forgets the maximum so far (e.g. between phases of a test).
+    pub fn reset_max_in_flight(&self) {
+        self.counters.max_in_flight.store(self.in_flight(), Ordering::SeqCst);
+    }
+
+    /// Calls answered 200.
+    pub fn served(&self) -> u64 {
+        self.counters.served.load(Ordering::SeqCst)
+    }
+
+    /// Calls answered 429.
+    pub fn rate_limited(&self) -> u64 {
+        self.counters.rate_limited.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for MockUpstream {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+async fn serve(listener: TcpListener, config: MockUpstreamConfig, counters: Arc<Counters>) {
+    let config = Arc::new(config);
+    loop {
+        let Ok((stream, _)) = listener.accept().await else { continue };
+        let (config, counters) = (config.clone(), counters.clone());
+        tokio::spawn(async move {
+            let _ = answer(stream, &config, &counters).await;
+        });
+    }
+}
+
+async fn answer(mut stream: TcpStream, config: &MockUpstreamConfig, counters: &Counters) -> io::Result<()> {
+    read_head(&mut stream).await?;
+    let now = counters.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+    counters.max_in_flight.fetch_max(now, Ordering::SeqCst);
+    let over = config.capacity.is_some_and(|capacity| now > capacity);
+    let response = if over {
+        counters.rate_limited.fetch_add(1, Ordering::SeqCst);
+        format!(
+            "HTTP/1.1 429 Too Many Requests\r\nRetry-After: {}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            config.retry_after
+        )
+    } else {
+        tokio::time::sleep(config.service_time).await;
+        counters.served.fetch_add(1, Ordering::SeqCst);
+        "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok".to_string()
+    };
+    let written = stream.write_all(response.as_bytes()).await;
+    counters.in_flight.fetch_sub(1, Ordering::SeqCst);
+    written?;
+    stream.shutdown().await
+}
+
+/// Reads a request head (up to the blank line), at most 16 KiB, within 5 s.
+async fn read_head(stream: &mut TcpStream) -> io::Result<Vec<u8>> {
+    let read = async {
+        let mut head = Vec::with_capacity(256);
+        let mut buf = [0u8; 1024];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = stream.read(&mut buf).await?;
+            if n == 0 || head.len() > 16 * 1024 {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, "incomplete request head"));
+            }
+            head.extend_from_slice(&buf[..n]);
+        }
+        Ok(head)
+    };
+    tokio::time::timeout(Duration::from_secs(5), read).await.map_err(|_| io::Error::from(io::ErrorKind::TimedOut))?
+}
