@@ -1,0 +1,283 @@
+//! Real processes sharing one real Redis: the fleet-wide limit, and kill -9 of a process
+//! that holds permits.
+//!
+//! This test binary is its own worker: run with `WAVEGATE_FLEET_ROLE=worker` it becomes one
+//! worker process (an actix system with a `Scheduler` in shared mode) driven by environment
+//! variables; run normally it starts the servers and the workers and checks what the mock
+//! provider saw. (`harness = false`: it prints `N passed, M failed` itself.)
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use wavegate::{Outcome, Scheduler, TransportError, UpstreamConfig};
+use wavegate_testkit::{MockUpstream, MockUpstreamConfig, RedisServer, http_get};
+
+const ROLE: &str = "WAVEGATE_FLEET_ROLE";
+
+fn main() {
+    if std::env::var(ROLE).is_ok() {
+        worker_main();
+        return;
+    }
+    let scenarios: [(&str, fn()); 2] = [
+        ("four_processes_never_exceed_the_shared_limit", four_processes_never_exceed_the_shared_limit),
+        (
+            "kill_9_of_a_holder_frees_its_permits_within_two_leases",
+            kill_9_of_a_holder_frees_its_permits_within_two_leases,
+        ),
+    ];
+    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let (mut passed, mut failed) = (0, 0);
+    for (name, scenario) in scenarios {
+        if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
+            continue;
+        }
+        let started = Instant::now();
+        match std::panic::catch_unwind(scenario) {
+            Ok(()) => {
+                passed += 1;
+                println!("test {name} ... ok ({:.1} s)", started.elapsed().as_secs_f64());
+            }
+            Err(_) => {
+                failed += 1;
+                println!("test {name} ... FAILED");
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    if failed > 0 {
+        std::process::exit(1);
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// The orchestrator's side.
+
+/// A worker process; killed on drop if still running.
+struct Worker {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Worker {
+    fn spawn(envs: &[(&str, String)]) -> Worker {
+        let mut command = Command::new(std::env::current_exe().expect("own path"));
+        command.env(ROLE, "worker").stdout(Stdio::piped()).stderr(Stdio::inherit());
+        for (key, value) in envs {
+            command.env(key, value);
+        }
+        let mut child = command.spawn().expect("spawn worker");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Worker { child, lines }
+    }
+
+    /// The first line starting with `prefix`, within `timeout`.
+    fn expect_line(&self, prefix: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.starts_with(prefix) => return line,
+                Ok(_) => {}
+                Err(_) => panic!("no `{prefix}` line from worker {} within {timeout:?}", self.child.id()),
+            }
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn field(line: &str, name: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name}= in {line:?}"))
+}
+
+fn four_processes_never_exceed_the_shared_limit() {
+    const PROCESSES: usize = 4;
+    const CALLERS: usize = 25;
+    const CALLS: usize = 2_500;
+    const LIMIT: usize = 10;
+    let redis = RedisServer::start().expect("redis-server");
+    let mock = MockUpstream::start(MockUpstreamConfig { service_time: Duration::from_millis(2), ..Default::default() })
+        .expect("mock upstream");
+    let started = Instant::now();
+    let workers: Vec<Worker> = (0..PROCESSES)
+        .map(|_| {
+            Worker::spawn(&[
+                ("REDIS_URL", redis.url()),
+                ("MOCK_ADDR", mock.addr().to_string()),
+                ("MODE", "calls".into()),
+                ("LIMIT", LIMIT.to_string()),
+                ("CALLERS", CALLERS.to_string()),
+                ("CALLS", CALLS.to_string()),
+                ("LEASE_MS", "30000".into()),
+            ])
+        })
+        .collect();
+    let mut ok = 0;
+    for worker in &workers {
+        let line = worker.expect_line("RESULT", Duration::from_secs(180));
+        assert_eq!(field(&line, "err"), 0, "{line}");
+        ok += field(&line, "ok");
+    }
+    let elapsed = started.elapsed();
+    let max = mock.max_in_flight();
+    let mut con = redis.connection().expect("connection");
+    let stats: String = redis::cmd("INFO").arg("commandstats").query(&mut con).expect("INFO");
+    let commands: u64 = stats
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_"))
+        .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
+        .sum();
+    println!("    redis commands: {commands} ({:.2} per granted permit)", commands as f64 / ok as f64);
+    println!(
+        "    {} calls from {PROCESSES} processes x {CALLERS} callers in {:.1} s; mock served {}, max in flight {max} (limit {LIMIT})",
+        ok,
+        elapsed.as_secs_f64(),
+        mock.served()
+    );
+    assert_eq!(ok as usize, PROCESSES * CALLS);
+    assert_eq!(mock.served() as usize, PROCESSES * CALLS);
+    assert!(max <= LIMIT, "the mock saw {max} calls at once; the limit is {LIMIT}");
+    assert!(max >= LIMIT - 2, "the limit should be used: max in flight was only {max}");
+}
+
+fn kill_9_of_a_holder_frees_its_permits_within_two_leases() {
+    const LEASE: Duration = Duration::from_secs(2);
+    const LIMIT: usize = 4;
+    let redis = RedisServer::start().expect("redis-server");
+    let mock = MockUpstream::start(MockUpstreamConfig::default()).expect("mock upstream");
+    let common = |mode: &str| {
+        vec![
+            ("REDIS_URL", redis.url()),
+            ("MOCK_ADDR", mock.addr().to_string()),
+            ("MODE", mode.to_string()),
+            ("LIMIT", LIMIT.to_string()),
+            ("LEASE_MS", LEASE.as_millis().to_string()),
+        ]
+    };
+    let mut con = redis.connection().expect("connection");
+    let held = |con: &mut redis::Connection| -> usize {
+        redis::cmd("ZCARD").arg("wavegate:{mock}:permits").query(con).expect("ZCARD")
+    };
+
+    let mut holder = Worker::spawn(&common("hold"));
+    holder.expect_line("HOLDING", Duration::from_secs(20));
+    assert_eq!(held(&mut con), LIMIT);
+    // The watchdog keeps the permits past their lease while the holder lives.
+    std::thread::sleep(LEASE + LEASE / 2);
+    assert_eq!(held(&mut con), LIMIT, "the lease watchdog should have renewed the permits");
+
+    // Another process waits for a permit; none is free.
+    let mut envs = common("calls");
+    envs.extend([("CALLERS", "2".to_string()), ("CALLS", "20".to_string())]);
+    let other = Worker::spawn(&envs);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(mock.served(), 0, "nothing can be served while the holder holds every permit");
+
+    holder.child.kill().expect("kill -9");
+    let killed = Instant::now();
+    let _ = holder.child.wait();
+    while held(&mut con) == LIMIT {
+        assert!(killed.elapsed() < LEASE * 2, "the killed process's permits were not reclaimed within two leases");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let reclaimed = killed.elapsed();
+    let line = other.expect_line("RESULT", Duration::from_secs(30));
+    assert_eq!((field(&line, "ok"), field(&line, "err")), (20, 0), "{line}");
+    println!(
+        "    permits reclaimed {:.2} s after kill -9 (lease {:?}); the other process went on",
+        reclaimed.as_secs_f64(),
+        LEASE
+    );
+}
+
+// ------------------------------------------------------------------------------------------
+// The worker's side.
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("worker needs {name}"))
+}
+
+fn worker_main() {
+    let system = actix::System::new();
+    system.block_on(async {
+        let limit: u32 = env("LIMIT").parse().expect("LIMIT");
+        let lease = Duration::from_millis(env("LEASE_MS").parse().expect("LEASE_MS"));
+        let mock: SocketAddr = env("MOCK_ADDR").parse().expect("MOCK_ADDR");
+        let upstream = UpstreamConfig::builder("mock")
+            .limit(limit)
+            .renewed_lease(lease)
+            .call_timeout(Duration::from_secs(10))
+            .max_wait(Duration::from_secs(60))
+            .total_timeout(Duration::from_secs(120))
+            .build()
+            .expect("config");
+        let scheduler = Scheduler::builder().upstream(upstream).redis(env("REDIS_URL")).build().expect("scheduler");
+        match env("MODE").as_str() {
+            "hold" => {
+                let mut permits = Vec::new();
+                for _ in 0..limit {
+                    permits.push(scheduler.acquire("mock").await.expect("permit"));
+                }
+                println!("HOLDING {}", permits.len());
+                tokio::time::sleep(Duration::from_secs(60)).await;
+            }
+            _ => {
+                let callers: usize = env("CALLERS").parse().expect("CALLERS");
+                let calls: usize = env("CALLS").parse().expect("CALLS");
+                let mut tasks = Vec::new();
+                for caller in 0..callers {
+                    let scheduler = scheduler.clone();
+                    let share = calls / callers + usize::from(caller < calls % callers);
+                    tasks.push(actix::spawn(async move {
+                        let (mut ok, mut err, mut first_error) = (0u64, 0u64, None);
+                        for _ in 0..share {
+                            match scheduler.call("mock", move |_| call_mock(mock)).await {
+                                Ok(()) => ok += 1,
+                                Err(error) => {
+                                    err += 1;
+                                    first_error.get_or_insert(error.to_string());
+                                }
+                            }
+                        }
+                        (ok, err, first_error)
+                    }));
+                }
+                let (mut ok, mut err, mut first_error) = (0, 0, None);
+                for task in tasks {
+                    let (o, e, f) = task.await.expect("caller task");
+                    ok += o;
+                    err += e;
+                    first_error = first_error.or(f);
+                }
+                println!("RESULT ok={ok} err={err} first_error={first_error:?}");
+            }
+        }
+    });
+}
+
+async fn call_mock(mock: SocketAddr) -> Result<(), Outcome> {
+    match http_get(mock, "/", Duration::from_secs(10)).await {
+        Ok(reply) if reply.status == 200 => Ok(()),
+        Ok(reply) => Err(Outcome::from_status(reply.status, reply.retry_after.as_deref(), SystemTime::now())),
+        Err(_) => Err(Outcome::from_transport(TransportError::Connect)),
+    }
+}
