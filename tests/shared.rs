@@ -1,0 +1,129 @@
+//! Shared mode through the public API: two schedulers (two coordinators, as two processes
+//! would have) on one real redis-server share one limit and one 429 wave.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use wavegate::{Error, Mode, Outcome, Scheduler, UpstreamConfig, WaveState};
+use wavegate_testkit::RedisServer;
+
+fn upstream(limit: u32) -> UpstreamConfig {
+    UpstreamConfig::builder("llm")
+        .limit(limit)
+        .cooldown_ladder([Duration::from_millis(300), Duration::from_millis(600)])
+        .min_cooldown(Duration::from_millis(50))
+        .max_wait(Duration::from_secs(5))
+        .build()
+        .expect("valid config")
+}
+
+fn fleet(redis: &RedisServer, limit: u32) -> (Scheduler, Scheduler) {
+    let build = || Scheduler::builder().upstream(upstream(limit)).redis(redis.url()).build().expect("scheduler");
+    (build(), build())
+}
+
+fn rate_limited() -> Outcome {
+    Outcome::from_status(429, None, SystemTime::now())
+}
+
+async fn expect_state(scheduler: &Scheduler, state: WaveState, limit: u32, wave: u64) {
+    let status = scheduler.status("llm").await.expect("status");
+    assert_eq!((status.state, status.limit, status.wave), (state, limit, wave), "{status:?}");
+    assert_eq!(status.mode, Mode::Shared);
+}
+
+#[actix::test]
+async fn fifty_simultaneous_429s_from_two_processes_cut_once() {
+    let redis = RedisServer::start().expect("redis-server");
+    let (a, b) = fleet(&redis, 50);
+    let mut permits = Vec::new();
+    for i in 0..50 {
+        let scheduler = if i % 2 == 0 { &a } else { &b };
+        permits.push(scheduler.acquire("llm").await.expect("permit"));
+    }
+    assert!(permits.iter().all(|p| p.wave() == 1));
+    expect_state(&a, WaveState::Normal, 50, 1).await;
+    for permit in permits {
+        permit.report(rate_limited());
+    }
+    // Let the reports land.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while a.status("llm").await.expect("status").in_flight_fleet != Some(0) {
+        assert!(Instant::now() < deadline, "the 50 reports did not land");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    expect_state(&b, WaveState::Cooldown, 25, 2).await;
+    // No permit during COOLDOWN, from either process.
+    let started = Instant::now();
+    let permit = b.acquire("llm").await.expect("a permit after the cooldown");
+    assert!(started.elapsed() >= Duration::from_millis(250), "granted during COOLDOWN after {:?}", started.elapsed());
+    assert_eq!((permit.state(), permit.limit(), permit.wave()), (WaveState::Probe, 1, 2));
+}
+
+#[actix::test]
+async fn the_seed_walk_through_across_two_processes() {
+    let redis = RedisServer::start().expect("redis-server");
+    let (a, b) = fleet(&redis, 10);
+    // 1. A and B get permits in wave 1.
+    let first = a.acquire("llm").await.expect("A");
+    let second = b.acquire("llm").await.expect("B");
+    assert_eq!((first.wave(), second.wave()), (1, 1));
+    // 2. A gets 429: 10 → 5, wave 2, COOLDOWN.
+    first.report(rate_limited());
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    expect_state(&b, WaveState::Cooldown, 5, 2).await;
+    // 3. B's late 429 (wave 1) cuts nothing.
+    second.report(rate_limited());
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    expect_state(&a, WaveState::Cooldown, 5, 2).await;
+    // 4. After the cooldown: PROBE at 1; three successes → DEGRADED 2 → 4 → 8 → NORMAL 10.
+    let probe = b.acquire("llm").await.expect("probe permit");
+    assert_eq!((probe.state(), probe.limit()), (WaveState::Probe, 1));
+    probe.succeeded();
+    for _ in 0..2 {
+        a.acquire("llm").await.expect("probe permit").succeeded();
+    }
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    expect_state(&a, WaveState::Degraded, 2, 2).await;
+    for (limit, next) in [(2, 4), (4, 8), (8, 10)] {
+        let mut held = Vec::new();
+        for i in 0..limit {
+            let scheduler = if i % 2 == 0 { &a } else { &b };
+            held.push(scheduler.acquire("llm").await.expect("permit"));
+        }
+        assert!(held.iter().all(|p| p.limit() == limit && p.state() == WaveState::Degraded));
+        for permit in held {
+            permit.succeeded();
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let state = if next == 10 { WaveState::Normal } else { WaveState::Degraded };
+        expect_state(&b, state, next, 2).await;
+    }
+}
+
+#[actix::test]
+async fn a_retry_after_a_429_waits_for_the_shared_cooldown() {
+    let redis = RedisServer::start().expect("redis-server");
+    let (a, b) = fleet(&redis, 4);
+    let started = Instant::now();
+    let attempts = std::rc::Rc::new(std::cell::Cell::new(0u32));
+    let counter = attempts.clone();
+    let result = a
+        .call("llm", move |attempt| {
+            counter.set(attempt.number);
+            async move {
+                if attempt.number == 1 {
+                    Err(Outcome::from_status(429, Some("0.4"), SystemTime::now()))
+                } else {
+                    Ok(started.elapsed())
+                }
+            }
+        })
+        .await;
+    let second_attempt_at = result.expect("the retry succeeds");
+    assert_eq!(attempts.get(), 2);
+    assert!(second_attempt_at >= Duration::from_millis(400), "retried after {second_attempt_at:?}, before Retry-After");
+    // The other process saw the same wave.
+    let status = b.status("llm").await.expect("status");
+    assert_eq!(status.wave, 2);
+    assert!(matches!(a.call("nope", |_| async { Ok::<_, Outcome>(()) }).await, Err(Error::UnknownUpstream(_))));
+}
