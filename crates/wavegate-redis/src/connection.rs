@@ -95,6 +95,18 @@ impl Store {
         if pong == "PONG" { Ok(()) } else { Err(StoreError::unexpected("PING", format!("{pong:?}"))) }
     }
 
+    /// Records a heartbeat of `instance`, counting for `ttl`; returns how many instances are
+    /// live (this one included).
+    pub async fn heartbeat(&self, instance: &str, ttl: Duration) -> Result<u32, StoreError> {
+        const COMMAND: &str = "heartbeat";
+        let mut invocation = crate::scripts::scripts().heartbeat.prepare_invoke();
+        invocation.key(self.config.keyspace.instances()).arg(instance).arg(wavegate_core::duration_ms(ttl).max(1));
+        let mut connection = self.connection.clone();
+        let live: i64 =
+            self.bounded(COMMAND, self.config.command_timeout, invocation.invoke_async(&mut connection)).await?;
+        u32::try_from(live).map_err(|_| StoreError::unexpected(COMMAND, format!("instance count {live}")))
+    }
+
     /// The store's configuration.
     pub fn config(&self) -> &StoreConfig {
         &self.config

@@ -33,6 +33,11 @@ impl Keyspace {
         }
     }
 
+    /// The sorted set of live instances (process heartbeats), shared by all upstreams.
+    pub fn instances(&self) -> String {
+        format!("{}:instances", self.prefix)
+    }
+
     /// The prefix.
     pub fn prefix(&self) -> &str {
         &self.prefix

@@ -1,7 +1,7 @@
 //! The Lua scripts from `lua/`, compiled in and loaded once.
 //!
-//! Each script is `lua/wave.lua` (the state machine, written once) followed by the script's
-//! body. [`redis::Script`] sends `EVALSHA` and on `NOSCRIPT` (a restarted or flushed server)
+//! Each upstream script is `lua/wave.lua` (the state machine, written once) followed by the
+//! script's body; `heartbeat.lua` stands alone. [`redis::Script`] sends `EVALSHA` and on `NOSCRIPT` (a restarted or flushed server)
 //! loads the script and retries, so a script flush is never an outage. [`preload`] loads all
 //! of them at start so the first calls do not pay for it.
 
@@ -16,13 +16,15 @@ macro_rules! wave_script {
     };
 }
 
-/// The four scripts.
+/// The scripts.
 #[derive(Debug)]
 pub(crate) struct Scripts {
     pub(crate) acquire: Script,
     pub(crate) finish: Script,
     pub(crate) renew: Script,
     pub(crate) status: Script,
+    pub(crate) reconcile: Script,
+    pub(crate) heartbeat: Script,
 }
 
 /// The scripts, built on first use.
@@ -33,13 +35,15 @@ pub(crate) fn scripts() -> &'static Scripts {
         finish: Script::new(wave_script!("finish.lua")),
         renew: Script::new(wave_script!("renew.lua")),
         status: Script::new(wave_script!("status.lua")),
+        reconcile: Script::new(wave_script!("reconcile.lua")),
+        heartbeat: Script::new(include_str!("../../../lua/heartbeat.lua")),
     })
 }
 
 /// Loads every script into the server's script cache (`SCRIPT LOAD`).
 pub async fn preload<C: ConnectionLike>(connection: &mut C) -> redis::RedisResult<()> {
     let s = scripts();
-    for script in [&s.acquire, &s.finish, &s.renew, &s.status] {
+    for script in [&s.acquire, &s.finish, &s.renew, &s.status, &s.reconcile, &s.heartbeat] {
         script.load_async(connection).await?;
     }
     Ok(())

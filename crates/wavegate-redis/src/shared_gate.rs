@@ -54,6 +54,19 @@ pub struct SharedStatus {
     pub in_flight: u32,
 }
 
+/// What a reconciliation left in the shared store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reconciled {
+    /// The shared wave the adopted permits now belong to.
+    pub wave: u64,
+    /// The shared state.
+    pub state: WaveState,
+    /// The shared limit.
+    pub limit: u32,
+    /// Permits held across the fleet after the call.
+    pub in_flight: u32,
+}
+
 /// One upstream's scripts, bound to its keys and wave configuration.
 #[derive(Debug, Clone)]
 pub struct SharedGate {
@@ -187,6 +200,33 @@ impl SharedGate {
             .bounded(COMMAND, self.store.config().command_timeout, invocation.invoke_async(&mut connection))
             .await?;
         usize::try_from(renewed).map_err(|_| StoreError::unexpected(COMMAND, format!("negative count {renewed}")))
+    }
+
+    /// After an outage: registers `adopt` (permits still in flight here) in the current wave
+    /// with a fresh lease, and drops `drop` (permits that finished during the outage).
+    pub async fn reconcile(
+        &self,
+        adopt: &[String],
+        drop: &[String],
+        lease: Duration,
+    ) -> Result<Reconciled, StoreError> {
+        const COMMAND: &str = "reconcile";
+        let mut invocation = scripts().reconcile.prepare_invoke();
+        invocation
+            .key(&self.keys.script_keys()[..])
+            .arg(&self.config_args[..])
+            .arg(duration_ms(lease))
+            .arg(adopt.len())
+            .arg(adopt)
+            .arg(drop);
+        let mut connection = self.store.connection();
+        let reply: Vec<Value> = self
+            .store
+            .bounded(COMMAND, self.store.config().command_timeout, invocation.invoke_async(&mut connection))
+            .await?;
+        let r = Reply::new(COMMAND, &reply);
+        r.expect_len(4)?;
+        Ok(Reconciled { wave: r.uint(0)?, state: r.state(1)?, limit: r.u32(2)?, in_flight: r.u32(3)? })
     }
 
     /// The shared state, with Redis time applied (a cooldown past its end reads as PROBE).

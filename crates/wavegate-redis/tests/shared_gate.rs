@@ -231,3 +231,34 @@ async fn outages_are_reported_fast_and_recovered_from() {
         }
     }
 }
+
+#[tokio::test]
+async fn reconcile_adopts_what_is_in_flight_and_drops_what_finished() {
+    let server = RedisServer::start().expect("redis-server");
+    let gate = gate(&server, "reconcile", 2).await;
+    gate.acquire("finished-during-outage", LEASE).await.expect("acquire");
+    gate.acquire("still-running", LEASE).await.expect("acquire");
+    let adopt = vec!["still-running".to_string(), "granted-during-outage".to_string()];
+    let reconciled = gate.reconcile(&adopt, &["finished-during-outage".to_string()], LEASE).await.expect("reconcile");
+    assert_eq!((reconciled.wave, reconciled.in_flight), (1, 2));
+    let mut con = server.connection().expect("connection");
+    let mut members: Vec<String> =
+        redis::cmd("ZRANGE").arg(&gate.keys().permits).arg(0).arg(-1).query(&mut con).expect("ZRANGE");
+    members.sort();
+    assert_eq!(members, vec!["granted-during-outage".to_string(), "still-running".to_string()]);
+    // Adopted permits are ordinary permits afterwards: over the limit now, so nothing new is granted.
+    assert!(matches!(gate.acquire("new", LEASE).await.expect("acquire").admission, Admission::Denied { .. }));
+    let done = gate.finish("granted-during-outage", reconciled.wave, WaveSignal::Success).await.expect("finish");
+    assert!(done.held);
+}
+
+#[tokio::test]
+async fn heartbeats_count_live_instances() {
+    let server = RedisServer::start().expect("redis-server");
+    let store = Store::connect(StoreConfig::new(server.url())).await.expect("store");
+    assert_eq!(store.heartbeat("a", Duration::from_millis(300)).await.expect("heartbeat"), 1);
+    assert_eq!(store.heartbeat("b", Duration::from_millis(300)).await.expect("heartbeat"), 2);
+    assert_eq!(store.heartbeat("a", Duration::from_millis(300)).await.expect("heartbeat"), 2);
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    assert_eq!(store.heartbeat("a", Duration::from_millis(300)).await.expect("heartbeat"), 1, "b stopped beating");
+}
