@@ -200,6 +200,7 @@ pub struct UpstreamConfig {
     call_timeout: Duration,
     max_wait: Duration,
     total_timeout: Duration,
+    fallback_limit: Option<NonZeroU32>,
     queue_capacity: NonZeroUsize,
     breaker: BreakerConfig,
     retry_budget: RetryBudgetConfig,
@@ -232,6 +233,7 @@ impl UpstreamConfig {
             call_timeout: Self::DEFAULT_CALL_TIMEOUT,
             max_wait: Self::DEFAULT_MAX_WAIT,
             total_timeout: None,
+            fallback_limit: None,
             queue_capacity: Self::DEFAULT_QUEUE_CAPACITY,
             breaker: BreakerConfig::default(),
             retry_budget: RetryBudgetConfig::default(),
@@ -279,6 +281,17 @@ impl UpstreamConfig {
     pub fn max_wait(&self) -> Duration {
         self.max_wait
     }
+    /// The limit this process uses while the shared store is down, when set; otherwise its
+    /// fair share, `max(1, limit ÷ live processes last seen)`.
+    pub fn fallback_limit(&self) -> Option<NonZeroU32> {
+        self.fallback_limit
+    }
+    /// The fair share of the limit for one of `live` processes: `max(1, limit ÷ live)`, or the
+    /// configured [`fallback_limit`](Self::fallback_limit).
+    pub fn fallback_share(&self, live: u32) -> NonZeroU32 {
+        self.fallback_limit
+            .unwrap_or_else(|| NonZeroU32::new(self.limit().get() / live.max(1)).unwrap_or(NonZeroU32::MIN))
+    }
     /// How many callers may wait for a permit in one process.
     pub fn queue_capacity(&self) -> NonZeroUsize {
         self.queue_capacity
@@ -310,6 +323,7 @@ pub struct UpstreamConfigBuilder {
     call_timeout: Duration,
     max_wait: Duration,
     total_timeout: Option<Duration>,
+    fallback_limit: Option<u32>,
     queue_capacity: usize,
     breaker: BreakerConfig,
     retry_budget: RetryBudgetConfig,
@@ -374,6 +388,12 @@ impl UpstreamConfigBuilder {
         self.max_wait = wait;
         self
     }
+    /// The limit this process uses while Redis is down. Default: its fair share,
+    /// `max(1, limit ÷ live processes last seen)`, so the fleet does not multiply the limit.
+    pub fn fallback_limit(mut self, limit: u32) -> Self {
+        self.fallback_limit = Some(limit);
+        self
+    }
     /// How many callers may wait for a permit in one process. Default 1024.
     pub fn queue_capacity(mut self, capacity: usize) -> Self {
         self.queue_capacity = capacity;
@@ -405,6 +425,8 @@ impl UpstreamConfigBuilder {
         let limit = NonZeroU32::new(self.limit).ok_or_else(|| ConfigError::ZeroLimit { upstream: upstream() })?;
         let probe_successes = NonZeroU32::new(self.probe_successes).ok_or_else(|| zero_count("probe_successes"))?;
         let queue_capacity = NonZeroUsize::new(self.queue_capacity).ok_or_else(|| zero_count("queue_capacity"))?;
+        let fallback_limit =
+            self.fallback_limit.map(|l| NonZeroU32::new(l).ok_or_else(|| zero_count("fallback_limit"))).transpose()?;
         for (field, value) in [
             ("call_timeout", self.call_timeout),
             ("max_wait", self.max_wait),
@@ -494,6 +516,7 @@ impl UpstreamConfigBuilder {
             call_timeout: self.call_timeout,
             max_wait: self.max_wait,
             total_timeout,
+            fallback_limit,
             queue_capacity,
             breaker: self.breaker,
             retry_budget: self.retry_budget,
@@ -567,6 +590,9 @@ mod tests {
         assert_eq!(config.wave().cooldown.ladder(), CooldownPolicy::DEFAULT_LADDER);
         assert_eq!(config.retry_budget().ratio, 0.2);
         assert!(!config.renews_leases());
+        assert_eq!(config.fallback_share(4).get(), 2);
+        assert_eq!(config.fallback_share(0).get(), 10);
+        assert_eq!(config.fallback_share(40).get(), 1);
         assert_eq!(config.total_timeout(), Duration::from_secs(625));
         let renewed = UpstreamConfig::builder("img").renewed_lease(Duration::from_secs(2)).build().expect("valid");
         assert!(renewed.renews_leases(), "a renewed lease is not bounded by the call timeout");
@@ -589,6 +615,7 @@ mod tests {
             (b().renewed_lease(Duration::from_millis(500)), "raise it to at least 1s"),
             (b().permit_ttl(Duration::from_secs(60)), "use renewed_lease(..)"),
             (b().queue_capacity(0), "queue_capacity is 0"),
+            (b().fallback_limit(0), "fallback_limit is 0"),
             (b().probe_successes(0), "probe_successes is 0"),
             (b().breaker(BreakerConfig { failure_rate: 1.5, ..Default::default() }), "within (0, 1]"),
             (b().breaker(BreakerConfig { failure_rate: f64::NAN, ..Default::default() }), "within (0, 1]"),

@@ -83,6 +83,17 @@ impl LocalGate {
         admission
     }
 
+    /// Takes over a permit whose call is already running (e.g. one granted by the shared store
+    /// before an outage): it counts against the limit from now on, without an admission
+    /// check. Returns the wave it now belongs to.
+    pub fn adopt(&mut self, id: &str, now_ms: u64, lease_ms: u64) -> u64 {
+        self.ledger.purge_expired(now_ms);
+        self.machine.poll(now_ms);
+        let wave = self.machine.snapshot().wave;
+        self.ledger.insert(id, HeldPermit { expires_ms: now_ms.saturating_add(lease_ms), wave });
+        wave
+    }
+
     /// Reports the outcome of permit `id` (issued in `wave`) and releases it.
     ///
     /// The report counts even when the permit's lease already ended (`held` is then false):
