@@ -18,6 +18,11 @@ impl PermitIds {
         Self { instance: format!("{}-{nonce:08x}", std::process::id()), next: 0 }
     }
 
+    /// This process's instance id (the prefix of its permit ids, its heartbeat's member).
+    pub(crate) fn instance(&self) -> &str {
+        &self.instance
+    }
+
     pub(crate) fn next_id(&mut self) -> String {
         self.next += 1;
         format!("{}:{}", self.instance, self.next)

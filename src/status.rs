@@ -13,14 +13,18 @@ pub enum Mode {
     Local,
     /// Shared across the fleet through Redis.
     Shared,
+    /// Redis is configured but unreachable: permits come from this process's fair share of
+    /// the limit until the store is back and reconciled.
+    Fallback,
 }
 
 impl Mode {
-    /// `local` or `shared`.
+    /// `local`, `shared` or `fallback`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Mode::Local => "local",
             Mode::Shared => "shared",
+            Mode::Fallback => "fallback",
         }
     }
 }

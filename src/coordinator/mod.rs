@@ -1,45 +1,68 @@
 //! The coordinator actor: owns the shared store connection and every upstream's permits.
 //!
-//! One acquire loop per upstream serves all of this process's waiters in FIFO order: only the
-//! head of the queue is asked for at any time, so Redis load grows with the number of
-//! processes, not with the number of waiting callers. A denial says why: during a COOLDOWN the
-//! loop sleeps until it ends (with a little jitter); at the limit it waits for a release — its
-//! own (immediately) or another process's (announced on pub/sub) — with a slow poll as a safety
-//! net. A lease watchdog renews this process's permits every third of their lease in one call
-//! per upstream.
+//! * **Acquire loop** (`acquire_loop.rs`): one per upstream, serving this process's waiters
+//!   in FIFO order; only the head is asked for, so Redis load grows with processes, not with
+//!   waiting callers. A release wakes it (its own at once, another process's through pub/sub).
+//! * **Lease watchdog**: renews this process's permits every third of their lease, in one
+//!   call per upstream.
+//! * **Modes** (`outage.rs`): shared → local fallback on a store outage (timeout, refused or
+//!   dropped connection, BUSY, LOADING, auth) → reconcile → shared. No caller code changes;
+//!   calls in progress are not failed by a switch.
 
+mod acquire_loop;
+mod outage;
 mod pubsub;
 mod waiters;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, MessageResult, SpawnHandle, WrapFuture};
-use rand::Rng;
-use wavegate_core::{Admission, Clock, DenyReason, LocalGate, MonotonicClock, UpstreamConfig, WaveSignal, duration_ms};
+use wavegate_core::{Clock, LocalGate, MonotonicClock, UpstreamConfig, WaveSignal, duration_ms};
 use wavegate_redis::{SharedGate, Store, StoreError};
 
 use crate::error::Error;
 use crate::ids::PermitIds;
-use crate::messages::{Acquire, Finish, Grant, ReadMode, ReadStatus, Wake};
+use crate::messages::{Acquire, Finish, ReadMode, ReadStatus, Wake};
 use crate::status::{Mode, UpstreamStatus};
 use waiters::{Waiter, Waiters};
 
-/// How long to wait before asking again at the limit when no release is announced.
-const AT_LIMIT_POLL: (Duration, Duration) = (Duration::from_millis(250), Duration::from_millis(500));
-/// How long to wait before asking again after a store error.
-const STORE_ERROR_RETRY: (Duration, Duration) = (Duration::from_millis(50), Duration::from_millis(150));
-/// The most jitter added to the end of a cooldown, so the fleet does not ask at one instant.
-const COOLDOWN_JITTER: Duration = Duration::from_millis(50);
+/// How often a process proves it is alive (and learns how many others are).
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+/// How long a heartbeat counts.
+const HEARTBEAT_TTL: Duration = Duration::from_secs(3);
+
+/// What this process knows of an upstream's shared state, from the last script replies.
+#[derive(Debug, Clone, Copy, Default)]
+struct LastShared {
+    /// When a shared cooldown ends, if one was seen.
+    cooldown_until: Option<Instant>,
+}
+
+/// Book-keeping of one upstream during a fallback, for the reconciliation.
+#[derive(Debug, Default)]
+struct OutageBook {
+    /// Permits held when the outage began: they are registered in the shared store.
+    registered: HashSet<String>,
+    /// Registrations to drop when the store is back: permits of `registered` that finished
+    /// during the outage, releases that failed, grants whose reply came too late. (Any of
+    /// them still held by then is adopted instead.)
+    unreleased: HashSet<String>,
+    /// A 429 cut the local wave during the outage, with the cooldown it asked for.
+    rate_limited: Option<Option<Duration>>,
+    /// Permits granted locally during the outage (usage to hand to the shared budgets).
+    granted: u64,
+}
 
 /// One upstream, as the coordinator keeps it.
 #[derive(Debug)]
 struct Slot {
     config: UpstreamConfig,
+    /// The in-process gate: the only one in local mode, the fallback's in fallback.
     local: LocalGate,
     shared: Option<SharedGate>,
     waiters: Waiters,
-    /// Permits this process holds: id → wave.
+    /// Permits this process holds: id → wave, in the numbering of the gate in charge.
     held: HashMap<String, u64>,
     /// An acquire script call is in flight.
     pumping: bool,
@@ -47,6 +70,8 @@ struct Slot {
     wake_pending: bool,
     retry_timer: Option<SpawnHandle>,
     cooldown_until: Option<Instant>,
+    last_shared: LastShared,
+    outage: OutageBook,
 }
 
 /// The coordinator actor.
@@ -57,6 +82,14 @@ pub(crate) struct Coordinator {
     ids: PermitIds,
     store: Option<Store>,
     mode: Mode,
+    /// Bumped at every change of mode: replies to calls made before it are stale.
+    epoch: u64,
+    /// Live processes at the last heartbeat (1 until one succeeds).
+    live_instances: u32,
+    /// A reconciliation is in flight: waiters wait, finishes are deferred.
+    reconciling: bool,
+    deferred: Vec<Finish>,
+    probe_backoff: Duration,
 }
 
 impl Coordinator {
@@ -73,124 +106,30 @@ impl Coordinator {
                 wake_pending: false,
                 retry_timer: None,
                 cooldown_until: None,
+                last_shared: LastShared::default(),
+                outage: OutageBook::default(),
             })
             .collect();
         let mode = if store.is_some() { Mode::Shared } else { Mode::Local };
-        Self { slots, clock: MonotonicClock::new(), ids: PermitIds::new(), store, mode }
+        Self {
+            slots,
+            clock: MonotonicClock::new(),
+            ids: PermitIds::new(),
+            store,
+            mode,
+            epoch: 0,
+            live_instances: 1,
+            reconciling: false,
+            deferred: Vec::new(),
+            probe_backoff: outage::PROBE_MIN,
+        }
     }
 
+    /// The shared gate of `upstream`, when permits come from the shared store now.
     fn shared_gate(&self, upstream: usize) -> Option<SharedGate> {
         match self.mode {
             Mode::Shared => self.slots[upstream].shared.clone(),
-            Mode::Local => None,
-        }
-    }
-
-    /// Serves the head of the queue: locally in a loop, or with one script call in flight.
-    fn pump(&mut self, upstream: usize, ctx: &mut Context<Self>) {
-        loop {
-            self.expire(upstream, Instant::now());
-            let slot = &mut self.slots[upstream];
-            if slot.pumping {
-                slot.wake_pending = true;
-                return;
-            }
-            let Some(head) = slot.waiters.head() else { return };
-            let id = head.id.clone();
-            if let Some(timer) = slot.retry_timer.take() {
-                ctx.cancel_future(timer);
-            }
-            let lease = slot.config.permit_ttl();
-            let shared = self.shared_gate(upstream);
-            if let Some(gate) = shared {
-                let slot = &mut self.slots[upstream];
-                slot.pumping = true;
-                slot.wake_pending = false;
-                let asked = id.clone();
-                let call = async move { gate.acquire(&asked, lease).await };
-                ctx.spawn(call.into_actor(self).map(move |result, act, ctx| {
-                    act.slots[upstream].pumping = false;
-                    match result {
-                        Ok(acquired) => {
-                            if act.on_admission(upstream, id, acquired.admission, ctx)
-                                || act.slots[upstream].wake_pending
-                            {
-                                act.pump(upstream, ctx);
-                            }
-                        }
-                        Err(error) => act.on_store_error(upstream, "acquire", &error, ctx),
-                    }
-                }));
-                return;
-            }
-            let now_ms = self.clock.now_ms();
-            let admission = self.slots[upstream].local.acquire(&id, now_ms, duration_ms(lease));
-            if !self.on_admission(upstream, id, admission, ctx) {
-                return;
-            }
-        }
-    }
-
-    /// Applies an acquire's answer; returns whether the next waiter may be served now.
-    fn on_admission(&mut self, upstream: usize, id: String, admission: Admission, ctx: &mut Context<Self>) -> bool {
-        let now = Instant::now();
-        match admission {
-            Admission::Granted { wave, state, limit } => {
-                let slot = &mut self.slots[upstream];
-                slot.cooldown_until = None;
-                let Some(waiter) = slot.waiters.pop_if(&id) else {
-                    // The caller gave up while the script ran: give the permit back.
-                    self.release(upstream, id, wave, WaveSignal::Neutral, ctx);
-                    return true;
-                };
-                slot.held.insert(id.clone(), wave);
-                let grant = Grant { id, wave, state, limit, waited: now.saturating_duration_since(waiter.enqueued) };
-                if let Err(Ok(grant)) = waiter.reply.send(Ok(grant)) {
-                    slot.held.remove(&grant.id);
-                    self.release(upstream, grant.id, wave, WaveSignal::Neutral, ctx);
-                }
-                true
-            }
-            Admission::Denied { reason: DenyReason::Cooldown, retry_after_ms } => {
-                let rest = Duration::from_millis(retry_after_ms);
-                self.slots[upstream].cooldown_until = Some(now + rest);
-                let jitter = COOLDOWN_JITTER.mul_f64(rand::rng().random::<f64>());
-                self.retry_in(upstream, rest + jitter, ctx);
-                false
-            }
-            Admission::Denied { reason: DenyReason::AtLimit, .. } => {
-                self.retry_in(upstream, jittered(AT_LIMIT_POLL), ctx);
-                false
-            }
-        }
-    }
-
-    fn on_store_error(&mut self, upstream: usize, command: &'static str, error: &StoreError, ctx: &mut Context<Self>) {
-        tracing::warn!(upstream = %self.slots[upstream].config.name(), command, %error, "shared store error");
-        self.retry_in(upstream, jittered(STORE_ERROR_RETRY), ctx);
-    }
-
-    fn retry_in(&mut self, upstream: usize, after: Duration, ctx: &mut Context<Self>) {
-        let slot = &mut self.slots[upstream];
-        if let Some(timer) = slot.retry_timer.take() {
-            ctx.cancel_future(timer);
-        }
-        slot.retry_timer = Some(ctx.run_later(after, move |act, ctx| {
-            act.slots[upstream].retry_timer = None;
-            act.pump(upstream, ctx);
-        }));
-    }
-
-    /// Answers the waiters whose deadline has passed.
-    fn expire(&mut self, upstream: usize, now: Instant) {
-        let slot = &mut self.slots[upstream];
-        let expired = slot.waiters.take_expired(now);
-        if expired.is_empty() {
-            return;
-        }
-        let retry_after = slot.cooldown_until.map(|until| until.saturating_duration_since(now));
-        for waiter in expired {
-            Waiters::time_out(waiter, slot.config.name().as_str(), now, retry_after);
+            _ => None,
         }
     }
 
@@ -198,36 +137,56 @@ impl Coordinator {
     fn release(&mut self, upstream: usize, id: String, wave: u64, signal: WaveSignal, ctx: &mut Context<Self>) {
         match self.shared_gate(upstream) {
             Some(gate) => {
-                let call = async move { gate.finish(&id, wave, signal).await };
-                ctx.spawn(call.into_actor(self).map(move |result, act, ctx| {
-                    if let Err(error) = result {
-                        act.on_store_error(upstream, "finish", &error, ctx);
+                let epoch = self.epoch;
+                let call_id = id.clone();
+                let call = async move { gate.finish(&call_id, wave, signal).await };
+                ctx.spawn(call.into_actor(self).map(move |result, act, ctx| match result {
+                    Ok(finished) => {
+                        if let Some(wavegate_core::RateLimitEffect::Cut { cooldown, .. }) = finished.rate_limit {
+                            act.slots[upstream].last_shared.cooldown_until = Some(Instant::now() + cooldown);
+                        }
+                        act.pump(upstream, ctx);
                     }
-                    act.pump(upstream, ctx);
+                    Err(error) => {
+                        // The release may not have happened: drop the registration when the
+                        // store is back.
+                        act.slots[upstream].outage.unreleased.insert(id);
+                        act.on_store_error(epoch, upstream, "finish", &error, ctx);
+                    }
                 }));
             }
             None => {
                 let now_ms = self.clock.now_ms();
-                self.slots[upstream].local.finish(&id, wave, signal, now_ms);
+                let slot = &mut self.slots[upstream];
+                let report = slot.local.finish(&id, wave, signal, now_ms);
+                if self.mode == Mode::Fallback {
+                    if let Some(wavegate_core::RateLimitEffect::Cut { .. }) = report.rate_limit {
+                        let WaveSignal::RateLimited { retry_after } = signal else { unreachable!("only a 429 cuts") };
+                        slot.outage.rate_limited = Some(retry_after);
+                    }
+                    if slot.outage.registered.remove(&id) {
+                        slot.outage.unreleased.insert(id);
+                    }
+                }
             }
         }
     }
 
     /// The lease watchdog: renews every permit this process holds for `upstream`.
     fn renew(&mut self, upstream: usize, ctx: &mut Context<Self>) {
-        let slot = &mut self.slots[upstream];
+        let slot = &self.slots[upstream];
         if slot.held.is_empty() {
             return;
         }
         let ids: Vec<String> = slot.held.keys().cloned().collect();
         let lease = slot.config.permit_ttl();
-        let shared = self.shared_gate(upstream);
-        match shared {
+        match self.shared_gate(upstream) {
             Some(gate) => {
+                let epoch = self.epoch;
                 let call = async move { gate.renew(&ids, lease).await };
                 ctx.spawn(call.into_actor(self).map(move |result, act, ctx| {
                     if let Err(error) = result {
-                        act.on_store_error(upstream, "renew", &error, ctx);
+                        act.on_store_error(epoch, upstream, "renew", &error, ctx);
                     }
                 }));
             }
@@ -235,6 +194,39 @@ impl Coordinator {
                 let now_ms = self.clock.now_ms();
                 self.slots[upstream].local.renew(ids.iter().map(String::as_str), now_ms, duration_ms(lease));
             }
+        }
+    }
+
+    /// Counts this process as live and learns how many are.
+    fn heartbeat(&mut self, ctx: &mut Context<Self>) {
+        let (Some(store), Mode::Shared) = (self.store.clone(), self.mode) else { return };
+        let instance = self.ids.instance().to_owned();
+        let epoch = self.epoch;
+        let call = async move { store.heartbeat(&instance, HEARTBEAT_TTL).await };
+        ctx.spawn(call.into_actor(self).map(move |result, act, ctx| match result {
+            Ok(live) => act.live_instances = live.max(1),
+            Err(error) => act.on_store_error(epoch, 0, "heartbeat", &error, ctx),
+        }));
+    }
+
+    /// A store command failed: an outage switches to fallback; anything else is logged and
+    /// the loop asks again later.
+    fn on_store_error(
+        &mut self,
+        epoch: u64,
+        upstream: usize,
+        command: &'static str,
+        error: &StoreError,
+        ctx: &mut Context<Self>,
+    ) {
+        if epoch != self.epoch {
+            return;
+        }
+        if error.is_outage() {
+            self.enter_fallback(command, error, ctx);
+        } else {
+            tracing::error!(upstream = %self.slots[upstream].config.name(), command, %error, "shared store error");
+            self.retry_in(upstream, acquire_loop::jittered(acquire_loop::STORE_ERROR_RETRY), ctx);
         }
     }
 
@@ -250,16 +242,11 @@ impl Coordinator {
             wave: snapshot.wave,
             cooldown_remaining: Duration::from_millis(snapshot.cooldown_until_ms.saturating_sub(now_ms)),
             in_flight_local: slot.held.len(),
-            in_flight_fleet: u32::try_from(held).ok(),
+            in_flight_fleet: if self.mode == Mode::Local { u32::try_from(held).ok() } else { None },
             queue_depth: slot.waiters.len(),
             breaker: "closed",
         }
     }
-}
-
-/// A duration drawn uniformly from `[low, high]`.
-fn jittered((low, high): (Duration, Duration)) -> Duration {
-    low + (high - low).mul_f64(rand::rng().random::<f64>())
 }
 
 impl Actor for Coordinator {
@@ -285,6 +272,8 @@ impl Actor for Coordinator {
                     tracing::warn!(%error, "could not preload the scripts; they will load on first use");
                 }
             }));
+            self.heartbeat(ctx);
+            ctx.run_interval(HEARTBEAT_EVERY, |act, ctx| act.heartbeat(ctx));
         }
     }
 }
@@ -316,10 +305,17 @@ impl Handler<Finish> for Coordinator {
     type Result = ();
 
     fn handle(&mut self, finish: Finish, ctx: &mut Context<Self>) {
-        self.slots[finish.upstream].held.remove(&finish.id);
-        self.release(finish.upstream, finish.id, finish.wave, finish.signal, ctx);
-        if self.shared_gate(finish.upstream).is_none() {
-            self.pump(finish.upstream, ctx);
+        if self.reconciling {
+            // Replayed once the reconciliation decides who is in charge.
+            self.deferred.push(finish);
+            return;
+        }
+        let upstream = finish.upstream;
+        // The coordinator's own record of the wave wins: it follows the permit across modes.
+        let wave = self.slots[upstream].held.remove(&finish.id).unwrap_or(finish.wave);
+        self.release(upstream, finish.id, wave, finish.signal, ctx);
+        if self.shared_gate(upstream).is_none() {
+            self.pump(upstream, ctx);
         }
     }
 }
@@ -339,27 +335,21 @@ impl Handler<ReadStatus> for Coordinator {
 
     fn handle(&mut self, read: ReadStatus, ctx: &mut Context<Self>) {
         let mut status = self.local_status(read.upstream);
-        match self.shared_gate(read.upstream) {
-            Some(gate) => {
-                let call = async move { gate.status().await };
-                ctx.spawn(call.into_actor(self).map(move |result, _, _| {
-                    match result {
-                        Ok(shared) => {
-                            status.state = shared.state;
-                            status.limit = shared.limit;
-                            status.wave = shared.wave;
-                            status.cooldown_remaining = shared.cooldown_remaining;
-                            status.in_flight_fleet = Some(shared.in_flight);
-                        }
-                        Err(_) => status.in_flight_fleet = None,
-                    }
-                    let _ = read.reply.send(status);
-                }));
+        let Some(gate) = self.shared_gate(read.upstream) else {
+            let _ = read.reply.send(status);
+            return;
+        };
+        let call = async move { gate.status().await };
+        ctx.spawn(call.into_actor(self).map(move |result, _, _| {
+            if let Ok(shared) = result {
+                status.state = shared.state;
+                status.limit = shared.limit;
+                status.wave = shared.wave;
+                status.cooldown_remaining = shared.cooldown_remaining;
+                status.in_flight_fleet = Some(shared.in_flight);
             }
-            None => {
-                let _ = read.reply.send(status);
-            }
-        }
+            let _ = read.reply.send(status);
+        }));
     }
 }
 

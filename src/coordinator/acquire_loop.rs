@@ -1,0 +1,152 @@
+//! The acquire loop of one upstream: serve the head of the FIFO, one store call at a time.
+//!
+//! A denial says why, and the loop sleeps accordingly: until the end of a COOLDOWN (plus a
+//! little jitter, so the fleet does not ask at one instant), or at the limit until a release
+//! wakes it, with a slow poll as a safety net.
+
+use std::time::{Duration, Instant};
+
+use actix::{ActorFutureExt, AsyncContext, Context, WrapFuture};
+use rand::Rng;
+use wavegate_core::{Admission, Clock, DenyReason, WaveSignal, duration_ms};
+
+use super::Coordinator;
+use super::waiters::Waiters;
+use crate::messages::Grant;
+use crate::status::Mode;
+
+/// How long to wait before asking again at the limit when no release is announced.
+pub(super) const AT_LIMIT_POLL: (Duration, Duration) = (Duration::from_millis(250), Duration::from_millis(500));
+/// How long to wait before asking again after a store error that is not an outage.
+pub(super) const STORE_ERROR_RETRY: (Duration, Duration) = (Duration::from_millis(50), Duration::from_millis(150));
+/// The most jitter added to the end of a cooldown.
+const COOLDOWN_JITTER: Duration = Duration::from_millis(50);
+
+/// A duration drawn uniformly from `[low, high]`.
+pub(super) fn jittered((low, high): (Duration, Duration)) -> Duration {
+    low + (high - low).mul_f64(rand::rng().random::<f64>())
+}
+
+impl Coordinator {
+    /// Serves the head of the queue: locally in a loop, or with one script call in flight.
+    pub(super) fn pump(&mut self, upstream: usize, ctx: &mut Context<Self>) {
+        loop {
+            self.expire(upstream, Instant::now());
+            if self.reconciling {
+                return;
+            }
+            let slot = &mut self.slots[upstream];
+            if slot.pumping {
+                slot.wake_pending = true;
+                return;
+            }
+            let Some(head) = slot.waiters.head() else { return };
+            let id = head.id.clone();
+            if let Some(timer) = slot.retry_timer.take() {
+                ctx.cancel_future(timer);
+            }
+            let lease = slot.config.permit_ttl();
+            if let Some(gate) = self.shared_gate(upstream) {
+                let slot = &mut self.slots[upstream];
+                slot.pumping = true;
+                slot.wake_pending = false;
+                let epoch = self.epoch;
+                let asked = id.clone();
+                let call = async move { gate.acquire(&asked, lease).await };
+                ctx.spawn(call.into_actor(self).map(move |result, act, ctx| {
+                    if epoch != act.epoch {
+                        // The mode changed meanwhile; the loop already went on without this
+                        // reply. A grant it carries is dropped when the store is back, unless
+                        // the waiter holds the same id by then (then it is adopted).
+                        if matches!(result, Ok(ref a) if matches!(a.admission, Admission::Granted { .. })) {
+                            act.slots[upstream].outage.unreleased.insert(id);
+                        }
+                        return;
+                    }
+                    act.slots[upstream].pumping = false;
+                    match result {
+                        Ok(acquired) => {
+                            let serve_next = act.on_admission(upstream, id, acquired.admission, ctx);
+                            if serve_next || act.slots[upstream].wake_pending {
+                                act.pump(upstream, ctx);
+                            }
+                        }
+                        Err(error) => act.on_store_error(epoch, upstream, "acquire", &error, ctx),
+                    }
+                }));
+                return;
+            }
+            let now_ms = self.clock.now_ms();
+            let admission = self.slots[upstream].local.acquire(&id, now_ms, duration_ms(lease));
+            if !self.on_admission(upstream, id, admission, ctx) {
+                return;
+            }
+        }
+    }
+
+    /// Applies an acquire's answer; returns whether the next waiter may be served now.
+    fn on_admission(&mut self, upstream: usize, id: String, admission: Admission, ctx: &mut Context<Self>) -> bool {
+        let now = Instant::now();
+        match admission {
+            Admission::Granted { wave, state, limit } => {
+                let fallback = self.mode == Mode::Fallback;
+                let slot = &mut self.slots[upstream];
+                slot.cooldown_until = None;
+                let Some(waiter) = slot.waiters.pop_if(&id) else {
+                    // The caller gave up while the script ran: give the permit back.
+                    self.release(upstream, id, wave, WaveSignal::Neutral, ctx);
+                    return true;
+                };
+                slot.held.insert(id.clone(), wave);
+                if fallback {
+                    slot.outage.granted += 1;
+                }
+                let grant = Grant { id, wave, state, limit, waited: now.saturating_duration_since(waiter.enqueued) };
+                if let Err(Ok(grant)) = waiter.reply.send(Ok(grant)) {
+                    slot.held.remove(&grant.id);
+                    self.release(upstream, grant.id, wave, WaveSignal::Neutral, ctx);
+                }
+                true
+            }
+            Admission::Denied { reason: DenyReason::Cooldown, retry_after_ms } => {
+                let rest = Duration::from_millis(retry_after_ms);
+                let slot = &mut self.slots[upstream];
+                slot.cooldown_until = Some(now + rest);
+                if self.mode == Mode::Shared {
+                    slot.last_shared.cooldown_until = Some(now + rest);
+                }
+                let jitter = COOLDOWN_JITTER.mul_f64(rand::rng().random::<f64>());
+                self.retry_in(upstream, rest + jitter, ctx);
+                false
+            }
+            Admission::Denied { reason: DenyReason::AtLimit, .. } => {
+                self.retry_in(upstream, jittered(AT_LIMIT_POLL), ctx);
+                false
+            }
+        }
+    }
+
+    pub(super) fn retry_in(&mut self, upstream: usize, after: Duration, ctx: &mut Context<Self>) {
+        let slot = &mut self.slots[upstream];
+        if let Some(timer) = slot.retry_timer.take() {
+            ctx.cancel_future(timer);
+        }
+        slot.retry_timer = Some(ctx.run_later(after, move |act, ctx| {
+            act.slots[upstream].retry_timer = None;
+            act.pump(upstream, ctx);
+        }));
+    }
+
+    /// Answers the waiters whose deadline has passed.
+    pub(super) fn expire(&mut self, upstream: usize, now: Instant) {
+        let slot = &mut self.slots[upstream];
+        let expired = slot.waiters.take_expired(now);
+        if expired.is_empty() {
+            return;
+        }
+        let retry_after = slot.cooldown_until.map(|until| until.saturating_duration_since(now));
+        for waiter in expired {
+            Waiters::time_out(waiter, slot.config.name().as_str(), now, retry_after);
+        }
+    }
+}

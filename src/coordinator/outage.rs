@@ -1,0 +1,218 @@
+//! Redis down: fail open to a fair local share, then reconcile before going back.
+//!
+//! On an outage (a timeout, a refused or dropped connection, BUSY, LOADING, failed auth) the
+//! coordinator switches to **fallback**: each upstream gets a local gate whose limit is this
+//! process's fair share, `max(1, limit ÷ live processes last seen)` (or the configured
+//! `fallback_limit`), which starts out holding every permit this process already holds, and
+//! carries a shared cooldown in force. Waiters go on locally; calls in progress are not
+//! disturbed.
+//!
+//! A probe with backoff (never the request path) pings the store. Once it answers, the
+//! coordinator **reconciles** each upstream in one script call — the permits still in flight
+//! here are registered in the shared set with fresh leases, registrations of permits that
+//! finished during the outage are dropped — and carries a 429 seen during the outage into the
+//! shared wave when the shared state is NORMAL. While it does, waiters wait and releases are
+//! deferred; then it switches back to shared mode and replays them.
+
+use std::time::{Duration, Instant};
+
+use actix::{ActorFutureExt, AsyncContext, Context, Handler, WrapFuture};
+use wavegate_core::{Clock, LocalGate, WaveSignal, WaveState, duration_ms};
+use wavegate_redis::{Reconciled, SharedGate, StoreError};
+
+use super::{Coordinator, HEARTBEAT_TTL, OutageBook};
+use crate::status::Mode;
+
+/// The first probe after a switch comes this soon; each failed one doubles the wait.
+pub(super) const PROBE_MIN: Duration = Duration::from_millis(100);
+/// The longest wait between probes.
+const PROBE_MAX: Duration = Duration::from_secs(1);
+
+/// What one upstream's reconciliation sends.
+struct Plan {
+    upstream: usize,
+    gate: SharedGate,
+    adopt: Vec<String>,
+    drop: Vec<String>,
+    lease: Duration,
+    /// A 429 to carry into the shared wave, with the cooldown still to run.
+    carry: Option<Option<Duration>>,
+}
+
+/// What one upstream's reconciliation did.
+struct Outcome {
+    upstream: usize,
+    reconciled: Reconciled,
+    adopted: usize,
+    dropped: usize,
+    carried_429: bool,
+}
+
+impl Coordinator {
+    /// Switches from shared mode to local fallback (does nothing in any other mode).
+    pub(super) fn enter_fallback(&mut self, command: &'static str, error: &StoreError, ctx: &mut Context<Self>) {
+        if self.mode != Mode::Shared {
+            return;
+        }
+        self.mode = Mode::Fallback;
+        self.epoch += 1;
+        self.probe_backoff = PROBE_MIN;
+        tracing::warn!(
+            command,
+            %error,
+            live_instances = self.live_instances,
+            "shared store unreachable: switching to local fallback"
+        );
+        let now = Instant::now();
+        let now_ms = self.clock.now_ms();
+        for slot in &mut self.slots {
+            let share = slot.config.fallback_share(self.live_instances);
+            let mut wave = slot.config.wave().clone();
+            wave.base_limit = share;
+            let mut gate = LocalGate::new(wave);
+            if let Some(until) = slot.last_shared.cooldown_until.filter(|until| *until > now) {
+                // A shared cooldown in force goes on here.
+                let mut snapshot = gate.machine().snapshot();
+                snapshot.state = WaveState::Cooldown;
+                snapshot.limit = (share.get() / 2).max(1);
+                snapshot.threshold = snapshot.limit;
+                snapshot.cooldown_until_ms = now_ms + duration_ms(until - now);
+                gate.machine_mut().restore(snapshot);
+            }
+            let lease_ms = duration_ms(slot.config.permit_ttl());
+            for (id, wave) in &mut slot.held {
+                *wave = gate.adopt(id, now_ms, lease_ms);
+            }
+            slot.outage = OutageBook { registered: slot.held.keys().cloned().collect(), ..OutageBook::default() };
+            slot.local = gate;
+            slot.pumping = false;
+            slot.wake_pending = false;
+            tracing::warn!(upstream = %slot.config.name(), fallback_limit = share.get(), held = slot.held.len(), "fallback share");
+        }
+        for upstream in 0..self.slots.len() {
+            self.pump(upstream, ctx);
+        }
+        self.schedule_probe(ctx);
+    }
+
+    fn schedule_probe(&mut self, ctx: &mut Context<Self>) {
+        let after = self.probe_backoff;
+        self.probe_backoff = (after * 2).min(PROBE_MAX);
+        ctx.run_later(after, |act, ctx| act.probe(ctx));
+    }
+
+    /// Asks the store whether it is back (ping + heartbeat); reconciles if it is.
+    fn probe(&mut self, ctx: &mut Context<Self>) {
+        if self.mode != Mode::Fallback || self.reconciling {
+            return;
+        }
+        let Some(store) = self.store.clone() else { return };
+        let instance = self.ids.instance().to_owned();
+        let call = async move {
+            store.ping().await?;
+            store.heartbeat(&instance, HEARTBEAT_TTL).await
+        };
+        ctx.spawn(call.into_actor(self).map(|result, act, ctx| match result {
+            Ok(live) => {
+                act.live_instances = live.max(1);
+                act.reconcile(ctx);
+            }
+            Err(_) => act.schedule_probe(ctx),
+        }));
+    }
+
+    fn reconcile(&mut self, ctx: &mut Context<Self>) {
+        self.reconciling = true;
+        let now_ms = self.clock.now_ms();
+        let plans: Vec<Plan> = self
+            .slots
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(upstream, slot)| {
+                let gate = slot.shared.clone()?;
+                let (local, _) = slot.local.status(now_ms);
+                let carry = slot.outage.rate_limited.filter(|_| local.state != WaveState::Normal).map(|_| {
+                    (local.state == WaveState::Cooldown)
+                        .then(|| Duration::from_millis(local.cooldown_until_ms.saturating_sub(now_ms)))
+                });
+                Some(Plan {
+                    upstream,
+                    gate,
+                    adopt: slot.held.keys().cloned().collect(),
+                    drop: slot.outage.unreleased.iter().filter(|id| !slot.held.contains_key(*id)).cloned().collect(),
+                    lease: slot.config.permit_ttl(),
+                    carry,
+                })
+            })
+            .collect();
+        let carrier = format!("{}:reconcile", self.ids.instance());
+        let epoch = self.epoch;
+        let call = async move {
+            let mut outcomes = Vec::with_capacity(plans.len());
+            for plan in plans {
+                let reconciled = plan.gate.reconcile(&plan.adopt, &plan.drop, plan.lease).await?;
+                let carried_429 = match plan.carry {
+                    Some(retry_after) if reconciled.state == WaveState::Normal => {
+                        plan.gate.finish(&carrier, reconciled.wave, WaveSignal::RateLimited { retry_after }).await?;
+                        true
+                    }
+                    _ => false,
+                };
+                let (adopted, dropped) = (plan.adopt.len(), plan.drop.len());
+                outcomes.push(Outcome { upstream: plan.upstream, reconciled, adopted, dropped, carried_429 });
+            }
+            Ok::<_, StoreError>(outcomes)
+        };
+        ctx.spawn(call.into_actor(self).map(move |result, act, ctx| {
+            act.reconciling = false;
+            match result {
+                Ok(outcomes) if act.epoch == epoch => act.back_to_shared(outcomes, ctx),
+                Ok(_) => act.replay_deferred(ctx),
+                Err(error) => {
+                    tracing::warn!(%error, "reconciliation failed; staying in fallback");
+                    act.replay_deferred(ctx);
+                    for upstream in 0..act.slots.len() {
+                        act.pump(upstream, ctx);
+                    }
+                    act.schedule_probe(ctx);
+                }
+            }
+        }));
+    }
+
+    fn back_to_shared(&mut self, outcomes: Vec<Outcome>, ctx: &mut Context<Self>) {
+        self.mode = Mode::Shared;
+        self.epoch += 1;
+        self.probe_backoff = PROBE_MIN;
+        for outcome in outcomes {
+            let slot = &mut self.slots[outcome.upstream];
+            for wave in slot.held.values_mut() {
+                *wave = outcome.reconciled.wave;
+            }
+            tracing::info!(
+                upstream = %slot.config.name(),
+                adopted = outcome.adopted,
+                dropped = outcome.dropped,
+                carried_429 = outcome.carried_429,
+                granted_during_outage = slot.outage.granted,
+                shared_in_flight = outcome.reconciled.in_flight,
+                "reconciled with the shared store"
+            );
+            slot.outage = OutageBook::default();
+            slot.local = LocalGate::new(slot.config.wave().clone());
+            slot.pumping = false;
+            slot.cooldown_until = None;
+        }
+        tracing::info!("shared store back: shared mode");
+        self.replay_deferred(ctx);
+        for upstream in 0..self.slots.len() {
+            self.pump(upstream, ctx);
+        }
+    }
+
+    fn replay_deferred(&mut self, ctx: &mut Context<Self>) {
+        for finish in std::mem::take(&mut self.deferred) {
+            <Self as Handler<crate::messages::Finish>>::handle(self, finish, ctx);
+        }
+    }
+}
