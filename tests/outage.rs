@@ -1,0 +1,162 @@
+//! Redis outages in one process: a hang (SIGSTOP), a crash with an empty restart, a script
+//! flush, a 429 seen during the outage, Redis down from the start.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use wavegate::{Mode, Outcome, Scheduler, UpstreamConfig, WaveState};
+use wavegate_testkit::RedisServer;
+
+fn upstream(limit: u32) -> UpstreamConfig {
+    UpstreamConfig::builder("llm")
+        .limit(limit)
+        .renewed_lease(Duration::from_secs(3))
+        .max_wait(Duration::from_secs(5))
+        .cooldown_ladder([Duration::from_secs(2)])
+        .build()
+        .expect("valid config")
+}
+
+async fn wait_for_mode(scheduler: &Scheduler, mode: Mode, within: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        if scheduler.mode().await.expect("mode") == mode {
+            return started.elapsed();
+        }
+        assert!(started.elapsed() < within, "not in {mode} mode within {within:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[actix::test]
+async fn a_hung_redis_costs_one_command_timeout_then_resumes() {
+    let mut redis = RedisServer::start().expect("redis-server");
+    let scheduler = Scheduler::builder().upstream(upstream(4)).redis(redis.url()).build().expect("scheduler");
+    let held = scheduler.acquire("llm").await.expect("a permit while healthy");
+    assert_eq!(scheduler.mode().await.expect("mode"), Mode::Shared);
+
+    redis.pause().expect("SIGSTOP");
+    let started = Instant::now();
+    let permit = scheduler.acquire("llm").await.expect("a permit through the fallback");
+    let took = started.elapsed();
+    assert!(took < Duration::from_millis(250 + 350), "the acquire took {took:?} against a hung server");
+    assert_eq!(scheduler.mode().await.expect("mode"), Mode::Fallback);
+    // The fallback share is the whole limit for the only live process; both permits count.
+    let status = scheduler.status("llm").await.expect("status");
+    assert_eq!((status.limit, status.in_flight_local), (4, 2));
+
+    redis.resume().expect("SIGCONT");
+    let back = wait_for_mode(&scheduler, Mode::Shared, Duration::from_secs(5)).await;
+    println!("back in shared mode {back:?} after SIGCONT; the hung acquire took {took:?}");
+    // Both permits are registered in the shared set.
+    let mut con = redis.connection().expect("connection");
+    let members: usize = redis::cmd("ZCARD").arg("wavegate:{llm}:permits").query(&mut con).expect("ZCARD");
+    assert_eq!(members, 2);
+    drop(held);
+    permit.succeeded();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while redis::cmd("ZCARD").arg("wavegate:{llm}:permits").query::<usize>(&mut con).expect("ZCARD") != 0 {
+        assert!(Instant::now() < deadline, "the releases after recovery did not reach the shared set");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[actix::test]
+async fn a_crash_and_empty_restart_leave_exactly_the_permits_in_flight() {
+    let mut redis = RedisServer::start().expect("redis-server");
+    let scheduler = Scheduler::builder().upstream(upstream(6)).redis(redis.url()).build().expect("scheduler");
+    let before = scheduler.acquire("llm").await.expect("permit");
+    let finished_during = scheduler.acquire("llm").await.expect("permit");
+
+    redis.kill().expect("kill -9");
+    let during = scheduler.acquire("llm").await.expect("a permit through the fallback");
+    assert_eq!(scheduler.mode().await.expect("mode"), Mode::Fallback);
+    finished_during.succeeded();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    redis.restart().expect("restart, empty");
+    let back = wait_for_mode(&scheduler, Mode::Shared, Duration::from_secs(5)).await;
+    println!("back in shared mode {back:?} after the restart");
+    let mut con = redis.connection().expect("connection");
+    let mut members: Vec<String> =
+        redis::cmd("ZRANGE").arg("wavegate:{llm}:permits").arg(0).arg(-1).query(&mut con).expect("ZRANGE");
+    members.sort();
+    let mut expected = vec![before.id().to_string(), during.id().to_string()];
+    expected.sort();
+    assert_eq!(members, expected, "the shared set must hold exactly the permits still in flight");
+}
+
+#[actix::test]
+async fn a_script_flush_under_load_is_not_an_outage() {
+    let redis = RedisServer::start().expect("redis-server");
+    let scheduler = Scheduler::builder().upstream(upstream(5)).redis(redis.url()).build().expect("scheduler");
+    let mut callers = Vec::new();
+    for _ in 0..20 {
+        let scheduler = scheduler.clone();
+        callers.push(actix::spawn(async move {
+            let mut errors = 0;
+            for _ in 0..15 {
+                let result = scheduler
+                    .call("llm", |_| async {
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                        Ok::<_, Outcome>(())
+                    })
+                    .await;
+                errors += usize::from(result.is_err());
+            }
+            errors
+        }));
+    }
+    let mut saw_fallback = false;
+    for _ in 0..5 {
+        redis.flush_scripts().expect("SCRIPT FLUSH");
+        for _ in 0..5 {
+            saw_fallback |= scheduler.mode().await.expect("mode") != Mode::Shared;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    let mut errors = 0;
+    for caller in callers {
+        errors += caller.await.expect("caller");
+    }
+    assert_eq!(errors, 0);
+    assert!(!saw_fallback, "NOSCRIPT must reload the script, not switch to fallback");
+}
+
+#[actix::test]
+async fn a_429_seen_during_the_outage_reaches_the_shared_wave() {
+    let mut redis = RedisServer::start().expect("redis-server");
+    let scheduler = Scheduler::builder().upstream(upstream(8)).redis(redis.url()).build().expect("scheduler");
+    scheduler.acquire("llm").await.expect("permit").succeeded();
+    redis.kill().expect("kill -9");
+    let permit = scheduler.acquire("llm").await.expect("a permit through the fallback");
+    permit.report(Outcome::from_status(429, Some("3"), SystemTime::now()));
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let local = scheduler.status("llm").await.expect("status");
+    assert_eq!((local.mode, local.state), (Mode::Fallback, WaveState::Cooldown), "the fallback cools down too");
+
+    redis.restart().expect("restart, empty");
+    wait_for_mode(&scheduler, Mode::Shared, Duration::from_secs(5)).await;
+    let shared = scheduler.status("llm").await.expect("status");
+    assert_eq!((shared.mode, shared.state, shared.limit), (Mode::Shared, WaveState::Cooldown, 4), "{shared:?}");
+    assert!(shared.cooldown_remaining > Duration::from_secs(1), "the outage's cooldown goes on: {shared:?}");
+}
+
+#[actix::test]
+async fn redis_down_from_the_start_falls_back_then_joins() {
+    let mut redis = RedisServer::start().expect("redis-server");
+    redis.kill().expect("kill -9: down before the scheduler starts");
+    let scheduler = Scheduler::builder()
+        .upstream(upstream(3))
+        .redis(redis.url())
+        .build()
+        .expect("a scheduler builds without a reachable Redis");
+    let started = Instant::now();
+    scheduler
+        .call("llm", |_| async { Ok::<_, Outcome>(()) })
+        .await
+        .expect("calls go through the fallback while Redis is down");
+    assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
+    assert_eq!(scheduler.mode().await.expect("mode"), Mode::Fallback);
+    redis.restart().expect("redis-server comes up");
+    wait_for_mode(&scheduler, Mode::Shared, Duration::from_secs(5)).await;
+}
