@@ -21,12 +21,13 @@ fn main() {
         worker_main();
         return;
     }
-    let scenarios: [(&str, fn()); 2] = [
+    let scenarios: [(&str, fn()); 3] = [
         ("four_processes_never_exceed_the_shared_limit", four_processes_never_exceed_the_shared_limit),
         (
             "kill_9_of_a_holder_frees_its_permits_within_two_leases",
             kill_9_of_a_holder_frees_its_permits_within_two_leases,
         ),
+        ("redis_killed_under_load_fails_open_to_fair_shares", redis_killed_under_load_fails_open_to_fair_shares),
     ];
     let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     let (mut passed, mut failed) = (0, 0);
@@ -209,6 +210,73 @@ fn kill_9_of_a_holder_frees_its_permits_within_two_leases() {
     );
 }
 
+fn redis_killed_under_load_fails_open_to_fair_shares() {
+    const CALLERS_PROCESSES: usize = 3;
+    const LIMIT: usize = 9;
+    const HELD: usize = 2;
+    let mut redis = RedisServer::start().expect("redis-server");
+    let mock =
+        MockUpstream::start(MockUpstreamConfig { service_time: Duration::from_millis(20), ..Default::default() })
+            .expect("mock upstream");
+    let common = |mode: &str| {
+        vec![
+            ("REDIS_URL", redis.url()),
+            ("MOCK_ADDR", mock.addr().to_string()),
+            ("MODE", mode.to_string()),
+            ("LIMIT", LIMIT.to_string()),
+            ("LEASE_MS", "3000".to_string()),
+            ("HOLD", HELD.to_string()),
+            ("CALLERS", "12".to_string()),
+            ("CALLS", "600".to_string()),
+        ]
+    };
+    let holder = Worker::spawn(&common("hold"));
+    holder.expect_line("HOLDING", Duration::from_secs(20));
+    let callers: Vec<Worker> = (0..CALLERS_PROCESSES).map(|_| Worker::spawn(&common("calls"))).collect();
+    // Let every process heartbeat so each knows there are four of them.
+    std::thread::sleep(Duration::from_millis(1_500));
+    assert!(mock.max_in_flight() <= LIMIT - HELD, "healthy: {} > {}", mock.max_in_flight(), LIMIT - HELD);
+
+    redis.kill().expect("kill -9 redis");
+    let killed = Instant::now();
+    mock.reset_max_in_flight();
+    for worker in callers.iter().chain([&holder]) {
+        worker.expect_line("MODE fallback", Duration::from_secs(5));
+    }
+    let switched = killed.elapsed();
+    std::thread::sleep(Duration::from_millis(1_500));
+    let max_during_outage = mock.max_in_flight();
+    let shares = (CALLERS_PROCESSES + 1) * (LIMIT / (CALLERS_PROCESSES + 1));
+
+    redis.restart().expect("restart redis, empty");
+    let restarted = Instant::now();
+    for worker in callers.iter().chain([&holder]) {
+        worker.expect_line("MODE shared", Duration::from_secs(10));
+    }
+    let back = restarted.elapsed();
+    let mut ok = 0;
+    for worker in &callers {
+        let line = worker.expect_line("RESULT", Duration::from_secs(120));
+        assert_eq!(field(&line, "err"), 0, "no call may fail because of the outage: {line}");
+        ok += field(&line, "ok");
+    }
+    let mut con = redis.connection().expect("connection");
+    let shared: usize = redis::cmd("ZCARD").arg("wavegate:{mock}:permits").query(&mut con).expect("ZCARD");
+    println!(
+        "    all {CALLERS_PROCESSES} callers in fallback {:.0} ms after kill -9; max in flight during the outage \
+         {max_during_outage} (fair shares sum to {shares}, limit {LIMIT}); all back in shared mode {:.0} ms \
+         after the restart; {ok} calls, none failed; shared set after the load: {shared} (held: {HELD})",
+        switched.as_secs_f64() * 1e3,
+        back.as_secs_f64() * 1e3
+    );
+    assert!(
+        max_during_outage <= shares,
+        "{max_during_outage} in flight during the outage; fair shares sum to {shares}"
+    );
+    assert_eq!(ok as usize, CALLERS_PROCESSES * 600);
+    assert_eq!(shared, HELD, "the shared set must hold exactly the permits still in flight (the holder's)");
+}
+
 // ------------------------------------------------------------------------------------------
 // The worker's side.
 
@@ -231,10 +299,12 @@ fn worker_main() {
             .build()
             .expect("config");
         let scheduler = Scheduler::builder().upstream(upstream).redis(env("REDIS_URL")).build().expect("scheduler");
+        report_mode_changes(scheduler.clone());
         match env("MODE").as_str() {
             "hold" => {
+                let hold: u32 = std::env::var("HOLD").ok().and_then(|h| h.parse().ok()).unwrap_or(limit);
                 let mut permits = Vec::new();
-                for _ in 0..limit {
+                for _ in 0..hold {
                     permits.push(scheduler.acquire("mock").await.expect("permit"));
                 }
                 println!("HOLDING {}", permits.len());
@@ -270,6 +340,21 @@ fn worker_main() {
                 }
                 println!("RESULT ok={ok} err={err} first_error={first_error:?}");
             }
+        }
+    });
+}
+
+/// Prints `MODE <mode>` at every change of the scheduler's mode.
+fn report_mode_changes(scheduler: Scheduler) {
+    actix::spawn(async move {
+        let mut last = None;
+        loop {
+            let Ok(mode) = scheduler.mode().await else { return };
+            if last != Some(mode) {
+                println!("MODE {mode}");
+                last = Some(mode);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     });
 }
