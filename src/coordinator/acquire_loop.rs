@@ -144,7 +144,7 @@ impl Coordinator {
         if expired.is_empty() {
             return;
         }
-        let retry_after = slot.cooldown_until.map(|until| until.saturating_duration_since(now));
+        let retry_after = slot.cooldown_until.filter(|until| *until > now).map(|until| until - now);
         for waiter in expired {
             Waiters::time_out(waiter, slot.config.name().as_str(), now, retry_after);
         }

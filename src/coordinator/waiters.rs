@@ -25,7 +25,9 @@ pub(crate) struct Waiters {
 }
 
 impl Waiters {
-    pub(crate) fn len(&self) -> usize {
+    /// Callers still waiting (those that gave up are dropped first).
+    pub(crate) fn len(&mut self) -> usize {
+        self.queue.retain(|w| !w.reply.is_closed());
         self.queue.len()
     }
 

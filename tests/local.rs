@@ -1,0 +1,672 @@
+//! Local mode (no Redis) through the public API only: `Scheduler::call`, `Scheduler::acquire`,
+//! `Permit`, `Scheduler::status` and the typed errors.
+//!
+//! Every test counts what really happens (closure invocations, calls in flight, elapsed time)
+//! so that it fails when the claim in its name is false. Durations are tens or hundreds of
+//! milliseconds; the whole file runs in a few seconds.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use futures_util::future::join_all;
+use wavegate::core::{Backoff, BreakerConfig, ConfigError, RetryBudgetConfig, UpstreamConfigBuilder};
+use wavegate::{Attempt, BuildError, Error, Outcome, Permit, Scheduler, UpstreamConfig, UpstreamStatus, WaveState};
+
+const MS: Duration = Duration::from_millis(1);
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// A local scheduler with one upstream named `x`.
+fn scheduler(config: UpstreamConfigBuilder) -> Scheduler {
+    Scheduler::builder().upstream(config.build().expect("valid configuration")).build().expect("scheduler")
+}
+
+fn x() -> UpstreamConfigBuilder {
+    UpstreamConfig::builder("x")
+}
+
+fn status_outcome(code: u16) -> Outcome {
+    Outcome::from_status(code, None, SystemTime::now())
+}
+
+async fn status(scheduler: &Scheduler) -> UpstreamStatus {
+    scheduler.status("x").await.expect("status")
+}
+
+/// Waits (bounded) until `x` has `depth` callers queued, so waiters enter in a known order.
+async fn until_queued(scheduler: &Scheduler, depth: usize) {
+    let start = Instant::now();
+    while status(scheduler).await.queue_depth < depth {
+        assert!(start.elapsed() < ms(500), "{depth} waiters never queued");
+        tokio::time::sleep(MS).await;
+    }
+}
+
+/// Runs `future` and tells how long it took.
+async fn timed<T>(future: impl Future<Output = T>) -> (T, Duration) {
+    let start = Instant::now();
+    let value = future.await;
+    (value, start.elapsed())
+}
+
+/// Sets its flag when dropped: shows that the caller's upstream future was cancelled.
+struct SetOnDrop(Arc<AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, SeqCst);
+    }
+}
+
+// 1
+#[actix::test]
+async fn never_more_calls_in_flight_than_the_limit_and_the_limit_is_used() {
+    let s = scheduler(x().limit(5));
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let max_seen = Arc::new(AtomicUsize::new(0));
+    let invoked = Arc::new(AtomicUsize::new(0));
+    let calls = (0..200).map(|i| {
+        let (s, in_flight, max_seen, invoked) = (s.clone(), in_flight.clone(), max_seen.clone(), invoked.clone());
+        async move {
+            s.call("x", move |_| {
+                let (in_flight, max_seen, invoked) = (in_flight.clone(), max_seen.clone(), invoked.clone());
+                async move {
+                    invoked.fetch_add(1, SeqCst);
+                    let now = in_flight.fetch_add(1, SeqCst) + 1;
+                    max_seen.fetch_max(now, SeqCst);
+                    tokio::time::sleep(ms(5)).await;
+                    in_flight.fetch_sub(1, SeqCst);
+                    Ok::<_, Outcome>(i)
+                }
+            })
+            .await
+        }
+    });
+    let (results, elapsed) = timed(tokio::time::timeout(ms(3_000), join_all(calls))).await;
+    let results = results.expect("releases do not wake waiters: still running after 3 s");
+    for (i, result) in results.into_iter().enumerate() {
+        assert_eq!(result.expect("every call succeeds"), i);
+    }
+    assert_eq!(invoked.load(SeqCst), 200, "one attempt per call");
+    assert_eq!(max_seen.load(SeqCst), 5, "at most the limit in flight, and the limit is used");
+    // 200 calls of >= 5 ms, 5 at a time: at least 40 rounds of 5 ms. A release must wake the
+    // next waiter at once: waiting for the 250 ms at-limit poll would take seconds.
+    assert!(elapsed >= ms(200), "faster than the limit allows: {elapsed:?}");
+    assert!(elapsed < ms(2_000), "releases do not wake waiters promptly: {elapsed:?}");
+    let st = status(&s).await;
+    assert_eq!((st.in_flight_local, st.queue_depth), (0, 0));
+}
+
+// 2
+#[actix::test]
+async fn local_waiters_are_served_first_in_first_out() {
+    let s = scheduler(x().limit(1));
+    let holder = s.acquire("x").await.expect("first permit");
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..8usize {
+        let (s2, order) = (s.clone(), order.clone());
+        waiters.push(actix::spawn(async move {
+            s2.call("x", move |_| {
+                let order = order.clone();
+                async move {
+                    order.lock().expect("lock").push(i);
+                    Ok::<_, Outcome>(())
+                }
+            })
+            .await
+        }));
+        until_queued(&s, i + 1).await;
+    }
+    assert!(order.lock().expect("lock").is_empty(), "nobody runs while the only permit is held");
+    holder.succeeded();
+    for waiter in waiters {
+        waiter.await.expect("task").expect("call");
+    }
+    assert_eq!(*order.lock().expect("lock"), (0..8).collect::<Vec<_>>());
+}
+
+// 3
+#[actix::test]
+async fn waiting_longer_than_max_wait_is_refused_in_time() {
+    let s = scheduler(x().limit(1).max_wait(ms(100)).total_timeout(ms(2_000)));
+    let _held = s.acquire("x").await.expect("first permit");
+
+    let (result, elapsed) = timed(s.acquire("x")).await;
+    let error = result.expect_err("no permit is free");
+    assert!(matches!(error, Error::WaitedTooLong { waited, .. } if waited >= ms(90)), "{error:?}");
+    assert!(elapsed >= ms(100) && elapsed < ms(300), "acquire gave up after {elapsed:?}");
+    assert!(error.is_overload());
+    assert!(error.retry_after().is_some_and(|d| d > Duration::ZERO));
+    assert_eq!(error.code(), "waited_too_long");
+
+    // Through `call`: the same wait, and the closure never runs.
+    let invoked = Arc::new(AtomicUsize::new(0));
+    let counter = invoked.clone();
+    let (result, elapsed) = timed(s.call("x", move |_| {
+        counter.fetch_add(1, SeqCst);
+        async { Ok::<_, Outcome>(()) }
+    }))
+    .await;
+    assert!(matches!(result, Err(Error::WaitedTooLong { .. })), "{result:?}");
+    assert!(elapsed >= ms(100) && elapsed < ms(300), "call gave up after {elapsed:?}");
+    assert_eq!(invoked.load(SeqCst), 0);
+    assert_eq!(status(&s).await.queue_depth, 0, "the expired waiters left the queue");
+}
+
+// 4
+#[actix::test]
+async fn a_full_queue_is_refused_at_once() {
+    let s = scheduler(x().limit(1).queue_capacity(2).max_wait(ms(2_000)));
+    let holder = s.acquire("x").await.expect("first permit");
+    let mut waiters = Vec::new();
+    for depth in 1..=2 {
+        let s2 = s.clone();
+        waiters.push(actix::spawn(async move { s2.acquire("x").await.map(Permit::succeeded) }));
+        until_queued(&s, depth).await;
+    }
+
+    let (result, elapsed) = timed(s.acquire("x")).await;
+    let error = result.expect_err("the queue is full");
+    assert!(matches!(error, Error::QueueFull { capacity: 2, .. }), "{error:?}");
+    assert!(elapsed < ms(50), "refused after {elapsed:?}");
+    assert!(error.is_overload() && error.retry_after().is_some());
+
+    // The two queued callers are still served.
+    holder.succeeded();
+    for waiter in waiters {
+        let result = tokio::time::timeout(ms(200), waiter).await.expect("served promptly").expect("task");
+        result.expect("permit");
+    }
+}
+
+// 5
+#[actix::test]
+async fn an_open_breaker_refuses_without_calling_the_upstream_then_half_opens() {
+    let breaker = BreakerConfig {
+        failure_rate: 0.5,
+        minimum_calls: 3,
+        window: ms(10_000),
+        open_for: ms(200),
+        half_open_probes: 1,
+    };
+    let s = scheduler(x().breaker(breaker));
+    let invoked = Arc::new(AtomicUsize::new(0));
+    let fail = invoked.clone();
+    let failing = move |_: Attempt| {
+        fail.fetch_add(1, SeqCst);
+        async { Err::<(), _>(status_outcome(500)) }
+    };
+    for _ in 0..3 {
+        let error = s.call("x", failing.clone()).await.expect_err("500");
+        assert!(matches!(error, Error::Upstream { attempts: 1, .. }), "a 500 is not retried: {error:?}");
+        assert_eq!(error.upstream_status(), Some(500));
+    }
+    assert_eq!(invoked.load(SeqCst), 3);
+    assert_eq!(status(&s).await.breaker, "open");
+
+    let (result, elapsed) = timed(s.call("x", failing.clone())).await;
+    let error = result.expect_err("breaker open");
+    let Error::BreakerOpen { retry_after, .. } = error else { panic!("expected BreakerOpen, got {error:?}") };
+    assert!(elapsed < ms(50), "refused after {elapsed:?}");
+    assert_eq!(invoked.load(SeqCst), 3, "the upstream was not called");
+    assert!(retry_after > ms(100) && retry_after <= ms(200), "retry_after {retry_after:?}");
+    assert!(error.is_overload() && error.retry_after() == Some(retry_after));
+    assert!(matches!(s.acquire("x").await, Err(Error::BreakerOpen { .. })), "acquire is refused too");
+
+    // After open_for, one probe goes through; its success closes the breaker.
+    tokio::time::sleep(retry_after + ms(20)).await;
+    let counter = invoked.clone();
+    let answer = s
+        .call("x", move |_| {
+            counter.fetch_add(1, SeqCst);
+            async { Ok::<_, Outcome>("probe") }
+        })
+        .await;
+    assert_eq!(answer.expect("the half-open probe is admitted"), "probe");
+    assert_eq!(invoked.load(SeqCst), 4);
+    assert_eq!(status(&s).await.breaker, "closed");
+}
+
+// 6
+#[actix::test]
+async fn transient_failures_are_retried_within_the_budget_and_max_retries() {
+    let strict = x()
+        .retry_budget(RetryBudgetConfig { ratio: 0.0, min_per_second: 0, ttl: ms(10_000) })
+        .backoff(Backoff { base: ms(5), max: ms(10), max_retries: 3 })
+        .build()
+        .expect("valid");
+    let normal = UpstreamConfig::builder("normal")
+        .backoff(Backoff { base: ms(5), max: ms(20), max_retries: 2 })
+        .build()
+        .expect("valid");
+    let s = Scheduler::builder().upstream(strict).upstream(normal).build().expect("scheduler");
+
+    let attempts = Arc::new(Mutex::new(Vec::new()));
+    let always_503 = {
+        let attempts = attempts.clone();
+        move |attempt: Attempt| {
+            attempts.lock().expect("lock").push(attempt.number);
+            async { Err::<(), _>(status_outcome(503)) }
+        }
+    };
+
+    let (result, elapsed) = timed(s.call("x", always_503.clone())).await;
+    let error = result.expect_err("503");
+    assert!(matches!(error, Error::RetryBudgetSpent { attempts: 1, .. }), "{error:?}");
+    assert!(error.is_overload());
+    assert_eq!(*attempts.lock().expect("lock"), [1], "no retry without budget");
+    assert!(elapsed < ms(200), "{elapsed:?}");
+
+    attempts.lock().expect("lock").clear();
+    let error = s.call("normal", always_503).await.expect_err("503");
+    let Error::Upstream { outcome, attempts: made, .. } = &error else { panic!("expected Upstream, got {error:?}") };
+    assert_eq!((*made, outcome.status()), (3, Some(503)));
+    assert_eq!(error.upstream_status(), Some(503));
+    assert_eq!(*attempts.lock().expect("lock"), [1, 2, 3], "first attempt + max_retries");
+}
+
+// 7
+#[actix::test]
+async fn other_client_errors_are_never_retried_and_release_their_permit() {
+    let breaker = BreakerConfig { minimum_calls: 1, ..BreakerConfig::default() };
+    // Limit 1 and a short wait: a permit left behind would make the next call time out.
+    // A total timeout bounds the test even if a 4xx were (wrongly) retried.
+    let s = scheduler(x().limit(1).max_wait(ms(200)).total_timeout(ms(500)).breaker(breaker));
+    for code in [400, 401, 403, 404, 409, 422] {
+        let invoked = Arc::new(AtomicUsize::new(0));
+        let counter = invoked.clone();
+        let error = s
+            .call("x", move |_| {
+                counter.fetch_add(1, SeqCst);
+                async move { Err::<(), _>(status_outcome(code)) }
+            })
+            .await
+            .expect_err("client error");
+        assert!(matches!(error, Error::Upstream { attempts: 1, .. }), "{code}: {error:?}");
+        assert_eq!(error.upstream_status(), Some(code));
+        assert!(!error.is_overload() && error.retry_after().is_none());
+        assert_eq!(invoked.load(SeqCst), 1, "{code} was retried");
+    }
+    let st = status(&s).await;
+    assert_eq!(st.breaker, "closed", "a client error is not the upstream's failure");
+    assert_eq!((st.state, st.limit, st.wave), (WaveState::Normal, 1, 1));
+}
+
+/// A 429 with `Retry-After: retry_after` on the first attempt, a success on the second.
+async fn retried_after_rate_limit(retry_after: &'static str, min_cooldown: Duration, cooldown: Duration) {
+    let s = scheduler(x().min_cooldown(min_cooldown).max_wait(ms(2_000)).total_timeout(ms(3_000)));
+    let log = Arc::new(Mutex::new(Vec::<(Attempt, Instant)>::new()));
+    let attempts = log.clone();
+    let answer = s
+        .call("x", move |attempt| {
+            attempts.lock().expect("lock").push((attempt, Instant::now()));
+            async move {
+                if attempt.number == 1 {
+                    Err(Outcome::from_status(429, Some(retry_after), SystemTime::now()))
+                } else {
+                    Ok(attempt.number)
+                }
+            }
+        })
+        .await;
+    assert_eq!(answer.expect("retried after the cooldown"), 2);
+    let log = log.lock().expect("lock").clone();
+    assert_eq!(log.len(), 2);
+    assert_eq!((log[0].0.wave, log[1].0.wave), (1, 2), "the retry has a new permit of the new wave");
+    let gap = log[1].1 - log[0].1;
+    // The local clock counts whole milliseconds: allow 1 ms of rounding.
+    assert!(gap + MS >= cooldown, "retried {gap:?} after the 429, before the {cooldown:?} cooldown");
+    assert!(gap < cooldown + ms(200), "retried {gap:?} after the 429 (cooldown {cooldown:?})");
+    let st = status(&s).await;
+    assert_eq!((st.state, st.limit, st.wave), (WaveState::Probe, 1, 2));
+    assert_eq!(st.breaker, "closed", "a 429 is not a breaker failure");
+    assert_eq!((st.in_flight_local, st.queue_depth), (0, 0));
+}
+
+// 8
+#[actix::test]
+async fn a_429_is_retried_through_a_new_permit_after_the_clamped_retry_after() {
+    retried_after_rate_limit("0.05", ms(150), ms(150)).await;
+}
+
+// 8 (the other side of the clamp)
+#[actix::test]
+async fn a_429_is_retried_after_its_retry_after_when_above_the_minimum() {
+    retried_after_rate_limit("0.2", ms(50), ms(200)).await;
+}
+
+/// Acquires `n` permits at once, checks that the limit is exactly `n`, reports `n` successes.
+async fn succeed_at_limit(s: &Scheduler, n: usize) {
+    let permits: Vec<Permit> =
+        join_all((0..n).map(|_| s.acquire("x"))).await.into_iter().map(|p| p.expect("permit")).collect();
+    assert!(permits.iter().all(|p| p.limit() as usize == n), "granted at limit {n}");
+    let extra = tokio::time::timeout(ms(20), s.acquire("x")).await;
+    assert!(extra.is_err(), "a permit beyond the limit {n} was granted: {extra:?}");
+    assert_eq!(status(s).await.in_flight_local, n);
+    for permit in permits {
+        permit.succeeded();
+    }
+}
+
+// 9
+#[actix::test]
+async fn the_seed_walk_through() {
+    let cooldown = ms(100);
+    let s = scheduler(x().limit(10).cooldown_ladder([cooldown]));
+    let now = SystemTime::now;
+
+    let a = s.acquire("x").await.expect("A");
+    let b = s.acquire("x").await.expect("B");
+    assert_eq!((a.wave(), a.state(), a.limit()), (1, WaveState::Normal, 10));
+    assert_eq!(b.wave(), 1);
+
+    // A's 429 cuts the limit once and starts the cooldown.
+    let cut_at = Instant::now();
+    a.report(Outcome::from_status(429, None, now()));
+    let st = status(&s).await;
+    assert_eq!((st.state, st.limit, st.wave, st.in_flight_local), (WaveState::Cooldown, 5, 2, 1));
+    assert!(st.cooldown_remaining > Duration::ZERO && st.cooldown_remaining <= cooldown);
+
+    // B's late 429 of the same burst changes nothing.
+    b.report(Outcome::from_status(429, None, now()));
+    let st = status(&s).await;
+    assert_eq!((st.state, st.limit, st.wave, st.in_flight_local), (WaveState::Cooldown, 5, 2, 0));
+
+    // Nothing is admitted before the cooldown ends; then PROBE at limit 1.
+    let c = s.acquire("x").await.expect("a permit after the cooldown");
+    let waited = cut_at.elapsed();
+    assert!(waited + MS >= cooldown, "granted {waited:?} after the cut, during the cooldown");
+    assert!(waited < cooldown + ms(200), "granted {waited:?} after the cut");
+    assert_eq!((c.state(), c.limit(), c.wave()), (WaveState::Probe, 1, 2));
+    let extra = tokio::time::timeout(ms(20), s.acquire("x")).await;
+    assert!(extra.is_err(), "PROBE admits one call at a time: {extra:?}");
+    c.succeeded();
+    let st = status(&s).await;
+    assert_eq!((st.state, st.limit), (WaveState::Probe, 1), "1 success of 3");
+    succeed_at_limit(&s, 1).await;
+    assert_eq!((status(&s).await.state, status(&s).await.limit), (WaveState::Probe, 1), "2 of 3");
+    succeed_at_limit(&s, 1).await;
+
+    // DEGRADED: 2 → 4 → 8, then NORMAL at 10.
+    for (limit, next) in [(2, WaveState::Degraded), (4, WaveState::Degraded), (8, WaveState::Degraded)] {
+        let st = status(&s).await;
+        assert_eq!((st.state, st.limit, st.wave), (next, limit, 2));
+        succeed_at_limit(&s, limit as usize).await;
+    }
+    let st = status(&s).await;
+    assert_eq!((st.state, st.limit, st.wave), (WaveState::Normal, 10, 2));
+    succeed_at_limit(&s, 10).await;
+}
+
+// 10
+#[actix::test]
+async fn every_call_ends_by_its_deadline() {
+    let total = ms(300);
+    let s = scheduler(x().limit(5).total_timeout(total));
+    let invoked = Arc::new(AtomicUsize::new(0));
+    let calls = (0..50).map(|_| {
+        let (s, invoked) = (s.clone(), invoked.clone());
+        async move {
+            timed(s.call("x", move |_| {
+                invoked.fetch_add(1, SeqCst);
+                std::future::pending::<Result<(), Outcome>>()
+            }))
+            .await
+        }
+    });
+    let results = tokio::time::timeout(ms(3_000), join_all(calls)).await.expect("a call hangs");
+    for (result, elapsed) in results {
+        assert!(matches!(result, Err(Error::DeadlinePassed { .. } | Error::WaitedTooLong { .. })), "{result:?}");
+        assert!(elapsed >= total - ms(10) && elapsed < total + ms(200), "ended after {elapsed:?}");
+    }
+    let invoked = invoked.load(SeqCst);
+    assert!((5..=50).contains(&invoked), "{invoked} attempts");
+    let st = status(&s).await;
+    assert_eq!((st.in_flight_local, st.queue_depth), (0, 0), "nothing left behind");
+}
+
+// 10 (429s too end with the total timeout)
+#[actix::test]
+async fn retries_after_429s_end_with_the_total_timeout() {
+    let total = ms(350);
+    let s = scheduler(x().cooldown_ladder([ms(100)]).total_timeout(total));
+    let invoked = Arc::new(AtomicUsize::new(0));
+    let counter = invoked.clone();
+    let (result, elapsed) = timed(s.call("x", move |_| {
+        counter.fetch_add(1, SeqCst);
+        async { Err::<(), _>(status_outcome(429)) }
+    }))
+    .await;
+    let error = result.expect_err("always 429");
+    let Error::DeadlinePassed { attempts, .. } = error else { panic!("expected DeadlinePassed, got {error:?}") };
+    assert!(elapsed < total + ms(200), "ended after {elapsed:?}");
+    assert_eq!(attempts as usize, invoked.load(SeqCst));
+    assert!((2..=4).contains(&attempts), "{attempts} attempts, one per cooldown");
+}
+
+// A call that outlives call_timeout is a transient timeout, retried within max_retries.
+#[actix::test]
+async fn call_timeout_is_a_transient_failure() {
+    let backoff = Backoff { base: ms(5), max: ms(5), max_retries: 1 };
+    let s = scheduler(x().call_timeout(ms(50)).permit_ttl(ms(2_000)).total_timeout(ms(2_000)).backoff(backoff));
+    let invoked = Arc::new(AtomicUsize::new(0));
+    let counter = invoked.clone();
+    let (result, elapsed) = timed(s.call("x", move |attempt| {
+        counter.fetch_add(1, SeqCst);
+        assert_eq!(attempt.timeout, ms(50));
+        std::future::pending::<Result<(), Outcome>>()
+    }))
+    .await;
+    let error = result.expect_err("never answers");
+    assert!(matches!(error, Error::Upstream { attempts: 2, .. }), "{error:?}");
+    assert_eq!(error.upstream_status(), None, "a timeout has no status");
+    assert_eq!(invoked.load(SeqCst), 2);
+    assert!(elapsed >= ms(100) && elapsed < ms(300), "{elapsed:?}");
+}
+
+// 11
+#[actix::test]
+async fn invalid_configuration_is_refused_with_what_to_change() {
+    let error = x().limit(0).build().expect_err("limit 0");
+    let message = error.to_string();
+    assert!(message.contains("`x`") && message.contains("set limit to at least 1"), "{message}");
+
+    let error = x().permit_ttl(ms(1_000)).build().expect_err("ttl below the call timeout");
+    assert!(error.to_string().contains("raise permit_ttl to at least 660s"), "{error}");
+
+    let error = Scheduler::builder().build().expect_err("no upstream");
+    assert!(matches!(error, BuildError::Config(ConfigError::NoUpstreams)), "{error:?}");
+    assert!(error.to_string().contains("add at least one"), "{error}");
+
+    let twice = || x().build().expect("valid");
+    let error = Scheduler::builder().upstream(twice()).upstream(twice()).build().expect_err("duplicate");
+    assert!(matches!(&error, BuildError::Config(ConfigError::DuplicateUpstream(name)) if name == "x"), "{error:?}");
+    assert!(error.to_string().contains("distinct name"), "{error}");
+
+    let s = scheduler(x());
+    let invoked = Arc::new(AtomicUsize::new(0));
+    let counter = invoked.clone();
+    let result = s
+        .call("unknown", move |_| {
+            counter.fetch_add(1, SeqCst);
+            async { Ok::<_, Outcome>(()) }
+        })
+        .await;
+    let Err(Error::UnknownUpstream(unknown)) = result else { panic!("expected UnknownUpstream, got {result:?}") };
+    assert_eq!(unknown.name, "unknown");
+    assert!(unknown.to_string().contains("configured upstreams: x"), "{unknown}");
+    assert_eq!(invoked.load(SeqCst), 0);
+    assert!(matches!(s.acquire("unknown").await, Err(Error::UnknownUpstream(_))));
+    assert!(matches!(s.status("unknown").await, Err(Error::UnknownUpstream(_))));
+}
+
+// 12
+#[actix::test]
+async fn dropping_a_call_while_its_closure_runs_releases_the_permit() {
+    let s = scheduler(x().limit(1).max_wait(ms(300)));
+    let started = Arc::new(AtomicBool::new(false));
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let (started2, cancelled2) = (started.clone(), cancelled.clone());
+    let call = s.call("x", move |_| {
+        let started = started2.clone();
+        let guard = SetOnDrop(cancelled2.clone());
+        async move {
+            let _guard = guard;
+            started.store(true, SeqCst);
+            std::future::pending::<Result<(), Outcome>>().await
+        }
+    });
+    assert!(tokio::time::timeout(ms(50), call).await.is_err(), "the closure never finishes");
+    assert!(started.load(SeqCst), "the closure was running when the call was dropped");
+
+    let (permit, elapsed) = timed(s.acquire("x")).await;
+    let permit = permit.expect("the dropped call's permit came back");
+    assert!(elapsed < ms(100), "capacity came back after {elapsed:?}");
+    assert!(cancelled.load(SeqCst), "the upstream future was dropped too");
+    assert_eq!(status(&s).await.in_flight_local, 1);
+    permit.succeeded();
+}
+
+// 13
+#[actix::test]
+async fn a_permit_dropped_without_a_report_releases_its_capacity() {
+    let s = scheduler(x().limit(1).max_wait(ms(300)));
+    let permit = s.acquire("x").await.expect("permit");
+    assert_eq!(status(&s).await.in_flight_local, 1);
+    drop(permit);
+    let (again, elapsed) = timed(s.acquire("x")).await;
+    let again = again.expect("capacity came back");
+    assert!(elapsed < ms(50), "{elapsed:?}");
+
+    // A queued caller gets the dropped permit's place at once (not at the next poll).
+    let s2 = s.clone();
+    let waiter = actix::spawn(async move { timed(s2.acquire("x")).await });
+    until_queued(&s, 1).await;
+    let dropped_at = Instant::now();
+    drop(again);
+    let (granted, _) = waiter.await.expect("task");
+    let granted = granted.expect("the waiter is served");
+    assert!(dropped_at.elapsed() < ms(50), "served {:?} after the drop", dropped_at.elapsed());
+
+    // A neutral outcome: nothing learned, nothing cut.
+    drop(granted);
+    let st = status(&s).await;
+    assert_eq!((st.state, st.limit, st.wave, st.breaker), (WaveState::Normal, 1, 1, "closed"));
+    assert_eq!((st.in_flight_local, st.queue_depth), (0, 0));
+}
+
+// Walk-through step 5: a 429 in PROBE starts a new wave one step up the cooldown ladder.
+#[actix::test]
+async fn a_429_during_probe_starts_a_new_wave_one_ladder_step_up() {
+    let s = scheduler(x().limit(4).cooldown_ladder([ms(100), ms(250)]));
+    let a = s.acquire("x").await.expect("A");
+    a.report(status_outcome(429));
+    let st = status(&s).await;
+    assert_eq!((st.state, st.limit, st.wave), (WaveState::Cooldown, 2, 2));
+    assert!(st.cooldown_remaining <= ms(100), "{:?}", st.cooldown_remaining);
+
+    let probe = s.acquire("x").await.expect("probe");
+    assert_eq!((probe.state(), probe.wave()), (WaveState::Probe, 2));
+    let cut_at = Instant::now();
+    probe.report(status_outcome(429));
+    let st = status(&s).await;
+    assert_eq!((st.state, st.limit, st.wave), (WaveState::Cooldown, 1, 3));
+    assert!(st.cooldown_remaining > ms(150) && st.cooldown_remaining <= ms(250), "{:?}", st.cooldown_remaining);
+
+    let next = s.acquire("x").await.expect("after the second cooldown");
+    let waited = cut_at.elapsed();
+    assert!(waited + MS >= ms(250) && waited < ms(450), "{waited:?}");
+    assert_eq!((next.state(), next.wave()), (WaveState::Probe, 3));
+}
+
+// A 429 is never a circuit-breaker failure (while a 500 is, with the same breaker).
+#[actix::test]
+async fn rate_limits_never_open_the_breaker() {
+    let breaker = BreakerConfig { failure_rate: 0.5, minimum_calls: 1, ..BreakerConfig::default() };
+    let s = scheduler(x().breaker(breaker));
+    let permits: Vec<Permit> =
+        join_all((0..3).map(|_| s.acquire("x"))).await.into_iter().map(|p| p.expect("permit")).collect();
+    for permit in permits {
+        permit.report(status_outcome(429));
+    }
+    let st = status(&s).await;
+    assert_eq!((st.breaker, st.state, st.wave), ("closed", WaveState::Cooldown, 2));
+
+    // The same breaker opens on a single 500: the test can tell the difference.
+    let s = scheduler(x().breaker(breaker));
+    s.acquire("x").await.expect("permit").report(status_outcome(500));
+    assert_eq!(status(&s).await.breaker, "open");
+}
+
+// A caller that gave up waiting is no longer "waiting": it must not take a queue slot.
+#[actix::test]
+async fn callers_that_gave_up_do_not_fill_the_queue() {
+    let s = scheduler(x().limit(1).queue_capacity(2).max_wait(ms(5_000)));
+    let holder = s.acquire("x").await.expect("permit");
+    // One caller waits at the head of the queue...
+    let s2 = s.clone();
+    let waiting = actix::spawn(async move { s2.acquire("x").await.map(Permit::succeeded) });
+    until_queued(&s, 1).await;
+    // ...and one behind it gives up (an HTTP client that went away).
+    let gave_up = tokio::time::timeout(ms(20), s.acquire("x")).await;
+    assert!(gave_up.is_err(), "{gave_up:?}");
+
+    // One caller waits, the capacity is 2: a new caller must be queued, not refused.
+    let third = tokio::time::timeout(ms(50), s.acquire("x")).await;
+    assert!(third.is_err(), "refused although only 1 of 2 queue slots is taken: {third:?}");
+    assert_eq!(status(&s).await.queue_depth, 1, "queue_depth counts callers that are gone");
+
+    holder.succeeded();
+    tokio::time::timeout(ms(200), waiting).await.expect("served").expect("task").expect("permit");
+}
+
+// The Retry-After hint of a refused waiter: the rest of the cooldown while there is one, and
+// never "retry at once" once it is over (an overload refusal must not invite a retry storm).
+#[actix::test]
+async fn a_refused_waiter_is_told_the_rest_of_the_cooldown_and_never_zero() {
+    let cooldown = ms(250);
+    let s = scheduler(x().limit(10).max_wait(ms(100)).cooldown_ladder([cooldown]));
+    let a = s.acquire("x").await.expect("A");
+    let b = s.acquire("x").await.expect("B");
+    let cut_at = Instant::now();
+    a.report(status_outcome(429));
+
+    let error = s.acquire("x").await.expect_err("cooling down");
+    let Error::WaitedTooLong { retry_after: Some(rest), .. } = error else { panic!("{error:?}") };
+    assert!(rest > Duration::ZERO && rest <= ms(160), "rest of the cooldown: {rest:?}");
+    assert_eq!(error.retry_after(), Some(rest));
+
+    // The cooldown is over; PROBE admits 1 and B (of the old wave) still holds a permit.
+    tokio::time::sleep((cut_at + cooldown + ms(60)).saturating_duration_since(Instant::now())).await;
+    assert_eq!(status(&s).await.state, WaveState::Probe);
+    let error = s.acquire("x").await.expect_err("at the PROBE limit");
+    assert!(matches!(error, Error::WaitedTooLong { .. }), "{error:?}");
+    let hint = error.retry_after();
+    assert!(hint.is_some_and(|d| d > Duration::ZERO), "an overload refusal says retry after {hint:?}: {error:?}");
+    b.succeeded();
+}
+
+// Upstreams are independent: a 429 on one cuts only its own limit.
+#[actix::test]
+async fn upstreams_are_independent() {
+    let s = Scheduler::builder()
+        .upstream(UpstreamConfig::builder("a").limit(4).build().expect("valid"))
+        .upstream(UpstreamConfig::builder("b").limit(4).build().expect("valid"))
+        .build()
+        .expect("scheduler");
+    assert_eq!(s.mode().await.expect("mode"), wavegate::Mode::Local);
+    s.acquire("a").await.expect("permit").report(status_outcome(429));
+    let (permit, elapsed) = timed(s.acquire("b")).await;
+    let permit = permit.expect("b is not cooling down");
+    assert!(elapsed < ms(50), "{elapsed:?}");
+    assert_eq!((permit.state(), permit.limit()), (WaveState::Normal, 4));
+    let all = s.statuses().await.expect("statuses");
+    let seen: Vec<_> = all.iter().map(|st| (st.upstream.as_str(), st.state, st.limit, st.in_flight_local)).collect();
+    assert_eq!(seen, [("a", WaveState::Cooldown, 2, 0), ("b", WaveState::Normal, 4, 1)]);
+    permit.succeeded();
+}
