@@ -7,17 +7,25 @@
 //! 127.0.0.1, in a temporary directory with persistence off, and lets the test
 //! inflict them:
 //!
-//! | failure                         | method                                  |
-//! |---------------------------------|-----------------------------------------|
-//! | crash (`kill -9`)               | [`RedisServer::kill`]                   |
-//! | clean shutdown                  | [`RedisServer::stop`]                   |
-//! | comes back empty, same address  | [`RedisServer::restart`]                |
-//! | hangs (no answers, no resets)   | [`RedisServer::pause`] / [`resume`]     |
-//! | script cache lost (`NOSCRIPT`)  | [`RedisServer::flush_scripts`]          |
+//! | failure                         | method                                               |
+//! |---------------------------------|------------------------------------------------------|
+//! | crash (`kill -9`)               | [`RedisServer::kill`]                                |
+//! | clean shutdown                  | [`RedisServer::stop`]                                |
+//! | comes back empty, same address  | [`RedisServer::restart`]                             |
+//! | hangs (no answers, no resets)   | [`RedisServer::pause`] / [`resume`]                  |
+//! | script cache lost (`NOSCRIPT`)  | [`RedisServer::flush_scripts`]                       |
+//! | network hangs, the server runs  | [`FaultProxy`] + [`Fault::BlackHole`]                |
+//! | connections refused or reset    | [`Fault::Refuse`], [`FaultProxy::reset_connections`] |
+//! | slow network                    | [`Fault::Latency`]                                   |
+//! | command ran, reply lost         | [`Fault::DropNextReply`]                             |
 //!
 //! [`resume`]: RedisServer::resume
 //!
 //! Dropping a [`RedisServer`] kills its process and removes its directory.
+//!
+//! The last four rows break the network rather than the server: clients connect to a
+//! [`FaultProxy`] (a TCP proxy on loopback, in front of the server) and the test switches its
+//! [`Fault`]. Dropping the proxy closes its port and all its connections.
 //!
 //! [`MockUpstream`] is the other referee: an HTTP provider on loopback that counts the calls
 //! it serves at once and answers 429 beyond a hidden capacity; [`http_get`] calls it.
@@ -51,6 +59,7 @@
 
 mod builder;
 mod error;
+mod fault_proxy;
 mod http;
 mod log;
 mod mock_upstream;
@@ -60,6 +69,7 @@ mod server;
 
 pub use builder::RedisServerBuilder;
 pub use error::HarnessError;
+pub use fault_proxy::{Fault, FaultProxy};
 pub use http::{HttpReply, http_get};
 pub use mock_upstream::{MockUpstream, MockUpstreamConfig};
 pub use port::free_port;
