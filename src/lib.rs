@@ -38,6 +38,7 @@ mod coordinator;
 mod error;
 mod ids;
 mod messages;
+pub mod metrics;
 mod permit;
 mod request;
 mod scheduler;

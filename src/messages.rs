@@ -65,7 +65,10 @@ pub(crate) struct Grant {
     pub(crate) wave: u64,
     pub(crate) state: WaveState,
     pub(crate) limit: u32,
-    pub(crate) waited: Duration,
+    /// Time in the local FIFO behind other waiters.
+    pub(crate) queue_wait: Duration,
+    /// Time at the head of the FIFO until the limit (or a cooldown) let it through.
+    pub(crate) permit_wait: Duration,
 }
 
 /// Queue for a permit of upstream `upstream` until `deadline`; the answer comes on `reply`.

@@ -1,5 +1,7 @@
 //! The permit guard: capacity that goes back on drop, and an explicit outcome report.
 
+use std::time::{Duration, Instant};
+
 use actix::Addr;
 use wavegate_core::{BreakerTicket, CallResult, Outcome, WaveSignal, WaveState};
 
@@ -22,6 +24,8 @@ pub struct Permit {
 #[derive(Debug)]
 struct Held {
     upstream: usize,
+    name: String,
+    granted_at: Instant,
     grant: Grant,
     ticket: BreakerTicket,
     coordinator: Addr<Coordinator>,
@@ -31,12 +35,15 @@ struct Held {
 impl Permit {
     pub(crate) fn new(
         upstream: usize,
+        name: String,
         grant: Grant,
         ticket: BreakerTicket,
         coordinator: Addr<Coordinator>,
         supervisor: Addr<UpstreamSupervisor>,
     ) -> Self {
-        Self { inner: Some(Held { upstream, grant, ticket, coordinator, supervisor }) }
+        Self {
+            inner: Some(Held { upstream, name, granted_at: Instant::now(), grant, ticket, coordinator, supervisor }),
+        }
     }
 
     fn held(&self) -> &Held {
@@ -63,23 +70,37 @@ impl Permit {
         &self.held().grant.id
     }
 
-    /// How long the caller waited for this permit.
-    pub fn waited(&self) -> std::time::Duration {
-        self.held().grant.waited
+    /// How long the caller waited for this permit in all: [`queue_wait`](Self::queue_wait)
+    /// plus [`permit_wait`](Self::permit_wait).
+    pub fn waited(&self) -> Duration {
+        self.queue_wait() + self.permit_wait()
+    }
+
+    /// How long the caller waited behind other callers of this process.
+    pub fn queue_wait(&self) -> Duration {
+        self.held().grant.queue_wait
+    }
+
+    /// How long the caller waited at the head of the queue for the limit or a cooldown.
+    pub fn permit_wait(&self) -> Duration {
+        self.held().grant.permit_wait
     }
 
     /// Reports the call's outcome and releases the permit.
     pub fn report(mut self, outcome: Outcome) {
-        self.finish(outcome.wave_signal(), outcome.breaker_result());
+        self.finish(outcome.wave_signal(), outcome.breaker_result(), Some(outcome.label()));
     }
 
     /// Reports a success and releases the permit.
     pub fn succeeded(mut self) {
-        self.finish(WaveSignal::Success, CallResult::Success);
+        self.finish(WaveSignal::Success, CallResult::Success, Some("success"));
     }
 
-    fn finish(&mut self, signal: WaveSignal, result: CallResult) {
+    fn finish(&mut self, signal: WaveSignal, result: CallResult, outcome: Option<&'static str>) {
         if let Some(held) = self.inner.take() {
+            if let Some(outcome) = outcome {
+                crate::metrics::upstream_call(&held.name, outcome, held.granted_at.elapsed());
+            }
             held.supervisor.do_send(Record { ticket: held.ticket, result });
             held.coordinator.do_send(Finish {
                 upstream: held.upstream,
@@ -93,7 +114,7 @@ impl Permit {
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        self.finish(WaveSignal::Neutral, CallResult::Ignored);
+        self.finish(WaveSignal::Neutral, CallResult::Ignored, None);
     }
 }
 

@@ -18,8 +18,11 @@ use actix::{Actor, ActorContext, ActorFutureExt, AsyncContext, Context, WrapFutu
 use tokio::sync::oneshot;
 use wavegate_core::{Outcome, TransportError};
 
+use tracing::Instrument;
+
 use crate::error::Error;
 use crate::messages::{Acquire, Admit, AttemptKind, Refusal};
+use crate::metrics;
 use crate::permit::{Admission, Permit};
 use crate::scheduler::Inner;
 
@@ -105,42 +108,105 @@ pub(crate) async fn acquire_permit(
     let (reply, granted) = oneshot::channel();
     inner.coordinator.do_send(Acquire { upstream, deadline: wait_until, reply });
     let grant = granted.await.map_err(|_| Error::Stopped)??;
-    Ok(Permit::new(upstream, grant, admission.into_ticket(), inner.coordinator.clone(), supervisor))
+    Ok(Permit::new(upstream, name(), grant, admission.into_ticket(), inner.coordinator.clone(), supervisor))
 }
 
-async fn run_call<F, Fut, T>(inner: Arc<Inner>, upstream: usize, mut f: F) -> Result<T, Error>
+async fn run_call<F, Fut, T>(inner: Arc<Inner>, upstream: usize, f: F) -> Result<T, Error>
+where
+    F: FnMut(Attempt) -> Fut,
+    Fut: Future<Output = Result<T, Outcome>>,
+{
+    let name = inner.upstreams[upstream].name().as_str();
+    let span = tracing::info_span!(
+        "wavegate.call",
+        upstream = name,
+        attempts = tracing::field::Empty,
+        wave = tracing::field::Empty,
+        queue_wait_ms = tracing::field::Empty,
+        permit_wait_ms = tracing::field::Empty,
+        call_ms = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    );
+    let mut log = CallLog::default();
+    let result = attempts(&inner, upstream, f, &mut log).instrument(span.clone()).await;
+    let outcome = match &result {
+        Ok(_) => "success",
+        Err(Error::Upstream { outcome, .. }) => outcome.label(),
+        Err(error) => error.code(),
+    };
+    let (queue_wait_ms, permit_wait_ms, call_ms) =
+        (log.queue_wait.as_millis() as u64, log.permit_wait.as_millis() as u64, log.call.as_millis() as u64);
+    span.record("attempts", log.attempts);
+    span.record("wave", log.wave);
+    span.record("queue_wait_ms", queue_wait_ms);
+    span.record("permit_wait_ms", permit_wait_ms);
+    span.record("call_ms", call_ms);
+    span.record("outcome", outcome);
+    span.in_scope(|| {
+        tracing::debug!(
+            upstream = name,
+            attempts = log.attempts,
+            wave = log.wave,
+            queue_wait_ms,
+            permit_wait_ms,
+            call_ms,
+            outcome,
+            "call finished"
+        );
+    });
+    result
+}
+
+/// The three waits of a call and its attempts, kept apart for logs.
+#[derive(Debug, Default)]
+struct CallLog {
+    attempts: u32,
+    wave: u64,
+    /// Behind other callers of this process.
+    queue_wait: Duration,
+    /// At the head of the queue, for the limit or a cooldown.
+    permit_wait: Duration,
+    /// In the upstream call itself (all attempts).
+    call: Duration,
+}
+
+async fn attempts<F, Fut, T>(inner: &Inner, upstream: usize, mut f: F, log: &mut CallLog) -> Result<T, Error>
 where
     F: FnMut(Attempt) -> Fut,
     Fut: Future<Output = Result<T, Outcome>>,
 {
     let config = &inner.upstreams[upstream];
     let name = || config.name().to_string();
-    let started = Instant::now();
-    let deadline = started + config.total_timeout();
-    let mut attempts = 0u32;
+    let deadline = Instant::now() + config.total_timeout();
     let mut transient_retries = 0u32;
     let mut kind = AttemptKind::First;
     loop {
         let now = Instant::now();
         if now >= deadline {
-            return Err(Error::DeadlinePassed { upstream: name(), attempts });
+            return Err(Error::DeadlinePassed { upstream: name(), attempts: log.attempts });
         }
         let wait_until = deadline.min(now + config.max_wait());
-        let permit = match acquire_permit(&inner, upstream, kind, wait_until).await {
+        let permit = match acquire_permit(inner, upstream, kind, wait_until).await {
             Ok(permit) => permit,
             Err(Error::WaitedTooLong { .. }) if Instant::now() >= deadline => {
-                return Err(Error::DeadlinePassed { upstream: name(), attempts });
+                return Err(Error::DeadlinePassed { upstream: name(), attempts: log.attempts });
             }
             Err(Error::RetryBudgetSpent { upstream, .. }) => {
-                return Err(Error::RetryBudgetSpent { upstream, attempts, last: "transient" });
+                return Err(Error::RetryBudgetSpent { upstream, attempts: log.attempts, last: "transient" });
             }
             Err(error) => return Err(error),
         };
-        attempts += 1;
+        log.attempts += 1;
+        log.wave = permit.wave();
+        log.queue_wait += permit.queue_wait();
+        log.permit_wait += permit.permit_wait();
         let remaining = deadline.saturating_duration_since(Instant::now());
         let timeout = config.call_timeout().min(remaining);
-        let attempt = Attempt { number: attempts, wave: permit.wave(), timeout };
-        let outcome = match tokio::time::timeout(timeout, f(attempt)).await {
+        let attempt = Attempt { number: log.attempts, wave: permit.wave(), timeout };
+        let started = Instant::now();
+        let answer = tokio::time::timeout(timeout, f(attempt)).await;
+        log.call += started.elapsed();
+        let outcome = match answer {
             Ok(Ok(value)) => {
                 permit.succeeded();
                 return Ok(value);
@@ -149,24 +215,28 @@ where
             Err(_) if timeout < config.call_timeout() => {
                 // Cut short by the deadline, not by the upstream: nothing to learn.
                 drop(permit);
-                return Err(Error::DeadlinePassed { upstream: name(), attempts });
+                return Err(Error::DeadlinePassed { upstream: name(), attempts: log.attempts });
             }
             Err(_) => Outcome::from_transport(TransportError::Timeout),
         };
         permit.report(outcome);
         match outcome {
-            Outcome::RateLimited { .. } => kind = AttemptKind::AfterRateLimit,
+            Outcome::RateLimited { .. } => {
+                metrics::retry(config.name().as_str(), "rate_limited");
+                kind = AttemptKind::AfterRateLimit;
+            }
             Outcome::Transient { .. } if transient_retries < config.backoff().max_retries => {
                 let delay = config.backoff().delay(transient_retries, &mut rand::rng());
                 transient_retries += 1;
                 let until = Instant::now() + delay;
                 if until >= deadline {
-                    return Err(Error::DeadlinePassed { upstream: name(), attempts });
+                    return Err(Error::DeadlinePassed { upstream: name(), attempts: log.attempts });
                 }
+                metrics::retry(config.name().as_str(), "transient");
                 tokio::time::sleep_until(until.into()).await;
                 kind = AttemptKind::AfterTransient;
             }
-            _ => return Err(Error::Upstream { upstream: name(), outcome, attempts }),
+            _ => return Err(Error::Upstream { upstream: name(), outcome, attempts: log.attempts }),
         }
     }
 }

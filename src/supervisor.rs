@@ -9,10 +9,12 @@ use std::time::Duration;
 use wavegate_core::{BreakerTicket, CircuitBreaker, Clock, MonotonicClock, RetryBudget, UpstreamConfig};
 
 use crate::messages::{Admit, AttemptKind, ReadBreaker, Record, Refusal};
+use crate::metrics;
 
 /// One upstream's breaker and retry budget.
 #[derive(Debug)]
 pub(crate) struct UpstreamSupervisor {
+    name: String,
     breaker: CircuitBreaker,
     budget: RetryBudget,
     clock: MonotonicClock,
@@ -21,15 +23,32 @@ pub(crate) struct UpstreamSupervisor {
 impl UpstreamSupervisor {
     pub(crate) fn new(config: &UpstreamConfig, clock: MonotonicClock) -> Self {
         Self {
+            name: config.name().to_string(),
             breaker: CircuitBreaker::new(*config.breaker()),
             budget: RetryBudget::new(*config.retry_budget()),
             clock,
         }
     }
+
+    /// Runs `change` on the breaker and records the state change it made, if any.
+    fn observe<T>(&mut self, change: impl FnOnce(&mut CircuitBreaker) -> T) -> T {
+        let before = self.breaker.state().as_str();
+        let result = change(&mut self.breaker);
+        let after = self.breaker.state().as_str();
+        if before != after {
+            tracing::info!(upstream = %self.name, from = before, to = after, "circuit breaker");
+            metrics::breaker(&self.name, Some(before), after);
+        }
+        result
+    }
 }
 
 impl Actor for UpstreamSupervisor {
     type Context = Context<Self>;
+
+    fn started(&mut self, _: &mut Context<Self>) {
+        metrics::breaker(&self.name, None, self.breaker.state().as_str());
+    }
 }
 
 impl Handler<Admit> for UpstreamSupervisor {
@@ -40,12 +59,14 @@ impl Handler<Admit> for UpstreamSupervisor {
         // The budget is checked before the breaker so a refused retry does not take a
         // half-open probe slot.
         if admit.kind == AttemptKind::AfterTransient && self.budget.remaining(now) < 1.0 {
+            metrics::retry_budget_refused(&self.name);
+            metrics::overload_refused(&self.name, "retry_budget_spent");
             return Err(Refusal::BudgetSpent);
         }
-        let ticket = self
-            .breaker
-            .admit(now)
-            .map_err(|open| Refusal::BreakerOpen(Duration::from_millis(open.retry_at_ms.saturating_sub(now))))?;
+        let ticket = self.observe(|breaker| breaker.admit(now)).map_err(|open| {
+            metrics::overload_refused(&self.name, "breaker_open");
+            Refusal::BreakerOpen(Duration::from_millis(open.retry_at_ms.saturating_sub(now)))
+        })?;
         match admit.kind {
             AttemptKind::First => self.budget.deposit(now),
             AttemptKind::AfterTransient => {
@@ -61,7 +82,8 @@ impl Handler<Record> for UpstreamSupervisor {
     type Result = ();
 
     fn handle(&mut self, record: Record, _: &mut Context<Self>) {
-        self.breaker.record(record.ticket, record.result, self.clock.now_ms());
+        let now = self.clock.now_ms();
+        self.observe(|breaker| breaker.record(record.ticket, record.result, now));
     }
 }
 

@@ -13,6 +13,7 @@ use wavegate_core::{Admission, Clock, DenyReason, WaveSignal, duration_ms};
 use super::Coordinator;
 use super::waiters::Waiters;
 use crate::messages::Grant;
+use crate::metrics;
 use crate::status::Mode;
 
 /// How long to wait before asking again at the limit when no release is announced.
@@ -40,7 +41,7 @@ impl Coordinator {
                 slot.wake_pending = true;
                 return;
             }
-            let Some(head) = slot.waiters.head() else { return };
+            let Some(head) = slot.waiters.head(Instant::now()) else { return };
             let id = head.id.clone();
             if let Some(timer) = slot.retry_timer.take() {
                 ctx.cancel_future(timer);
@@ -101,7 +102,15 @@ impl Coordinator {
                 if fallback {
                     slot.outage.granted += 1;
                 }
-                let grant = Grant { id, wave, state, limit, waited: now.saturating_duration_since(waiter.enqueued) };
+                let at_head = waiter.at_head.unwrap_or(now);
+                let queue_wait = at_head.saturating_duration_since(waiter.enqueued);
+                let permit_wait = now.saturating_duration_since(at_head);
+                let name = slot.config.name().as_str();
+                metrics::permit_granted(name, queue_wait, permit_wait);
+                metrics::permits_in_flight(name, "local", slot.held.len());
+                metrics::queue_depth(name, slot.waiters.len());
+                metrics::wave(name, state, limit, wave);
+                let grant = Grant { id, wave, state, limit, queue_wait, permit_wait };
                 if let Err(Ok(grant)) = waiter.reply.send(Ok(grant)) {
                     slot.held.remove(&grant.id);
                     self.release(upstream, grant.id, wave, WaveSignal::Neutral, ctx);
@@ -145,7 +154,12 @@ impl Coordinator {
             return;
         }
         let retry_after = slot.cooldown_until.filter(|until| *until > now).map(|until| until - now);
+        let name = slot.config.name().as_str();
+        metrics::queue_depth(name, slot.waiters.len());
         for waiter in expired {
+            if !waiter.reply.is_closed() {
+                metrics::overload_refused(name, "waited_too_long");
+            }
             Waiters::time_out(waiter, slot.config.name().as_str(), now, retry_after);
         }
     }

@@ -18,12 +18,15 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, MessageResult, SpawnHandle, WrapFuture};
-use wavegate_core::{Clock, LocalGate, MonotonicClock, UpstreamConfig, WaveSignal, duration_ms};
+use wavegate_core::{
+    Clock, LocalGate, MonotonicClock, RateLimitEffect, UpstreamConfig, WaveSignal, WaveState, duration_ms,
+};
 use wavegate_redis::{SharedGate, Store, StoreError};
 
 use crate::error::Error;
 use crate::ids::PermitIds;
 use crate::messages::{Acquire, Finish, ReadMode, ReadStatus, Wake};
+use crate::metrics;
 use crate::status::{Mode, UpstreamStatus};
 use waiters::{Waiter, Waiters};
 
@@ -142,9 +145,15 @@ impl Coordinator {
                 let call = async move { gate.finish(&call_id, wave, signal).await };
                 ctx.spawn(call.into_actor(self).map(move |result, act, ctx| match result {
                     Ok(finished) => {
-                        if let Some(wavegate_core::RateLimitEffect::Cut { cooldown, .. }) = finished.rate_limit {
-                            act.slots[upstream].last_shared.cooldown_until = Some(Instant::now() + cooldown);
+                        let slot = &mut act.slots[upstream];
+                        if let Some(RateLimitEffect::Cut { cooldown, .. }) = finished.rate_limit {
+                            slot.last_shared.cooldown_until = Some(Instant::now() + cooldown);
                         }
+                        let name = slot.config.name().as_str();
+                        record_rate_limit(name, finished.rate_limit);
+                        let status = finished.status;
+                        metrics::wave(name, status.state, status.limit, status.wave);
+                        metrics::permits_in_flight(name, "fleet", status.in_flight as usize);
                         act.pump(upstream, ctx);
                     }
                     Err(error) => {
@@ -159,8 +168,15 @@ impl Coordinator {
                 let now_ms = self.clock.now_ms();
                 let slot = &mut self.slots[upstream];
                 let report = slot.local.finish(&id, wave, signal, now_ms);
+                let name = slot.config.name().as_str();
+                record_rate_limit(name, report.rate_limit);
+                let (snapshot, held) = slot.local.status(now_ms);
+                metrics::wave(name, snapshot.state, snapshot.limit, snapshot.wave);
+                if self.mode == Mode::Local {
+                    metrics::permits_in_flight(name, "fleet", held);
+                }
                 if self.mode == Mode::Fallback {
-                    if let Some(wavegate_core::RateLimitEffect::Cut { .. }) = report.rate_limit {
+                    if let Some(RateLimitEffect::Cut { .. }) = report.rate_limit {
                         let WaveSignal::RateLimited { retry_after } = signal else { unreachable!("only a 429 cuts") };
                         slot.outage.rate_limited = Some(retry_after);
                     }
@@ -222,6 +238,7 @@ impl Coordinator {
         if epoch != self.epoch {
             return;
         }
+        metrics::redis_error(command, error.label());
         if error.is_outage() {
             self.enter_fallback(command, error, ctx);
         } else {
@@ -253,6 +270,13 @@ impl Actor for Coordinator {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        metrics::mode(None, self.mode);
+        for slot in &self.slots {
+            let name = slot.config.name().as_str();
+            metrics::wave(name, WaveState::Normal, slot.config.limit().get(), 1);
+            metrics::permits_in_flight(name, "local", 0);
+            metrics::queue_depth(name, 0);
+        }
         for (upstream, slot) in self.slots.iter().enumerate() {
             if slot.config.renews_leases() {
                 let every = slot.config.permit_ttl() / 3;
@@ -288,12 +312,20 @@ impl Handler<Acquire> for Coordinator {
         let capacity = slot.config.queue_capacity().get();
         if slot.waiters.len() >= capacity {
             let name = slot.config.name().to_string();
+            metrics::overload_refused(&name, "queue_full");
             let _ = acquire.reply.send(Err(Error::QueueFull { upstream: name, capacity }));
             return;
         }
         let id = self.ids.next_id();
         let slot = &mut self.slots[upstream];
-        slot.waiters.push(Waiter { id, enqueued: now, deadline: acquire.deadline, reply: acquire.reply });
+        slot.waiters.push(Waiter {
+            id,
+            enqueued: now,
+            deadline: acquire.deadline,
+            reply: acquire.reply,
+            at_head: None,
+        });
+        metrics::queue_depth(slot.config.name().as_str(), slot.waiters.len());
         ctx.run_later(acquire.deadline.saturating_duration_since(now), move |act, _| {
             act.expire(upstream, Instant::now());
         });
@@ -312,7 +344,9 @@ impl Handler<Finish> for Coordinator {
         }
         let upstream = finish.upstream;
         // The coordinator's own record of the wave wins: it follows the permit across modes.
-        let wave = self.slots[upstream].held.remove(&finish.id).unwrap_or(finish.wave);
+        let slot = &mut self.slots[upstream];
+        let wave = slot.held.remove(&finish.id).unwrap_or(finish.wave);
+        metrics::permits_in_flight(slot.config.name().as_str(), "local", slot.held.len());
         self.release(upstream, finish.id, wave, finish.signal, ctx);
         if self.shared_gate(upstream).is_none() {
             self.pump(upstream, ctx);
@@ -358,5 +392,14 @@ impl Handler<ReadMode> for Coordinator {
 
     fn handle(&mut self, _: ReadMode, _: &mut Context<Self>) -> Self::Result {
         MessageResult(self.mode)
+    }
+}
+
+/// Counts a reported 429 and what it did to the wave.
+fn record_rate_limit(upstream: &str, effect: Option<RateLimitEffect>) {
+    match effect {
+        Some(RateLimitEffect::Cut { .. }) => metrics::rate_limited(upstream, Some(true)),
+        Some(RateLimitEffect::Late { .. }) => metrics::rate_limited(upstream, Some(false)),
+        None => {}
     }
 }

@@ -21,6 +21,7 @@ use wavegate_core::{Clock, LocalGate, WaveSignal, WaveState, duration_ms};
 use wavegate_redis::{Reconciled, SharedGate, StoreError};
 
 use super::{Coordinator, HEARTBEAT_TTL, OutageBook};
+use crate::metrics;
 use crate::status::Mode;
 
 /// The first probe after a switch comes this soon; each failed one doubles the wait.
@@ -55,6 +56,7 @@ impl Coordinator {
             return;
         }
         self.mode = Mode::Fallback;
+        metrics::mode(Some(Mode::Shared), Mode::Fallback);
         self.epoch += 1;
         self.probe_backoff = PROBE_MIN;
         tracing::warn!(
@@ -170,6 +172,7 @@ impl Coordinator {
                 Ok(_) => act.replay_deferred(ctx),
                 Err(error) => {
                     tracing::warn!(%error, "reconciliation failed; staying in fallback");
+                    metrics::redis_error("reconcile", error.label());
                     act.replay_deferred(ctx);
                     for upstream in 0..act.slots.len() {
                         act.pump(upstream, ctx);
@@ -182,6 +185,7 @@ impl Coordinator {
 
     fn back_to_shared(&mut self, outcomes: Vec<Outcome>, ctx: &mut Context<Self>) {
         self.mode = Mode::Shared;
+        metrics::mode(Some(Mode::Fallback), Mode::Shared);
         self.epoch += 1;
         self.probe_backoff = PROBE_MIN;
         for outcome in outcomes {
@@ -198,6 +202,7 @@ impl Coordinator {
                 shared_in_flight = outcome.reconciled.in_flight,
                 "reconciled with the shared store"
             );
+            metrics::reconciled(slot.config.name().as_str(), outcome.adopted, outcome.dropped, slot.outage.granted);
             slot.outage = OutageBook::default();
             slot.local = LocalGate::new(slot.config.wave().clone());
             slot.pumping = false;

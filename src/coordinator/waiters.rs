@@ -16,6 +16,8 @@ pub(crate) struct Waiter {
     pub(crate) enqueued: Instant,
     pub(crate) deadline: Instant,
     pub(crate) reply: oneshot::Sender<Result<Grant, Error>>,
+    /// When it first reached the head of the queue.
+    pub(crate) at_head: Option<Instant>,
 }
 
 /// FIFO of waiters.
@@ -35,12 +37,15 @@ impl Waiters {
         self.queue.push_back(waiter);
     }
 
-    /// The first waiter whose caller is still there; callers that gave up are dropped.
-    pub(crate) fn head(&mut self) -> Option<&Waiter> {
+    /// The first waiter whose caller is still there (callers that gave up are dropped); marks
+    /// when it reached the head.
+    pub(crate) fn head(&mut self, now: Instant) -> Option<&Waiter> {
         while self.queue.front().is_some_and(|w| w.reply.is_closed()) {
             self.queue.pop_front();
         }
-        self.queue.front()
+        let head = self.queue.front_mut()?;
+        head.at_head.get_or_insert(now);
+        Some(head)
     }
 
     /// Removes the head if it is the waiter `id`.

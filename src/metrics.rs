@@ -1,0 +1,147 @@
+//! Every metric wavegate records: one place for the names, the labels and the histogram
+//! buckets, and thin functions the actors call.
+//!
+//! Metrics go through the [`metrics`] facade: install any recorder (wavegate-web installs the
+//! Prometheus one with [`HISTOGRAM_BUCKETS`]). Labels only ever hold configured upstream names
+//! and fixed vocabularies (outcomes, reasons, states, modes), so their number is bounded.
+
+use std::time::Duration;
+
+use metrics::{counter, gauge, histogram};
+use wavegate_core::WaveState;
+
+use crate::status::Mode;
+
+/// Permits held, `scope` = `local` (this process) or `fleet` (all processes, last seen).
+pub const PERMITS_IN_FLIGHT: &str = "wavegate_permits_in_flight";
+/// Time from asking for a permit to getting it, seconds (histogram).
+pub const PERMIT_WAIT_SECONDS: &str = "wavegate_permit_wait_seconds";
+/// Time in the local FIFO behind other waiters, seconds (histogram).
+pub const QUEUE_WAIT_SECONDS: &str = "wavegate_queue_wait_seconds";
+/// Callers of this process waiting for a permit.
+pub const QUEUE_DEPTH: &str = "wavegate_queue_depth";
+/// Upstream call time by `outcome`, seconds (histogram).
+pub const UPSTREAM_CALL_SECONDS: &str = "wavegate_upstream_call_seconds";
+/// The current concurrency limit.
+pub const LIMIT: &str = "wavegate_limit";
+/// The current wave id.
+pub const WAVE: &str = "wavegate_wave";
+/// 1 for the current wave `state`, 0 for the others.
+pub const WAVE_STATE: &str = "wavegate_wave_state";
+/// 429s reported.
+pub const RATE_LIMITED_TOTAL: &str = "wavegate_rate_limited_total";
+/// 429s that cut the limit and started a wave.
+pub const LIMIT_CUTS_TOTAL: &str = "wavegate_limit_cuts_total";
+/// 429s of an older wave, ignored.
+pub const LATE_RATE_LIMITS_IGNORED_TOTAL: &str = "wavegate_late_rate_limits_ignored_total";
+/// 1 for the breaker's current `state`, 0 for the others.
+pub const BREAKER_STATE: &str = "wavegate_breaker_state";
+/// Breaker state changes, by `from` and `to`.
+pub const BREAKER_TRANSITIONS_TOTAL: &str = "wavegate_breaker_transitions_total";
+/// Retries, by `reason` (`rate_limited`, `transient`).
+pub const RETRIES_TOTAL: &str = "wavegate_retries_total";
+/// Retries refused by the retry budget.
+pub const RETRY_BUDGET_REFUSALS_TOTAL: &str = "wavegate_retry_budget_refusals_total";
+/// Calls refused for overload, by `reason` (`waited_too_long`, `queue_full`, `breaker_open`,
+/// `retry_budget_spent`).
+pub const OVERLOAD_REFUSALS_TOTAL: &str = "wavegate_overload_refusals_total";
+/// 1 for the coordinator's current `mode`, 0 for the others.
+pub const MODE: &str = "wavegate_mode";
+/// Mode changes, by `from` and `to`.
+pub const MODE_CHANGES_TOTAL: &str = "wavegate_mode_changes_total";
+/// Shared store errors, by `command` and `kind`.
+pub const REDIS_ERRORS_TOTAL: &str = "wavegate_redis_errors_total";
+/// Permits reconciled after an outage, by `action` (`adopted`, `dropped`).
+pub const RECONCILED_PERMITS_TOTAL: &str = "wavegate_reconciled_permits_total";
+/// Permits granted locally during an outage (usage handed to the shared store on recovery).
+pub const OUTAGE_GRANTS_TOTAL: &str = "wavegate_outage_grants_total";
+
+/// Bucket bounds, seconds, for each histogram: waits from a millisecond to minutes, calls
+/// from ten milliseconds to ten minutes.
+pub const HISTOGRAM_BUCKETS: &[(&str, &[f64])] =
+    &[(PERMIT_WAIT_SECONDS, WAIT_BUCKETS), (QUEUE_WAIT_SECONDS, WAIT_BUCKETS), (UPSTREAM_CALL_SECONDS, CALL_BUCKETS)];
+const WAIT_BUCKETS: &[f64] = &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0];
+const CALL_BUCKETS: &[f64] = &[0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0];
+
+const STATES: [WaveState; 4] = [WaveState::Normal, WaveState::Cooldown, WaveState::Probe, WaveState::Degraded];
+const MODES: [Mode; 3] = [Mode::Local, Mode::Shared, Mode::Fallback];
+const BREAKER_STATES: [&str; 3] = ["closed", "open", "half_open"];
+
+pub(crate) fn permits_in_flight(upstream: &str, scope: &'static str, value: usize) {
+    gauge!(PERMITS_IN_FLIGHT, "upstream" => upstream.to_owned(), "scope" => scope).set(value as f64);
+}
+
+pub(crate) fn permit_granted(upstream: &str, queue_wait: Duration, permit_wait: Duration) {
+    histogram!(QUEUE_WAIT_SECONDS, "upstream" => upstream.to_owned()).record(queue_wait.as_secs_f64());
+    histogram!(PERMIT_WAIT_SECONDS, "upstream" => upstream.to_owned()).record(permit_wait.as_secs_f64());
+}
+
+pub(crate) fn queue_depth(upstream: &str, depth: usize) {
+    gauge!(QUEUE_DEPTH, "upstream" => upstream.to_owned()).set(depth as f64);
+}
+
+pub(crate) fn upstream_call(upstream: &str, outcome: &'static str, took: Duration) {
+    histogram!(UPSTREAM_CALL_SECONDS, "upstream" => upstream.to_owned(), "outcome" => outcome)
+        .record(took.as_secs_f64());
+}
+
+pub(crate) fn wave(upstream: &str, state: WaveState, limit: u32, wave: u64) {
+    gauge!(LIMIT, "upstream" => upstream.to_owned()).set(f64::from(limit));
+    gauge!(WAVE, "upstream" => upstream.to_owned()).set(wave as f64);
+    for candidate in STATES {
+        let value = if candidate == state { 1.0 } else { 0.0 };
+        gauge!(WAVE_STATE, "upstream" => upstream.to_owned(), "state" => candidate.as_str()).set(value);
+    }
+}
+
+pub(crate) fn rate_limited(upstream: &str, cut: Option<bool>) {
+    counter!(RATE_LIMITED_TOTAL, "upstream" => upstream.to_owned()).increment(1);
+    match cut {
+        Some(true) => counter!(LIMIT_CUTS_TOTAL, "upstream" => upstream.to_owned()).increment(1),
+        Some(false) => counter!(LATE_RATE_LIMITS_IGNORED_TOTAL, "upstream" => upstream.to_owned()).increment(1),
+        None => {}
+    }
+}
+
+pub(crate) fn breaker(upstream: &str, from: Option<&'static str>, to: &'static str) {
+    if let Some(from) = from {
+        counter!(BREAKER_TRANSITIONS_TOTAL, "upstream" => upstream.to_owned(), "from" => from, "to" => to).increment(1);
+    }
+    for candidate in BREAKER_STATES {
+        let value = if candidate == to { 1.0 } else { 0.0 };
+        gauge!(BREAKER_STATE, "upstream" => upstream.to_owned(), "state" => candidate).set(value);
+    }
+}
+
+pub(crate) fn retry(upstream: &str, reason: &'static str) {
+    counter!(RETRIES_TOTAL, "upstream" => upstream.to_owned(), "reason" => reason).increment(1);
+}
+
+pub(crate) fn retry_budget_refused(upstream: &str) {
+    counter!(RETRY_BUDGET_REFUSALS_TOTAL, "upstream" => upstream.to_owned()).increment(1);
+}
+
+pub(crate) fn overload_refused(upstream: &str, reason: &'static str) {
+    counter!(OVERLOAD_REFUSALS_TOTAL, "upstream" => upstream.to_owned(), "reason" => reason).increment(1);
+}
+
+pub(crate) fn mode(from: Option<Mode>, to: Mode) {
+    if let Some(from) = from {
+        counter!(MODE_CHANGES_TOTAL, "from" => from.as_str(), "to" => to.as_str()).increment(1);
+    }
+    for candidate in MODES {
+        gauge!(MODE, "mode" => candidate.as_str()).set(if candidate == to { 1.0 } else { 0.0 });
+    }
+}
+
+pub(crate) fn redis_error(command: &'static str, kind: &'static str) {
+    counter!(REDIS_ERRORS_TOTAL, "command" => command, "kind" => kind).increment(1);
+}
+
+pub(crate) fn reconciled(upstream: &str, adopted: usize, dropped: usize, granted_during_outage: u64) {
+    counter!(RECONCILED_PERMITS_TOTAL, "upstream" => upstream.to_owned(), "action" => "adopted")
+        .increment(adopted as u64);
+    counter!(RECONCILED_PERMITS_TOTAL, "upstream" => upstream.to_owned(), "action" => "dropped")
+        .increment(dropped as u64);
+    counter!(OUTAGE_GRANTS_TOTAL, "upstream" => upstream.to_owned()).increment(granted_during_outage);
+}
