@@ -160,3 +160,35 @@ async fn redis_down_from_the_start_falls_back_then_joins() {
     redis.restart().expect("redis-server comes up");
     wait_for_mode(&scheduler, Mode::Shared, Duration::from_secs(5)).await;
 }
+
+#[actix::test]
+async fn a_lost_acquire_reply_never_makes_a_second_permit() {
+    use wavegate_testkit::{Fault, FaultProxy};
+    let redis = RedisServer::start().expect("redis-server");
+    let proxy = FaultProxy::start(redis.addr()).expect("fault proxy");
+    let scheduler = Scheduler::builder().upstream(upstream(4)).redis(proxy.url()).build().expect("scheduler");
+    // Connect first, so the armed fault takes the acquire and not the connection's handshake.
+    scheduler.acquire("llm").await.expect("permit").succeeded();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(scheduler.mode().await.expect("mode"), Mode::Shared);
+
+    proxy.set_fault(Fault::DropNextReply);
+    let started = Instant::now();
+    let permit = scheduler.acquire("llm").await.expect("a permit despite the lost reply");
+    let took = started.elapsed();
+    let mut con = redis.connection().expect("direct connection");
+    let members = |con: &mut redis::Connection| -> Vec<String> {
+        redis::cmd("ZRANGE").arg("wavegate:{llm}:permits").arg(0).arg(-1).query(con).expect("ZRANGE")
+    };
+    assert_eq!(members(&mut con), vec![permit.id().to_string()], "the script ran although its reply was lost");
+    assert!(took >= Duration::from_millis(200), "the reply should have been lost (took {took:?})");
+
+    wait_for_mode(&scheduler, Mode::Shared, Duration::from_secs(5)).await;
+    assert_eq!(members(&mut con), vec![permit.id().to_string()], "one permit, not two");
+    permit.succeeded();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !members(&mut con).is_empty() {
+        assert!(Instant::now() < deadline, "the permit was not released");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
