@@ -36,6 +36,8 @@ pub struct Attempt {
     pub wave: u64,
     /// How long this attempt may run (the call timeout, or less near the deadline).
     pub timeout: Duration,
+    /// How long this attempt waited for its permit (queue wait plus permit wait).
+    pub waited: Duration,
 }
 
 /// One call in flight; it stops itself once the caller has its answer.
@@ -202,7 +204,7 @@ where
         log.permit_wait += permit.permit_wait();
         let remaining = deadline.saturating_duration_since(Instant::now());
         let timeout = config.call_timeout().min(remaining);
-        let attempt = Attempt { number: log.attempts, wave: permit.wave(), timeout };
+        let attempt = Attempt { number: log.attempts, wave: permit.wave(), timeout, waited: permit.waited() };
         let started = Instant::now();
         let answer = tokio::time::timeout(timeout, f(attempt)).await;
         log.call += started.elapsed();

@@ -1,0 +1,103 @@
+//! wavegate's errors as HTTP responses.
+//!
+//! | error | status | `Retry-After` |
+//! |---|---|---|
+//! | waited too long, queue full, breaker open, retry budget spent (overload) | 503 | yes |
+//! | deadline passed | 504 | yes |
+//! | upstream failure (4xx, 5xx, transport) | 502 | no |
+//! | unknown upstream (a bug in the app), scheduler stopped | 500, 503 | no |
+//!
+//! The body is a small JSON object with a stable machine-readable `code`, a human `message`
+//! and, when known, `retry_after_seconds` and the `upstream_status`:
+//!
+//! ```json
+//! {"code":"waited_too_long","message":"upstream `llm`: no permit within 25s","retry_after_seconds":3}
+//! ```
+
+use std::fmt;
+
+use actix_web::http::StatusCode;
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::{HttpResponse, ResponseError};
+use serde::Serialize;
+use wavegate::Error;
+
+/// A [`wavegate::Error`] that actix-web renders as a response. Handlers return
+/// `Result<_, WebError>` and use `?` on scheduler calls.
+#[derive(Debug)]
+pub struct WebError(pub Error);
+
+impl From<Error> for WebError {
+    fn from(error: Error) -> Self {
+        Self(error)
+    }
+}
+
+impl fmt::Display for WebError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for WebError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
+/// The JSON body of an error response.
+#[derive(Debug, Serialize)]
+pub struct ErrorBody {
+    /// A stable snake_case code, e.g. `waited_too_long`.
+    pub code: &'static str,
+    /// What happened, for people.
+    pub message: String,
+    /// When trying again may work, in whole seconds (also in the `Retry-After` header).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_seconds: Option<u64>,
+    /// The upstream's own status, for upstream failures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_status: Option<u16>,
+}
+
+impl WebError {
+    /// The `Retry-After` to send, in whole seconds (at least 1), for overloads and deadlines.
+    pub fn retry_after_seconds(&self) -> Option<u64> {
+        match &self.0 {
+            error if error.is_overload() || matches!(error, Error::DeadlinePassed { .. }) => {
+                error.retry_after().map(|after| after.as_secs() + u64::from(after.subsec_nanos() > 0)).map(|s| s.max(1))
+            }
+            _ => None,
+        }
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> ErrorBody {
+        ErrorBody {
+            code: self.0.code(),
+            message: self.0.to_string(),
+            retry_after_seconds: self.retry_after_seconds(),
+            upstream_status: self.0.upstream_status(),
+        }
+    }
+}
+
+impl ResponseError for WebError {
+    fn status_code(&self) -> StatusCode {
+        match &self.0 {
+            error if error.is_overload() => StatusCode::SERVICE_UNAVAILABLE,
+            Error::DeadlinePassed { .. } => StatusCode::GATEWAY_TIMEOUT,
+            Error::Upstream { .. } => StatusCode::BAD_GATEWAY,
+            Error::Stopped => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let mut response = HttpResponse::build(self.status_code());
+        if let Some(seconds) = self.retry_after_seconds() {
+            response.insert_header((header::RETRY_AFTER, HeaderValue::from(seconds)));
+        }
+        response.json(self.body())
+    }
+}

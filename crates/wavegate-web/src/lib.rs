@@ -1,0 +1,35 @@
+//! actix-web glue for wavegate.
+//!
+//! * [`WebError`]: a scheduler error as a response — overloads become `503 Service
+//!   Unavailable` with `Retry-After` and a small JSON body with a stable `code`;
+//! * [`metrics_handler`] (`/metrics`) with [`install_prometheus`]: the Prometheus text;
+//! * [`status_handler`] (`/wavegate/status`): each upstream's mode, state, limit, wave, permits
+//!   in flight, queue depth, breaker and cooldown;
+//! * [`configure`]: mounts both.
+//!
+//! Embedding (`examples/embed.rs`, also in the README):
+//!
+//! ```no_run
+#![doc = include_str!("../examples/embed.rs")]
+//! ```
+
+mod error;
+mod prometheus;
+mod status;
+
+pub use error::{ErrorBody, WebError};
+pub use prometheus::{InstallError, install_prometheus, metrics_handler};
+pub use status::{StatusBody, UpstreamView, status, status_handler};
+
+use actix_web::web;
+
+/// The path of the status endpoint.
+pub const STATUS_PATH: &str = "/wavegate/status";
+/// The path of the metrics endpoint.
+pub const METRICS_PATH: &str = "/metrics";
+
+/// Mounts `/metrics` and `/wavegate/status`. The app must hold `web::Data<Scheduler>` and
+/// `web::Data<PrometheusHandle>`.
+pub fn configure(config: &mut web::ServiceConfig) {
+    config.route(METRICS_PATH, web::get().to(metrics_handler)).route(STATUS_PATH, web::get().to(status_handler));
+}

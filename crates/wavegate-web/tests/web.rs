@@ -1,0 +1,143 @@
+//! The web glue over real HTTP: an actix-web server on loopback, real requests.
+
+use std::net::SocketAddr;
+use std::time::{Duration, SystemTime};
+
+use actix_web::{App, HttpResponse, HttpServer, web};
+use wavegate::{Outcome, Scheduler, UpstreamConfig};
+use wavegate_testkit::{HttpReply, http_get};
+use wavegate_web::{METRICS_PATH, STATUS_PATH, WebError, configure, install_prometheus};
+
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Calls the upstream named in the path; the closure answers after `ms` milliseconds with
+/// `status` (200 → success) on the first attempt and 200 afterwards.
+async fn call(scheduler: web::Data<Scheduler>, path: web::Path<(String, u16, u64)>) -> Result<HttpResponse, WebError> {
+    let (upstream, status, ms) = path.into_inner();
+    let answer = scheduler
+        .call(&upstream, move |attempt| async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            match (status, attempt.number) {
+                (200, _) | (429, 2..) => Ok(format!("ok after {} attempts", attempt.number)),
+                (status, _) => Err(Outcome::from_status(status, Some("0.05"), SystemTime::now())),
+            }
+        })
+        .await?;
+    Ok(HttpResponse::Ok().body(answer))
+}
+
+async fn serve(upstream: UpstreamConfig) -> SocketAddr {
+    let metrics = install_prometheus().expect("recorder");
+    let scheduler = Scheduler::builder().upstream(upstream).build().expect("scheduler");
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(web::Data::new(scheduler.clone()))
+            .app_data(web::Data::new(metrics.clone()))
+            .route("/call/{upstream}/{status}/{ms}", web::get().to(call))
+            .configure(configure)
+    })
+    .workers(1)
+    .disable_signals()
+    .bind(("127.0.0.1", 0))
+    .expect("bind");
+    let addr = server.addrs()[0];
+    actix_web::rt::spawn(server.run());
+    addr
+}
+
+async fn get(addr: SocketAddr, path: &str) -> HttpReply {
+    http_get(addr, path, TIMEOUT).await.expect("HTTP GET")
+}
+
+fn json(reply: &HttpReply) -> serde_json::Value {
+    serde_json::from_str(&reply.body).unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", reply.body))
+}
+
+#[actix_web::test]
+async fn saturation_is_a_503_with_retry_after_and_a_stable_code() {
+    let upstream = UpstreamConfig::builder("saturated").limit(1).max_wait(Duration::from_millis(100)).build().unwrap();
+    let addr = serve(upstream).await;
+    let holder = actix_web::rt::spawn(async move { get(addr, "/call/saturated/200/400").await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let refused = get(addr, "/call/saturated/200/0").await;
+    assert_eq!(refused.status, 503, "{refused:?}");
+    let retry_after: u64 = refused.retry_after.as_deref().expect("Retry-After").parse().expect("seconds");
+    assert!(retry_after >= 1);
+    let body = json(&refused);
+    assert_eq!(body["code"], "waited_too_long");
+    assert_eq!(body["retry_after_seconds"], retry_after);
+    assert!(body["message"].as_str().expect("message").contains("saturated"));
+    assert_eq!(holder.await.expect("holder").status, 200);
+}
+
+#[actix_web::test]
+async fn an_upstream_client_error_is_not_turned_into_a_503() {
+    let addr = serve(UpstreamConfig::builder("picky").build().unwrap()).await;
+    let reply = get(addr, "/call/picky/400/0").await;
+    assert_eq!(reply.status, 502, "{reply:?}");
+    assert_eq!(reply.retry_after, None);
+    let body = json(&reply);
+    assert_eq!((body["code"].as_str(), body["upstream_status"].as_u64()), (Some("upstream_error"), Some(400)));
+    let unknown = get(addr, "/call/nope/200/0").await;
+    assert_eq!((unknown.status, json(&unknown)["code"].as_str()), (500, Some("unknown_upstream")));
+}
+
+#[actix_web::test]
+async fn metrics_hold_the_named_series_and_they_move() {
+    let upstream = UpstreamConfig::builder("metered")
+        .limit(4)
+        .min_cooldown(Duration::from_millis(50))
+        .max_wait(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let addr = serve(upstream).await;
+    assert_eq!(get(addr, "/call/metered/200/5").await.status, 200);
+    assert_eq!(get(addr, "/call/metered/429/5").await.status, 200, "a 429 is retried after the cooldown");
+    let metrics = get(addr, METRICS_PATH).await;
+    assert_eq!(metrics.status, 200);
+    let text = metrics.body;
+    let value = |series: &str| -> f64 {
+        text.lines()
+            .find(|line| line.starts_with(series))
+            .and_then(|line| line.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no series {series} in:\n{text}"))
+    };
+    assert_eq!(value(r#"wavegate_rate_limited_total{upstream="metered"}"#), 1.0);
+    assert_eq!(value(r#"wavegate_limit_cuts_total{upstream="metered"}"#), 1.0);
+    assert_eq!(value(r#"wavegate_retries_total{upstream="metered",reason="rate_limited"}"#), 1.0);
+    assert_eq!(value(r#"wavegate_wave{upstream="metered"}"#), 2.0);
+    assert_eq!(value(r#"wavegate_limit{upstream="metered"}"#), 1.0, "PROBE after the cut");
+    assert_eq!(value(r#"wavegate_wave_state{upstream="metered",state="PROBE"}"#), 1.0);
+    assert_eq!(value(r#"wavegate_permits_in_flight{upstream="metered",scope="local"}"#), 0.0);
+    assert_eq!(value(r#"wavegate_queue_depth{upstream="metered"}"#), 0.0);
+    assert_eq!(value(r#"wavegate_breaker_state{upstream="metered",state="closed"}"#), 1.0);
+    assert_eq!(value(r#"wavegate_mode{mode="local"}"#), 1.0);
+    // Histograms are Prometheus histograms with buckets, not summaries.
+    assert_eq!(value(r#"wavegate_upstream_call_seconds_count{upstream="metered",outcome="success"}"#), 2.0);
+    assert_eq!(value(r#"wavegate_upstream_call_seconds_count{upstream="metered",outcome="rate_limited"}"#), 1.0);
+    assert!(text.contains(r#"wavegate_upstream_call_seconds_bucket{upstream="metered",outcome="success",le="0.01"}"#));
+    assert!(text.contains(r#"wavegate_permit_wait_seconds_bucket{upstream="metered",le="120"}"#), "{text}");
+    assert_eq!(value(r#"wavegate_queue_wait_seconds_count{upstream="metered"}"#), 3.0);
+    assert!(!text.contains("quantile="), "histograms must not render as summaries");
+}
+
+#[actix_web::test]
+async fn the_status_endpoint_describes_each_upstream() {
+    let addr = serve(UpstreamConfig::builder("described").limit(7).build().unwrap()).await;
+    assert_eq!(get(addr, "/call/described/200/0").await.status, 200);
+    let reply = get(addr, STATUS_PATH).await;
+    assert_eq!(reply.status, 200);
+    let body = json(&reply);
+    let upstream = &body["upstreams"][0];
+    assert_eq!(upstream["upstream"], "described");
+    assert_eq!(upstream["mode"], "local");
+    assert_eq!(upstream["state"], "NORMAL");
+    assert_eq!((upstream["limit"].as_u64(), upstream["base_limit"].as_u64()), (Some(7), Some(7)));
+    assert_eq!(upstream["wave"], 1);
+    assert_eq!(upstream["in_flight_local"], 0);
+    assert_eq!(upstream["in_flight_fleet"], 0);
+    assert_eq!(upstream["queue_depth"], 0);
+    assert_eq!(upstream["breaker"], "closed");
+    assert_eq!(upstream["cooldown_remaining_ms"], 0);
+}
