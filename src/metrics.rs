@@ -56,6 +56,31 @@ pub const RECONCILED_PERMITS_TOTAL: &str = "wavegate_reconciled_permits_total";
 /// Permits granted locally during an outage (usage handed to the shared store on recovery).
 pub const OUTAGE_GRANTS_TOTAL: &str = "wavegate_outage_grants_total";
 
+/// Every metric name above.
+pub const ALL: &[&str] = &[
+    PERMITS_IN_FLIGHT,
+    PERMIT_WAIT_SECONDS,
+    QUEUE_WAIT_SECONDS,
+    QUEUE_DEPTH,
+    UPSTREAM_CALL_SECONDS,
+    LIMIT,
+    WAVE,
+    WAVE_STATE,
+    RATE_LIMITED_TOTAL,
+    LIMIT_CUTS_TOTAL,
+    LATE_RATE_LIMITS_IGNORED_TOTAL,
+    BREAKER_STATE,
+    BREAKER_TRANSITIONS_TOTAL,
+    RETRIES_TOTAL,
+    RETRY_BUDGET_REFUSALS_TOTAL,
+    OVERLOAD_REFUSALS_TOTAL,
+    MODE,
+    MODE_CHANGES_TOTAL,
+    REDIS_ERRORS_TOTAL,
+    RECONCILED_PERMITS_TOTAL,
+    OUTAGE_GRANTS_TOTAL,
+];
+
 /// Bucket bounds, seconds, for each histogram: waits from a millisecond to minutes, calls
 /// from ten milliseconds to ten minutes.
 pub const HISTOGRAM_BUCKETS: &[(&str, &[f64])] =
