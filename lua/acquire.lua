@@ -1,15 +1,21 @@
 -- acquire.lua: grant one permit by client id, or say why not and for how long.
 --
 -- KEYS[1] permits (zset)   KEYS[2] wave state (hash)   KEYS[3] permit waves (hash)
--- ARGV[1..5] wave config (base limit, probe successes, ladder ms csv, min ms, max ms)
--- ARGV[6] permit id (client-chosen; an id already held is granted again, not twice)
--- ARGV[7] lease in ms
+-- ARGV[1..9] config (see read_config in wave.lua)
+-- ARGV[10] permit id (client-chosen; an id already held is granted again, not twice, and
+--          nothing is charged again)
+-- ARGV[11] lease in ms
+-- ARGV[12] tokens to reserve from the tokens budget (0 without one)
 -- Reply: {1, wave, state, limit, in_flight}        granted
---        {0, reason, wait_ms, in_flight}           denied: reason 'cooldown' or 'at_limit'
-if #ARGV ~= 7 then return fail('acquire', 'expected 7 ARGV, got ' .. #ARGV) end
+--        {0, reason, wait_ms, in_flight}           denied: reason 'cooldown', 'at_limit',
+--                                                  'requests', 'tokens' or 'tokens_exceed_burst'
+-- The wave and the limit are checked first, then the budgets; all are charged together or not
+-- at all.
+if #ARGV ~= CONFIG_ARGS + 3 then return fail('acquire', 'expected 12 ARGV, got ' .. #ARGV) end
 local config = read_config(1)
-local id = ARGV[6]
-local lease = to_int(ARGV[7], 'lease')
+local id = ARGV[10]
+local lease = to_int(ARGV[11], 'lease')
+local tokens = to_int(ARGV[12], 'tokens')
 local now = now_ms()
 
 purge(now)
@@ -29,10 +35,24 @@ if s.state == 'COOLDOWN' then
   result = { 0, 'cooldown', math.max(0, s.cooldown_until - now), in_flight }
 elseif in_flight >= s.limit then
   result = { 0, 'at_limit', 0, in_flight }
+elseif config.tokens and tokens > config.tokens.burst then
+  result = { 0, 'tokens_exceed_burst', 0, in_flight }
 else
-  redis.call('ZADD', KEYS[1], now + lease, id)
-  redis.call('HSET', KEYS[3], id, s.wave)
-  result = { 1, s.wave, s.state, s.limit, in_flight + 1 }
+  local now_us = now * 1000
+  local requests_tat, requests_wait, tokens_tat, tokens_wait = nil, 0, nil, 0
+  if config.requests then requests_tat, requests_wait = gcra_check(config.requests, load_tat('requests_tat'), now_us, 1) end
+  if config.tokens then tokens_tat, tokens_wait = gcra_check(config.tokens, load_tat('tokens_tat'), now_us, tokens) end
+  if requests_wait > 0 or tokens_wait > 0 then
+    local reason = 'requests'
+    if tokens_wait > requests_wait then reason = 'tokens' end
+    result = { 0, reason, math.max(requests_wait, tokens_wait), in_flight }
+  else
+    if requests_tat then save_tat('requests_tat', requests_tat) end
+    if tokens_tat then save_tat('tokens_tat', tokens_tat) end
+    redis.call('ZADD', KEYS[1], now + lease, id)
+    redis.call('HSET', KEYS[3], id, s.wave)
+    result = { 1, s.wave, s.state, s.limit, in_flight + 1 }
+  end
 end
-if changed or redis.call('EXISTS', KEYS[2]) == 0 then save_state(s) end
+if changed or redis.call('HEXISTS', KEYS[2], 'state') == 0 then save_state(s) end
 return result

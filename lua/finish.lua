@@ -1,23 +1,32 @@
 -- finish.lua: release a permit by id (idempotent) and report its outcome for its wave.
 --
 -- KEYS[1] permits (zset)   KEYS[2] wave state (hash)   KEYS[3] permit waves (hash)
--- ARGV[1..5] wave config (base limit, probe successes, ladder ms csv, min ms, max ms)
--- ARGV[6] permit id
--- ARGV[7] the wave the permit was issued in
--- ARGV[8] outcome: 'success', 'rate_limited' or 'neutral'
--- ARGV[9] Retry-After in ms for 'rate_limited', or '' when the provider gave none
--- ARGV[10] channel to PUBLISH to when a permit is freed, or '' for none
+-- ARGV[1..9] config (see read_config in wave.lua)
+-- ARGV[10] permit id
+-- ARGV[11] the wave the permit was issued in
+-- ARGV[12] outcome: 'success', 'rate_limited' or 'neutral'
+-- ARGV[13] Retry-After in ms for 'rate_limited', or '' when the provider gave none
+-- ARGV[14] channel to PUBLISH to when a permit is freed, or '' for none
+-- ARGV[15] tokens used beyond the reservation (negative: a refund), settled on the tokens budget
 -- Reply: {held, effect, limit_before, limit, wave, state, cooldown_ms, changed_from, in_flight}
 --   held: 1 if the id was held; effect: 'cut', 'late' or 'none';
 --   changed_from: the state a success moved the machine out of, or ''.
-if #ARGV ~= 10 then return fail('finish', 'expected 10 ARGV, got ' .. #ARGV) end
+if #ARGV ~= CONFIG_ARGS + 6 then return fail('finish', 'expected 15 ARGV, got ' .. #ARGV) end
 local config = read_config(1)
-local id = ARGV[6]
-local wave = to_int(ARGV[7], 'wave')
-local outcome = ARGV[8]
+local id = ARGV[10]
+local wave = to_int(ARGV[11], 'wave')
+local outcome = ARGV[12]
 local retry_after = nil
-if ARGV[9] ~= '' then retry_after = to_int(ARGV[9], 'retry after') end
+if ARGV[13] ~= '' then retry_after = to_int(ARGV[13], 'retry after') end
+local channel = ARGV[14]
+local token_delta = tonumber(ARGV[15])
+if token_delta == nil or token_delta ~= math.floor(token_delta) then
+  return fail('finish', 'token delta must be an integer, got ' .. tostring(ARGV[15]))
+end
 local now = now_ms()
+if config.tokens and token_delta ~= 0 then
+  save_tat('tokens_tat', gcra_settle(config.tokens, load_tat('tokens_tat'), now * 1000, token_delta))
+end
 
 purge(now)
 local s = load_state(config)
@@ -36,7 +45,7 @@ save_state(s)
 
 local held = redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[3], id)
-if held == 1 and ARGV[10] ~= '' then redis.call('PUBLISH', ARGV[10], id) end
+if held == 1 and channel ~= '' then redis.call('PUBLISH', channel, id) end
 local cooldown_ms = 0
 if s.state == 'COOLDOWN' then cooldown_ms = math.max(0, s.cooldown_until - now) end
 return { held, effect, limit_before, s.limit, s.wave, s.state, cooldown_ms, changed_from,

@@ -1,29 +1,39 @@
 -- reconcile.lua: after an outage, make the shared set match what this process really holds.
 --
 -- KEYS[1] permits (zset)   KEYS[2] wave state (hash)   KEYS[3] permit waves (hash)
--- ARGV[1..5] wave config (base limit, probe successes, ladder ms csv, min ms, max ms)
--- ARGV[6] lease in ms for the adopted permits
--- ARGV[7] n, the number of ids to adopt; ARGV[8 .. 7+n] their ids: permits still in flight
+-- ARGV[1..9] config (see read_config in wave.lua)
+-- ARGV[10] lease in ms for the adopted permits
+-- ARGV[11] requests and ARGV[12] tokens used during the outage: charged to the budgets
+-- ARGV[13] n, the number of ids to adopt; ARGV[14 .. 13+n] their ids: permits still in flight
 --         here, registered (or re-registered, after a restart with empty data) in the current
 --         wave without an admission check, since their calls are already running
--- ARGV[8+n ..] ids to drop: permits that finished during the outage but may still be listed
+-- ARGV[14+n ..] ids to drop: permits that finished during the outage but may still be listed
 -- Reply: {wave, state, limit, in_flight} after the call; adopted permits carry `wave`.
-if #ARGV < 7 then return fail('reconcile', 'expected at least 7 ARGV, got ' .. #ARGV) end
+local FIRST_ID = CONFIG_ARGS + 5
+if #ARGV < FIRST_ID - 1 then return fail('reconcile', 'expected at least 13 ARGV, got ' .. #ARGV) end
 local config = read_config(1)
-local lease = to_int(ARGV[6], 'lease')
-local adopt = to_int(ARGV[7], 'adopt count')
-if #ARGV < 7 + adopt then return fail('reconcile', 'fewer ids than the adopt count') end
+local lease = to_int(ARGV[10], 'lease')
+local used_requests = to_int(ARGV[11], 'requests used')
+local used_tokens = to_int(ARGV[12], 'tokens used')
+local adopt = to_int(ARGV[13], 'adopt count')
+if #ARGV < FIRST_ID - 1 + adopt then return fail('reconcile', 'fewer ids than the adopt count') end
 local now = now_ms()
+if config.requests and used_requests > 0 then
+  save_tat('requests_tat', gcra_charge(config.requests, load_tat('requests_tat'), now * 1000, used_requests))
+end
+if config.tokens and used_tokens > 0 then
+  save_tat('tokens_tat', gcra_charge(config.tokens, load_tat('tokens_tat'), now * 1000, used_tokens))
+end
 
 purge(now)
 local s = load_state(config)
 poll(s, now)
 save_state(s)
-for i = 8, 7 + adopt do
+for i = FIRST_ID, FIRST_ID - 1 + adopt do
   redis.call('ZADD', KEYS[1], now + lease, ARGV[i])
   redis.call('HSET', KEYS[3], ARGV[i], s.wave)
 end
-for i = 8 + adopt, #ARGV do
+for i = FIRST_ID + adopt, #ARGV do
   redis.call('ZREM', KEYS[1], ARGV[i])
   redis.call('HDEL', KEYS[3], ARGV[i])
 end

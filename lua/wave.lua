@@ -7,7 +7,8 @@
 --
 -- Keys every script receives (all share the upstream's hash tag, e.g. "wavegate:{openai}:..."):
 --   KEYS[1]  sorted set of held permits: member = client-chosen permit id, score = lease end (ms)
---   KEYS[2]  hash of the wave state: state, limit, wave, cooldown_until, successes, step, threshold
+--   KEYS[2]  hash of the wave state: state, limit, wave, cooldown_until, successes, step, threshold,
+--            and the rate budgets' theoretical arrival times, requests_tat and tokens_tat (µs)
 --   KEYS[3]  hash of permit id -> wave the permit was issued in
 -- Time is always Redis TIME, in milliseconds.
 
@@ -28,8 +29,18 @@ local function to_int(value, name)
   return n
 end
 
--- The wave configuration, from five ARGV entries starting at `at`:
--- base limit, probe successes, cooldown ladder (comma-separated ms), min cooldown ms, max cooldown ms.
+-- One rate budget (GCRA), or nil when `rate` is 0.
+local function budget(rate, burst)
+  if rate == 0 then return nil end
+  if burst < 1 then error({ err = 'ERR wavegate: a budget needs a burst of at least 1' }) end
+  local interval = 60000000 / rate
+  return { interval = interval, tolerance = burst * interval, burst = burst }
+end
+
+-- The configuration, from nine ARGV entries starting at `at`: base limit, probe successes,
+-- cooldown ladder (comma-separated ms), min cooldown ms, max cooldown ms, requests per minute,
+-- requests burst, tokens per minute, tokens burst (a rate of 0: no such budget).
+local CONFIG_ARGS = 9
 local function read_config(at)
   local config = {
     base = to_int(ARGV[at], 'base limit'),
@@ -41,6 +52,8 @@ local function read_config(at)
   for step in string.gmatch(ARGV[at + 2], '[^,]+') do
     table.insert(config.ladder, to_int(step, 'cooldown step'))
   end
+  config.requests = budget(to_int(ARGV[at + 5], 'requests per minute'), to_int(ARGV[at + 6], 'requests burst'))
+  config.tokens = budget(to_int(ARGV[at + 7], 'tokens per minute'), to_int(ARGV[at + 8], 'tokens burst'))
   if config.base < 1 or config.probe < 1 or #config.ladder == 0 then
     error({ err = 'ERR wavegate: base limit, probe successes and the ladder must not be empty or zero' })
   end
@@ -138,6 +151,44 @@ local function on_rate_limited(s, wave, now, retry_after_ms, config)
   end
   s.cooldown_until = now + cooldown
   return 'cut', from
+end
+
+-- GCRA with a cost, in microseconds; the same operations in the same order as
+-- wavegate-core's gcra.rs, so both compute the same numbers.
+-- Returns the new TAT, or nil and the wait in ms.
+local function gcra_check(b, tat, now, cost)
+  local new_tat = math.floor(math.max(tat, now) + cost * b.interval)
+  local ahead = new_tat - now
+  if ahead > b.tolerance then return nil, math.ceil((ahead - b.tolerance) / 1000) end
+  return new_tat, 0
+end
+
+-- Settles a reservation: `delta` more units than reserved (negative: a refund).
+local function gcra_settle(b, tat, now, delta)
+  if delta >= 0 then return math.floor(math.max(tat, now) + delta * b.interval) end
+  return math.max(math.max(math.floor(tat + delta * b.interval), 0), math.min(tat, now))
+end
+
+-- Adds `units` used elsewhere.
+local function gcra_charge(b, tat, now, units)
+  return math.floor(math.max(tat, now) + units * b.interval)
+end
+
+-- The units available now, and the ms until one more is (0 when full).
+local function gcra_remaining(b, tat, now)
+  local used = math.max(tat - now, 0)
+  local remaining = math.min(math.max(math.floor((b.tolerance - used) / b.interval), 0), b.burst)
+  if remaining >= b.burst then return remaining, 0 end
+  local next_us = used - (b.tolerance - (remaining + 1) * b.interval)
+  return remaining, math.ceil(math.max(next_us, 0) / 1000)
+end
+
+local function load_tat(field)
+  return tonumber(redis.call('HGET', KEYS[2], field)) or 0
+end
+
+local function save_tat(field, tat)
+  redis.call('HSET', KEYS[2], field, string.format('%.0f', tat))
 end
 
 -- Drops the permits whose lease ended at or before `now`, with their wave tags.

@@ -69,6 +69,18 @@ pub enum Error {
         /// Attempts made.
         attempts: u32,
     },
+    /// The request can never fit: its token estimate exceeds the tokens-per-minute burst.
+    #[error("upstream `{upstream}`: {requested} tokens can never fit a {budget} burst of {burst}")]
+    InsufficientCapacity {
+        /// The upstream.
+        upstream: String,
+        /// The budget (`tokens_per_minute`).
+        budget: &'static str,
+        /// The tokens asked for.
+        requested: u64,
+        /// The budget's burst.
+        burst: u64,
+    },
     /// The scheduler's actors are gone (the actix system is shutting down).
     #[error("the scheduler has stopped")]
     Stopped,
@@ -117,6 +129,7 @@ impl Error {
             Error::RetryBudgetSpent { .. } => "retry_budget_spent",
             Error::DeadlinePassed { .. } => "deadline_passed",
             Error::Upstream { .. } => "upstream_error",
+            Error::InsufficientCapacity { .. } => "insufficient_capacity",
             Error::Stopped => "stopped",
         }
     }

@@ -76,6 +76,8 @@ pub(crate) struct Grant {
 #[rtype(result = "()")]
 pub(crate) struct Acquire {
     pub(crate) upstream: usize,
+    /// Tokens to reserve from the tokens budget (0 without one).
+    pub(crate) tokens: u64,
     pub(crate) deadline: Instant,
     pub(crate) reply: oneshot::Sender<Result<Grant, Error>>,
 }
@@ -88,6 +90,8 @@ pub(crate) struct Finish {
     pub(crate) id: String,
     pub(crate) wave: u64,
     pub(crate) signal: WaveSignal,
+    /// Tokens used beyond the reservation (negative: fewer).
+    pub(crate) token_delta: i64,
 }
 
 /// Something may have freed a permit of `upstream` (a release announced on pub/sub).

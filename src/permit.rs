@@ -27,6 +27,8 @@ struct Held {
     name: String,
     granted_at: Instant,
     grant: Grant,
+    /// Tokens reserved at acquire.
+    tokens: u64,
     ticket: BreakerTicket,
     coordinator: Addr<Coordinator>,
     supervisor: Addr<UpstreamSupervisor>,
@@ -37,13 +39,13 @@ impl Permit {
         upstream: usize,
         name: String,
         grant: Grant,
+        tokens: u64,
         ticket: BreakerTicket,
         coordinator: Addr<Coordinator>,
         supervisor: Addr<UpstreamSupervisor>,
     ) -> Self {
-        Self {
-            inner: Some(Held { upstream, name, granted_at: Instant::now(), grant, ticket, coordinator, supervisor }),
-        }
+        let granted_at = Instant::now();
+        Self { inner: Some(Held { upstream, name, granted_at, grant, tokens, ticket, coordinator, supervisor }) }
     }
 
     fn held(&self) -> &Held {
@@ -86,18 +88,36 @@ impl Permit {
         self.held().grant.permit_wait
     }
 
-    /// Reports the call's outcome and releases the permit.
+    /// Tokens reserved for this permit at acquire.
+    pub fn reserved_tokens(&self) -> u64 {
+        self.held().tokens
+    }
+
+    /// Reports the call's outcome and releases the permit. The token reservation is kept as
+    /// the usage, except for a 429 or another 4xx, which the provider did not process: those
+    /// give it back. Use [`report_usage`](Self::report_usage) when the usage is known.
     pub fn report(mut self, outcome: Outcome) {
-        self.finish(outcome.wave_signal(), outcome.breaker_result(), Some(outcome.label()));
+        let unprocessed = matches!(outcome, Outcome::RateLimited { .. } | Outcome::ClientError { .. });
+        let actual = if unprocessed { 0 } else { self.reserved_tokens() };
+        self.finish(outcome.wave_signal(), outcome.breaker_result(), Some(outcome.label()), actual);
     }
 
-    /// Reports a success and releases the permit.
+    /// Reports the call's outcome and the tokens it really used, and releases the permit:
+    /// the difference with the reservation is refunded or charged to the tokens budget.
+    pub fn report_usage(mut self, outcome: Outcome, tokens: u64) {
+        self.finish(outcome.wave_signal(), outcome.breaker_result(), Some(outcome.label()), tokens);
+    }
+
+    /// Reports a success (using the reserved tokens) and releases the permit.
     pub fn succeeded(mut self) {
-        self.finish(WaveSignal::Success, CallResult::Success, Some("success"));
+        let reserved = self.reserved_tokens();
+        self.finish(WaveSignal::Success, CallResult::Success, Some("success"), reserved);
     }
 
-    fn finish(&mut self, signal: WaveSignal, result: CallResult, outcome: Option<&'static str>) {
+    fn finish(&mut self, signal: WaveSignal, result: CallResult, outcome: Option<&'static str>, tokens_used: u64) {
         if let Some(held) = self.inner.take() {
+            let used = i64::try_from(tokens_used).unwrap_or(i64::MAX);
+            let token_delta = used - i64::try_from(held.tokens).unwrap_or(0);
             if let Some(outcome) = outcome {
                 crate::metrics::upstream_call(&held.name, outcome, held.granted_at.elapsed());
             }
@@ -107,6 +127,7 @@ impl Permit {
                 id: held.grant.id,
                 wave: held.grant.wave,
                 signal,
+                token_delta,
             });
         }
     }
@@ -114,7 +135,9 @@ impl Permit {
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        self.finish(WaveSignal::Neutral, CallResult::Ignored, None);
+        // Usage unknown: the reservation stands.
+        let reserved = self.inner.as_ref().map_or(0, |held| held.tokens);
+        self.finish(WaveSignal::Neutral, CallResult::Ignored, None, reserved);
     }
 }
 

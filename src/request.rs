@@ -55,17 +55,18 @@ impl RequestActor {
     pub(crate) fn new<F, Fut, T>(
         inner: Arc<Inner>,
         upstream: usize,
+        tokens: u64,
         f: F,
         reply: oneshot::Sender<Result<T, Error>>,
     ) -> Self
     where
         F: FnMut(Attempt) -> Fut + 'static,
-        Fut: Future<Output = Result<T, Outcome>> + 'static,
+        Fut: Future<Output = Result<(T, u64), Outcome>> + 'static,
         T: 'static,
     {
         let run = Box::pin(async move {
             let mut reply = reply;
-            let call = run_call(inner, upstream, f);
+            let call = run_call(inner, upstream, tokens, f);
             // A caller that goes away cancels the call; dropping it releases its permit.
             let result = tokio::select! {
                 result = call => Some(result),
@@ -95,6 +96,7 @@ pub(crate) async fn acquire_permit(
     upstream: usize,
     kind: AttemptKind,
     wait_until: Instant,
+    tokens: u64,
 ) -> Result<Permit, Error> {
     let name = || inner.upstreams[upstream].name().to_string();
     let supervisor = inner.supervisors[upstream].clone();
@@ -108,15 +110,15 @@ pub(crate) async fn acquire_permit(
     };
     let admission = Admission::new(ticket, supervisor.clone());
     let (reply, granted) = oneshot::channel();
-    inner.coordinator.do_send(Acquire { upstream, deadline: wait_until, reply });
+    inner.coordinator.do_send(Acquire { upstream, tokens, deadline: wait_until, reply });
     let grant = granted.await.map_err(|_| Error::Stopped)??;
-    Ok(Permit::new(upstream, name(), grant, admission.into_ticket(), inner.coordinator.clone(), supervisor))
+    Ok(Permit::new(upstream, name(), grant, tokens, admission.into_ticket(), inner.coordinator.clone(), supervisor))
 }
 
-async fn run_call<F, Fut, T>(inner: Arc<Inner>, upstream: usize, f: F) -> Result<T, Error>
+async fn run_call<F, Fut, T>(inner: Arc<Inner>, upstream: usize, tokens: u64, f: F) -> Result<T, Error>
 where
     F: FnMut(Attempt) -> Fut,
-    Fut: Future<Output = Result<T, Outcome>>,
+    Fut: Future<Output = Result<(T, u64), Outcome>>,
 {
     let name = inner.upstreams[upstream].name().as_str();
     let span = tracing::info_span!(
@@ -130,7 +132,7 @@ where
         outcome = tracing::field::Empty,
     );
     let mut log = CallLog::default();
-    let result = attempts(&inner, upstream, f, &mut log).instrument(span.clone()).await;
+    let result = attempts(&inner, upstream, tokens, f, &mut log).instrument(span.clone()).await;
     let outcome = match &result {
         Ok(_) => "success",
         Err(Error::Upstream { outcome, .. }) => outcome.label(),
@@ -172,10 +174,16 @@ struct CallLog {
     call: Duration,
 }
 
-async fn attempts<F, Fut, T>(inner: &Inner, upstream: usize, mut f: F, log: &mut CallLog) -> Result<T, Error>
+async fn attempts<F, Fut, T>(
+    inner: &Inner,
+    upstream: usize,
+    tokens: u64,
+    mut f: F,
+    log: &mut CallLog,
+) -> Result<T, Error>
 where
     F: FnMut(Attempt) -> Fut,
-    Fut: Future<Output = Result<T, Outcome>>,
+    Fut: Future<Output = Result<(T, u64), Outcome>>,
 {
     let config = &inner.upstreams[upstream];
     let name = || config.name().to_string();
@@ -188,7 +196,7 @@ where
             return Err(Error::DeadlinePassed { upstream: name(), attempts: log.attempts });
         }
         let wait_until = deadline.min(now + config.max_wait());
-        let permit = match acquire_permit(inner, upstream, kind, wait_until).await {
+        let permit = match acquire_permit(inner, upstream, kind, wait_until, tokens).await {
             Ok(permit) => permit,
             Err(Error::WaitedTooLong { .. }) if Instant::now() >= deadline => {
                 return Err(Error::DeadlinePassed { upstream: name(), attempts: log.attempts });
@@ -209,8 +217,8 @@ where
         let answer = tokio::time::timeout(timeout, f(attempt)).await;
         log.call += started.elapsed();
         let outcome = match answer {
-            Ok(Ok(value)) => {
-                permit.succeeded();
+            Ok(Ok((value, used))) => {
+                permit.report_usage(Outcome::Success { status: 200 }, used);
                 return Ok(value);
             }
             Ok(Err(outcome)) => outcome,

@@ -84,24 +84,47 @@ impl Scheduler {
     /// `f` is called once per attempt and returns `Ok(value)` on success or the
     /// [`Outcome`] of a failure (`Outcome::from_status(..)`, `Outcome::from_transport(..)`).
     /// Dropping the returned future cancels the call and releases its permit.
-    pub async fn call<F, Fut, T>(&self, upstream: &str, f: F) -> Result<T, Error>
+    pub async fn call<F, Fut, T>(&self, upstream: &str, mut f: F) -> Result<T, Error>
     where
         F: FnMut(Attempt) -> Fut + 'static,
         Fut: Future<Output = Result<T, Outcome>> + 'static,
         T: 'static,
     {
+        self.call_metered(upstream, 0, move |attempt| {
+            let call = f(attempt);
+            async move { call.await.map(|value| (value, 0)) }
+        })
+        .await
+    }
+
+    /// Like [`call`](Self::call), for an upstream with a tokens-per-minute budget: each
+    /// attempt reserves `estimated_tokens`, and `f` returns the tokens it really used with its
+    /// value, so the budget is settled (refund or extra charge). A 429 or another 4xx gives
+    /// the reservation back.
+    pub async fn call_metered<F, Fut, T>(&self, upstream: &str, estimated_tokens: u64, f: F) -> Result<T, Error>
+    where
+        F: FnMut(Attempt) -> Fut + 'static,
+        Fut: Future<Output = Result<(T, u64), Outcome>> + 'static,
+        T: 'static,
+    {
         let index = self.index(upstream)?;
         let (reply, answer) = oneshot::channel();
-        RequestActor::new(self.inner.clone(), index, f, reply).start();
+        RequestActor::new(self.inner.clone(), index, estimated_tokens, f, reply).start();
         answer.await.map_err(|_| Error::Stopped)?
     }
 
     /// A permit for one call that the caller makes itself; report the outcome on it.
     /// Waits at most the upstream's `max_wait`.
     pub async fn acquire(&self, upstream: &str) -> Result<Permit, Error> {
+        self.acquire_tokens(upstream, 0).await
+    }
+
+    /// A permit that reserves `estimated_tokens` of the upstream's tokens budget; settle the
+    /// real usage with [`Permit::report_usage`].
+    pub async fn acquire_tokens(&self, upstream: &str, estimated_tokens: u64) -> Result<Permit, Error> {
         let index = self.index(upstream)?;
         let wait_until = Instant::now() + self.inner.upstreams[index].max_wait();
-        acquire_permit(&self.inner, index, AttemptKind::First, wait_until).await
+        acquire_permit(&self.inner, index, AttemptKind::First, wait_until, estimated_tokens).await
     }
 
     /// The upstream's state as this process sees it.

@@ -12,6 +12,7 @@ use wavegate_core::{Admission, Clock, DenyReason, WaveSignal, duration_ms};
 
 use super::Coordinator;
 use super::waiters::Waiters;
+use crate::error::Error;
 use crate::messages::Grant;
 use crate::metrics;
 use crate::status::Mode;
@@ -20,6 +21,8 @@ use crate::status::Mode;
 pub(super) const AT_LIMIT_POLL: (Duration, Duration) = (Duration::from_millis(250), Duration::from_millis(500));
 /// How long to wait before asking again after a store error that is not an outage.
 pub(super) const STORE_ERROR_RETRY: (Duration, Duration) = (Duration::from_millis(50), Duration::from_millis(150));
+/// Spread added to a budget's exact wait, so processes do not ask at one instant.
+const BUDGET_JITTER: (Duration, Duration) = (Duration::ZERO, Duration::from_millis(5));
 /// The most jitter added to the end of a cooldown.
 const COOLDOWN_JITTER: Duration = Duration::from_millis(50);
 
@@ -42,7 +45,7 @@ impl Coordinator {
                 return;
             }
             let Some(head) = slot.waiters.head(Instant::now()) else { return };
-            let id = head.id.clone();
+            let (id, tokens) = (head.id.clone(), head.tokens);
             if let Some(timer) = slot.retry_timer.take() {
                 ctx.cancel_future(timer);
             }
@@ -53,7 +56,7 @@ impl Coordinator {
                 slot.wake_pending = false;
                 let epoch = self.epoch;
                 let asked = id.clone();
-                let call = async move { gate.acquire(&asked, lease).await };
+                let call = async move { gate.acquire(&asked, lease, tokens).await };
                 ctx.spawn(call.into_actor(self).map(move |result, act, ctx| {
                     if epoch != act.epoch {
                         // The mode changed meanwhile; the loop already went on without this
@@ -67,7 +70,7 @@ impl Coordinator {
                     act.slots[upstream].pumping = false;
                     match result {
                         Ok(acquired) => {
-                            let serve_next = act.on_admission(upstream, id, acquired.admission, ctx);
+                            let serve_next = act.on_admission(upstream, id, tokens, acquired.admission, ctx);
                             if serve_next || act.slots[upstream].wake_pending {
                                 act.pump(upstream, ctx);
                             }
@@ -78,15 +81,24 @@ impl Coordinator {
                 return;
             }
             let now_ms = self.clock.now_ms();
-            let admission = self.slots[upstream].local.acquire(&id, now_ms, duration_ms(lease));
-            if !self.on_admission(upstream, id, admission, ctx) {
+            let admission = self.slots[upstream].local.acquire_with(&id, now_ms, duration_ms(lease), tokens);
+            if !self.on_admission(upstream, id, tokens, admission, ctx) {
                 return;
             }
         }
     }
 
     /// Applies an acquire's answer; returns whether the next waiter may be served now.
-    fn on_admission(&mut self, upstream: usize, id: String, admission: Admission, ctx: &mut Context<Self>) -> bool {
+    fn on_admission(
+        &mut self,
+        upstream: usize,
+        id: String,
+        tokens: u64,
+        admission: Admission,
+        ctx: &mut Context<Self>,
+    ) -> bool {
+        // A permit nobody takes gives its whole token reservation back.
+        let refund = -i64::try_from(tokens).unwrap_or(i64::MAX);
         let now = Instant::now();
         match admission {
             Admission::Granted { wave, state, limit } => {
@@ -95,12 +107,13 @@ impl Coordinator {
                 slot.cooldown_until = None;
                 let Some(waiter) = slot.waiters.pop_if(&id) else {
                     // The caller gave up while the script ran: give the permit back.
-                    self.release(upstream, id, wave, WaveSignal::Neutral, ctx);
+                    self.release(upstream, id, wave, WaveSignal::Neutral, refund, ctx);
                     return true;
                 };
                 slot.held.insert(id.clone(), wave);
                 if fallback {
                     slot.outage.granted += 1;
+                    slot.outage.tokens += i64::try_from(tokens).unwrap_or(i64::MAX);
                 }
                 let at_head = waiter.at_head.unwrap_or(now);
                 let queue_wait = at_head.saturating_duration_since(waiter.enqueued);
@@ -113,7 +126,7 @@ impl Coordinator {
                 let grant = Grant { id, wave, state, limit, queue_wait, permit_wait };
                 if let Err(Ok(grant)) = waiter.reply.send(Ok(grant)) {
                     slot.held.remove(&grant.id);
-                    self.release(upstream, grant.id, wave, WaveSignal::Neutral, ctx);
+                    self.release(upstream, grant.id, wave, WaveSignal::Neutral, refund, ctx);
                 }
                 true
             }
@@ -130,6 +143,25 @@ impl Coordinator {
             }
             Admission::Denied { reason: DenyReason::AtLimit, .. } => {
                 self.retry_in(upstream, jittered(AT_LIMIT_POLL), ctx);
+                false
+            }
+            Admission::Denied { reason: DenyReason::TokensExceedBurst, .. } => {
+                let slot = &mut self.slots[upstream];
+                let burst = slot.config.budgets().tokens.map_or(0, |b| b.burst());
+                let error = Error::InsufficientCapacity {
+                    upstream: slot.config.name().to_string(),
+                    budget: "tokens_per_minute",
+                    requested: tokens,
+                    burst: u64::from(burst),
+                };
+                slot.waiters.fail_head(&id, error);
+                true
+            }
+            Admission::Denied { reason, retry_after_ms } => {
+                // A rate budget says exactly when there is room: sleep until then.
+                let wait = Duration::from_millis(retry_after_ms) + jittered(BUDGET_JITTER);
+                tracing::trace!(upstream = %self.slots[upstream].config.name(), reason = reason.as_str(), ?wait, "budget");
+                self.retry_in(upstream, wait, ctx);
                 false
             }
         }

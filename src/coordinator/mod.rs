@@ -55,6 +55,8 @@ struct OutageBook {
     rate_limited: Option<Option<Duration>>,
     /// Permits granted locally during the outage (usage to hand to the shared budgets).
     granted: u64,
+    /// Tokens used during the outage: reservations plus settlements.
+    tokens: i64,
 }
 
 /// One upstream, as the coordinator keeps it.
@@ -100,8 +102,10 @@ impl Coordinator {
         let slots = upstreams
             .into_iter()
             .map(|config| Slot {
-                local: LocalGate::new(config.wave().clone()),
-                shared: store.as_ref().map(|s| SharedGate::new(s.clone(), config.name(), config.wave())),
+                local: LocalGate::with_budgets(config.wave().clone(), config.budgets()),
+                shared: store
+                    .as_ref()
+                    .map(|s| SharedGate::with_budgets(s.clone(), config.name(), config.wave(), config.budgets())),
                 config,
                 waiters: Waiters::default(),
                 held: HashMap::new(),
@@ -137,12 +141,20 @@ impl Coordinator {
     }
 
     /// Releases a permit and reports its outcome; serves the queue again once it is done.
-    fn release(&mut self, upstream: usize, id: String, wave: u64, signal: WaveSignal, ctx: &mut Context<Self>) {
+    fn release(
+        &mut self,
+        upstream: usize,
+        id: String,
+        wave: u64,
+        signal: WaveSignal,
+        token_delta: i64,
+        ctx: &mut Context<Self>,
+    ) {
         match self.shared_gate(upstream) {
             Some(gate) => {
                 let epoch = self.epoch;
                 let call_id = id.clone();
-                let call = async move { gate.finish(&call_id, wave, signal).await };
+                let call = async move { gate.finish(&call_id, wave, signal, token_delta).await };
                 ctx.spawn(call.into_actor(self).map(move |result, act, ctx| match result {
                     Ok(finished) => {
                         let slot = &mut act.slots[upstream];
@@ -167,6 +179,7 @@ impl Coordinator {
             None => {
                 let now_ms = self.clock.now_ms();
                 let slot = &mut self.slots[upstream];
+                slot.local.settle_tokens(token_delta, now_ms);
                 let report = slot.local.finish(&id, wave, signal, now_ms);
                 let name = slot.config.name().as_str();
                 record_rate_limit(name, report.rate_limit);
@@ -176,6 +189,7 @@ impl Coordinator {
                     metrics::permits_in_flight(name, "fleet", held);
                 }
                 if self.mode == Mode::Fallback {
+                    slot.outage.tokens += token_delta;
                     if let Some(RateLimitEffect::Cut { .. }) = report.rate_limit {
                         let WaveSignal::RateLimited { retry_after } = signal else { unreachable!("only a 429 cuts") };
                         slot.outage.rate_limited = Some(retry_after);
@@ -323,6 +337,7 @@ impl Handler<Acquire> for Coordinator {
             enqueued: now,
             deadline: acquire.deadline,
             reply: acquire.reply,
+            tokens: acquire.tokens,
             at_head: None,
         });
         metrics::queue_depth(slot.config.name().as_str(), slot.waiters.len());
@@ -347,7 +362,7 @@ impl Handler<Finish> for Coordinator {
         let slot = &mut self.slots[upstream];
         let wave = slot.held.remove(&finish.id).unwrap_or(finish.wave);
         metrics::permits_in_flight(slot.config.name().as_str(), "local", slot.held.len());
-        self.release(upstream, finish.id, wave, finish.signal, ctx);
+        self.release(upstream, finish.id, wave, finish.signal, finish.token_delta, ctx);
         if self.shared_gate(upstream).is_none() {
             self.pump(upstream, ctx);
         }

@@ -36,6 +36,8 @@ struct Plan {
     adopt: Vec<String>,
     drop: Vec<String>,
     lease: Duration,
+    /// Requests and tokens used during the outage.
+    usage: (u64, u64),
     /// A 429 to carry into the shared wave, with the cooldown still to run.
     carry: Option<Option<Duration>>,
 }
@@ -71,7 +73,7 @@ impl Coordinator {
             let share = slot.config.fallback_share(self.live_instances);
             let mut wave = slot.config.wave().clone();
             wave.base_limit = share;
-            let mut gate = LocalGate::new(wave);
+            let mut gate = LocalGate::with_budgets(wave, slot.config.budgets().share(self.live_instances));
             if let Some(until) = slot.last_shared.cooldown_until.filter(|until| *until > now) {
                 // A shared cooldown in force goes on here.
                 let mut snapshot = gate.machine().snapshot();
@@ -143,6 +145,7 @@ impl Coordinator {
                     adopt: slot.held.keys().cloned().collect(),
                     drop: slot.outage.unreleased.iter().filter(|id| !slot.held.contains_key(*id)).cloned().collect(),
                     lease: slot.config.permit_ttl(),
+                    usage: (slot.outage.granted, u64::try_from(slot.outage.tokens).unwrap_or(0)),
                     carry,
                 })
             })
@@ -152,10 +155,11 @@ impl Coordinator {
         let call = async move {
             let mut outcomes = Vec::with_capacity(plans.len());
             for plan in plans {
-                let reconciled = plan.gate.reconcile(&plan.adopt, &plan.drop, plan.lease).await?;
+                let reconciled = plan.gate.reconcile(&plan.adopt, &plan.drop, plan.lease, plan.usage).await?;
                 let carried_429 = match plan.carry {
                     Some(retry_after) if reconciled.state == WaveState::Normal => {
-                        plan.gate.finish(&carrier, reconciled.wave, WaveSignal::RateLimited { retry_after }).await?;
+                        let signal = WaveSignal::RateLimited { retry_after };
+                        plan.gate.finish(&carrier, reconciled.wave, signal, 0).await?;
                         true
                     }
                     _ => false,
@@ -204,7 +208,7 @@ impl Coordinator {
             );
             metrics::reconciled(slot.config.name().as_str(), outcome.adopted, outcome.dropped, slot.outage.granted);
             slot.outage = OutageBook::default();
-            slot.local = LocalGate::new(slot.config.wave().clone());
+            slot.local = LocalGate::with_budgets(slot.config.wave().clone(), slot.config.budgets());
             slot.pumping = false;
             slot.cooldown_until = None;
         }

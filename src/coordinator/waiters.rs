@@ -16,6 +16,8 @@ pub(crate) struct Waiter {
     pub(crate) enqueued: Instant,
     pub(crate) deadline: Instant,
     pub(crate) reply: oneshot::Sender<Result<Grant, Error>>,
+    /// Tokens to reserve.
+    pub(crate) tokens: u64,
     /// When it first reached the head of the queue.
     pub(crate) at_head: Option<Instant>,
 }
@@ -46,6 +48,13 @@ impl Waiters {
         let head = self.queue.front_mut()?;
         head.at_head.get_or_insert(now);
         Some(head)
+    }
+
+    /// Answers and removes the head if it is the waiter `id`.
+    pub(crate) fn fail_head(&mut self, id: &str, error: Error) {
+        if let Some(waiter) = self.pop_if(id) {
+            let _ = waiter.reply.send(Err(error));
+        }
     }
 
     /// Removes the head if it is the waiter `id`.

@@ -27,6 +27,7 @@ use std::time::Duration;
 use crate::backoff::Backoff;
 use crate::breaker::BreakerConfig;
 use crate::cooldown::CooldownPolicy;
+use crate::gcra::{Budgets, RateBudget};
 use crate::retry_budget::RetryBudgetConfig;
 use crate::wave::WaveConfig;
 
@@ -201,6 +202,7 @@ pub struct UpstreamConfig {
     max_wait: Duration,
     total_timeout: Duration,
     fallback_limit: Option<NonZeroU32>,
+    budgets: Budgets,
     queue_capacity: NonZeroUsize,
     breaker: BreakerConfig,
     retry_budget: RetryBudgetConfig,
@@ -234,6 +236,8 @@ impl UpstreamConfig {
             max_wait: Self::DEFAULT_MAX_WAIT,
             total_timeout: None,
             fallback_limit: None,
+            requests_per_minute: None,
+            tokens_per_minute: None,
             queue_capacity: Self::DEFAULT_QUEUE_CAPACITY,
             breaker: BreakerConfig::default(),
             retry_budget: RetryBudgetConfig::default(),
@@ -292,6 +296,10 @@ impl UpstreamConfig {
         self.fallback_limit
             .unwrap_or_else(|| NonZeroU32::new(self.limit().get() / live.max(1)).unwrap_or(NonZeroU32::MIN))
     }
+    /// The requests-per-minute and tokens-per-minute budgets, if any.
+    pub fn budgets(&self) -> Budgets {
+        self.budgets
+    }
     /// How many callers may wait for a permit in one process.
     pub fn queue_capacity(&self) -> NonZeroUsize {
         self.queue_capacity
@@ -324,6 +332,8 @@ pub struct UpstreamConfigBuilder {
     max_wait: Duration,
     total_timeout: Option<Duration>,
     fallback_limit: Option<u32>,
+    requests_per_minute: Option<(u32, u32)>,
+    tokens_per_minute: Option<(u32, u32)>,
     queue_capacity: usize,
     breaker: BreakerConfig,
     retry_budget: RetryBudgetConfig,
@@ -394,6 +404,20 @@ impl UpstreamConfigBuilder {
         self.fallback_limit = Some(limit);
         self
     }
+    /// A requests-per-minute budget shared by the fleet: `per_minute` requests a minute, at
+    /// most `burst` at once (GCRA, exact in every sliding window: at most `per_minute + burst`
+    /// in any minute). None by default.
+    pub fn requests_per_minute(mut self, per_minute: u32, burst: u32) -> Self {
+        self.requests_per_minute = Some((per_minute, burst));
+        self
+    }
+    /// A tokens-per-minute budget shared by the fleet: callers reserve an estimate at acquire
+    /// and settle the actual usage after the call. `burst` must cover the largest estimate.
+    /// None by default.
+    pub fn tokens_per_minute(mut self, per_minute: u32, burst: u32) -> Self {
+        self.tokens_per_minute = Some((per_minute, burst));
+        self
+    }
     /// How many callers may wait for a permit in one process. Default 1024.
     pub fn queue_capacity(mut self, capacity: usize) -> Self {
         self.queue_capacity = capacity;
@@ -427,6 +451,13 @@ impl UpstreamConfigBuilder {
         let queue_capacity = NonZeroUsize::new(self.queue_capacity).ok_or_else(|| zero_count("queue_capacity"))?;
         let fallback_limit =
             self.fallback_limit.map(|l| NonZeroU32::new(l).ok_or_else(|| zero_count("fallback_limit"))).transpose()?;
+        let budget = |field: &'static str, value: Option<(u32, u32)>| {
+            value.map(|(rate, burst)| RateBudget::new(rate, burst).ok_or_else(|| zero_count(field))).transpose()
+        };
+        let budgets = Budgets {
+            requests: budget("requests_per_minute (rate or burst)", self.requests_per_minute)?,
+            tokens: budget("tokens_per_minute (rate or burst)", self.tokens_per_minute)?,
+        };
         for (field, value) in [
             ("call_timeout", self.call_timeout),
             ("max_wait", self.max_wait),
@@ -517,6 +548,7 @@ impl UpstreamConfigBuilder {
             max_wait: self.max_wait,
             total_timeout,
             fallback_limit,
+            budgets,
             queue_capacity,
             breaker: self.breaker,
             retry_budget: self.retry_budget,
@@ -616,6 +648,8 @@ mod tests {
             (b().permit_ttl(Duration::from_secs(60)), "use renewed_lease(..)"),
             (b().queue_capacity(0), "queue_capacity is 0"),
             (b().fallback_limit(0), "fallback_limit is 0"),
+            (b().requests_per_minute(0, 5), "requests_per_minute (rate or burst) is 0"),
+            (b().tokens_per_minute(1000, 0), "tokens_per_minute (rate or burst) is 0"),
             (b().probe_successes(0), "probe_successes is 0"),
             (b().breaker(BreakerConfig { failure_rate: 1.5, ..Default::default() }), "within (0, 1]"),
             (b().breaker(BreakerConfig { failure_rate: f64::NAN, ..Default::default() }), "within (0, 1]"),

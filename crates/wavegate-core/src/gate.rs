@@ -21,8 +21,9 @@
 
 use std::time::Duration;
 
+use crate::gcra::{Budgets, Gcra, RateBudget};
 use crate::ledger::{HeldPermit, PermitLedger};
-use crate::wave::{Admission, RateLimitEffect, Transition, WaveConfig, WaveMachine, WaveSnapshot};
+use crate::wave::{Admission, DenyReason, RateLimitEffect, Transition, WaveConfig, WaveMachine, WaveSnapshot};
 
 /// What a finished call tells the wave machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,24 +50,60 @@ pub struct FinishReport {
     pub transition: Option<Transition>,
 }
 
-/// One upstream's permits and wave state, in process.
+/// What is left of an upstream's rate budgets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BudgetStatus {
+    /// Requests available now and milliseconds until one more is, if there is a budget.
+    pub requests: Option<(u64, u64)>,
+    /// Tokens available now and milliseconds until one more is, if there is a budget.
+    pub tokens: Option<(u64, u64)>,
+}
+
+/// One budget's arithmetic and its theoretical arrival time.
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    gcra: Gcra,
+    tat_us: u64,
+}
+
+/// One upstream's permits, wave state and rate budgets, in process.
 #[derive(Debug, Clone)]
 pub struct LocalGate {
     machine: WaveMachine,
     ledger: PermitLedger,
+    requests: Option<Budget>,
+    tokens: Option<Budget>,
 }
 
 impl LocalGate {
-    /// An empty gate in NORMAL.
+    /// An empty gate in NORMAL, without rate budgets.
     pub fn new(config: WaveConfig) -> Self {
-        Self { machine: WaveMachine::new(config), ledger: PermitLedger::new() }
+        Self::with_budgets(config, Budgets::default())
     }
 
-    /// Asks for the permit `id` with a lease of `lease_ms`.
-    ///
-    /// An id already held is granted again in its own wave (its lease extended), so a resent
-    /// acquire never creates a second permit.
+    /// An empty gate in NORMAL with rate budgets, full.
+    pub fn with_budgets(config: WaveConfig, budgets: Budgets) -> Self {
+        let budget = |b: Option<RateBudget>| b.map(|b| Budget { gcra: Gcra::new(b), tat_us: 0 });
+        Self {
+            machine: WaveMachine::new(config),
+            ledger: PermitLedger::new(),
+            requests: budget(budgets.requests),
+            tokens: budget(budgets.tokens),
+        }
+    }
+
+    /// Asks for the permit `id` with a lease of `lease_ms` (no token estimate).
     pub fn acquire(&mut self, id: &str, now_ms: u64, lease_ms: u64) -> Admission {
+        self.acquire_with(id, now_ms, lease_ms, 0)
+    }
+
+    /// Asks for the permit `id` with a lease of `lease_ms`, reserving `tokens` of the tokens
+    /// budget. The wave and the limit are checked first, then the budgets: a request is
+    /// admitted only if all of them have room, and then all are charged together.
+    ///
+    /// An id already held is granted again in its own wave (its lease extended, nothing
+    /// charged again), so a resent acquire never creates a second permit.
+    pub fn acquire_with(&mut self, id: &str, now_ms: u64, lease_ms: u64, tokens: u64) -> Admission {
         self.ledger.purge_expired(now_ms);
         self.machine.poll(now_ms);
         let expires_ms = now_ms.saturating_add(lease_ms);
@@ -77,10 +114,59 @@ impl LocalGate {
         }
         let in_flight = u32::try_from(self.ledger.len()).unwrap_or(u32::MAX);
         let admission = self.machine.admit(now_ms, in_flight);
-        if let Admission::Granted { wave, .. } = admission {
-            self.ledger.insert(id, HeldPermit { expires_ms, wave });
+        let Admission::Granted { wave, .. } = admission else { return admission };
+        let now_us = now_ms.saturating_mul(1000);
+        if self.tokens.is_some_and(|b| !b.gcra.fits_ever(tokens)) {
+            return Admission::Denied { reason: DenyReason::TokensExceedBurst, retry_after_ms: 0 };
         }
-        admission
+        let requests = self.requests.map(|b| b.gcra.check(b.tat_us, now_us, 1)).transpose();
+        let tokens = self.tokens.map(|b| b.gcra.check(b.tat_us, now_us, tokens)).transpose();
+        match (requests, tokens) {
+            (Ok(requests_tat), Ok(tokens_tat)) => {
+                if let (Some(budget), Some(tat)) = (&mut self.requests, requests_tat) {
+                    budget.tat_us = tat;
+                }
+                if let (Some(budget), Some(tat)) = (&mut self.tokens, tokens_tat) {
+                    budget.tat_us = tat;
+                }
+                self.ledger.insert(id, HeldPermit { expires_ms, wave });
+                admission
+            }
+            (requests, tokens) => {
+                let (requests_wait, tokens_wait) = (requests.err().unwrap_or(0), tokens.err().unwrap_or(0));
+                let reason =
+                    if requests_wait >= tokens_wait { DenyReason::RequestBudget } else { DenyReason::TokenBudget };
+                Admission::Denied { reason, retry_after_ms: requests_wait.max(tokens_wait) }
+            }
+        }
+    }
+
+    /// Settles a token reservation: `delta` more tokens (negative: fewer) were used than
+    /// reserved at acquire.
+    pub fn settle_tokens(&mut self, delta: i64, now_ms: u64) {
+        if let Some(budget) = &mut self.tokens {
+            budget.tat_us = budget.gcra.settle(budget.tat_us, now_ms.saturating_mul(1000), delta);
+        }
+    }
+
+    /// Charges usage counted elsewhere (e.g. while another gate was in charge) to the budgets.
+    pub fn charge(&mut self, requests: u64, tokens: u64, now_ms: u64) {
+        let now_us = now_ms.saturating_mul(1000);
+        if let Some(budget) = &mut self.requests {
+            budget.tat_us = budget.gcra.charge(budget.tat_us, now_us, requests);
+        }
+        if let Some(budget) = &mut self.tokens {
+            budget.tat_us = budget.gcra.charge(budget.tat_us, now_us, tokens);
+        }
+    }
+
+    /// What is left of the rate budgets now.
+    pub fn budget_status(&self, now_ms: u64) -> BudgetStatus {
+        let now_us = now_ms.saturating_mul(1000);
+        BudgetStatus {
+            requests: self.requests.map(|b| b.gcra.remaining(b.tat_us, now_us)),
+            tokens: self.tokens.map(|b| b.gcra.remaining(b.tat_us, now_us)),
+        }
     }
 
     /// Takes over a permit whose call is already running (e.g. one granted by the shared store

@@ -13,6 +13,7 @@
 //! | what a result means, and which layer owns it | [`Outcome`] |
 //! | circuit breaker | [`CircuitBreaker`] |
 //! | retry budget and backoff | [`RetryBudget`], [`Backoff`] |
+//! | requests and tokens per minute (GCRA with a cost) | [`Gcra`], [`Budgets`] |
 //! | configuration, validated at build time | [`UpstreamConfig`], [`UpstreamSet`] |
 //!
 //! ```
@@ -35,6 +36,7 @@ mod clock;
 mod config;
 mod cooldown;
 mod gate;
+mod gcra;
 mod ledger;
 mod outcome;
 mod retry_after;
@@ -49,7 +51,8 @@ pub use breaker::{
 pub use clock::{Clock, ManualClock, MonotonicClock, duration_ms};
 pub use config::{ConfigError, UnknownUpstream, UpstreamConfig, UpstreamConfigBuilder, UpstreamName, UpstreamSet};
 pub use cooldown::CooldownPolicy;
-pub use gate::{FinishReport, LocalGate, WaveSignal};
+pub use gate::{BudgetStatus, FinishReport, LocalGate, WaveSignal};
+pub use gcra::{Budgets, Gcra, RateBudget};
 pub use ledger::{HeldPermit, PermitLedger};
 pub use outcome::{Outcome, Transient, TransportError};
 pub use retry_after::{RetryAfterError, parse_retry_after};

@@ -23,6 +23,7 @@ use std::time::Duration;
 use crate::clock::{Clock, ManualClock};
 use crate::cooldown::CooldownPolicy;
 use crate::gate::{LocalGate, WaveSignal};
+use crate::gcra::{Budgets, RateBudget};
 use crate::wave::{Admission, DenyReason, WaveConfig, WaveState};
 
 /// One named scenario with the configuration it runs under.
@@ -42,11 +43,21 @@ pub struct SpecCase {
     pub max_cooldown_ms: u64,
     /// The lease every acquire asks for, in milliseconds.
     pub lease_ms: u64,
+    /// A requests-per-minute budget: (per minute, burst).
+    pub requests_per_minute: Option<(u32, u32)>,
+    /// A tokens-per-minute budget: (per minute, burst).
+    pub tokens_per_minute: Option<(u32, u32)>,
     /// The steps, in order.
     pub steps: Vec<Step>,
 }
 
 impl SpecCase {
+    /// The rate budgets the case describes.
+    pub fn budgets(&self) -> Budgets {
+        let budget = |b: Option<(u32, u32)>| b.and_then(|(rate, burst)| RateBudget::new(rate, burst));
+        Budgets { requests: budget(self.requests_per_minute), tokens: budget(self.tokens_per_minute) }
+    }
+
     /// The wave configuration the case describes.
     pub fn wave_config(&self) -> WaveConfig {
         WaveConfig {
@@ -68,6 +79,8 @@ pub enum Step {
     Acquire {
         /// The permit's name (models may prefix it to make a unique id).
         permit: &'static str,
+        /// The tokens to reserve.
+        tokens: u64,
         /// The expected answer.
         expect: Expect,
     },
@@ -80,6 +93,8 @@ pub enum Step {
         wave: Option<u64>,
         /// The outcome.
         signal: SpecSignal,
+        /// Tokens used beyond the reservation (negative: a refund).
+        token_delta: i64,
         /// Whether the model must say the permit was held.
         held: bool,
     },
@@ -117,6 +132,12 @@ pub enum Expect {
     DeniedCooldown,
     /// Refused because the limit is reached.
     DeniedAtLimit,
+    /// Refused by the requests budget, with a wait in `(0, 60 s]`.
+    DeniedRequests,
+    /// Refused by the tokens budget, with a wait in `(0, 60 s]`.
+    DeniedTokens,
+    /// Refused: the estimate can never fit the tokens burst.
+    DeniedTooLarge,
 }
 
 /// An outcome, in table form.
@@ -145,10 +166,11 @@ impl SpecSignal {
 pub trait WaveModel {
     /// What can go wrong talking to it (I/O for the Redis model).
     type Error: fmt::Display;
-    /// Acquires permit `permit` with the case's lease.
-    fn acquire(&mut self, permit: &str) -> Result<Admission, Self::Error>;
-    /// Finishes permit `permit`, tagged with `wave`; returns whether it was held.
-    fn finish(&mut self, permit: &str, wave: u64, signal: WaveSignal) -> Result<bool, Self::Error>;
+    /// Acquires permit `permit` with the case's lease, reserving `tokens`.
+    fn acquire(&mut self, permit: &str, tokens: u64) -> Result<Admission, Self::Error>;
+    /// Finishes permit `permit`, tagged with `wave`, settling `token_delta`; returns whether it
+    /// was held.
+    fn finish(&mut self, permit: &str, wave: u64, signal: WaveSignal, token_delta: i64) -> Result<bool, Self::Error>;
     /// Lets `ms` milliseconds pass.
     fn advance(&mut self, ms: u64) -> Result<(), Self::Error>;
     /// The current state and number of permits held.
@@ -196,8 +218,9 @@ pub fn run_case<M: WaveModel>(case: &SpecCase, model: &mut M) -> Result<(), Spec
         let fail = |expected: String, got: String| SpecFailure { case: case.name, step: index, expected, got };
         let io = |e: M::Error| fail(format!("{step:?}"), format!("model error: {e}"));
         match step {
-            Step::Acquire { permit, expect } => {
-                let got = model.acquire(permit).map_err(io)?;
+            Step::Acquire { permit, tokens, expect } => {
+                let got = model.acquire(permit, *tokens).map_err(io)?;
+                let waits = |reason: DenyReason, wait: u64| (reason, wait > 0 && wait <= 60_000);
                 let matches = match (expect, got) {
                     (Expect::Granted { wave, state, limit }, Admission::Granted { wave: w, state: s, limit: l }) => {
                         (*wave, *state, *limit) == (w, s, l)
@@ -206,6 +229,15 @@ pub fn run_case<M: WaveModel>(case: &SpecCase, model: &mut M) -> Result<(), Spec
                         reason == DenyReason::Cooldown && retry_after_ms > 0 && retry_after_ms <= case.max_cooldown_ms
                     }
                     (Expect::DeniedAtLimit, Admission::Denied { reason, .. }) => reason == DenyReason::AtLimit,
+                    (Expect::DeniedRequests, Admission::Denied { reason, retry_after_ms }) => {
+                        waits(reason, retry_after_ms) == (DenyReason::RequestBudget, true)
+                    }
+                    (Expect::DeniedTokens, Admission::Denied { reason, retry_after_ms }) => {
+                        waits(reason, retry_after_ms) == (DenyReason::TokenBudget, true)
+                    }
+                    (Expect::DeniedTooLarge, Admission::Denied { reason, .. }) => {
+                        reason == DenyReason::TokensExceedBurst
+                    }
                     _ => false,
                 };
                 if !matches {
@@ -215,9 +247,9 @@ pub fn run_case<M: WaveModel>(case: &SpecCase, model: &mut M) -> Result<(), Spec
                     granted_in.insert(permit, wave);
                 }
             }
-            Step::Finish { permit, wave, signal, held } => {
+            Step::Finish { permit, wave, signal, token_delta, held } => {
                 let tag = wave.or_else(|| granted_in.get(permit).copied()).unwrap_or(0);
-                let got = model.finish(permit, tag, signal.to_wave_signal()).map_err(io)?;
+                let got = model.finish(permit, tag, signal.to_wave_signal(), *token_delta).map_err(io)?;
                 if got != *held {
                     return Err(fail(format!("finish {permit}: held={held}"), format!("held={got}")));
                 }
@@ -249,19 +281,25 @@ pub struct GateModel {
 impl GateModel {
     /// A fresh gate configured for `case`.
     pub fn new(case: &SpecCase) -> Self {
-        Self { gate: LocalGate::new(case.wave_config()), clock: ManualClock::new(1_000_000), lease_ms: case.lease_ms }
+        Self {
+            gate: LocalGate::with_budgets(case.wave_config(), case.budgets()),
+            clock: ManualClock::new(1_000_000),
+            lease_ms: case.lease_ms,
+        }
     }
 }
 
 impl WaveModel for GateModel {
     type Error = std::convert::Infallible;
 
-    fn acquire(&mut self, permit: &str) -> Result<Admission, Self::Error> {
-        Ok(self.gate.acquire(permit, self.clock.now_ms(), self.lease_ms))
+    fn acquire(&mut self, permit: &str, tokens: u64) -> Result<Admission, Self::Error> {
+        Ok(self.gate.acquire_with(permit, self.clock.now_ms(), self.lease_ms, tokens))
     }
 
-    fn finish(&mut self, permit: &str, wave: u64, signal: WaveSignal) -> Result<bool, Self::Error> {
-        Ok(self.gate.finish(permit, wave, signal, self.clock.now_ms()).held)
+    fn finish(&mut self, permit: &str, wave: u64, signal: WaveSignal, token_delta: i64) -> Result<bool, Self::Error> {
+        let now_ms = self.clock.now_ms();
+        self.gate.settle_tokens(token_delta, now_ms);
+        Ok(self.gate.finish(permit, wave, signal, now_ms).held)
     }
 
     fn advance(&mut self, ms: u64) -> Result<(), Self::Error> {
@@ -281,19 +319,31 @@ impl WaveModel for GateModel {
 const LEASE_MS: u64 = 60_000;
 
 fn granted(permit: &'static str, wave: u64, state: WaveState, limit: u32) -> Step {
-    Step::Acquire { permit, expect: Expect::Granted { wave, state, limit } }
+    Step::Acquire { permit, tokens: 0, expect: Expect::Granted { wave, state, limit } }
 }
 
 fn denied_cooldown(permit: &'static str) -> Step {
-    Step::Acquire { permit, expect: Expect::DeniedCooldown }
+    Step::Acquire { permit, tokens: 0, expect: Expect::DeniedCooldown }
 }
 
 fn denied_at_limit(permit: &'static str) -> Step {
-    Step::Acquire { permit, expect: Expect::DeniedAtLimit }
+    Step::Acquire { permit, tokens: 0, expect: Expect::DeniedAtLimit }
+}
+
+fn denied(permit: &'static str, tokens: u64, expect: Expect) -> Step {
+    Step::Acquire { permit, tokens, expect }
+}
+
+fn with_tokens(permit: &'static str, tokens: u64) -> Step {
+    Step::Acquire { permit, tokens, expect: Expect::Granted { wave: 1, state: WaveState::Normal, limit: 10 } }
 }
 
 fn finish(permit: &'static str, signal: SpecSignal) -> Step {
-    Step::Finish { permit, wave: None, signal, held: true }
+    Step::Finish { permit, wave: None, signal, token_delta: 0, held: true }
+}
+
+fn settle(permit: &'static str, token_delta: i64) -> Step {
+    Step::Finish { permit, wave: None, signal: SpecSignal::Success, token_delta, held: true }
 }
 
 fn status(state: WaveState, limit: u32, wave: u64, in_flight: usize) -> Step {
@@ -338,6 +388,8 @@ fn case(name: &'static str, steps: Vec<Step>) -> SpecCase {
         min_cooldown_ms: 20,
         max_cooldown_ms: 1_000,
         lease_ms: LEASE_MS,
+        requests_per_minute: None,
+        tokens_per_minute: None,
         steps,
     }
 }
@@ -459,7 +511,7 @@ pub fn cases() -> Vec<SpecCase> {
                 finish("C", RateLimited(Some(500))),
                 status(Probe, 1, 2, 0),
                 granted("P", 2, Probe, 1),
-                Step::Finish { permit: "P", wave: Some(1), signal: RateLimited(None), held: true },
+                Step::Finish { permit: "P", wave: Some(1), signal: RateLimited(None), token_delta: 0, held: true },
                 status(Probe, 1, 2, 0),
             ],
         ),
@@ -470,9 +522,9 @@ pub fn cases() -> Vec<SpecCase> {
                 // A resent acquire (its reply was lost) is the same permit.
                 granted("A", 1, Normal, 10),
                 status(Normal, 10, 1, 1),
-                Step::Finish { permit: "ghost", wave: Some(1), signal: Neutral, held: false },
+                Step::Finish { permit: "ghost", wave: Some(1), signal: Neutral, token_delta: 0, held: false },
                 finish("A", Neutral),
-                Step::Finish { permit: "A", wave: None, signal: Neutral, held: false },
+                Step::Finish { permit: "A", wave: None, signal: Neutral, token_delta: 0, held: false },
                 status(Normal, 10, 1, 0),
             ]
             .into_iter()
@@ -490,8 +542,67 @@ pub fn cases() -> Vec<SpecCase> {
                     status(Normal, 10, 1, 1),
                     Step::Advance { ms: 60 },
                     status(Normal, 10, 1, 0),
-                    Step::Finish { permit: "A", wave: None, signal: RateLimited(None), held: false },
+                    Step::Finish { permit: "A", wave: None, signal: RateLimited(None), token_delta: 0, held: false },
                     status(Cooldown, 5, 2, 0),
+                ],
+            )
+        },
+        SpecCase {
+            requests_per_minute: Some((600, 2)),
+            ..case(
+                "requests per minute: a burst, then one per interval, with the exact wait",
+                vec![
+                    with_tokens("A", 0),
+                    with_tokens("B", 0),
+                    denied("C", 0, Expect::DeniedRequests),
+                    finish("A", Success),
+                    // Releasing a permit gives back concurrency, not the request budget.
+                    denied("C", 0, Expect::DeniedRequests),
+                    Step::Advance { ms: 50 },
+                    denied("C", 0, Expect::DeniedRequests),
+                    Step::Advance { ms: 60 },
+                    with_tokens("C", 0),
+                    denied("D", 0, Expect::DeniedRequests),
+                    Step::Advance { ms: 110 },
+                    with_tokens("D", 0),
+                ],
+            )
+        },
+        SpecCase {
+            requests_per_minute: Some((600, 2)),
+            base_limit: 1,
+            ..case(
+                "budgets are charged only when everything admits, and never twice for one id",
+                vec![
+                    granted("A", 1, Normal, 1),
+                    granted("A", 1, Normal, 1),
+                    denied_at_limit("B"),
+                    denied_at_limit("B"),
+                    denied_at_limit("B"),
+                    finish("A", Success),
+                    granted("B", 1, Normal, 1),
+                    finish("B", Success),
+                    denied("C", 0, Expect::DeniedRequests),
+                ],
+            )
+        },
+        SpecCase {
+            tokens_per_minute: Some((60_000, 1_000)),
+            ..case(
+                "tokens: reserved at acquire, refunded or charged extra when settled",
+                vec![
+                    with_tokens("A", 800),
+                    denied("B", 300, Expect::DeniedTokens),
+                    // A used 300 of its 800: 500 come back.
+                    settle("A", -500),
+                    with_tokens("B", 300),
+                    denied("C", 500, Expect::DeniedTokens),
+                    // B used 500 of its 300: 200 more are charged.
+                    settle("B", 200),
+                    denied("C", 500, Expect::DeniedTokens),
+                    denied("D", 1_001, Expect::DeniedTooLarge),
+                    Step::Advance { ms: 320 },
+                    with_tokens("C", 500),
                 ],
             )
         },

@@ -146,20 +146,38 @@ pub enum Admission {
 
 /// Why a permit was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum DenyReason {
     /// The upstream is cooling down after a 429.
     Cooldown,
     /// As many permits as the current limit are in flight.
     AtLimit,
+    /// The requests-per-minute budget is spent until `retry_after_ms`.
+    RequestBudget,
+    /// The tokens-per-minute budget is spent until `retry_after_ms`.
+    TokenBudget,
+    /// The token estimate is larger than the tokens-per-minute burst: it can never fit.
+    TokensExceedBurst,
 }
 
 impl DenyReason {
-    /// A stable lower-case name (`cooldown`, `at_limit`), as the Lua scripts return it.
+    /// A stable lower-case name (`cooldown`, `at_limit`, `requests`, `tokens`,
+    /// `tokens_exceed_burst`), as the Lua scripts return it.
     pub const fn as_str(self) -> &'static str {
         match self {
             DenyReason::Cooldown => "cooldown",
             DenyReason::AtLimit => "at_limit",
+            DenyReason::RequestBudget => "requests",
+            DenyReason::TokenBudget => "tokens",
+            DenyReason::TokensExceedBurst => "tokens_exceed_burst",
         }
+    }
+
+    /// Parses a name written by [`as_str`](Self::as_str).
+    pub fn parse(name: &str) -> Option<Self> {
+        [Self::Cooldown, Self::AtLimit, Self::RequestBudget, Self::TokenBudget, Self::TokensExceedBurst]
+            .into_iter()
+            .find(|reason| reason.as_str() == name)
     }
 }
 

@@ -21,12 +21,12 @@ struct CutsOnLate429s(GateModel);
 
 impl WaveModel for CutsOnLate429s {
     type Error = std::convert::Infallible;
-    fn acquire(&mut self, permit: &str) -> Result<Admission, Self::Error> {
-        self.0.acquire(permit)
+    fn acquire(&mut self, permit: &str, tokens: u64) -> Result<Admission, Self::Error> {
+        self.0.acquire(permit, tokens)
     }
-    fn finish(&mut self, permit: &str, _wave: u64, signal: WaveSignal) -> Result<bool, Self::Error> {
+    fn finish(&mut self, permit: &str, _wave: u64, signal: WaveSignal, delta: i64) -> Result<bool, Self::Error> {
         let current = self.0.status()?.wave;
-        self.0.finish(permit, current, signal)
+        self.0.finish(permit, current, signal, delta)
     }
     fn advance(&mut self, ms: u64) -> Result<(), Self::Error> {
         self.0.advance(ms)
@@ -41,11 +41,11 @@ struct ClockStandsStill(GateModel);
 
 impl WaveModel for ClockStandsStill {
     type Error = std::convert::Infallible;
-    fn acquire(&mut self, permit: &str) -> Result<Admission, Self::Error> {
-        self.0.acquire(permit)
+    fn acquire(&mut self, permit: &str, tokens: u64) -> Result<Admission, Self::Error> {
+        self.0.acquire(permit, tokens)
     }
-    fn finish(&mut self, permit: &str, wave: u64, signal: WaveSignal) -> Result<bool, Self::Error> {
-        self.0.finish(permit, wave, signal)
+    fn finish(&mut self, permit: &str, wave: u64, signal: WaveSignal, delta: i64) -> Result<bool, Self::Error> {
+        self.0.finish(permit, wave, signal, delta)
     }
     fn advance(&mut self, _ms: u64) -> Result<(), Self::Error> {
         Ok(())

@@ -21,10 +21,10 @@
 //! let upstream = UpstreamConfig::builder("openai").build()?;
 //! let store = Store::connect(StoreConfig::new("redis://127.0.0.1:6379/")).await?;
 //! let gate = SharedGate::new(store, upstream.name(), upstream.wave());
-//! let acquired = gate.acquire("worker-1:req-42", Duration::from_secs(30)).await?;
+//! let acquired = gate.acquire("worker-1:req-42", Duration::from_secs(30), 0).await?;
 //! if let Admission::Granted { wave, .. } = acquired.admission {
 //!     // ... call the provider ...
-//!     gate.finish("worker-1:req-42", wave, WaveSignal::Success).await?;
+//!     gate.finish("worker-1:req-42", wave, WaveSignal::Success, 0).await?;
 //! }
 //! # Ok(()) }
 //! ```

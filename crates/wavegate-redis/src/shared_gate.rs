@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use redis::Value;
 use wavegate_core::{
-    Admission, DenyReason, RateLimitEffect, Transition, UpstreamName, WaveConfig, WaveSignal, WaveState, duration_ms,
+    Admission, BudgetStatus, Budgets, DenyReason, RateBudget, RateLimitEffect, Transition, UpstreamName, WaveConfig,
+    WaveSignal, WaveState, duration_ms,
 };
 
 use crate::connection::Store;
@@ -52,6 +53,8 @@ pub struct SharedStatus {
     pub cooldown_remaining: Duration,
     /// Permits held across the fleet.
     pub in_flight: u32,
+    /// What is left of the rate budgets (filled by [`SharedGate::status`]; empty otherwise).
+    pub budgets: BudgetStatus,
 }
 
 /// What a reconciliation left in the shared store.
@@ -72,21 +75,33 @@ pub struct Reconciled {
 pub struct SharedGate {
     store: Store,
     keys: UpstreamKeys,
-    /// The five wave-config arguments every script but renew takes, rendered once.
-    config_args: [String; 5],
+    /// The nine config arguments every script but renew takes, rendered once.
+    config_args: [String; 9],
 }
 
 impl SharedGate {
-    /// The gate of upstream `name`, with its wave configuration.
+    /// The gate of upstream `name`, with its wave configuration and no rate budgets.
     pub fn new(store: Store, name: &UpstreamName, wave: &WaveConfig) -> Self {
+        Self::with_budgets(store, name, wave, Budgets::default())
+    }
+
+    /// The gate of upstream `name`, with its wave configuration and rate budgets.
+    pub fn with_budgets(store: Store, name: &UpstreamName, wave: &WaveConfig, budgets: Budgets) -> Self {
         let keys = store.config().keyspace.upstream(name);
         let ladder = wave.cooldown.ladder().iter().map(|step| duration_ms(*step).to_string()).collect::<Vec<_>>();
+        let rate = |b: Option<RateBudget>| b.map_or((0, 0), |b| (b.per_minute(), b.burst()));
+        let (requests, requests_burst) = rate(budgets.requests);
+        let (tokens, tokens_burst) = rate(budgets.tokens);
         let config_args = [
             wave.base_limit.to_string(),
             wave.probe_successes.to_string(),
             ladder.join(","),
             duration_ms(wave.cooldown.min()).to_string(),
             duration_ms(wave.cooldown.max()).to_string(),
+            requests.to_string(),
+            requests_burst.to_string(),
+            tokens.to_string(),
+            tokens_burst.to_string(),
         ];
         Self { store, keys, config_args }
     }
@@ -96,12 +111,18 @@ impl SharedGate {
         &self.keys
     }
 
-    /// Asks for permit `id` with a lease of `lease`. Sending the same id again (after a lost
-    /// reply) grants the same permit, never a second one.
-    pub async fn acquire(&self, id: &str, lease: Duration) -> Result<Acquired, StoreError> {
+    /// Asks for permit `id` with a lease of `lease`, reserving `tokens` of the tokens budget.
+    /// Sending the same id again (after a lost reply) grants the same permit, never a second
+    /// one, and charges nothing again.
+    pub async fn acquire(&self, id: &str, lease: Duration, tokens: u64) -> Result<Acquired, StoreError> {
         const COMMAND: &str = "acquire";
         let mut invocation = scripts().acquire.prepare_invoke();
-        invocation.key(&self.keys.script_keys()[..]).arg(&self.config_args[..]).arg(id).arg(duration_ms(lease));
+        invocation
+            .key(&self.keys.script_keys()[..])
+            .arg(&self.config_args[..])
+            .arg(id)
+            .arg(duration_ms(lease))
+            .arg(tokens);
         let mut connection = self.store.connection();
         let reply: Vec<Value> = self
             .store
@@ -116,11 +137,9 @@ impl SharedGate {
             }
             0 => {
                 r.expect_len(4)?;
-                let reason = match r.string(1)?.as_str() {
-                    "cooldown" => DenyReason::Cooldown,
-                    "at_limit" => DenyReason::AtLimit,
-                    other => return Err(StoreError::unexpected(COMMAND, format!("unknown denial reason {other:?}"))),
-                };
+                let name = r.string(1)?;
+                let reason = DenyReason::parse(&name)
+                    .ok_or_else(|| StoreError::unexpected(COMMAND, format!("unknown denial reason {name:?}")))?;
                 Ok(Acquired {
                     admission: Admission::Denied { reason, retry_after_ms: r.uint(2)? },
                     in_flight: r.u32(3)?,
@@ -130,8 +149,15 @@ impl SharedGate {
         }
     }
 
-    /// Releases permit `id` (idempotent) and reports its outcome for `wave`.
-    pub async fn finish(&self, id: &str, wave: u64, signal: WaveSignal) -> Result<Finished, StoreError> {
+    /// Releases permit `id` (idempotent), reports its outcome for `wave` and settles its
+    /// token reservation: `token_delta` more tokens (negative: fewer) than reserved.
+    pub async fn finish(
+        &self,
+        id: &str,
+        wave: u64,
+        signal: WaveSignal,
+        token_delta: i64,
+    ) -> Result<Finished, StoreError> {
         const COMMAND: &str = "finish";
         let (outcome, retry_after) = match signal {
             WaveSignal::Success => ("success", String::new()),
@@ -148,7 +174,8 @@ impl SharedGate {
             .arg(wave)
             .arg(outcome)
             .arg(retry_after)
-            .arg(&self.keys.released);
+            .arg(&self.keys.released)
+            .arg(token_delta);
         let mut connection = self.store.connection();
         let reply: Vec<Value> = self
             .store
@@ -162,6 +189,7 @@ impl SharedGate {
             state: r.state(5)?,
             cooldown_remaining: Duration::from_millis(r.uint(6)?),
             in_flight: r.u32(8)?,
+            budgets: BudgetStatus::default(),
         };
         let rate_limit = match r.string(1)?.as_str() {
             "cut" => Some(RateLimitEffect::Cut {
@@ -203,12 +231,14 @@ impl SharedGate {
     }
 
     /// After an outage: registers `adopt` (permits still in flight here) in the current wave
-    /// with a fresh lease, and drops `drop` (permits that finished during the outage).
+    /// with a fresh lease, drops `drop` (permits that finished during the outage), and
+    /// charges the `requests` and `tokens` used during the outage to the budgets.
     pub async fn reconcile(
         &self,
         adopt: &[String],
         drop: &[String],
         lease: Duration,
+        (requests, tokens): (u64, u64),
     ) -> Result<Reconciled, StoreError> {
         const COMMAND: &str = "reconcile";
         let mut invocation = scripts().reconcile.prepare_invoke();
@@ -216,6 +246,8 @@ impl SharedGate {
             .key(&self.keys.script_keys()[..])
             .arg(&self.config_args[..])
             .arg(duration_ms(lease))
+            .arg(requests)
+            .arg(tokens)
             .arg(adopt.len())
             .arg(adopt)
             .arg(drop);
@@ -240,13 +272,17 @@ impl SharedGate {
             .bounded(COMMAND, self.store.config().command_timeout, invocation.invoke_async(&mut connection))
             .await?;
         let r = Reply::new(COMMAND, &reply);
-        r.expect_len(8)?;
+        r.expect_len(12)?;
+        let budget = |at: usize| -> Result<Option<(u64, u64)>, StoreError> {
+            if r.int(at)? < 0 { Ok(None) } else { Ok(Some((r.uint(at)?, r.uint(at + 1)?))) }
+        };
         Ok(SharedStatus {
             state: r.state(0)?,
             limit: r.u32(1)?,
             wave: r.uint(2)?,
             cooldown_remaining: Duration::from_millis(r.uint(3)?),
             in_flight: r.u32(7)?,
+            budgets: BudgetStatus { requests: budget(8)?, tokens: budget(10)? },
         })
     }
 }

@@ -18,12 +18,12 @@ struct LuaModel {
 impl WaveModel for LuaModel {
     type Error = StoreError;
 
-    fn acquire(&mut self, permit: &str) -> Result<Admission, StoreError> {
-        self.runtime.block_on(self.gate.acquire(permit, self.lease)).map(|a| a.admission)
+    fn acquire(&mut self, permit: &str, tokens: u64) -> Result<Admission, StoreError> {
+        self.runtime.block_on(self.gate.acquire(permit, self.lease, tokens)).map(|a| a.admission)
     }
 
-    fn finish(&mut self, permit: &str, wave: u64, signal: WaveSignal) -> Result<bool, StoreError> {
-        self.runtime.block_on(self.gate.finish(permit, wave, signal)).map(|f| f.held)
+    fn finish(&mut self, permit: &str, wave: u64, signal: WaveSignal, delta: i64) -> Result<bool, StoreError> {
+        self.runtime.block_on(self.gate.finish(permit, wave, signal, delta)).map(|f| f.held)
     }
 
     fn advance(&mut self, ms: u64) -> Result<(), StoreError> {
@@ -48,7 +48,7 @@ fn lua_scripts_pass_every_case() {
     for (index, case) in cases.iter().enumerate() {
         // A fresh upstream (fresh keys) per case.
         let name = UpstreamName::new(format!("spec-{index}")).expect("valid name");
-        let gate = SharedGate::new(store.clone(), &name, &case.wave_config());
+        let gate = SharedGate::with_budgets(store.clone(), &name, &case.wave_config(), case.budgets());
         let mut model =
             LuaModel { runtime: runtime.take().expect("runtime"), gate, lease: Duration::from_millis(case.lease_ms) };
         let result = run_case(case, &mut model);

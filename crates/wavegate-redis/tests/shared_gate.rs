@@ -27,8 +27,8 @@ fn granted_wave(admission: Admission) -> u64 {
 async fn a_resent_acquire_is_the_same_permit() {
     let server = RedisServer::start().expect("redis-server");
     let gate = gate(&server, "resend", 2).await;
-    let first = gate.acquire("req-1", LEASE).await.expect("acquire");
-    let again = gate.acquire("req-1", LEASE).await.expect("acquire again");
+    let first = gate.acquire("req-1", LEASE, 0).await.expect("acquire");
+    let again = gate.acquire("req-1", LEASE, 0).await.expect("acquire again");
     assert_eq!(first.admission, again.admission);
     assert_eq!(again.in_flight, 1, "the resent acquire must not add a second permit");
     let mut con = server.connection().expect("connection");
@@ -40,16 +40,16 @@ async fn a_resent_acquire_is_the_same_permit() {
 async fn releasing_an_unknown_id_breaks_nothing() {
     let server = RedisServer::start().expect("redis-server");
     let gate = gate(&server, "unknown", 1).await;
-    let wave = granted_wave(gate.acquire("held", LEASE).await.expect("acquire").admission);
-    let ghost = gate.finish("never-acquired", wave, WaveSignal::Neutral).await.expect("finish ghost");
+    let wave = granted_wave(gate.acquire("held", LEASE, 0).await.expect("acquire").admission);
+    let ghost = gate.finish("never-acquired", wave, WaveSignal::Neutral, 0).await.expect("finish ghost");
     assert!(!ghost.held);
     assert_eq!(ghost.status.in_flight, 1, "the held permit is still held");
-    let done = gate.finish("held", wave, WaveSignal::Success).await.expect("finish");
+    let done = gate.finish("held", wave, WaveSignal::Success, 0).await.expect("finish");
     assert!(done.held);
-    let twice = gate.finish("held", wave, WaveSignal::Success).await.expect("finish twice");
+    let twice = gate.finish("held", wave, WaveSignal::Success, 0).await.expect("finish twice");
     assert!(!twice.held);
     assert_eq!(twice.status.in_flight, 0);
-    assert!(matches!(gate.acquire("next", LEASE).await.expect("acquire").admission, Admission::Granted { .. }));
+    assert!(matches!(gate.acquire("next", LEASE, 0).await.expect("acquire").admission, Admission::Granted { .. }));
 }
 
 #[tokio::test]
@@ -58,7 +58,7 @@ async fn fifty_simultaneous_429s_of_one_wave_cut_once() {
     let gate = gate(&server, "burst", 50).await;
     let mut waves = Vec::new();
     for i in 0..50 {
-        waves.push(granted_wave(gate.acquire(&format!("p{i}"), LEASE).await.expect("acquire").admission));
+        waves.push(granted_wave(gate.acquire(&format!("p{i}"), LEASE, 0).await.expect("acquire").admission));
     }
     let reports = futures_join_all(&gate, &waves).await;
     let cuts =
@@ -69,7 +69,7 @@ async fn fifty_simultaneous_429s_of_one_wave_cut_once() {
     let status = gate.status().await.expect("status");
     assert_eq!((status.state, status.limit, status.wave, status.in_flight), (WaveState::Cooldown, 25, 2, 0));
     // Nothing is issued during the cooldown.
-    match gate.acquire("during", LEASE).await.expect("acquire").admission {
+    match gate.acquire("during", LEASE, 0).await.expect("acquire").admission {
         Admission::Denied { reason: DenyReason::Cooldown, retry_after_ms } => {
             assert!(retry_after_ms > 4_000 && retry_after_ms <= 5_000, "{retry_after_ms}");
         }
@@ -83,7 +83,7 @@ async fn futures_join_all(gate: &SharedGate, waves: &[u64]) -> Vec<wavegate_redi
     for (i, wave) in waves.iter().copied().enumerate() {
         let gate = gate.clone();
         tasks.spawn(async move {
-            gate.finish(&format!("p{i}"), wave, WaveSignal::RateLimited { retry_after: None }).await.expect("finish")
+            gate.finish(&format!("p{i}"), wave, WaveSignal::RateLimited { retry_after: None }, 0).await.expect("finish")
         });
     }
     tasks.join_all().await
@@ -94,8 +94,8 @@ async fn leases_end_and_renewals_extend_them() {
     let server = RedisServer::start().expect("redis-server");
     let gate = gate(&server, "lease", 2).await;
     let short = Duration::from_millis(300);
-    gate.acquire("kept", short).await.expect("acquire");
-    gate.acquire("dropped", short).await.expect("acquire");
+    gate.acquire("kept", short, 0).await.expect("acquire");
+    gate.acquire("dropped", short, 0).await.expect("acquire");
     tokio::time::sleep(Duration::from_millis(200)).await;
     let renewed =
         gate.renew(&["kept".to_string(), "not-held".to_string()], Duration::from_millis(600)).await.expect("renew");
@@ -115,9 +115,9 @@ async fn a_release_is_announced_on_the_channel() {
     let gate = gate(&server, "pubsub", 1).await;
     let mut pubsub = server.client().get_async_pubsub().await.expect("pubsub");
     pubsub.subscribe(&gate.keys().released).await.expect("subscribe");
-    let wave = granted_wave(gate.acquire("a", LEASE).await.expect("acquire").admission);
-    gate.finish("ghost", wave, WaveSignal::Neutral).await.expect("finish ghost");
-    gate.finish("a", wave, WaveSignal::Success).await.expect("finish");
+    let wave = granted_wave(gate.acquire("a", LEASE, 0).await.expect("acquire").admission);
+    gate.finish("ghost", wave, WaveSignal::Neutral, 0).await.expect("finish ghost");
+    gate.finish("a", wave, WaveSignal::Success, 0).await.expect("finish");
     let mut messages = pubsub.on_message();
     let message = tokio::time::timeout(Duration::from_secs(2), messages.next())
         .await
@@ -131,9 +131,9 @@ async fn a_release_is_announced_on_the_channel() {
 async fn a_script_flush_is_not_an_outage() {
     let server = RedisServer::start().expect("redis-server");
     let gate = gate(&server, "flush", 3).await;
-    gate.acquire("a", LEASE).await.expect("acquire");
+    gate.acquire("a", LEASE, 0).await.expect("acquire");
     server.flush_scripts().expect("SCRIPT FLUSH");
-    let acquired = gate.acquire("b", LEASE).await.expect("acquire after a flush reloads the script");
+    let acquired = gate.acquire("b", LEASE, 0).await.expect("acquire after a flush reloads the script");
     assert_eq!(acquired.in_flight, 2);
 }
 
@@ -180,12 +180,12 @@ async fn scripts_check_their_arguments() {
     let source = concat!(include_str!("../../../lua/wave.lua"), "\n", include_str!("../../../lua/acquire.lua"));
     let err =
         redis::cmd("EVAL").arg(source).arg(3).arg("a").arg("b").arg("c").arg("only-one").exec(&mut con).unwrap_err();
-    assert!(err.to_string().contains("expected 7 ARGV, got 1"), "{err}");
+    assert!(err.to_string().contains("expected 12 ARGV, got 1"), "{err}");
     let err = redis::cmd("EVAL")
         .arg(source)
         .arg(3)
         .arg(&["a", "b", "c"][..])
-        .arg(&["10", "3", "5000", "1000", "60000", "id", "-5"][..])
+        .arg(&["10", "3", "5000", "1000", "60000", "0", "0", "0", "0", "id", "-5", "0"][..])
         .exec(&mut con)
         .unwrap_err();
     assert!(err.to_string().contains("lease must be a non-negative integer"), "{err}");
@@ -195,30 +195,30 @@ async fn scripts_check_their_arguments() {
 async fn outages_are_reported_fast_and_recovered_from() {
     let mut server = RedisServer::start().expect("redis-server");
     let gate = gate(&server, "outage", 3).await;
-    gate.acquire("a", LEASE).await.expect("acquire");
+    gate.acquire("a", LEASE, 0).await.expect("acquire");
 
     // A hang: the command timeout (250 ms) bounds the call.
     server.pause().expect("SIGSTOP");
     let started = Instant::now();
-    let err = gate.acquire("b", LEASE).await.expect_err("a paused server cannot answer");
+    let err = gate.acquire("b", LEASE, 0).await.expect_err("a paused server cannot answer");
     let took = started.elapsed();
     assert!(err.is_outage() && err.is_timeout(), "{err:?}");
     assert!(took < Duration::from_millis(600), "took {took:?}");
     server.resume().expect("SIGCONT");
-    gate.acquire("b", LEASE).await.expect("works again after SIGCONT");
+    gate.acquire("b", LEASE, 0).await.expect("works again after SIGCONT");
 
     // A death: refused connections are outages too, and quick.
     server.kill().expect("kill -9");
     for _ in 0..3 {
         let started = Instant::now();
-        let err = gate.acquire("c", LEASE).await.expect_err("a dead server cannot answer");
+        let err = gate.acquire("c", LEASE, 0).await.expect_err("a dead server cannot answer");
         assert!(err.is_outage(), "{err:?}");
         assert!(started.elapsed() < Duration::from_millis(800), "took {:?}", started.elapsed());
     }
     server.restart().expect("restart");
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        match gate.acquire("c", LEASE).await {
+        match gate.acquire("c", LEASE, 0).await {
             Ok(acquired) => {
                 assert_eq!(acquired.in_flight, 1, "a restarted server has no data");
                 break;
@@ -236,10 +236,11 @@ async fn outages_are_reported_fast_and_recovered_from() {
 async fn reconcile_adopts_what_is_in_flight_and_drops_what_finished() {
     let server = RedisServer::start().expect("redis-server");
     let gate = gate(&server, "reconcile", 2).await;
-    gate.acquire("finished-during-outage", LEASE).await.expect("acquire");
-    gate.acquire("still-running", LEASE).await.expect("acquire");
+    gate.acquire("finished-during-outage", LEASE, 0).await.expect("acquire");
+    gate.acquire("still-running", LEASE, 0).await.expect("acquire");
     let adopt = vec!["still-running".to_string(), "granted-during-outage".to_string()];
-    let reconciled = gate.reconcile(&adopt, &["finished-during-outage".to_string()], LEASE).await.expect("reconcile");
+    let reconciled =
+        gate.reconcile(&adopt, &["finished-during-outage".to_string()], LEASE, (0, 0)).await.expect("reconcile");
     assert_eq!((reconciled.wave, reconciled.in_flight), (1, 2));
     let mut con = server.connection().expect("connection");
     let mut members: Vec<String> =
@@ -247,8 +248,8 @@ async fn reconcile_adopts_what_is_in_flight_and_drops_what_finished() {
     members.sort();
     assert_eq!(members, vec!["granted-during-outage".to_string(), "still-running".to_string()]);
     // Adopted permits are ordinary permits afterwards: over the limit now, so nothing new is granted.
-    assert!(matches!(gate.acquire("new", LEASE).await.expect("acquire").admission, Admission::Denied { .. }));
-    let done = gate.finish("granted-during-outage", reconciled.wave, WaveSignal::Success).await.expect("finish");
+    assert!(matches!(gate.acquire("new", LEASE, 0).await.expect("acquire").admission, Admission::Denied { .. }));
+    let done = gate.finish("granted-during-outage", reconciled.wave, WaveSignal::Success, 0).await.expect("finish");
     assert!(done.held);
 }
 

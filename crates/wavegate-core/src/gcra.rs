@@ -1,0 +1,199 @@
+//! Requests-per-minute and tokens-per-minute budgets: GCRA with a cost.
+//!
+//! The generic cell rate algorithm keeps one number per budget, the *theoretical arrival time*
+//! (TAT): when the budget would be back to full if nothing else were admitted. A request of
+//! cost `n` fits if, after adding `n` emission intervals, the TAT is no further than the burst
+//! tolerance ahead of now. It is exact at every edge: in any window of length `W` it admits
+//! at most `burst + W ÷ interval` units (a fixed window would let 2 × the rate through around
+//! its boundary). A denial knows exactly when the request would fit.
+//!
+//! Time is in **microseconds** and the TAT is kept as an integer, so the Lua twin in
+//! `lua/wave.lua` computes bit-for-bit the same results with the same operations (a property
+//! test checks it). Token reservations are settled after the call: a refund moves the TAT
+//! back (never below now, so it cannot create more than a full burst), an extra charge moves
+//! it forward (debt that later requests wait for).
+//!
+//! ```
+//! use wavegate_core::{Gcra, RateBudget};
+//!
+//! // 600 requests per minute (one per 100 ms), bursts of 2.
+//! let budget = RateBudget::new(600, 2).unwrap();
+//! let gcra = Gcra::new(budget);
+//! let mut tat = 0;
+//! let now = 1_000_000; // µs
+//! tat = gcra.check(tat, now, 1).unwrap();
+//! tat = gcra.check(tat, now, 1).unwrap();
+//! assert_eq!(gcra.check(tat, now, 1), Err(100)); // the third must wait 100 ms
+//! assert!(gcra.check(tat, now + 100_000, 1).is_ok());
+//! ```
+
+use std::num::NonZeroU32;
+
+/// A validated per-minute budget: `per_minute` units a minute, at most `burst` at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateBudget {
+    per_minute: NonZeroU32,
+    burst: NonZeroU32,
+}
+
+impl RateBudget {
+    /// A budget of `per_minute` units a minute with bursts of up to `burst`; `None` if either
+    /// is zero.
+    pub fn new(per_minute: u32, burst: u32) -> Option<Self> {
+        Some(Self { per_minute: NonZeroU32::new(per_minute)?, burst: NonZeroU32::new(burst)? })
+    }
+
+    /// Units per minute.
+    pub fn per_minute(&self) -> u32 {
+        self.per_minute.get()
+    }
+
+    /// The most units at once.
+    pub fn burst(&self) -> u32 {
+        self.burst.get()
+    }
+}
+
+/// An upstream's optional rate budgets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Budgets {
+    /// Requests per minute.
+    pub requests: Option<RateBudget>,
+    /// Tokens per minute (reserved as an estimate at acquire, settled after the call).
+    pub tokens: Option<RateBudget>,
+}
+
+impl Budgets {
+    /// Each budget scaled to `share` processes' worth: `max(1, rate ÷ share)` a minute and
+    /// `max(1, burst ÷ share)` at once, for a process in fallback.
+    pub fn share(&self, processes: u32) -> Budgets {
+        let n = processes.max(1);
+        let scale = |b: RateBudget| RateBudget::new((b.per_minute() / n).max(1), (b.burst() / n).max(1)).unwrap_or(b);
+        Budgets { requests: self.requests.map(scale), tokens: self.tokens.map(scale) }
+    }
+}
+
+/// The GCRA arithmetic for one budget.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Gcra {
+    /// Microseconds per unit.
+    interval_us: f64,
+    /// How far ahead of now the TAT may run: `burst × interval`.
+    tolerance_us: f64,
+    burst: u64,
+}
+
+impl Gcra {
+    /// The arithmetic for `budget`.
+    pub fn new(budget: RateBudget) -> Self {
+        let interval_us = 60_000_000.0 / f64::from(budget.per_minute());
+        Self { interval_us, tolerance_us: f64::from(budget.burst()) * interval_us, burst: u64::from(budget.burst()) }
+    }
+
+    /// Whether `cost` units fit now: `Ok(new TAT)` to store, or `Err(ms to wait)`. A cost
+    /// larger than the burst never fits: see [`fits_ever`](Self::fits_ever).
+    pub fn check(&self, tat_us: u64, now_us: u64, cost: u64) -> Result<u64, u64> {
+        let base = tat_us.max(now_us) as f64;
+        let new_tat = (base + cost as f64 * self.interval_us).floor();
+        let ahead = new_tat - now_us as f64;
+        if ahead > self.tolerance_us {
+            let wait_ms = ((ahead - self.tolerance_us) / 1000.0).ceil();
+            return Err(wait_ms as u64);
+        }
+        Ok(new_tat as u64)
+    }
+
+    /// Whether `cost` units can fit at all (cost ≤ burst).
+    pub fn fits_ever(&self, cost: u64) -> bool {
+        cost <= self.burst
+    }
+
+    /// Settles a reservation: `delta` more units (negative: a refund) than were reserved.
+    pub fn settle(&self, tat_us: u64, now_us: u64, delta: i64) -> u64 {
+        if delta >= 0 {
+            (tat_us.max(now_us) as f64 + delta as f64 * self.interval_us).floor() as u64
+        } else {
+            let refunded = (tat_us as f64 + delta as f64 * self.interval_us).floor().max(0.0) as u64;
+            refunded.max(tat_us.min(now_us))
+        }
+    }
+
+    /// Adds `units` used elsewhere (e.g. during an outage) to the budget.
+    pub fn charge(&self, tat_us: u64, now_us: u64, units: u64) -> u64 {
+        (tat_us.max(now_us) as f64 + units as f64 * self.interval_us).floor() as u64
+    }
+
+    /// The units available now, and the milliseconds until one more is (0 when full).
+    pub fn remaining(&self, tat_us: u64, now_us: u64) -> (u64, u64) {
+        let used = tat_us.saturating_sub(now_us) as f64;
+        let remaining = ((self.tolerance_us - used) / self.interval_us).floor().clamp(0.0, self.burst as f64) as u64;
+        if remaining >= self.burst {
+            return (remaining, 0);
+        }
+        let next_us = used - (self.tolerance_us - (remaining + 1) as f64 * self.interval_us);
+        (remaining, (next_us.max(0.0) / 1000.0).ceil() as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gcra(per_minute: u32, burst: u32) -> Gcra {
+        Gcra::new(RateBudget::new(per_minute, burst).expect("valid"))
+    }
+
+    #[test]
+    fn never_more_than_burst_plus_rate_in_any_window() {
+        // 600/min with a burst of 5, asked every 7 ms for 3 minutes.
+        let g = gcra(600, 5);
+        let mut tat = 0;
+        let mut admitted = Vec::new();
+        for step in 0..(180_000 / 7) {
+            let now = 1_000_000_000 + step * 7_000;
+            if let Ok(next) = g.check(tat, now, 1) {
+                tat = next;
+                admitted.push(now);
+            }
+        }
+        for (i, start) in admitted.iter().enumerate() {
+            let in_window = admitted[i..].iter().take_while(|t| **t < start + 60_000_000).count();
+            assert!(in_window <= 605, "{in_window} in the minute from {start}");
+        }
+        assert!(admitted.len() >= 1_795, "the budget must be usable: {}", admitted.len());
+    }
+
+    #[test]
+    fn a_denial_says_exactly_when() {
+        let g = gcra(60, 1); // one a second
+        let tat = g.check(0, 5_000_000, 1).expect("first");
+        let wait = g.check(tat, 5_000_000, 1).expect_err("second");
+        assert_eq!(wait, 1_000);
+        assert_eq!(g.check(tat, 5_000_000 + 999_000, 1), Err(1));
+        assert!(g.check(tat, 5_000_000 + 1_000_000, 1).is_ok());
+    }
+
+    #[test]
+    fn refunds_and_extra_charges_change_what_comes_next() {
+        let g = gcra(60_000, 1_000); // tokens: 1000 a minute... per ms one
+        let now = 10_000_000;
+        let tat = g.check(0, now, 800).expect("reserve 800");
+        assert_eq!(g.remaining(tat, now).0, 200);
+        let refunded = g.settle(tat, now, -500); // used 300
+        assert_eq!(g.remaining(refunded, now).0, 700);
+        let charged = g.settle(tat, now, 400); // used 1200
+        assert_eq!(g.remaining(charged, now).0, 0);
+        assert_eq!(g.check(charged, now, 1), Err(201));
+        // A refund never makes more than a full burst.
+        assert_eq!(g.settle(0, now, -10_000), 0);
+        assert_eq!(g.remaining(g.settle(0, now, -10_000), now), (1_000, 0));
+    }
+
+    #[test]
+    fn too_large_never_fits() {
+        let g = gcra(1_000, 100);
+        assert!(!g.fits_ever(101));
+        assert!(g.check(0, 1_000_000, 101).is_err());
+        assert!(g.fits_ever(100));
+    }
+}
