@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use metrics::{counter, gauge, histogram};
-use wavegate_core::WaveState;
+use wavegate_core::{BudgetStatus, WaveState};
 
 use crate::status::Mode;
 
@@ -79,7 +79,17 @@ pub const ALL: &[&str] = &[
     REDIS_ERRORS_TOTAL,
     RECONCILED_PERMITS_TOTAL,
     OUTAGE_GRANTS_TOTAL,
+    BUDGET_REMAINING,
+    BUDGET_NEXT_REFILL_SECONDS,
+    BUDGET_WAITS_TOTAL,
 ];
+
+/// What is left of a rate budget, by `budget` (`requests`, `tokens`).
+pub const BUDGET_REMAINING: &str = "wavegate_budget_remaining";
+/// Seconds until a spent rate budget has room for one more unit, by `budget`.
+pub const BUDGET_NEXT_REFILL_SECONDS: &str = "wavegate_budget_next_refill_seconds";
+/// Times the head of the queue waited for a rate budget, by `budget`.
+pub const BUDGET_WAITS_TOTAL: &str = "wavegate_budget_waits_total";
 
 /// Bucket bounds, seconds, for each histogram: waits from a millisecond to minutes, calls
 /// from ten milliseconds to ten minutes.
@@ -169,4 +179,18 @@ pub(crate) fn reconciled(upstream: &str, adopted: usize, dropped: usize, granted
     counter!(RECONCILED_PERMITS_TOTAL, "upstream" => upstream.to_owned(), "action" => "dropped")
         .increment(dropped as u64);
     counter!(OUTAGE_GRANTS_TOTAL, "upstream" => upstream.to_owned()).increment(granted_during_outage);
+}
+
+pub(crate) fn budgets(upstream: &str, status: BudgetStatus) {
+    for (budget, value) in [("requests", status.requests), ("tokens", status.tokens)] {
+        if let Some((remaining, next_refill_ms)) = value {
+            gauge!(BUDGET_REMAINING, "upstream" => upstream.to_owned(), "budget" => budget).set(remaining as f64);
+            gauge!(BUDGET_NEXT_REFILL_SECONDS, "upstream" => upstream.to_owned(), "budget" => budget)
+                .set(next_refill_ms as f64 / 1000.0);
+        }
+    }
+}
+
+pub(crate) fn budget_wait(upstream: &str, budget: &'static str) {
+    counter!(BUDGET_WAITS_TOTAL, "upstream" => upstream.to_owned(), "budget" => budget).increment(1);
 }

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use wavegate_core::WaveState;
+use wavegate_core::{BudgetStatus, WaveState};
 
 /// Where permits come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -58,4 +58,6 @@ pub struct UpstreamStatus {
     pub queue_depth: usize,
     /// The circuit breaker's state: `closed`, `open` or `half_open`.
     pub breaker: &'static str,
+    /// What is left of the requests and tokens budgets, if configured.
+    pub budgets: BudgetStatus,
 }

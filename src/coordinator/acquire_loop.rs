@@ -44,6 +44,10 @@ impl Coordinator {
                 slot.wake_pending = true;
                 return;
             }
+            if slot.blocked_until.is_some_and(|until| until > Instant::now()) {
+                // The retry timer fires then; asking before would only be refused.
+                return;
+            }
             let Some(head) = slot.waiters.head(Instant::now()) else { return };
             let (id, tokens) = (head.id.clone(), head.tokens);
             if let Some(timer) = slot.retry_timer.take() {
@@ -105,6 +109,7 @@ impl Coordinator {
                 let fallback = self.mode == Mode::Fallback;
                 let slot = &mut self.slots[upstream];
                 slot.cooldown_until = None;
+                slot.blocked_until = None;
                 let Some(waiter) = slot.waiters.pop_if(&id) else {
                     // The caller gave up while the script ran: give the permit back.
                     self.release(upstream, id, wave, WaveSignal::Neutral, refund, ctx);
@@ -138,7 +143,7 @@ impl Coordinator {
                     slot.last_shared.cooldown_until = Some(now + rest);
                 }
                 let jitter = COOLDOWN_JITTER.mul_f64(rand::rng().random::<f64>());
-                self.retry_in(upstream, rest + jitter, ctx);
+                self.block_until(upstream, rest + jitter, ctx);
                 false
             }
             Admission::Denied { reason: DenyReason::AtLimit, .. } => {
@@ -160,11 +165,19 @@ impl Coordinator {
             Admission::Denied { reason, retry_after_ms } => {
                 // A rate budget says exactly when there is room: sleep until then.
                 let wait = Duration::from_millis(retry_after_ms) + jittered(BUDGET_JITTER);
-                tracing::trace!(upstream = %self.slots[upstream].config.name(), reason = reason.as_str(), ?wait, "budget");
-                self.retry_in(upstream, wait, ctx);
+                let name = self.slots[upstream].config.name().as_str();
+                tracing::trace!(upstream = name, reason = reason.as_str(), ?wait, "budget");
+                metrics::budget_wait(name, reason.as_str());
+                self.block_until(upstream, wait, ctx);
                 false
             }
         }
+    }
+
+    /// Asks again in `after`, and not before: nothing can be admitted until then.
+    fn block_until(&mut self, upstream: usize, after: Duration, ctx: &mut Context<Self>) {
+        self.slots[upstream].blocked_until = Some(Instant::now() + after);
+        self.retry_in(upstream, after, ctx);
     }
 
     pub(super) fn retry_in(&mut self, upstream: usize, after: Duration, ctx: &mut Context<Self>) {
@@ -173,7 +186,9 @@ impl Coordinator {
             ctx.cancel_future(timer);
         }
         slot.retry_timer = Some(ctx.run_later(after, move |act, ctx| {
-            act.slots[upstream].retry_timer = None;
+            let slot = &mut act.slots[upstream];
+            slot.retry_timer = None;
+            slot.blocked_until = None;
             act.pump(upstream, ctx);
         }));
     }

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, MessageResult, SpawnHandle, WrapFuture};
 use wavegate_core::{
-    Clock, LocalGate, MonotonicClock, RateLimitEffect, UpstreamConfig, WaveSignal, WaveState, duration_ms,
+    Budgets, Clock, LocalGate, MonotonicClock, RateLimitEffect, UpstreamConfig, WaveSignal, WaveState, duration_ms,
 };
 use wavegate_redis::{SharedGate, Store, StoreError};
 
@@ -32,6 +32,8 @@ use waiters::{Waiter, Waiters};
 
 /// How often a process proves it is alive (and learns how many others are).
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+/// How often the budget gauges are refreshed.
+const BUDGET_GAUGES_EVERY: Duration = Duration::from_secs(1);
 /// How long a heartbeat counts.
 const HEARTBEAT_TTL: Duration = Duration::from_secs(3);
 
@@ -74,6 +76,9 @@ struct Slot {
     /// A wake arrived while a call was in flight: ask again as soon as it returns.
     wake_pending: bool,
     retry_timer: Option<SpawnHandle>,
+    /// The gate said no one can be admitted before this (a cooldown or a rate budget): a
+    /// release or a wake before then would only be refused again.
+    blocked_until: Option<Instant>,
     cooldown_until: Option<Instant>,
     last_shared: LastShared,
     outage: OutageBook,
@@ -112,6 +117,7 @@ impl Coordinator {
                 pumping: false,
                 wake_pending: false,
                 retry_timer: None,
+                blocked_until: None,
                 cooldown_until: None,
                 last_shared: LastShared::default(),
                 outage: OutageBook::default(),
@@ -227,6 +233,29 @@ impl Coordinator {
         }
     }
 
+    /// Records what is left of each upstream's rate budgets (read from the store in shared
+    /// mode: one status call per upstream with budgets).
+    fn record_budgets(&mut self, ctx: &mut Context<Self>) {
+        let now_ms = self.clock.now_ms();
+        for upstream in 0..self.slots.len() {
+            let slot = &self.slots[upstream];
+            if slot.config.budgets() == Budgets::default() {
+                continue;
+            }
+            match self.shared_gate(upstream) {
+                Some(gate) => {
+                    let call = async move { gate.status().await };
+                    ctx.spawn(call.into_actor(self).map(move |result, act, _| {
+                        if let Ok(status) = result {
+                            metrics::budgets(act.slots[upstream].config.name().as_str(), status.budgets);
+                        }
+                    }));
+                }
+                None => metrics::budgets(slot.config.name().as_str(), slot.local.budget_status(now_ms)),
+            }
+        }
+    }
+
     /// Counts this process as live and learns how many are.
     fn heartbeat(&mut self, ctx: &mut Context<Self>) {
         let (Some(store), Mode::Shared) = (self.store.clone(), self.mode) else { return };
@@ -276,6 +305,7 @@ impl Coordinator {
             in_flight_fleet: if self.mode == Mode::Local { u32::try_from(held).ok() } else { None },
             queue_depth: slot.waiters.len(),
             breaker: "closed",
+            budgets: slot.local.budget_status(now_ms),
         }
     }
 }
@@ -312,6 +342,9 @@ impl Actor for Coordinator {
             }));
             self.heartbeat(ctx);
             ctx.run_interval(HEARTBEAT_EVERY, |act, ctx| act.heartbeat(ctx));
+        }
+        if self.slots.iter().any(|s| s.config.budgets() != Budgets::default()) {
+            ctx.run_interval(BUDGET_GAUGES_EVERY, |act, ctx| act.record_budgets(ctx));
         }
     }
 }
@@ -396,6 +429,7 @@ impl Handler<ReadStatus> for Coordinator {
                 status.wave = shared.wave;
                 status.cooldown_remaining = shared.cooldown_remaining;
                 status.in_flight_fleet = Some(shared.in_flight);
+                status.budgets = shared.budgets;
             }
             let _ = read.reply.send(status);
         }));

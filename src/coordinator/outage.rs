@@ -91,6 +91,7 @@ impl Coordinator {
             slot.local = gate;
             slot.pumping = false;
             slot.wake_pending = false;
+            slot.blocked_until = None;
             tracing::warn!(upstream = %slot.config.name(), fallback_limit = share.get(), held = slot.held.len(), "fallback share");
         }
         for upstream in 0..self.slots.len() {
@@ -210,6 +211,7 @@ impl Coordinator {
             slot.outage = OutageBook::default();
             slot.local = LocalGate::with_budgets(slot.config.wave().clone(), slot.config.budgets());
             slot.pumping = false;
+            slot.blocked_until = None;
             slot.cooldown_until = None;
         }
         tracing::info!("shared store back: shared mode");

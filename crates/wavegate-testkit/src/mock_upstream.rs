@@ -35,6 +35,8 @@ impl Default for MockUpstreamConfig {
 
 #[derive(Debug, Default)]
 struct Counters {
+    /// When each request arrived (its head fully read), in arrival order.
+    arrivals: std::sync::Mutex<Vec<std::time::Instant>>,
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
     served: AtomicU64,
@@ -92,6 +94,11 @@ impl MockUpstream {
         self.counters.max_in_flight.store(self.in_flight(), Ordering::SeqCst);
     }
 
+    /// When each request arrived, by the mock's own clock, in arrival order.
+    pub fn arrivals(&self) -> Vec<std::time::Instant> {
+        self.counters.arrivals.lock().map(|a| a.clone()).unwrap_or_default()
+    }
+
     /// Calls answered 200.
     pub fn served(&self) -> u64 {
         self.counters.served.load(Ordering::SeqCst)
@@ -127,6 +134,9 @@ async fn serve(listener: TcpListener, config: MockUpstreamConfig, counters: Arc<
 
 async fn answer(mut stream: TcpStream, config: &MockUpstreamConfig, counters: &Counters) -> io::Result<()> {
     read_head(&mut stream).await?;
+    if let Ok(mut arrivals) = counters.arrivals.lock() {
+        arrivals.push(std::time::Instant::now());
+    }
     let now = counters.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
     counters.max_in_flight.fetch_max(now, Ordering::SeqCst);
     let over = config.capacity.is_some_and(|capacity| now > capacity);

@@ -32,6 +32,25 @@ pub struct UpstreamView {
     pub queue_depth: usize,
     /// `closed`, `open` or `half_open`.
     pub breaker: &'static str,
+    /// The requests-per-minute budget, if configured.
+    pub requests_budget: Option<BudgetView>,
+    /// The tokens-per-minute budget, if configured.
+    pub tokens_budget: Option<BudgetView>,
+}
+
+/// What is left of a rate budget.
+#[derive(Debug, Serialize)]
+pub struct BudgetView {
+    /// Units available now.
+    pub remaining: u64,
+    /// Milliseconds until one more unit is available (0 when full).
+    pub next_refill_ms: u64,
+}
+
+impl BudgetView {
+    fn new(value: Option<(u64, u64)>) -> Option<Self> {
+        value.map(|(remaining, next_refill_ms)| Self { remaining, next_refill_ms })
+    }
 }
 
 impl UpstreamView {
@@ -48,6 +67,8 @@ impl UpstreamView {
             in_flight_fleet: status.in_flight_fleet,
             queue_depth: status.queue_depth,
             breaker: status.breaker,
+            requests_budget: BudgetView::new(status.budgets.requests),
+            tokens_budget: BudgetView::new(status.budgets.tokens),
         }
     }
 }
