@@ -21,13 +21,14 @@ fn main() {
         worker_main();
         return;
     }
-    let scenarios: [(&str, fn()); 3] = [
+    let scenarios: [(&str, fn()); 4] = [
         ("four_processes_never_exceed_the_shared_limit", four_processes_never_exceed_the_shared_limit),
         (
             "kill_9_of_a_holder_frees_its_permits_within_two_leases",
             kill_9_of_a_holder_frees_its_permits_within_two_leases,
         ),
         ("redis_killed_under_load_fails_open_to_fair_shares", redis_killed_under_load_fails_open_to_fair_shares),
+        ("four_processes_stay_within_the_requests_budget", four_processes_stay_within_the_requests_budget),
     ];
     let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     let (mut passed, mut failed) = (0, 0);
@@ -277,6 +278,57 @@ fn redis_killed_under_load_fails_open_to_fair_shares() {
     assert_eq!(shared, HELD, "the shared set must hold exactly the permits still in flight (the holder's)");
 }
 
+fn four_processes_stay_within_the_requests_budget() {
+    const PER_MINUTE: usize = 600; // ten a second
+    const BURST: usize = 10;
+    const SECONDS: u64 = 6;
+    let redis = RedisServer::start().expect("redis-server");
+    let mock = MockUpstream::start(MockUpstreamConfig::default()).expect("mock upstream");
+    let workers: Vec<Worker> = (0..4)
+        .map(|_| {
+            Worker::spawn(&[
+                ("REDIS_URL", redis.url()),
+                ("MOCK_ADDR", mock.addr().to_string()),
+                ("MODE", "calls".into()),
+                ("LIMIT", "50".into()),
+                ("LEASE_MS", "30000".into()),
+                ("CALLERS", "5".into()),
+                ("CALLS", "1000000".into()),
+                ("DURATION_MS", (SECONDS * 1000).to_string()),
+                ("RPM", format!("{PER_MINUTE},{BURST}")),
+            ])
+        })
+        .collect();
+    for worker in &workers {
+        let line = worker.expect_line("RESULT", Duration::from_secs(60));
+        assert_eq!(field(&line, "err"), 0, "{line}");
+    }
+    let arrivals = mock.arrivals();
+    let per_second = PER_MINUTE / 60;
+    // In every sliding window of w seconds (the minute, scaled down), at most rate × w + burst.
+    let mut worst = Vec::new();
+    for window_s in [1u64, 3, SECONDS] {
+        let window = Duration::from_secs(window_s);
+        let most = (0..arrivals.len())
+            .map(|i| arrivals[i..].iter().take_while(|t| t.duration_since(arrivals[i]) < window).count())
+            .max()
+            .unwrap_or(0);
+        let allowed = per_second * window_s as usize + BURST;
+        assert!(most <= allowed, "{most} requests in a {window_s} s window; the budget allows {allowed}");
+        worst.push(format!("{most}/{allowed} in {window_s} s"));
+    }
+    let span = arrivals.last().map(|l| l.duration_since(arrivals[0])).unwrap_or_default();
+    let rate = (arrivals.len().saturating_sub(BURST)) as f64 / span.as_secs_f64();
+    println!(
+        "    4 processes against {PER_MINUTE}/min (burst {BURST}): {} requests over {:.1} s, {rate:.2}/s after the burst \
+         (budget {per_second}/s); most seen in a sliding window: {}",
+        arrivals.len(),
+        span.as_secs_f64(),
+        worst.join(", ")
+    );
+    assert!(rate >= per_second as f64 * 0.85, "the budget should be used: {rate:.2}/s");
+}
+
 // ------------------------------------------------------------------------------------------
 // The worker's side.
 
@@ -290,14 +342,20 @@ fn worker_main() {
         let limit: u32 = env("LIMIT").parse().expect("LIMIT");
         let lease = Duration::from_millis(env("LEASE_MS").parse().expect("LEASE_MS"));
         let mock: SocketAddr = env("MOCK_ADDR").parse().expect("MOCK_ADDR");
-        let upstream = UpstreamConfig::builder("mock")
+        let mut upstream = UpstreamConfig::builder("mock")
             .limit(limit)
             .renewed_lease(lease)
             .call_timeout(Duration::from_secs(10))
             .max_wait(Duration::from_secs(60))
-            .total_timeout(Duration::from_secs(120))
-            .build()
-            .expect("config");
+            .total_timeout(Duration::from_secs(120));
+        if let Ok(rpm) = std::env::var("RPM") {
+            let (per_minute, burst) = rpm.split_once(',').expect("RPM=per_minute,burst");
+            upstream = upstream.requests_per_minute(per_minute.parse().expect("rate"), burst.parse().expect("burst"));
+        }
+        let upstream = upstream.build().expect("config");
+        let until = std::env::var("DURATION_MS")
+            .ok()
+            .map(|ms| Instant::now() + Duration::from_millis(ms.parse().expect("DURATION_MS")));
         let scheduler = Scheduler::builder().upstream(upstream).redis(env("REDIS_URL")).build().expect("scheduler");
         report_mode_changes(scheduler.clone());
         match env("MODE").as_str() {
@@ -320,6 +378,9 @@ fn worker_main() {
                     tasks.push(actix::spawn(async move {
                         let (mut ok, mut err, mut first_error) = (0u64, 0u64, None);
                         for _ in 0..share {
+                            if until.is_some_and(|until| Instant::now() >= until) {
+                                break;
+                            }
                             match scheduler.call("mock", move |_| call_mock(mock)).await {
                                 Ok(()) => ok += 1,
                                 Err(error) => {
