@@ -25,7 +25,7 @@ local changed = poll(s, now)
 local held_wave = redis.call('HGET', KEYS[3], id)
 if held_wave then
   redis.call('ZADD', KEYS[1], 'GT', now + lease, id)
-  if changed then save_state(s) end
+  if changed then save_state(s, config) end
   return { 1, tonumber(held_wave), s.state, s.limit, redis.call('ZCARD', KEYS[1]) }
 end
 
@@ -54,5 +54,5 @@ else
     result = { 1, s.wave, s.state, s.limit, in_flight + 1 }
   end
 end
-if changed or redis.call('HEXISTS', KEYS[2], 'state') == 0 then save_state(s) end
+if changed or redis.call('HEXISTS', KEYS[2], 'state') == 0 then save_state(s, config) end
 return result

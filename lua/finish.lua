@@ -41,7 +41,7 @@ elseif outcome == 'rate_limited' then
 elseif outcome ~= 'neutral' then
   return fail('finish', 'unknown outcome ' .. outcome)
 end
-save_state(s)
+save_state(s, config)
 
 local held = redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[3], id)

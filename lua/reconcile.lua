@@ -8,7 +8,8 @@
 --         here, registered (or re-registered, after a restart with empty data) in the current
 --         wave without an admission check, since their calls are already running
 -- ARGV[14+n ..] ids to drop: permits that finished during the outage but may still be listed
--- Reply: {wave, state, limit, in_flight} after the call; adopted permits carry `wave`.
+-- Reply: {wave, state, limit, in_flight, adopted_wave} after the call; adopted permits carry
+-- `wave` in NORMAL and the wave before otherwise (see adopt_wave in wave.lua).
 local FIRST_ID = CONFIG_ARGS + 5
 if #ARGV < FIRST_ID - 1 then return fail('reconcile', 'expected at least 13 ARGV, got ' .. #ARGV) end
 local config = read_config(1)
@@ -28,13 +29,14 @@ end
 purge(now)
 local s = load_state(config)
 poll(s, now)
-save_state(s)
+save_state(s, config)
+local adopted_wave = adopt_wave()
 for i = FIRST_ID, FIRST_ID - 1 + adopt do
-  redis.call('ZADD', KEYS[1], now + lease, ARGV[i])
-  redis.call('HSET', KEYS[3], ARGV[i], s.wave)
+  redis.call('ZADD', KEYS[1], 'GT', now + lease, ARGV[i])
+  redis.call('HSET', KEYS[3], ARGV[i], adopted_wave)
 end
 for i = FIRST_ID + adopt, #ARGV do
   redis.call('ZREM', KEYS[1], ARGV[i])
   redis.call('HDEL', KEYS[3], ARGV[i])
 end
-return { s.wave, s.state, s.limit, redis.call('ZCARD', KEYS[1]) }
+return { s.wave, s.state, s.limit, redis.call('ZCARD', KEYS[1]), adopted_wave }

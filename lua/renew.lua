@@ -1,18 +1,26 @@
--- renew.lua: extend the leases of a batch of held permits (the lease watchdog's one call).
+-- renew.lua: extend the leases of a batch of permits whose calls are still running (the lease
+-- watchdog's one call per upstream).
 --
--- KEYS[1] permits (zset)   KEYS[2] wave state (hash, unused)   KEYS[3] permit waves (hash)
+-- KEYS[1] permits (zset)   KEYS[2] wave state (hash)   KEYS[3] permit waves (hash)
 -- ARGV[1] lease in ms
--- ARGV[2..] permit ids; ids no longer held are not added back
--- Reply: the number of ids that were still held and got the new lease.
+-- ARGV[2..] permit ids. An id that is no longer listed (its lease ended, or the store lost it:
+--           a failover, an eviction, a flush) is registered again, tagged as adopt_wave says:
+--           a running call counts against the limit whatever happened to its registration.
+-- Reply: the number of ids registered again.
 if #ARGV < 1 then return fail('renew', 'expected at least 1 ARGV, got 0') end
 local lease = to_int(ARGV[1], 'lease')
 local now = now_ms()
 purge(now)
-local renewed = 0
+local again = 0
+local wave = nil
 for i = 2, #ARGV do
   if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
     redis.call('ZADD', KEYS[1], 'XX', 'GT', now + lease, ARGV[i])
-    renewed = renewed + 1
+  else
+    if not wave then wave = adopt_wave() end
+    redis.call('ZADD', KEYS[1], now + lease, ARGV[i])
+    redis.call('HSET', KEYS[3], ARGV[i], wave)
+    again = again + 1
   end
 end
-return renewed
+return again

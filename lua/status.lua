@@ -10,7 +10,7 @@ local config = read_config(1)
 local now = now_ms()
 purge(now)
 local s = load_state(config)
-if poll(s, now) then save_state(s) end
+if poll(s, now) then save_state(s, config) end
 local cooldown_ms = 0
 if s.state == 'COOLDOWN' then cooldown_ms = math.max(0, s.cooldown_until - now) end
 local reply = { s.state, s.limit, s.wave, cooldown_ms, s.successes, s.step, s.threshold, redis.call('ZCARD', KEYS[1]) }

@@ -64,7 +64,8 @@ local STATES = { NORMAL = true, COOLDOWN = true, PROBE = true, DEGRADED = true }
 
 -- Reads the state; a missing or unreadable hash starts over in NORMAL at the base limit.
 local function load_state(config)
-  local v = redis.call('HMGET', KEYS[2], 'state', 'limit', 'wave', 'cooldown_until', 'successes', 'step', 'threshold')
+  local v = redis.call('HMGET', KEYS[2], 'state', 'limit', 'wave', 'cooldown_until', 'successes', 'step', 'threshold',
+    'base')
   local s = {
     state = v[1],
     limit = tonumber(v[2]),
@@ -82,14 +83,20 @@ local function load_state(config)
     return { state = 'NORMAL', limit = config.base, wave = 1, cooldown_until = 0, successes = 0,
              step = 0, threshold = config.base }
   end
+  local stored_base = tonumber(v[8])
+  if stored_base and stored_base ~= config.base and (s.state == 'NORMAL' or s.limit == stored_base) then
+    -- The configured limit changed: NORMAL (or a limit at the old base) follows it.
+    s.limit = config.base
+  end
   s.limit = math.max(1, math.min(s.limit, config.base))
   s.threshold = math.max(1, math.min(s.threshold, config.base))
   return s
 end
 
-local function save_state(s)
+local function save_state(s, config)
   redis.call('HSET', KEYS[2], 'state', s.state, 'limit', s.limit, 'wave', s.wave,
-    'cooldown_until', s.cooldown_until, 'successes', s.successes, 'step', s.step, 'threshold', s.threshold)
+    'cooldown_until', s.cooldown_until, 'successes', s.successes, 'step', s.step, 'threshold', s.threshold,
+    'base', config.base)
 end
 
 -- COOLDOWN past its deadline becomes PROBE at limit 1. Returns true when it changed.
@@ -189,6 +196,16 @@ end
 
 local function save_tat(field, tat)
   redis.call('HSET', KEYS[2], field, string.format('%.0f', tat))
+end
+
+-- The wave an adopted permit (a call already running) reports against: the current one in
+-- NORMAL, otherwise the one before, so its 429 is late and its success does not count.
+-- Reads the state without a config (renew has none): a missing state is wave 1, NORMAL.
+local function adopt_wave()
+  local v = redis.call('HMGET', KEYS[2], 'state', 'wave')
+  local wave = tonumber(v[2]) or 1
+  if v[1] == 'NORMAL' or v[1] == false or v[1] == nil then return wave end
+  return math.max(wave - 1, 0)
 end
 
 -- Drops the permits whose lease ended at or before `now`, with their wave tags.

@@ -14,8 +14,9 @@ pub(crate) struct PermitIds {
 
 impl PermitIds {
     pub(crate) fn new() -> Self {
-        let nonce: u32 = rand::rng().random();
-        Self { instance: format!("{}-{nonce:08x}", std::process::id()), next: 0 }
+        // 128 random bits: pids repeat across containers (often 1), ids must not.
+        let nonce: u128 = rand::rng().random();
+        Self { instance: format!("{}-{nonce:032x}", std::process::id()), next: 0 }
     }
 
     /// This process's instance id (the prefix of its permit ids, its heartbeat's member).

@@ -32,6 +32,9 @@ async fn a_hung_redis_costs_one_command_timeout_then_resumes() {
     let mut redis = RedisServer::start().expect("redis-server");
     let scheduler = Scheduler::builder().upstream(upstream(4)).redis(redis.url()).build().expect("scheduler");
     let held = scheduler.acquire("llm").await.expect("a permit while healthy");
+    // Let the first heartbeat land (it tells this process it is alone); pause() below blocks
+    // this thread, which is also the scheduler's.
+    tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(scheduler.mode().await.expect("mode"), Mode::Shared);
 
     redis.pause().expect("SIGSTOP");
@@ -66,6 +69,7 @@ async fn a_crash_and_empty_restart_leave_exactly_the_permits_in_flight() {
     let scheduler = Scheduler::builder().upstream(upstream(6)).redis(redis.url()).build().expect("scheduler");
     let before = scheduler.acquire("llm").await.expect("permit");
     let finished_during = scheduler.acquire("llm").await.expect("permit");
+    tokio::time::sleep(Duration::from_millis(100)).await; // the first heartbeat lands
 
     redis.kill().expect("kill -9");
     let during = scheduler.acquire("llm").await.expect("a permit through the fallback");
@@ -157,6 +161,9 @@ async fn redis_down_from_the_start_falls_back_then_joins() {
         .expect("calls go through the fallback while Redis is down");
     assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
     assert_eq!(scheduler.mode().await.expect("mode"), Mode::Fallback);
+    // No heartbeat was ever read: the fleet's size is unknown, so this process takes one
+    // permit, not the whole limit (ten processes starting during an outage must not send 10 ×).
+    assert_eq!(scheduler.status("llm").await.expect("status").limit, 1);
     redis.restart().expect("redis-server comes up");
     wait_for_mode(&scheduler, Mode::Shared, Duration::from_secs(5)).await;
 }
@@ -191,4 +198,47 @@ async fn a_lost_acquire_reply_never_makes_a_second_permit() {
         assert!(Instant::now() < deadline, "the permit was not released");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+async fn shared_members(redis: &RedisServer) -> Vec<String> {
+    let mut con = redis.connection().expect("direct connection");
+    redis::cmd("ZRANGE").arg("wavegate:{llm}:permits").arg(0).arg(-1).query(&mut con).expect("ZRANGE")
+}
+
+#[actix::test]
+async fn a_release_lost_in_the_outage_is_dropped_on_recovery() {
+    use wavegate_testkit::{Fault, FaultProxy};
+    let redis = RedisServer::start().expect("redis-server");
+    let proxy = FaultProxy::start(redis.addr()).expect("fault proxy");
+    let scheduler = Scheduler::builder().upstream(upstream(4)).redis(proxy.url()).build().expect("scheduler");
+    let permit = scheduler.acquire("llm").await.expect("permit");
+    assert_eq!(shared_members(&redis).await, vec![permit.id().to_string()]);
+
+    proxy.set_fault(Fault::BlackHole);
+    permit.succeeded(); // this release times out and switches the process to fallback
+    wait_for_mode(&scheduler, Mode::Fallback, Duration::from_secs(2)).await;
+    proxy.set_fault(Fault::None);
+    wait_for_mode(&scheduler, Mode::Shared, Duration::from_secs(5)).await;
+    assert!(shared_members(&redis).await.is_empty(), "the permit released during the outage still holds a slot");
+}
+
+#[actix::test]
+async fn a_permit_whose_acquire_reply_was_lost_and_that_finished_in_the_outage_is_dropped() {
+    use wavegate_testkit::{Fault, FaultProxy};
+    let redis = RedisServer::start().expect("redis-server");
+    let proxy = FaultProxy::start(redis.addr()).expect("fault proxy");
+    let scheduler = Scheduler::builder().upstream(upstream(4)).redis(proxy.url()).build().expect("scheduler");
+    scheduler.acquire("llm").await.expect("permit").succeeded();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    proxy.set_fault(Fault::DropNextReply);
+    let permit = scheduler.acquire("llm").await.expect("a permit through the fallback");
+    proxy.set_fault(Fault::BlackHole); // stay in fallback while the call finishes
+    assert_eq!(scheduler.mode().await.expect("mode"), Mode::Fallback);
+    assert_eq!(shared_members(&redis).await, vec![permit.id().to_string()], "the script ran");
+    permit.succeeded();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    proxy.set_fault(Fault::None);
+    wait_for_mode(&scheduler, Mode::Shared, Duration::from_secs(5)).await;
+    assert!(shared_members(&redis).await.is_empty(), "the registration of a finished permit leaked");
 }

@@ -79,7 +79,13 @@ impl Coordinator {
                                 act.pump(upstream, ctx);
                             }
                         }
-                        Err(error) => act.on_store_error(epoch, upstream, "acquire", &error, ctx),
+                        Err(error) => {
+                            // The script may have run although its reply was lost: drop the
+                            // registration when the store is back, unless the waiter holds
+                            // the same id by then (then it is adopted).
+                            act.slots[upstream].outage.unreleased.insert(id);
+                            act.on_store_error(epoch, Some(upstream), "acquire", &error, ctx);
+                        }
                     }
                 }));
                 return;
@@ -116,6 +122,9 @@ impl Coordinator {
                     return true;
                 };
                 slot.held.insert(id.clone(), wave);
+                if !fallback {
+                    slot.last_shared.state = Some((state, limit));
+                }
                 if fallback {
                     slot.outage.granted += 1;
                     slot.outage.tokens += i64::try_from(tokens).unwrap_or(i64::MAX);

@@ -42,6 +42,8 @@ const HEARTBEAT_TTL: Duration = Duration::from_secs(3);
 struct LastShared {
     /// When a shared cooldown ends, if one was seen.
     cooldown_until: Option<Instant>,
+    /// The last state and limit seen, if any.
+    state: Option<(WaveState, u32)>,
 }
 
 /// Book-keeping of one upstream during a fallback, for the reconciliation.
@@ -94,8 +96,8 @@ pub(crate) struct Coordinator {
     mode: Mode,
     /// Bumped at every change of mode: replies to calls made before it are stale.
     epoch: u64,
-    /// Live processes at the last heartbeat (1 until one succeeds).
-    live_instances: u32,
+    /// Live processes at the last heartbeat; unknown until one succeeds.
+    live_instances: Option<u32>,
     /// A reconciliation is in flight: waiters wait, finishes are deferred.
     reconciling: bool,
     deferred: Vec<Finish>,
@@ -131,7 +133,7 @@ impl Coordinator {
             store,
             mode,
             epoch: 0,
-            live_instances: 1,
+            live_instances: None,
             reconciling: false,
             deferred: Vec::new(),
             probe_backoff: outage::PROBE_MIN,
@@ -167,6 +169,12 @@ impl Coordinator {
                         if let Some(RateLimitEffect::Cut { cooldown, .. }) = finished.rate_limit {
                             slot.last_shared.cooldown_until = Some(Instant::now() + cooldown);
                         }
+                        slot.last_shared.state = Some((finished.status.state, finished.status.limit));
+                        if !finished.held {
+                            // Its lease ended while the call ran: for a while the fleet could
+                            // admit one more than the limit.
+                            tracing::warn!(upstream = %slot.config.name(), permit = %id, "permit released after its lease ended");
+                        }
                         let name = slot.config.name().as_str();
                         record_rate_limit(name, finished.rate_limit);
                         let status = finished.status;
@@ -177,8 +185,18 @@ impl Coordinator {
                     Err(error) => {
                         // The release may not have happened: drop the registration when the
                         // store is back.
-                        act.slots[upstream].outage.unreleased.insert(id);
-                        act.on_store_error(epoch, upstream, "finish", &error, ctx);
+                        act.slots[upstream].outage.unreleased.insert(id.clone());
+                        act.on_store_error(epoch, Some(upstream), "finish", &error, ctx);
+                        if act.mode == Mode::Fallback && matches!(signal, WaveSignal::RateLimited { .. }) {
+                            // The 429 that could not be reported still cools this process down.
+                            let now_ms = act.clock.now_ms();
+                            let slot = &mut act.slots[upstream];
+                            let current = slot.local.status(now_ms).0.wave;
+                            slot.local.finish(&id, current, signal, now_ms);
+                            if let WaveSignal::RateLimited { retry_after } = signal {
+                                slot.outage.rate_limited = Some(retry_after);
+                            }
+                        }
                     }
                 }));
             }
@@ -220,10 +238,14 @@ impl Coordinator {
             Some(gate) => {
                 let epoch = self.epoch;
                 let call = async move { gate.renew(&ids, lease).await };
-                ctx.spawn(call.into_actor(self).map(move |result, act, ctx| {
-                    if let Err(error) = result {
-                        act.on_store_error(epoch, upstream, "renew", &error, ctx);
-                    }
+                ctx.spawn(call.into_actor(self).map(move |result, act, ctx| match result {
+                    Ok(0) => {}
+                    Ok(again) => tracing::warn!(
+                        upstream = %act.slots[upstream].config.name(),
+                        again,
+                        "the store had lost permits whose calls still run; registered them again"
+                    ),
+                    Err(error) => act.on_store_error(epoch, Some(upstream), "renew", &error, ctx),
                 }));
             }
             None => {
@@ -263,8 +285,8 @@ impl Coordinator {
         let epoch = self.epoch;
         let call = async move { store.heartbeat(&instance, HEARTBEAT_TTL).await };
         ctx.spawn(call.into_actor(self).map(move |result, act, ctx| match result {
-            Ok(live) => act.live_instances = live.max(1),
-            Err(error) => act.on_store_error(epoch, 0, "heartbeat", &error, ctx),
+            Ok(live) => act.live_instances = Some(live.max(1)),
+            Err(error) => act.on_store_error(epoch, None, "heartbeat", &error, ctx),
         }));
     }
 
@@ -273,7 +295,7 @@ impl Coordinator {
     fn on_store_error(
         &mut self,
         epoch: u64,
-        upstream: usize,
+        upstream: Option<usize>,
         command: &'static str,
         error: &StoreError,
         ctx: &mut Context<Self>,
@@ -284,9 +306,11 @@ impl Coordinator {
         metrics::redis_error(command, error.label());
         if error.is_outage() {
             self.enter_fallback(command, error, ctx);
-        } else {
+        } else if let Some(upstream) = upstream {
             tracing::error!(upstream = %self.slots[upstream].config.name(), command, %error, "shared store error");
             self.retry_in(upstream, acquire_loop::jittered(acquire_loop::STORE_ERROR_RETRY), ctx);
+        } else {
+            tracing::error!(command, %error, "shared store error");
         }
     }
 

@@ -14,6 +14,7 @@
 //! shared wave when the shared state is NORMAL. While it does, waiters wait and releases are
 //! deferred; then it switches back to shared mode and replays them.
 
+use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use actix::{ActorFutureExt, AsyncContext, Context, Handler, WrapFuture};
@@ -64,30 +65,44 @@ impl Coordinator {
         tracing::warn!(
             command,
             %error,
-            live_instances = self.live_instances,
+            live_instances = ?self.live_instances,
             "shared store unreachable: switching to local fallback"
         );
         let now = Instant::now();
         let now_ms = self.clock.now_ms();
         for slot in &mut self.slots {
-            let share = slot.config.fallback_share(self.live_instances);
+            let base = slot.config.limit().get();
+            // Until a heartbeat has told how many processes share the limit, assume the worst:
+            // as many as the limit, so each takes one (or the configured fallback limit).
+            let (share, processes) = match self.live_instances {
+                Some(live) => (slot.config.fallback_share(live), live),
+                None => (slot.config.fallback_limit().unwrap_or(NonZeroU32::MIN), base),
+            };
             let mut wave = slot.config.wave().clone();
             wave.base_limit = share;
-            let mut gate = LocalGate::with_budgets(wave, slot.config.budgets().share(self.live_instances));
+            let mut gate = LocalGate::with_budgets(wave, slot.config.budgets().share(processes));
+            let mut snapshot = gate.machine().snapshot();
             if let Some(until) = slot.last_shared.cooldown_until.filter(|until| *until > now) {
                 // A shared cooldown in force goes on here.
-                let mut snapshot = gate.machine().snapshot();
                 snapshot.state = WaveState::Cooldown;
                 snapshot.limit = (share.get() / 2).max(1);
                 snapshot.threshold = snapshot.limit;
                 snapshot.cooldown_until_ms = now_ms + duration_ms(until - now);
+                gate.machine_mut().restore(snapshot);
+            } else if let Some((state @ (WaveState::Probe | WaveState::Degraded), limit)) = slot.last_shared.state {
+                // A recovery in progress goes on here, at this process's share of its limit.
+                snapshot.state = state;
+                snapshot.limit = (u64::from(limit) * u64::from(share.get()) / u64::from(base)).max(1) as u32;
                 gate.machine_mut().restore(snapshot);
             }
             let lease_ms = duration_ms(slot.config.permit_ttl());
             for (id, wave) in &mut slot.held {
                 *wave = gate.adopt(id, now_ms, lease_ms);
             }
-            slot.outage = OutageBook { registered: slot.held.keys().cloned().collect(), ..OutageBook::default() };
+            // Keep what a failed call just recorded (a release or an acquire whose reply was lost).
+            let unreleased = std::mem::take(&mut slot.outage.unreleased);
+            slot.outage =
+                OutageBook { registered: slot.held.keys().cloned().collect(), unreleased, ..OutageBook::default() };
             slot.local = gate;
             slot.pumping = false;
             slot.wake_pending = false;
@@ -119,7 +134,7 @@ impl Coordinator {
         };
         ctx.spawn(call.into_actor(self).map(|result, act, ctx| match result {
             Ok(live) => {
-                act.live_instances = live.max(1);
+                act.live_instances = Some(live.max(1));
                 act.reconcile(ctx);
             }
             Err(_) => act.schedule_probe(ctx),
@@ -157,8 +172,10 @@ impl Coordinator {
             let mut outcomes = Vec::with_capacity(plans.len());
             for plan in plans {
                 let reconciled = plan.gate.reconcile(&plan.adopt, &plan.drop, plan.lease, plan.usage).await?;
+                // A 429 seen during the outage starts a new shared wave unless one is already
+                // cooling down.
                 let carried_429 = match plan.carry {
-                    Some(retry_after) if reconciled.state == WaveState::Normal => {
+                    Some(retry_after) if reconciled.state != WaveState::Cooldown => {
                         let signal = WaveSignal::RateLimited { retry_after };
                         plan.gate.finish(&carrier, reconciled.wave, signal, 0).await?;
                         true
@@ -196,7 +213,7 @@ impl Coordinator {
         for outcome in outcomes {
             let slot = &mut self.slots[outcome.upstream];
             for wave in slot.held.values_mut() {
-                *wave = outcome.reconciled.wave;
+                *wave = outcome.reconciled.adopted_wave;
             }
             tracing::info!(
                 upstream = %slot.config.name(),

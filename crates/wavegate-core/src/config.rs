@@ -183,6 +183,18 @@ pub enum ConfigError {
         /// The shortest lease accepted.
         min: Duration,
     },
+    /// A duration longer than wavegate accepts.
+    #[error("upstream `{upstream}`: {field} ({value:?}) is longer than {max:?}; shorten it")]
+    TooLong {
+        /// The upstream.
+        upstream: String,
+        /// The setting.
+        field: &'static str,
+        /// The value given.
+        value: Duration,
+        /// The longest accepted.
+        max: Duration,
+    },
     /// Two upstreams share a name.
     #[error("upstream `{0}` is configured twice; give each upstream a distinct name")]
     DuplicateUpstream(String),
@@ -222,6 +234,8 @@ impl UpstreamConfig {
     pub const DEFAULT_QUEUE_CAPACITY: usize = 1024;
     /// The shortest renewed lease: 1 s (renewed every third of it).
     pub const MIN_RENEWED_LEASE: Duration = Duration::from_secs(1);
+    /// The longest duration any setting accepts: 7 days.
+    pub const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
 
     /// A builder with every default, for the upstream `name`.
     pub fn builder(name: impl Into<String>) -> UpstreamConfigBuilder {
@@ -475,6 +489,22 @@ impl UpstreamConfigBuilder {
         if total_timeout.is_zero() {
             return Err(zero_duration("total_timeout"));
         }
+        let max = UpstreamConfig::MAX_DURATION;
+        for (field, value) in [
+            ("call_timeout", self.call_timeout),
+            ("max_wait", self.max_wait),
+            ("total_timeout", total_timeout),
+            ("permit_ttl", self.permit_ttl),
+            ("max_cooldown", self.cooldown.max),
+            ("breaker.window", self.breaker.window),
+            ("breaker.open_for", self.breaker.open_for),
+            ("retry_budget.ttl", self.retry_budget.ttl),
+            ("backoff.max", self.backoff.max),
+        ] {
+            if value > max {
+                return Err(ConfigError::TooLong { upstream: upstream(), field, value, max });
+            }
+        }
         let Some(&first) = self.cooldown.ladder.first() else {
             return Err(zero_count("cooldown_ladder steps"));
         };
@@ -644,6 +674,8 @@ mod tests {
             (b().cooldown_ladder([Duration::ZERO]), "a cooldown_ladder step is zero"),
             (b().max_wait(Duration::ZERO), "max_wait is zero"),
             (b().total_timeout(Duration::ZERO), "total_timeout is zero"),
+            (b().max_wait(Duration::MAX), "max_wait (18446744073709551615.999999999s) is longer than 604800s"),
+            (b().max_cooldown(Duration::from_secs(8 * 24 * 3600)), "max_cooldown (691200s) is longer than 604800s"),
             (b().renewed_lease(Duration::from_millis(500)), "raise it to at least 1s"),
             (b().permit_ttl(Duration::from_secs(60)), "use renewed_lease(..)"),
             (b().queue_capacity(0), "queue_capacity is 0"),

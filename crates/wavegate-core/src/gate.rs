@@ -23,7 +23,9 @@ use std::time::Duration;
 
 use crate::gcra::{Budgets, Gcra, RateBudget};
 use crate::ledger::{HeldPermit, PermitLedger};
-use crate::wave::{Admission, DenyReason, RateLimitEffect, Transition, WaveConfig, WaveMachine, WaveSnapshot};
+use crate::wave::{
+    Admission, DenyReason, RateLimitEffect, Transition, WaveConfig, WaveMachine, WaveSnapshot, WaveState,
+};
 
 /// What a finished call tells the wave machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,11 +173,14 @@ impl LocalGate {
 
     /// Takes over a permit whose call is already running (e.g. one granted by the shared store
     /// before an outage): it counts against the limit from now on, without an admission
-    /// check. Returns the wave it now belongs to.
+    /// check. Returns the wave its outcome is reported against: the current wave in NORMAL;
+    /// otherwise the one before, since a call older than the last cut says nothing new (its
+    /// 429 is late, its success does not count towards recovery).
     pub fn adopt(&mut self, id: &str, now_ms: u64, lease_ms: u64) -> u64 {
         self.ledger.purge_expired(now_ms);
         self.machine.poll(now_ms);
-        let wave = self.machine.snapshot().wave;
+        let snapshot = self.machine.snapshot();
+        let wave = if snapshot.state == WaveState::Normal { snapshot.wave } else { snapshot.wave - 1 };
         self.ledger.insert(id, HeldPermit { expires_ms: now_ms.saturating_add(lease_ms), wave });
         wave
     }
@@ -198,11 +203,20 @@ impl LocalGate {
         FinishReport { held, rate_limit, transition }
     }
 
-    /// Extends the leases of the given held permits; returns how many were still held.
+    /// Extends the leases of permits whose calls are still running; returns how many were no
+    /// longer held and were registered again (their lease had ended, or the store lost them):
+    /// a running call counts against the limit whatever happened to its registration.
     pub fn renew<'a>(&mut self, ids: impl IntoIterator<Item = &'a str>, now_ms: u64, lease_ms: u64) -> usize {
         self.ledger.purge_expired(now_ms);
         let expires_ms = now_ms.saturating_add(lease_ms);
-        ids.into_iter().filter(|id| self.ledger.renew(id, expires_ms)).count()
+        let mut registered_again = 0;
+        for id in ids {
+            if !self.ledger.renew(id, expires_ms) {
+                self.adopt(id, now_ms, lease_ms);
+                registered_again += 1;
+            }
+        }
+        registered_again
     }
 
     /// The wave state and the number of permits held now.

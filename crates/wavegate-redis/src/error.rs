@@ -5,8 +5,9 @@ use redis::{ErrorKind, RedisError, ServerErrorKind};
 /// A failed store command.
 ///
 /// [`is_outage`](StoreError::is_outage) tells the coordinator to switch to local fallback:
-/// timeouts, refused or dropped connections, `BUSY`, `LOADING`, failed authentication, a
-/// Cluster that is down. Everything else is a bug or a corrupted reply and is reported as
+/// timeouts, refused or dropped connections, `BUSY`, `LOADING`, failed authentication, out of
+/// memory (`OOM`), failed persistence (`MISCONF`), a read-only replica, too many clients, a
+/// Cluster that is down or redirects (no Cluster client yet). Everything else is a bug or a corrupted reply and is reported as
 /// such, not hidden behind a mode switch.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -77,7 +78,25 @@ impl StoreError {
         let unavailable = error.is_io_error()
             || error.is_connection_dropped()
             || error.is_connection_refusal()
-            || matches!(error.code(), Some("BUSY" | "LOADING" | "MASTERDOWN" | "NOAUTH" | "WRONGPASS"))
+            || matches!(
+                error.code(),
+                Some(
+                    "BUSY"
+                        | "LOADING"
+                        | "MASTERDOWN"
+                        | "NOAUTH"
+                        | "WRONGPASS"
+                        | "OOM"
+                        | "MISCONF"
+                        | "READONLY"
+                        | "CLUSTERDOWN"
+                        | "MOVED"
+                        | "ASK"
+                        | "TRYAGAIN"
+                        | "NOREPLICAS"
+                )
+            )
+            || error.detail().is_some_and(|detail| detail.contains("max number of clients"))
             || matches!(
                 error.kind(),
                 ErrorKind::AuthenticationFailed

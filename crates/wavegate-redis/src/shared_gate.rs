@@ -60,8 +60,11 @@ pub struct SharedStatus {
 /// What a reconciliation left in the shared store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reconciled {
-    /// The shared wave the adopted permits now belong to.
+    /// The shared wave now.
     pub wave: u64,
+    /// The wave the adopted permits report against: `wave` in NORMAL, the one before
+    /// otherwise (calls older than the last cut say nothing new).
+    pub adopted_wave: u64,
     /// The shared state.
     pub state: WaveState,
     /// The shared limit.
@@ -213,8 +216,8 @@ impl SharedGate {
         Ok(Finished { held: r.int(0)? == 1, rate_limit, transition, status })
     }
 
-    /// Extends the leases of the held permits among `ids` (one call for the batch); returns
-    /// how many were still held.
+    /// Extends the leases of `ids`, permits whose calls are still running (one call for the
+    /// batch); an id the store no longer lists is registered again. Returns how many were.
     pub async fn renew(&self, ids: &[String], lease: Duration) -> Result<usize, StoreError> {
         const COMMAND: &str = "renew";
         if ids.is_empty() {
@@ -257,8 +260,14 @@ impl SharedGate {
             .bounded(COMMAND, self.store.config().command_timeout, invocation.invoke_async(&mut connection))
             .await?;
         let r = Reply::new(COMMAND, &reply);
-        r.expect_len(4)?;
-        Ok(Reconciled { wave: r.uint(0)?, state: r.state(1)?, limit: r.u32(2)?, in_flight: r.u32(3)? })
+        r.expect_len(5)?;
+        Ok(Reconciled {
+            wave: r.uint(0)?,
+            state: r.state(1)?,
+            limit: r.u32(2)?,
+            in_flight: r.u32(3)?,
+            adopted_wave: r.uint(4)?,
+        })
     }
 
     /// The shared state, with Redis time applied (a cooldown past its end reads as PROBE).

@@ -92,20 +92,24 @@ async fn futures_join_all(gate: &SharedGate, waves: &[u64]) -> Vec<wavegate_redi
 #[tokio::test]
 async fn leases_end_and_renewals_extend_them() {
     let server = RedisServer::start().expect("redis-server");
-    let gate = gate(&server, "lease", 2).await;
+    let gate = gate(&server, "lease", 3).await;
     let short = Duration::from_millis(300);
     gate.acquire("kept", short, 0).await.expect("acquire");
     gate.acquire("dropped", short, 0).await.expect("acquire");
+    gate.acquire("lost", short, 0).await.expect("acquire");
+    let mut con = server.connection().expect("connection");
+    // The store loses one registration (a failover to a lagging replica, an eviction, ...).
+    let _: () = redis::cmd("ZREM").arg(&gate.keys().permits).arg("lost").query(&mut con).expect("ZREM");
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let renewed =
-        gate.renew(&["kept".to_string(), "not-held".to_string()], Duration::from_millis(600)).await.expect("renew");
-    assert_eq!(renewed, 1);
+    let ids = ["kept".to_string(), "lost".to_string()];
+    let again = gate.renew(&ids, Duration::from_millis(600)).await.expect("renew");
+    assert_eq!(again, 1, "the lost permit's call is still running: it is registered again");
     tokio::time::sleep(Duration::from_millis(200)).await;
     let status = gate.status().await.expect("status");
-    assert_eq!(status.in_flight, 1, "the renewed permit survives, the other expired");
-    let mut con = server.connection().expect("connection");
-    let waves: Vec<String> = redis::cmd("HKEYS").arg(&gate.keys().permit_waves).query(&mut con).expect("HKEYS");
-    assert_eq!(waves, vec!["kept".to_string()], "expired permits leave no wave tag behind");
+    assert_eq!(status.in_flight, 2, "the renewed permits survive, the other expired");
+    let mut waves: Vec<String> = redis::cmd("HKEYS").arg(&gate.keys().permit_waves).query(&mut con).expect("HKEYS");
+    waves.sort();
+    assert_eq!(waves, vec!["kept".to_string(), "lost".to_string()], "expired permits leave no wave tag behind");
     assert_eq!(gate.renew(&[], short).await.expect("empty renew"), 0);
 }
 
@@ -262,4 +266,33 @@ async fn heartbeats_count_live_instances() {
     assert_eq!(store.heartbeat("a", Duration::from_millis(300)).await.expect("heartbeat"), 2);
     tokio::time::sleep(Duration::from_millis(350)).await;
     assert_eq!(store.heartbeat("a", Duration::from_millis(300)).await.expect("heartbeat"), 1, "b stopped beating");
+}
+
+#[tokio::test]
+async fn a_raised_configured_limit_takes_effect() {
+    let server = RedisServer::start().expect("redis-server");
+    let small = gate(&server, "grown", 2).await;
+    small.acquire("a", LEASE, 0).await.expect("acquire");
+    small.finish("a", 1, WaveSignal::Success, 0).await.expect("finish");
+    let large = gate(&server, "grown", 20).await;
+    for i in 0..20 {
+        let acquired = large.acquire(&format!("p{i}"), LEASE, 0).await.expect("acquire");
+        assert!(matches!(acquired.admission, Admission::Granted { limit: 20, .. }), "{i}: {acquired:?}");
+    }
+}
+
+#[tokio::test]
+async fn permits_adopted_during_a_cooldown_cannot_cut_the_same_burst_again() {
+    let server = RedisServer::start().expect("redis-server");
+    let gate = gate(&server, "adopted", 10).await;
+    let wave = granted_wave(gate.acquire("a", LEASE, 0).await.expect("acquire").admission);
+    gate.finish("a", wave, WaveSignal::RateLimited { retry_after: None }, 0).await.expect("429");
+    let reconciled = gate.reconcile(&["x".to_string()], &[], LEASE, (0, 0)).await.expect("reconcile");
+    assert_eq!((reconciled.state, reconciled.wave, reconciled.adopted_wave), (WaveState::Cooldown, 2, 1));
+    let late = gate
+        .finish("x", reconciled.adopted_wave, WaveSignal::RateLimited { retry_after: None }, 0)
+        .await
+        .expect("a late 429 of the adopted call");
+    assert!(matches!(late.rate_limit, Some(wavegate_core::RateLimitEffect::Late { .. })), "{late:?}");
+    assert_eq!((late.status.limit, late.status.wave), (5, 2), "one burst, one cut");
 }
