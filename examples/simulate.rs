@@ -4,14 +4,15 @@
 //! Run it with `cargo run --example simulate`. It prints every change of the wave state and a
 //! summary: how many calls succeeded, how many 429s the fleet drew and absorbed, how many late
 //! 429s were ignored instead of cutting the limit again, and the most calls the provider ever
-//! saw at once. Options: `--jobs N`, `--callers N`, `--capacity N`, `--limit N`, `--seed N`.
+//! saw at once. Options: `--jobs N`, `--callers N`, `--capacity N`, `--limit N`, `--seed N`,
+//! `--recovery seed|adaptive`.
 
 use std::collections::VecDeque;
 use std::time::SystemTime;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use wavegate::core::{Admission, DenyReason, LocalGate, Outcome, RateLimitEffect, UpstreamConfig, WaveState};
+use wavegate::core::{Admission, DenyReason, LocalGate, Outcome, RateLimitEffect, Recovery, UpstreamConfig, WaveState};
 
 const TICK_MS: u64 = 5;
 
@@ -21,13 +22,23 @@ struct Options {
     capacity: usize,
     limit: u32,
     seed: u64,
+    recovery: Recovery,
 }
 
 fn parse_options() -> Result<Options, String> {
-    let mut options = Options { jobs: 400, callers: 40, capacity: 8, limit: 10, seed: 7 };
+    let mut options =
+        Options { jobs: 400, callers: 40, capacity: 8, limit: 10, seed: 7, recovery: Recovery::default() };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        if flag == "--recovery" {
+            options.recovery = match value.as_str() {
+                "seed" => Recovery::Seed,
+                "adaptive" => Recovery::Adaptive,
+                other => return Err(format!("--recovery: {other:?} is not seed or adaptive")),
+            };
+            continue;
+        }
         let number = value.parse::<u64>().map_err(|_| format!("{flag}: {value:?} is not a number"))?;
         match flag.as_str() {
             "--jobs" => options.jobs = number as usize,
@@ -35,7 +46,11 @@ fn parse_options() -> Result<Options, String> {
             "--capacity" => options.capacity = number.max(1) as usize,
             "--limit" => options.limit = u32::try_from(number).map_err(|_| "--limit is too large".to_string())?,
             "--seed" => options.seed = number,
-            other => return Err(format!("unknown option {other}; use --jobs, --callers, --capacity, --limit, --seed")),
+            other => {
+                return Err(format!(
+                    "unknown option {other}; use --jobs, --callers, --capacity, --limit, --seed, --recovery"
+                ));
+            }
         }
     }
     Ok(options)
@@ -58,7 +73,8 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let config = match UpstreamConfig::builder("simulated-llm").limit(options.limit).build() {
+    let config = match UpstreamConfig::builder("simulated-llm").limit(options.limit).recovery(options.recovery).build()
+    {
         Ok(config) => config,
         Err(error) => {
             eprintln!("{error}");
@@ -70,8 +86,12 @@ fn main() {
     let lease_ms = config.permit_ttl().as_millis() as u64;
 
     println!(
-        "wavegate policy simulation: {} jobs, {} callers, provider capacity {} (hidden), configured limit {}",
-        options.jobs, options.callers, options.capacity, options.limit
+        "wavegate policy simulation: {} jobs, {} callers, provider capacity {} (hidden), configured limit {}, {} recovery",
+        options.jobs,
+        options.callers,
+        options.capacity,
+        options.limit,
+        options.recovery.as_str()
     );
     println!("{:>8}  {:<9} → {:<9} {:>5} {:>5}  why", "time", "from", "to", "limit", "wave");
 

@@ -1,21 +1,21 @@
 -- acquire.lua: grant one permit by client id, or say why not and for how long.
 --
 -- KEYS[1] permits (zset)   KEYS[2] wave state (hash)   KEYS[3] permit waves (hash)
--- ARGV[1..9] config (see read_config in wave.lua)
--- ARGV[10] permit id (client-chosen; an id already held is granted again, not twice, and
+-- ARGV[1..10] config (see read_config in wave.lua)
+-- ARGV[11] permit id (client-chosen; an id already held is granted again, not twice, and
 --          nothing is charged again)
--- ARGV[11] lease in ms
--- ARGV[12] tokens to reserve from the tokens budget (0 without one)
+-- ARGV[12] lease in ms
+-- ARGV[13] tokens to reserve from the tokens budget (0 without one)
 -- Reply: {1, wave, state, limit, in_flight}        granted
 --        {0, reason, wait_ms, in_flight}           denied: reason 'cooldown', 'at_limit',
 --                                                  'requests', 'tokens' or 'tokens_exceed_burst'
 -- The wave and the limit are checked first, then the budgets; all are charged together or not
 -- at all.
-if #ARGV ~= CONFIG_ARGS + 3 then return fail('acquire', 'expected 12 ARGV, got ' .. #ARGV) end
+if #ARGV ~= CONFIG_ARGS + 3 then return fail('acquire', 'expected 13 ARGV, got ' .. #ARGV) end
 local config = read_config(1)
-local id = ARGV[10]
-local lease = to_int(ARGV[11], 'lease')
-local tokens = to_int(ARGV[12], 'tokens')
+local id = ARGV[CONFIG_ARGS + 1]
+local lease = to_int(ARGV[CONFIG_ARGS + 2], 'lease')
+local tokens = to_int(ARGV[CONFIG_ARGS + 3], 'tokens')
 local now = now_ms()
 
 purge(now)

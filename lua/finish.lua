@@ -1,27 +1,27 @@
 -- finish.lua: release a permit by id (idempotent) and report its outcome for its wave.
 --
 -- KEYS[1] permits (zset)   KEYS[2] wave state (hash)   KEYS[3] permit waves (hash)
--- ARGV[1..9] config (see read_config in wave.lua)
--- ARGV[10] permit id
--- ARGV[11] the wave the permit was issued in
--- ARGV[12] outcome: 'success', 'rate_limited' or 'neutral'
--- ARGV[13] Retry-After in ms for 'rate_limited', or '' when the provider gave none
--- ARGV[14] channel to PUBLISH to when a permit is freed, or '' for none
--- ARGV[15] tokens used beyond the reservation (negative: a refund), settled on the tokens budget
+-- ARGV[1..10] config (see read_config in wave.lua)
+-- ARGV[11] permit id
+-- ARGV[12] the wave the permit was issued in
+-- ARGV[13] outcome: 'success', 'rate_limited' or 'neutral'
+-- ARGV[14] Retry-After in ms for 'rate_limited', or '' when the provider gave none
+-- ARGV[15] channel to PUBLISH to when a permit is freed, or '' for none
+-- ARGV[16] tokens used beyond the reservation (negative: a refund), settled on the tokens budget
 -- Reply: {held, effect, limit_before, limit, wave, state, cooldown_ms, changed_from, in_flight}
 --   held: 1 if the id was held; effect: 'cut', 'late' or 'none';
 --   changed_from: the state a success moved the machine out of, or ''.
-if #ARGV ~= CONFIG_ARGS + 6 then return fail('finish', 'expected 15 ARGV, got ' .. #ARGV) end
+if #ARGV ~= CONFIG_ARGS + 6 then return fail('finish', 'expected 16 ARGV, got ' .. #ARGV) end
 local config = read_config(1)
-local id = ARGV[10]
-local wave = to_int(ARGV[11], 'wave')
-local outcome = ARGV[12]
+local id = ARGV[CONFIG_ARGS + 1]
+local wave = to_int(ARGV[CONFIG_ARGS + 2], 'wave')
+local outcome = ARGV[CONFIG_ARGS + 3]
 local retry_after = nil
-if ARGV[13] ~= '' then retry_after = to_int(ARGV[13], 'retry after') end
-local channel = ARGV[14]
-local token_delta = tonumber(ARGV[15])
+if ARGV[CONFIG_ARGS + 4] ~= '' then retry_after = to_int(ARGV[CONFIG_ARGS + 4], 'retry after') end
+local channel = ARGV[CONFIG_ARGS + 5]
+local token_delta = tonumber(ARGV[CONFIG_ARGS + 6])
 if token_delta == nil or token_delta ~= math.floor(token_delta) then
-  return fail('finish', 'token delta must be an integer, got ' .. tostring(ARGV[15]))
+  return fail('finish', 'token delta must be an integer, got ' .. tostring(ARGV[CONFIG_ARGS + 6]))
 end
 local now = now_ms()
 if config.tokens and token_delta ~= 0 then
@@ -35,7 +35,7 @@ local limit_before = s.limit
 local effect = 'none'
 local changed_from = ''
 if outcome == 'success' then
-  changed_from = on_success(s, wave, config) or ''
+  changed_from = on_success(s, wave, redis.call('ZCARD', KEYS[1]), config) or ''
 elseif outcome == 'rate_limited' then
   effect, limit_before = on_rate_limited(s, wave, now, retry_after, config)
 elseif outcome ~= 'neutral' then

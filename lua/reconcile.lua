@@ -1,22 +1,22 @@
 -- reconcile.lua: after an outage, make the shared set match what this process really holds.
 --
 -- KEYS[1] permits (zset)   KEYS[2] wave state (hash)   KEYS[3] permit waves (hash)
--- ARGV[1..9] config (see read_config in wave.lua)
--- ARGV[10] lease in ms for the adopted permits
--- ARGV[11] requests and ARGV[12] tokens used during the outage: charged to the budgets
--- ARGV[13] n, the number of ids to adopt; ARGV[14 .. 13+n] their ids: permits still in flight
+-- ARGV[1..10] config (see read_config in wave.lua)
+-- ARGV[11] lease in ms for the adopted permits
+-- ARGV[12] requests and ARGV[13] tokens used during the outage: charged to the budgets
+-- ARGV[14] n, the number of ids to adopt; ARGV[15 .. 14+n] their ids: permits still in flight
 --         here, registered (or re-registered, after a restart with empty data) in the current
 --         wave without an admission check, since their calls are already running
--- ARGV[14+n ..] ids to drop: permits that finished during the outage but may still be listed
+-- ARGV[15+n ..] ids to drop: permits that finished during the outage but may still be listed
 -- Reply: {wave, state, limit, in_flight, adopted_wave} after the call; adopted permits carry
 -- `wave` in NORMAL and the wave before otherwise (see adopt_wave in wave.lua).
 local FIRST_ID = CONFIG_ARGS + 5
-if #ARGV < FIRST_ID - 1 then return fail('reconcile', 'expected at least 13 ARGV, got ' .. #ARGV) end
+if #ARGV < FIRST_ID - 1 then return fail('reconcile', 'expected at least 14 ARGV, got ' .. #ARGV) end
 local config = read_config(1)
-local lease = to_int(ARGV[10], 'lease')
-local used_requests = to_int(ARGV[11], 'requests used')
-local used_tokens = to_int(ARGV[12], 'tokens used')
-local adopt = to_int(ARGV[13], 'adopt count')
+local lease = to_int(ARGV[CONFIG_ARGS + 1], 'lease')
+local used_requests = to_int(ARGV[CONFIG_ARGS + 2], 'requests used')
+local used_tokens = to_int(ARGV[CONFIG_ARGS + 3], 'tokens used')
+local adopt = to_int(ARGV[CONFIG_ARGS + 4], 'adopt count')
 if #ARGV < FIRST_ID - 1 + adopt then return fail('reconcile', 'fewer ids than the adopt count') end
 local now = now_ms()
 if config.requests and used_requests > 0 then

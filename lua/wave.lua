@@ -37,10 +37,14 @@ local function budget(rate, burst)
   return { interval = interval, tolerance = burst * interval, burst = burst }
 end
 
--- The configuration, from nine ARGV entries starting at `at`: base limit, probe successes,
+-- The configuration, from ten ARGV entries starting at `at`: base limit, probe successes,
 -- cooldown ladder (comma-separated ms), min cooldown ms, max cooldown ms, requests per minute,
--- requests burst, tokens per minute, tokens burst (a rate of 0: no such budget).
-local CONFIG_ARGS = 9
+-- requests burst, tokens per minute, tokens burst (a rate of 0: no such budget), recovery
+-- ('seed' or 'adaptive').
+local CONFIG_ARGS = 10
+-- Successes at one below the ceiling (x the limit) before 'adaptive' tests it again
+-- (wavegate-core's CEILING_HOLD).
+local CEILING_HOLD = 32
 local function read_config(at)
   local config = {
     base = to_int(ARGV[at], 'base limit'),
@@ -54,6 +58,10 @@ local function read_config(at)
   end
   config.requests = budget(to_int(ARGV[at + 5], 'requests per minute'), to_int(ARGV[at + 6], 'requests burst'))
   config.tokens = budget(to_int(ARGV[at + 7], 'tokens per minute'), to_int(ARGV[at + 8], 'tokens burst'))
+  config.adaptive = ARGV[at + 9] == 'adaptive'
+  if not config.adaptive and ARGV[at + 9] ~= 'seed' then
+    error({ err = 'ERR wavegate: recovery must be seed or adaptive, got ' .. tostring(ARGV[at + 9]) })
+  end
   if config.base < 1 or config.probe < 1 or #config.ladder == 0 then
     error({ err = 'ERR wavegate: base limit, probe successes and the ladder must not be empty or zero' })
   end
@@ -65,7 +73,7 @@ local STATES = { NORMAL = true, COOLDOWN = true, PROBE = true, DEGRADED = true }
 -- Reads the state; a missing or unreadable hash starts over in NORMAL at the base limit.
 local function load_state(config)
   local v = redis.call('HMGET', KEYS[2], 'state', 'limit', 'wave', 'cooldown_until', 'successes', 'step', 'threshold',
-    'base')
+    'base', 'ceiling', 'resume')
   local s = {
     state = v[1],
     limit = tonumber(v[2]),
@@ -74,6 +82,8 @@ local function load_state(config)
     successes = tonumber(v[5]),
     step = tonumber(v[6]),
     threshold = tonumber(v[7]),
+    ceiling = tonumber(v[9]) or 0,
+    resume = tonumber(v[10]) or 0,
   }
   if not STATES[s.state] or not s.limit or not s.wave or not s.cooldown_until
       or not s.successes or not s.step or not s.threshold then
@@ -81,7 +91,7 @@ local function load_state(config)
       redis.log(redis.LOG_WARNING, 'wavegate: unreadable wave state in ' .. KEYS[2] .. ', starting over')
     end
     return { state = 'NORMAL', limit = config.base, wave = 1, cooldown_until = 0, successes = 0,
-             step = 0, threshold = config.base }
+             step = 0, threshold = config.base, ceiling = 0, resume = 0 }
   end
   local stored_base = tonumber(v[8])
   if stored_base and stored_base ~= config.base and (s.state == 'NORMAL' or s.limit == stored_base) then
@@ -96,22 +106,53 @@ end
 local function save_state(s, config)
   redis.call('HSET', KEYS[2], 'state', s.state, 'limit', s.limit, 'wave', s.wave,
     'cooldown_until', s.cooldown_until, 'successes', s.successes, 'step', s.step, 'threshold', s.threshold,
-    'base', config.base)
+    'base', config.base, 'ceiling', s.ceiling, 'resume', s.resume)
 end
 
 -- COOLDOWN past its deadline becomes PROBE at limit 1. Returns true when it changed.
 local function poll(s, now)
   if s.state == 'COOLDOWN' and now >= s.cooldown_until then
-    s.state = 'PROBE'
-    s.limit = 1
     s.successes = 0
+    if s.resume > 0 then
+      -- A known-good limit: no need to probe from 1.
+      s.state = 'DEGRADED'
+      s.limit = s.resume
+      s.resume = 0
+    else
+      s.state = 'PROBE'
+      s.limit = 1
+    end
     return true
   end
   return false
 end
 
--- A success of a permit issued in `wave`. Returns the state left, or nil when nothing changed.
-local function on_success(s, wave, config)
+-- 'adaptive' in DEGRADED: slow start, growth only when used, the ceiling.
+local function adaptive_success(s, wave, in_flight, config)
+  if wave ~= s.wave or in_flight * 2 < s.limit then return nil end
+  s.successes = s.successes + 1
+  local holding = s.ceiling > 0 and s.limit + 1 == s.ceiling
+  local needed = s.limit
+  if holding then needed = s.limit * CEILING_HOLD end
+  if s.successes < needed then return nil end
+  s.successes = 0
+  if s.ceiling > 0 and s.limit >= s.ceiling then s.ceiling = 0 end
+  local next_limit
+  if s.limit < s.threshold then next_limit = math.min(s.limit * 2, s.threshold) else next_limit = s.limit + 1 end
+  if s.ceiling > 0 and not holding then next_limit = math.min(next_limit, s.ceiling - 1) end
+  s.limit = math.max(math.min(next_limit, config.base), s.limit)
+  if s.limit >= config.base then
+    s.state = 'NORMAL'
+    s.step = 0
+    s.ceiling = 0
+  end
+  return 'DEGRADED'
+end
+
+-- A success of a permit issued in `wave`, with `in_flight` permits held at the report (the
+-- reporting one included). Returns the state left, or nil when nothing changed.
+local function on_success(s, wave, in_flight, config)
+  if config.adaptive and s.state == 'DEGRADED' then return adaptive_success(s, wave, in_flight, config) end
   if wave ~= s.wave then return nil end
   if s.state == 'PROBE' then
     s.successes = s.successes + 1
@@ -144,9 +185,20 @@ local function on_rate_limited(s, wave, now, retry_after_ms, config)
   poll(s, now)
   if wave ~= s.wave then return 'late', s.limit end
   local from = s.limit
-  if s.state == 'NORMAL' then s.step = 0 else s.step = s.step + 1 end
-  s.limit = math.max(1, math.floor(s.limit / 2))
-  s.threshold = s.limit
+  if config.adaptive and s.state == 'DEGRADED' and s.limit > s.threshold then
+    -- Growing additively (or testing the ceiling) and hit: the ceiling is here. Step back by
+    -- one and resume there after the cooldown.
+    s.ceiling = s.limit
+    s.limit = math.max(s.limit - 1, 1)
+    s.resume = s.limit
+    s.step = 0
+  else
+    if s.state == 'NORMAL' then s.step = 0 else s.step = s.step + 1 end
+    if config.adaptive then s.ceiling = s.limit end
+    s.limit = math.max(1, math.floor(s.limit / 2))
+    s.threshold = s.limit
+    s.resume = 0
+  end
   s.wave = s.wave + 1
   s.state = 'COOLDOWN'
   s.successes = 0

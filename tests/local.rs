@@ -357,7 +357,8 @@ async fn succeed_at_limit(s: &Scheduler, n: usize) {
 #[actix::test]
 async fn the_seed_walk_through() {
     let cooldown = ms(100);
-    let s = scheduler(x().limit(10).cooldown_ladder([cooldown]));
+    // The walk-through is the seed's recovery (the default is the adaptive one).
+    let s = scheduler(x().limit(10).cooldown_ladder([cooldown]).recovery(wavegate::core::Recovery::Seed));
     let now = SystemTime::now;
 
     let a = s.acquire("x").await.expect("A");

@@ -29,6 +29,7 @@ use crate::breaker::BreakerConfig;
 use crate::cooldown::CooldownPolicy;
 use crate::gcra::{Budgets, RateBudget};
 use crate::retry_budget::RetryBudgetConfig;
+use crate::wave::Recovery;
 use crate::wave::WaveConfig;
 
 /// A validated upstream name: 1–64 characters of `A-Z a-z 0-9 _ - .`.
@@ -250,6 +251,7 @@ impl UpstreamConfig {
             max_wait: Self::DEFAULT_MAX_WAIT,
             total_timeout: None,
             fallback_limit: None,
+            recovery: Recovery::default(),
             requests_per_minute: None,
             tokens_per_minute: None,
             queue_capacity: Self::DEFAULT_QUEUE_CAPACITY,
@@ -346,6 +348,7 @@ pub struct UpstreamConfigBuilder {
     max_wait: Duration,
     total_timeout: Option<Duration>,
     fallback_limit: Option<u32>,
+    recovery: Recovery,
     requests_per_minute: Option<(u32, u32)>,
     tokens_per_minute: Option<(u32, u32)>,
     queue_capacity: usize,
@@ -416,6 +419,13 @@ impl UpstreamConfigBuilder {
     /// `max(1, limit ÷ live processes last seen)`, so the fleet does not multiply the limit.
     pub fn fallback_limit(mut self, limit: u32) -> Self {
         self.fallback_limit = Some(limit);
+        self
+    }
+    /// How the limit grows back after a cut. Default [`Recovery::Adaptive`], which stops
+    /// hitting a provider whose real capacity is below the limit; [`Recovery::Seed`] is the
+    /// recovery exactly as DESIGN walks it.
+    pub fn recovery(mut self, recovery: Recovery) -> Self {
+        self.recovery = recovery;
         self
     }
     /// A requests-per-minute budget shared by the fleet: `per_minute` requests a minute, at
@@ -571,7 +581,7 @@ impl UpstreamConfigBuilder {
         }
         Ok(UpstreamConfig {
             name,
-            wave: WaveConfig { base_limit: limit, probe_successes, cooldown: self.cooldown },
+            wave: WaveConfig { base_limit: limit, probe_successes, cooldown: self.cooldown, recovery: self.recovery },
             permit_ttl: self.permit_ttl,
             renew_leases: self.renew_leases,
             call_timeout: self.call_timeout,

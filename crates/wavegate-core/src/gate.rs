@@ -193,7 +193,10 @@ impl LocalGate {
         self.ledger.purge_expired(now_ms);
         self.machine.poll(now_ms);
         let (rate_limit, transition) = match signal {
-            WaveSignal::Success => (None, self.machine.on_success(wave)),
+            WaveSignal::Success => {
+                let in_flight = u32::try_from(self.ledger.len()).unwrap_or(u32::MAX);
+                (None, self.machine.on_success(wave, in_flight))
+            }
             WaveSignal::RateLimited { retry_after } => {
                 (Some(self.machine.on_rate_limited(wave, now_ms, retry_after)), None)
             }

@@ -57,7 +57,10 @@ pub use ledger::{HeldPermit, PermitLedger};
 pub use outcome::{Outcome, Transient, TransportError};
 pub use retry_after::{RetryAfterError, parse_retry_after};
 pub use retry_budget::{RetryBudget, RetryBudgetConfig};
-pub use wave::{Admission, DenyReason, RateLimitEffect, Transition, WaveConfig, WaveMachine, WaveSnapshot, WaveState};
+pub use wave::{
+    Admission, CEILING_HOLD, DenyReason, RateLimitEffect, Recovery, Transition, WaveConfig, WaveMachine, WaveSnapshot,
+    WaveState,
+};
 
 // Re-exported so callers can name the RNG trait the backoff takes without a direct dependency.
 pub use rand;

@@ -24,7 +24,7 @@ use crate::clock::{Clock, ManualClock};
 use crate::cooldown::CooldownPolicy;
 use crate::gate::{LocalGate, WaveSignal};
 use crate::gcra::{Budgets, RateBudget};
-use crate::wave::{Admission, DenyReason, WaveConfig, WaveState};
+use crate::wave::{Admission, DenyReason, Recovery, WaveConfig, WaveState};
 
 /// One named scenario with the configuration it runs under.
 #[derive(Debug, Clone)]
@@ -47,6 +47,8 @@ pub struct SpecCase {
     pub requests_per_minute: Option<(u32, u32)>,
     /// A tokens-per-minute budget: (per minute, burst).
     pub tokens_per_minute: Option<(u32, u32)>,
+    /// How the limit grows back.
+    pub recovery: Recovery,
     /// The steps, in order.
     pub steps: Vec<Step>,
 }
@@ -68,6 +70,7 @@ impl SpecCase {
                 min: Duration::from_millis(self.min_cooldown_ms),
                 max: Duration::from_millis(self.max_cooldown_ms),
             },
+            recovery: self.recovery,
         }
     }
 }
@@ -390,6 +393,7 @@ fn case(name: &'static str, steps: Vec<Step>) -> SpecCase {
         lease_ms: LEASE_MS,
         requests_per_minute: None,
         tokens_per_minute: None,
+        recovery: Recovery::Seed,
         steps,
     }
 }
@@ -603,6 +607,84 @@ pub fn cases() -> Vec<SpecCase> {
                     denied("D", 1_001, Expect::DeniedTooLarge),
                     Step::Advance { ms: 320 },
                     with_tokens("C", 500),
+                ],
+            )
+        },
+        SpecCase {
+            base_limit: 4,
+            probe_successes: 1,
+            recovery: Recovery::Adaptive,
+            ..case(
+                "adaptive: a hit while growing by one steps back by one and resumes there without PROBE",
+                vec![
+                    granted("A", 1, Normal, 4),
+                    finish("A", RateLimited(None)),
+                    status(Cooldown, 2, 2, 0),
+                    Step::Advance { ms: 110 },
+                    granted("B", 2, Probe, 1),
+                    finish("B", Success),
+                    status(Degraded, 2, 2, 0),
+                    // At the slow-start threshold (2): grow by one, below the ceiling (4).
+                    granted("C", 2, Degraded, 2),
+                    granted("D", 2, Degraded, 2),
+                    finish("C", Success),
+                    finish("D", Success),
+                    status(Degraded, 3, 2, 0),
+                    // Hit at 3 while growing by one: the ceiling is 3; back to 2, no halving.
+                    granted("E", 2, Degraded, 3),
+                    finish("E", RateLimited(None)),
+                    status(Cooldown, 2, 3, 0),
+                    Step::Advance { ms: 110 },
+                    status(Degraded, 2, 3, 0),
+                    granted("F", 3, Degraded, 2),
+                    granted("G", 3, Degraded, 2),
+                    denied_at_limit("H"),
+                ],
+            )
+        },
+        SpecCase {
+            base_limit: 8,
+            probe_successes: 1,
+            recovery: Recovery::Adaptive,
+            ..case(
+                "adaptive: doubles up to the halved limit, and only a used limit grows",
+                vec![
+                    granted("A", 1, Normal, 8),
+                    finish("A", RateLimited(None)),
+                    status(Cooldown, 4, 2, 0),
+                    Step::Advance { ms: 110 },
+                    granted("B", 2, Probe, 1),
+                    finish("B", Success),
+                    status(Degraded, 2, 2, 0),
+                    // Limit 2, one call at a time: 1 × 2 ≥ 2, used; two successes double it.
+                    granted("C", 2, Degraded, 2),
+                    finish("C", Success),
+                    granted("D", 2, Degraded, 2),
+                    finish("D", Success),
+                    status(Degraded, 4, 2, 0),
+                    // Limit 4, one call at a time: 1 × 2 < 4, not used; no growth.
+                    granted("E", 2, Degraded, 4),
+                    finish("E", Success),
+                    granted("F", 2, Degraded, 4),
+                    finish("F", Success),
+                    granted("G", 2, Degraded, 4),
+                    finish("G", Success),
+                    granted("H", 2, Degraded, 4),
+                    finish("H", Success),
+                    granted("I", 2, Degraded, 4),
+                    finish("I", Success),
+                    status(Degraded, 4, 2, 0),
+                    // Used (four at once): four successes grow it by one (4 is the threshold).
+                    granted("p0", 2, Degraded, 4),
+                    granted("p1", 2, Degraded, 4),
+                    granted("p2", 2, Degraded, 4),
+                    granted("p3", 2, Degraded, 4),
+                    finish("p0", Success),
+                    finish("p1", Success),
+                    finish("p2", Success),
+                    granted("p4", 2, Degraded, 4),
+                    finish("p3", Success),
+                    status(Degraded, 5, 2, 1),
                 ],
             )
         },

@@ -81,6 +81,39 @@ impl fmt::Display for WaveState {
     }
 }
 
+/// How the limit grows back after a cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Recovery {
+    /// Exactly as the seed walks it: PROBE 1, then DEGRADED doubling 2 → 4 → 8 → … → base,
+    /// each after as many successes as the limit. A provider whose real capacity is below the
+    /// configured limit is hit again at every cycle.
+    Seed,
+    /// Slow start with a memory: double up to the halved limit (the slow-start threshold),
+    /// then grow by one; count a success towards growth only when the limit is used
+    /// (in flight × 2 ≥ limit); remember the limit that drew the last 429 (the ceiling) and
+    /// hold one below it for [`CEILING_HOLD`] × limit successes before testing it again. A 429
+    /// while growing additively or testing the ceiling steps back by one (and resumes there
+    /// after the cooldown, without PROBE) instead of halving. The default: measured against
+    /// the seed's recovery in `docs/benchmarks.md` and `cargo run --example simulate`.
+    #[default]
+    Adaptive,
+}
+
+impl Recovery {
+    /// `seed` or `adaptive`, as the Lua scripts take it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Recovery::Seed => "seed",
+            Recovery::Adaptive => "adaptive",
+        }
+    }
+}
+
+/// Successes at one below the ceiling (× the limit) before [`Recovery::Adaptive`] tests the
+/// ceiling again.
+pub const CEILING_HOLD: u32 = 32;
+
 /// The parameters of one upstream's wave machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WaveConfig {
@@ -90,6 +123,8 @@ pub struct WaveConfig {
     pub probe_successes: NonZeroU32,
     /// Cooldown lengths.
     pub cooldown: CooldownPolicy,
+    /// How the limit grows back. Default [`Recovery::Adaptive`].
+    pub recovery: Recovery,
 }
 
 impl WaveConfig {
@@ -98,7 +133,12 @@ impl WaveConfig {
 
     /// The defaults around `base_limit`: 3 probe successes, the default cooldown ladder.
     pub fn new(base_limit: NonZeroU32) -> Self {
-        Self { base_limit, probe_successes: Self::DEFAULT_PROBE_SUCCESSES, cooldown: CooldownPolicy::default() }
+        Self {
+            base_limit,
+            probe_successes: Self::DEFAULT_PROBE_SUCCESSES,
+            cooldown: CooldownPolicy::default(),
+            recovery: Recovery::default(),
+        }
     }
 }
 
@@ -119,6 +159,11 @@ pub struct WaveSnapshot {
     pub step: u32,
     /// The limit the last cut left (the halved limit), kept for recovery policies.
     pub threshold: u32,
+    /// [`Recovery::Adaptive`]: the limit that drew the last 429, 0 when none is remembered.
+    pub ceiling: u32,
+    /// [`Recovery::Adaptive`]: the limit to resume at, in DEGRADED, when the cooldown ends
+    /// (0: go through PROBE).
+    pub resume: u32,
 }
 
 /// The answer to "may one more permit be issued now?".
@@ -236,6 +281,8 @@ impl WaveMachine {
                 successes: 0,
                 step: 0,
                 threshold: base,
+                ceiling: 0,
+                resume: 0,
             },
         }
     }
@@ -254,10 +301,17 @@ impl WaveMachine {
     pub fn poll(&mut self, now_ms: u64) -> Option<Transition> {
         let s = &mut self.snapshot;
         if s.state == WaveState::Cooldown && now_ms >= s.cooldown_until_ms {
-            s.state = WaveState::Probe;
-            s.limit = 1;
             s.successes = 0;
-            return Some(Transition { from: WaveState::Cooldown, to: WaveState::Probe, limit: 1 });
+            if s.resume > 0 {
+                // A known-good limit: no need to probe from 1.
+                s.state = WaveState::Degraded;
+                s.limit = s.resume;
+                s.resume = 0;
+            } else {
+                s.state = WaveState::Probe;
+                s.limit = 1;
+            }
+            return Some(Transition { from: WaveState::Cooldown, to: s.state, limit: s.limit });
         }
         None
     }
@@ -278,8 +332,12 @@ impl WaveMachine {
         Admission::Granted { wave: s.wave, state: s.state, limit: s.limit }
     }
 
-    /// Records a successful call of a permit issued in `wave`.
-    pub fn on_success(&mut self, wave: u64) -> Option<Transition> {
+    /// Records a successful call of a permit issued in `wave`, with `in_flight` permits held
+    /// at the report (the reporting one included; only [`Recovery::Adaptive`] uses it).
+    pub fn on_success(&mut self, wave: u64, in_flight: u32) -> Option<Transition> {
+        if self.config.recovery == Recovery::Adaptive && self.snapshot.state == WaveState::Degraded {
+            return self.adaptive_success(wave, in_flight);
+        }
         let base = self.config.base_limit.get();
         let probe_successes = self.config.probe_successes.get();
         let s = &mut self.snapshot;
@@ -319,17 +377,63 @@ impl WaveMachine {
         }
     }
 
+    /// [`Recovery::Adaptive`] in DEGRADED: slow start, growth only when used, the ceiling.
+    fn adaptive_success(&mut self, wave: u64, in_flight: u32) -> Option<Transition> {
+        let base = self.config.base_limit.get();
+        let s = &mut self.snapshot;
+        if wave != s.wave || in_flight.saturating_mul(2) < s.limit {
+            return None;
+        }
+        s.successes += 1;
+        let holding = s.ceiling > 0 && s.limit.saturating_add(1) == s.ceiling;
+        let needed = if holding { s.limit.saturating_mul(CEILING_HOLD) } else { s.limit };
+        if s.successes < needed {
+            return None;
+        }
+        s.successes = 0;
+        if s.ceiling > 0 && s.limit >= s.ceiling {
+            // The remembered ceiling held: forget it.
+            s.ceiling = 0;
+        }
+        let mut next = if s.limit < s.threshold { s.limit.saturating_mul(2).min(s.threshold) } else { s.limit + 1 };
+        if s.ceiling > 0 && !holding {
+            next = next.min(s.ceiling - 1);
+        }
+        s.limit = next.min(base).max(s.limit);
+        if s.limit < base {
+            return Some(Transition { from: WaveState::Degraded, to: WaveState::Degraded, limit: s.limit });
+        }
+        s.state = WaveState::Normal;
+        s.step = 0;
+        s.ceiling = 0;
+        Some(Transition { from: WaveState::Degraded, to: WaveState::Normal, limit: s.limit })
+    }
+
     /// Records a 429 for a permit issued in `wave`, with the provider's `Retry-After` if any.
     pub fn on_rate_limited(&mut self, wave: u64, now_ms: u64, retry_after: Option<Duration>) -> RateLimitEffect {
         self.poll(now_ms);
+        let adaptive = self.config.recovery == Recovery::Adaptive;
         let s = &mut self.snapshot;
         if wave != s.wave {
             return RateLimitEffect::Late { reported: wave, current: s.wave };
         }
         let from = s.limit;
-        s.step = if s.state == WaveState::Normal { 0 } else { s.step.saturating_add(1) };
-        s.limit = (s.limit / 2).max(1);
-        s.threshold = s.limit;
+        if adaptive && s.state == WaveState::Degraded && s.limit > s.threshold {
+            // Growing additively (or testing the ceiling) and hit: the ceiling is here. Step
+            // back by one and resume there after the cooldown.
+            s.ceiling = s.limit;
+            s.limit = (s.limit - 1).max(1);
+            s.resume = s.limit;
+            s.step = 0;
+        } else {
+            s.step = if s.state == WaveState::Normal { 0 } else { s.step.saturating_add(1) };
+            if adaptive {
+                s.ceiling = s.limit;
+            }
+            s.limit = (s.limit / 2).max(1);
+            s.threshold = s.limit;
+            s.resume = 0;
+        }
         s.wave += 1;
         s.state = WaveState::Cooldown;
         s.successes = 0;

@@ -78,8 +78,8 @@ pub struct Reconciled {
 pub struct SharedGate {
     store: Store,
     keys: UpstreamKeys,
-    /// The nine config arguments every script but renew takes, rendered once.
-    config_args: [String; 9],
+    /// The ten config arguments every script but renew takes, rendered once.
+    config_args: [String; 10],
 }
 
 impl SharedGate {
@@ -105,6 +105,7 @@ impl SharedGate {
             requests_burst.to_string(),
             tokens.to_string(),
             tokens_burst.to_string(),
+            wave.recovery.as_str().to_string(),
         ];
         Self { store, keys, config_args }
     }
