@@ -6,7 +6,7 @@
 //! ```
 //!
 //! Options: `--requests N` (300), `--concurrency N` (60), `--capacity N` (the provider's hidden
-//! capacity, 6), `--limit N` (the configured limit, 10). With `REDIS_URL` set the scheduler runs
+//! capacity, 6), `--limit N` (the configured limit, 10), `--recovery seed|adaptive` (adaptive). With `REDIS_URL` set the scheduler runs
 //! in shared mode; without it, in local mode (the embedded default).
 //!
 //! The provider answers 429 with `Retry-After: 1` whenever more calls than its capacity arrive
@@ -21,6 +21,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use actix_web::{App, HttpResponse, HttpServer, web};
 use rand::Rng;
+use wavegate::core::Recovery;
 use wavegate::{Outcome, Scheduler, UpstreamConfig};
 use wavegate_testkit::http_get;
 use wavegate_web::{METRICS_PATH, STATUS_PATH, WebError, configure, install_prometheus};
@@ -83,10 +84,12 @@ struct Options {
     concurrency: usize,
     capacity: usize,
     limit: u32,
+    recovery: Recovery,
 }
 
 fn options() -> Result<Options, String> {
-    let mut options = Options { serve: false, requests: 300, concurrency: 60, capacity: 6, limit: 10 };
+    let mut options =
+        Options { serve: false, requests: 300, concurrency: 60, capacity: 6, limit: 10, recovery: Recovery::default() };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         if flag == "--serve" {
@@ -94,6 +97,14 @@ fn options() -> Result<Options, String> {
             continue;
         }
         let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        if flag == "--recovery" {
+            options.recovery = match value.as_str() {
+                "seed" => Recovery::Seed,
+                "adaptive" => Recovery::Adaptive,
+                other => return Err(format!("--recovery: {other:?} is not seed or adaptive")),
+            };
+            continue;
+        }
         let number: usize = value.parse().map_err(|_| format!("{flag}: {value:?} is not a number"))?;
         match flag.as_str() {
             "--requests" => options.requests = number,
@@ -114,6 +125,7 @@ async fn main() -> std::io::Result<()> {
     let mut builder = Scheduler::builder().upstream(
         UpstreamConfig::builder("llm")
             .limit(options.limit)
+            .recovery(options.recovery)
             .renewed_lease(Duration::from_secs(30))
             .call_timeout(Duration::from_secs(30))
             .build()
