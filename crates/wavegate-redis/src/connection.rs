@@ -101,9 +101,7 @@ impl Store {
         const COMMAND: &str = "heartbeat";
         let mut invocation = crate::scripts::scripts().heartbeat.prepare_invoke();
         invocation.key(self.config.keyspace.instances()).arg(instance).arg(wavegate_core::duration_ms(ttl).max(1));
-        let mut connection = self.connection.clone();
-        let live: i64 =
-            self.bounded(COMMAND, self.config.command_timeout, invocation.invoke_async(&mut connection)).await?;
+        let live: i64 = self.invoke(COMMAND, &invocation).await?;
         u32::try_from(live).map_err(|_| StoreError::unexpected(COMMAND, format!("instance count {live}")))
     }
 
@@ -112,8 +110,14 @@ impl Store {
         &self.config
     }
 
-    pub(crate) fn connection(&self) -> ConnectionManager {
-        self.connection.clone()
+    /// Runs one script invocation under the command timeout.
+    pub(crate) async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        command: &'static str,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, StoreError> {
+        let mut connection = self.connection.clone();
+        self.bounded(command, self.config.command_timeout, invocation.invoke_async(&mut connection)).await
     }
 
     /// Runs one command under the command timeout.

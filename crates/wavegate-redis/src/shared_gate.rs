@@ -127,11 +127,7 @@ impl SharedGate {
             .arg(id)
             .arg(duration_ms(lease))
             .arg(tokens);
-        let mut connection = self.store.connection();
-        let reply: Vec<Value> = self
-            .store
-            .bounded(COMMAND, self.store.config().command_timeout, invocation.invoke_async(&mut connection))
-            .await?;
+        let reply: Vec<Value> = self.store.invoke(COMMAND, &invocation).await?;
         let r = Reply::new(COMMAND, &reply);
         match r.int(0)? {
             1 => {
@@ -180,11 +176,7 @@ impl SharedGate {
             .arg(retry_after)
             .arg(&self.keys.released)
             .arg(token_delta);
-        let mut connection = self.store.connection();
-        let reply: Vec<Value> = self
-            .store
-            .bounded(COMMAND, self.store.config().command_timeout, invocation.invoke_async(&mut connection))
-            .await?;
+        let reply: Vec<Value> = self.store.invoke(COMMAND, &invocation).await?;
         let r = Reply::new(COMMAND, &reply);
         r.expect_len(9)?;
         let status = SharedStatus {
@@ -226,11 +218,7 @@ impl SharedGate {
         }
         let mut invocation = scripts().renew.prepare_invoke();
         invocation.key(&self.keys.script_keys()[..]).arg(duration_ms(lease)).arg(ids);
-        let mut connection = self.store.connection();
-        let renewed: i64 = self
-            .store
-            .bounded(COMMAND, self.store.config().command_timeout, invocation.invoke_async(&mut connection))
-            .await?;
+        let renewed: i64 = self.store.invoke(COMMAND, &invocation).await?;
         usize::try_from(renewed).map_err(|_| StoreError::unexpected(COMMAND, format!("negative count {renewed}")))
     }
 
@@ -255,11 +243,7 @@ impl SharedGate {
             .arg(adopt.len())
             .arg(adopt)
             .arg(drop);
-        let mut connection = self.store.connection();
-        let reply: Vec<Value> = self
-            .store
-            .bounded(COMMAND, self.store.config().command_timeout, invocation.invoke_async(&mut connection))
-            .await?;
+        let reply: Vec<Value> = self.store.invoke(COMMAND, &invocation).await?;
         let r = Reply::new(COMMAND, &reply);
         r.expect_len(5)?;
         Ok(Reconciled {
@@ -276,11 +260,7 @@ impl SharedGate {
         const COMMAND: &str = "status";
         let mut invocation = scripts().status.prepare_invoke();
         invocation.key(&self.keys.script_keys()[..]).arg(&self.config_args[..]);
-        let mut connection = self.store.connection();
-        let reply: Vec<Value> = self
-            .store
-            .bounded(COMMAND, self.store.config().command_timeout, invocation.invoke_async(&mut connection))
-            .await?;
+        let reply: Vec<Value> = self.store.invoke(COMMAND, &invocation).await?;
         let r = Reply::new(COMMAND, &reply);
         r.expect_len(12)?;
         let budget = |at: usize| -> Result<Option<(u64, u64)>, StoreError> {
