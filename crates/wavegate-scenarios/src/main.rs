@@ -1,0 +1,44 @@
+//! The scenario runner: the same job list, sent to a rate-limited mock provider by a fleet of
+//! worker processes, under each strategy — naive per-request retries, a per-process
+//! semaphore, and wavegate — with a table and a picture per scenario.
+//!
+//! ```text
+//! cargo run --release -p wavegate-scenarios               # the full run (see docs/benchmarks.md)
+//! cargo run --release -p wavegate-scenarios -- --quick    # a smoke run of every scenario
+//! cargo run --release -p wavegate-scenarios -- --help     # every option
+//! ```
+//!
+//! One binary plays three roles, chosen by the `WAVEGATE_SCENARIO_ROLE` environment variable:
+//! the **runner** (no role: it starts everything, hands out jobs, breaks things on schedule and
+//! reports), the **provider** (a mock HTTP API on loopback with a hidden concurrency cap that
+//! records every request) and the **worker** (one process of the fleet, running one strategy
+//! with several concurrent callers). The runner re-executes itself for the other two.
+
+mod cli;
+mod protocol;
+mod provider;
+mod redis_stats;
+mod report;
+mod runner;
+mod scenario;
+mod stats;
+mod strategy;
+mod svg;
+mod worker;
+
+use std::process::ExitCode;
+
+/// The environment variable that makes this binary a provider or a worker.
+const ROLE_ENV: &str = "WAVEGATE_SCENARIO_ROLE";
+
+fn main() -> ExitCode {
+    match std::env::var(ROLE_ENV).as_deref() {
+        Ok("provider") => provider::main(),
+        Ok("worker") => worker::main(),
+        Ok(other) => {
+            eprintln!("unknown {ROLE_ENV}={other:?} (expected `provider` or `worker`)");
+            ExitCode::FAILURE
+        }
+        Err(_) => runner::main(),
+    }
+}

@@ -1,0 +1,268 @@
+//! The provider role: a mock rate-limited API on loopback, in its own process.
+//!
+//! `GET /job/<id>` is served after the job's service time (see
+//! [`service_ms`](crate::protocol::service_ms)) while fewer than `capacity` calls are being
+//! served and the requests-per-minute budget (if any) allows it; otherwise it answers
+//! `429 Too Many Requests` with a `Retry-After` at once. The capacity is hidden: the clients
+//! only see the 429s. Every request is recorded (start, end, status) and written out when the
+//! runner says `DUMP path=FILE` on stdin; the process ends when its stdin closes.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, Write};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::protocol::{field, now_us, service_ms};
+
+/// The provider's settings, read from the environment the runner sets.
+#[derive(Debug, Clone)]
+pub(crate) struct ProviderConfig {
+    pub(crate) capacity: Option<usize>,
+    pub(crate) rpm: Option<u32>,
+    pub(crate) service_ms: (u64, u64),
+    pub(crate) retry_after_s: u32,
+}
+
+impl ProviderConfig {
+    /// The environment variables that carry this configuration to the provider process.
+    pub(crate) fn to_env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("PROVIDER_CAPACITY", self.capacity.map_or(String::new(), |c| c.to_string())),
+            ("PROVIDER_RPM", self.rpm.map_or(String::new(), |r| r.to_string())),
+            ("PROVIDER_SERVICE_MS", format!("{}-{}", self.service_ms.0, self.service_ms.1)),
+            ("PROVIDER_RETRY_AFTER", self.retry_after_s.to_string()),
+        ]
+    }
+
+    fn from_env() -> Result<Self, String> {
+        let var = |name: &str| std::env::var(name).map_err(|_| format!("the provider needs {name}"));
+        let optional = |name: &str| -> Result<Option<u64>, String> {
+            let value = var(name)?;
+            if value.is_empty() { Ok(None) } else { value.parse().map(Some).map_err(|_| format!("{name}={value:?}")) }
+        };
+        let service = var("PROVIDER_SERVICE_MS")?;
+        let (min, max) = service.split_once('-').ok_or_else(|| format!("PROVIDER_SERVICE_MS={service:?}"))?;
+        let parse = |v: &str| v.parse::<u64>().map_err(|_| format!("PROVIDER_SERVICE_MS={service:?}"));
+        Ok(Self {
+            capacity: optional("PROVIDER_CAPACITY")?.map(|c| c as usize),
+            rpm: optional("PROVIDER_RPM")?.map(|r| r as u32),
+            service_ms: (parse(min)?, parse(max)?),
+            retry_after_s: var("PROVIDER_RETRY_AFTER")?.parse().map_err(|_| "PROVIDER_RETRY_AFTER".to_string())?,
+        })
+    }
+}
+
+/// One request as the provider saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Request {
+    /// When its head had been read (µs since the epoch).
+    pub(crate) start: u64,
+    /// When its answer had been written.
+    pub(crate) end: u64,
+    /// 200 or 429 (or 400 for a request that was not `GET /job/<id>`).
+    pub(crate) status: u16,
+}
+
+impl Request {
+    /// Parses a line of the dump file: `start end status`.
+    pub(crate) fn parse(line: &str) -> Option<Self> {
+        let mut parts = line.split_whitespace().map(str::parse::<u64>);
+        let (start, end, status) = (parts.next()?.ok()?, parts.next()?.ok()?, parts.next()?.ok()?);
+        Some(Self { start, end, status: u16::try_from(status).ok()? })
+    }
+}
+
+/// What the provider keeps between requests.
+#[derive(Debug, Default)]
+struct State {
+    /// Calls being served now (a 429 is answered at once and does not count).
+    serving: usize,
+    /// Start times (µs) of the calls admitted in the last minute, for the rpm budget.
+    window: VecDeque<u64>,
+    records: Vec<Request>,
+}
+
+impl State {
+    /// Admits a call at `now` or says how many seconds to wait.
+    fn admit(&mut self, config: &ProviderConfig, now: u64) -> Result<(), u64> {
+        const MINUTE_US: u64 = 60_000_000;
+        if config.capacity.is_some_and(|capacity| self.serving >= capacity) {
+            return Err(u64::from(config.retry_after_s));
+        }
+        if let Some(rpm) = config.rpm {
+            while self.window.front().is_some_and(|&t| t + MINUTE_US <= now) {
+                self.window.pop_front();
+            }
+            if self.window.len() >= rpm as usize {
+                let oldest = self.window.front().copied().unwrap_or(now);
+                return Err((oldest + MINUTE_US - now).div_ceil(1_000_000).max(1));
+            }
+            self.window.push_back(now);
+        }
+        self.serving += 1;
+        Ok(())
+    }
+}
+
+type Shared = Arc<Mutex<State>>;
+
+fn lock(state: &Shared) -> std::sync::MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Runs the provider until its stdin closes.
+pub(crate) fn main() -> ExitCode {
+    let config = match ProviderConfig::from_env() {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("provider: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let state: Shared = Arc::default();
+    let listener = match std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| {
+        l.set_nonblocking(true)?;
+        Ok(l)
+    }) {
+        Ok(listener) => listener,
+        Err(error) => {
+            eprintln!("provider: cannot listen on 127.0.0.1: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    let served = state.clone();
+    let server = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        runtime.block_on(async move {
+            let listener = TcpListener::from_std(listener).expect("a tokio listener");
+            let config = Arc::new(config);
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { continue };
+                let (config, state) = (config.clone(), served.clone());
+                tokio::spawn(async move { answer(stream, &config, &state).await });
+            }
+        });
+    });
+    println!("LISTENING addr={addr}");
+    for line in std::io::stdin().lock().lines().map_while(Result::ok) {
+        if let Some(path) = line.strip_prefix("DUMP").and_then(|rest| field(rest, "path")) {
+            match dump(&state, path) {
+                Ok(n) => println!("DUMPED n={n}"),
+                Err(error) => println!("DUMPED n=0 error={}", error.to_string().replace(' ', "_")),
+            }
+        }
+    }
+    drop(server); // detached: the process ends here
+    ExitCode::SUCCESS
+}
+
+fn dump(state: &Shared, path: &str) -> std::io::Result<usize> {
+    let records = lock(state).records.clone();
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for r in &records {
+        writeln!(out, "{} {} {}", r.start, r.end, r.status)?;
+    }
+    out.flush()?;
+    Ok(records.len())
+}
+
+async fn answer(mut stream: TcpStream, config: &ProviderConfig, state: &Shared) {
+    let Ok(head) = read_head(&mut stream).await else { return };
+    let start = now_us();
+    let job = std::str::from_utf8(&head)
+        .ok()
+        .and_then(|h| h.strip_prefix("GET /job/"))
+        .and_then(|rest| rest.split([' ', '?']).next())
+        .and_then(|id| id.parse::<u64>().ok());
+    let Some(job) = job else {
+        let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").await;
+        lock(state).records.push(Request { start, end: now_us(), status: 400 });
+        return;
+    };
+    let admitted = lock(state).admit(config, start);
+    let status = match admitted {
+        Ok(()) => {
+            tokio::time::sleep(Duration::from_millis(service_ms(job, config.service_ms))).await;
+            let reply = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+            let _ = stream.write_all(reply.as_bytes()).await;
+            lock(state).serving -= 1;
+            200
+        }
+        Err(retry_after) => {
+            let reply = format!(
+                "HTTP/1.1 429 Too Many Requests\r\nRetry-After: {retry_after}\r\nContent-Length: 0\r\n\
+                 Connection: close\r\n\r\n"
+            );
+            let _ = stream.write_all(reply.as_bytes()).await;
+            429
+        }
+    };
+    lock(state).records.push(Request { start, end: now_us(), status });
+    let _ = stream.shutdown().await;
+}
+
+/// Reads a request head (up to the blank line), at most 16 KiB, within 5 s.
+async fn read_head(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+    let read = async {
+        let mut head = Vec::with_capacity(256);
+        let mut buf = [0u8; 1024];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = stream.read(&mut buf).await?;
+            if n == 0 || head.len() > 16 * 1024 {
+                return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "incomplete request head"));
+            }
+            head.extend_from_slice(&buf[..n]);
+        }
+        Ok(head)
+    };
+    tokio::time::timeout(Duration::from_secs(5), read)
+        .await
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(capacity: Option<usize>, rpm: Option<u32>) -> ProviderConfig {
+        ProviderConfig { capacity, rpm, service_ms: (1, 1), retry_after_s: 1 }
+    }
+
+    #[test]
+    fn the_capacity_is_hidden_but_enforced() {
+        let (config, mut state) = (config(Some(2), None), State::default());
+        assert_eq!(state.admit(&config, 0), Ok(()));
+        assert_eq!(state.admit(&config, 0), Ok(()));
+        assert_eq!(state.admit(&config, 0), Err(1));
+        state.serving -= 1;
+        assert_eq!(state.admit(&config, 0), Ok(()));
+    }
+
+    #[test]
+    fn the_rpm_budget_is_a_sliding_minute() {
+        let (config, mut state) = (config(None, Some(2)), State::default());
+        assert_eq!(state.admit(&config, 0), Ok(()));
+        assert_eq!(state.admit(&config, 10_000_000), Ok(()));
+        // The third call in the minute waits until the first leaves the window (60 s after it).
+        assert_eq!(state.admit(&config, 30_000_000), Err(30));
+        assert_eq!(state.admit(&config, 60_000_000), Ok(()));
+    }
+
+    #[test]
+    fn dump_lines_round_trip() {
+        assert_eq!(Request::parse("10 20 429"), Some(Request { start: 10, end: 20, status: 429 }));
+        assert_eq!(Request::parse("10 20"), None);
+    }
+
+    #[test]
+    fn the_configuration_round_trips_through_the_environment() {
+        let env = config(Some(8), None).to_env();
+        assert!(env.contains(&("PROVIDER_CAPACITY", "8".to_string())));
+        assert!(env.contains(&("PROVIDER_RPM", String::new())));
+    }
+}

@@ -1,0 +1,335 @@
+//! The worker role: one process of the fleet, running one strategy with `CALLERS` concurrent
+//! callers. It takes jobs from the runner (`JOB id=N` on stdin), reports each (`DONE ...` on
+//! stdout), and ends after `END` once its callers are idle.
+//!
+//! A job's times: `start` when a caller takes it, `success_start` when the attempt that
+//! succeeded was sent (after any permit or semaphore wait, backoff and failed attempts),
+//! `end` when that attempt (or the last one) answered.
+
+use std::cell::Cell;
+use std::io::BufRead;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::rc::Rc;
+use std::time::{Duration, SystemTime};
+
+use rand::Rng;
+use tokio::sync::{Mutex, Semaphore, mpsc, oneshot};
+use wavegate::{Mode, Outcome, Scheduler, TransportError};
+use wavegate_testkit::{HttpReply, http_get};
+
+use crate::protocol::{now_us, num};
+use crate::strategy::{self, Kind, Strategy};
+
+/// The upstream's name in wavegate (and so in Redis keys: `wavegate:{provider}:...`).
+pub(crate) const UPSTREAM: &str = "provider";
+/// How often the status poller reads `scheduler.status(..)`.
+const POLL_EVERY: Duration = Duration::from_millis(50);
+/// The longest one HTTP call may take.
+const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the runner tells a worker through its environment.
+#[derive(Debug, Clone)]
+pub(crate) struct WorkerEnv {
+    pub(crate) strategy: &'static str,
+    pub(crate) provider: SocketAddr,
+    pub(crate) redis_url: Option<String>,
+    pub(crate) callers: usize,
+    pub(crate) limit: u32,
+    pub(crate) lease: Duration,
+    /// Whether this worker polls the scheduler's status and prints it.
+    pub(crate) poll_status: bool,
+}
+
+impl WorkerEnv {
+    pub(crate) fn to_env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("WORKER_STRATEGY", self.strategy.to_string()),
+            ("WORKER_PROVIDER", self.provider.to_string()),
+            ("WORKER_REDIS_URL", self.redis_url.clone().unwrap_or_default()),
+            ("WORKER_CALLERS", self.callers.to_string()),
+            ("WORKER_LIMIT", self.limit.to_string()),
+            ("WORKER_LEASE_MS", self.lease.as_millis().to_string()),
+            ("WORKER_POLL_STATUS", u8::from(self.poll_status).to_string()),
+        ]
+    }
+
+    fn from_env() -> Result<Self, String> {
+        let var = |name: &str| std::env::var(name).map_err(|_| format!("the worker needs {name}"));
+        let parsed = |name: &str| -> Result<u64, String> {
+            let value = var(name)?;
+            value.parse().map_err(|_| format!("{name}={value:?}"))
+        };
+        let name = var("WORKER_STRATEGY")?;
+        let strategy = strategy::find(&name).ok_or_else(|| format!("unknown strategy {name:?}"))?.name;
+        let redis_url = var("WORKER_REDIS_URL")?;
+        Ok(Self {
+            strategy,
+            provider: var("WORKER_PROVIDER")?.parse().map_err(|_| "WORKER_PROVIDER".to_string())?,
+            redis_url: (!redis_url.is_empty()).then_some(redis_url),
+            callers: parsed("WORKER_CALLERS")? as usize,
+            limit: parsed("WORKER_LIMIT")? as u32,
+            lease: Duration::from_millis(parsed("WORKER_LEASE_MS")?),
+            poll_status: parsed("WORKER_POLL_STATUS")? == 1,
+        })
+    }
+}
+
+/// How one job went.
+#[derive(Debug, Default, Clone, Copy)]
+struct JobLog {
+    ok: bool,
+    attempts: u32,
+    rate_limited: u32,
+    start: u64,
+    success_start: u64,
+    end: u64,
+}
+
+/// Runs the worker until `END` (or the end of stdin).
+pub(crate) fn main() -> ExitCode {
+    let env = match WorkerEnv::from_env() {
+        Ok(env) => env,
+        Err(error) => {
+            eprintln!("worker: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let strategy = strategy::find(env.strategy).expect("checked in from_env");
+    let (go_tx, go_rx) = oneshot::channel::<u64>();
+    let (jobs_tx, jobs_rx) = mpsc::unbounded_channel::<u64>();
+    std::thread::spawn(move || read_commands(go_tx, jobs_tx));
+    let system = actix::System::new();
+    let result = system.block_on(run(env, strategy, go_rx, jobs_rx));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("worker {}: {error}", std::process::id());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Turns the runner's lines into the go signal and the job channel; `END` or the end of
+/// stdin closes the channel.
+fn read_commands(go: oneshot::Sender<u64>, jobs: mpsc::UnboundedSender<u64>) {
+    let mut go = Some(go);
+    for line in std::io::stdin().lock().lines().map_while(Result::ok) {
+        if line.starts_with("GO") {
+            if let Some(go) = go.take() {
+                let _ = go.send(num(&line, "t0").unwrap_or_else(now_us));
+            }
+        } else if line.starts_with("JOB") {
+            if let Some(id) = num(&line, "id")
+                && jobs.send(id).is_err()
+            {
+                return;
+            }
+        } else if line.starts_with("END") {
+            return;
+        }
+    }
+}
+
+/// The strategy's shared state in this process.
+#[derive(Clone)]
+enum Runner {
+    Naive,
+    Semaphore(Rc<Semaphore>),
+    Wavegate(Scheduler),
+}
+
+async fn run(
+    env: WorkerEnv,
+    strategy: &'static Strategy,
+    go: oneshot::Receiver<u64>,
+    jobs: mpsc::UnboundedReceiver<u64>,
+) -> Result<(), String> {
+    let runner = match &strategy.kind {
+        Kind::Naive { .. } => Runner::Naive,
+        Kind::Semaphore { per_process, .. } => Runner::Semaphore(Rc::new(Semaphore::new(*per_process))),
+        Kind::Wavegate { recovery } => {
+            let config =
+                strategy::configure(*recovery, env.limit, env.lease).build().map_err(|e| format!("config: {e}"))?;
+            let url = env.redis_url.clone().ok_or("wavegate needs WORKER_REDIS_URL")?;
+            let scheduler = Scheduler::builder().upstream(config).redis(url).build().map_err(|e| e.to_string())?;
+            wait_until_shared(&scheduler).await?;
+            Runner::Wavegate(scheduler)
+        }
+    };
+    println!("READY pid={}", std::process::id());
+    go.await.map_err(|_| "no GO from the runner")?;
+
+    let status_calls = Rc::new(Cell::new(0u64));
+    let poller = match (&runner, env.poll_status) {
+        (Runner::Wavegate(scheduler), true) => Some(actix::spawn(poll_status(scheduler.clone(), status_calls.clone()))),
+        _ => None,
+    };
+    let jobs = Rc::new(Mutex::new(jobs));
+    let mut callers = Vec::with_capacity(env.callers);
+    for _ in 0..env.callers {
+        let (jobs, runner, provider) = (jobs.clone(), runner.clone(), env.provider);
+        callers.push(actix::spawn(async move {
+            loop {
+                let next = jobs.lock().await.recv().await;
+                let Some(id) = next else { break };
+                let log = run_job(&strategy.kind, &runner, provider, id).await;
+                println!(
+                    "DONE id={id} ok={} attempts={} r429={} start={} success_start={} end={}",
+                    u8::from(log.ok),
+                    log.attempts,
+                    log.rate_limited,
+                    log.start,
+                    log.success_start,
+                    log.end
+                );
+            }
+        }));
+    }
+    for caller in callers {
+        caller.await.map_err(|e| format!("a caller panicked: {e}"))?;
+    }
+    if let Some(poller) = poller {
+        poller.abort();
+    }
+    println!("FINISHED status_calls={}", status_calls.get());
+    Ok(())
+}
+
+/// Waits until the scheduler has read the shared store once (scripts loaded, mode shared).
+async fn wait_until_shared(scheduler: &Scheduler) -> Result<(), String> {
+    for _ in 0..200 {
+        if let Ok(status) = scheduler.status(UPSTREAM).await
+            && status.mode == Mode::Shared
+            && status.in_flight_fleet.is_some()
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Err("the scheduler did not reach the shared store within 10 s".into())
+}
+
+/// Prints the scheduler's view every [`POLL_EVERY`]; counts the reads that went to Redis.
+async fn poll_status(scheduler: Scheduler, status_calls: Rc<Cell<u64>>) {
+    let mut tick = tokio::time::interval(POLL_EVERY);
+    loop {
+        tick.tick().await;
+        let Ok(status) = scheduler.status(UPSTREAM).await else { return };
+        if status.mode == Mode::Shared && status.in_flight_fleet.is_some() {
+            status_calls.set(status_calls.get() + 1);
+        }
+        println!(
+            "STATUS t={} mode={} state={} limit={} fleet={} local={}",
+            now_us(),
+            status.mode,
+            status.state.as_str(),
+            status.limit,
+            status.in_flight_fleet.map_or("-".to_string(), |n| n.to_string()),
+            status.in_flight_local
+        );
+    }
+}
+
+async fn get(provider: SocketAddr, id: u64) -> std::io::Result<HttpReply> {
+    http_get(provider, &format!("/job/{id}"), HTTP_TIMEOUT).await
+}
+
+fn jitter(base: Duration, low: f64, high: f64) -> Duration {
+    base.mul_f64(rand::rng().random_range(low..=high))
+}
+
+async fn run_job(kind: &Kind, runner: &Runner, provider: SocketAddr, id: u64) -> JobLog {
+    let mut log = JobLog { start: now_us(), ..JobLog::default() };
+    match (kind, runner) {
+        (Kind::Naive { attempts, base, cap }, _) => {
+            for attempt in 1..=*attempts {
+                log.attempts = attempt;
+                let sent = now_us();
+                let reply = get(provider, id).await;
+                if matches!(reply, Ok(ref r) if r.status == 200) {
+                    (log.ok, log.success_start) = (true, sent);
+                    break;
+                }
+                log.rate_limited += u32::from(matches!(reply, Ok(ref r) if r.status == 429));
+                if attempt < *attempts {
+                    let ceiling = (*base * 2u32.saturating_pow(attempt - 1)).min(*cap);
+                    tokio::time::sleep(jitter(ceiling, 0.0, 1.0)).await;
+                }
+            }
+        }
+        (Kind::Semaphore { backoffs, .. }, Runner::Semaphore(semaphore)) => {
+            for attempt in 0..=backoffs.len() {
+                log.attempts = attempt as u32 + 1;
+                let permit = semaphore.acquire().await.expect("the semaphore is never closed");
+                let sent = now_us();
+                let reply = get(provider, id).await;
+                drop(permit);
+                if matches!(reply, Ok(ref r) if r.status == 200) {
+                    (log.ok, log.success_start) = (true, sent);
+                    break;
+                }
+                log.rate_limited += u32::from(matches!(reply, Ok(ref r) if r.status == 429));
+                if let Some(backoff) = backoffs.get(attempt) {
+                    tokio::time::sleep(jitter(*backoff, 0.5, 1.5)).await;
+                }
+            }
+        }
+        (Kind::Wavegate { .. }, Runner::Wavegate(scheduler)) => {
+            let attempts = Rc::new(Cell::new(0u32));
+            let rate_limited = Rc::new(Cell::new(0u32));
+            let last_sent = Rc::new(Cell::new(0u64));
+            let (a, r, s) = (attempts.clone(), rate_limited.clone(), last_sent.clone());
+            let result = scheduler
+                .call(UPSTREAM, move |_attempt| {
+                    let (a, r, s) = (a.clone(), r.clone(), s.clone());
+                    async move {
+                        a.set(a.get() + 1);
+                        s.set(now_us());
+                        match get(provider, id).await {
+                            Ok(reply) if reply.status == 200 => Ok(()),
+                            Ok(reply) => {
+                                r.set(r.get() + u32::from(reply.status == 429));
+                                Err(Outcome::from_status(reply.status, reply.retry_after.as_deref(), SystemTime::now()))
+                            }
+                            Err(_) => Err(Outcome::from_transport(TransportError::Connect)),
+                        }
+                    }
+                })
+                .await;
+            (log.attempts, log.rate_limited) = (attempts.get(), rate_limited.get());
+            if result.is_ok() {
+                (log.ok, log.success_start) = (true, last_sent.get());
+            } else if let Err(error) = result {
+                eprintln!("worker {}: job {id} failed: {error}", std::process::id());
+            }
+        }
+        _ => unreachable!("the runner is built from the same strategy"),
+    }
+    log.end = now_us();
+    log
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_environment_round_trips() {
+        let env = WorkerEnv {
+            strategy: "semaphore",
+            provider: "127.0.0.1:9".parse().expect("addr"),
+            redis_url: None,
+            callers: 3,
+            limit: 10,
+            lease: Duration::from_secs(5),
+            poll_status: false,
+        };
+        let vars = env.to_env();
+        let get = |k: &str| vars.iter().find(|(name, _)| *name == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("WORKER_STRATEGY"), Some("semaphore"));
+        assert_eq!(get("WORKER_LEASE_MS"), Some("5000"));
+        assert_eq!(get("WORKER_REDIS_URL"), Some(""));
+        assert_eq!(num::<u64>("GO t0=5", "t0"), Some(5));
+    }
+}
