@@ -116,11 +116,15 @@ impl Coordinator {
                 let slot = &mut self.slots[upstream];
                 slot.cooldown_until = None;
                 slot.blocked_until = None;
-                let Some(waiter) = slot.waiters.pop_if(&id) else {
+                let Some(mut waiter) = slot.waiters.pop_if(&id) else {
                     // The caller gave up while the script ran: give the permit back.
                     self.release(upstream, id, wave, WaveSignal::Neutral, refund, ctx);
                     return true;
                 };
+                // Answered before its deadline: its timer would only cost every later message.
+                if let Some(timer) = waiter.deadline_timer.take() {
+                    ctx.cancel_future(timer);
+                }
                 slot.held.insert(id.clone(), wave);
                 if !fallback {
                     slot.last_shared.state = Some((state, limit));
@@ -168,7 +172,9 @@ impl Coordinator {
                     requested: tokens,
                     burst: u64::from(burst),
                 };
-                slot.waiters.fail_head(&id, error);
+                if let Some(timer) = slot.waiters.fail_head(&id, error) {
+                    ctx.cancel_future(timer);
+                }
                 true
             }
             Admission::Denied { reason, retry_after_ms } => {

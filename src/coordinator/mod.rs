@@ -396,11 +396,11 @@ impl Handler<Acquire> for Coordinator {
             reply: acquire.reply,
             tokens: acquire.tokens,
             at_head: None,
+            deadline_timer: Some(ctx.run_later(acquire.deadline.saturating_duration_since(now), move |act, _| {
+                act.expire(upstream, Instant::now());
+            })),
         });
         metrics::queue_depth(slot.config.name().as_str(), slot.waiters.len());
-        ctx.run_later(acquire.deadline.saturating_duration_since(now), move |act, _| {
-            act.expire(upstream, Instant::now());
-        });
         self.pump(upstream, ctx);
     }
 }

@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use actix::SpawnHandle;
 use tokio::sync::oneshot;
 
 use crate::error::Error;
@@ -20,6 +21,8 @@ pub(crate) struct Waiter {
     pub(crate) tokens: u64,
     /// When it first reached the head of the queue.
     pub(crate) at_head: Option<Instant>,
+    /// The timer that answers it at its deadline; cancelled when it is answered before.
+    pub(crate) deadline_timer: Option<SpawnHandle>,
 }
 
 /// FIFO of waiters.
@@ -50,11 +53,11 @@ impl Waiters {
         Some(head)
     }
 
-    /// Answers and removes the head if it is the waiter `id`.
-    pub(crate) fn fail_head(&mut self, id: &str, error: Error) {
-        if let Some(waiter) = self.pop_if(id) {
-            let _ = waiter.reply.send(Err(error));
-        }
+    /// Answers and removes the head if it is the waiter `id`; returns its deadline timer.
+    pub(crate) fn fail_head(&mut self, id: &str, error: Error) -> Option<SpawnHandle> {
+        let waiter = self.pop_if(id)?;
+        let _ = waiter.reply.send(Err(error));
+        waiter.deadline_timer
     }
 
     /// Removes the head if it is the waiter `id`.
