@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::protocol::{field, now_us, service_ms};
@@ -172,7 +172,7 @@ fn dump(state: &Shared, path: &str) -> std::io::Result<usize> {
 }
 
 async fn answer(mut stream: TcpStream, config: &ProviderConfig, state: &Shared) {
-    let Ok(head) = read_head(&mut stream).await else { return };
+    let Ok(head) = wavegate_testkit::read_request_head(&mut stream).await else { return };
     let start = now_us();
     let job = std::str::from_utf8(&head)
         .ok()
@@ -204,25 +204,6 @@ async fn answer(mut stream: TcpStream, config: &ProviderConfig, state: &Shared) 
     };
     lock(state).records.push(Request { start, end: now_us(), status });
     let _ = stream.shutdown().await;
-}
-
-/// Reads a request head (up to the blank line), at most 16 KiB, within 5 s.
-async fn read_head(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
-    let read = async {
-        let mut head = Vec::with_capacity(256);
-        let mut buf = [0u8; 1024];
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-            let n = stream.read(&mut buf).await?;
-            if n == 0 || head.len() > 16 * 1024 {
-                return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "incomplete request head"));
-            }
-            head.extend_from_slice(&buf[..n]);
-        }
-        Ok(head)
-    };
-    tokio::time::timeout(Duration::from_secs(5), read)
-        .await
-        .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))?
 }
 
 #[cfg(test)]

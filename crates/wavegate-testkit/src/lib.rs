@@ -71,7 +71,7 @@ pub use builder::RedisServerBuilder;
 pub use error::HarnessError;
 pub use fault_proxy::{Fault, FaultProxy};
 pub use http::{HttpReply, http_get};
-pub use mock_upstream::{MockUpstream, MockUpstreamConfig};
+pub use mock_upstream::{MockUpstream, MockUpstreamConfig, read_request_head};
 pub use port::free_port;
 pub use server::RedisServer;
 

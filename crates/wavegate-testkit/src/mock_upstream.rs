@@ -133,7 +133,7 @@ async fn serve(listener: TcpListener, config: MockUpstreamConfig, counters: Arc<
 }
 
 async fn answer(mut stream: TcpStream, config: &MockUpstreamConfig, counters: &Counters) -> io::Result<()> {
-    read_head(&mut stream).await?;
+    read_request_head(&mut stream).await?;
     if let Ok(mut arrivals) = counters.arrivals.lock() {
         arrivals.push(std::time::Instant::now());
     }
@@ -157,8 +157,9 @@ async fn answer(mut stream: TcpStream, config: &MockUpstreamConfig, counters: &C
     stream.shutdown().await
 }
 
-/// Reads a request head (up to the blank line), at most 16 KiB, within 5 s.
-async fn read_head(stream: &mut TcpStream) -> io::Result<Vec<u8>> {
+/// Reads an HTTP request head (up to the blank line), at most 16 KiB, within 5 s: what a mock
+/// server needs before it answers.
+pub async fn read_request_head(stream: &mut TcpStream) -> io::Result<Vec<u8>> {
     let read = async {
         let mut head = Vec::with_capacity(256);
         let mut buf = [0u8; 1024];
