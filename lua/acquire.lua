@@ -1,21 +1,25 @@
 -- acquire.lua: grant one permit by client id, or say why not and for how long.
 --
 -- KEYS[1] permits (zset)   KEYS[2] wave state (hash)   KEYS[3] permit waves (hash)
+-- KEYS[4] processes waiting at the limit (zset)
 -- ARGV[1..10] config (see read_config in wave.lua)
 -- ARGV[11] permit id (client-chosen; an id already held is granted again, not twice, and
 --          nothing is charged again)
 -- ARGV[12] lease in ms
 -- ARGV[13] tokens to reserve from the tokens budget (0 without one)
+-- ARGV[14] the asking process's instance id, put on the waiting list when the limit is
+--          reached (so a release wakes it) and taken off when it is granted; '' for none
 -- Reply: {1, wave, state, limit, in_flight}        granted
 --        {0, reason, wait_ms, in_flight}           denied: reason 'cooldown', 'at_limit',
 --                                                  'requests', 'tokens' or 'tokens_exceed_burst'
 -- The wave and the limit are checked first, then the budgets; all are charged together or not
 -- at all.
-if #ARGV ~= CONFIG_ARGS + 3 then return fail('acquire', 'expected 13 ARGV, got ' .. #ARGV) end
+if #ARGV ~= CONFIG_ARGS + 4 then return fail('acquire', 'expected 14 ARGV, got ' .. #ARGV) end
 local config = read_config(1)
 local id = ARGV[CONFIG_ARGS + 1]
 local lease = to_int(ARGV[CONFIG_ARGS + 2], 'lease')
 local tokens = to_int(ARGV[CONFIG_ARGS + 3], 'tokens')
+local instance = ARGV[CONFIG_ARGS + 4]
 local now = now_ms()
 
 purge(now)
@@ -34,6 +38,7 @@ local result
 if s.state == 'COOLDOWN' then
   result = { 0, 'cooldown', math.max(0, s.cooldown_until - now), in_flight }
 elseif in_flight >= s.limit then
+  if instance ~= '' then redis.call('ZADD', KEYS[4], 'NX', now, instance) end
   result = { 0, 'at_limit', 0, in_flight }
 elseif config.tokens and tokens > config.tokens.burst then
   result = { 0, 'tokens_exceed_burst', 0, in_flight }
@@ -51,6 +56,7 @@ else
     if tokens_tat then save_tat('tokens_tat', tokens_tat) end
     redis.call('ZADD', KEYS[1], now + lease, id)
     redis.call('HSET', KEYS[3], id, s.wave)
+    if instance ~= '' then redis.call('ZREM', KEYS[4], instance) end
     result = { 1, s.wave, s.state, s.limit, in_flight + 1 }
   end
 end

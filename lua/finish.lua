@@ -1,12 +1,15 @@
 -- finish.lua: release a permit by id (idempotent) and report its outcome for its wave.
 --
 -- KEYS[1] permits (zset)   KEYS[2] wave state (hash)   KEYS[3] permit waves (hash)
+-- KEYS[4] processes waiting at the limit (zset)
 -- ARGV[1..10] config (see read_config in wave.lua)
 -- ARGV[11] permit id
 -- ARGV[12] the wave the permit was issued in
 -- ARGV[13] outcome: 'success', 'rate_limited' or 'neutral'
 -- ARGV[14] Retry-After in ms for 'rate_limited', or '' when the provider gave none
--- ARGV[15] channel to PUBLISH to when a permit is freed, or '' for none
+-- ARGV[15] channel to PUBLISH to when a permit is freed, or '' for none: the message is the
+--          instance id of the process that has waited longest at the limit (taken off the
+--          list), so one process asks, not all; nothing is published when nobody waits
 -- ARGV[16] tokens used beyond the reservation (negative: a refund), settled on the tokens budget
 -- Reply: {held, effect, limit_before, limit, wave, state, cooldown_ms, changed_from, in_flight}
 --   held: 1 if the id was held; effect: 'cut', 'late' or 'none';
@@ -45,7 +48,11 @@ save_state(s, config)
 
 local held = redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[3], id)
-if held == 1 and channel ~= '' then redis.call('PUBLISH', channel, id) end
+if held == 1 and channel ~= '' then
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - WAITING_TTL)
+  local longest = redis.call('ZPOPMIN', KEYS[4])
+  if #longest > 0 then redis.call('PUBLISH', channel, longest[1]) end
+end
 local cooldown_ms = 0
 if s.state == 'COOLDOWN' then cooldown_ms = math.max(0, s.cooldown_until - now) end
 return { held, effect, limit_before, s.limit, s.wave, s.state, cooldown_ms, changed_from,

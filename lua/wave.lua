@@ -10,6 +10,7 @@
 --   KEYS[2]  hash of the wave state: state, limit, wave, cooldown_until, successes, step, threshold,
 --            and the rate budgets' theoretical arrival times, requests_tat and tokens_tat (µs)
 --   KEYS[3]  hash of permit id -> wave the permit was issued in
+--   KEYS[4]  sorted set of processes waiting at the limit: member = instance id, score = since (ms)
 -- Time is always Redis TIME, in milliseconds.
 
 local function now_ms()
@@ -241,6 +242,9 @@ local function gcra_remaining(b, tat, now)
   local next_us = used - (b.tolerance - (remaining + 1) * b.interval)
   return remaining, math.ceil(math.max(next_us, 0) / 1000)
 end
+
+-- How long a process stays on the waiting list without asking again (ms).
+local WAITING_TTL = 10000
 
 local function load_tat(field)
   return tonumber(redis.call('HGET', KEYS[2], field)) or 0

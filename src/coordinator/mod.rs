@@ -106,13 +106,15 @@ pub(crate) struct Coordinator {
 
 impl Coordinator {
     pub(crate) fn new(upstreams: Vec<UpstreamConfig>, store: Option<Store>) -> Self {
+        let ids = PermitIds::new();
         let slots = upstreams
             .into_iter()
             .map(|config| Slot {
                 local: LocalGate::with_budgets(config.wave().clone(), config.budgets()),
                 shared: store
                     .as_ref()
-                    .map(|s| SharedGate::with_budgets(s.clone(), config.name(), config.wave(), config.budgets())),
+                    .map(|s| SharedGate::with_budgets(s.clone(), config.name(), config.wave(), config.budgets()))
+                    .map(|gate| gate.for_instance(ids.instance())),
                 config,
                 waiters: Waiters::default(),
                 held: HashMap::new(),
@@ -129,7 +131,7 @@ impl Coordinator {
         Self {
             slots,
             clock: MonotonicClock::new(),
-            ids: PermitIds::new(),
+            ids,
             store,
             mode,
             epoch: 0,
@@ -357,7 +359,8 @@ impl Actor for Coordinator {
                 .iter()
                 .enumerate()
                 .filter_map(|(i, s)| s.shared.as_ref().map(|g| (g.keys().released.clone(), i)));
-            pubsub::spawn_listener(store.config().clone(), channels.collect(), ctx.address());
+            let instance = self.ids.instance().to_owned();
+            pubsub::spawn_listener(store.config().clone(), instance, channels.collect(), ctx.address());
             let store = store.clone();
             ctx.spawn(async move { store.preload_scripts().await }.into_actor(self).map(|result, _, _| {
                 if let Err(error) = result {

@@ -1,7 +1,8 @@
 //! Wake-ups from other processes: a subscriber to every upstream's release channel.
 //!
-//! A release anywhere in the fleet is announced on the upstream's channel; the listener turns
-//! it into a [`Wake`] for the coordinator, which asks again at once instead of polling. The
+//! A release anywhere in the fleet is announced on the upstream's channel, naming the process
+//! that has waited longest at the limit; when that is this process, the listener turns it into
+//! a [`Wake`] for the coordinator, which asks again at once instead of polling. The
 //! listener resubscribes with backoff when the server goes away, and ends when the coordinator
 //! stops. Polling at the limit remains as a safety net, so a lost message costs latency only.
 
@@ -17,7 +18,12 @@ use crate::messages::Wake;
 const RESUBSCRIBE_MIN: Duration = Duration::from_millis(100);
 const RESUBSCRIBE_MAX: Duration = Duration::from_secs(2);
 
-pub(super) fn spawn_listener(config: StoreConfig, channels: Vec<(String, usize)>, coordinator: Addr<Coordinator>) {
+pub(super) fn spawn_listener(
+    config: StoreConfig,
+    instance: String,
+    channels: Vec<(String, usize)>,
+    coordinator: Addr<Coordinator>,
+) {
     if channels.is_empty() {
         return;
     }
@@ -28,11 +34,11 @@ pub(super) fn spawn_listener(config: StoreConfig, channels: Vec<(String, usize)>
             match ReleaseSubscription::subscribe(&config, routes.keys().map(String::as_str)).await {
                 Ok(mut subscription) => {
                     backoff = RESUBSCRIBE_MIN;
-                    while let Some(channel) = subscription.next().await {
+                    while let Some((channel, wake)) = subscription.next().await {
                         if !coordinator.connected() {
                             return;
                         }
-                        if let Some(&upstream) = routes.get(&channel) {
+                        if let Some(&upstream) = routes.get(&channel).filter(|_| wake == instance) {
                             coordinator.do_send(Wake { upstream });
                         }
                     }

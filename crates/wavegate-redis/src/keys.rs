@@ -30,6 +30,7 @@ impl Keyspace {
             wave: format!("{base}:wave"),
             permit_waves: format!("{base}:permit_waves"),
             released: format!("{base}:released"),
+            waiting: format!("{base}:waiting"),
         }
     }
 
@@ -61,12 +62,15 @@ pub struct UpstreamKeys {
     pub permit_waves: String,
     /// Pub/sub channel that announces released permits, so waiters wake instead of polling.
     pub released: String,
+    /// Sorted set of the processes waiting at the limit: member = instance id, score = since
+    /// when (ms). A release wakes the one that waited longest, not every process.
+    pub waiting: String,
 }
 
 impl UpstreamKeys {
-    /// The three keys every script takes, in `KEYS` order.
-    pub fn script_keys(&self) -> [&str; 3] {
-        [&self.permits, &self.wave, &self.permit_waves]
+    /// The four keys every upstream script takes, in `KEYS` order.
+    pub fn script_keys(&self) -> [&str; 4] {
+        [&self.permits, &self.wave, &self.permit_waves, &self.waiting]
     }
 }
 

@@ -1,7 +1,8 @@
 //! Release announcements: a pub/sub subscription to upstreams' release channels.
 //!
-//! `finish.lua` publishes a permit's id on its upstream's channel when it frees the permit.
-//! Other processes subscribe so their waiters ask again at once instead of polling.
+//! `finish.lua` publishes on the upstream's channel, when it frees a permit, the instance id of
+//! the process that has waited longest at the limit. Processes subscribe so the one named asks
+//! again at once instead of polling.
 
 use redis::aio::PubSub;
 
@@ -45,10 +46,12 @@ impl ReleaseSubscription {
         }
     }
 
-    /// The channel of the next release, or `None` when the connection is gone.
-    pub async fn next(&mut self) -> Option<String> {
+    /// The channel and the message (the instance id to wake) of the next release, or `None`
+    /// when the connection is gone.
+    pub async fn next(&mut self) -> Option<(String, String)> {
         use futures_util::StreamExt;
         let message = self.pubsub.on_message().next().await?;
-        Some(message.get_channel_name().to_owned())
+        let payload: String = message.get_payload().unwrap_or_default();
+        Some((message.get_channel_name().to_owned(), payload))
     }
 }

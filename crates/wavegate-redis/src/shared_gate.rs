@@ -80,6 +80,8 @@ pub struct SharedGate {
     keys: UpstreamKeys,
     /// The ten config arguments every script but renew takes, rendered once.
     config_args: [String; 10],
+    /// This process's instance id, put on the waiting list at the limit ('' for none).
+    instance: String,
 }
 
 impl SharedGate {
@@ -107,7 +109,15 @@ impl SharedGate {
             tokens_burst.to_string(),
             wave.recovery.as_str().to_string(),
         ];
-        Self { store, keys, config_args }
+        Self { store, keys, config_args, instance: String::new() }
+    }
+
+    /// Acquires on behalf of process `instance`: when the limit is reached it joins the
+    /// upstream's waiting list, and a release announces the process that waited longest, so
+    /// one process asks again instead of all of them.
+    pub fn for_instance(mut self, instance: impl Into<String>) -> Self {
+        self.instance = instance.into();
+        self
     }
 
     /// The upstream's keys.
@@ -126,7 +136,8 @@ impl SharedGate {
             .arg(&self.config_args[..])
             .arg(id)
             .arg(duration_ms(lease))
-            .arg(tokens);
+            .arg(tokens)
+            .arg(&self.instance);
         let reply: Vec<Value> = self.store.invoke(COMMAND, &invocation).await?;
         let r = Reply::new(COMMAND, &reply);
         match r.int(0)? {

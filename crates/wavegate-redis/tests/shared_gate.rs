@@ -114,21 +114,31 @@ async fn leases_end_and_renewals_extend_them() {
 }
 
 #[tokio::test]
-async fn a_release_is_announced_on_the_channel() {
+async fn a_release_wakes_the_process_that_waited_longest() {
     let server = RedisServer::start().expect("redis-server");
-    let gate = gate(&server, "pubsub", 1).await;
+    let holder = gate(&server, "pubsub", 1).await;
+    let first = gate(&server, "pubsub", 1).await.for_instance("first-waiter");
+    let second = gate(&server, "pubsub", 1).await.for_instance("second-waiter");
     let mut pubsub = server.client().get_async_pubsub().await.expect("pubsub");
-    pubsub.subscribe(&gate.keys().released).await.expect("subscribe");
-    let wave = granted_wave(gate.acquire("a", LEASE, 0).await.expect("acquire").admission);
-    gate.finish("ghost", wave, WaveSignal::Neutral, 0).await.expect("finish ghost");
-    gate.finish("a", wave, WaveSignal::Success, 0).await.expect("finish");
+    pubsub.subscribe(&holder.keys().released).await.expect("subscribe");
+    let wave = granted_wave(holder.acquire("a", LEASE, 0).await.expect("acquire").admission);
+    assert!(matches!(first.acquire("f", LEASE, 0).await.expect("acquire").admission, Admission::Denied { .. }));
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert!(matches!(second.acquire("s", LEASE, 0).await.expect("acquire").admission, Admission::Denied { .. }));
+    holder.finish("ghost", wave, WaveSignal::Neutral, 0).await.expect("finish ghost");
+    holder.finish("a", wave, WaveSignal::Success, 0).await.expect("finish");
     let mut messages = pubsub.on_message();
     let message = tokio::time::timeout(Duration::from_secs(2), messages.next())
         .await
         .expect("a release message within 2 s")
         .expect("stream open");
     let payload: String = message.get_payload().expect("payload");
-    assert_eq!(payload, "a", "only a real release is announced");
+    assert_eq!(payload, "first-waiter", "the process that waited longest is woken, and only on a real release");
+    // It takes the slot and leaves the list; the next release wakes the second one.
+    let wave = granted_wave(first.acquire("f", LEASE, 0).await.expect("acquire").admission);
+    first.finish("f", wave, WaveSignal::Success, 0).await.expect("finish");
+    let message = tokio::time::timeout(Duration::from_secs(2), messages.next()).await.expect("message").expect("open");
+    assert_eq!(message.get_payload::<String>().expect("payload"), "second-waiter");
 }
 
 #[tokio::test]
@@ -184,12 +194,12 @@ async fn scripts_check_their_arguments() {
     let source = concat!(include_str!("../../../lua/wave.lua"), "\n", include_str!("../../../lua/acquire.lua"));
     let err =
         redis::cmd("EVAL").arg(source).arg(3).arg("a").arg("b").arg("c").arg("only-one").exec(&mut con).unwrap_err();
-    assert!(err.to_string().contains("expected 13 ARGV, got 1"), "{err}");
+    assert!(err.to_string().contains("expected 14 ARGV, got 1"), "{err}");
     let err = redis::cmd("EVAL")
         .arg(source)
         .arg(3)
         .arg(&["a", "b", "c"][..])
-        .arg(&["10", "3", "5000", "1000", "60000", "0", "0", "0", "0", "seed", "id", "-5", "0"][..])
+        .arg(&["10", "3", "5000", "1000", "60000", "0", "0", "0", "0", "seed", "id", "-5", "0", ""][..])
         .exec(&mut con)
         .unwrap_err();
     assert!(err.to_string().contains("lease must be a non-negative integer"), "{err}");
