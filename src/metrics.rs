@@ -82,8 +82,12 @@ pub const ALL: &[&str] = &[
     BUDGET_REMAINING,
     BUDGET_NEXT_REFILL_SECONDS,
     BUDGET_WAITS_TOTAL,
+    RELEASED_AFTER_LEASE_TOTAL,
 ];
 
+/// Permits released after their lease had ended: for a while the fleet could admit one more
+/// than the limit (a call longer than its fixed TTL, or a watchdog that could not renew).
+pub const RELEASED_AFTER_LEASE_TOTAL: &str = "wavegate_released_after_lease_total";
 /// What is left of a rate budget, by `budget` (`requests`, `tokens`).
 pub const BUDGET_REMAINING: &str = "wavegate_budget_remaining";
 /// Seconds until a spent rate budget has room for one more unit, by `budget`.
@@ -193,4 +197,8 @@ pub(crate) fn budgets(upstream: &str, status: BudgetStatus) {
 
 pub(crate) fn budget_wait(upstream: &str, budget: &'static str) {
     counter!(BUDGET_WAITS_TOTAL, "upstream" => upstream.to_owned(), "budget" => budget).increment(1);
+}
+
+pub(crate) fn released_after_lease(upstream: &str) {
+    counter!(RELEASED_AFTER_LEASE_TOTAL, "upstream" => upstream.to_owned()).increment(1);
 }

@@ -5,8 +5,8 @@
 //! * a 429 is retried through a **new permit**, so it passes the shared cooldown like
 //!   everyone else; it ends with the call's total timeout;
 //! * a transient failure (502/503/504, connect, reset, timeout) is retried after exponential
-//!   backoff with full jitter, at most `max_retries` times, each retry withdrawn from the
-//!   upstream's retry budget, all inside the total timeout;
+//!   backoff with full jitter (and not before a 503's `Retry-After`), at most `max_retries`
+//!   times, each retry withdrawn from the upstream's retry budget, all inside the total timeout;
 //! * anything else ends the call at once.
 
 use std::future::Future;
@@ -235,8 +235,12 @@ where
                 metrics::retry(config.name().as_str(), "rate_limited");
                 kind = AttemptKind::AfterRateLimit;
             }
-            Outcome::Transient { .. } if transient_retries < config.backoff().max_retries => {
-                let delay = config.backoff().delay(transient_retries, &mut rand::rng());
+            Outcome::Transient { retry_after, .. } if transient_retries < config.backoff().max_retries => {
+                // Full jitter, but never sooner than the provider asked (a 503's Retry-After,
+                // bounded like a cooldown).
+                let jittered = config.backoff().delay(transient_retries, &mut rand::rng());
+                let asked = retry_after.map(|after| after.min(config.wave().cooldown.max()));
+                let delay = asked.map_or(jittered, |asked| jittered.max(asked));
                 transient_retries += 1;
                 let until = Instant::now() + delay;
                 if until >= deadline {

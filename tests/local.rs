@@ -671,3 +671,22 @@ async fn upstreams_are_independent() {
     assert_eq!(seen, [("a", WaveState::Cooldown, 2, 0), ("b", WaveState::Normal, 4, 1)]);
     permit.succeeded();
 }
+
+#[actix::test]
+async fn a_503_is_not_retried_before_its_retry_after() {
+    let s = scheduler(x().limit(2).backoff(Backoff { base: ms(1), max: ms(2), max_retries: 2 }));
+    let started = Instant::now();
+    let second_attempt_at = s
+        .call("x", move |attempt| async move {
+            if attempt.number == 1 {
+                Err(Outcome::from_status(503, Some("0.3"), SystemTime::now()))
+            } else {
+                Ok(started.elapsed())
+            }
+        })
+        .await
+        .expect("the retry succeeds");
+    // The jittered backoff alone would retry within 2 ms.
+    assert!(second_attempt_at >= ms(300), "retried after {second_attempt_at:?}, before the 503's Retry-After");
+    assert!(second_attempt_at < ms(1_000), "{second_attempt_at:?}");
+}

@@ -176,6 +176,7 @@ impl Coordinator {
                             // Its lease ended while the call ran: for a while the fleet could
                             // admit one more than the limit.
                             tracing::warn!(upstream = %slot.config.name(), permit = %id, "permit released after its lease ended");
+                            metrics::released_after_lease(slot.config.name().as_str());
                         }
                         let name = slot.config.name().as_str();
                         record_rate_limit(name, finished.rate_limit);
@@ -208,6 +209,9 @@ impl Coordinator {
                 slot.local.settle_tokens(token_delta, now_ms);
                 let report = slot.local.finish(&id, wave, signal, now_ms);
                 let name = slot.config.name().as_str();
+                if !report.held && self.mode == Mode::Local {
+                    metrics::released_after_lease(name);
+                }
                 record_rate_limit(name, report.rate_limit);
                 let (snapshot, held) = slot.local.status(now_ms);
                 metrics::wave(name, snapshot.state, snapshot.limit, snapshot.wave);
