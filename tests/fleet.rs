@@ -104,6 +104,23 @@ impl Drop for Worker {
     }
 }
 
+/// The settings every worker needs; scenarios add their own after them.
+fn worker_env(
+    redis: &RedisServer,
+    mock: &MockUpstream,
+    mode: &str,
+    limit: usize,
+    lease_ms: u128,
+) -> Vec<(&'static str, String)> {
+    vec![
+        ("REDIS_URL", redis.url()),
+        ("MOCK_ADDR", mock.addr().to_string()),
+        ("MODE", mode.to_string()),
+        ("LIMIT", limit.to_string()),
+        ("LEASE_MS", lease_ms.to_string()),
+    ]
+}
+
 fn field(line: &str, name: &str) -> u64 {
     line.split_whitespace()
         .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
@@ -122,15 +139,9 @@ fn four_processes_never_exceed_the_shared_limit() {
     let started = Instant::now();
     let workers: Vec<Worker> = (0..PROCESSES)
         .map(|_| {
-            Worker::spawn(&[
-                ("REDIS_URL", redis.url()),
-                ("MOCK_ADDR", mock.addr().to_string()),
-                ("MODE", "calls".into()),
-                ("LIMIT", LIMIT.to_string()),
-                ("CALLERS", CALLERS.to_string()),
-                ("CALLS", CALLS.to_string()),
-                ("LEASE_MS", "30000".into()),
-            ])
+            let mut env = worker_env(&redis, &mock, "calls", LIMIT, 30_000);
+            env.extend([("CALLERS", CALLERS.to_string()), ("CALLS", CALLS.to_string())]);
+            Worker::spawn(&env)
         })
         .collect();
     let mut ok = 0;
@@ -175,15 +186,7 @@ fn kill_9_of_a_holder_frees_its_permits_within_two_leases() {
     const LIMIT: usize = 4;
     let redis = RedisServer::start().expect("redis-server");
     let mock = MockUpstream::start(MockUpstreamConfig::default()).expect("mock upstream");
-    let common = |mode: &str| {
-        vec![
-            ("REDIS_URL", redis.url()),
-            ("MOCK_ADDR", mock.addr().to_string()),
-            ("MODE", mode.to_string()),
-            ("LIMIT", LIMIT.to_string()),
-            ("LEASE_MS", LEASE.as_millis().to_string()),
-        ]
-    };
+    let common = |mode: &str| worker_env(&redis, &mock, mode, LIMIT, LEASE.as_millis());
     let mut con = redis.connection().expect("connection");
     let held = |con: &mut redis::Connection| -> usize {
         redis::cmd("ZCARD").arg("wavegate:{mock}:permits").query(con).expect("ZCARD")
@@ -229,16 +232,9 @@ fn redis_killed_under_load_fails_open_to_fair_shares() {
         MockUpstream::start(MockUpstreamConfig { service_time: Duration::from_millis(20), ..Default::default() })
             .expect("mock upstream");
     let common = |mode: &str| {
-        vec![
-            ("REDIS_URL", redis.url()),
-            ("MOCK_ADDR", mock.addr().to_string()),
-            ("MODE", mode.to_string()),
-            ("LIMIT", LIMIT.to_string()),
-            ("LEASE_MS", "3000".to_string()),
-            ("HOLD", HELD.to_string()),
-            ("CALLERS", "12".to_string()),
-            ("CALLS", "600".to_string()),
-        ]
+        let mut env = worker_env(&redis, &mock, mode, LIMIT, 3_000);
+        env.extend([("HOLD", HELD.to_string()), ("CALLERS", "12".to_string()), ("CALLS", "600".to_string())]);
+        env
     };
     let holder = Worker::spawn(&common("hold"));
     holder.expect_line("HOLDING", Duration::from_secs(20));
@@ -295,17 +291,14 @@ fn four_processes_stay_within_the_requests_budget() {
     let mock = MockUpstream::start(MockUpstreamConfig::default()).expect("mock upstream");
     let workers: Vec<Worker> = (0..4)
         .map(|_| {
-            Worker::spawn(&[
-                ("REDIS_URL", redis.url()),
-                ("MOCK_ADDR", mock.addr().to_string()),
-                ("MODE", "calls".into()),
-                ("LIMIT", "50".into()),
-                ("LEASE_MS", "30000".into()),
+            let mut env = worker_env(&redis, &mock, "calls", 50, 30_000);
+            env.extend([
                 ("CALLERS", "5".into()),
                 ("CALLS", "1000000".into()),
                 ("DURATION_MS", (SECONDS * 1000).to_string()),
                 ("RPM", format!("{PER_MINUTE},{BURST}")),
-            ])
+            ]);
+            Worker::spawn(&env)
         })
         .collect();
     for worker in &workers {

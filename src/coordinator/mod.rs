@@ -213,10 +213,11 @@ impl Coordinator {
                     metrics::released_after_lease(name);
                 }
                 record_rate_limit(name, report.rate_limit);
-                let (snapshot, held) = slot.local.status(now_ms);
+                // `finish` has just purged the expired leases and applied time.
+                let snapshot = slot.local.machine().snapshot();
                 metrics::wave(name, snapshot.state, snapshot.limit, snapshot.wave);
                 if self.mode == Mode::Local {
-                    metrics::permits_in_flight(name, "fleet", held);
+                    metrics::permits_in_flight(name, "fleet", slot.local.ledger().len());
                 }
                 if self.mode == Mode::Fallback {
                     slot.outage.tokens += token_delta;

@@ -67,6 +67,10 @@ impl Waiters {
 
     /// Removes every waiter whose deadline has passed.
     pub(crate) fn take_expired(&mut self, now: Instant) -> Vec<Waiter> {
+        // Called on every turn of the acquire loop: leave the queue alone when nothing expired.
+        if !self.queue.iter().any(|w| w.deadline <= now) {
+            return Vec::new();
+        }
         let (expired, kept): (Vec<Waiter>, Vec<Waiter>) = self.queue.drain(..).partition(|w| w.deadline <= now);
         self.queue = kept.into();
         expired
