@@ -219,15 +219,16 @@ fn panel(
         r#"<path d="{}" fill="none" stroke="{SERVED}" stroke-width="1.5"/>"#,
         steps(&served, bin_width, &y_of)
     );
-    // The hidden capacity, phase by phase: a phase starts when the provider has admitted its
-    // first call (its own records).
+    // The hidden capacity, phase by phase: a phase starts once the provider has admitted the
+    // last call of the one before (its own records).
     let phases = scenario.capacity_phases(sizes.jobs);
     if !phases.is_empty() {
         let mut admitted: Vec<u64> = result.requests.iter().filter(|r| r.status == 200).map(|r| r.start).collect();
         admitted.sort_unstable();
         let mut path = String::new();
         for (i, (from, cap)) in phases.iter().enumerate() {
-            let x = if i == 0 { LEFT } else { admitted.get(*from as usize).map_or(LEFT + plot_width, |t| x_at(*t)) };
+            let last_before = (*from as usize).saturating_sub(1);
+            let x = if i == 0 { LEFT } else { admitted.get(last_before).map_or(LEFT + plot_width, |t| x_at(*t)) };
             let y = y_of(*cap as f64);
             if i == 0 {
                 let _ = write!(path, "M{x:.1},{y:.1}");
