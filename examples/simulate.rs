@@ -161,6 +161,9 @@ fn main() {
                 (_, WaveState::Cooldown) => "429 of the current wave: cut and cool down".to_string(),
                 (WaveState::Cooldown, WaveState::Probe) => "cooldown over".to_string(),
                 (WaveState::Probe, _) => "probe successes".to_string(),
+                _ if now.wave != last.wave => {
+                    "429 above what held: step back, nobody else stops (the rejected call waits)".to_string()
+                }
                 _ => format!("{} successes at limit {}", last.limit, last.limit),
             };
             println!(

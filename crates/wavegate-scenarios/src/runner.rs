@@ -95,7 +95,8 @@ fn run(options: &Options) -> Result<(), String> {
             strategies.iter().map(|s| s.name).collect::<Vec<_>>().join(", ")
         );
         let mut runs: Vec<Vec<Row>> = Vec::new();
-        let mut last = Vec::new();
+        // The picture shows the first round, which runs every strategy (the reference ones too).
+        let mut pictured = Vec::new();
         for round in 1..=options.repeat {
             let mut results = Vec::new();
             for strategy in strategies.iter().filter(|s| round == 1 || !s.reference) {
@@ -116,14 +117,16 @@ fn run(options: &Options) -> Result<(), String> {
             }
             print!("{}", report::table(scenario, sizes, &results));
             runs.push(results.iter().map(|r| Row::new(scenario, sizes, r)).collect());
-            last = results;
+            if round == 1 {
+                pictured = results;
+            }
         }
         if options.repeat > 1 {
             println!();
             print!("{}", report::medians(&runs));
         }
         let picture = options.out.join(format!("scenario-{}.svg", scenario.name));
-        std::fs::write(&picture, svg::draw(scenario, sizes, &last))
+        std::fs::write(&picture, svg::draw(scenario, sizes, &pictured))
             .map_err(|e| format!("cannot write {}: {e}", picture.display()))?;
         println!();
         println!(

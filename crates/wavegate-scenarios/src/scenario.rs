@@ -159,15 +159,16 @@ impl Scenario {
         self.phases.iter().map(|(_, cap)| *cap).chain([self.capacity]).max().unwrap_or(0)
     }
 
-    /// The best completion the provider allows for `service` (ms, in job order), in seconds:
-    /// each job's service time over the capacity of its phase (a fleet that always keeps the
-    /// provider full), and no sooner than the rate window lets the jobs through.
+    /// The best completion the provider and the configured limit allow for `service` (ms, in
+    /// job order), in seconds: each job's service time over the capacity of its phase or the
+    /// limit, whichever is lower (a fleet that always keeps the provider full), and no sooner
+    /// than the rate window lets the jobs through.
     pub(crate) fn ideal_s(&self, service: &[(u64, u64)], jobs: u64) -> f64 {
         let concurrency: f64 = service
             .iter()
             .map(|&(id, ms)| match self.capacity_for(id, jobs) {
                 0 => ms as f64 / 1000.0 / f64::from(self.limit),
-                cap => ms as f64 / 1000.0 / cap as f64,
+                cap => ms as f64 / 1000.0 / cap.min(self.limit as usize) as f64,
             })
             .sum();
         let rate = self.rate.map_or(0.0, |(calls, window_s)| {

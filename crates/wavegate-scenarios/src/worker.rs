@@ -178,32 +178,41 @@ struct Oracle {
     index: usize,
     processes: usize,
     callers: usize,
+    /// The configured limit, which the oracle respects as well.
+    limit: usize,
     share: Cell<usize>,
     in_flight: Cell<usize>,
     freed: tokio::sync::Notify,
-    /// Calls this process may start in any window, the window, and the recent starts.
+    /// Calls this process may have admitted in any window, and the window.
     rate: Option<(usize, Duration)>,
-    starts: std::cell::RefCell<std::collections::VecDeque<std::time::Instant>>,
+    /// When its recent calls were answered (the provider admitted each before that moment,
+    /// so a window counted from here never overlaps the provider's), and the calls sent and
+    /// not answered yet.
+    answered: std::cell::RefCell<std::collections::VecDeque<std::time::Instant>>,
+    unanswered: Cell<usize>,
 }
 
 impl Oracle {
     fn new(env: &WorkerEnv) -> Self {
+        // It respects the configured limit too: the best a fleet can do under it.
         let share = if env.oracle_capacity == 0 {
             env.callers
         } else {
-            share_of(env.oracle_capacity, env.index, env.processes)
+            share_of(env.oracle_capacity.min(env.limit as usize), env.index, env.processes)
         };
         Self {
             index: env.index,
             processes: env.processes,
             callers: env.callers,
+            limit: env.limit as usize,
             share: Cell::new(share),
             in_flight: Cell::new(0),
             freed: tokio::sync::Notify::new(),
             rate: env.oracle_rate.map(|(calls, seconds)| {
                 (share_of(calls as usize, env.index, env.processes), Duration::from_secs(seconds))
             }),
-            starts: Default::default(),
+            answered: Default::default(),
+            unanswered: Cell::new(0),
         }
     }
 
@@ -220,15 +229,17 @@ impl Oracle {
             loop {
                 let wait_until = {
                     let now = std::time::Instant::now();
-                    let mut starts = self.starts.borrow_mut();
-                    while starts.front().is_some_and(|t| now.duration_since(*t) >= window) {
-                        starts.pop_front();
+                    let mut answered = self.answered.borrow_mut();
+                    while answered.front().is_some_and(|t| now.duration_since(*t) >= window) {
+                        answered.pop_front();
                     }
-                    if starts.len() < calls {
-                        starts.push_back(now);
+                    if answered.len() + self.unanswered.get() < calls {
+                        self.unanswered.set(self.unanswered.get() + 1);
                         None
                     } else {
-                        starts.front().map(|oldest| *oldest + window)
+                        // Full: wait for the oldest answer to leave the window, or for an
+                        // answer (a refused call frees its place at once).
+                        Some(answered.front().map_or(now + Duration::from_millis(5), |oldest| *oldest + window))
                     }
                 };
                 match wait_until {
@@ -239,12 +250,19 @@ impl Oracle {
         }
     }
 
-    /// Gives the place back and follows the capacity the answer announced.
+    /// Gives the place back and follows the capacity the answer announced. A served call
+    /// enters this process's window at its answer; a refused one did not enter the provider's.
     fn release(&self, reply: Option<&HttpReply>) {
         self.in_flight.set(self.in_flight.get() - 1);
+        if self.rate.is_some() {
+            self.unanswered.set(self.unanswered.get() - 1);
+            if reply.is_some_and(|r| r.status == 200) {
+                self.answered.borrow_mut().push_back(std::time::Instant::now());
+            }
+        }
         if let Some(capacity) = reply.and_then(|r| r.header("X-Capacity")) {
             let share = match capacity.parse::<usize>() {
-                Ok(total) => share_of(total, self.index, self.processes),
+                Ok(total) => share_of(total.min(self.limit), self.index, self.processes),
                 Err(_) => self.callers,
             };
             self.share.set(share);
