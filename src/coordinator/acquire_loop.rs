@@ -64,10 +64,12 @@ impl Coordinator {
                 ctx.spawn(call.into_actor(self).map(move |result, act, ctx| {
                     if epoch != act.epoch {
                         // The mode changed meanwhile; the loop already went on without this
-                        // reply. A grant it carries is dropped when the store is back, unless
-                        // the waiter holds the same id by then (then it is adopted).
-                        if matches!(result, Ok(ref a) if matches!(a.admission, Admission::Granted { .. })) {
-                            act.slots[upstream].outage.unreleased.insert(id);
+                        // reply. Unless it is a denial, the store may hold a registration of
+                        // `id` (a grant, or a script that ran after its reply was given up
+                        // on, as a hung server does when it resumes): drop it once the store
+                        // is back, unless the waiter holds the same id by then.
+                        if !matches!(result, Ok(ref a) if matches!(a.admission, Admission::Denied { .. })) {
+                            act.drop_registration(upstream, id, tokens, ctx);
                         }
                         return;
                     }
@@ -80,10 +82,13 @@ impl Coordinator {
                             }
                         }
                         Err(error) => {
-                            // The script may have run although its reply was lost: drop the
-                            // registration when the store is back, unless the waiter holds
-                            // the same id by then (then it is adopted).
-                            act.slots[upstream].outage.unreleased.insert(id);
+                            // In an outage the script may have run although its reply was
+                            // lost: drop the registration when the store is back, unless the
+                            // waiter holds the same id by then (then it is adopted). Any other
+                            // error is asked again with the same id, which is idempotent.
+                            if error.is_outage() {
+                                act.slots[upstream].outage.unreleased.insert(id);
+                            }
                             act.on_store_error(epoch, Some(upstream), "acquire", &error, ctx);
                         }
                     }

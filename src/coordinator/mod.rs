@@ -37,6 +37,20 @@ const BUDGET_GAUGES_EVERY: Duration = Duration::from_secs(1);
 /// How long a heartbeat counts.
 const HEARTBEAT_TTL: Duration = Duration::from_secs(3);
 
+/// How long to wait before each new attempt at a release that failed for a reason other than
+/// an outage (after the last, the permit's lease ends it).
+const FINISH_RETRIES: [Duration; 3] =
+    [Duration::from_millis(100), Duration::from_millis(400), Duration::from_millis(1_600)];
+
+/// A release to send (or send again).
+#[derive(Debug)]
+struct Release {
+    id: String,
+    wave: u64,
+    signal: WaveSignal,
+    token_delta: i64,
+}
+
 /// What this process knows of an upstream's shared state, from the last script replies.
 #[derive(Debug, Clone, Copy, Default)]
 struct LastShared {
@@ -160,6 +174,13 @@ impl Coordinator {
         token_delta: i64,
         ctx: &mut Context<Self>,
     ) {
+        self.release_attempt(upstream, Release { id, wave, signal, token_delta }, 0, ctx);
+    }
+
+    /// One attempt at a release: a store error that is not an outage is tried again a few
+    /// times, then left to the lease.
+    fn release_attempt(&mut self, upstream: usize, release: Release, attempt: u32, ctx: &mut Context<Self>) {
+        let Release { id, wave, signal, token_delta } = release;
         match self.shared_gate(upstream) {
             Some(gate) => {
                 let epoch = self.epoch;
@@ -184,6 +205,24 @@ impl Coordinator {
                         metrics::wave(name, status.state, status.limit, status.wave);
                         metrics::permits_in_flight(name, "fleet", status.in_flight as usize);
                         act.pump(upstream, ctx);
+                    }
+                    Err(error) if !error.is_outage() => {
+                        metrics::redis_error("finish", error.label());
+                        let name = act.slots[upstream].config.name().to_string();
+                        if attempt < FINISH_RETRIES.len() as u32 {
+                            tracing::warn!(upstream = %name, permit = %id, %error, attempt, "release failed; trying again");
+                            let again = Release { id, wave, signal, token_delta };
+                            ctx.run_later(FINISH_RETRIES[attempt as usize], move |act, ctx| {
+                                if act.mode == Mode::Shared {
+                                    act.release_attempt(upstream, again, attempt + 1, ctx);
+                                } else {
+                                    // The store went away meanwhile: the reconciliation drops it.
+                                    act.slots[upstream].outage.unreleased.insert(again.id);
+                                }
+                            });
+                        } else {
+                            tracing::error!(upstream = %name, permit = %id, %error, "release failed; its lease will end it");
+                        }
                     }
                     Err(error) => {
                         // The release may not have happened: drop the registration when the

@@ -48,7 +48,8 @@ struct Outcome {
     upstream: usize,
     reconciled: Reconciled,
     adopted: usize,
-    dropped: usize,
+    /// The registrations it dropped; any other one recorded meanwhile is dropped after it.
+    dropped: Vec<String>,
     carried_429: bool,
 }
 
@@ -182,7 +183,7 @@ impl Coordinator {
                     }
                     _ => false,
                 };
-                let (adopted, dropped) = (plan.adopt.len(), plan.drop.len());
+                let (adopted, dropped) = (plan.adopt.len(), plan.drop);
                 outcomes.push(Outcome { upstream: plan.upstream, reconciled, adopted, dropped, carried_429 });
             }
             Ok::<_, StoreError>(outcomes)
@@ -210,6 +211,7 @@ impl Coordinator {
         metrics::mode(Some(Mode::Fallback), Mode::Shared);
         self.epoch += 1;
         self.probe_backoff = PROBE_MIN;
+        let mut leftovers = Vec::new();
         for outcome in outcomes {
             let slot = &mut self.slots[outcome.upstream];
             for wave in slot.held.values_mut() {
@@ -218,23 +220,54 @@ impl Coordinator {
             tracing::info!(
                 upstream = %slot.config.name(),
                 adopted = outcome.adopted,
-                dropped = outcome.dropped,
+                dropped = outcome.dropped.len(),
                 carried_429 = outcome.carried_429,
                 granted_during_outage = slot.outage.granted,
                 shared_in_flight = outcome.reconciled.in_flight,
                 "reconciled with the shared store"
             );
-            metrics::reconciled(slot.config.name().as_str(), outcome.adopted, outcome.dropped, slot.outage.granted);
-            slot.outage = OutageBook::default();
+            metrics::reconciled(
+                slot.config.name().as_str(),
+                outcome.adopted,
+                outcome.dropped.len(),
+                slot.outage.granted,
+            );
+            // Registrations recorded while the reconciliation ran (a stale reply that came in
+            // then) were not in its plan: drop them now, in shared mode.
+            let mut late = std::mem::take(&mut slot.outage).unreleased;
+            for id in &outcome.dropped {
+                late.remove(id);
+            }
+            late.retain(|id| !slot.held.contains_key(id));
+            leftovers.extend(late.into_iter().map(|id| (outcome.upstream, id)));
             slot.local = LocalGate::with_budgets(slot.config.wave().clone(), slot.config.budgets());
             slot.pumping = false;
             slot.blocked_until = None;
             slot.cooldown_until = None;
         }
         tracing::info!("shared store back: shared mode");
+        for (upstream, id) in leftovers {
+            self.drop_registration(upstream, id, 0, ctx);
+        }
         self.replay_deferred(ctx);
         for upstream in 0..self.slots.len() {
             self.pump(upstream, ctx);
+        }
+    }
+
+    /// The store may hold a registration of `id` that nobody here holds (a grant whose reply
+    /// came after a change of mode, a script that ran after its reply was given up on): in
+    /// fallback it goes on the list of registrations the reconciliation drops; in shared mode
+    /// it is released at once (giving back `tokens` reserved with it). A permit held here under
+    /// the same id is left alone (the reconciliation adopts it; its release removes it).
+    pub(super) fn drop_registration(&mut self, upstream: usize, id: String, tokens: u64, ctx: &mut Context<Self>) {
+        if self.mode == Mode::Shared && !self.reconciling {
+            if !self.slots[upstream].held.contains_key(&id) {
+                let refund = -i64::try_from(tokens).unwrap_or(i64::MAX);
+                self.release(upstream, id, 0, WaveSignal::Neutral, refund, ctx);
+            }
+        } else {
+            self.slots[upstream].outage.unreleased.insert(id);
         }
     }
 
