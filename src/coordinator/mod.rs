@@ -283,15 +283,40 @@ impl Coordinator {
         match self.shared_gate(upstream) {
             Some(gate) => {
                 let epoch = self.epoch;
+                let sent = ids.clone();
                 let call = async move { gate.renew(&ids, lease).await };
                 ctx.spawn(call.into_actor(self).map(move |result, act, ctx| match result {
-                    Ok(0) => {}
-                    Ok(again) => tracing::warn!(
-                        upstream = %act.slots[upstream].config.name(),
-                        again,
-                        "the store had lost permits whose calls still run; registered them again"
-                    ),
-                    Err(error) => act.on_store_error(epoch, Some(upstream), "renew", &error, ctx),
+                    Ok(again) => {
+                        // Registered again because the store no longer listed them: either it
+                        // lost them while their calls run, or their release reached it first
+                        // (a NOSCRIPT reload resends the renewal behind it). The latter must
+                        // not hold a slot for a lease.
+                        let (running, ended): (Vec<String>, Vec<String>) =
+                            again.into_iter().partition(|id| act.slots[upstream].held.contains_key(id));
+                        if !running.is_empty() {
+                            tracing::warn!(
+                                upstream = %act.slots[upstream].config.name(),
+                                again = running.len(),
+                                "the store had lost permits whose calls still run; registered them again"
+                            );
+                        }
+                        for id in ended {
+                            act.drop_registration(upstream, id, 0, ctx);
+                        }
+                    }
+                    Err(error) => {
+                        // The renewal may still run (a hung server resumes): any permit of it
+                        // that has ended by then would be registered again.
+                        let outage = error.is_outage();
+                        act.on_store_error(epoch, Some(upstream), "renew", &error, ctx);
+                        if outage {
+                            let held = &act.slots[upstream].held;
+                            let ended: Vec<String> = sent.into_iter().filter(|id| !held.contains_key(id)).collect();
+                            for id in ended {
+                                act.drop_registration(upstream, id, 0, ctx);
+                            }
+                        }
+                    }
                 }));
             }
             None => {

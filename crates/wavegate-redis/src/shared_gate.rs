@@ -221,16 +221,16 @@ impl SharedGate {
     }
 
     /// Extends the leases of `ids`, permits whose calls are still running (one call for the
-    /// batch); an id the store no longer lists is registered again. Returns how many were.
-    pub async fn renew(&self, ids: &[String], lease: Duration) -> Result<usize, StoreError> {
+    /// batch); an id the store no longer lists is registered again. Returns the ids that were
+    /// (the caller releases any whose call ended while the renewal was on its way).
+    pub async fn renew(&self, ids: &[String], lease: Duration) -> Result<Vec<String>, StoreError> {
         const COMMAND: &str = "renew";
         if ids.is_empty() {
-            return Ok(0);
+            return Ok(Vec::new());
         }
         let mut invocation = scripts().renew.prepare_invoke();
         invocation.key(&self.keys.script_keys()[..]).arg(duration_ms(lease)).arg(ids);
-        let renewed: i64 = self.store.invoke(COMMAND, &invocation).await?;
-        usize::try_from(renewed).map_err(|_| StoreError::unexpected(COMMAND, format!("negative count {renewed}")))
+        self.store.invoke(COMMAND, &invocation).await
     }
 
     /// After an outage: registers `adopt` (permits still in flight here) in the current wave
