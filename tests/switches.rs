@@ -2,10 +2,11 @@
 //! permit left behind by a command that ran after its reply was given up on, no cooldown
 //! forgotten by a switch, heartbeats and waiting-list places that outlive a hiccup.
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
-use wavegate::{Mode, Scheduler, UpstreamConfig};
+use wavegate::{Mode, Outcome, Scheduler, UpstreamConfig, WaveState};
 use wavegate_testkit::RedisServer;
+use wavegate_testkit::{Fault, FaultProxy};
 
 /// A fixed lease long enough that a leaked permit would still be there at the end of a test.
 fn fixed_lease(limit: u32) -> UpstreamConfig {
@@ -89,4 +90,117 @@ async fn a_release_refused_by_the_store_is_tried_again() {
         assert!(Instant::now() < deadline, "the refused release was never tried again");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// An empty restart of Redis during a cooldown: the cooldown this process carried into the
+/// fallback goes back into the shared wave, instead of the fleet starting again at the full
+/// limit in NORMAL a moment after the restart.
+#[actix::test]
+async fn an_empty_restart_does_not_forget_a_running_cooldown() {
+    let mut redis = RedisServer::start().expect("redis-server");
+    let upstream = UpstreamConfig::builder("llm").limit(4).max_wait(Duration::from_secs(2)).build().expect("config");
+    let scheduler = Scheduler::builder().upstream(upstream).redis(redis.url()).build().expect("scheduler");
+    let permit = scheduler.acquire("llm").await.expect("permit");
+    permit.report(Outcome::from_status(429, Some("10"), SystemTime::now()));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let cooling = scheduler.status("llm").await.expect("status");
+    assert_eq!((cooling.state, cooling.limit), (WaveState::Cooldown, 2), "{cooling:?}");
+
+    redis.kill().expect("kill -9");
+    wait_for_mode(&scheduler, Mode::Fallback, Duration::from_secs(3)).await;
+    redis.restart().expect("restart, empty");
+    wait_for_mode(&scheduler, Mode::Shared, Duration::from_secs(5)).await;
+    let shared = scheduler.status("llm").await.expect("status");
+    assert_eq!(shared.state, WaveState::Cooldown, "the restart forgot the cooldown: {shared:?}");
+    assert!(shared.limit <= 2, "the restart forgot the cut: {shared:?}");
+    assert!(shared.cooldown_remaining >= Duration::from_secs(5), "{shared:?}");
+    let started = Instant::now();
+    let early = scheduler.acquire("llm").await;
+    assert!(early.is_err(), "granted {:?} after the restart, inside the 10 s cooldown", started.elapsed());
+}
+
+/// One upstream whose key the store refuses (WRONGTYPE) at the reconciliation: the others go
+/// back to shared mode, and what the reconciled one used during the outage is charged once.
+#[actix::test]
+async fn one_upstream_the_store_refuses_does_not_keep_the_others_in_fallback() {
+    let redis = RedisServer::start().expect("redis-server");
+    let proxy = FaultProxy::start(redis.addr()).expect("fault proxy");
+    let llm = UpstreamConfig::builder("llm")
+        .limit(4)
+        .requests_per_minute(6, 10)
+        .max_wait(Duration::from_secs(2))
+        .build()
+        .expect("config");
+    let img = UpstreamConfig::builder("img").limit(4).build().expect("config");
+    let scheduler = Scheduler::builder().upstream(llm).upstream(img).redis(proxy.url()).build().expect("scheduler");
+    scheduler.acquire("llm").await.expect("permit").succeeded(); // 1 request charged in shared mode
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    proxy.set_fault(Fault::BlackHole);
+    for _ in 0..3 {
+        scheduler.acquire("llm").await.expect("a permit through the fallback").succeeded();
+    }
+    assert_eq!(scheduler.mode().await.expect("mode"), Mode::Fallback);
+    let mut con = redis.connection().expect("direct connection");
+    redis::cmd("SET").arg("wavegate:{img}:permits").arg("not a sorted set").exec(&mut con).expect("SET");
+    proxy.set_fault(Fault::None);
+    wait_for_mode(&scheduler, Mode::Shared, Duration::from_secs(5)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await; // more probes would charge again
+    let status = scheduler.status("llm").await.expect("status");
+    let (remaining, _) = status.budgets.requests.expect("a requests budget");
+    assert!((5..=7).contains(&remaining), "10 - 1 - 3 used during the outage should leave 6: {status:?}");
+}
+
+/// Two processes in wave 1; one's 429 cuts, the other's is late, and what that one learns
+/// from the reply (a 10 s shared cooldown runs) is carried into its fallback when Redis then
+/// goes away from it: it does not start again in NORMAL at its share.
+#[actix::test]
+async fn a_cooldown_learned_from_a_late_429_goes_on_in_the_fallback() {
+    let redis = RedisServer::start().expect("redis-server");
+    let proxy = FaultProxy::start(redis.addr()).expect("fault proxy");
+    let upstream = || UpstreamConfig::builder("llm").limit(4).max_wait(Duration::from_secs(1)).build().expect("config");
+    let a = Scheduler::builder().upstream(upstream()).redis(redis.url()).build().expect("scheduler");
+    let b = Scheduler::builder().upstream(upstream()).redis(proxy.url()).build().expect("scheduler");
+    let (pa, pb) = (a.acquire("llm").await.expect("permit"), b.acquire("llm").await.expect("permit"));
+    pa.report(Outcome::from_status(429, Some("10"), SystemTime::now()));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    pb.report(Outcome::from_status(429, Some("10"), SystemTime::now())); // late: same wave
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    proxy.set_fault(Fault::BlackHole);
+    wait_for_mode(&b, Mode::Fallback, Duration::from_secs(3)).await;
+    let status = b.status("llm").await.expect("status");
+    assert_eq!(status.state, WaveState::Cooldown, "the shared cooldown was forgotten: {status:?}");
+    let started = Instant::now();
+    let early = b.acquire("llm").await;
+    assert!(early.is_err(), "granted {:?} into a 10 s cooldown", started.elapsed());
+}
+
+/// A 429 of an older wave whose report fails (the store just went away) is late: it cuts
+/// nothing locally and nothing is carried into the shared wave at the reconciliation.
+#[actix::test]
+async fn a_late_429_whose_report_failed_does_not_cut_again() {
+    let redis = RedisServer::start().expect("redis-server");
+    let proxy = FaultProxy::start(redis.addr()).expect("fault proxy");
+    let upstream = UpstreamConfig::builder("llm")
+        .limit(4)
+        .cooldown_ladder([Duration::from_millis(500)])
+        .min_cooldown(Duration::from_millis(100))
+        .build()
+        .expect("config");
+    let scheduler = Scheduler::builder().upstream(upstream).redis(proxy.url()).build().expect("scheduler");
+    let (first, second) =
+        (scheduler.acquire("llm").await.expect("permit"), scheduler.acquire("llm").await.expect("permit"));
+    first.report(Outcome::from_status(429, None, SystemTime::now())); // wave 1 → 2, cooldown 0.5 s
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(scheduler.status("llm").await.expect("status").wave, 2);
+
+    proxy.set_fault(Fault::BlackHole);
+    second.report(Outcome::from_status(429, None, SystemTime::now())); // wave 1: late; its report times out
+    wait_for_mode(&scheduler, Mode::Fallback, Duration::from_secs(2)).await;
+    tokio::time::sleep(Duration::from_millis(800)).await; // the shared cooldown is over
+    proxy.set_fault(Fault::None);
+    wait_for_mode(&scheduler, Mode::Shared, Duration::from_secs(5)).await;
+    let status = scheduler.status("llm").await.expect("status");
+    assert_eq!(status.wave, 2, "a late 429 started a new shared wave: {status:?}");
 }

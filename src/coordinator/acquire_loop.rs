@@ -133,6 +133,7 @@ impl Coordinator {
                 slot.held.insert(id.clone(), wave);
                 if !fallback {
                     slot.last_shared.state = Some((state, limit));
+                    slot.last_shared.wave = wave;
                 }
                 if fallback {
                     slot.outage.granted += 1;

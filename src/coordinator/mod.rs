@@ -58,6 +58,8 @@ struct LastShared {
     cooldown_until: Option<Instant>,
     /// The last state and limit seen, if any.
     state: Option<(WaveState, u32)>,
+    /// The last shared wave seen (0: none yet).
+    wave: u64,
 }
 
 /// Book-keeping of one upstream during a fallback, for the reconciliation.
@@ -69,6 +71,9 @@ struct OutageBook {
     /// during the outage, releases that failed, grants whose reply came too late. (Any of
     /// them still held by then is adopted instead.)
     unreleased: HashSet<String>,
+    /// The fallback gate's wave when the outage began: the local number of the shared wave
+    /// then in force.
+    entry_wave: u64,
     /// A 429 cut the local wave during the outage, with the cooldown it asked for.
     rate_limited: Option<Option<Duration>>,
     /// Permits granted locally during the outage (usage to hand to the shared budgets).
@@ -189,10 +194,13 @@ impl Coordinator {
                 ctx.spawn(call.into_actor(self).map(move |result, act, ctx| match result {
                     Ok(finished) => {
                         let slot = &mut act.slots[upstream];
-                        if let Some(RateLimitEffect::Cut { cooldown, .. }) = finished.rate_limit {
-                            slot.last_shared.cooldown_until = Some(Instant::now() + cooldown);
+                        // Every reply says whether a shared cooldown runs, whoever started it
+                        // (a late 429's reply too): a fallback must carry it on.
+                        if finished.status.state == WaveState::Cooldown {
+                            slot.last_shared.cooldown_until = Some(Instant::now() + finished.status.cooldown_remaining);
                         }
                         slot.last_shared.state = Some((finished.status.state, finished.status.limit));
+                        slot.last_shared.wave = finished.status.wave;
                         if !finished.held {
                             // Its lease ended while the call ran: for a while the fleet could
                             // admit one more than the limit.
@@ -230,13 +238,20 @@ impl Coordinator {
                         act.slots[upstream].outage.unreleased.insert(id.clone());
                         act.on_store_error(epoch, Some(upstream), "finish", &error, ctx);
                         if act.mode == Mode::Fallback && matches!(signal, WaveSignal::RateLimited { .. }) {
-                            // The 429 that could not be reported still cools this process down.
+                            // The 429 that could not be reported still cools this process down,
+                            // once per shared wave: the permit's wave is the shared one; in the
+                            // fallback's numbering the shared wave at the switch is its first.
+                            // A 429 of an older shared wave is late and cuts nothing.
                             let now_ms = act.clock.now_ms();
                             let slot = &mut act.slots[upstream];
-                            let current = slot.local.status(now_ms).0.wave;
-                            slot.local.finish(&id, current, signal, now_ms);
-                            if let WaveSignal::RateLimited { retry_after } = signal {
-                                slot.outage.rate_limited = Some(retry_after);
+                            if wave >= slot.last_shared.wave {
+                                let local_wave = slot.outage.entry_wave;
+                                let report = slot.local.finish(&id, local_wave, signal, now_ms);
+                                if let (Some(RateLimitEffect::Cut { .. }), WaveSignal::RateLimited { retry_after }) =
+                                    (report.rate_limit, signal)
+                                {
+                                    slot.outage.rate_limited = Some(retry_after);
+                                }
                             }
                         }
                     }

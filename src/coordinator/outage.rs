@@ -134,13 +134,20 @@ impl Coordinator {
                 gate.machine_mut().restore(snapshot);
             }
             let lease_ms = duration_ms(slot.config.permit_ttl());
+            let shared_wave = slot.last_shared.wave;
             for (id, wave) in &mut slot.held {
-                *wave = gate.adopt(id, now_ms, lease_ms);
+                let local = gate.adopt(id, now_ms, lease_ms);
+                // A permit of an older shared wave stays older: its 429 is late here too.
+                *wave = if *wave < shared_wave { local.saturating_sub(1) } else { local };
             }
             // Keep what a failed call just recorded (a release or an acquire whose reply was lost).
             let unreleased = std::mem::take(&mut slot.outage.unreleased);
-            slot.outage =
-                OutageBook { registered: slot.held.keys().cloned().collect(), unreleased, ..OutageBook::default() };
+            slot.outage = OutageBook {
+                registered: slot.held.keys().cloned().collect(),
+                unreleased,
+                entry_wave: gate.machine().snapshot().wave,
+                ..OutageBook::default()
+            };
             slot.local = gate;
             slot.pumping = false;
             slot.wake_pending = false;
