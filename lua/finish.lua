@@ -51,7 +51,9 @@ redis.call('HDEL', KEYS[3], id)
 if held == 1 and channel ~= '' then
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - WAITING_TTL)
   local longest = redis.call('ZPOPMIN', KEYS[4])
-  if #longest > 0 then redis.call('PUBLISH', channel, longest[1]) end
+  -- The announcement is a courtesy: a user without channel rights (NOPERM) must not turn the
+  -- release into an error (the ZREM above has happened; the waiter's poll finds the slot).
+  if #longest > 0 then redis.pcall('PUBLISH', channel, longest[1]) end
 end
 local cooldown_ms = 0
 if s.state == 'COOLDOWN' then cooldown_ms = math.max(0, s.cooldown_until - now) end

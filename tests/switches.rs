@@ -204,3 +204,42 @@ async fn a_late_429_whose_report_failed_does_not_cut_again() {
     let status = scheduler.status("llm").await.expect("status");
     assert_eq!(status.wave, 2, "a late 429 started a new shared wave: {status:?}");
 }
+
+/// With an ACL user that has no channel rights, the release's `PUBLISH` is refused: the release
+/// itself must still succeed, and this process's own waiter is served at once, not by its poll.
+#[actix::test]
+async fn a_release_without_channel_rights_still_wakes_the_local_waiter_at_once() {
+    let redis = RedisServer::start().expect("redis-server");
+    let mut con = redis.connection().expect("direct connection");
+    redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("nochannels")
+        .arg("on")
+        .arg(">secret")
+        .arg("~*")
+        .arg("resetchannels")
+        .arg("+@all")
+        .exec(&mut con)
+        .expect("ACL SETUSER");
+    let url = format!("redis://nochannels:secret@127.0.0.1:{}/", redis.port());
+    let upstream = UpstreamConfig::builder("llm").limit(1).build().expect("config");
+    let scheduler = Scheduler::builder().upstream(upstream).redis(url).build().expect("scheduler");
+    let held = scheduler.acquire("llm").await.expect("permit");
+    let waiter = {
+        let scheduler = scheduler.clone();
+        actix::spawn(async move {
+            let permit = scheduler.acquire("llm").await.expect("the waiter's permit");
+            (Instant::now(), permit)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(600)).await; // past the waiter's first poll
+    let released = Instant::now();
+    held.succeeded();
+    let (granted, permit) = waiter.await.expect("waiter");
+    let took = granted.duration_since(released);
+    assert!(took < Duration::from_millis(100), "the waiter was served {took:?} after the release");
+    permit.succeeded();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(shared_members(&redis).is_empty(), "the release did not happen");
+    assert_eq!(scheduler.mode().await.expect("mode"), Mode::Shared);
+}
