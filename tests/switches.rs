@@ -243,3 +243,25 @@ async fn a_release_without_channel_rights_still_wakes_the_local_waiter_at_once()
     assert!(shared_members(&redis).is_empty(), "the release did not happen");
     assert_eq!(scheduler.mode().await.expect("mode"), Mode::Shared);
 }
+
+/// A process cut off from Redis for longer than a few heartbeats is still counted by the
+/// others: when Redis then dies for them too, their fallback shares still add up to the limit.
+#[actix::test]
+async fn a_process_cut_off_for_a_while_still_counts_in_the_others_shares() {
+    let mut redis = RedisServer::start().expect("redis-server");
+    let proxy = FaultProxy::start(redis.addr()).expect("fault proxy");
+    let upstream = || UpstreamConfig::builder("llm").limit(4).build().expect("config");
+    let a = Scheduler::builder().upstream(upstream()).redis(redis.url()).build().expect("scheduler");
+    let b = Scheduler::builder().upstream(upstream()).redis(proxy.url()).build().expect("scheduler");
+    a.acquire("llm").await.expect("permit").succeeded();
+    b.acquire("llm").await.expect("permit").succeeded();
+    tokio::time::sleep(Duration::from_millis(1_200)).await; // both heartbeats seen by both
+
+    proxy.set_fault(Fault::BlackHole);
+    wait_for_mode(&b, Mode::Fallback, Duration::from_secs(3)).await;
+    tokio::time::sleep(Duration::from_millis(4_500)).await; // longer than a few heartbeats
+    redis.kill().expect("kill -9");
+    wait_for_mode(&a, Mode::Fallback, Duration::from_secs(3)).await;
+    let (sa, sb) = (a.status("llm").await.expect("status"), b.status("llm").await.expect("status"));
+    assert!(sa.limit + sb.limit <= 4, "fallback shares {} + {} at limit 4", sa.limit, sb.limit);
+}

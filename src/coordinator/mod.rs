@@ -34,8 +34,11 @@ use waiters::{Waiter, Waiters};
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 /// How often the budget gauges are refreshed.
 const BUDGET_GAUGES_EVERY: Duration = Duration::from_secs(1);
-/// How long a heartbeat counts.
-const HEARTBEAT_TTL: Duration = Duration::from_secs(3);
+/// How long a process counts as live after its last heartbeat: much longer than the beat, so
+/// a process cut off from the store for a while (a partial outage, a long pause) is still
+/// counted by the others when they compute their fallback shares. A process that is gone for
+/// good makes the others' shares smaller (the safe side) for this long.
+const HEARTBEAT_TTL: Duration = Duration::from_secs(30);
 
 /// How long to wait before each new attempt at a release that failed for a reason other than
 /// an outage (after the last, the permit's lease ends it).
