@@ -265,3 +265,31 @@ async fn a_process_cut_off_for_a_while_still_counts_in_the_others_shares() {
     let (sa, sb) = (a.status("llm").await.expect("status"), b.status("llm").await.expect("status"));
     assert!(sa.limit + sb.limit <= 4, "fallback shares {} + {} at limit 4", sa.limit, sb.limit);
 }
+
+/// Fairness across processes: a process that has waited 11 s at the limit keeps its place on
+/// the waiting list (it keeps asking) and is served before one that has waited 0.5 s.
+#[actix::test]
+async fn a_long_waiting_process_keeps_its_place_on_the_waiting_list() {
+    let redis = RedisServer::start().expect("redis-server");
+    let upstream =
+        || UpstreamConfig::builder("llm").limit(1).max_wait(Duration::from_secs(20)).build().expect("config");
+    let build = || Scheduler::builder().upstream(upstream()).redis(redis.url()).build().expect("scheduler");
+    let (holder, patient, newcomer) = (build(), build(), build());
+    let held = holder.acquire("llm").await.expect("permit");
+    let wait = |scheduler: Scheduler| {
+        actix::spawn(async move {
+            let permit = scheduler.acquire("llm").await.expect("a permit");
+            let granted = Instant::now();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            permit.succeeded();
+            granted
+        })
+    };
+    let patient = wait(patient);
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let newcomer = wait(newcomer);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    held.succeeded();
+    let (patient, newcomer) = (patient.await.expect("patient"), newcomer.await.expect("newcomer"));
+    assert!(patient < newcomer, "the process that waited 0.5 s was served before the one that waited 11 s");
+}

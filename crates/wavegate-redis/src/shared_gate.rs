@@ -132,7 +132,7 @@ impl SharedGate {
         const COMMAND: &str = "acquire";
         let mut invocation = scripts().acquire.prepare_invoke();
         invocation
-            .key(&self.keys.script_keys()[..])
+            .key(&self.keys.waiting_script_keys()[..])
             .arg(&self.config_args[..])
             .arg(id)
             .arg(duration_ms(lease))
@@ -179,7 +179,7 @@ impl SharedGate {
         };
         let mut invocation = scripts().finish.prepare_invoke();
         invocation
-            .key(&self.keys.script_keys()[..])
+            .key(&self.keys.waiting_script_keys()[..])
             .arg(&self.config_args[..])
             .arg(id)
             .arg(wave)
