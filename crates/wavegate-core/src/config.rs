@@ -503,6 +503,7 @@ impl UpstreamConfigBuilder {
             ("breaker.open_for", self.breaker.open_for),
             ("retry_budget.ttl", self.retry_budget.ttl),
             ("backoff.base", self.backoff.base),
+            ("breaker.probe_timeout", self.breaker.probe_timeout),
         ] {
             if value.is_zero() {
                 return Err(zero_duration(field));
@@ -521,6 +522,7 @@ impl UpstreamConfigBuilder {
             ("max_cooldown", self.cooldown.max),
             ("breaker.window", self.breaker.window),
             ("breaker.open_for", self.breaker.open_for),
+            ("breaker.probe_timeout", self.breaker.probe_timeout),
             ("retry_budget.ttl", self.retry_budget.ttl),
             ("backoff.max", self.backoff.max),
         ] {
