@@ -293,3 +293,31 @@ async fn a_long_waiting_process_keeps_its_place_on_the_waiting_list() {
     let (patient, newcomer) = (patient.await.expect("patient"), newcomer.await.expect("newcomer"));
     assert!(patient < newcomer, "the process that waited 0.5 s was served before the one that waited 11 s");
 }
+
+/// The fallback's share of a requests budget starts with what this process used just before
+/// the switch: a switch (or a store that flaps) does not hand out a fresh burst.
+#[actix::test]
+async fn a_switch_to_fallback_does_not_refill_the_budgets() {
+    let redis = RedisServer::start().expect("redis-server");
+    let proxy = FaultProxy::start(redis.addr()).expect("fault proxy");
+    let upstream = UpstreamConfig::builder("llm")
+        .limit(10)
+        .requests_per_minute(60, 5)
+        .max_wait(Duration::from_millis(400))
+        .build()
+        .expect("config");
+    let scheduler = Scheduler::builder().upstream(upstream).redis(proxy.url()).build().expect("scheduler");
+    for _ in 0..5 {
+        scheduler.acquire("llm").await.expect("the burst, in shared mode").succeeded();
+    }
+    proxy.set_fault(Fault::BlackHole);
+    let mut granted = 0;
+    for _ in 0..3 {
+        if let Ok(permit) = scheduler.acquire("llm").await {
+            granted += 1;
+            permit.succeeded();
+        }
+    }
+    assert_eq!(scheduler.mode().await.expect("mode"), Mode::Fallback);
+    assert!(granted <= 1, "{granted} requests granted at once in the fallback after the burst was spent");
+}

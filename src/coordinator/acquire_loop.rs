@@ -135,6 +135,17 @@ impl Coordinator {
                     slot.last_shared.state = Some((state, limit));
                     slot.last_shared.wave = wave;
                 }
+                if slot.config.budgets() != wavegate_core::Budgets::default() {
+                    let now_ms = self.clock.now_ms();
+                    let (memory, most) = super::RECENT_GRANTS;
+                    let since = now_ms.saturating_sub(duration_ms(memory));
+                    while slot.recent_grants.front().is_some_and(|(at, _)| *at < since)
+                        || slot.recent_grants.len() >= most
+                    {
+                        slot.recent_grants.pop_front();
+                    }
+                    slot.recent_grants.push_back((now_ms, tokens));
+                }
                 if fallback {
                     slot.outage.granted += 1;
                     slot.outage.tokens += i64::try_from(tokens).unwrap_or(i64::MAX);

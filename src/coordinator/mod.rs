@@ -14,7 +14,7 @@ mod outage;
 mod pubsub;
 mod waiters;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, MessageResult, SpawnHandle, WrapFuture};
@@ -53,6 +53,10 @@ struct Release {
     signal: WaveSignal,
     token_delta: i64,
 }
+
+/// How far back this process's own grants are remembered for its next fallback's budgets (the
+/// budgets are per minute), and at most how many.
+const RECENT_GRANTS: (Duration, usize) = (Duration::from_secs(60), 4_096);
 
 /// What this process knows of an upstream's shared state, from the last script replies.
 #[derive(Debug, Clone, Copy, Default)]
@@ -106,6 +110,10 @@ struct Slot {
     cooldown_until: Option<Instant>,
     last_shared: LastShared,
     outage: OutageBook,
+    /// This process's grants (when, tokens reserved) over the last minute, in any mode, when
+    /// the upstream has rate budgets: a fallback gate starts with them charged, so each switch
+    /// does not hand out a fresh burst.
+    recent_grants: VecDeque<(u64, u64)>,
 }
 
 /// The coordinator actor.
@@ -147,6 +155,7 @@ impl Coordinator {
                 cooldown_until: None,
                 last_shared: LastShared::default(),
                 outage: OutageBook::default(),
+                recent_grants: VecDeque::new(),
             })
             .collect();
         let mode = if store.is_some() { Mode::Shared } else { Mode::Local };

@@ -119,6 +119,11 @@ impl Coordinator {
             let mut wave = slot.config.wave().clone();
             wave.base_limit = share;
             let mut gate = LocalGate::with_budgets(wave, slot.config.budgets().share(processes));
+            // What this process used lately is charged to its share, as it happened: a switch
+            // (or a flapping store) does not hand out a fresh burst.
+            for (at_ms, tokens) in &slot.recent_grants {
+                gate.charge(1, *tokens, *at_ms);
+            }
             let mut snapshot = gate.machine().snapshot();
             if let Some(until) = slot.last_shared.cooldown_until.filter(|until| *until > now) {
                 // A shared cooldown in force goes on here.
