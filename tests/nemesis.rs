@@ -419,7 +419,7 @@ fn nemesis() {
                         .filter(|m| {
                             // in fallback at some moment of the window
                             let left = l.modes.iter().find(|n| n.0 > m.0).map_or(u64::MAX, |n| n.0);
-                            left + SWITCH_WINDOW_MS >= t
+                            left.saturating_add(SWITCH_WINDOW_MS) >= t
                         })
                         .map(|m| m.2)
                         .max()
@@ -585,9 +585,9 @@ async fn serve_commands(scheduler: Scheduler) {
             Some("capacity") => {
                 let n: usize = words.next().and_then(|n| n.parse().ok()).unwrap_or(1);
                 let started = Instant::now();
-                let asks = (0..n).map(|_| scheduler.acquire("mock"));
-                let all = tokio::time::timeout(Duration::from_secs(3), futures_util::future::join_all(asks)).await;
-                let permits: Vec<_> = all.unwrap_or_default().into_iter().filter_map(Result::ok).collect();
+                let asks = (0..n).map(|_| tokio::time::timeout(Duration::from_secs(3), scheduler.acquire("mock")));
+                let answers = futures_util::future::join_all(asks).await;
+                let permits: Vec<_> = answers.into_iter().filter_map(|a| a.ok().and_then(Result::ok)).collect();
                 println!("CAPACITY got={} in_ms={}", permits.len(), started.elapsed().as_millis());
                 drop(permits);
             }
