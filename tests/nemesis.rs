@@ -4,6 +4,9 @@
 //! hole between one worker and Redis for 2 s. Then it checks, from the mock's own record of
 //! each call and from each process's mode timeline:
 //!
+//! Each call takes 100 ms at the mock, so the fleet is bound by the limit rather than by a shared
+//! CPU and the throughput check measures capacity.
+//!
 //! * with every process in shared mode (and no change of mode within 300 ms) at most `limit`
 //!   calls at once; with every process in fallback at most the sum of their shares, and the
 //!   shares sum to at most the limit; with some in fallback, at most the limit plus their
@@ -39,7 +42,7 @@ const PROCESSES: usize = 4;
 const CALLERS: usize = 25;
 const LIMIT: usize = 10;
 /// How long each call takes at the mock.
-const SERVICE: Duration = Duration::from_millis(40);
+const SERVICE: Duration = Duration::from_millis(100);
 /// A change of mode within this of a moment makes it a switching moment.
 const SWITCH_WINDOW_MS: u64 = 300;
 /// Faults begin after the first throughput window and end this long before the last one.
