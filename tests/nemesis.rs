@@ -89,8 +89,11 @@ struct Life {
 }
 
 impl Life {
+    /// Whether its calls can be at the mock at `t`: from its start until the calls it had
+    /// running when it was killed have ended there (the mock finishes them anyway).
     fn alive_at(&self, t: u64) -> bool {
-        self.spawned_ms <= t && self.killed_ms.is_none_or(|k| t < k)
+        let outlive = SERVICE.as_millis() as u64 + 100;
+        self.spawned_ms <= t && self.killed_ms.is_none_or(|k| t < k + outlive)
     }
 
     /// The mode at `t` (shared before the first report: a process starts in shared mode).
