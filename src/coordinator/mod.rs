@@ -47,11 +47,14 @@ const FINISH_RETRIES: [Duration; 3] =
 
 /// A release to send (or send again).
 #[derive(Debug)]
-struct Release {
+pub(super) struct Release {
     id: String,
     wave: u64,
     signal: WaveSignal,
     token_delta: i64,
+    /// Only a registration that may exist (no call ran under it here): finding nothing to
+    /// release is then no news.
+    registration_only: bool,
 }
 
 /// How far back this process's own grants are remembered for its next fallback's budgets (the
@@ -191,13 +194,13 @@ impl Coordinator {
         token_delta: i64,
         ctx: &mut Context<Self>,
     ) {
-        self.release_attempt(upstream, Release { id, wave, signal, token_delta }, 0, ctx);
+        self.release_attempt(upstream, Release { id, wave, signal, token_delta, registration_only: false }, 0, ctx);
     }
 
     /// One attempt at a release: a store error that is not an outage is tried again a few
     /// times, then left to the lease.
-    fn release_attempt(&mut self, upstream: usize, release: Release, attempt: u32, ctx: &mut Context<Self>) {
-        let Release { id, wave, signal, token_delta } = release;
+    pub(super) fn release_attempt(&mut self, upstream: usize, release: Release, attempt: u32, ctx: &mut Context<Self>) {
+        let Release { id, wave, signal, token_delta, registration_only } = release;
         match self.shared_gate(upstream) {
             Some(gate) => {
                 let epoch = self.epoch;
@@ -213,7 +216,7 @@ impl Coordinator {
                         }
                         slot.last_shared.state = Some((finished.status.state, finished.status.limit));
                         slot.last_shared.wave = finished.status.wave;
-                        if !finished.held {
+                        if !finished.held && !registration_only {
                             // Its lease ended while the call ran: for a while the fleet could
                             // admit one more than the limit.
                             tracing::warn!(upstream = %slot.config.name(), permit = %id, "permit released after its lease ended");
@@ -231,7 +234,7 @@ impl Coordinator {
                         let name = act.slots[upstream].config.name().to_string();
                         if attempt < FINISH_RETRIES.len() as u32 {
                             tracing::warn!(upstream = %name, permit = %id, %error, attempt, "release failed; trying again");
-                            let again = Release { id, wave, signal, token_delta };
+                            let again = Release { id, wave, signal, token_delta, registration_only };
                             ctx.run_later(FINISH_RETRIES[attempt as usize], move |act, ctx| {
                                 if act.mode == Mode::Shared {
                                     act.release_attempt(upstream, again, attempt + 1, ctx);

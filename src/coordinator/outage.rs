@@ -21,7 +21,7 @@ use actix::{ActorFutureExt, AsyncContext, Context, Handler, WrapFuture};
 use wavegate_core::{Clock, LocalGate, WaveSignal, WaveState, duration_ms};
 use wavegate_redis::{Reconciled, SharedGate, StoreError};
 
-use super::{Coordinator, HEARTBEAT_TTL, OutageBook};
+use super::{Coordinator, HEARTBEAT_TTL, OutageBook, Release};
 use crate::metrics;
 use crate::status::Mode;
 
@@ -342,8 +342,10 @@ impl Coordinator {
     pub(super) fn drop_registration(&mut self, upstream: usize, id: String, tokens: u64, ctx: &mut Context<Self>) {
         if self.mode == Mode::Shared && !self.reconciling {
             if !self.slots[upstream].held.contains_key(&id) {
-                let refund = -i64::try_from(tokens).unwrap_or(i64::MAX);
-                self.release(upstream, id, 0, WaveSignal::Neutral, refund, ctx);
+                let token_delta = -i64::try_from(tokens).unwrap_or(i64::MAX);
+                let release =
+                    Release { id, wave: 0, signal: WaveSignal::Neutral, token_delta, registration_only: true };
+                self.release_attempt(upstream, release, 0, ctx);
             }
         } else {
             self.slots[upstream].outage.unreleased.insert(id);
