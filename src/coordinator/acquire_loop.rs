@@ -56,6 +56,19 @@ impl Coordinator {
             let lease = slot.config.permit_ttl();
             if let Some(gate) = self.shared_gate(upstream) {
                 let slot = &mut self.slots[upstream];
+                if let Some((until, share)) = slot.rejoin_cap {
+                    let now = Instant::now();
+                    if now >= until {
+                        slot.rejoin_cap = None;
+                    } else if slot.held.len() >= share {
+                        // Just back from a fallback: the shared set does not hold the permits
+                        // of processes still in theirs yet, so stay within this process's share
+                        // until they are back too. A release here, or the end of it, asks again.
+                        self.retry_in(upstream, until - now, ctx);
+                        return;
+                    }
+                }
+                let slot = &mut self.slots[upstream];
                 slot.pumping = true;
                 slot.wake_pending = false;
                 let epoch = self.epoch;

@@ -113,6 +113,9 @@ struct Slot {
     cooldown_until: Option<Instant>,
     last_shared: LastShared,
     outage: OutageBook,
+    /// Just back in shared mode: until then, hold at most this many permits (the fallback's
+    /// share), while the other processes may still be in their fallback.
+    rejoin_cap: Option<(Instant, usize)>,
     /// This process's grants (when, tokens reserved) over the last minute, in any mode, when
     /// the upstream has rate budgets: a fallback gate starts with them charged, so each switch
     /// does not hand out a fresh burst.
@@ -159,6 +162,7 @@ impl Coordinator {
                 last_shared: LastShared::default(),
                 outage: OutageBook::default(),
                 recent_grants: VecDeque::new(),
+                rejoin_cap: None,
             })
             .collect();
         let mode = if store.is_some() { Mode::Shared } else { Mode::Local };

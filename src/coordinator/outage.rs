@@ -29,6 +29,9 @@ use crate::status::Mode;
 pub(super) const PROBE_MIN: Duration = Duration::from_millis(100);
 /// The longest wait between probes.
 const PROBE_MAX: Duration = Duration::from_secs(1);
+/// How long a process back in shared mode stays within its fallback share: the others' probes
+/// find the store within one probe interval, plus their reconciliation.
+const REJOIN_GRACE: Duration = Duration::from_millis(1_500);
 
 /// What one upstream's reconciliation sends.
 struct Plan {
@@ -319,6 +322,8 @@ impl Coordinator {
             let mut late = std::mem::take(&mut slot.outage).unreleased;
             late.retain(|id| !slot.held.contains_key(id));
             leftovers.extend(late.into_iter().map(|id| (upstream, id)));
+            let share = slot.local.machine().config().base_limit.get() as usize;
+            slot.rejoin_cap = Some((Instant::now() + REJOIN_GRACE, share));
             slot.local = LocalGate::with_budgets(slot.config.wave().clone(), slot.config.budgets());
             slot.pumping = false;
             slot.blocked_until = None;
