@@ -3,19 +3,19 @@
 -- KEYS[1] permits (zset)   KEYS[2] wave state (hash)   KEYS[3] permit waves (hash)
 -- KEYS[4] processes waiting at the limit (zset: since when)
 -- KEYS[5] the same processes (zset: when each last asked; see finish.lua)
--- ARGV[1..10] config (see read_config in wave.lua)
--- ARGV[11] permit id (client-chosen; an id already held is granted again, not twice, and
+-- ARGV[1..12] config (see read_config in wave.lua)
+-- ARGV[13] permit id (client-chosen; an id already held is granted again, not twice, and
 --          nothing is charged again)
--- ARGV[12] lease in ms
--- ARGV[13] tokens to reserve from the tokens budget (0 without one)
--- ARGV[14] the asking process's instance id, put on the waiting list when the limit is
+-- ARGV[14] lease in ms
+-- ARGV[15] tokens to reserve from the tokens budget (0 without one)
+-- ARGV[16] the asking process's instance id, put on the waiting list when the limit is
 --          reached (so a release wakes it) and taken off when it is granted; '' for none
 -- Reply: {1, wave, state, limit, in_flight}        granted
 --        {0, reason, wait_ms, in_flight}           denied: reason 'cooldown', 'at_limit',
 --                                                  'requests', 'tokens' or 'tokens_exceed_burst'
 -- The wave and the limit are checked first, then the budgets; all are charged together or not
 -- at all.
-if #ARGV ~= CONFIG_ARGS + 4 then return fail('acquire', 'expected 14 ARGV, got ' .. #ARGV) end
+if #ARGV ~= CONFIG_ARGS + 4 then return fail('acquire', 'expected ' .. (CONFIG_ARGS + 4) .. ' ARGV, got ' .. #ARGV) end
 local config = read_config(1)
 local id = ARGV[CONFIG_ARGS + 1]
 local lease = to_int(ARGV[CONFIG_ARGS + 2], 'lease')
@@ -35,16 +35,15 @@ if held_wave then
 end
 
 local in_flight = redis.call('ZCARD', KEYS[1])
+local denial, wait = wave_denial(s, now, in_flight)
 local result
-if s.state == 'COOLDOWN' then
-  result = { 0, 'cooldown', math.max(0, s.cooldown_until - now), in_flight }
-elseif in_flight >= s.limit then
-  if instance ~= '' then
+if denial then
+  if denial == 'at_limit' and instance ~= '' then
     -- The place is kept from the first ask (NX); asking again says the process still waits.
     redis.call('ZADD', KEYS[4], 'NX', now, instance)
     redis.call('ZADD', KEYS[5], now, instance)
   end
-  result = { 0, 'at_limit', 0, in_flight }
+  result = { 0, denial, wait, in_flight }
 elseif config.tokens and tokens > config.tokens.burst then
   result = { 0, 'tokens_exceed_burst', 0, in_flight }
 else

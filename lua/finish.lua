@@ -4,19 +4,19 @@
 -- KEYS[4] processes waiting at the limit (zset: since when)
 -- KEYS[5] the same processes (zset: when each last asked); one that has not asked for
 --         WAITING_TTL is taken off both, one that keeps asking keeps its place however long
--- ARGV[1..10] config (see read_config in wave.lua)
--- ARGV[11] permit id
--- ARGV[12] the wave the permit was issued in
--- ARGV[13] outcome: 'success', 'rate_limited' or 'neutral'
--- ARGV[14] Retry-After in ms for 'rate_limited', or '' when the provider gave none
--- ARGV[15] channel to PUBLISH to when a permit is freed, or '' for none: the message is the
+-- ARGV[1..12] config (see read_config in wave.lua)
+-- ARGV[13] permit id
+-- ARGV[14] the wave the permit was issued in
+-- ARGV[15] outcome: 'success', 'rate_limited' or 'neutral'
+-- ARGV[16] Retry-After in ms for 'rate_limited', or '' when the provider gave none
+-- ARGV[17] channel to PUBLISH to when a permit is freed, or '' for none: the message is the
 --          instance id of the process that has waited longest at the limit (taken off the
 --          list), so one process asks, not all; nothing is published when nobody waits
--- ARGV[16] tokens used beyond the reservation (negative: a refund), settled on the tokens budget
+-- ARGV[18] tokens used beyond the reservation (negative: a refund), settled on the tokens budget
 -- Reply: {held, effect, limit_before, limit, wave, state, cooldown_ms, changed_from, in_flight}
 --   held: 1 if the id was held; effect: 'cut', 'late' or 'none';
 --   changed_from: the state a success moved the machine out of, or ''.
-if #ARGV ~= CONFIG_ARGS + 6 then return fail('finish', 'expected 16 ARGV, got ' .. #ARGV) end
+if #ARGV ~= CONFIG_ARGS + 6 then return fail('finish', 'expected ' .. (CONFIG_ARGS + 6) .. ' ARGV, got ' .. #ARGV) end
 local config = read_config(1)
 local id = ARGV[CONFIG_ARGS + 1]
 local wave = to_int(ARGV[CONFIG_ARGS + 2], 'wave')
@@ -40,7 +40,7 @@ local limit_before = s.limit
 local effect = 'none'
 local changed_from = ''
 if outcome == 'success' then
-  changed_from = on_success(s, wave, redis.call('ZCARD', KEYS[1]), config) or ''
+  changed_from = on_success(s, wave, redis.call('ZCARD', KEYS[1]), now, config) or ''
 elseif outcome == 'rate_limited' then
   effect, limit_before = on_rate_limited(s, wave, now, retry_after, config)
 elseif outcome ~= 'neutral' then

@@ -38,14 +38,11 @@ local function budget(rate, burst)
   return { interval = interval, tolerance = burst * interval, burst = burst }
 end
 
--- The configuration, from ten ARGV entries starting at `at`: base limit, probe successes,
+-- The configuration, from twelve ARGV entries starting at `at`: base limit, probe successes,
 -- cooldown ladder (comma-separated ms), min cooldown ms, max cooldown ms, requests per minute,
 -- requests burst, tokens per minute, tokens burst (a rate of 0: no such budget), recovery
--- ('seed' or 'adaptive').
-local CONFIG_ARGS = 10
--- Successes at one below the ceiling (x the limit) before 'adaptive' tests it again
--- (wavegate-core's CEILING_HOLD).
-local CEILING_HOLD = 32
+-- ('seed' or 'adaptive'), the first and the longest re-test spacing in ms ('adaptive').
+local CONFIG_ARGS = 12
 local function read_config(at)
   local config = {
     base = to_int(ARGV[at], 'base limit'),
@@ -53,6 +50,8 @@ local function read_config(at)
     ladder = {},
     min_cooldown = to_int(ARGV[at + 3], 'min cooldown'),
     max_cooldown = to_int(ARGV[at + 4], 'max cooldown'),
+    retest_after = to_int(ARGV[at + 10], 'retest after'),
+    retest_max = to_int(ARGV[at + 11], 'retest max'),
   }
   for step in string.gmatch(ARGV[at + 2], '[^,]+') do
     table.insert(config.ladder, to_int(step, 'cooldown step'))
@@ -71,10 +70,16 @@ end
 
 local STATES = { NORMAL = true, COOLDOWN = true, PROBE = true, DEGRADED = true }
 
+-- NORMAL at the base limit, wave 1, nothing remembered (WaveMachine::new).
+local function fresh_state(config)
+  return { state = 'NORMAL', limit = config.base, wave = 1, cooldown_until = 0, successes = 0, step = 0,
+           threshold = config.base, ceiling = 0, good = 0, retest_at = 0, spacing = 0, on_trial = false }
+end
+
 -- Reads the state; a missing or unreadable hash starts over in NORMAL at the base limit.
 local function load_state(config)
   local v = redis.call('HMGET', KEYS[2], 'state', 'limit', 'wave', 'cooldown_until', 'successes', 'step', 'threshold',
-    'base', 'ceiling', 'resume')
+    'base', 'ceiling', 'good', 'retest_at', 'spacing', 'on_trial')
   local s = {
     state = v[1],
     limit = tonumber(v[2]),
@@ -84,15 +89,17 @@ local function load_state(config)
     step = tonumber(v[6]),
     threshold = tonumber(v[7]),
     ceiling = tonumber(v[9]) or 0,
-    resume = tonumber(v[10]) or 0,
+    good = tonumber(v[10]) or 0,
+    retest_at = tonumber(v[11]) or 0,
+    spacing = tonumber(v[12]) or 0,
+    on_trial = v[13] == '1',
   }
   if not STATES[s.state] or not s.limit or not s.wave or not s.cooldown_until
       or not s.successes or not s.step or not s.threshold then
     if v[1] then
       redis.log(redis.LOG_WARNING, 'wavegate: unreadable wave state in ' .. KEYS[2] .. ', starting over')
     end
-    return { state = 'NORMAL', limit = config.base, wave = 1, cooldown_until = 0, successes = 0,
-             step = 0, threshold = config.base, ceiling = 0, resume = 0 }
+    return fresh_state(config)
   end
   local stored_base = tonumber(v[8])
   if stored_base and stored_base ~= config.base and (s.state == 'NORMAL' or s.limit == stored_base) then
@@ -101,59 +108,80 @@ local function load_state(config)
   end
   s.limit = math.max(1, math.min(s.limit, config.base))
   s.threshold = math.max(1, math.min(s.threshold, config.base))
+  s.ceiling = math.min(s.ceiling, config.base)
+  s.good = math.min(s.good, config.base)
   return s
 end
 
 local function save_state(s, config)
   redis.call('HSET', KEYS[2], 'state', s.state, 'limit', s.limit, 'wave', s.wave,
     'cooldown_until', s.cooldown_until, 'successes', s.successes, 'step', s.step, 'threshold', s.threshold,
-    'base', config.base, 'ceiling', s.ceiling, 'resume', s.resume)
+    'base', config.base, 'ceiling', s.ceiling, 'good', s.good, 'retest_at', s.retest_at, 'spacing', s.spacing,
+    'on_trial', s.on_trial and 1 or 0)
 end
 
 -- COOLDOWN past its deadline becomes PROBE at limit 1. Returns true when it changed.
 local function poll(s, now)
   if s.state == 'COOLDOWN' and now >= s.cooldown_until then
     s.successes = 0
-    if s.resume > 0 then
-      -- A known-good limit: no need to probe from 1.
-      s.state = 'DEGRADED'
-      s.limit = s.resume
-      s.resume = 0
-    else
-      s.state = 'PROBE'
-      s.limit = 1
-    end
+    s.state = 'PROBE'
+    s.limit = 1
     return true
   end
   return false
 end
 
--- 'adaptive' in DEGRADED: slow start, growth only when used, the ceiling.
-local function adaptive_success(s, wave, in_flight, config)
-  if wave ~= s.wave or in_flight * 2 < s.limit then return nil end
+-- Why the wave refuses one more permit with `in_flight` held, and for how long (ms), or nil
+-- when it admits (WaveMachine::admit, after poll).
+local function wave_denial(s, now, in_flight)
+  if s.state == 'COOLDOWN' then return 'cooldown', math.max(0, s.cooldown_until - now) end
+  if in_flight >= s.limit then return 'at_limit', 0 end
+  return nil
+end
+
+-- 'adaptive' in NORMAL or DEGRADED: what held, slow start, growth only when used, the ceiling
+-- and its re-tests (WaveMachine::adaptive_success).
+local function adaptive_success(s, wave, in_flight, now, config)
+  if wave ~= s.wave then return nil end
+  s.on_trial = false
+  if in_flight * 2 < s.limit then return nil end
   s.successes = s.successes + 1
-  local holding = s.ceiling > 0 and s.limit + 1 == s.ceiling
-  local needed = s.limit
-  if holding then needed = s.limit * CEILING_HOLD end
-  if s.successes < needed then return nil end
+  if s.successes < s.limit then return nil end
+  -- A round: as many successes as the limit, while it was used.
   s.successes = 0
-  if s.ceiling > 0 and s.limit >= s.ceiling then s.ceiling = 0 end
+  if in_flight >= s.limit then
+    -- It held, fully used.
+    s.good = math.max(s.good, s.limit)
+  end
+  if s.ceiling > 0 and s.limit >= s.ceiling then
+    -- The limit that drew the last step back held this time: the capacity grew.
+    s.ceiling = 0
+    s.spacing = 0
+  end
+  if s.state == 'NORMAL' then return nil end
   local next_limit
   if s.limit < s.threshold then next_limit = math.min(s.limit * 2, s.threshold) else next_limit = s.limit + 1 end
-  if s.ceiling > 0 and not holding then next_limit = math.min(next_limit, s.ceiling - 1) end
-  s.limit = math.max(math.min(next_limit, config.base), s.limit)
+  if s.ceiling > 0 and next_limit >= s.ceiling then
+    -- Test the ceiling again only once its spacing has passed.
+    if now >= s.retest_at then next_limit = s.ceiling else next_limit = s.ceiling - 1 end
+  end
+  next_limit = math.max(math.min(next_limit, config.base), s.limit)
+  if next_limit == s.limit then return nil end
+  s.limit = next_limit
   if s.limit >= config.base then
+    -- Back at the base limit; a ceiling there is forgotten only once a round holds.
     s.state = 'NORMAL'
     s.step = 0
-    s.ceiling = 0
   end
   return 'DEGRADED'
 end
 
--- A success of a permit issued in `wave`, with `in_flight` permits held at the report (the
--- reporting one included). Returns the state left, or nil when nothing changed.
-local function on_success(s, wave, in_flight, config)
-  if config.adaptive and s.state == 'DEGRADED' then return adaptive_success(s, wave, in_flight, config) end
+-- A success of a permit issued in `wave` at `now`, with `in_flight` permits held at the report
+-- (the reporting one included). Returns the state left, or nil when nothing changed.
+local function on_success(s, wave, in_flight, now, config)
+  if config.adaptive and (s.state == 'DEGRADED' or s.state == 'NORMAL') then
+    return adaptive_success(s, wave, in_flight, now, config)
+  end
   if wave ~= s.wave then return nil end
   if s.state == 'PROBE' then
     s.successes = s.successes + 1
@@ -181,28 +209,40 @@ local function on_success(s, wave, in_flight, config)
   return nil
 end
 
--- A 429 of a permit issued in `wave`. Returns 'cut' (with the limit before) or 'late'.
+-- A 429 of a permit issued in `wave`. Returns 'cut' (with the limit before) or 'late'. A cut
+-- that leaves the state out of COOLDOWN is an 'adaptive' step back: nothing stops
+-- (WaveMachine::on_rate_limited).
 local function on_rate_limited(s, wave, now, retry_after_ms, config)
   poll(s, now)
   if wave ~= s.wave then return 'late', s.limit end
   local from = s.limit
-  if config.adaptive and s.state == 'DEGRADED' and s.limit > s.threshold then
-    -- Growing additively (or testing the ceiling) and hit: the ceiling is here. Step back by
-    -- one and resume there after the cooldown.
-    s.ceiling = s.limit
-    s.limit = math.max(s.limit - 1, 1)
-    s.resume = s.limit
-    s.step = 0
-  else
-    if s.state == 'NORMAL' then s.step = 0 else s.step = s.step + 1 end
-    if config.adaptive then s.ceiling = s.limit end
-    s.limit = math.max(1, math.floor(s.limit / 2))
-    s.threshold = s.limit
-    s.resume = 0
-  end
   s.wave = s.wave + 1
-  s.state = 'COOLDOWN'
   s.successes = 0
+  if config.adaptive and (s.state == 'NORMAL' or s.state == 'DEGRADED') and s.limit > s.good
+      and not s.on_trial then
+    -- A test above what held went too far: back to what held (or half, when nothing is known
+    -- yet); the rejected call alone waits; test again later, and later still after each
+    -- failed test.
+    s.ceiling = s.limit
+    if s.good > 0 then s.limit = s.good else s.limit = math.max(1, math.floor(s.limit / 2)) end
+    s.threshold = s.limit
+    s.state = 'DEGRADED'
+    if s.spacing == 0 then s.spacing = config.retest_after else s.spacing = math.min(s.spacing * 2, config.retest_max) end
+    s.retest_at = now + s.spacing
+    s.on_trial = true
+    return 'cut', from
+  end
+  -- The ladder climbs with each stop before NORMAL, unless a limit held since the last one (the
+  -- provider took a full load again: this stop is a first one).
+  if s.state == 'NORMAL' or (config.adaptive and s.good > 0) then s.step = 0 else s.step = s.step + 1 end
+  s.limit = math.max(1, math.floor(s.limit / 2))
+  s.threshold = s.limit
+  s.state = 'COOLDOWN'
+  s.ceiling = 0
+  s.good = 0
+  s.spacing = 0
+  s.retest_at = 0
+  s.on_trial = false
   local cooldown
   if retry_after_ms then
     cooldown = math.max(config.min_cooldown, math.min(retry_after_ms, config.max_cooldown))

@@ -2,8 +2,9 @@
 //! timeout → report the outcome → retry or finish.
 //!
 //! Each retry has one owner and an end:
-//! * a 429 is retried through a **new permit**, so it passes the shared cooldown like
-//!   everyone else; it ends with the call's total timeout;
+//! * a 429 is retried through a **new permit** once the provider's `Retry-After` (if any)
+//!   has passed for this call, so it also passes a shared cooldown like everyone else; it
+//!   ends with the call's total timeout;
 //! * a transient failure (502/503/504, connect, reset, timeout) is retried after exponential
 //!   backoff with full jitter (and not before a 503's `Retry-After`), at most `max_retries`
 //!   times, each retry withdrawn from the upstream's retry budget, all inside the total timeout;
@@ -230,7 +231,18 @@ where
         };
         permit.report(outcome);
         match outcome {
-            Outcome::RateLimited { .. } => {
+            Outcome::RateLimited { retry_after } => {
+                // The provider told this call when to come back: it alone waits that long
+                // (bounded like a cooldown), then asks for a new permit, which passes a shared
+                // cooldown if the 429 started one. A 429 that only stepped the limit back
+                // stops nobody else.
+                if let Some(after) = retry_after.map(|after| after.min(config.wave().cooldown.max())) {
+                    let until = Instant::now() + after;
+                    if until >= deadline {
+                        return Err(Error::DeadlinePassed { upstream: name(), attempts: log.attempts });
+                    }
+                    tokio::time::sleep_until(until.into()).await;
+                }
                 metrics::retry(config.name().as_str(), "rate_limited");
                 kind = AttemptKind::AfterRateLimit;
             }

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::future::join_all;
-use wavegate::core::{Backoff, BreakerConfig, ConfigError, RetryBudgetConfig, UpstreamConfigBuilder};
+use wavegate::core::{Backoff, BreakerConfig, ConfigError, Recovery, RetryBudgetConfig, UpstreamConfigBuilder};
 use wavegate::{Attempt, BuildError, Error, Outcome, Permit, Scheduler, UpstreamConfig, UpstreamStatus, WaveState};
 
 const MS: Duration = Duration::from_millis(1);
@@ -27,6 +27,12 @@ fn scheduler(config: UpstreamConfigBuilder) -> Scheduler {
 
 fn x() -> UpstreamConfigBuilder {
     UpstreamConfig::builder("x")
+}
+
+/// `x` with the seed's recovery: every 429 of the current wave stops everyone for a cooldown
+/// (the walk-through of DESIGN.md, which these tests check step by step).
+fn seed() -> UpstreamConfigBuilder {
+    x().recovery(Recovery::Seed)
 }
 
 fn status_outcome(code: u16) -> Outcome {
@@ -300,7 +306,7 @@ async fn other_client_errors_are_never_retried_and_release_their_permit() {
 
 /// A 429 with `Retry-After: retry_after` on the first attempt, a success on the second.
 async fn retried_after_rate_limit(retry_after: &'static str, min_cooldown: Duration, cooldown: Duration) {
-    let s = scheduler(x().min_cooldown(min_cooldown).max_wait(ms(2_000)).total_timeout(ms(3_000)));
+    let s = scheduler(seed().min_cooldown(min_cooldown).max_wait(ms(2_000)).total_timeout(ms(3_000)));
     let log = Arc::new(Mutex::new(Vec::<(Attempt, Instant)>::new()));
     let attempts = log.clone();
     let answer = s
@@ -339,6 +345,50 @@ async fn a_429_is_retried_through_a_new_permit_after_the_clamped_retry_after() {
 #[actix::test]
 async fn a_429_is_retried_after_its_retry_after_when_above_the_minimum() {
     retried_after_rate_limit("0.2", ms(50), ms(200)).await;
+}
+
+// The default recovery: the first 429 steps the limit back and stops nobody; the rejected
+// call alone waits its Retry-After, then retries through a new permit.
+#[actix::test]
+async fn by_default_a_429_steps_back_and_only_the_rejected_call_waits() {
+    let s = scheduler(x().limit(4).max_wait(ms(2_000)).total_timeout(ms(3_000)));
+    let rejected_at = Arc::new(Mutex::new(None::<Instant>));
+    let seen = rejected_at.clone();
+    let s2 = s.clone();
+    let rejected = actix::spawn(async move {
+        s2.call("x", move |attempt| {
+            let seen = seen.clone();
+            async move {
+                if attempt.number == 1 {
+                    *seen.lock().expect("lock") = Some(Instant::now());
+                    Err(Outcome::from_status(429, Some("0.3"), SystemTime::now()))
+                } else {
+                    Ok((attempt.number, attempt.wave, Instant::now()))
+                }
+            }
+        })
+        .await
+    });
+    let start = Instant::now();
+    while rejected_at.lock().expect("lock").is_none() {
+        assert!(start.elapsed() < ms(500), "the first attempt never ran");
+        tokio::time::sleep(MS).await;
+    }
+    tokio::time::sleep(ms(20)).await;
+    let st = status(&s).await;
+    assert_eq!((st.state, st.limit, st.wave), (WaveState::Degraded, 2, 2), "stepped back by half, no cooldown");
+    // Others are served at once, at the stepped-back limit.
+    let (other, took) = timed(s.acquire("x")).await;
+    let other = other.expect("no cooldown");
+    assert!(took < ms(50), "another caller waited {took:?}");
+    assert_eq!((other.state(), other.limit(), other.wave()), (WaveState::Degraded, 2, 2));
+    other.succeeded();
+    // The rejected call waited its own Retry-After (300 ms) before its second attempt.
+    let (number, wave, second_at) = rejected.await.expect("task").expect("retried");
+    let first_at = rejected_at.lock().expect("lock").expect("first attempt");
+    let gap = second_at - first_at;
+    assert_eq!((number, wave), (2, 2));
+    assert!(gap >= ms(300) && gap < ms(500), "retried {gap:?} after its 429 (Retry-After 300 ms)");
 }
 
 /// Acquires `n` permits at once, checks that the limit is exactly `n`, reports `n` successes.
@@ -565,7 +615,7 @@ async fn a_permit_dropped_without_a_report_releases_its_capacity() {
 // Walk-through step 5: a 429 in PROBE starts a new wave one step up the cooldown ladder.
 #[actix::test]
 async fn a_429_during_probe_starts_a_new_wave_one_ladder_step_up() {
-    let s = scheduler(x().limit(4).cooldown_ladder([ms(100), ms(250)]));
+    let s = scheduler(seed().limit(4).cooldown_ladder([ms(100), ms(250)]));
     let a = s.acquire("x").await.expect("A");
     a.report(status_outcome(429));
     let st = status(&s).await;
@@ -590,7 +640,7 @@ async fn a_429_during_probe_starts_a_new_wave_one_ladder_step_up() {
 #[actix::test]
 async fn rate_limits_never_open_the_breaker() {
     let breaker = BreakerConfig { failure_rate: 0.5, minimum_calls: 1, ..BreakerConfig::default() };
-    let s = scheduler(x().breaker(breaker));
+    let s = scheduler(seed().breaker(breaker));
     let permits: Vec<Permit> =
         join_all((0..3).map(|_| s.acquire("x"))).await.into_iter().map(|p| p.expect("permit")).collect();
     for permit in permits {
@@ -632,7 +682,7 @@ async fn callers_that_gave_up_do_not_fill_the_queue() {
 #[actix::test]
 async fn a_refused_waiter_is_told_the_rest_of_the_cooldown_and_never_zero() {
     let cooldown = ms(250);
-    let s = scheduler(x().limit(10).max_wait(ms(100)).cooldown_ladder([cooldown]));
+    let s = scheduler(seed().limit(10).max_wait(ms(100)).cooldown_ladder([cooldown]));
     let a = s.acquire("x").await.expect("A");
     let b = s.acquire("x").await.expect("B");
     let cut_at = Instant::now();
@@ -657,7 +707,7 @@ async fn a_refused_waiter_is_told_the_rest_of_the_cooldown_and_never_zero() {
 #[actix::test]
 async fn upstreams_are_independent() {
     let s = Scheduler::builder()
-        .upstream(UpstreamConfig::builder("a").limit(4).build().expect("valid"))
+        .upstream(UpstreamConfig::builder("a").limit(4).recovery(Recovery::Seed).build().expect("valid"))
         .upstream(UpstreamConfig::builder("b").limit(4).build().expect("valid"))
         .build()
         .expect("scheduler");

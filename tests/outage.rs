@@ -129,7 +129,16 @@ async fn a_script_flush_under_load_is_not_an_outage() {
 #[actix::test]
 async fn a_429_seen_during_the_outage_reaches_the_shared_wave() {
     let mut redis = RedisServer::start().expect("redis-server");
-    let scheduler = Scheduler::builder().upstream(upstream(8)).redis(redis.url()).build().expect("scheduler");
+    // The seed's recovery, so that one 429 starts a cooldown (the default steps back first).
+    let seed = UpstreamConfig::builder("llm")
+        .limit(8)
+        .renewed_lease(Duration::from_secs(3))
+        .max_wait(Duration::from_secs(5))
+        .cooldown_ladder([Duration::from_secs(2)])
+        .recovery(wavegate::core::Recovery::Seed)
+        .build()
+        .expect("valid config");
+    let scheduler = Scheduler::builder().upstream(seed).redis(redis.url()).build().expect("scheduler");
     scheduler.acquire("llm").await.expect("permit").succeeded();
     redis.kill().expect("kill -9");
     let permit = scheduler.acquire("llm").await.expect("a permit through the fallback");

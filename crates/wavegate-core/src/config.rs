@@ -191,6 +191,19 @@ pub enum ConfigError {
         /// The shortest lease accepted.
         min: Duration,
     },
+    /// The longest re-test spacing is below the first.
+    #[error(
+        "upstream `{upstream}`: the re-test spacing's max ({max:?}) is below its first step ({first:?}); \
+         raise the max or lower the first step in retest_spacing(..)"
+    )]
+    RetestMaxBelowFirst {
+        /// The upstream.
+        upstream: String,
+        /// The first spacing given.
+        first: Duration,
+        /// The max given.
+        max: Duration,
+    },
     /// A duration longer than wavegate accepts.
     #[error("upstream `{upstream}`: {field} ({value:?}) is longer than {max:?}; shorten it")]
     TooLong {
@@ -262,6 +275,7 @@ impl UpstreamConfig {
             total_timeout: None,
             fallback_limit: None,
             recovery: Recovery::default(),
+            retest: (WaveConfig::DEFAULT_RETEST_AFTER, WaveConfig::DEFAULT_RETEST_MAX),
             requests_per_minute: None,
             tokens_per_minute: None,
             queue_capacity: Self::DEFAULT_QUEUE_CAPACITY,
@@ -359,6 +373,7 @@ pub struct UpstreamConfigBuilder {
     total_timeout: Option<Duration>,
     fallback_limit: Option<u32>,
     recovery: Recovery,
+    retest: (Duration, Duration),
     requests_per_minute: Option<(u32, u32)>,
     tokens_per_minute: Option<(u32, u32)>,
     queue_capacity: usize,
@@ -441,6 +456,14 @@ impl UpstreamConfigBuilder {
         self.recovery = recovery;
         self
     }
+    /// [`Recovery::Adaptive`]: after a 429 steps the limit back, test the limit that drew it
+    /// again no sooner than `first` later, doubling the spacing after each failed test up to
+    /// `max`. Defaults 1 s and 8 s: each test costs one call one 429, and a capacity that grew
+    /// is found within about `max`.
+    pub fn retest_spacing(mut self, first: Duration, max: Duration) -> Self {
+        self.retest = (first, max);
+        self
+    }
     /// A requests-per-minute budget shared by the fleet: `per_minute` requests a minute, at
     /// most `burst` at once (GCRA, exact in every sliding window: at most `per_minute + burst`
     /// in any minute). None by default.
@@ -504,6 +527,7 @@ impl UpstreamConfigBuilder {
             ("retry_budget.ttl", self.retry_budget.ttl),
             ("backoff.base", self.backoff.base),
             ("breaker.probe_timeout", self.breaker.probe_timeout),
+            ("retest_spacing (first)", self.retest.0),
         ] {
             if value.is_zero() {
                 return Err(zero_duration(field));
@@ -525,6 +549,7 @@ impl UpstreamConfigBuilder {
             ("breaker.probe_timeout", self.breaker.probe_timeout),
             ("retry_budget.ttl", self.retry_budget.ttl),
             ("backoff.max", self.backoff.max),
+            ("retest_spacing (max)", self.retest.1),
         ] {
             if value > max {
                 return Err(ConfigError::TooLong { upstream: upstream(), field, value, max });
@@ -538,6 +563,13 @@ impl UpstreamConfigBuilder {
         }
         if self.cooldown.max < first {
             return Err(ConfigError::CooldownCapBelowFirstStep { upstream: upstream(), max: self.cooldown.max, first });
+        }
+        if self.retest.1 < self.retest.0 {
+            return Err(ConfigError::RetestMaxBelowFirst {
+                upstream: upstream(),
+                first: self.retest.0,
+                max: self.retest.1,
+            });
         }
         if self.cooldown.min > self.cooldown.max {
             return Err(ConfigError::CooldownMinAboveMax {
@@ -596,7 +628,14 @@ impl UpstreamConfigBuilder {
         }
         Ok(UpstreamConfig {
             name,
-            wave: WaveConfig { base_limit: limit, probe_successes, cooldown: self.cooldown, recovery: self.recovery },
+            wave: WaveConfig {
+                base_limit: limit,
+                probe_successes,
+                cooldown: self.cooldown,
+                recovery: self.recovery,
+                retest_after: self.retest.0,
+                retest_max: self.retest.1,
+            },
             permit_ttl: self.permit_ttl,
             renew_leases: self.renew_leases,
             call_timeout: self.call_timeout,
@@ -712,6 +751,9 @@ mod tests {
             (b().requests_per_minute(0, 5), "requests_per_minute (rate or burst) is 0"),
             (b().tokens_per_minute(1000, 0), "tokens_per_minute (rate or burst) is 0"),
             (b().probe_successes(0), "probe_successes is 0"),
+            (b().retest_spacing(Duration::ZERO, Duration::from_secs(1)), "retest_spacing (first) is zero"),
+            (b().retest_spacing(Duration::from_secs(2), Duration::from_secs(1)), "lower the first step"),
+            (b().retest_spacing(Duration::from_secs(1), Duration::from_secs(8 * 24 * 3600)), "is longer than"),
             (b().breaker(BreakerConfig { failure_rate: 1.5, ..Default::default() }), "within (0, 1]"),
             (b().breaker(BreakerConfig { failure_rate: f64::NAN, ..Default::default() }), "within (0, 1]"),
             (b().retry_budget(RetryBudgetConfig { ratio: -0.1, ..Default::default() }), "within [0, 1]"),

@@ -195,7 +195,7 @@ impl LocalGate {
         let (rate_limit, transition) = match signal {
             WaveSignal::Success => {
                 let in_flight = u32::try_from(self.ledger.len()).unwrap_or(u32::MAX);
-                (None, self.machine.on_success(wave, in_flight))
+                (None, self.machine.on_success(wave, in_flight, now_ms))
             }
             WaveSignal::RateLimited { retry_after } => {
                 (Some(self.machine.on_rate_limited(wave, now_ms, retry_after)), None)

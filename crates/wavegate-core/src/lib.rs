@@ -24,9 +24,15 @@
 //! let lease = config.permit_ttl().as_millis() as u64;
 //!
 //! let Admission::Granted { wave, .. } = gate.acquire("req-1", 0, lease) else { unreachable!() };
+//! // The first 429: the limit steps back by half; nobody else stops.
 //! gate.finish("req-1", wave, WaveSignal::RateLimited { retry_after: None }, 10);
 //! let (status, in_flight) = gate.status(10);
-//! assert_eq!((status.state, status.limit, in_flight), (WaveState::Cooldown, 5, 0));
+//! assert_eq!((status.state, status.limit, in_flight), (WaveState::Degraded, 5, 0));
+//! let Admission::Granted { wave, .. } = gate.acquire("req-2", 10, lease) else { unreachable!() };
+//! // Another 429 before any call succeeded at 5: a burst; the whole fleet cools down.
+//! gate.finish("req-2", wave, WaveSignal::RateLimited { retry_after: None }, 20);
+//! let (status, _) = gate.status(20);
+//! assert_eq!((status.state, status.limit), (WaveState::Cooldown, 2));
 //! # Ok::<(), wavegate_core::ConfigError>(())
 //! ```
 
@@ -58,8 +64,7 @@ pub use outcome::{Outcome, Transient, TransportError};
 pub use retry_after::{RetryAfterError, parse_retry_after};
 pub use retry_budget::{RetryBudget, RetryBudgetConfig};
 pub use wave::{
-    Admission, CEILING_HOLD, DenyReason, RateLimitEffect, Recovery, Transition, WaveConfig, WaveMachine, WaveSnapshot,
-    WaveState,
+    Admission, DenyReason, RateLimitEffect, Recovery, Transition, WaveConfig, WaveMachine, WaveSnapshot, WaveState,
 };
 
 // Re-exported so callers can name the RNG trait the backoff takes without a direct dependency.

@@ -49,6 +49,8 @@ pub struct SpecCase {
     pub tokens_per_minute: Option<(u32, u32)>,
     /// How the limit grows back.
     pub recovery: Recovery,
+    /// [`Recovery::Adaptive`]'s re-test spacing, first and longest, in milliseconds.
+    pub retest_ms: (u64, u64),
     /// The steps, in order.
     pub steps: Vec<Step>,
 }
@@ -71,6 +73,8 @@ impl SpecCase {
                 max: Duration::from_millis(self.max_cooldown_ms),
             },
             recovery: self.recovery,
+            retest_after: Duration::from_millis(self.retest_ms.0),
+            retest_max: Duration::from_millis(self.retest_ms.1),
         }
     }
 }
@@ -394,8 +398,24 @@ fn case(name: &'static str, steps: Vec<Step>) -> SpecCase {
         requests_per_minute: None,
         tokens_per_minute: None,
         recovery: Recovery::Seed,
+        retest_ms: (200, 800),
         steps,
     }
+}
+
+/// With permits `p0 .. p{n-1}` held in `wave` at limit `n`, each finishes with success and is
+/// granted again at once, so the limit stays fully used: a round. The last grant sees the
+/// limit the round left, `after`, in `state` (the others see `state` too when the limit stays,
+/// DEGRADED when it grows).
+fn busy_round(n: usize, wave: u64, state: WaveState, after: u32) -> Vec<Step> {
+    let mut steps = Vec::new();
+    for (i, permit) in PERMITS[..n].iter().enumerate() {
+        steps.push(finish(permit, SpecSignal::Success));
+        let during = if after == n as u32 { state } else { WaveState::Degraded };
+        let (state, limit) = if i + 1 == n { (state, after) } else { (during, n as u32) };
+        steps.push(granted(permit, wave, state, limit));
+    }
+    steps
 }
 
 /// Every case of the specification.
@@ -612,81 +632,82 @@ pub fn cases() -> Vec<SpecCase> {
         },
         SpecCase {
             base_limit: 4,
-            probe_successes: 1,
             recovery: Recovery::Adaptive,
             ..case(
-                "adaptive: a hit while growing by one steps back by one and resumes there without PROBE",
+                "adaptive: the first 429 halves the limit and stops nobody; a 429 before any success there stops all",
                 vec![
                     granted("A", 1, Normal, 4),
+                    granted("B", 1, Normal, 4),
+                    // Nothing held yet: step back by half, a new wave, no cooldown.
                     finish("A", RateLimited(None)),
-                    status(Cooldown, 2, 2, 0),
-                    Step::Advance { ms: 110 },
-                    granted("B", 2, Probe, 1),
-                    finish("B", Success),
+                    status(Degraded, 2, 2, 1),
+                    // The same burst's 429 is late.
+                    finish("B", RateLimited(Some(50))),
                     status(Degraded, 2, 2, 0),
-                    // At the slow-start threshold (2): grow by one, below the ceiling (4).
                     granted("C", 2, Degraded, 2),
                     granted("D", 2, Degraded, 2),
-                    finish("C", Success),
+                    denied_at_limit("E"),
+                    // A 429 at the stepped-back limit before any call succeeded there: a burst,
+                    // so the fleet stops for the provider's Retry-After (300 ms).
+                    finish("C", RateLimited(Some(300))),
+                    status(Cooldown, 1, 3, 1),
+                    denied_cooldown("E"),
+                    Step::Advance { ms: 250 },
+                    denied_cooldown("E"),
                     finish("D", Success),
-                    status(Degraded, 3, 2, 0),
-                    // Hit at 3 while growing by one: the ceiling is 3; back to 2, no halving.
-                    granted("E", 2, Degraded, 3),
-                    finish("E", RateLimited(None)),
-                    status(Cooldown, 2, 3, 0),
-                    Step::Advance { ms: 110 },
-                    status(Degraded, 2, 3, 0),
-                    granted("F", 3, Degraded, 2),
-                    granted("G", 3, Degraded, 2),
-                    denied_at_limit("H"),
+                    Step::Advance { ms: 60 },
+                    status(Probe, 1, 3, 0),
                 ],
             )
         },
         SpecCase {
             base_limit: 8,
-            probe_successes: 1,
             recovery: Recovery::Adaptive,
-            ..case(
-                "adaptive: doubles up to the halved limit, and only a used limit grows",
-                vec![
-                    granted("A", 1, Normal, 8),
-                    finish("A", RateLimited(None)),
-                    status(Cooldown, 4, 2, 0),
-                    Step::Advance { ms: 110 },
-                    granted("B", 2, Probe, 1),
-                    finish("B", Success),
-                    status(Degraded, 2, 2, 0),
-                    // Limit 2, one call at a time: 1 × 2 ≥ 2, used; two successes double it.
-                    granted("C", 2, Degraded, 2),
-                    finish("C", Success),
-                    granted("D", 2, Degraded, 2),
-                    finish("D", Success),
-                    status(Degraded, 4, 2, 0),
-                    // Limit 4, one call at a time: 1 × 2 < 4, not used; no growth.
-                    granted("E", 2, Degraded, 4),
-                    finish("E", Success),
-                    granted("F", 2, Degraded, 4),
-                    finish("F", Success),
-                    granted("G", 2, Degraded, 4),
-                    finish("G", Success),
-                    granted("H", 2, Degraded, 4),
-                    finish("H", Success),
-                    granted("I", 2, Degraded, 4),
-                    finish("I", Success),
-                    status(Degraded, 4, 2, 0),
-                    // Used (four at once): four successes grow it by one (4 is the threshold).
-                    granted("p0", 2, Degraded, 4),
-                    granted("p1", 2, Degraded, 4),
-                    granted("p2", 2, Degraded, 4),
-                    granted("p3", 2, Degraded, 4),
-                    finish("p0", Success),
-                    finish("p1", Success),
-                    finish("p2", Success),
-                    granted("p4", 2, Degraded, 4),
-                    finish("p3", Success),
-                    status(Degraded, 5, 2, 1),
-                ],
-            )
+            ..case("adaptive: back to what held, re-tests spaced and backed off, a 429 at what held stops all", {
+                let mut steps: Vec<Step> = PERMITS[..8].iter().map(|p| granted(p, 1, Normal, 8)).collect();
+                // 8 is too many: half (nothing held yet), threshold 4, ceiling 8, re-test in 200 ms.
+                steps.push(finish("p0", RateLimited(None)));
+                steps.push(status(Degraded, 4, 2, 7));
+                steps.extend(PERMITS[1..8].iter().map(|p| finish(p, Neutral)));
+                steps.extend(PERMITS[..4].iter().map(|p| granted(p, 2, Degraded, 4)));
+                steps.push(denied_at_limit("over"));
+                // Fully used rounds: 4, 5 and 6 hold; growth by one from the threshold.
+                steps.extend(busy_round(4, 2, Degraded, 5));
+                steps.push(granted("p4", 2, Degraded, 5));
+                steps.extend(busy_round(5, 2, Degraded, 6));
+                steps.push(granted("p5", 2, Degraded, 6));
+                steps.extend(busy_round(6, 2, Degraded, 7));
+                steps.push(granted("p6", 2, Degraded, 7));
+                // One below the ceiling, before its re-test time: held at 7.
+                steps.extend(busy_round(7, 2, Degraded, 7));
+                steps.push(status(Degraded, 7, 2, 7));
+                steps.push(Step::Advance { ms: 210 });
+                // Re-test time: 8 is tried (the base: NORMAL, the ceiling still remembered).
+                steps.extend(busy_round(7, 2, Normal, 8));
+                steps.push(granted("p7", 2, Normal, 8));
+                // The test fails: back to 7, what held; no cooldown; spacing doubled (400 ms).
+                steps.push(finish("p7", RateLimited(Some(50))));
+                steps.push(status(Degraded, 7, 3, 7));
+                steps.push(denied_at_limit("over"));
+                // The calls of wave 2 end; wave 3's take their places.
+                for permit in &PERMITS[..7] {
+                    steps.push(finish(permit, Neutral));
+                    steps.push(granted(permit, 3, Degraded, 7));
+                }
+                steps.extend(busy_round(7, 3, Degraded, 7));
+                steps.push(Step::Advance { ms: 210 });
+                steps.extend(busy_round(7, 3, Degraded, 7));
+                steps.push(Step::Advance { ms: 200 });
+                steps.extend(busy_round(7, 3, Normal, 8));
+                steps.push(granted("p7", 3, Normal, 8));
+                // 8 holds a fully used round: what held is 8, the ceiling forgotten.
+                steps.extend(busy_round(8, 3, Normal, 8));
+                // A 429 at a limit that held: the provider says wait; everyone stops.
+                steps.push(finish("p0", RateLimited(None)));
+                steps.push(status(Cooldown, 4, 4, 7));
+                steps.push(denied_cooldown("over"));
+                steps
+            })
         },
         SpecCase {
             base_limit: 1,

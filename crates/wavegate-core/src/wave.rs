@@ -15,15 +15,21 @@
 //! * Only successes of permits issued in the current wave count towards recovery: a call that
 //!   started before the cut says nothing about the provider after it.
 //!
+//! [`Recovery::Adaptive`] (the default) keeps this skeleton but lets a 429 above the last
+//! limit that held step the limit back without a cooldown; see its documentation.
+//!
 //! The same machine runs in Lua (shared mode, inside Redis) and here (local mode); both are
-//! checked against the tables in [`spec`](crate::spec).
+//! checked against the tables in [`spec`](crate::spec) and against each other on random
+//! sequences (`crates/wavegate-redis/tests/twins.rs`).
 //!
 //! ```
 //! use std::num::NonZeroU32;
 //! use std::time::Duration;
-//! use wavegate_core::{Admission, WaveConfig, WaveMachine, WaveState};
+//! use wavegate_core::{Admission, Recovery, WaveConfig, WaveMachine, WaveState};
 //!
-//! let mut wave = WaveMachine::new(WaveConfig::new(NonZeroU32::new(10).unwrap()));
+//! let mut config = WaveConfig::new(NonZeroU32::new(10).unwrap());
+//! config.recovery = Recovery::Seed; // the seed's walk-through; see Recovery::Adaptive
+//! let mut wave = WaveMachine::new(config);
 //! let Admission::Granted { wave: w, .. } = wave.admit(0, 0) else { panic!() };
 //! wave.on_rate_limited(w, 0, None); // 10 → 5, COOLDOWN for 5 s
 //! wave.on_rate_limited(w, 0, None); // the same burst: ignored
@@ -85,17 +91,28 @@ impl fmt::Display for WaveState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum Recovery {
-    /// Exactly as the seed walks it: PROBE 1, then DEGRADED doubling 2 → 4 → 8 → … → base,
-    /// each after as many successes as the limit. A provider whose real capacity is below the
+    /// Exactly as the seed walks it: every 429 of the current wave halves the limit and stops
+    /// the fleet for a cooldown; PROBE 1, then DEGRADED doubling 2 → 4 → 8 → … → base, each
+    /// after as many successes as the limit. A provider whose real capacity is below the
     /// configured limit is hit again at every cycle.
     Seed,
-    /// Slow start with a memory: double up to the halved limit (the slow-start threshold),
-    /// then grow by one; count a success towards growth only when the limit is used
-    /// (in flight × 2 ≥ limit); remember the limit that drew the last 429 (the ceiling) and
-    /// hold one below it for [`CEILING_HOLD`] × limit successes before testing it again. A 429
-    /// while growing additively or testing the ceiling steps back by one (and resumes there
-    /// after the cooldown, without PROBE) instead of halving. The default: measured against
-    /// the seed's recovery in `docs/benchmarks.md` and `cargo run --example simulate`.
+    /// Learns a hidden capacity without stopping the fleet (the default).
+    ///
+    /// * A **step back**: a 429 above the last limit that held (a test of more capacity, or
+    ///   the first 429 ever) lowers the limit — to the last limit that held, or by half when
+    ///   none is known — and starts a new wave, but no cooldown: the rejected call alone waits
+    ///   its `Retry-After` and retries through a new permit.
+    /// * A **stop**: a 429 at or below the last limit that held, a 429 before any call
+    ///   succeeded at a limit just stepped back to (a burst), or one in PROBE halves the
+    ///   limit and stops the whole fleet for the cooldown (`Retry-After` or the ladder), as
+    ///   the seed does: the provider says "everyone wait" (a rate window, a capacity that fell).
+    /// * Growth: slow start (doubling) up to the threshold the last cut left, then by one;
+    ///   a success counts only while the limit is used (in flight × 2 ≥ limit); a limit
+    ///   "holds" once as many successes as the limit were seen with it fully used.
+    /// * Re-tests: after a step back the limit that drew the 429 (the ceiling) is tried
+    ///   again no sooner than [`retest_after`](WaveConfig::retest_after) later, and each
+    ///   failed test doubles the spacing up to [`retest_max`](WaveConfig::retest_max):
+    ///   capacity changes slowly, and each test costs one 429 of one call.
     #[default]
     Adaptive,
 }
@@ -110,10 +127,6 @@ impl Recovery {
     }
 }
 
-/// Successes at one below the ceiling (× the limit) before [`Recovery::Adaptive`] tests the
-/// ceiling again.
-pub const CEILING_HOLD: u32 = 32;
-
 /// The parameters of one upstream's wave machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WaveConfig {
@@ -125,11 +138,21 @@ pub struct WaveConfig {
     pub cooldown: CooldownPolicy,
     /// How the limit grows back. Default [`Recovery::Adaptive`].
     pub recovery: Recovery,
+    /// [`Recovery::Adaptive`]: how long after a step back the limit that drew the 429 may be
+    /// tested again. Default 1 s.
+    pub retest_after: Duration,
+    /// [`Recovery::Adaptive`]: the longest spacing between tests, which doubles after each
+    /// failed one. Default 8 s: a capacity that grew is found within about that.
+    pub retest_max: Duration,
 }
 
 impl WaveConfig {
     /// Default probe successes (3).
     pub const DEFAULT_PROBE_SUCCESSES: NonZeroU32 = NonZeroU32::new(3).expect("3 is not zero");
+    /// Default spacing of the first re-test after a step back (1 s).
+    pub const DEFAULT_RETEST_AFTER: Duration = Duration::from_secs(1);
+    /// Default longest spacing between re-tests (8 s).
+    pub const DEFAULT_RETEST_MAX: Duration = Duration::from_secs(8);
 
     /// The defaults around `base_limit`: 3 probe successes, the default cooldown ladder.
     pub fn new(base_limit: NonZeroU32) -> Self {
@@ -138,6 +161,8 @@ impl WaveConfig {
             probe_successes: Self::DEFAULT_PROBE_SUCCESSES,
             cooldown: CooldownPolicy::default(),
             recovery: Recovery::default(),
+            retest_after: Self::DEFAULT_RETEST_AFTER,
+            retest_max: Self::DEFAULT_RETEST_MAX,
         }
     }
 }
@@ -159,11 +184,20 @@ pub struct WaveSnapshot {
     pub step: u32,
     /// The limit the last cut left (the halved limit), kept for recovery policies.
     pub threshold: u32,
-    /// [`Recovery::Adaptive`]: the limit that drew the last 429, 0 when none is remembered.
+    /// [`Recovery::Adaptive`]: the limit that drew the last step back, 0 when none is
+    /// remembered; growth stops one below it until `retest_at_ms`.
     pub ceiling: u32,
-    /// [`Recovery::Adaptive`]: the limit to resume at, in DEGRADED, when the cooldown ends
-    /// (0: go through PROBE).
-    pub resume: u32,
+    /// [`Recovery::Adaptive`]: the highest limit that held (a full round of successes with
+    /// it fully used) since the last stop, 0 when none.
+    pub good: u32,
+    /// [`Recovery::Adaptive`]: when the ceiling may be tested again, in clock milliseconds.
+    pub retest_at_ms: u64,
+    /// [`Recovery::Adaptive`]: the current spacing between tests, in milliseconds (0: none
+    /// failed since the last stop).
+    pub spacing_ms: u64,
+    /// [`Recovery::Adaptive`]: the limit was just stepped back and no call of this wave has
+    /// succeeded yet; a 429 now is a burst and stops the fleet.
+    pub on_trial: bool,
 }
 
 /// The answer to "may one more permit be issued now?".
@@ -282,7 +316,10 @@ impl WaveMachine {
                 step: 0,
                 threshold: base,
                 ceiling: 0,
-                resume: 0,
+                good: 0,
+                retest_at_ms: 0,
+                spacing_ms: 0,
+                on_trial: false,
             },
         }
     }
@@ -302,15 +339,8 @@ impl WaveMachine {
         let s = &mut self.snapshot;
         if s.state == WaveState::Cooldown && now_ms >= s.cooldown_until_ms {
             s.successes = 0;
-            if s.resume > 0 {
-                // A known-good limit: no need to probe from 1.
-                s.state = WaveState::Degraded;
-                s.limit = s.resume;
-                s.resume = 0;
-            } else {
-                s.state = WaveState::Probe;
-                s.limit = 1;
-            }
+            s.state = WaveState::Probe;
+            s.limit = 1;
             return Some(Transition { from: WaveState::Cooldown, to: s.state, limit: s.limit });
         }
         None
@@ -332,11 +362,14 @@ impl WaveMachine {
         Admission::Granted { wave: s.wave, state: s.state, limit: s.limit }
     }
 
-    /// Records a successful call of a permit issued in `wave`, with `in_flight` permits held
-    /// at the report (the reporting one included; only [`Recovery::Adaptive`] uses it).
-    pub fn on_success(&mut self, wave: u64, in_flight: u32) -> Option<Transition> {
-        if self.config.recovery == Recovery::Adaptive && self.snapshot.state == WaveState::Degraded {
-            return self.adaptive_success(wave, in_flight);
+    /// Records a successful call of a permit issued in `wave` at `now_ms`, with `in_flight`
+    /// permits held at the report (the reporting one included; only [`Recovery::Adaptive`]
+    /// uses them).
+    pub fn on_success(&mut self, wave: u64, in_flight: u32, now_ms: u64) -> Option<Transition> {
+        if self.config.recovery == Recovery::Adaptive
+            && matches!(self.snapshot.state, WaveState::Normal | WaveState::Degraded)
+        {
+            return self.adaptive_success(wave, in_flight, now_ms);
         }
         let base = self.config.base_limit.get();
         let probe_successes = self.config.probe_successes.get();
@@ -377,66 +410,98 @@ impl WaveMachine {
         }
     }
 
-    /// [`Recovery::Adaptive`] in DEGRADED: slow start, growth only when used, the ceiling.
-    fn adaptive_success(&mut self, wave: u64, in_flight: u32) -> Option<Transition> {
+    /// [`Recovery::Adaptive`] in NORMAL or DEGRADED: what held, slow start, growth only when
+    /// used, the ceiling and its re-tests.
+    fn adaptive_success(&mut self, wave: u64, in_flight: u32, now_ms: u64) -> Option<Transition> {
         let base = self.config.base_limit.get();
         let s = &mut self.snapshot;
-        if wave != s.wave || in_flight.saturating_mul(2) < s.limit {
+        if wave != s.wave {
+            return None;
+        }
+        s.on_trial = false;
+        if in_flight.saturating_mul(2) < s.limit {
             return None;
         }
         s.successes += 1;
-        let holding = s.ceiling > 0 && s.limit.saturating_add(1) == s.ceiling;
-        let needed = if holding { s.limit.saturating_mul(CEILING_HOLD) } else { s.limit };
-        if s.successes < needed {
+        if s.successes < s.limit {
             return None;
         }
+        // A round: as many successes as the limit, while it was used.
         s.successes = 0;
+        if in_flight >= s.limit {
+            // It held, fully used.
+            s.good = s.good.max(s.limit);
+        }
         if s.ceiling > 0 && s.limit >= s.ceiling {
-            // The remembered ceiling held: forget it.
+            // The limit that drew the last step back held this time: the capacity grew.
             s.ceiling = 0;
+            s.spacing_ms = 0;
+        }
+        if s.state == WaveState::Normal {
+            return None;
         }
         let mut next = if s.limit < s.threshold { s.limit.saturating_mul(2).min(s.threshold) } else { s.limit + 1 };
-        if s.ceiling > 0 && !holding {
-            next = next.min(s.ceiling - 1);
+        if s.ceiling > 0 && next >= s.ceiling {
+            // Test the ceiling again only once its spacing has passed.
+            next = if now_ms >= s.retest_at_ms { s.ceiling } else { s.ceiling - 1 };
         }
-        s.limit = next.min(base).max(s.limit);
+        let next = next.min(base).max(s.limit);
+        if next == s.limit {
+            return None;
+        }
+        s.limit = next;
         if s.limit < base {
             return Some(Transition { from: WaveState::Degraded, to: WaveState::Degraded, limit: s.limit });
         }
+        // Back at the base limit; a ceiling there is forgotten only once a round holds.
         s.state = WaveState::Normal;
         s.step = 0;
-        s.ceiling = 0;
         Some(Transition { from: WaveState::Degraded, to: WaveState::Normal, limit: s.limit })
     }
 
     /// Records a 429 for a permit issued in `wave`, with the provider's `Retry-After` if any.
+    ///
+    /// A [`Cut`](RateLimitEffect::Cut) with a zero cooldown is a step back of
+    /// [`Recovery::Adaptive`]: the limit is lower, the wave new, and nothing stops.
     pub fn on_rate_limited(&mut self, wave: u64, now_ms: u64, retry_after: Option<Duration>) -> RateLimitEffect {
         self.poll(now_ms);
         let adaptive = self.config.recovery == Recovery::Adaptive;
+        let (retest_after, retest_max) = (duration_ms(self.config.retest_after), duration_ms(self.config.retest_max));
         let s = &mut self.snapshot;
         if wave != s.wave {
             return RateLimitEffect::Late { reported: wave, current: s.wave };
         }
         let from = s.limit;
-        if adaptive && s.state == WaveState::Degraded && s.limit > s.threshold {
-            // Growing additively (or testing the ceiling) and hit: the ceiling is here. Step
-            // back by one and resume there after the cooldown.
-            s.ceiling = s.limit;
-            s.limit = (s.limit - 1).max(1);
-            s.resume = s.limit;
-            s.step = 0;
-        } else {
-            s.step = if s.state == WaveState::Normal { 0 } else { s.step.saturating_add(1) };
-            if adaptive {
-                s.ceiling = s.limit;
-            }
-            s.limit = (s.limit / 2).max(1);
-            s.threshold = s.limit;
-            s.resume = 0;
-        }
         s.wave += 1;
-        s.state = WaveState::Cooldown;
         s.successes = 0;
+        let step_back =
+            adaptive && matches!(s.state, WaveState::Normal | WaveState::Degraded) && s.limit > s.good && !s.on_trial;
+        if step_back {
+            // A test above what held went too far: back to what held (or half, when nothing
+            // is known yet), the rejected call alone waits; test again later, and later still
+            // after each failed test.
+            s.ceiling = s.limit;
+            s.limit = if s.good > 0 { s.good } else { (s.limit / 2).max(1) };
+            s.threshold = s.limit;
+            s.state = WaveState::Degraded;
+            s.spacing_ms =
+                if s.spacing_ms == 0 { retest_after } else { s.spacing_ms.saturating_mul(2).min(retest_max) };
+            s.retest_at_ms = now_ms.saturating_add(s.spacing_ms);
+            s.on_trial = true;
+            return RateLimitEffect::Cut { from, to: s.limit, wave: s.wave, cooldown: Duration::ZERO };
+        }
+        // The ladder climbs with each stop before NORMAL, unless a limit held since the last
+        // one (the provider took a full load again: this stop is a first one).
+        let first = s.state == WaveState::Normal || (adaptive && s.good > 0);
+        s.step = if first { 0 } else { s.step.saturating_add(1) };
+        s.limit = (s.limit / 2).max(1);
+        s.threshold = s.limit;
+        s.state = WaveState::Cooldown;
+        s.ceiling = 0;
+        s.good = 0;
+        s.spacing_ms = 0;
+        s.retest_at_ms = 0;
+        s.on_trial = false;
         let cooldown = self.config.cooldown.duration(s.step, retry_after);
         s.cooldown_until_ms = now_ms.saturating_add(duration_ms(cooldown));
         RateLimitEffect::Cut { from, to: s.limit, wave: s.wave, cooldown }
@@ -448,6 +513,8 @@ impl WaveMachine {
         let base = self.config.base_limit.get();
         snapshot.limit = snapshot.limit.clamp(1, base);
         snapshot.threshold = snapshot.threshold.clamp(1, base);
+        snapshot.ceiling = snapshot.ceiling.min(base);
+        snapshot.good = snapshot.good.min(base);
         self.snapshot = snapshot;
     }
 }

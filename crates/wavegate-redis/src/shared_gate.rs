@@ -78,8 +78,8 @@ pub struct Reconciled {
 pub struct SharedGate {
     store: Store,
     keys: UpstreamKeys,
-    /// The ten config arguments every script but renew takes, rendered once.
-    config_args: [String; 10],
+    /// The twelve config arguments every script but renew takes, rendered once.
+    config_args: [String; 12],
     /// This process's instance id, put on the waiting list at the limit ('' for none).
     instance: String,
 }
@@ -108,6 +108,8 @@ impl SharedGate {
             tokens.to_string(),
             tokens_burst.to_string(),
             wave.recovery.as_str().to_string(),
+            duration_ms(wave.retest_after).to_string(),
+            duration_ms(wave.retest_max).to_string(),
         ];
         Self { store, keys, config_args, instance: String::new() }
     }

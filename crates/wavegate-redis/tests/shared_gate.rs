@@ -4,14 +4,24 @@
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use wavegate_core::{Admission, DenyReason, UpstreamConfig, WaveSignal, WaveState};
+use wavegate_core::{Admission, DenyReason, Recovery, UpstreamConfig, WaveSignal, WaveState};
 use wavegate_redis::{SharedGate, Store, StoreConfig};
 use wavegate_testkit::RedisServer;
 
 const LEASE: Duration = Duration::from_secs(30);
 
 async fn gate(server: &RedisServer, name: &str, limit: u32) -> SharedGate {
-    let upstream = UpstreamConfig::builder(name).limit(limit).build().expect("valid config");
+    gate_with(server, UpstreamConfig::builder(name).limit(limit)).await
+}
+
+/// A gate whose every 429 of the current wave stops the fleet (the seed's recovery), for the
+/// tests about cooldowns.
+async fn seed_gate(server: &RedisServer, name: &str, limit: u32) -> SharedGate {
+    gate_with(server, UpstreamConfig::builder(name).limit(limit).recovery(Recovery::Seed)).await
+}
+
+async fn gate_with(server: &RedisServer, builder: wavegate_core::UpstreamConfigBuilder) -> SharedGate {
+    let upstream = builder.build().expect("valid config");
     let store = Store::connect(StoreConfig::new(server.url())).await.expect("store");
     SharedGate::new(store, upstream.name(), upstream.wave())
 }
@@ -55,7 +65,7 @@ async fn releasing_an_unknown_id_breaks_nothing() {
 #[tokio::test]
 async fn fifty_simultaneous_429s_of_one_wave_cut_once() {
     let server = RedisServer::start().expect("redis-server");
-    let gate = gate(&server, "burst", 50).await;
+    let gate = seed_gate(&server, "burst", 50).await;
     let mut waves = Vec::new();
     for i in 0..50 {
         waves.push(granted_wave(gate.acquire(&format!("p{i}"), LEASE, 0).await.expect("acquire").admission));
@@ -194,12 +204,12 @@ async fn scripts_check_their_arguments() {
     let source = concat!(include_str!("../../../lua/wave.lua"), "\n", include_str!("../../../lua/acquire.lua"));
     let err =
         redis::cmd("EVAL").arg(source).arg(3).arg("a").arg("b").arg("c").arg("only-one").exec(&mut con).unwrap_err();
-    assert!(err.to_string().contains("expected 14 ARGV, got 1"), "{err}");
+    assert!(err.to_string().contains("expected 16 ARGV, got 1"), "{err}");
     let err = redis::cmd("EVAL")
         .arg(source)
         .arg(3)
         .arg(&["a", "b", "c"][..])
-        .arg(&["10", "3", "5000", "1000", "60000", "0", "0", "0", "0", "seed", "id", "-5", "0", ""][..])
+        .arg(&["10", "3", "5000", "1000", "60000", "0", "0", "0", "0", "seed", "1000", "8000", "id", "-5", "0", ""][..])
         .exec(&mut con)
         .unwrap_err();
     assert!(err.to_string().contains("lease must be a non-negative integer"), "{err}");
@@ -294,7 +304,7 @@ async fn a_raised_configured_limit_takes_effect() {
 #[tokio::test]
 async fn permits_adopted_during_a_cooldown_cannot_cut_the_same_burst_again() {
     let server = RedisServer::start().expect("redis-server");
-    let gate = gate(&server, "adopted", 10).await;
+    let gate = seed_gate(&server, "adopted", 10).await;
     let wave = granted_wave(gate.acquire("a", LEASE, 0).await.expect("acquire").admission);
     gate.finish("a", wave, WaveSignal::RateLimited { retry_after: None }, 0).await.expect("429");
     let reconciled = gate.reconcile(&["x".to_string()], &[], LEASE, (0, 0)).await.expect("reconcile");

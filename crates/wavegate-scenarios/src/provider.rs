@@ -2,10 +2,13 @@
 //!
 //! `GET /job/<id>` is served after the job's service time (see
 //! [`service_ms`](crate::protocol::service_ms)) while fewer than `capacity` calls are being
-//! served and the requests-per-minute budget (if any) allows it; otherwise it answers
-//! `429 Too Many Requests` with a `Retry-After` at once. The capacity is hidden: the clients
-//! only see the 429s. Every request is recorded (start, end, status) and written out when the
-//! runner says `DUMP path=FILE` on stdin; the process ends when its stdin closes.
+//! served and the requests-per-window budget (if any) allows it; otherwise it answers
+//! `429 Too Many Requests` at once, with a `Retry-After` unless configured without one (as
+//! nginx's `limit_conn` and many gateways answer). The capacity may change after a number of
+//! calls served (phases). The capacity is hidden from wavegate: only the oracle strategy reads
+//! the `X-Capacity` header every answer carries. Every request is recorded (start, end,
+//! status) and written out when the runner says `DUMP path=FILE` on stdin; the process ends
+//! when its stdin closes.
 
 use std::collections::VecDeque;
 use std::io::{BufRead, Write};
@@ -19,27 +22,41 @@ use tokio::net::{TcpListener, TcpStream};
 use crate::protocol::{field, now_us, service_ms};
 
 /// The provider's settings, read from the environment the runner sets.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ProviderConfig {
-    pub(crate) capacity: Option<usize>,
+    /// Calls served at once: `(served, capacity)` phases, from the call number `served` on;
+    /// empty for no cap. The first phase starts at 0.
+    pub(crate) capacity: Vec<(u64, usize)>,
+    /// At most this many calls admitted in any window of `window_s` seconds.
     pub(crate) rpm: Option<u32>,
+    /// The rate window, in seconds (60: requests per minute).
+    pub(crate) window_s: u64,
     pub(crate) service_ms: (u64, u64),
-    pub(crate) retry_after_s: u32,
+    /// The `Retry-After` of a capacity 429, in seconds; `None`: a plain 429 (and a rate 429
+    /// without one either).
+    pub(crate) retry_after_s: Option<u32>,
 }
 
 impl ProviderConfig {
     /// The environment variables that carry this configuration to the provider process.
     pub(crate) fn to_env(&self) -> Vec<(&'static str, String)> {
+        let phases = self.capacity.iter().map(|(from, cap)| format!("{from}:{cap}")).collect::<Vec<_>>().join(",");
         vec![
-            ("PROVIDER_CAPACITY", self.capacity.map_or(String::new(), |c| c.to_string())),
+            ("PROVIDER_CAPACITY", phases),
             ("PROVIDER_RPM", self.rpm.map_or(String::new(), |r| r.to_string())),
+            ("PROVIDER_WINDOW_S", self.window_s.to_string()),
             ("PROVIDER_SERVICE_MS", format!("{}-{}", self.service_ms.0, self.service_ms.1)),
-            ("PROVIDER_RETRY_AFTER", self.retry_after_s.to_string()),
+            ("PROVIDER_RETRY_AFTER", self.retry_after_s.map_or(String::new(), |r| r.to_string())),
         ]
     }
 
     fn from_env() -> Result<Self, String> {
-        let var = |name: &str| std::env::var(name).map_err(|_| format!("the provider needs {name}"));
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// Reads the configuration through `get` (the environment, or a table in tests).
+    fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
+        let var = |name: &str| get(name).ok_or_else(|| format!("the provider needs {name}"));
         let optional = |name: &str| -> Result<Option<u64>, String> {
             let value = var(name)?;
             if value.is_empty() { Ok(None) } else { value.parse().map(Some).map_err(|_| format!("{name}={value:?}")) }
@@ -47,12 +64,30 @@ impl ProviderConfig {
         let service = var("PROVIDER_SERVICE_MS")?;
         let (min, max) = service.split_once('-').ok_or_else(|| format!("PROVIDER_SERVICE_MS={service:?}"))?;
         let parse = |v: &str| v.parse::<u64>().map_err(|_| format!("PROVIDER_SERVICE_MS={service:?}"));
+        let phases = var("PROVIDER_CAPACITY")?;
+        let capacity = phases
+            .split(',')
+            .filter(|p| !p.is_empty())
+            .map(|phase| {
+                let (from, cap) = phase.split_once(':').ok_or_else(|| format!("PROVIDER_CAPACITY={phases:?}"))?;
+                Ok((
+                    from.parse().map_err(|_| format!("PROVIDER_CAPACITY={phases:?}"))?,
+                    cap.parse().map_err(|_| format!("PROVIDER_CAPACITY={phases:?}"))?,
+                ))
+            })
+            .collect::<Result<Vec<(u64, usize)>, String>>()?;
         Ok(Self {
-            capacity: optional("PROVIDER_CAPACITY")?.map(|c| c as usize),
+            capacity,
             rpm: optional("PROVIDER_RPM")?.map(|r| r as u32),
+            window_s: optional("PROVIDER_WINDOW_S")?.unwrap_or(60),
             service_ms: (parse(min)?, parse(max)?),
-            retry_after_s: var("PROVIDER_RETRY_AFTER")?.parse().map_err(|_| "PROVIDER_RETRY_AFTER".to_string())?,
+            retry_after_s: optional("PROVIDER_RETRY_AFTER")?.map(|r| r as u32),
         })
+    }
+
+    /// The capacity once `served` calls have been admitted.
+    pub(crate) fn capacity_at(&self, served: u64) -> Option<usize> {
+        self.capacity.iter().take_while(|(from, _)| *from <= served).last().map(|(_, cap)| *cap)
     }
 }
 
@@ -81,30 +116,45 @@ impl Request {
 struct State {
     /// Calls being served now (a 429 is answered at once and does not count).
     serving: usize,
-    /// Start times (µs) of the calls admitted in the last minute, for the rpm budget.
+    /// Calls admitted so far (for the capacity phases).
+    admitted: u64,
+    /// Start times (µs) of the calls admitted in the last window, for the rate budget.
     window: VecDeque<u64>,
     records: Vec<Request>,
 }
 
+/// Why a call was refused, and the `Retry-After` to send (seconds), if any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Refusal {
+    retry_after_s: Option<u64>,
+}
+
 impl State {
-    /// Admits a call at `now` or says how many seconds to wait.
-    fn admit(&mut self, config: &ProviderConfig, now: u64) -> Result<(), u64> {
-        const MINUTE_US: u64 = 60_000_000;
-        if config.capacity.is_some_and(|capacity| self.serving >= capacity) {
-            return Err(u64::from(config.retry_after_s));
+    /// Admits a call at `now` or refuses it.
+    fn admit(&mut self, config: &ProviderConfig, now: u64) -> Result<(), Refusal> {
+        if config.capacity_at(self.admitted).is_some_and(|capacity| self.serving >= capacity) {
+            return Err(Refusal { retry_after_s: config.retry_after_s.map(u64::from) });
         }
         if let Some(rpm) = config.rpm {
-            while self.window.front().is_some_and(|&t| t + MINUTE_US <= now) {
+            let window_us = config.window_s * 1_000_000;
+            while self.window.front().is_some_and(|&t| t + window_us <= now) {
                 self.window.pop_front();
             }
             if self.window.len() >= rpm as usize {
                 let oldest = self.window.front().copied().unwrap_or(now);
-                return Err((oldest + MINUTE_US - now).div_ceil(1_000_000).max(1));
+                let wait = (oldest + window_us - now).div_ceil(1_000_000).max(1);
+                return Err(Refusal { retry_after_s: config.retry_after_s.map(|_| wait) });
             }
             self.window.push_back(now);
         }
         self.serving += 1;
+        self.admitted += 1;
         Ok(())
+    }
+
+    /// The `X-Capacity` header's value: the capacity now, or `none`.
+    fn capacity(&self, config: &ProviderConfig) -> String {
+        config.capacity_at(self.admitted).map_or("none".to_string(), |c| c.to_string())
     }
 }
 
@@ -184,18 +234,25 @@ async fn answer(mut stream: TcpStream, config: &ProviderConfig, state: &Shared) 
         lock(state).records.push(Request { start, end: now_us(), status: 400 });
         return;
     };
-    let admitted = lock(state).admit(config, start);
+    let (admitted, capacity) = {
+        let mut state = lock(state);
+        let admitted = state.admit(config, start);
+        (admitted, state.capacity(config))
+    };
     let status = match admitted {
         Ok(()) => {
             tokio::time::sleep(Duration::from_millis(service_ms(job, config.service_ms))).await;
-            let reply = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\nX-Capacity: {capacity}\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+            );
             let _ = stream.write_all(reply.as_bytes()).await;
             lock(state).serving -= 1;
             200
         }
-        Err(retry_after) => {
+        Err(refusal) => {
+            let retry_after = refusal.retry_after_s.map_or(String::new(), |s| format!("Retry-After: {s}\r\n"));
             let reply = format!(
-                "HTTP/1.1 429 Too Many Requests\r\nRetry-After: {retry_after}\r\nContent-Length: 0\r\n\
+                "HTTP/1.1 429 Too Many Requests\r\n{retry_after}X-Capacity: {capacity}\r\nContent-Length: 0\r\n\
                  Connection: close\r\n\r\n"
             );
             let _ = stream.write_all(reply.as_bytes()).await;
@@ -211,27 +268,54 @@ mod tests {
     use super::*;
 
     fn config(capacity: Option<usize>, rpm: Option<u32>) -> ProviderConfig {
-        ProviderConfig { capacity, rpm, service_ms: (1, 1), retry_after_s: 1 }
+        ProviderConfig {
+            capacity: capacity.map(|c| vec![(0, c)]).unwrap_or_default(),
+            rpm,
+            window_s: 60,
+            service_ms: (1, 1),
+            retry_after_s: Some(1),
+        }
     }
+
+    const REFUSED: Result<(), Refusal> = Err(Refusal { retry_after_s: Some(1) });
 
     #[test]
     fn the_capacity_is_hidden_but_enforced() {
         let (config, mut state) = (config(Some(2), None), State::default());
         assert_eq!(state.admit(&config, 0), Ok(()));
         assert_eq!(state.admit(&config, 0), Ok(()));
-        assert_eq!(state.admit(&config, 0), Err(1));
+        assert_eq!(state.admit(&config, 0), REFUSED);
         state.serving -= 1;
         assert_eq!(state.admit(&config, 0), Ok(()));
     }
 
     #[test]
-    fn the_rpm_budget_is_a_sliding_minute() {
+    fn the_capacity_moves_with_the_calls_served_and_a_plain_429_has_no_retry_after() {
+        let config = ProviderConfig { capacity: vec![(0, 1), (2, 3)], retry_after_s: None, ..config(None, None) };
+        let mut state = State::default();
+        assert_eq!(state.admit(&config, 0), Ok(()));
+        assert_eq!(state.admit(&config, 0), Err(Refusal { retry_after_s: None }));
+        state.serving = 0;
+        assert_eq!(state.admit(&config, 0), Ok(()));
+        assert_eq!(state.capacity(&config), "3");
+        assert_eq!(state.admit(&config, 0), Ok(()));
+        assert_eq!(state.admit(&config, 0), Ok(()));
+        assert_eq!(state.admit(&config, 0), Err(Refusal { retry_after_s: None }));
+    }
+
+    #[test]
+    fn the_rpm_budget_is_a_sliding_window() {
         let (config, mut state) = (config(None, Some(2)), State::default());
         assert_eq!(state.admit(&config, 0), Ok(()));
         assert_eq!(state.admit(&config, 10_000_000), Ok(()));
         // The third call in the minute waits until the first leaves the window (60 s after it).
-        assert_eq!(state.admit(&config, 30_000_000), Err(30));
+        assert_eq!(state.admit(&config, 30_000_000), Err(Refusal { retry_after_s: Some(30) }));
         assert_eq!(state.admit(&config, 60_000_000), Ok(()));
+        let short = ProviderConfig { window_s: 10, ..config };
+        let mut state = State::default();
+        assert_eq!(state.admit(&short, 0), Ok(()));
+        assert_eq!(state.admit(&short, 0), Ok(()));
+        assert_eq!(state.admit(&short, 4_000_000), Err(Refusal { retry_after_s: Some(6) }));
     }
 
     #[test]
@@ -242,8 +326,11 @@ mod tests {
 
     #[test]
     fn the_configuration_round_trips_through_the_environment() {
-        let env = config(Some(8), None).to_env();
-        assert!(env.contains(&("PROVIDER_CAPACITY", "8".to_string())));
+        let config = ProviderConfig { capacity: vec![(0, 8), (100, 4)], ..config(None, None) };
+        let env = config.to_env();
+        assert!(env.contains(&("PROVIDER_CAPACITY", "0:8,100:4".to_string())));
         assert!(env.contains(&("PROVIDER_RPM", String::new())));
+        let get = |name: &str| env.iter().find(|(key, _)| *key == name).map(|(_, value)| value.clone());
+        assert_eq!(ProviderConfig::from_vars(get), Ok(config));
     }
 }

@@ -179,7 +179,7 @@ impl Row {
             .filter_map(|&id| result.jobs.get(id as usize).copied().flatten())
             .filter(|j| j.ok)
             .collect();
-        let ideal_ms: u64 = considered.iter().map(|&id| service[id as usize]).sum();
+        let considered_service: Vec<(u64, u64)> = considered.iter().map(|&id| (id, service[id as usize])).collect();
         let mut waits: Vec<f64> =
             succeeded.iter().map(|j| j.success_start.saturating_sub(j.start) as f64 / 1e6).collect();
         let attempts = result.requests.len();
@@ -196,7 +196,7 @@ impl Row {
             attempts,
             rate_limited: result.requests.iter().filter(|r| r.status == 429).count(),
             completion_s: result.completion_s(),
-            ideal_s: ideal_ms as f64 / 1000.0 / scenario.capacity as f64,
+            ideal_s: scenario.ideal_s(&considered_service, sizes.jobs),
             wait_p50_s: percentile(&mut waits, 50.0),
             wait_p99_s: percentile(&mut waits, 99.0),
             max_in_flight: max_in_flight(&result.requests, |_| true),
@@ -249,16 +249,88 @@ pub(crate) fn table(scenario: &Scenario, sizes: &Sizes, results: &[RunResult]) -
     }
     let ideal = rows.first().map_or(0.0, |r| r.ideal_s);
     let _ = writeln!(out);
+    let phases = scenario.capacity_phases(sizes.jobs);
+    let capacity = match phases.as_slice() {
+        [] => "no concurrency cap".to_string(),
+        [(_, cap)] => format!("provider capacity {cap} (hidden)"),
+        phases => format!(
+            "provider capacity (hidden) {}",
+            phases.iter().map(|(from, cap)| format!("{cap} from call {from}")).collect::<Vec<_>>().join(", ")
+        ),
+    };
+    let rate = scenario.rate.map_or(String::new(), |(calls, window)| format!(", at most {calls} calls per {window} s"));
     let _ = writeln!(
         out,
-        "provider capacity {} (hidden), wavegate limit {}, {} processes x {} callers; ideal completion {:.1} s \
-         (Σ service time ÷ capacity)",
-        scenario.capacity, scenario.limit, sizes.processes, sizes.callers, ideal
+        "{capacity}{rate}{}, wavegate limit {}, {} processes x {} callers; ideal completion {:.1} s \
+         (Σ service time ÷ capacity of its phase, or what the rate window lets through)",
+        if scenario.plain_429 { ", plain 429s (no Retry-After)" } else { "" },
+        scenario.limit,
+        sizes.processes,
+        sizes.callers,
+        ideal
     );
+    if let Some(oracle) = rows.iter().find(|r| r.strategy == "oracle").filter(|r| r.completion_s > 0.0) {
+        for row in rows.iter().filter(|r| r.strategy != "oracle") {
+            let _ = writeln!(
+                out,
+                "- {}: completion {:.2} × the oracle's",
+                row.strategy,
+                row.completion_s / oracle.completion_s
+            );
+        }
+    }
     for result in results {
         for note in notes(scenario, result) {
             let _ = writeln!(out, "- {}: {note}", result.strategy);
         }
+    }
+    out
+}
+
+/// The median of `values` (the lower middle for an even count); `None` when empty.
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len().saturating_sub(1) / 2).copied()
+}
+
+/// The medians over several runs of one scenario (each a row per strategy; a reference
+/// strategy may be in the first run only): completion over the oracle's of the same run, over
+/// the ideal, the 429 share, the success.
+pub(crate) fn medians(runs: &[Vec<Row>]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "medians of {} runs (ratios within each run):", runs.len());
+    let _ = writeln!(out);
+    let _ = writeln!(out, "| strategy | completion × oracle | × ideal | 429 share | success | queue wait p99 |");
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|");
+    let Some(first) = runs.first() else { return out };
+    for row in first {
+        let of = |f: &dyn Fn(&[Row], &Row) -> Option<f64>| {
+            median(
+                runs.iter()
+                    .filter_map(|run| run.iter().find(|r| r.strategy == row.strategy).and_then(|r| f(run, r)))
+                    .collect(),
+            )
+        };
+        let rounds = runs.iter().filter(|run| run.iter().any(|r| r.strategy == row.strategy)).count();
+        let oracle = of(&|run, r| {
+            let oracle = run.iter().find(|o| o.strategy == "oracle")?;
+            (oracle.completion_s > 0.0).then(|| r.completion_s / oracle.completion_s)
+        });
+        let ideal = of(&|_, r| Some(r.completion_s / r.ideal_s));
+        let share = of(&|_, r| Some(r.share_429_pct()));
+        let success = of(&|_, r| Some(r.success_pct()));
+        let p99 = of(&|_, r| r.wait_p99_s);
+        let _ = writeln!(
+            out,
+            "| {} ({rounds} run{}) | {} | {} | {} | {} | {} s |",
+            row.strategy,
+            if rounds == 1 { "" } else { "s" },
+            oracle.map_or("-".to_string(), |v| format!("{v:.2}")),
+            ideal.map_or("-".to_string(), |v| format!("{v:.2}")),
+            share.map_or("-".to_string(), |v| format!("{v:.2} %")),
+            success.map_or("-".to_string(), |v| format!("{v:.1} %")),
+            seconds(p99),
+        );
     }
     out
 }

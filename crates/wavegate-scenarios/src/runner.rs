@@ -15,7 +15,7 @@ use crate::cli::{self, Options, USAGE};
 use crate::protocol::{field, now_us, num};
 use crate::provider::{ProviderConfig, Request};
 use crate::redis_stats::{self, CommandStats};
-use crate::report::{self, Crash, JobDone, Mark, RedisUse, RunResult, StatusSample};
+use crate::report::{self, Crash, JobDone, Mark, RedisUse, Row, RunResult, StatusSample};
 use crate::scenario::{Event, Scenario, Sizes};
 use crate::strategy::{PENDING, Strategy};
 use crate::worker::{UPSTREAM, WorkerEnv};
@@ -66,8 +66,16 @@ fn run(options: &Options) -> Result<(), String> {
         sizes.retry_after_s,
         sizes.rpm.map_or(String::new(), |rpm| format!(", {rpm} requests per minute")),
     );
-    println!("strategies: {}", options.strategies.iter().map(|s| s.name).collect::<Vec<_>>().join(", "));
-    for strategy in &options.strategies {
+    let mut listed: Vec<&'static Strategy> = Vec::new();
+    for scenario in &options.scenarios {
+        for strategy in options.strategies_for(scenario) {
+            if !listed.iter().any(|s| s.name == strategy.name) {
+                listed.push(strategy);
+            }
+        }
+    }
+    println!("strategies: {}", listed.iter().map(|s| s.name).collect::<Vec<_>>().join(", "));
+    for strategy in &listed {
         println!("  {:<18} {}", strategy.name, strategy.summary);
     }
     for pending in PENDING {
@@ -75,23 +83,47 @@ fn run(options: &Options) -> Result<(), String> {
     }
     for scenario in &options.scenarios {
         let scenario_started = Instant::now();
+        let sizes = &sizes.for_scenario(scenario, options.quick);
+        let strategies = options.strategies_for(scenario);
         println!();
         println!("## {}: {}", scenario.name, scenario.title);
-        let mut results = Vec::new();
-        for strategy in &options.strategies {
-            let result = run_one(scenario, strategy, sizes)?;
-            eprintln!(
-                "  [{}] {} done in {:.1} s (wall, setup included)",
-                scenario.name,
-                strategy.name,
-                result.wall.as_secs_f64()
-            );
-            results.push(result);
+        println!(
+            "{} jobs of {}-{} ms; {}",
+            sizes.jobs,
+            sizes.service_ms.0,
+            sizes.service_ms.1,
+            strategies.iter().map(|s| s.name).collect::<Vec<_>>().join(", ")
+        );
+        let mut runs: Vec<Vec<Row>> = Vec::new();
+        let mut last = Vec::new();
+        for round in 1..=options.repeat {
+            let mut results = Vec::new();
+            for strategy in strategies.iter().filter(|s| round == 1 || !s.reference) {
+                let result = run_one(scenario, strategy, sizes)?;
+                eprintln!(
+                    "  [{} {round}/{}] {} done in {:.1} s (wall, setup included)",
+                    scenario.name,
+                    options.repeat,
+                    strategy.name,
+                    result.wall.as_secs_f64()
+                );
+                results.push(result);
+            }
+            println!();
+            if options.repeat > 1 {
+                println!("run {round} of {}:", options.repeat);
+                println!();
+            }
+            print!("{}", report::table(scenario, sizes, &results));
+            runs.push(results.iter().map(|r| Row::new(scenario, sizes, r)).collect());
+            last = results;
         }
-        println!();
-        print!("{}", report::table(scenario, sizes, &results));
+        if options.repeat > 1 {
+            println!();
+            print!("{}", report::medians(&runs));
+        }
         let picture = options.out.join(format!("scenario-{}.svg", scenario.name));
-        std::fs::write(&picture, svg::draw(scenario, sizes, &results))
+        std::fs::write(&picture, svg::draw(scenario, sizes, &last))
             .map_err(|e| format!("cannot write {}: {e}", picture.display()))?;
         println!();
         println!(
@@ -200,10 +232,11 @@ fn run_one(scenario: &Scenario, strategy: &'static Strategy, sizes: &Sizes) -> R
     let mut redis =
         if uses_redis { Some(RedisServer::start().map_err(|e| format!("redis-server: {e}"))?) } else { None };
     let provider_config = ProviderConfig {
-        capacity: Some(scenario.capacity),
-        rpm: sizes.rpm,
+        capacity: scenario.capacity_phases(sizes.jobs),
+        rpm: scenario.rate.map(|(calls, _)| calls).or(sizes.rpm),
+        window_s: scenario.rate.map_or(60, |(_, window)| window),
         service_ms: sizes.service_ms,
-        retry_after_s: sizes.retry_after_s,
+        retry_after_s: (!scenario.plain_429).then_some(sizes.retry_after_s),
     };
     let mut provider = Proc::spawn("provider", &provider_config.to_env(), PROVIDER, tx.clone())?;
     let line = wait_for(&rx, PROVIDER, "LISTENING", START_TIMEOUT, |_| {})?;
@@ -219,6 +252,10 @@ fn run_one(scenario: &Scenario, strategy: &'static Strategy, sizes: &Sizes) -> R
             limit: scenario.limit,
             lease: sizes.lease,
             poll_status: index == 0 && uses_redis,
+            index,
+            processes: sizes.processes,
+            oracle_capacity: scenario.capacity,
+            oracle_rate: scenario.rate,
         };
         let proc = Proc::spawn("worker", &env.to_env(), index, tx.clone())?;
         let pid = proc.pid();
@@ -250,8 +287,9 @@ fn run_one(scenario: &Scenario, strategy: &'static Strategy, sizes: &Sizes) -> R
         redis_use = Some(RedisUse { stats: CommandStats::default(), status_calls: 0, status_cost });
     }
 
-    let service = sizes.service_times();
-    let ideal = service.iter().sum::<u64>() as f64 / 1000.0 / scenario.capacity as f64;
+    let service: Vec<(u64, u64)> =
+        sizes.service_times().into_iter().enumerate().map(|(id, ms)| (id as u64, ms)).collect();
+    let ideal = scenario.ideal_s(&service, sizes.jobs);
     let deadline_after = Duration::from_secs_f64((ideal * 10.0).max(120.0));
     let t0 = now_us();
     let started = Instant::now();

@@ -22,37 +22,162 @@ pub(crate) struct Scenario {
     pub(crate) name: &'static str,
     /// One line on what it shows.
     pub(crate) title: &'static str,
-    /// Calls the provider serves at once; beyond that it answers 429 (hidden from wavegate).
+    /// Calls the provider serves at once at the start; beyond that it answers 429 (hidden from
+    /// wavegate).
     pub(crate) capacity: usize,
+    /// Later capacities: from this share of the jobs served on, this many at once.
+    pub(crate) phases: &'static [(f64, usize)],
+    /// A rate budget instead of (or besides) the capacity: this many calls in any window of
+    /// this many seconds; beyond it a 429 until the window frees a call.
+    pub(crate) rate: Option<(u32, u64)>,
+    /// The provider's 429s carry no `Retry-After` (as nginx's `limit_conn` answers).
+    pub(crate) plain_429: bool,
     /// The limit wavegate is configured with.
     pub(crate) limit: u32,
     pub(crate) event: Event,
+    /// The scenario's own job count and service time (the command line's win when given).
+    pub(crate) jobs: Option<u64>,
+    pub(crate) service_ms: Option<(u64, u64)>,
+    /// The strategies it runs when the command line names none (empty: all).
+    pub(crate) compare: &'static [&'static str],
 }
+
+/// The strategies compared in the capacity-learning scenarios: the floor, the default, the
+/// seed's recovery for reference.
+const LEARNING: &[&str] = &["oracle", "wavegate-adaptive", "wavegate-seed"];
+
+const BASE: Scenario = Scenario {
+    name: "",
+    title: "",
+    capacity: 8,
+    phases: &[],
+    rate: None,
+    plain_429: false,
+    limit: 10,
+    event: Event::Nothing,
+    jobs: None,
+    service_ms: None,
+    compare: &[],
+};
 
 /// Every scenario, in the order they run.
 pub(crate) const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "hidden-capacity",
         title: "the provider serves 8 at once; wavegate is configured with a limit of 10",
-        capacity: 8,
-        limit: 10,
-        event: Event::Nothing,
+        ..BASE
     },
     Scenario {
         name: "redis-outage",
         title: "Redis killed at 30 % of the jobs, restarted empty at 60 % (capacity = limit = 10)",
         capacity: 10,
-        limit: 10,
         event: Event::RedisOutage { kill_at: 0.3, restart_at: 0.6 },
+        ..BASE
     },
     Scenario {
         name: "worker-crash",
         title: "kill -9 of one worker at 50 % of the jobs (capacity = limit = 10)",
         capacity: 10,
-        limit: 10,
         event: Event::WorkerCrash { at: 0.5 },
+        ..BASE
+    },
+    Scenario {
+        name: "cap-20ms",
+        title: "(a) capacity 8 hidden behind limit 10, 20 ms calls, 429 + Retry-After: 1",
+        jobs: Some(10_000),
+        service_ms: Some((20, 20)),
+        compare: LEARNING,
+        ..BASE
+    },
+    Scenario {
+        name: "cap-200ms",
+        title: "(b) capacity 8 hidden behind limit 10, 200 ms calls, 429 + Retry-After: 1",
+        jobs: Some(2_000),
+        service_ms: Some((200, 200)),
+        compare: LEARNING,
+        ..BASE
+    },
+    Scenario {
+        name: "cap-plain-429",
+        title: "(c) capacity 8 hidden behind limit 10, 20 ms calls, a plain 429 (no Retry-After)",
+        plain_429: true,
+        jobs: Some(10_000),
+        service_ms: Some((20, 20)),
+        compare: LEARNING,
+        ..BASE
+    },
+    Scenario {
+        name: "cap-moves",
+        title: "(d) limit 16; capacity 8, then 4 from a third of the jobs, then 12 from two thirds; 20 ms calls",
+        limit: 16,
+        phases: &[(1.0 / 3.0, 4), (2.0 / 3.0, 12)],
+        jobs: Some(10_000),
+        service_ms: Some((20, 20)),
+        compare: LEARNING,
+        ..BASE
+    },
+    Scenario {
+        name: "rate-window",
+        title: "(e) no concurrency cap; 500 calls in any 10 s window, then 429 + Retry-After until it frees one",
+        capacity: 0,
+        rate: Some((500, 10)),
+        jobs: Some(2_000),
+        service_ms: Some((20, 20)),
+        compare: LEARNING,
+        ..BASE
+    },
+    Scenario {
+        name: "no-cap",
+        title: "(f) no hidden cap: the provider serves 16 at once, wavegate's limit is 10; 20 ms calls",
+        capacity: 16,
+        jobs: Some(10_000),
+        service_ms: Some((20, 20)),
+        compare: LEARNING,
+        ..BASE
     },
 ];
+
+impl Scenario {
+    /// The provider's capacity phases for a run of `jobs`: `(served, capacity)`, empty for
+    /// no cap.
+    pub(crate) fn capacity_phases(&self, jobs: u64) -> Vec<(u64, usize)> {
+        if self.capacity == 0 {
+            return Vec::new();
+        }
+        let mut phases = vec![(0, self.capacity)];
+        phases.extend(self.phases.iter().map(|(share, cap)| ((share * jobs as f64).round() as u64, *cap)));
+        phases
+    }
+
+    /// The capacity while job `id` of `jobs` is served (0: none).
+    pub(crate) fn capacity_for(&self, id: u64, jobs: u64) -> usize {
+        self.capacity_phases(jobs).iter().take_while(|(from, _)| *from <= id).last().map_or(0, |(_, cap)| *cap)
+    }
+
+    /// The most calls that can be served at once over the run, for the pictures' scale.
+    pub(crate) fn peak_capacity(&self) -> usize {
+        self.phases.iter().map(|(_, cap)| *cap).chain([self.capacity]).max().unwrap_or(0)
+    }
+
+    /// The best completion the provider allows for `service` (ms, in job order), in seconds:
+    /// each job's service time over the capacity of its phase (a fleet that always keeps the
+    /// provider full), and no sooner than the rate window lets the jobs through.
+    pub(crate) fn ideal_s(&self, service: &[(u64, u64)], jobs: u64) -> f64 {
+        let concurrency: f64 = service
+            .iter()
+            .map(|&(id, ms)| match self.capacity_for(id, jobs) {
+                0 => ms as f64 / 1000.0 / f64::from(self.limit),
+                cap => ms as f64 / 1000.0 / cap as f64,
+            })
+            .sum();
+        let rate = self.rate.map_or(0.0, |(calls, window_s)| {
+            let n = service.len() as u64;
+            let longest = service.iter().map(|&(_, ms)| ms).max().unwrap_or(0) as f64 / 1000.0;
+            (n.div_ceil(u64::from(calls)).saturating_sub(1) * window_s) as f64 + longest
+        });
+        concurrency.max(rate)
+    }
+}
 
 /// How big a run is.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,6 +194,10 @@ pub(crate) struct Sizes {
     pub(crate) rpm: Option<u32>,
     /// The `Retry-After` the provider sends with a 429, in seconds.
     pub(crate) retry_after_s: u32,
+    /// Whether the command line set the jobs (so a scenario's own count does not apply).
+    pub(crate) jobs_given: bool,
+    /// Whether the command line set the service time.
+    pub(crate) service_given: bool,
     /// wavegate's renewed permit lease.
     pub(crate) lease: Duration,
 }
@@ -84,7 +213,22 @@ impl Sizes {
             rpm: None,
             retry_after_s: 1,
             lease: Duration::from_secs(5),
+            jobs_given: false,
+            service_given: false,
         }
+    }
+
+    /// The sizes `scenario` runs with: its own job count (a tenth in a quick run) and service
+    /// time, unless the command line gave them.
+    pub(crate) fn for_scenario(&self, scenario: &Scenario, quick: bool) -> Self {
+        let mut sizes = self.clone();
+        if let (Some(jobs), false) = (scenario.jobs, self.jobs_given) {
+            sizes.jobs = if quick { (jobs / 10).max(1) } else { jobs };
+        }
+        if let (Some(service), false) = (scenario.service_ms, self.service_given) {
+            sizes.service_ms = service;
+        }
+        sizes
     }
 
     /// The smoke run: 2 processes × 25 callers, 200 jobs.

@@ -13,6 +13,8 @@ pub(crate) struct Strategy {
     /// One line on what it does.
     pub(crate) summary: &'static str,
     pub(crate) kind: Kind,
+    /// Run once for reference only, not in every round of `--repeat` (it is slow by design).
+    pub(crate) reference: bool,
 }
 
 /// How a strategy works.
@@ -28,6 +30,10 @@ pub(crate) enum Kind {
     Semaphore { per_process: usize, backoffs: &'static [Duration] },
     /// `wavegate::Scheduler::call` in shared mode (one Redis for the fleet).
     Wavegate { recovery: Recovery },
+    /// Knows the truth, no Redis: each process takes its static share of the provider's
+    /// capacity (and of its rate window), follows the capacity the provider announces in
+    /// `X-Capacity` on every answer, and retries a rare 429 at once through its limiter.
+    Oracle,
 }
 
 impl Kind {
@@ -49,9 +55,9 @@ pub(crate) enum Recovery {
     /// The seed's recovery as DESIGN.md walks it: PROBE at 1, then 2 → 4 → 8 → … → the
     /// configured limit (`wavegate::core::Recovery::Seed`).
     Seed,
-    /// The improved recovery (`wavegate::core::Recovery::Adaptive`, the library's default):
-    /// slow start up to the halved limit, then additive growth, growth only when the limit is
-    /// used, and a memory of the limit that drew the last 429.
+    /// The library's default (`wavegate::core::Recovery::Adaptive`): a 429 above the last
+    /// limit that held steps the limit back without stopping the fleet; a 429 at what held,
+    /// a burst or one in PROBE stops it; re-tests spaced in time and backed off.
     Adaptive,
 }
 
@@ -76,6 +82,7 @@ pub(crate) const STRATEGIES: &[Strategy] = &[
         summary: "per-request retries, exponential backoff with full jitter (0.5 s base, 8 s cap), 6 attempts, \
                   no coordination",
         kind: Kind::Naive { attempts: 6, base: Duration::from_millis(500), cap: Duration::from_secs(8) },
+        reference: false,
     },
     Strategy {
         name: "semaphore",
@@ -84,17 +91,27 @@ pub(crate) const STRATEGIES: &[Strategy] = &[
             per_process: 6,
             backoffs: &[Duration::from_millis(500), Duration::from_secs(1), Duration::from_secs(2)],
         },
+        reference: false,
     },
     Strategy {
         name: "wavegate-seed",
         summary: "wavegate, shared mode, the seed's recovery as DESIGN.md walks it (PROBE 1 → 2 → 4 → 8 → limit)",
         kind: Kind::Wavegate { recovery: Recovery::Seed },
+        reference: true,
+    },
+    Strategy {
+        name: "oracle",
+        summary: "knows the capacity (and the rate window) and follows it, a static share per process, no Redis: \
+                  the floor",
+        kind: Kind::Oracle,
+        reference: false,
     },
     Strategy {
         name: "wavegate-adaptive",
-        summary: "wavegate, shared mode, the improved recovery (Recovery::Adaptive: slow-start threshold, \
-                  additive growth when used, a ceiling remembered)",
+        summary: "wavegate, shared mode, the default recovery (Recovery::Adaptive: a 429 above what held steps \
+                  back without stopping the fleet, re-tests spaced in time)",
         kind: Kind::Wavegate { recovery: Recovery::Adaptive },
+        reference: false,
     },
 ];
 

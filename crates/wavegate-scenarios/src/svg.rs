@@ -28,7 +28,7 @@ pub(crate) fn draw(scenario: &Scenario, sizes: &Sizes, results: &[RunResult]) ->
     let height = HEADER + PANEL * results.len() as f64 + 34.0;
     let span = results.iter().map(RunResult::completion_s).fold(1.0, f64::max);
     let (span, step) = axis(span);
-    let y_max = f64::from(scenario.limit.max(scenario.capacity as u32)) * 2.0;
+    let y_max = f64::from(scenario.limit.max(scenario.peak_capacity() as u32)) * 2.0;
     let mut svg = String::new();
     let _ = writeln!(
         svg,
@@ -188,8 +188,10 @@ fn panel(
         t += step;
     }
     let mut labels = vec![(0.0, "0".to_string()), (y_max, format!("{y_max:.0}"))];
-    labels.push((scenario.capacity as f64, format!("{}", scenario.capacity)));
-    if f64::from(scenario.limit) != scenario.capacity as f64 {
+    for (_, cap) in scenario.capacity_phases(sizes.jobs) {
+        labels.push((cap as f64, format!("{cap}")));
+    }
+    if !scenario.capacity_phases(sizes.jobs).iter().any(|(_, cap)| *cap == scenario.limit as usize) {
         labels.push((f64::from(scenario.limit), format!("{}", scenario.limit)));
     }
     for (v, label) in labels {
@@ -217,13 +219,26 @@ fn panel(
         r#"<path d="{}" fill="none" stroke="{SERVED}" stroke-width="1.5"/>"#,
         steps(&served, bin_width, &y_of)
     );
-    // The hidden capacity.
-    let y = y_of(scenario.capacity as f64);
-    let _ = writeln!(
-        svg,
-        "<line x1=\"{LEFT}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"#888\" stroke-dasharray=\"4 3\"/>",
-        LEFT + plot_width
-    );
+    // The hidden capacity, phase by phase: a phase starts once the provider has admitted the
+    // last call of the one before (its own records).
+    let phases = scenario.capacity_phases(sizes.jobs);
+    if !phases.is_empty() {
+        let mut admitted: Vec<u64> = result.requests.iter().filter(|r| r.status == 200).map(|r| r.start).collect();
+        admitted.sort_unstable();
+        let mut path = String::new();
+        for (i, (from, cap)) in phases.iter().enumerate() {
+            let last_before = (*from as usize).saturating_sub(1);
+            let x = if i == 0 { LEFT } else { admitted.get(last_before).map_or(LEFT + plot_width, |t| x_at(*t)) };
+            let y = y_of(*cap as f64);
+            if i == 0 {
+                let _ = write!(path, "M{x:.1},{y:.1}");
+            } else {
+                let _ = write!(path, " H{x:.1} V{y:.1}");
+            }
+        }
+        let _ = write!(path, " H{:.1}", LEFT + plot_width);
+        let _ = writeln!(svg, "<path d=\"{path}\" fill=\"none\" stroke=\"#888\" stroke-dasharray=\"4 3\"/>");
+    }
     // wavegate's limit, as the poller saw it.
     if !result.status.is_empty() {
         let mut path = String::new();

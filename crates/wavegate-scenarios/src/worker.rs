@@ -27,6 +27,8 @@ pub(crate) const UPSTREAM: &str = "provider";
 const POLL_EVERY: Duration = Duration::from_millis(50);
 /// The longest one HTTP call may take.
 const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
+/// The oracle's attempts per job.
+const ORACLE_ATTEMPTS: u32 = 50;
 
 /// What the runner tells a worker through its environment.
 #[derive(Debug, Clone)]
@@ -39,6 +41,13 @@ pub(crate) struct WorkerEnv {
     pub(crate) lease: Duration,
     /// Whether this worker polls the scheduler's status and prints it.
     pub(crate) poll_status: bool,
+    /// This worker's place in the fleet, and the fleet's size (for the oracle's share).
+    pub(crate) index: usize,
+    pub(crate) processes: usize,
+    /// What the oracle knows at the start: the provider's capacity (0: none) and its rate
+    /// window (calls, seconds).
+    pub(crate) oracle_capacity: usize,
+    pub(crate) oracle_rate: Option<(u32, u64)>,
 }
 
 impl WorkerEnv {
@@ -51,6 +60,10 @@ impl WorkerEnv {
             ("WORKER_LIMIT", self.limit.to_string()),
             ("WORKER_LEASE_MS", self.lease.as_millis().to_string()),
             ("WORKER_POLL_STATUS", u8::from(self.poll_status).to_string()),
+            ("WORKER_INDEX", self.index.to_string()),
+            ("WORKER_PROCESSES", self.processes.to_string()),
+            ("WORKER_ORACLE_CAPACITY", self.oracle_capacity.to_string()),
+            ("WORKER_ORACLE_RATE", self.oracle_rate.map_or(String::new(), |(calls, s)| format!("{calls}/{s}"))),
         ]
     }
 
@@ -71,6 +84,19 @@ impl WorkerEnv {
             limit: parsed("WORKER_LIMIT")? as u32,
             lease: Duration::from_millis(parsed("WORKER_LEASE_MS")?),
             poll_status: parsed("WORKER_POLL_STATUS")? == 1,
+            index: parsed("WORKER_INDEX")? as usize,
+            processes: parsed("WORKER_PROCESSES")?.max(1) as usize,
+            oracle_capacity: parsed("WORKER_ORACLE_CAPACITY")? as usize,
+            oracle_rate: {
+                let rate = var("WORKER_ORACLE_RATE")?;
+                match rate.split_once('/') {
+                    Some((calls, seconds)) => Some((
+                        calls.parse().map_err(|_| format!("WORKER_ORACLE_RATE={rate:?}"))?,
+                        seconds.parse().map_err(|_| format!("WORKER_ORACLE_RATE={rate:?}"))?,
+                    )),
+                    None => None,
+                }
+            },
         })
     }
 }
@@ -137,6 +163,94 @@ enum Runner {
     Naive,
     Semaphore(Rc<Semaphore>),
     Wavegate(Scheduler),
+    Oracle(Rc<Oracle>),
+}
+
+/// This process's share of `total` among `processes` (the first ones take the remainder),
+/// at least 1.
+fn share_of(total: usize, index: usize, processes: usize) -> usize {
+    (total / processes + usize::from(index < total % processes)).max(1)
+}
+
+/// The oracle's limiter: its share of the capacity the provider announces, and of the rate
+/// window. Single-threaded (the worker's callers run on one actix system).
+struct Oracle {
+    index: usize,
+    processes: usize,
+    callers: usize,
+    share: Cell<usize>,
+    in_flight: Cell<usize>,
+    freed: tokio::sync::Notify,
+    /// Calls this process may start in any window, the window, and the recent starts.
+    rate: Option<(usize, Duration)>,
+    starts: std::cell::RefCell<std::collections::VecDeque<std::time::Instant>>,
+}
+
+impl Oracle {
+    fn new(env: &WorkerEnv) -> Self {
+        let share = if env.oracle_capacity == 0 {
+            env.callers
+        } else {
+            share_of(env.oracle_capacity, env.index, env.processes)
+        };
+        Self {
+            index: env.index,
+            processes: env.processes,
+            callers: env.callers,
+            share: Cell::new(share),
+            in_flight: Cell::new(0),
+            freed: tokio::sync::Notify::new(),
+            rate: env.oracle_rate.map(|(calls, seconds)| {
+                (share_of(calls as usize, env.index, env.processes), Duration::from_secs(seconds))
+            }),
+            starts: Default::default(),
+        }
+    }
+
+    /// Waits for a place in this process's share, then for room in its rate window.
+    async fn acquire(&self) {
+        loop {
+            if self.in_flight.get() < self.share.get() {
+                self.in_flight.set(self.in_flight.get() + 1);
+                break;
+            }
+            self.freed.notified().await;
+        }
+        if let Some((calls, window)) = self.rate {
+            loop {
+                let wait_until = {
+                    let now = std::time::Instant::now();
+                    let mut starts = self.starts.borrow_mut();
+                    while starts.front().is_some_and(|t| now.duration_since(*t) >= window) {
+                        starts.pop_front();
+                    }
+                    if starts.len() < calls {
+                        starts.push_back(now);
+                        None
+                    } else {
+                        starts.front().map(|oldest| *oldest + window)
+                    }
+                };
+                match wait_until {
+                    None => break,
+                    Some(until) => tokio::time::sleep_until(until.into()).await,
+                }
+            }
+        }
+    }
+
+    /// Gives the place back and follows the capacity the answer announced.
+    fn release(&self, reply: Option<&HttpReply>) {
+        self.in_flight.set(self.in_flight.get() - 1);
+        if let Some(capacity) = reply.and_then(|r| r.header("X-Capacity")) {
+            let share = match capacity.parse::<usize>() {
+                Ok(total) => share_of(total, self.index, self.processes),
+                Err(_) => self.callers,
+            };
+            self.share.set(share);
+        }
+        self.freed.notify_waiters();
+    }
 }
 
 async fn run(
@@ -148,6 +262,7 @@ async fn run(
     let runner = match &strategy.kind {
         Kind::Naive { .. } => Runner::Naive,
         Kind::Semaphore { per_process, .. } => Runner::Semaphore(Rc::new(Semaphore::new(*per_process))),
+        Kind::Oracle => Runner::Oracle(Rc::new(Oracle::new(&env))),
         Kind::Wavegate { recovery } => {
             let config =
                 strategy::configure(*recovery, env.limit, env.lease).build().map_err(|e| format!("config: {e}"))?;
@@ -304,6 +419,22 @@ async fn run_job(kind: &Kind, runner: &Runner, provider: SocketAddr, id: u64) ->
                 eprintln!("worker {}: job {id} failed: {error}", std::process::id());
             }
         }
+        (Kind::Oracle, Runner::Oracle(oracle)) => {
+            // A 429 is rare (a capacity that just fell): retried 5 ms later through the limiter.
+            for attempt in 1..=ORACLE_ATTEMPTS {
+                log.attempts = attempt;
+                oracle.acquire().await;
+                let sent = now_us();
+                let reply = get(provider, id).await;
+                oracle.release(reply.as_ref().ok());
+                if matches!(reply, Ok(ref r) if r.status == 200) {
+                    (log.ok, log.success_start) = (true, sent);
+                    break;
+                }
+                log.rate_limited += u32::from(matches!(reply, Ok(ref r) if r.status == 429));
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
         _ => unreachable!("the runner is built from the same strategy"),
     }
     log.end = now_us();
@@ -324,6 +455,10 @@ mod tests {
             limit: 10,
             lease: Duration::from_secs(5),
             poll_status: false,
+            index: 1,
+            processes: 4,
+            oracle_capacity: 8,
+            oracle_rate: Some((500, 10)),
         };
         let vars = env.to_env();
         let get = |k: &str| vars.iter().find(|(name, _)| *name == k).map(|(_, v)| v.as_str());
@@ -331,5 +466,7 @@ mod tests {
         assert_eq!(get("WORKER_LEASE_MS"), Some("5000"));
         assert_eq!(get("WORKER_REDIS_URL"), Some(""));
         assert_eq!(num::<u64>("GO t0=5", "t0"), Some(5));
+        assert_eq!(get("WORKER_ORACLE_RATE"), Some("500/10"));
+        assert_eq!((share_of(8, 0, 4), share_of(10, 1, 4), share_of(10, 2, 4), share_of(2, 3, 4)), (2, 3, 2, 1));
     }
 }

@@ -1,5 +1,5 @@
 //! A minimal HTTP/1.1 client for tests: one `GET`, `Connection: close`, the status and the
-//! `Retry-After` header back.
+//! headers back.
 
 use std::io;
 use std::net::SocketAddr;
@@ -15,8 +15,17 @@ pub struct HttpReply {
     pub status: u16,
     /// The `Retry-After` header, if any.
     pub retry_after: Option<String>,
+    /// Every header, names as sent, values trimmed.
+    pub headers: Vec<(String, String)>,
     /// The body.
     pub body: String,
+}
+
+impl HttpReply {
+    /// The first header called `name` (case-insensitive), if any.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
 }
 
 /// Sends `GET path` to `addr` and reads the whole reply, within `timeout`.
@@ -43,10 +52,13 @@ fn parse(raw: &[u8]) -> io::Result<HttpReply> {
         .nth(1)
         .and_then(|code| code.parse().ok())
         .ok_or_else(|| invalid("bad status line"))?;
-    let retry_after = lines
+    let headers: Vec<(String, String)> = lines
         .filter_map(|line| line.split_once(':'))
-        .find_map(|(name, value)| name.trim().eq_ignore_ascii_case("retry-after").then(|| value.trim().to_string()));
-    Ok(HttpReply { status, retry_after, body: body.to_string() })
+        .map(|(name, value)| (name.trim().to_string(), value.trim().to_string()))
+        .collect();
+    let retry_after =
+        headers.iter().find(|(name, _)| name.eq_ignore_ascii_case("retry-after")).map(|(_, value)| value.clone());
+    Ok(HttpReply { status, retry_after, headers, body: body.to_string() })
 }
 
 #[cfg(test)]
@@ -57,6 +69,7 @@ mod tests {
     fn parses_status_and_retry_after() {
         let reply = parse(b"HTTP/1.1 429 Too Many Requests\r\nretry-after: 3\r\n\r\n").expect("valid");
         assert_eq!((reply.status, reply.retry_after.as_deref()), (429, Some("3")));
+        assert_eq!(reply.header("Retry-After"), Some("3"));
         assert!(parse(b"garbage").is_err());
     }
 }
