@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
+use wavegate::core::Recovery;
 use wavegate::{Mode, Outcome, Scheduler, UpstreamConfig, WaveState};
 use wavegate_testkit::RedisServer;
 use wavegate_testkit::{Fault, FaultProxy};
@@ -98,7 +99,12 @@ async fn a_release_refused_by_the_store_is_tried_again() {
 #[actix::test]
 async fn an_empty_restart_does_not_forget_a_running_cooldown() {
     let mut redis = RedisServer::start().expect("redis-server");
-    let upstream = UpstreamConfig::builder("llm").limit(4).max_wait(Duration::from_secs(2)).build().expect("config");
+    let upstream = UpstreamConfig::builder("llm")
+        .limit(4)
+        .recovery(Recovery::Seed) // every 429 of the wave stops the fleet for a cooldown
+        .max_wait(Duration::from_secs(2))
+        .build()
+        .expect("config");
     let scheduler = Scheduler::builder().upstream(upstream).redis(redis.url()).build().expect("scheduler");
     let permit = scheduler.acquire("llm").await.expect("permit");
     permit.report(Outcome::from_status(429, Some("10"), SystemTime::now()));
@@ -158,7 +164,10 @@ async fn one_upstream_the_store_refuses_does_not_keep_the_others_in_fallback() {
 async fn a_cooldown_learned_from_a_late_429_goes_on_in_the_fallback() {
     let redis = RedisServer::start().expect("redis-server");
     let proxy = FaultProxy::start(redis.addr()).expect("fault proxy");
-    let upstream = || UpstreamConfig::builder("llm").limit(4).max_wait(Duration::from_secs(1)).build().expect("config");
+    let upstream = || {
+        let upstream = UpstreamConfig::builder("llm").limit(4).recovery(Recovery::Seed);
+        upstream.max_wait(Duration::from_secs(1)).build().expect("config")
+    };
     let a = Scheduler::builder().upstream(upstream()).redis(redis.url()).build().expect("scheduler");
     let b = Scheduler::builder().upstream(upstream()).redis(proxy.url()).build().expect("scheduler");
     let (pa, pb) = (a.acquire("llm").await.expect("permit"), b.acquire("llm").await.expect("permit"));
@@ -184,6 +193,7 @@ async fn a_late_429_whose_report_failed_does_not_cut_again() {
     let proxy = FaultProxy::start(redis.addr()).expect("fault proxy");
     let upstream = UpstreamConfig::builder("llm")
         .limit(4)
+        .recovery(Recovery::Seed)
         .cooldown_ladder([Duration::from_millis(500)])
         .min_cooldown(Duration::from_millis(100))
         .build()
