@@ -1,7 +1,8 @@
 -- acquire.lua: grant one permit by client id, or say why not and for how long.
 --
 -- KEYS[1] permits (zset)   KEYS[2] wave state (hash)   KEYS[3] permit waves (hash)
--- KEYS[4] processes waiting at the limit (zset)
+-- KEYS[4] processes waiting at the limit (zset: since when)
+-- KEYS[5] the same processes (zset: when each last asked; see finish.lua)
 -- ARGV[1..12] config (see read_config in wave.lua)
 -- ARGV[13] permit id (client-chosen; an id already held is granted again, not twice, and
 --          nothing is charged again)
@@ -37,7 +38,11 @@ local in_flight = redis.call('ZCARD', KEYS[1])
 local denial, wait = wave_denial(s, now, in_flight)
 local result
 if denial then
-  if denial == 'at_limit' and instance ~= '' then redis.call('ZADD', KEYS[4], 'NX', now, instance) end
+  if denial == 'at_limit' and instance ~= '' then
+    -- The place is kept from the first ask (NX); asking again says the process still waits.
+    redis.call('ZADD', KEYS[4], 'NX', now, instance)
+    redis.call('ZADD', KEYS[5], now, instance)
+  end
   result = { 0, denial, wait, in_flight }
 elseif config.tokens and tokens > config.tokens.burst then
   result = { 0, 'tokens_exceed_burst', 0, in_flight }
@@ -55,7 +60,10 @@ else
     if tokens_tat then save_tat('tokens_tat', tokens_tat) end
     redis.call('ZADD', KEYS[1], now + lease, id)
     redis.call('HSET', KEYS[3], id, s.wave)
-    if instance ~= '' then redis.call('ZREM', KEYS[4], instance) end
+    if instance ~= '' then
+      redis.call('ZREM', KEYS[4], instance)
+      redis.call('ZREM', KEYS[5], instance)
+    end
     result = { 1, s.wave, s.state, s.limit, in_flight + 1 }
   end
 end

@@ -1,7 +1,9 @@
 -- finish.lua: release a permit by id (idempotent) and report its outcome for its wave.
 --
 -- KEYS[1] permits (zset)   KEYS[2] wave state (hash)   KEYS[3] permit waves (hash)
--- KEYS[4] processes waiting at the limit (zset)
+-- KEYS[4] processes waiting at the limit (zset: since when)
+-- KEYS[5] the same processes (zset: when each last asked); one that has not asked for
+--         WAITING_TTL is taken off both, one that keeps asking keeps its place however long
 -- ARGV[1..12] config (see read_config in wave.lua)
 -- ARGV[13] permit id
 -- ARGV[14] the wave the permit was issued in
@@ -49,9 +51,16 @@ save_state(s, config)
 local held = redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[3], id)
 if held == 1 and channel ~= '' then
-  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - WAITING_TTL)
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now - WAITING_TTL)
+  for _, instance in ipairs(gone) do
+    redis.call('ZREM', KEYS[4], instance)
+    redis.call('ZREM', KEYS[5], instance)
+  end
   local longest = redis.call('ZPOPMIN', KEYS[4])
-  if #longest > 0 then redis.call('PUBLISH', channel, longest[1]) end
+  if #longest > 0 then redis.call('ZREM', KEYS[5], longest[1]) end
+  -- The announcement is a courtesy: a user without channel rights (NOPERM) must not turn the
+  -- release into an error (the ZREM above has happened; the waiter's poll finds the slot).
+  if #longest > 0 then redis.pcall('PUBLISH', channel, longest[1]) end
 end
 local cooldown_ms = 0
 if s.state == 'COOLDOWN' then cooldown_ms = math.max(0, s.cooldown_until - now) end

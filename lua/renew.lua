@@ -6,12 +6,14 @@
 -- ARGV[2..] permit ids. An id that is no longer listed (its lease ended, or the store lost it:
 --           a failover, an eviction, a flush) is registered again, tagged as adopt_wave says:
 --           a running call counts against the limit whatever happened to its registration.
--- Reply: the number of ids registered again.
+-- Reply: the ids registered again (the caller releases any whose call has ended meanwhile: a
+--        renewal that reached the server after its permit's release, as a NOSCRIPT reload
+--        can make it, must not bring the permit back for a whole lease).
 if #ARGV < 1 then return fail('renew', 'expected at least 1 ARGV, got 0') end
 local lease = to_int(ARGV[1], 'lease')
 local now = now_ms()
 purge(now)
-local again = 0
+local again = {}
 local wave = nil
 for i = 2, #ARGV do
   if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
@@ -20,7 +22,7 @@ for i = 2, #ARGV do
     if not wave then wave = adopt_wave() end
     redis.call('ZADD', KEYS[1], now + lease, ARGV[i])
     redis.call('HSET', KEYS[3], ARGV[i], wave)
-    again = again + 1
+    again[#again + 1] = ARGV[i]
   end
 end
 return again

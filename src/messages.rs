@@ -31,7 +31,7 @@ pub(crate) enum AttemptKind {
 
 /// Ask the supervisor whether an attempt may go ahead.
 #[derive(Debug, Message)]
-#[rtype(result = "Result<BreakerTicket, Refusal>")]
+#[rtype(result = "Result<crate::permit::Admission, Refusal>")]
 pub(crate) struct Admit {
     pub(crate) kind: AttemptKind,
 }

@@ -24,7 +24,7 @@ use tracing::Instrument;
 use crate::error::Error;
 use crate::messages::{Acquire, Admit, AttemptKind, Refusal};
 use crate::metrics;
-use crate::permit::{Admission, Permit};
+use crate::permit::Permit;
 use crate::scheduler::Inner;
 
 /// What the caller's closure learns about the attempt it is asked to make.
@@ -101,15 +101,14 @@ pub(crate) async fn acquire_permit(
 ) -> Result<Permit, Error> {
     let name = || inner.upstreams[upstream].name().to_string();
     let supervisor = inner.supervisors[upstream].clone();
-    let ticket = match supervisor.send(Admit { kind }).await {
-        Ok(Ok(ticket)) => ticket,
+    let admission = match supervisor.send(Admit { kind }).await {
+        Ok(Ok(admission)) => admission,
         Ok(Err(Refusal::BreakerOpen(retry_after))) => return Err(Error::BreakerOpen { upstream: name(), retry_after }),
         Ok(Err(Refusal::BudgetSpent)) => {
             return Err(Error::RetryBudgetSpent { upstream: name(), attempts: 0, last: "transient" });
         }
         Err(_) => return Err(Error::Stopped),
     };
-    let admission = Admission::new(ticket, supervisor.clone());
     let (reply, granted) = oneshot::channel();
     inner.coordinator.do_send(Acquire { upstream, tokens, deadline: wait_until, reply });
     let grant = granted.await.map_err(|_| Error::Stopped)??;

@@ -3,13 +3,14 @@
 //! Every attempt asks it first ([`Admit`]), before a permit is asked for, so a broken
 //! upstream or a spent budget costs no permit and no Redis round trip.
 
-use actix::{Actor, Context, Handler};
+use actix::{Actor, AsyncContext, Context, Handler};
 use std::time::Duration;
 
-use wavegate_core::{BreakerTicket, CircuitBreaker, Clock, MonotonicClock, RetryBudget, UpstreamConfig};
+use wavegate_core::{CircuitBreaker, Clock, MonotonicClock, RetryBudget, UpstreamConfig};
 
 use crate::messages::{Admit, AttemptKind, ReadBreaker, Record, Refusal};
 use crate::metrics;
+use crate::permit::Admission;
 
 /// One upstream's breaker and retry budget.
 #[derive(Debug)]
@@ -52,9 +53,12 @@ impl Actor for UpstreamSupervisor {
 }
 
 impl Handler<Admit> for UpstreamSupervisor {
-    type Result = Result<BreakerTicket, Refusal>;
+    /// The ticket comes back inside its guard, made here: if the caller has gone away by the
+    /// time the answer arrives (or drops it before it owns a permit), dropping the guard gives
+    /// the ticket back, so a half-open probe slot is never lost.
+    type Result = Result<Admission, Refusal>;
 
-    fn handle(&mut self, admit: Admit, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, admit: Admit, ctx: &mut Context<Self>) -> Self::Result {
         let now = self.clock.now_ms();
         // The budget is checked before the breaker so a refused retry does not take a
         // half-open probe slot.
@@ -74,7 +78,7 @@ impl Handler<Admit> for UpstreamSupervisor {
             }
             AttemptKind::AfterRateLimit => {}
         }
-        Ok(ticket)
+        Ok(Admission::new(ticket, ctx.address()))
     }
 }
 

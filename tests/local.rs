@@ -199,6 +199,7 @@ async fn an_open_breaker_refuses_without_calling_the_upstream_then_half_opens() 
         window: ms(10_000),
         open_for: ms(200),
         half_open_probes: 1,
+        ..BreakerConfig::default()
     };
     let s = scheduler(x().breaker(breaker));
     let invoked = Arc::new(AtomicUsize::new(0));
@@ -739,4 +740,26 @@ async fn a_503_is_not_retried_before_its_retry_after() {
     // The jittered backoff alone would retry within 2 ms.
     assert!(second_attempt_at >= ms(300), "retried after {second_attempt_at:?}, before the 503's Retry-After");
     assert!(second_attempt_at < ms(1_000), "{second_attempt_at:?}");
+}
+
+// A half-open probe slot is not lost when its caller goes away while the admission is on its
+// way back (the ticket travels inside its guard, made by the supervisor).
+#[actix::test]
+async fn a_caller_dropped_while_admitted_as_a_probe_does_not_hold_the_breaker_half_open() {
+    let breaker =
+        BreakerConfig { minimum_calls: 1, open_for: ms(100), half_open_probes: 1, ..BreakerConfig::default() };
+    let s = scheduler(x().breaker(breaker));
+    s.call("x", |_| async { Err::<(), _>(status_outcome(500)) }).await.expect_err("500");
+    assert_eq!(status(&s).await.breaker, "open");
+    tokio::time::sleep(ms(150)).await;
+    // Polled once: the admission is asked for; the supervisor answers; the caller is gone
+    // before it reads the answer.
+    let mut gone = Box::pin(s.acquire("x"));
+    let mut cx = std::task::Context::from_waker(futures_util::task::noop_waker_ref());
+    assert!(futures_util::FutureExt::poll_unpin(&mut gone, &mut cx).is_pending());
+    tokio::time::sleep(ms(20)).await;
+    drop(gone);
+    tokio::time::sleep(ms(20)).await;
+    let probe = s.acquire("x").await.expect("the probe slot of the caller that went away is free again");
+    probe.succeeded();
 }

@@ -56,6 +56,19 @@ impl Coordinator {
             let lease = slot.config.permit_ttl();
             if let Some(gate) = self.shared_gate(upstream) {
                 let slot = &mut self.slots[upstream];
+                if let Some((until, share)) = slot.rejoin_cap {
+                    let now = Instant::now();
+                    if now >= until {
+                        slot.rejoin_cap = None;
+                    } else if slot.held.len() >= share {
+                        // Just back from a fallback: the shared set does not hold the permits
+                        // of processes still in theirs yet, so stay within this process's share
+                        // until they are back too. A release here, or the end of it, asks again.
+                        self.retry_in(upstream, until - now, ctx);
+                        return;
+                    }
+                }
+                let slot = &mut self.slots[upstream];
                 slot.pumping = true;
                 slot.wake_pending = false;
                 let epoch = self.epoch;
@@ -64,10 +77,12 @@ impl Coordinator {
                 ctx.spawn(call.into_actor(self).map(move |result, act, ctx| {
                     if epoch != act.epoch {
                         // The mode changed meanwhile; the loop already went on without this
-                        // reply. A grant it carries is dropped when the store is back, unless
-                        // the waiter holds the same id by then (then it is adopted).
-                        if matches!(result, Ok(ref a) if matches!(a.admission, Admission::Granted { .. })) {
-                            act.slots[upstream].outage.unreleased.insert(id);
+                        // reply. Unless it is a denial, the store may hold a registration of
+                        // `id` (a grant, or a script that ran after its reply was given up
+                        // on, as a hung server does when it resumes): drop it once the store
+                        // is back, unless the waiter holds the same id by then.
+                        if !matches!(result, Ok(ref a) if matches!(a.admission, Admission::Denied { .. })) {
+                            act.drop_registration(upstream, id, tokens, ctx);
                         }
                         return;
                     }
@@ -80,10 +95,13 @@ impl Coordinator {
                             }
                         }
                         Err(error) => {
-                            // The script may have run although its reply was lost: drop the
-                            // registration when the store is back, unless the waiter holds
-                            // the same id by then (then it is adopted).
-                            act.slots[upstream].outage.unreleased.insert(id);
+                            // In an outage the script may have run although its reply was
+                            // lost: drop the registration when the store is back, unless the
+                            // waiter holds the same id by then (then it is adopted). Any other
+                            // error is asked again with the same id, which is idempotent.
+                            if error.is_outage() {
+                                act.slots[upstream].outage.unreleased.insert(id);
+                            }
                             act.on_store_error(epoch, Some(upstream), "acquire", &error, ctx);
                         }
                     }
@@ -128,6 +146,18 @@ impl Coordinator {
                 slot.held.insert(id.clone(), wave);
                 if !fallback {
                     slot.last_shared.state = Some((state, limit));
+                    slot.last_shared.wave = wave;
+                }
+                if slot.config.budgets() != wavegate_core::Budgets::default() {
+                    let now_ms = self.clock.now_ms();
+                    let (memory, most) = super::RECENT_GRANTS;
+                    let since = now_ms.saturating_sub(duration_ms(memory));
+                    while slot.recent_grants.front().is_some_and(|(at, _)| *at < since)
+                        || slot.recent_grants.len() >= most
+                    {
+                        slot.recent_grants.pop_front();
+                    }
+                    slot.recent_grants.push_back((now_ms, tokens));
                 }
                 if fallback {
                     slot.outage.granted += 1;

@@ -14,7 +14,7 @@ mod outage;
 mod pubsub;
 mod waiters;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, MessageResult, SpawnHandle, WrapFuture};
@@ -34,8 +34,32 @@ use waiters::{Waiter, Waiters};
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 /// How often the budget gauges are refreshed.
 const BUDGET_GAUGES_EVERY: Duration = Duration::from_secs(1);
-/// How long a heartbeat counts.
-const HEARTBEAT_TTL: Duration = Duration::from_secs(3);
+/// How long a process counts as live after its last heartbeat: much longer than the beat, so
+/// a process cut off from the store for a while (a partial outage, a long pause) is still
+/// counted by the others when they compute their fallback shares. A process that is gone for
+/// good makes the others' shares smaller (the safe side) for this long.
+const HEARTBEAT_TTL: Duration = Duration::from_secs(30);
+
+/// How long to wait before each new attempt at a release that failed for a reason other than
+/// an outage (after the last, the permit's lease ends it).
+const FINISH_RETRIES: [Duration; 3] =
+    [Duration::from_millis(100), Duration::from_millis(400), Duration::from_millis(1_600)];
+
+/// A release to send (or send again).
+#[derive(Debug)]
+pub(super) struct Release {
+    id: String,
+    wave: u64,
+    signal: WaveSignal,
+    token_delta: i64,
+    /// Only a registration that may exist (no call ran under it here): finding nothing to
+    /// release is then no news.
+    registration_only: bool,
+}
+
+/// How far back this process's own grants are remembered for its next fallback's budgets (the
+/// budgets are per minute), and at most how many.
+const RECENT_GRANTS: (Duration, usize) = (Duration::from_secs(60), 4_096);
 
 /// What this process knows of an upstream's shared state, from the last script replies.
 #[derive(Debug, Clone, Copy, Default)]
@@ -44,6 +68,8 @@ struct LastShared {
     cooldown_until: Option<Instant>,
     /// The last state and limit seen, if any.
     state: Option<(WaveState, u32)>,
+    /// The last shared wave seen (0: none yet).
+    wave: u64,
 }
 
 /// Book-keeping of one upstream during a fallback, for the reconciliation.
@@ -55,6 +81,9 @@ struct OutageBook {
     /// during the outage, releases that failed, grants whose reply came too late. (Any of
     /// them still held by then is adopted instead.)
     unreleased: HashSet<String>,
+    /// The fallback gate's wave when the outage began: the local number of the shared wave
+    /// then in force.
+    entry_wave: u64,
     /// A 429 cut the local wave during the outage, with the cooldown it asked for.
     rate_limited: Option<Option<Duration>>,
     /// Permits granted locally during the outage (usage to hand to the shared budgets).
@@ -84,6 +113,13 @@ struct Slot {
     cooldown_until: Option<Instant>,
     last_shared: LastShared,
     outage: OutageBook,
+    /// Just back in shared mode: until then, hold at most this many permits (the fallback's
+    /// share), while the other processes may still be in their fallback.
+    rejoin_cap: Option<(Instant, usize)>,
+    /// This process's grants (when, tokens reserved) over the last minute, in any mode, when
+    /// the upstream has rate budgets: a fallback gate starts with them charged, so each switch
+    /// does not hand out a fresh burst.
+    recent_grants: VecDeque<(u64, u64)>,
 }
 
 /// The coordinator actor.
@@ -125,6 +161,8 @@ impl Coordinator {
                 cooldown_until: None,
                 last_shared: LastShared::default(),
                 outage: OutageBook::default(),
+                recent_grants: VecDeque::new(),
+                rejoin_cap: None,
             })
             .collect();
         let mode = if store.is_some() { Mode::Shared } else { Mode::Local };
@@ -160,6 +198,13 @@ impl Coordinator {
         token_delta: i64,
         ctx: &mut Context<Self>,
     ) {
+        self.release_attempt(upstream, Release { id, wave, signal, token_delta, registration_only: false }, 0, ctx);
+    }
+
+    /// One attempt at a release: a store error that is not an outage is tried again a few
+    /// times, then left to the lease.
+    pub(super) fn release_attempt(&mut self, upstream: usize, release: Release, attempt: u32, ctx: &mut Context<Self>) {
+        let Release { id, wave, signal, token_delta, registration_only } = release;
         match self.shared_gate(upstream) {
             Some(gate) => {
                 let epoch = self.epoch;
@@ -168,11 +213,14 @@ impl Coordinator {
                 ctx.spawn(call.into_actor(self).map(move |result, act, ctx| match result {
                     Ok(finished) => {
                         let slot = &mut act.slots[upstream];
-                        if let Some(RateLimitEffect::Cut { cooldown, .. }) = finished.rate_limit {
-                            slot.last_shared.cooldown_until = Some(Instant::now() + cooldown);
+                        // Every reply says whether a shared cooldown runs, whoever started it
+                        // (a late 429's reply too): a fallback must carry it on.
+                        if finished.status.state == WaveState::Cooldown {
+                            slot.last_shared.cooldown_until = Some(Instant::now() + finished.status.cooldown_remaining);
                         }
                         slot.last_shared.state = Some((finished.status.state, finished.status.limit));
-                        if !finished.held {
+                        slot.last_shared.wave = finished.status.wave;
+                        if !finished.held && !registration_only {
                             // Its lease ended while the call ran: for a while the fleet could
                             // admit one more than the limit.
                             tracing::warn!(upstream = %slot.config.name(), permit = %id, "permit released after its lease ended");
@@ -185,19 +233,44 @@ impl Coordinator {
                         metrics::permits_in_flight(name, "fleet", status.in_flight as usize);
                         act.pump(upstream, ctx);
                     }
+                    Err(error) if !error.is_outage() => {
+                        metrics::redis_error("finish", error.label());
+                        let name = act.slots[upstream].config.name().to_string();
+                        if attempt < FINISH_RETRIES.len() as u32 {
+                            tracing::warn!(upstream = %name, permit = %id, %error, attempt, "release failed; trying again");
+                            let again = Release { id, wave, signal, token_delta, registration_only };
+                            ctx.run_later(FINISH_RETRIES[attempt as usize], move |act, ctx| {
+                                if act.mode == Mode::Shared {
+                                    act.release_attempt(upstream, again, attempt + 1, ctx);
+                                } else {
+                                    // The store went away meanwhile: the reconciliation drops it.
+                                    act.slots[upstream].outage.unreleased.insert(again.id);
+                                }
+                            });
+                        } else {
+                            tracing::error!(upstream = %name, permit = %id, %error, "release failed; its lease will end it");
+                        }
+                    }
                     Err(error) => {
                         // The release may not have happened: drop the registration when the
                         // store is back.
                         act.slots[upstream].outage.unreleased.insert(id.clone());
                         act.on_store_error(epoch, Some(upstream), "finish", &error, ctx);
                         if act.mode == Mode::Fallback && matches!(signal, WaveSignal::RateLimited { .. }) {
-                            // The 429 that could not be reported still cools this process down.
+                            // The 429 that could not be reported still cools this process down,
+                            // once per shared wave: the permit's wave is the shared one; in the
+                            // fallback's numbering the shared wave at the switch is its first.
+                            // A 429 of an older shared wave is late and cuts nothing.
                             let now_ms = act.clock.now_ms();
                             let slot = &mut act.slots[upstream];
-                            let current = slot.local.status(now_ms).0.wave;
-                            slot.local.finish(&id, current, signal, now_ms);
-                            if let WaveSignal::RateLimited { retry_after } = signal {
-                                slot.outage.rate_limited = Some(retry_after);
+                            if wave >= slot.last_shared.wave {
+                                let local_wave = slot.outage.entry_wave;
+                                let report = slot.local.finish(&id, local_wave, signal, now_ms);
+                                if let (Some(RateLimitEffect::Cut { .. }), WaveSignal::RateLimited { retry_after }) =
+                                    (report.rate_limit, signal)
+                                {
+                                    slot.outage.rate_limited = Some(retry_after);
+                                }
                             }
                         }
                     }
@@ -244,15 +317,40 @@ impl Coordinator {
         match self.shared_gate(upstream) {
             Some(gate) => {
                 let epoch = self.epoch;
+                let sent = ids.clone();
                 let call = async move { gate.renew(&ids, lease).await };
                 ctx.spawn(call.into_actor(self).map(move |result, act, ctx| match result {
-                    Ok(0) => {}
-                    Ok(again) => tracing::warn!(
-                        upstream = %act.slots[upstream].config.name(),
-                        again,
-                        "the store had lost permits whose calls still run; registered them again"
-                    ),
-                    Err(error) => act.on_store_error(epoch, Some(upstream), "renew", &error, ctx),
+                    Ok(again) => {
+                        // Registered again because the store no longer listed them: either it
+                        // lost them while their calls run, or their release reached it first
+                        // (a NOSCRIPT reload resends the renewal behind it). The latter must
+                        // not hold a slot for a lease.
+                        let (running, ended): (Vec<String>, Vec<String>) =
+                            again.into_iter().partition(|id| act.slots[upstream].held.contains_key(id));
+                        if !running.is_empty() {
+                            tracing::warn!(
+                                upstream = %act.slots[upstream].config.name(),
+                                again = running.len(),
+                                "the store had lost permits whose calls still run; registered them again"
+                            );
+                        }
+                        for id in ended {
+                            act.drop_registration(upstream, id, 0, ctx);
+                        }
+                    }
+                    Err(error) => {
+                        // The renewal may still run (a hung server resumes): any permit of it
+                        // that has ended by then would be registered again.
+                        let outage = error.is_outage();
+                        act.on_store_error(epoch, Some(upstream), "renew", &error, ctx);
+                        if outage {
+                            let held = &act.slots[upstream].held;
+                            let ended: Vec<String> = sent.into_iter().filter(|id| !held.contains_key(id)).collect();
+                            for id in ended {
+                                act.drop_registration(upstream, id, 0, ctx);
+                            }
+                        }
+                    }
                 }));
             }
             None => {

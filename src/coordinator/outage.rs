@@ -21,7 +21,7 @@ use actix::{ActorFutureExt, AsyncContext, Context, Handler, WrapFuture};
 use wavegate_core::{Clock, LocalGate, WaveSignal, WaveState, duration_ms};
 use wavegate_redis::{Reconciled, SharedGate, StoreError};
 
-use super::{Coordinator, HEARTBEAT_TTL, OutageBook};
+use super::{Coordinator, HEARTBEAT_TTL, OutageBook, Release};
 use crate::metrics;
 use crate::status::Mode;
 
@@ -29,6 +29,9 @@ use crate::status::Mode;
 pub(super) const PROBE_MIN: Duration = Duration::from_millis(100);
 /// The longest wait between probes.
 const PROBE_MAX: Duration = Duration::from_secs(1);
+/// How long a process back in shared mode stays within its fallback share: the others' probes
+/// find the store within one probe interval, plus their reconciliation.
+const REJOIN_GRACE: Duration = Duration::from_millis(1_500);
 
 /// What one upstream's reconciliation sends.
 struct Plan {
@@ -39,8 +42,43 @@ struct Plan {
     lease: Duration,
     /// Requests and tokens used during the outage.
     usage: (u64, u64),
-    /// A 429 to carry into the shared wave, with the cooldown still to run.
-    carry: Option<Option<Duration>>,
+    /// A 429 or a cooldown to carry into the shared wave.
+    carry: Option<Carry>,
+}
+
+/// A 429 or a cooldown of the outage, to carry into the shared wave.
+#[derive(Debug, Clone, Copy)]
+struct Carry {
+    /// The cooldown still to run, if one runs here.
+    retry_after: Option<Duration>,
+    /// A 429 seen here: carried unless a shared cooldown runs. Otherwise (a shared cooldown
+    /// carried into the fallback) only when the store has forgotten it (NORMAL again).
+    always: bool,
+}
+
+/// Reconciles one upstream: its permits, its usage, then a 429 or cooldown to carry.
+async fn reconcile_one(plan: Plan, carrier: &str) -> Result<Outcome, (usize, StoreError)> {
+    let upstream = plan.upstream;
+    let reconciled =
+        plan.gate.reconcile(&plan.adopt, &plan.drop, plan.lease, plan.usage).await.map_err(|e| (upstream, e))?;
+    let carried_429 = match plan.carry {
+        Some(Carry { retry_after, always })
+            if reconciled.state != WaveState::Cooldown && (always || reconciled.state == WaveState::Normal) =>
+        {
+            let signal = WaveSignal::RateLimited { retry_after };
+            plan.gate.finish(carrier, reconciled.wave, signal, 0).await.map_err(|e| (upstream, e))?;
+            true
+        }
+        _ => false,
+    };
+    Ok(Outcome {
+        upstream,
+        reconciled,
+        adopted: plan.adopt.len(),
+        dropped: plan.drop,
+        granted: plan.usage.0,
+        carried_429,
+    })
 }
 
 /// What one upstream's reconciliation did.
@@ -48,7 +86,10 @@ struct Outcome {
     upstream: usize,
     reconciled: Reconciled,
     adopted: usize,
-    dropped: usize,
+    /// The registrations it dropped; any other one recorded meanwhile is dropped after it.
+    dropped: Vec<String>,
+    /// Permits granted during the outage (charged to the shared budgets).
+    granted: u64,
     carried_429: bool,
 }
 
@@ -81,6 +122,11 @@ impl Coordinator {
             let mut wave = slot.config.wave().clone();
             wave.base_limit = share;
             let mut gate = LocalGate::with_budgets(wave, slot.config.budgets().share(processes));
+            // What this process used lately is charged to its share, as it happened: a switch
+            // (or a flapping store) does not hand out a fresh burst.
+            for (at_ms, tokens) in &slot.recent_grants {
+                gate.charge(1, *tokens, *at_ms);
+            }
             let mut snapshot = gate.machine().snapshot();
             if let Some(until) = slot.last_shared.cooldown_until.filter(|until| *until > now) {
                 // A shared cooldown in force goes on here.
@@ -96,13 +142,20 @@ impl Coordinator {
                 gate.machine_mut().restore(snapshot);
             }
             let lease_ms = duration_ms(slot.config.permit_ttl());
+            let shared_wave = slot.last_shared.wave;
             for (id, wave) in &mut slot.held {
-                *wave = gate.adopt(id, now_ms, lease_ms);
+                let local = gate.adopt(id, now_ms, lease_ms);
+                // A permit of an older shared wave stays older: its 429 is late here too.
+                *wave = if *wave < shared_wave { local.saturating_sub(1) } else { local };
             }
             // Keep what a failed call just recorded (a release or an acquire whose reply was lost).
             let unreleased = std::mem::take(&mut slot.outage.unreleased);
-            slot.outage =
-                OutageBook { registered: slot.held.keys().cloned().collect(), unreleased, ..OutageBook::default() };
+            slot.outage = OutageBook {
+                registered: slot.held.keys().cloned().collect(),
+                unreleased,
+                entry_wave: gate.machine().snapshot().wave,
+                ..OutageBook::default()
+            };
             slot.local = gate;
             slot.pumping = false;
             slot.wake_pending = false;
@@ -151,10 +204,15 @@ impl Coordinator {
             .filter_map(|(upstream, slot)| {
                 let gate = slot.shared.clone()?;
                 let (local, _) = slot.local.status(now_ms);
-                let carry = slot.outage.rate_limited.filter(|_| local.state != WaveState::Normal).map(|_| {
-                    (local.state == WaveState::Cooldown)
-                        .then(|| Duration::from_millis(local.cooldown_until_ms.saturating_sub(now_ms)))
-                });
+                let cooling = (local.state == WaveState::Cooldown)
+                    .then(|| Duration::from_millis(local.cooldown_until_ms.saturating_sub(now_ms)));
+                let carry = match slot.outage.rate_limited {
+                    // A 429 seen here during the outage.
+                    Some(_) if local.state != WaveState::Normal => Some(Carry { retry_after: cooling, always: true }),
+                    // A shared cooldown carried into the fallback, still running: the store
+                    // must not have forgotten it (an empty restart does).
+                    _ => cooling.map(|rest| Carry { retry_after: Some(rest), always: false }),
+                };
                 Some(Plan {
                     upstream,
                     gate,
@@ -166,34 +224,53 @@ impl Coordinator {
                 })
             })
             .collect();
+        // Whatever happens to the call, these may be registered in the store from now on.
+        let sent: Vec<(usize, Vec<String>)> = plans.iter().map(|p| (p.upstream, p.adopt.clone())).collect();
         let carrier = format!("{}:reconcile", self.ids.instance());
         let epoch = self.epoch;
         let call = async move {
-            let mut outcomes = Vec::with_capacity(plans.len());
+            // Each upstream on its own: one that the store refuses (a key of the wrong type)
+            // does not hold the others back; an outage stops the whole attempt.
+            let mut done = Vec::with_capacity(plans.len());
+            let mut refused = Vec::new();
             for plan in plans {
-                let reconciled = plan.gate.reconcile(&plan.adopt, &plan.drop, plan.lease, plan.usage).await?;
-                // A 429 seen during the outage starts a new shared wave unless one is already
-                // cooling down.
-                let carried_429 = match plan.carry {
-                    Some(retry_after) if reconciled.state != WaveState::Cooldown => {
-                        let signal = WaveSignal::RateLimited { retry_after };
-                        plan.gate.finish(&carrier, reconciled.wave, signal, 0).await?;
-                        true
-                    }
-                    _ => false,
-                };
-                let (adopted, dropped) = (plan.adopt.len(), plan.drop.len());
-                outcomes.push(Outcome { upstream: plan.upstream, reconciled, adopted, dropped, carried_429 });
+                match reconcile_one(plan, &carrier).await {
+                    Ok(outcome) => done.push(outcome),
+                    Err((_, error)) if error.is_outage() => return (done, refused, Some(error)),
+                    Err((upstream, error)) => refused.push((upstream, error)),
+                }
             }
-            Ok::<_, StoreError>(outcomes)
+            (done, refused, None)
         };
-        ctx.spawn(call.into_actor(self).map(move |result, act, ctx| {
+        ctx.spawn(call.into_actor(self).map(move |(done, refused, outage), act, ctx| {
             act.reconciling = false;
-            match result {
-                Ok(outcomes) if act.epoch == epoch => act.back_to_shared(outcomes, ctx),
-                Ok(_) => act.replay_deferred(ctx),
-                Err(error) => {
-                    tracing::warn!(%error, "reconciliation failed; staying in fallback");
+            for (upstream, adopt) in sent {
+                act.slots[upstream].outage.registered.extend(adopt);
+            }
+            // The upstreams reconciled keep no books of it: a later attempt must not adopt,
+            // charge or cut again for the same outage.
+            for outcome in &done {
+                let book = &mut act.slots[outcome.upstream].outage;
+                for id in &outcome.dropped {
+                    book.unreleased.remove(id);
+                }
+                book.granted = 0;
+                book.tokens = 0;
+                book.rate_limited = None;
+            }
+            for (upstream, error) in &refused {
+                tracing::error!(
+                    upstream = %act.slots[*upstream].config.name(),
+                    %error,
+                    "the store refused the reconciliation of this upstream; the others go on"
+                );
+                metrics::redis_error("reconcile", error.label());
+            }
+            match outage {
+                None if act.epoch == epoch => act.back_to_shared(done, ctx),
+                None => act.replay_deferred(ctx),
+                Some(error) => {
+                    tracing::warn!(%error, reconciled = done.len(), "reconciliation failed; staying in fallback");
                     metrics::redis_error("reconcile", error.label());
                     act.replay_deferred(ctx);
                     for upstream in 0..act.slots.len() {
@@ -210,31 +287,73 @@ impl Coordinator {
         metrics::mode(Some(Mode::Fallback), Mode::Shared);
         self.epoch += 1;
         self.probe_backoff = PROBE_MIN;
-        for outcome in outcomes {
-            let slot = &mut self.slots[outcome.upstream];
-            for wave in slot.held.values_mut() {
-                *wave = outcome.reconciled.adopted_wave;
+        let mut leftovers = Vec::new();
+        for upstream in 0..self.slots.len() {
+            let slot = &mut self.slots[upstream];
+            if slot.shared.is_none() {
+                continue;
             }
-            tracing::info!(
-                upstream = %slot.config.name(),
-                adopted = outcome.adopted,
-                dropped = outcome.dropped,
-                carried_429 = outcome.carried_429,
-                granted_during_outage = slot.outage.granted,
-                shared_in_flight = outcome.reconciled.in_flight,
-                "reconciled with the shared store"
-            );
-            metrics::reconciled(slot.config.name().as_str(), outcome.adopted, outcome.dropped, slot.outage.granted);
-            slot.outage = OutageBook::default();
+            match outcomes.iter().find(|o| o.upstream == upstream) {
+                Some(outcome) => {
+                    for wave in slot.held.values_mut() {
+                        *wave = outcome.reconciled.adopted_wave;
+                    }
+                    tracing::info!(
+                        upstream = %slot.config.name(),
+                        adopted = outcome.adopted,
+                        dropped = outcome.dropped.len(),
+                        carried_429 = outcome.carried_429,
+                        granted_during_outage = outcome.granted,
+                        shared_in_flight = outcome.reconciled.in_flight,
+                        "reconciled with the shared store"
+                    );
+                    metrics::reconciled(
+                        slot.config.name().as_str(),
+                        outcome.adopted,
+                        outcome.dropped.len(),
+                        outcome.granted,
+                    );
+                }
+                // Refused by the store: its permits are registered again by the lease watchdog.
+                None => tracing::error!(upstream = %slot.config.name(), "back in shared mode without a reconciliation"),
+            }
+            // Registrations recorded while the reconciliation ran (a stale reply that came in
+            // then) were not in its plan: drop them now, in shared mode.
+            let mut late = std::mem::take(&mut slot.outage).unreleased;
+            late.retain(|id| !slot.held.contains_key(id));
+            leftovers.extend(late.into_iter().map(|id| (upstream, id)));
+            let share = slot.local.machine().config().base_limit.get() as usize;
+            slot.rejoin_cap = Some((Instant::now() + REJOIN_GRACE, share));
             slot.local = LocalGate::with_budgets(slot.config.wave().clone(), slot.config.budgets());
             slot.pumping = false;
             slot.blocked_until = None;
             slot.cooldown_until = None;
         }
         tracing::info!("shared store back: shared mode");
+        for (upstream, id) in leftovers {
+            self.drop_registration(upstream, id, 0, ctx);
+        }
         self.replay_deferred(ctx);
         for upstream in 0..self.slots.len() {
             self.pump(upstream, ctx);
+        }
+    }
+
+    /// The store may hold a registration of `id` that nobody here holds (a grant whose reply
+    /// came after a change of mode, a script that ran after its reply was given up on): in
+    /// fallback it goes on the list of registrations the reconciliation drops; in shared mode
+    /// it is released at once (giving back `tokens` reserved with it). A permit held here under
+    /// the same id is left alone (the reconciliation adopts it; its release removes it).
+    pub(super) fn drop_registration(&mut self, upstream: usize, id: String, tokens: u64, ctx: &mut Context<Self>) {
+        if self.mode == Mode::Shared && !self.reconciling {
+            if !self.slots[upstream].held.contains_key(&id) {
+                let token_delta = -i64::try_from(tokens).unwrap_or(i64::MAX);
+                let release =
+                    Release { id, wave: 0, signal: WaveSignal::Neutral, token_delta, registration_only: true };
+                self.release_attempt(upstream, release, 0, ctx);
+            }
+        } else {
+            self.slots[upstream].outage.unreleased.insert(id);
         }
     }
 

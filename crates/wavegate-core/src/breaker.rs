@@ -5,7 +5,10 @@
 //!   breaker opens.
 //! * **Open**: calls are refused until `open_for` has passed, with the time to come back.
 //! * **Half-open**: up to `half_open_probes` calls are let through. If they all succeed the
-//!   breaker closes; the first failure opens it again.
+//!   breaker closes; the first failure opens it again. Probes whose results never come back
+//!   (a caller that went away) do not hold the breaker half-open forever: once every slot is
+//!   taken and `probe_timeout` has passed since the last probe was let through, a new round of
+//!   probes starts (late results of the old round are ignored).
 //!
 //! Only [`CallResult::Failure`] (5xx, connect errors, resets, timeouts) counts against the
 //! upstream. A 429 is [`CallResult::Ignored`]: it belongs to the wave machine, and an upstream
@@ -55,6 +58,9 @@ pub struct BreakerConfig {
     pub open_for: Duration,
     /// Calls let through while half-open. Default 3.
     pub half_open_probes: u32,
+    /// How long the half-open probes may keep every slot without a result before a new round
+    /// starts. Default 60 s.
+    pub probe_timeout: Duration,
 }
 
 impl Default for BreakerConfig {
@@ -65,6 +71,7 @@ impl Default for BreakerConfig {
             window: Duration::from_secs(10),
             open_for: Duration::from_secs(5),
             half_open_probes: 3,
+            probe_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -140,12 +147,20 @@ pub struct CircuitBreaker {
     /// Bumped on every state change, so results of calls admitted before it are not taken as
     /// evidence about the new state.
     generation: u64,
+    /// When the last half-open probe was let through.
+    last_probe_ms: u64,
 }
 
 impl CircuitBreaker {
     /// A closed breaker.
     pub fn new(config: BreakerConfig) -> Self {
-        Self { window: SlidingCounts::new(config.window), config, state: BreakerState::Closed, generation: 0 }
+        Self {
+            window: SlidingCounts::new(config.window),
+            config,
+            state: BreakerState::Closed,
+            generation: 0,
+            last_probe_ms: 0,
+        }
     }
 
     /// The current state, as last updated.
@@ -165,9 +180,17 @@ impl CircuitBreaker {
             BreakerState::Closed => Ok(BreakerTicket { probe: false, generation: self.generation }),
             BreakerState::HalfOpen { admitted, .. } => {
                 if *admitted >= self.config.half_open_probes {
-                    return Err(BreakerOpen { retry_at_ms: now_ms });
+                    let stale_at = self.last_probe_ms.saturating_add(duration_ms(self.config.probe_timeout));
+                    if now_ms < stale_at {
+                        return Err(BreakerOpen { retry_at_ms: now_ms });
+                    }
+                    // The probes' results are not coming back: a new round.
+                    self.change(BreakerState::HalfOpen { admitted: 0, succeeded: 0 });
                 }
-                *admitted += 1;
+                if let BreakerState::HalfOpen { admitted, .. } = &mut self.state {
+                    *admitted += 1;
+                }
+                self.last_probe_ms = now_ms;
                 Ok(BreakerTicket { probe: true, generation: self.generation })
             }
             BreakerState::Open { .. } => unreachable!("an open breaker past its deadline turned half-open above"),
@@ -321,6 +344,23 @@ mod tests {
             assert_eq!(call(&mut breaker, CallResult::Ignored, now), None);
         }
         assert_eq!(breaker.state(), BreakerState::Closed);
+    }
+
+    #[test]
+    fn probes_whose_results_never_come_back_do_not_hold_it_half_open_forever() {
+        let config = BreakerConfig { minimum_calls: 1, half_open_probes: 2, ..Default::default() };
+        let mut breaker = CircuitBreaker::new(config);
+        call(&mut breaker, CallResult::Failure, 0);
+        let lost: Vec<_> = (0..2).map(|_| breaker.admit(5_000).expect("probe")).collect();
+        assert!(breaker.admit(5_001).is_err(), "every probe slot is taken");
+        assert!(breaker.admit(5_000 + 59_999).is_err(), "within the probe timeout");
+        let fresh = breaker.admit(5_000 + 60_000).expect("a new round of probes after the timeout");
+        // A late result of the lost round is no evidence about the new one.
+        assert_eq!(breaker.record(lost[0], CallResult::Failure, 65_001), None);
+        assert_eq!(breaker.record(fresh, CallResult::Success, 65_002), None);
+        let last = breaker.admit(65_003).expect("the second probe of the new round");
+        let closed = breaker.record(last, CallResult::Success, 65_004);
+        assert_eq!(closed, Some(BreakerTransition { from: "half_open", to: "closed" }));
     }
 
     #[test]

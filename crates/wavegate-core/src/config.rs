@@ -2,15 +2,22 @@
 //!
 //! Every check says what to change. The most important one ties the permit's lease to the
 //! call timeout: a permit that expires while its call is still running lets a new call in and
-//! the fleet goes over the limit, so the TTL must exceed the call timeout by a margin
-//! (10 % of the call timeout, at least 1 s).
+//! the fleet goes over the limit. By default a watchdog renews every held permit every third of
+//! its 30 s lease, so a permit leaked by a killed process or a hiccup of the store costs at most
+//! one lease. A fixed TTL (the seed's 660 s, [`permit_ttl`](UpstreamConfigBuilder::permit_ttl))
+//! is still available: then it must exceed the call timeout by a margin (10 % of the call
+//! timeout, at least 1 s).
 //!
 //! ```
 //! use std::time::Duration;
 //! use wavegate_core::UpstreamConfig;
 //!
 //! let openai = UpstreamConfig::builder("openai").limit(20).build().unwrap();
-//! assert_eq!(openai.permit_ttl(), Duration::from_secs(660));
+//! assert_eq!(openai.permit_ttl(), Duration::from_secs(30));
+//! assert!(openai.renews_leases());
+//!
+//! let fixed = UpstreamConfig::builder("openai").permit_ttl(Duration::from_secs(660)).build().unwrap();
+//! assert!(!fixed.renews_leases());
 //!
 //! let err = UpstreamConfig::builder("openai")
 //!     .permit_ttl(Duration::from_secs(30))
@@ -238,7 +245,10 @@ pub struct UpstreamConfig {
 impl UpstreamConfig {
     /// The default concurrency limit: 10.
     pub const DEFAULT_LIMIT: u32 = 10;
-    /// The default permit TTL: 660 s.
+    /// The default lease: 30 s, renewed every third of it by a watchdog while the call runs.
+    pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+    /// The fixed permit TTL of the seed design (660 s): the smallest fixed TTL accepted with
+    /// the default call timeout, for [`permit_ttl`](UpstreamConfigBuilder::permit_ttl).
     pub const DEFAULT_PERMIT_TTL: Duration = Duration::from_secs(660);
     /// The default call timeout: 600 s.
     pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(600);
@@ -258,8 +268,8 @@ impl UpstreamConfig {
             limit: Self::DEFAULT_LIMIT,
             probe_successes: WaveConfig::DEFAULT_PROBE_SUCCESSES.get(),
             cooldown: CooldownPolicy::default(),
-            permit_ttl: Self::DEFAULT_PERMIT_TTL,
-            renew_leases: false,
+            permit_ttl: Self::DEFAULT_LEASE,
+            renew_leases: true,
             call_timeout: Self::DEFAULT_CALL_TIMEOUT,
             max_wait: Self::DEFAULT_MAX_WAIT,
             total_timeout: None,
@@ -398,8 +408,11 @@ impl UpstreamConfigBuilder {
         self.cooldown.max = max;
         self
     }
-    /// How long a permit lives without being released. Default 660 s; must exceed the call
-    /// timeout by 10 % (at least 1 s).
+    /// A fixed permit TTL instead of the default renewed lease: a permit lives this long
+    /// without being released, and nothing renews it. It must exceed the call timeout by 10 %
+    /// (at least 1 s): 660 s with the default call timeout
+    /// ([`DEFAULT_PERMIT_TTL`](UpstreamConfig::DEFAULT_PERMIT_TTL)). A permit leaked by a
+    /// killed process or a hiccup of the store then holds a slot for the whole TTL.
     pub fn permit_ttl(mut self, ttl: Duration) -> Self {
         self.permit_ttl = ttl;
         self.renew_leases = false;
@@ -408,7 +421,7 @@ impl UpstreamConfigBuilder {
     /// Permits with a short lease that a watchdog renews every third of it while their calls
     /// run (one batched call per upstream), instead of a fixed TTL: a killed process's permits
     /// come back within one lease, and the call timeout is no longer bounded by the lease.
-    /// At least 1 s; 30 s is a good value.
+    /// At least 1 s. The default, with 30 s.
     pub fn renewed_lease(mut self, lease: Duration) -> Self {
         self.permit_ttl = lease;
         self.renew_leases = true;
@@ -513,6 +526,7 @@ impl UpstreamConfigBuilder {
             ("breaker.open_for", self.breaker.open_for),
             ("retry_budget.ttl", self.retry_budget.ttl),
             ("backoff.base", self.backoff.base),
+            ("breaker.probe_timeout", self.breaker.probe_timeout),
             ("retest_spacing (first)", self.retest.0),
         ] {
             if value.is_zero() {
@@ -532,6 +546,7 @@ impl UpstreamConfigBuilder {
             ("max_cooldown", self.cooldown.max),
             ("breaker.window", self.breaker.window),
             ("breaker.open_for", self.breaker.open_for),
+            ("breaker.probe_timeout", self.breaker.probe_timeout),
             ("retry_budget.ttl", self.retry_budget.ttl),
             ("backoff.max", self.backoff.max),
             ("retest_spacing (max)", self.retest.1),
@@ -694,13 +709,17 @@ mod tests {
     fn defaults_match_the_design() {
         let config = UpstreamConfig::builder("img").build().expect("defaults are valid");
         assert_eq!(config.limit().get(), 10);
-        assert_eq!(config.permit_ttl(), Duration::from_secs(660));
+        assert_eq!(config.permit_ttl(), Duration::from_secs(30));
+        assert!(config.renews_leases(), "a renewed lease is the default: a leak costs at most one lease");
         assert_eq!(config.call_timeout(), Duration::from_secs(600));
         assert_eq!(config.max_wait(), Duration::from_secs(25));
         assert_eq!(config.wave().probe_successes.get(), 3);
         assert_eq!(config.wave().cooldown.ladder(), CooldownPolicy::DEFAULT_LADDER);
         assert_eq!(config.retry_budget().ratio, 0.2);
-        assert!(!config.renews_leases());
+        let fixed = UpstreamConfig::builder("img").permit_ttl(UpstreamConfig::DEFAULT_PERMIT_TTL).build();
+        let fixed = fixed.expect("the seed's fixed TTL is valid with the default call timeout");
+        assert!(!fixed.renews_leases());
+        assert_eq!(fixed.permit_ttl(), Duration::from_secs(660));
         assert_eq!(config.fallback_share(4).get(), 2);
         assert_eq!(config.fallback_share(0).get(), 10);
         assert_eq!(config.fallback_share(40).get(), 1);

@@ -31,6 +31,7 @@ impl Keyspace {
             permit_waves: format!("{base}:permit_waves"),
             released: format!("{base}:released"),
             waiting: format!("{base}:waiting"),
+            waiting_seen: format!("{base}:waiting_seen"),
         }
     }
 
@@ -65,12 +66,22 @@ pub struct UpstreamKeys {
     /// Sorted set of the processes waiting at the limit: member = instance id, score = since
     /// when (ms). A release wakes the one that waited longest, not every process.
     pub waiting: String,
+    /// Sorted set of the same processes: score = when each last asked (ms). A process that
+    /// keeps asking keeps its place on `waiting`, however long it waits; one that stopped
+    /// asking for 10 s is taken off both.
+    pub waiting_seen: String,
 }
 
 impl UpstreamKeys {
     /// The four keys every upstream script takes, in `KEYS` order.
     pub fn script_keys(&self) -> [&str; 4] {
         [&self.permits, &self.wave, &self.permit_waves, &self.waiting]
+    }
+
+    /// The keys of the scripts that keep the waiting list (acquire and finish): the four
+    /// above, then `waiting_seen`.
+    pub fn waiting_script_keys(&self) -> [&str; 5] {
+        [&self.permits, &self.wave, &self.permit_waves, &self.waiting, &self.waiting_seen]
     }
 }
 
@@ -83,7 +94,7 @@ mod tests {
         let name = UpstreamName::new("openai").expect("valid");
         let keys = Keyspace::new("prod{x}").upstream(&name);
         assert_eq!(keys.permits, "prodx:{openai}:permits");
-        for key in keys.script_keys() {
+        for key in keys.waiting_script_keys() {
             assert_eq!(key.matches("{openai}").count(), 1, "{key}");
             assert_eq!(key.matches('{').count(), 1, "{key}");
         }

@@ -134,7 +134,7 @@ impl SharedGate {
         const COMMAND: &str = "acquire";
         let mut invocation = scripts().acquire.prepare_invoke();
         invocation
-            .key(&self.keys.script_keys()[..])
+            .key(&self.keys.waiting_script_keys()[..])
             .arg(&self.config_args[..])
             .arg(id)
             .arg(duration_ms(lease))
@@ -181,7 +181,7 @@ impl SharedGate {
         };
         let mut invocation = scripts().finish.prepare_invoke();
         invocation
-            .key(&self.keys.script_keys()[..])
+            .key(&self.keys.waiting_script_keys()[..])
             .arg(&self.config_args[..])
             .arg(id)
             .arg(wave)
@@ -223,16 +223,16 @@ impl SharedGate {
     }
 
     /// Extends the leases of `ids`, permits whose calls are still running (one call for the
-    /// batch); an id the store no longer lists is registered again. Returns how many were.
-    pub async fn renew(&self, ids: &[String], lease: Duration) -> Result<usize, StoreError> {
+    /// batch); an id the store no longer lists is registered again. Returns the ids that were
+    /// (the caller releases any whose call ended while the renewal was on its way).
+    pub async fn renew(&self, ids: &[String], lease: Duration) -> Result<Vec<String>, StoreError> {
         const COMMAND: &str = "renew";
         if ids.is_empty() {
-            return Ok(0);
+            return Ok(Vec::new());
         }
         let mut invocation = scripts().renew.prepare_invoke();
         invocation.key(&self.keys.script_keys()[..]).arg(duration_ms(lease)).arg(ids);
-        let renewed: i64 = self.store.invoke(COMMAND, &invocation).await?;
-        usize::try_from(renewed).map_err(|_| StoreError::unexpected(COMMAND, format!("negative count {renewed}")))
+        self.store.invoke(COMMAND, &invocation).await
     }
 
     /// After an outage: registers `adopt` (permits still in flight here) in the current wave

@@ -113,14 +113,14 @@ async fn leases_end_and_renewals_extend_them() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let ids = ["kept".to_string(), "lost".to_string()];
     let again = gate.renew(&ids, Duration::from_millis(600)).await.expect("renew");
-    assert_eq!(again, 1, "the lost permit's call is still running: it is registered again");
+    assert_eq!(again, vec!["lost".to_string()], "the lost permit's call is still running: it is registered again");
     tokio::time::sleep(Duration::from_millis(200)).await;
     let status = gate.status().await.expect("status");
     assert_eq!(status.in_flight, 2, "the renewed permits survive, the other expired");
     let mut waves: Vec<String> = redis::cmd("HKEYS").arg(&gate.keys().permit_waves).query(&mut con).expect("HKEYS");
     waves.sort();
     assert_eq!(waves, vec!["kept".to_string(), "lost".to_string()], "expired permits leave no wave tag behind");
-    assert_eq!(gate.renew(&[], short).await.expect("empty renew"), 0);
+    assert!(gate.renew(&[], short).await.expect("empty renew").is_empty());
 }
 
 #[tokio::test]

@@ -37,6 +37,8 @@ impl Default for MockUpstreamConfig {
 struct Counters {
     /// When each request arrived (its head fully read), in arrival order.
     arrivals: std::sync::Mutex<Vec<std::time::Instant>>,
+    /// When each call began and ended (its reply written or failed), in order of ending.
+    spans: std::sync::Mutex<Vec<(std::time::Instant, std::time::Instant)>>,
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
     served: AtomicU64,
@@ -99,6 +101,12 @@ impl MockUpstream {
         self.counters.arrivals.lock().map(|a| a.clone()).unwrap_or_default()
     }
 
+    /// When each call began (its head read) and ended (its reply written, or the write
+    /// failed), by the mock's own clock, in order of ending: how many ran at once at any moment.
+    pub fn spans(&self) -> Vec<(std::time::Instant, std::time::Instant)> {
+        self.counters.spans.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
     /// Calls answered 200.
     pub fn served(&self) -> u64 {
         self.counters.served.load(Ordering::SeqCst)
@@ -134,8 +142,9 @@ async fn serve(listener: TcpListener, config: MockUpstreamConfig, counters: Arc<
 
 async fn answer(mut stream: TcpStream, config: &MockUpstreamConfig, counters: &Counters) -> io::Result<()> {
     read_request_head(&mut stream).await?;
+    let began = std::time::Instant::now();
     if let Ok(mut arrivals) = counters.arrivals.lock() {
-        arrivals.push(std::time::Instant::now());
+        arrivals.push(began);
     }
     let now = counters.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
     counters.max_in_flight.fetch_max(now, Ordering::SeqCst);
@@ -153,6 +162,9 @@ async fn answer(mut stream: TcpStream, config: &MockUpstreamConfig, counters: &C
     };
     let written = stream.write_all(response.as_bytes()).await;
     counters.in_flight.fetch_sub(1, Ordering::SeqCst);
+    if let Ok(mut spans) = counters.spans.lock() {
+        spans.push((began, std::time::Instant::now()));
+    }
     written?;
     stream.shutdown().await
 }

@@ -1,0 +1,631 @@
+//! The nemesis: real worker processes calling a counting mock provider through one real Redis,
+//! while a seeded schedule of faults hits it — kill -9 and an empty restart of Redis, SIGSTOP
+//! for 1–3 s, `CLIENT PAUSE ALL 2000`, `SCRIPT FLUSH`, kill -9 of a worker (respawned), a black
+//! hole between one worker and Redis for 2 s. Then it checks, from the mock's own record of
+//! each call and from each process's mode timeline:
+//!
+//! Each call takes 100 ms at the mock, so the fleet is bound by the limit rather than by a shared
+//! CPU and the throughput check measures capacity.
+//!
+//! * with every process in shared mode (and no change of mode within 300 ms) at most `limit`
+//!   calls at once; with every process in fallback at most the sum of their shares, and the
+//!   shares sum to at most the limit; with some in fallback, at most the limit plus their
+//!   shares; within 300 ms of a change of mode, the README's bound: the limit plus the shares
+//!   of every process in fallback in that window;
+//! * no call lost: each process that ran to the end submitted exactly ok + typed errors;
+//! * after a quiet period the permits set holds exactly what the processes hold (besides the
+//!   permits of a killed worker, which live at most one lease), and `limit` permits can be
+//!   acquired at once;
+//! * the throughput of the last 5 s is at least 90 % of the first 5 s.
+//!
+//! `WAVEGATE_NEMESIS_SEED` replays a run (the seed is printed), `WAVEGATE_NEMESIS_SECS` sets its
+//! length (default 45 s), `WAVEGATE_NEMESIS_LEASE=fixed` uses the seed design's fixed 660 s TTL
+//! instead of the default renewed lease, `WAVEGATE_NEMESIS_TIGHTEN=1` makes every check one notch
+//! stricter than the truth (the run must then report every invariant broken: a check that
+//! cannot fail checks nothing). This binary is its own worker (run with
+//! `WAVEGATE_NEMESIS_ROLE=worker`). `harness = false`: it prints `N passed, M failed` itself.
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use wavegate::{Mode, Outcome, Scheduler, TransportError, UpstreamConfig};
+use wavegate_testkit::{Fault, FaultProxy, MockUpstream, MockUpstreamConfig, RedisServer, http_get};
+
+const ROLE: &str = "WAVEGATE_NEMESIS_ROLE";
+const PROCESSES: usize = 4;
+const CALLERS: usize = 25;
+const LIMIT: usize = 10;
+/// How long each call takes at the mock.
+const SERVICE: Duration = Duration::from_millis(100);
+/// A change of mode within this of a moment makes it a switching moment.
+const SWITCH_WINDOW_MS: u64 = 300;
+/// Faults begin after the first throughput window and end this long before the last one.
+const BASELINE: (u64, u64) = (1_000, 6_000);
+const QUIET_BEFORE_END_MS: u64 = 11_000;
+/// The default renewed lease (what a killed worker's permits can cost).
+const DEFAULT_LEASE_MS: u64 = 30_000;
+const FIXED_TTL: Duration = Duration::from_secs(660);
+
+fn main() {
+    if std::env::var(ROLE).is_ok() {
+        worker_main();
+        return;
+    }
+    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    if !filter.is_empty() && !filter.iter().any(|f| "nemesis".contains(f.as_str())) {
+        println!("0 passed, 0 failed");
+        return;
+    }
+    let started = Instant::now();
+    match std::panic::catch_unwind(nemesis) {
+        Ok(()) => println!("test nemesis ... ok ({:.1} s)\n1 passed, 0 failed", started.elapsed().as_secs_f64()),
+        Err(_) => {
+            println!("test nemesis ... FAILED\n0 passed, 1 failed");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+// ------------------------------------------------------------------------------------------
+// The orchestrator's side.
+
+/// One life of a worker process: its mode timeline, as it printed it.
+#[derive(Debug, Default)]
+struct Life {
+    spawned_ms: u64,
+    killed_ms: Option<u64>,
+    /// (unix ms, mode, fallback share) at each change of mode.
+    modes: Vec<(u64, Mode, usize)>,
+}
+
+impl Life {
+    /// Whether its calls can be at the mock at `t`: from its start until the calls it had
+    /// running when it was killed have ended there (the mock finishes them anyway).
+    fn alive_at(&self, t: u64) -> bool {
+        let outlive = SERVICE.as_millis() as u64 + 100;
+        self.spawned_ms <= t && self.killed_ms.is_none_or(|k| t < k + outlive)
+    }
+
+    /// The mode at `t` (shared before the first report: a process starts in shared mode).
+    fn mode_at(&self, t: u64) -> (Mode, usize) {
+        self.modes.iter().take_while(|(at, ..)| *at <= t).last().map_or((Mode::Shared, 0), |(_, m, s)| (*m, *s))
+    }
+}
+
+/// A running worker; killed on drop.
+struct Worker {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+    life: Arc<Mutex<Life>>,
+}
+
+impl Worker {
+    fn spawn(envs: &[(&str, String)]) -> Worker {
+        let mut command = Command::new(std::env::current_exe().expect("own path"));
+        command.env(ROLE, "worker").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+        for (key, value) in envs {
+            command.env(key, value);
+        }
+        let spawned_ms = unix_ms();
+        let mut child = command.spawn().expect("spawn worker");
+        let life = Arc::new(Mutex::new(Life { spawned_ms, ..Life::default() }));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let stdin = child.stdin.take();
+        let (tx, lines) = mpsc::channel();
+        let timeline = life.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(rest) = line.strip_prefix("MODE ") {
+                    let parts: Vec<&str> = rest.split_whitespace().collect();
+                    let mode = match parts.first() {
+                        Some(&"fallback") => Mode::Fallback,
+                        _ => Mode::Shared,
+                    };
+                    let at = parts.get(1).and_then(|v| v.parse().ok()).unwrap_or_else(unix_ms);
+                    let share = parts.get(2).and_then(|v| v.parse().ok()).unwrap_or(0);
+                    timeline.lock().expect("timeline").modes.push((at, mode, share));
+                } else if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Worker { child, stdin, lines, life }
+    }
+
+    fn expect_line(&self, prefix: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.starts_with(prefix) => return line,
+                Ok(_) => {}
+                Err(_) => panic!("no `{prefix}` line from worker {} within {timeout:?}", self.child.id()),
+            }
+        }
+    }
+
+    fn send(&mut self, command: &str) {
+        let stdin = self.stdin.as_mut().expect("worker stdin");
+        writeln!(stdin, "{command}").and_then(|()| stdin.flush()).expect("write to worker");
+    }
+
+    fn mode(&self) -> Mode {
+        self.life.lock().expect("timeline").mode_at(u64::MAX).0
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn field(line: &str, name: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name}= in {line:?}"))
+}
+
+#[derive(Debug, Clone, Copy)]
+enum FaultKind {
+    RedisKillRestart,
+    RedisStop,
+    ClientPause,
+    ScriptFlush,
+    BlackHole,
+    WorkerKill,
+}
+
+fn nemesis() {
+    let seed: u64 = std::env::var("WAVEGATE_NEMESIS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| rand::rng().random_range(0..1_000_000));
+    let secs: u64 = std::env::var("WAVEGATE_NEMESIS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(45);
+    let fixed = std::env::var("WAVEGATE_NEMESIS_LEASE").is_ok_and(|l| l == "fixed");
+    // Every check made one notch stricter than the truth, to see each of them fail.
+    let tighten = std::env::var("WAVEGATE_NEMESIS_TIGHTEN").is_ok_and(|t| t == "1");
+    let notch = usize::from(tighten);
+    let mut broken: Vec<String> = Vec::new();
+    let lease_ms = if fixed { FIXED_TTL.as_millis() as u64 } else { DEFAULT_LEASE_MS };
+    println!(
+        "    nemesis: seed {seed} (replay: WAVEGATE_NEMESIS_SEED={seed}), {secs} s, lease: {}",
+        if fixed { "fixed 660 s TTL" } else { "default (30 s, renewed)" }
+    );
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let duration_ms = secs.max(20) * 1_000;
+
+    let mut redis = RedisServer::start().expect("redis-server");
+    let mock =
+        MockUpstream::start(MockUpstreamConfig { service_time: SERVICE, ..Default::default() }).expect("mock upstream");
+    let proxies: Vec<FaultProxy> =
+        (0..PROCESSES).map(|_| FaultProxy::start(redis.addr()).expect("fault proxy")).collect();
+    let (base_instant, base_ms) = (Instant::now(), unix_ms());
+    let start_ms = base_ms + 2_000; // every worker is up by then
+    let end_ms = start_ms + duration_ms;
+    let env_for = |proxy: &FaultProxy| {
+        vec![
+            ("REDIS_URL", proxy.url()),
+            ("MOCK_ADDR", mock.addr().to_string()),
+            ("LIMIT", LIMIT.to_string()),
+            ("CALLERS", CALLERS.to_string()),
+            ("START_MS", start_ms.to_string()),
+            ("END_MS", end_ms.to_string()),
+            ("FIXED_TTL", u8::from(fixed).to_string()),
+        ]
+    };
+    let mut workers: Vec<Worker> = proxies.iter().map(|p| Worker::spawn(&env_for(p))).collect();
+    let mut lives: Vec<Arc<Mutex<Life>>> = workers.iter().map(|w| w.life.clone()).collect();
+    let mut killed_pids: Vec<(u32, u64)> = Vec::new();
+
+    // The schedule: one kill of a worker early enough for its lease to end before the last
+    // window (when there is room for it), then a fault every 3–6 s until the quiet period.
+    let faults_from = start_ms + BASELINE.1;
+    let faults_until = end_ms - QUIET_BEFORE_END_MS;
+    let kill_by = end_ms.saturating_sub(5_000 + lease_ms.min(DEFAULT_LEASE_MS) + 2_000);
+    let mut schedule: Vec<(u64, FaultKind)> = Vec::new();
+    if kill_by > faults_from {
+        schedule.push((rng.random_range(faults_from..kill_by), FaultKind::WorkerKill));
+    }
+    let mut at = faults_from + rng.random_range(0..2_000);
+    let kinds = [
+        FaultKind::RedisKillRestart,
+        FaultKind::RedisStop,
+        FaultKind::ClientPause,
+        FaultKind::ScriptFlush,
+        FaultKind::BlackHole,
+    ];
+    while at < faults_until {
+        schedule.push((at, kinds[rng.random_range(0..kinds.len())]));
+        at += rng.random_range(3_000..6_000);
+    }
+    schedule.sort_by_key(|(at, _)| *at);
+    let mut log = Vec::new();
+    for (at, kind) in schedule {
+        let now = unix_ms();
+        if at > now {
+            std::thread::sleep(Duration::from_millis(at - now));
+        }
+        let t = (unix_ms() - start_ms) as f64 / 1e3;
+        match kind {
+            FaultKind::RedisKillRestart => {
+                redis.kill().expect("kill -9 redis");
+                let down = rng.random_range(300..1_500);
+                std::thread::sleep(Duration::from_millis(down));
+                redis.restart().expect("restart redis, empty");
+                log.push(format!("{t:.1}s kill -9 redis, empty restart after {down} ms"));
+            }
+            FaultKind::RedisStop => {
+                let stopped = rng.random_range(1_000..3_000);
+                redis.pause().expect("SIGSTOP");
+                std::thread::sleep(Duration::from_millis(stopped));
+                redis.resume().expect("SIGCONT");
+                log.push(format!("{t:.1}s SIGSTOP redis for {stopped} ms"));
+            }
+            FaultKind::ClientPause => {
+                let mut con = redis.connection().expect("connection");
+                redis::cmd("CLIENT").arg("PAUSE").arg(2_000).arg("ALL").exec(&mut con).expect("CLIENT PAUSE");
+                std::thread::sleep(Duration::from_millis(2_000));
+                log.push(format!("{t:.1}s CLIENT PAUSE 2000 ALL"));
+            }
+            FaultKind::ScriptFlush => {
+                redis.flush_scripts().expect("SCRIPT FLUSH");
+                log.push(format!("{t:.1}s SCRIPT FLUSH"));
+            }
+            FaultKind::BlackHole => {
+                let i = rng.random_range(0..PROCESSES);
+                proxies[i].set_fault(Fault::BlackHole);
+                std::thread::sleep(Duration::from_millis(2_000));
+                proxies[i].set_fault(Fault::None);
+                log.push(format!("{t:.1}s black hole between worker {i} and redis for 2 s"));
+            }
+            FaultKind::WorkerKill => {
+                let i = rng.random_range(0..PROCESSES);
+                let pid = workers[i].child.id();
+                workers[i].child.kill().expect("kill -9 worker");
+                let killed = unix_ms();
+                let _ = workers[i].child.wait();
+                workers[i].life.lock().expect("timeline").killed_ms = Some(killed);
+                killed_pids.push((pid, killed));
+                workers[i] = Worker::spawn(&env_for(&proxies[i]));
+                lives.push(workers[i].life.clone());
+                log.push(format!("{t:.1}s kill -9 of worker {i} (pid {pid}), respawned"));
+            }
+        }
+    }
+    for line in &log {
+        println!("      fault at {line}");
+    }
+
+    // The end of the load: every worker reports what its callers submitted and got.
+    let (mut submitted, mut ok, mut errors) = (0, 0, 0);
+    let mut codes = BTreeMap::<String, u64>::new();
+    for worker in &workers {
+        let left = Duration::from_millis(end_ms.saturating_sub(unix_ms())) + Duration::from_secs(40);
+        let line = worker.expect_line("RESULT", left);
+        let (s, o, e) = (field(&line, "submitted"), field(&line, "ok"), field(&line, "err"));
+        if s + notch as u64 != o + e {
+            broken.push(format!("calls lost by worker {}: {line}", worker.child.id()));
+        }
+        if field(&line, "held") + notch as u64 != 0 {
+            broken.push(format!("permits held with no call running: {line}"));
+        }
+        submitted += s;
+        ok += o;
+        errors += e;
+        for kv in line.split_whitespace().filter_map(|kv| kv.strip_prefix("code:")) {
+            if let Some((code, n)) = kv.split_once('=') {
+                *codes.entry(code.to_string()).or_default() += n.parse::<u64>().unwrap_or(0);
+            }
+        }
+    }
+
+    // A quiet period, then the permits set against what the processes hold.
+    let quiet = Instant::now();
+    while workers.iter().any(|w| w.mode() != Mode::Shared) {
+        assert!(quiet.elapsed() < Duration::from_secs(10), "not every worker is back in shared mode");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(1_500));
+    let mut held = HashSet::new();
+    for worker in &mut workers {
+        worker.send("hold");
+        let line = worker.expect_line("HOLDING", Duration::from_secs(10));
+        match line.split_whitespace().nth(1) {
+            Some(id) if id != "none" => {
+                held.insert(id.to_string());
+            }
+            _ => broken.push(format!("worker {} got no permit within 5 s after the drain", worker.child.id())),
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let mut con = redis.connection().expect("connection");
+    let members: Vec<(String, u64)> = redis::cmd("ZRANGE")
+        .arg("wavegate:{mock}:permits")
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(&mut con)
+        .expect("ZRANGE");
+    let of_killed = |id: &str| killed_pids.iter().find(|(pid, _)| id.starts_with(&format!("{pid}-")));
+    let mut lingering = 0;
+    let mut unexplained = Vec::new();
+    for (id, expiry) in &members {
+        match of_killed(id) {
+            Some((_, killed)) => {
+                lingering += 1;
+                if *expiry + notch as u64 * lease_ms > killed + lease_ms + 2_000 {
+                    broken.push(format!(
+                        "a killed worker's permit {id} outlives one lease: expires {} ms after the kill",
+                        expiry.saturating_sub(*killed)
+                    ));
+                }
+            }
+            None if !held.contains(id) => {
+                unexplained.push(format!("{id} (expires in {} ms)", *expiry as i64 - unix_ms() as i64));
+            }
+            None => {}
+        }
+    }
+    let registered: HashSet<&String> = members.iter().map(|(id, _)| id).collect();
+    let unregistered = held.iter().filter(|id| !registered.contains(id)).count();
+    for worker in &mut workers {
+        worker.send("release");
+        worker.expect_line("RELEASED", Duration::from_secs(5));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    workers[0].send(&format!("capacity {LIMIT}"));
+    let capacity = workers[0].expect_line("CAPACITY", Duration::from_secs(10));
+    let got = field(&capacity, "got");
+
+    // The referee's record, against the timelines.
+    let to_ms = |i: Instant| base_ms + i.duration_since(base_instant).as_millis() as u64;
+    let spans: Vec<(u64, u64)> = mock.spans().into_iter().map(|(a, b)| (to_ms(a), to_ms(b))).collect();
+    let lives: Vec<std::sync::MutexGuard<'_, Life>> = lives.iter().map(|l| l.lock().expect("timeline")).collect();
+    let mut starts: Vec<u64> = spans.iter().map(|s| s.0).collect();
+    let mut ends: Vec<u64> = spans.iter().map(|s| s.1).collect();
+    starts.sort_unstable();
+    ends.sort_unstable();
+    let changes: Vec<u64> = lives.iter().flat_map(|l| l.modes.iter().skip(1).map(|m| m.0)).collect();
+    let (mut max_shared, mut max_fallback, mut max_mixed, mut max_switching) = (0, 0, 0, 0);
+    let mut violations = Vec::new();
+    let mut shares_over = Vec::new();
+    let mut j = 0;
+    for (i, &t) in starts.iter().enumerate() {
+        while j < ends.len() && ends[j] <= t {
+            j += 1;
+        }
+        let in_flight = i + 1 - j;
+        let live: Vec<&std::sync::MutexGuard<'_, Life>> = lives.iter().filter(|l| l.alive_at(t)).collect();
+        let modes: Vec<(Mode, usize)> = live.iter().map(|l| l.mode_at(t)).collect();
+        let switching = changes.iter().any(|c| c.abs_diff(t) <= SWITCH_WINDOW_MS);
+        let fallback_shares: usize = modes.iter().filter(|m| m.0 == Mode::Fallback).map(|m| m.1).sum();
+        let all_fallback = modes.iter().all(|m| m.0 == Mode::Fallback);
+        let (kind, bound) = if switching {
+            let window: usize = live
+                .iter()
+                .map(|l| {
+                    l.modes
+                        .iter()
+                        .filter(|m| m.1 == Mode::Fallback && m.0 <= t + SWITCH_WINDOW_MS)
+                        .filter(|m| {
+                            // in fallback at some moment of the window
+                            let left = l.modes.iter().find(|n| n.0 > m.0).map_or(u64::MAX, |n| n.0);
+                            left.saturating_add(SWITCH_WINDOW_MS) >= t
+                        })
+                        .map(|m| m.2)
+                        .max()
+                        .unwrap_or(0)
+                })
+                .sum();
+            max_switching = max_switching.max(in_flight);
+            ("switching", LIMIT + window - notch)
+        } else if fallback_shares == 0 {
+            max_shared = max_shared.max(in_flight);
+            ("shared", LIMIT - notch)
+        } else if all_fallback {
+            max_fallback = max_fallback.max(in_flight);
+            if fallback_shares + notch * LIMIT > LIMIT {
+                shares_over.push(format!("at +{} ms: shares sum to {fallback_shares}", t.saturating_sub(start_ms)));
+            }
+            ("fallback", fallback_shares - notch)
+        } else {
+            max_mixed = max_mixed.max(in_flight);
+            ("partial", LIMIT + fallback_shares - notch)
+        };
+        if in_flight > bound {
+            violations
+                .push(format!("{in_flight} at once ({kind}, bound {bound}) at +{} ms", t.saturating_sub(start_ms)));
+        }
+    }
+    let rate = |from: u64, to: u64| {
+        starts.iter().filter(|t| (from..to).contains(*t)).count() as f64 * 1e3 / (to - from) as f64
+    };
+    let first = rate(start_ms + BASELINE.0, start_ms + BASELINE.1);
+    let last = rate(end_ms - 5_000, end_ms);
+    let switches = changes.len();
+    println!(
+        "      calls: submitted {submitted}, ok {ok}, typed errors {errors} {codes:?}, lost {}",
+        submitted - ok - errors
+    );
+    println!(
+        "      most at once at the mock (limit {LIMIT}): shared {max_shared}, all in fallback {max_fallback}, \
+         partial {max_mixed}, within {SWITCH_WINDOW_MS} ms of one of the {switches} changes of mode {max_switching}"
+    );
+    println!("      throughput: first 5 s {first:.0} calls/s, last 5 s {last:.0} calls/s");
+    println!(
+        "      after the drain: {} permits in Redis, {} held by the processes ({} of them unregistered), {lingering} \
+         of killed workers, {} unexplained; {got} of {LIMIT} permits acquired at once",
+        members.len(),
+        held.len(),
+        unregistered,
+        unexplained.len()
+    );
+    if !violations.is_empty() {
+        broken.push(format!(
+            "{} moments over the bound, e.g. {:?}",
+            violations.len(),
+            &violations[..violations.len().min(5)]
+        ));
+    }
+    if !shares_over.is_empty() {
+        broken.push(format!("fallback shares over the limit: {:?}", &shares_over[..shares_over.len().min(5)]));
+    }
+    if !unexplained.is_empty() || notch > 0 {
+        broken.push(format!("permits in Redis that no process holds: {unexplained:?}"));
+    }
+    if unregistered + notch != 0 {
+        broken.push(format!("{unregistered} permits held but not registered in Redis"));
+    }
+    if got != (LIMIT + notch) as u64 {
+        broken.push(format!("a full-limit capacity check: {capacity}"));
+    }
+    if last < (0.9 + notch as f64) * first {
+        broken.push(format!("throughput fell from {first:.0}/s to {last:.0}/s"));
+    }
+    for problem in &broken {
+        println!("      BROKEN: {problem}");
+    }
+    assert!(broken.is_empty(), "{} invariants broken (seed {seed}): {broken:?}", broken.len());
+}
+
+// ------------------------------------------------------------------------------------------
+// The worker's side.
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("worker needs {name}"))
+}
+
+fn worker_main() {
+    let system = actix::System::new();
+    system.block_on(async {
+        let limit: u32 = env("LIMIT").parse().expect("LIMIT");
+        let mock: SocketAddr = env("MOCK_ADDR").parse().expect("MOCK_ADDR");
+        let mut upstream = UpstreamConfig::builder("mock").limit(limit);
+        if env("FIXED_TTL") == "1" {
+            upstream = upstream.permit_ttl(FIXED_TTL);
+        }
+        let upstream = upstream.build().expect("config");
+        let scheduler = Scheduler::builder().upstream(upstream).redis(env("REDIS_URL")).build().expect("scheduler");
+        report_mode_changes(scheduler.clone());
+        let start_ms: u64 = env("START_MS").parse().expect("START_MS");
+        let end_ms: u64 = env("END_MS").parse().expect("END_MS");
+        tokio::time::sleep(Duration::from_millis(start_ms.saturating_sub(unix_ms()))).await;
+        let callers: usize = env("CALLERS").parse().expect("CALLERS");
+        let mut tasks = Vec::new();
+        for _ in 0..callers {
+            let scheduler = scheduler.clone();
+            tasks.push(actix::spawn(async move {
+                let (mut submitted, mut ok, mut codes) = (0u64, 0u64, BTreeMap::<&'static str, u64>::new());
+                while unix_ms() < end_ms {
+                    submitted += 1;
+                    match scheduler.call("mock", move |_| call_mock(mock)).await {
+                        Ok(()) => ok += 1,
+                        Err(error) => *codes.entry(error.code()).or_default() += 1,
+                    }
+                }
+                (submitted, ok, codes)
+            }));
+        }
+        let (mut submitted, mut ok, mut codes) = (0, 0, BTreeMap::<&'static str, u64>::new());
+        for task in tasks {
+            // A caller task that panicked would lose its calls: they stay submitted.
+            if let Ok((s, o, c)) = task.await {
+                submitted += s;
+                ok += o;
+                for (code, n) in c {
+                    *codes.entry(code).or_default() += n;
+                }
+            }
+        }
+        let err: u64 = codes.values().sum();
+        let codes: Vec<String> = codes.iter().map(|(c, n)| format!("code:{c}={n}")).collect();
+        // Every call has returned: the coordinator must hold nothing for this process.
+        let held = scheduler.status("mock").await.map(|s| s.in_flight_local).unwrap_or(usize::MAX);
+        println!("RESULT submitted={submitted} ok={ok} err={err} held={held} {}", codes.join(" "));
+        serve_commands(scheduler).await;
+    });
+}
+
+/// Answers the orchestrator's commands on stdin until it closes it.
+async fn serve_commands(scheduler: Scheduler) {
+    let (tx, mut commands) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut holding = None;
+    while let Some(command) = commands.recv().await {
+        let mut words = command.split_whitespace();
+        match words.next() {
+            Some("hold") => match tokio::time::timeout(Duration::from_secs(5), scheduler.acquire("mock")).await {
+                Ok(Ok(permit)) => {
+                    println!("HOLDING {}", permit.id());
+                    holding = Some(permit);
+                }
+                _ => println!("HOLDING none"),
+            },
+            Some("release") => {
+                if let Some(permit) = holding.take() {
+                    permit.succeeded();
+                }
+                println!("RELEASED");
+            }
+            Some("capacity") => {
+                let n: usize = words.next().and_then(|n| n.parse().ok()).unwrap_or(1);
+                let started = Instant::now();
+                let asks = (0..n).map(|_| tokio::time::timeout(Duration::from_secs(3), scheduler.acquire("mock")));
+                let answers = futures_util::future::join_all(asks).await;
+                let permits: Vec<_> = answers.into_iter().filter_map(|a| a.ok().and_then(Result::ok)).collect();
+                println!("CAPACITY got={} in_ms={}", permits.len(), started.elapsed().as_millis());
+                drop(permits);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Prints `MODE <mode> <unix ms> <fallback share>` at every change of the scheduler's mode.
+fn report_mode_changes(scheduler: Scheduler) {
+    actix::spawn(async move {
+        let mut last = None;
+        loop {
+            let Ok(mode) = scheduler.mode().await else { return };
+            if last != Some(mode) {
+                let at = unix_ms();
+                let share = match mode {
+                    Mode::Fallback => scheduler.status("mock").await.map(|s| s.limit).unwrap_or(0),
+                    _ => 0,
+                };
+                println!("MODE {mode} {at} {share}");
+                last = Some(mode);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+}
+
+async fn call_mock(mock: SocketAddr) -> Result<(), Outcome> {
+    match http_get(mock, "/", Duration::from_secs(10)).await {
+        Ok(reply) if reply.status == 200 => Ok(()),
+        Ok(reply) => Err(Outcome::from_status(reply.status, reply.retry_after.as_deref(), SystemTime::now())),
+        Err(_) => Err(Outcome::from_transport(TransportError::Connect)),
+    }
+}
