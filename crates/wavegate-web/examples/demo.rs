@@ -10,7 +10,7 @@
 //! in shared mode; without it, in local mode (the embedded default).
 //!
 //! The provider answers 429 with `Retry-After: 1` whenever more calls than its capacity arrive
-//! at once; the scheduler absorbs them (shared cooldown, retry through a new permit) so the
+//! at once; the scheduler absorbs them (a step back of the limit, a retry through a new permit) so the
 //! app's clients see answers, not errors.
 
 use std::cell::Cell;
@@ -213,7 +213,7 @@ async fn main() -> std::io::Result<()> {
         results.len() - ok - unavailable
     );
     println!(
-        "  provider 429s         {} drawn, all absorbed by the scheduler (shared cooldown, retry through a new permit)",
+        "  provider 429s         {} drawn, all absorbed by the scheduler (each retried through a new permit)",
         provider.rate_limited.load(Ordering::SeqCst)
     );
     println!("  provider max busy     {} (capacity {})", provider.max_busy.load(Ordering::SeqCst), options.capacity);
