@@ -9,10 +9,13 @@
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use wavegate::{Outcome, Scheduler, TransportError, UpstreamConfig};
-use wavegate_testkit::{MockUpstream, MockUpstreamConfig, RedisServer, http_get};
+use wavegate::{Scheduler, UpstreamConfig};
+use wavegate_testkit::{MockUpstream, MockUpstreamConfig, RedisServer};
+
+mod common;
+use common::call_mock;
 
 const ROLE: &str = "WAVEGATE_FLEET_ROLE";
 
@@ -420,12 +423,4 @@ fn report_mode_changes(scheduler: Scheduler) {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     });
-}
-
-async fn call_mock(mock: SocketAddr) -> Result<(), Outcome> {
-    match http_get(mock, "/", Duration::from_secs(10)).await {
-        Ok(reply) if reply.status == 200 => Ok(()),
-        Ok(reply) => Err(Outcome::from_status(reply.status, reply.retry_after.as_deref(), SystemTime::now())),
-        Err(_) => Err(Outcome::from_transport(TransportError::Connect)),
-    }
 }

@@ -34,8 +34,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use wavegate::{Mode, Outcome, Scheduler, TransportError, UpstreamConfig};
-use wavegate_testkit::{Fault, FaultProxy, MockUpstream, MockUpstreamConfig, RedisServer, http_get};
+use wavegate::{Mode, Scheduler, UpstreamConfig};
+use wavegate_testkit::{Fault, FaultProxy, MockUpstream, MockUpstreamConfig, RedisServer};
+
+mod common;
+use common::call_mock;
 
 const ROLE: &str = "WAVEGATE_NEMESIS_ROLE";
 const PROCESSES: usize = 4;
@@ -620,12 +623,4 @@ fn report_mode_changes(scheduler: Scheduler) {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     });
-}
-
-async fn call_mock(mock: SocketAddr) -> Result<(), Outcome> {
-    match http_get(mock, "/", Duration::from_secs(10)).await {
-        Ok(reply) if reply.status == 200 => Ok(()),
-        Ok(reply) => Err(Outcome::from_status(reply.status, reply.retry_after.as_deref(), SystemTime::now())),
-        Err(_) => Err(Outcome::from_transport(TransportError::Connect)),
-    }
 }

@@ -6,6 +6,9 @@ use std::time::{Duration, Instant, SystemTime};
 use wavegate::{Mode, Outcome, Scheduler, UpstreamConfig, WaveState};
 use wavegate_testkit::RedisServer;
 
+mod common;
+use common::wait_for_mode;
+
 fn upstream(limit: u32) -> UpstreamConfig {
     UpstreamConfig::builder("llm")
         .limit(limit)
@@ -14,17 +17,6 @@ fn upstream(limit: u32) -> UpstreamConfig {
         .cooldown_ladder([Duration::from_secs(2)])
         .build()
         .expect("valid config")
-}
-
-async fn wait_for_mode(scheduler: &Scheduler, mode: Mode, within: Duration) -> Duration {
-    let started = Instant::now();
-    loop {
-        if scheduler.mode().await.expect("mode") == mode {
-            return started.elapsed();
-        }
-        assert!(started.elapsed() < within, "not in {mode} mode within {within:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 #[actix::test]

@@ -9,6 +9,9 @@ use wavegate::{Mode, Outcome, Scheduler, UpstreamConfig, WaveState};
 use wavegate_testkit::RedisServer;
 use wavegate_testkit::{Fault, FaultProxy};
 
+mod common;
+use common::wait_for_mode;
+
 /// A fixed lease long enough that a leaked permit would still be there at the end of a test.
 fn fixed_lease(limit: u32) -> UpstreamConfig {
     UpstreamConfig::builder("llm")
@@ -19,17 +22,6 @@ fn fixed_lease(limit: u32) -> UpstreamConfig {
         .cooldown_ladder([Duration::from_secs(2)])
         .build()
         .expect("valid config")
-}
-
-async fn wait_for_mode(scheduler: &Scheduler, mode: Mode, within: Duration) -> Duration {
-    let started = Instant::now();
-    loop {
-        if scheduler.mode().await.expect("mode") == mode {
-            return started.elapsed();
-        }
-        assert!(started.elapsed() < within, "not in {mode} mode within {within:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 fn shared_members(redis: &RedisServer) -> Vec<String> {

@@ -1,0 +1,29 @@
+//! Helpers shared by the whole-system tests (each test file that needs them says `mod common;`).
+#![allow(dead_code)] // each test file uses only some of them
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant, SystemTime};
+
+use wavegate::{Mode, Outcome, Scheduler, TransportError};
+use wavegate_testkit::http_get;
+
+/// Waits (bounded by `within`) until `scheduler` is in `mode`; how long it took.
+pub(crate) async fn wait_for_mode(scheduler: &Scheduler, mode: Mode, within: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        if scheduler.mode().await.expect("mode") == mode {
+            return started.elapsed();
+        }
+        assert!(started.elapsed() < within, "not in {mode} mode within {within:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// One `GET /` to the mock upstream, its answer as the scheduler's closures return it.
+pub(crate) async fn call_mock(mock: SocketAddr) -> Result<(), Outcome> {
+    match http_get(mock, "/", Duration::from_secs(10)).await {
+        Ok(reply) if reply.status == 200 => Ok(()),
+        Ok(reply) => Err(Outcome::from_status(reply.status, reply.retry_after.as_deref(), SystemTime::now())),
+        Err(_) => Err(Outcome::from_transport(TransportError::Connect)),
+    }
+}
