@@ -3,12 +3,12 @@
 -- KEYS[1] permits (zset)   KEYS[2] wave state (hash)   KEYS[3] permit waves (hash)
 -- KEYS[4] processes waiting at the limit (zset: since when)
 -- KEYS[5] the same processes (zset: when each last asked; see finish.lua)
--- ARGV[1..12] config (see read_config in wave.lua)
--- ARGV[13] permit id (client-chosen; an id already held is granted again, not twice, and
+-- ARGV[1..13] config (see read_config in wave.lua)
+-- ARGV[14] permit id (client-chosen; an id already held is granted again, not twice, and
 --          nothing is charged again)
--- ARGV[14] lease in ms
--- ARGV[15] tokens to reserve from the tokens budget (0 without one)
--- ARGV[16] the asking process's instance id, put on the waiting list when the limit is
+-- ARGV[15] lease in ms
+-- ARGV[16] tokens to reserve from the tokens budget (0 without one)
+-- ARGV[17] the asking process's instance id, put on the waiting list when the limit is
 --          reached (so a release wakes it) and taken off when it is granted; '' for none
 -- Reply: {1, wave, state, limit, in_flight}        granted
 --        {0, reason, wait_ms, in_flight}           denied: reason 'cooldown', 'at_limit',

@@ -4,15 +4,15 @@
 -- KEYS[4] processes waiting at the limit (zset: since when)
 -- KEYS[5] the same processes (zset: when each last asked); one that has not asked for
 --         WAITING_TTL is taken off both, one that keeps asking keeps its place however long
--- ARGV[1..12] config (see read_config in wave.lua)
--- ARGV[13] permit id
--- ARGV[14] the wave the permit was issued in
--- ARGV[15] outcome: 'success', 'rate_limited' or 'neutral'
--- ARGV[16] Retry-After in ms for 'rate_limited', or '' when the provider gave none
--- ARGV[17] channel to PUBLISH to when a permit is freed, or '' for none: the message is the
+-- ARGV[1..13] config (see read_config in wave.lua)
+-- ARGV[14] permit id
+-- ARGV[15] the wave the permit was issued in
+-- ARGV[16] outcome: 'success', 'rate_limited' or 'neutral'
+-- ARGV[17] Retry-After in ms for 'rate_limited', or '' when the provider gave none
+-- ARGV[18] channel to PUBLISH to when a permit is freed, or '' for none: the message is the
 --          instance id of the process that has waited longest at the limit (taken off the
 --          list), so one process asks, not all; nothing is published when nobody waits
--- ARGV[18] tokens used beyond the reservation (negative: a refund), settled on the tokens budget
+-- ARGV[19] tokens used beyond the reservation (negative: a refund), settled on the tokens budget
 -- Reply: {held, effect, limit_before, limit, wave, state, cooldown_ms, changed_from, in_flight}
 --   held: 1 if the id was held; effect: 'cut', 'late' or 'none';
 --   changed_from: the state a success moved the machine out of, or ''.

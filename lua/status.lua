@@ -1,7 +1,7 @@
 -- status.lua: the wave state, the permits held and the rate budgets left, with time applied.
 --
 -- KEYS[1] permits (zset)   KEYS[2] wave state (hash)   KEYS[3] permit waves (hash)
--- ARGV[1..12] config (see read_config in wave.lua)
+-- ARGV[1..13] config (see read_config in wave.lua)
 -- Reply: {state, limit, wave, cooldown_ms, successes, step, threshold, in_flight,
 --         requests_remaining, requests_next_ms, tokens_remaining, tokens_next_ms}
 --   (the budget fields are -1 when there is no such budget)

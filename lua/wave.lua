@@ -41,8 +41,9 @@ end
 -- The configuration, from twelve ARGV entries starting at `at`: base limit, probe successes,
 -- cooldown ladder (comma-separated ms), min cooldown ms, max cooldown ms, requests per minute,
 -- requests burst, tokens per minute, tokens burst (a rate of 0: no such budget), recovery
--- ('seed' or 'adaptive'), the first and the longest re-test spacing in ms ('adaptive').
-local CONFIG_ARGS = 12
+-- ('seed' or 'adaptive'), the first and the longest re-test spacing in ms and the most rounds
+-- between re-tests ('adaptive').
+local CONFIG_ARGS = 13
 local function read_config(at)
   local config = {
     base = to_int(ARGV[at], 'base limit'),
@@ -52,6 +53,7 @@ local function read_config(at)
     max_cooldown = to_int(ARGV[at + 4], 'max cooldown'),
     retest_after = to_int(ARGV[at + 10], 'retest after'),
     retest_max = to_int(ARGV[at + 11], 'retest max'),
+    retest_rounds_max = math.max(to_int(ARGV[at + 12], 'retest rounds max'), 1),
   }
   for step in string.gmatch(ARGV[at + 2], '[^,]+') do
     table.insert(config.ladder, to_int(step, 'cooldown step'))
@@ -73,13 +75,14 @@ local STATES = { NORMAL = true, COOLDOWN = true, PROBE = true, DEGRADED = true }
 -- NORMAL at the base limit, wave 1, nothing remembered (WaveMachine::new).
 local function fresh_state(config)
   return { state = 'NORMAL', limit = config.base, wave = 1, cooldown_until = 0, successes = 0, step = 0,
-           threshold = config.base, ceiling = 0, good = 0, retest_at = 0, spacing = 0, on_trial = false }
+           threshold = config.base, ceiling = 0, good = 0, retest_at = 0, spacing = 0, rounds = 0,
+           retest_rounds = 0, on_trial = false }
 end
 
 -- Reads the state; a missing or unreadable hash starts over in NORMAL at the base limit.
 local function load_state(config)
   local v = redis.call('HMGET', KEYS[2], 'state', 'limit', 'wave', 'cooldown_until', 'successes', 'step', 'threshold',
-    'base', 'ceiling', 'good', 'retest_at', 'spacing', 'on_trial')
+    'base', 'ceiling', 'good', 'retest_at', 'spacing', 'on_trial', 'rounds', 'retest_rounds')
   local s = {
     state = v[1],
     limit = tonumber(v[2]),
@@ -93,6 +96,8 @@ local function load_state(config)
     retest_at = tonumber(v[11]) or 0,
     spacing = tonumber(v[12]) or 0,
     on_trial = v[13] == '1',
+    rounds = tonumber(v[14]) or 0,
+    retest_rounds = tonumber(v[15]) or 0,
   }
   if not STATES[s.state] or not s.limit or not s.wave or not s.cooldown_until
       or not s.successes or not s.step or not s.threshold then
@@ -117,7 +122,7 @@ local function save_state(s, config)
   redis.call('HSET', KEYS[2], 'state', s.state, 'limit', s.limit, 'wave', s.wave,
     'cooldown_until', s.cooldown_until, 'successes', s.successes, 'step', s.step, 'threshold', s.threshold,
     'base', config.base, 'ceiling', s.ceiling, 'good', s.good, 'retest_at', s.retest_at, 'spacing', s.spacing,
-    'on_trial', s.on_trial and 1 or 0)
+    'on_trial', s.on_trial and 1 or 0, 'rounds', s.rounds, 'retest_rounds', s.retest_rounds)
 end
 
 -- COOLDOWN past its deadline becomes PROBE at limit 1. Returns true when it changed.
@@ -149,6 +154,7 @@ local function adaptive_success(s, wave, in_flight, now, config)
   if s.successes < s.limit then return nil end
   -- A round: as many successes as the limit, while it was used.
   s.successes = 0
+  s.rounds = s.rounds + 1
   if in_flight >= s.limit then
     -- It held, fully used.
     s.good = math.max(s.good, s.limit)
@@ -157,13 +163,15 @@ local function adaptive_success(s, wave, in_flight, now, config)
     -- The limit that drew the last step back held this time: the capacity grew.
     s.ceiling = 0
     s.spacing = 0
+    s.retest_rounds = 0
   end
   if s.state == 'NORMAL' then return nil end
   local next_limit
   if s.limit < s.threshold then next_limit = math.min(s.limit * 2, s.threshold) else next_limit = s.limit + 1 end
   if s.ceiling > 0 and next_limit >= s.ceiling then
-    -- Test the ceiling again only once its spacing has passed.
-    if now >= s.retest_at then next_limit = s.ceiling else next_limit = s.ceiling - 1 end
+    -- Test the ceiling again only once its spacing has passed, in time and in rounds.
+    if now >= s.retest_at and s.rounds >= s.retest_rounds then next_limit = s.ceiling
+    else next_limit = s.ceiling - 1 end
   end
   next_limit = math.max(math.min(next_limit, config.base), s.limit)
   if next_limit == s.limit then return nil end
@@ -227,8 +235,15 @@ local function on_rate_limited(s, wave, now, retry_after_ms, config)
     if s.good > 0 then s.limit = s.good else s.limit = math.max(1, math.floor(s.limit / 2)) end
     s.threshold = s.limit
     s.state = 'DEGRADED'
-    if s.spacing == 0 then s.spacing = config.retest_after else s.spacing = math.min(s.spacing * 2, config.retest_max) end
+    if s.spacing == 0 then
+      s.spacing = config.retest_after
+      s.retest_rounds = 1
+    else
+      s.spacing = math.min(s.spacing * 2, config.retest_max)
+      s.retest_rounds = math.min(s.retest_rounds * 2, config.retest_rounds_max)
+    end
     s.retest_at = now + s.spacing
+    s.rounds = 0
     s.on_trial = true
     return 'cut', from
   end
@@ -242,6 +257,8 @@ local function on_rate_limited(s, wave, now, retry_after_ms, config)
   s.good = 0
   s.spacing = 0
   s.retest_at = 0
+  s.rounds = 0
+  s.retest_rounds = 0
   s.on_trial = false
   local cooldown
   if retry_after_ms then

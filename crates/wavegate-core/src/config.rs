@@ -276,6 +276,7 @@ impl UpstreamConfig {
             fallback_limit: None,
             recovery: Recovery::default(),
             retest: (WaveConfig::DEFAULT_RETEST_AFTER, WaveConfig::DEFAULT_RETEST_MAX),
+            retest_rounds_max: WaveConfig::DEFAULT_RETEST_ROUNDS_MAX,
             requests_per_minute: None,
             tokens_per_minute: None,
             queue_capacity: Self::DEFAULT_QUEUE_CAPACITY,
@@ -374,6 +375,7 @@ pub struct UpstreamConfigBuilder {
     fallback_limit: Option<u32>,
     recovery: Recovery,
     retest: (Duration, Duration),
+    retest_rounds_max: u32,
     requests_per_minute: Option<(u32, u32)>,
     tokens_per_minute: Option<(u32, u32)>,
     queue_capacity: usize,
@@ -464,6 +466,13 @@ impl UpstreamConfigBuilder {
         self.retest = (first, max);
         self
     }
+    /// [`Recovery::Adaptive`]: the most rounds (as many successes as the limit) held between
+    /// two tests; they start at 1 and double after each failed test. Default 32: with long
+    /// calls, at most one call in 32 × the limit is a test.
+    pub fn retest_rounds_max(mut self, rounds: u32) -> Self {
+        self.retest_rounds_max = rounds;
+        self
+    }
     /// A requests-per-minute budget shared by the fleet: `per_minute` requests a minute, at
     /// most `burst` at once (GCRA, exact in every sliding window: at most `per_minute + burst`
     /// in any minute). None by default.
@@ -508,6 +517,8 @@ impl UpstreamConfigBuilder {
 
         let limit = NonZeroU32::new(self.limit).ok_or_else(|| ConfigError::ZeroLimit { upstream: upstream() })?;
         let probe_successes = NonZeroU32::new(self.probe_successes).ok_or_else(|| zero_count("probe_successes"))?;
+        let retest_rounds_max =
+            NonZeroU32::new(self.retest_rounds_max).ok_or_else(|| zero_count("retest_rounds_max"))?.get();
         let queue_capacity = NonZeroUsize::new(self.queue_capacity).ok_or_else(|| zero_count("queue_capacity"))?;
         let fallback_limit =
             self.fallback_limit.map(|l| NonZeroU32::new(l).ok_or_else(|| zero_count("fallback_limit"))).transpose()?;
@@ -635,6 +646,7 @@ impl UpstreamConfigBuilder {
                 recovery: self.recovery,
                 retest_after: self.retest.0,
                 retest_max: self.retest.1,
+                retest_rounds_max,
             },
             permit_ttl: self.permit_ttl,
             renew_leases: self.renew_leases,
@@ -752,6 +764,7 @@ mod tests {
             (b().tokens_per_minute(1000, 0), "tokens_per_minute (rate or burst) is 0"),
             (b().probe_successes(0), "probe_successes is 0"),
             (b().retest_spacing(Duration::ZERO, Duration::from_secs(1)), "retest_spacing (first) is zero"),
+            (b().retest_rounds_max(0), "retest_rounds_max is 0"),
             (b().retest_spacing(Duration::from_secs(2), Duration::from_secs(1)), "lower the first step"),
             (b().retest_spacing(Duration::from_secs(1), Duration::from_secs(8 * 24 * 3600)), "is longer than"),
             (b().breaker(BreakerConfig { failure_rate: 1.5, ..Default::default() }), "within (0, 1]"),

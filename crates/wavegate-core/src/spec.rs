@@ -75,6 +75,7 @@ impl SpecCase {
             recovery: self.recovery,
             retest_after: Duration::from_millis(self.retest_ms.0),
             retest_max: Duration::from_millis(self.retest_ms.1),
+            retest_rounds_max: WaveConfig::DEFAULT_RETEST_ROUNDS_MAX,
         }
     }
 }

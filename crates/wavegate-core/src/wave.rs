@@ -110,9 +110,12 @@ pub enum Recovery {
     ///   a success counts only while the limit is used (in flight × 2 ≥ limit); a limit
     ///   "holds" once as many successes as the limit were seen with it fully used.
     /// * Re-tests: after a step back the limit that drew the 429 (the ceiling) is tried
-    ///   again no sooner than [`retest_after`](WaveConfig::retest_after) later, and each
-    ///   failed test doubles the spacing up to [`retest_max`](WaveConfig::retest_max):
-    ///   capacity changes slowly, and each test costs one 429 of one call.
+    ///   again no sooner than [`retest_after`](WaveConfig::retest_after) later and after at
+    ///   least one round at the limit below; each failed test doubles both, up to
+    ///   [`retest_max`](WaveConfig::retest_max) and
+    ///   [`retest_rounds_max`](WaveConfig::retest_rounds_max) rounds: capacity changes slowly,
+    ///   and each test costs one 429 of one call — at most one per that many seconds and one
+    ///   per that many rounds of calls, for short and long calls alike.
     #[default]
     Adaptive,
 }
@@ -144,6 +147,10 @@ pub struct WaveConfig {
     /// [`Recovery::Adaptive`]: the longest spacing between tests, which doubles after each
     /// failed one. Default 8 s: a capacity that grew is found within about that.
     pub retest_max: Duration,
+    /// [`Recovery::Adaptive`]: the most rounds (as many successes as the limit) held between
+    /// tests, which double from 1 after each failed one. Default 32, so that with long calls a
+    /// test is at most one call in 32 × the limit.
+    pub retest_rounds_max: u32,
 }
 
 impl WaveConfig {
@@ -153,6 +160,8 @@ impl WaveConfig {
     pub const DEFAULT_RETEST_AFTER: Duration = Duration::from_secs(1);
     /// Default longest spacing between re-tests (8 s).
     pub const DEFAULT_RETEST_MAX: Duration = Duration::from_secs(8);
+    /// Default most rounds held between re-tests (32).
+    pub const DEFAULT_RETEST_ROUNDS_MAX: u32 = 32;
 
     /// The defaults around `base_limit`: 3 probe successes, the default cooldown ladder.
     pub fn new(base_limit: NonZeroU32) -> Self {
@@ -163,6 +172,7 @@ impl WaveConfig {
             recovery: Recovery::default(),
             retest_after: Self::DEFAULT_RETEST_AFTER,
             retest_max: Self::DEFAULT_RETEST_MAX,
+            retest_rounds_max: Self::DEFAULT_RETEST_ROUNDS_MAX,
         }
     }
 }
@@ -195,6 +205,10 @@ pub struct WaveSnapshot {
     /// [`Recovery::Adaptive`]: the current spacing between tests, in milliseconds (0: none
     /// failed since the last stop).
     pub spacing_ms: u64,
+    /// [`Recovery::Adaptive`]: rounds completed since the last step back (saturating).
+    pub rounds: u32,
+    /// [`Recovery::Adaptive`]: the rounds needed before the next test (0: none failed).
+    pub retest_rounds: u32,
     /// [`Recovery::Adaptive`]: the limit was just stepped back and no call of this wave has
     /// succeeded yet; a 429 now is a burst and stops the fleet.
     pub on_trial: bool,
@@ -319,6 +333,8 @@ impl WaveMachine {
                 good: 0,
                 retest_at_ms: 0,
                 spacing_ms: 0,
+                rounds: 0,
+                retest_rounds: 0,
                 on_trial: false,
             },
         }
@@ -428,6 +444,7 @@ impl WaveMachine {
         }
         // A round: as many successes as the limit, while it was used.
         s.successes = 0;
+        s.rounds = s.rounds.saturating_add(1);
         if in_flight >= s.limit {
             // It held, fully used.
             s.good = s.good.max(s.limit);
@@ -436,14 +453,15 @@ impl WaveMachine {
             // The limit that drew the last step back held this time: the capacity grew.
             s.ceiling = 0;
             s.spacing_ms = 0;
+            s.retest_rounds = 0;
         }
         if s.state == WaveState::Normal {
             return None;
         }
         let mut next = if s.limit < s.threshold { s.limit.saturating_mul(2).min(s.threshold) } else { s.limit + 1 };
         if s.ceiling > 0 && next >= s.ceiling {
-            // Test the ceiling again only once its spacing has passed.
-            next = if now_ms >= s.retest_at_ms { s.ceiling } else { s.ceiling - 1 };
+            // Test the ceiling again only once its spacing has passed, in time and in rounds.
+            next = if now_ms >= s.retest_at_ms && s.rounds >= s.retest_rounds { s.ceiling } else { s.ceiling - 1 };
         }
         let next = next.min(base).max(s.limit);
         if next == s.limit {
@@ -467,6 +485,7 @@ impl WaveMachine {
         self.poll(now_ms);
         let adaptive = self.config.recovery == Recovery::Adaptive;
         let (retest_after, retest_max) = (duration_ms(self.config.retest_after), duration_ms(self.config.retest_max));
+        let rounds_max = self.config.retest_rounds_max.max(1);
         let s = &mut self.snapshot;
         if wave != s.wave {
             return RateLimitEffect::Late { reported: wave, current: s.wave };
@@ -484,9 +503,11 @@ impl WaveMachine {
             s.limit = if s.good > 0 { s.good } else { (s.limit / 2).max(1) };
             s.threshold = s.limit;
             s.state = WaveState::Degraded;
-            s.spacing_ms =
-                if s.spacing_ms == 0 { retest_after } else { s.spacing_ms.saturating_mul(2).min(retest_max) };
+            let first_failure = s.spacing_ms == 0;
+            s.spacing_ms = if first_failure { retest_after } else { s.spacing_ms.saturating_mul(2).min(retest_max) };
             s.retest_at_ms = now_ms.saturating_add(s.spacing_ms);
+            s.retest_rounds = if first_failure { 1 } else { s.retest_rounds.saturating_mul(2).min(rounds_max) };
+            s.rounds = 0;
             s.on_trial = true;
             return RateLimitEffect::Cut { from, to: s.limit, wave: s.wave, cooldown: Duration::ZERO };
         }
@@ -501,6 +522,8 @@ impl WaveMachine {
         s.good = 0;
         s.spacing_ms = 0;
         s.retest_at_ms = 0;
+        s.rounds = 0;
+        s.retest_rounds = 0;
         s.on_trial = false;
         let cooldown = self.config.cooldown.duration(s.step, retry_after);
         s.cooldown_until_ms = now_ms.saturating_add(duration_ms(cooldown));

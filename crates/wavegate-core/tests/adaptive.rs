@@ -91,6 +91,10 @@ fn long_calls_learn_as_cheaply() {
     let run = simulate(&mut m, 600_000, 2_000, Some(Duration::from_secs(1)), |_| 8);
     assert_eq!(run.stops, 0, "{run:?}");
     assert!(run.at_capacity_ms >= 600_000 * 90 / 100, "{run:?}");
+    // Tests are spaced in rounds too: at most one per 32 rounds (64 s of 2 s calls) once
+    // backed off, not one per 8 s (which would be 75 in 600 s).
+    assert!(run.rate_limited <= 1 + 6 + 600 / 64, "{run:?}");
+    assert_eq!(m.snapshot().retest_rounds, 32);
 }
 
 #[test]

@@ -78,8 +78,8 @@ pub struct Reconciled {
 pub struct SharedGate {
     store: Store,
     keys: UpstreamKeys,
-    /// The twelve config arguments every script but renew takes, rendered once.
-    config_args: [String; 12],
+    /// The thirteen config arguments every script but renew takes, rendered once.
+    config_args: [String; 13],
     /// This process's instance id, put on the waiting list at the limit ('' for none).
     instance: String,
 }
@@ -110,6 +110,7 @@ impl SharedGate {
             wave.recovery.as_str().to_string(),
             duration_ms(wave.retest_after).to_string(),
             duration_ms(wave.retest_max).to_string(),
+            wave.retest_rounds_max.to_string(),
         ];
         Self { store, keys, config_args, instance: String::new() }
     }

@@ -51,9 +51,9 @@ for i = CONFIG_ARGS + 1, #ARGV, 5 do
   end
   save_state(s, config)
   s = load_state(config)
-  table.insert(out, string.format('%s | %s %d %d %.0f %d %d %d %d %d %.0f %.0f %s', answer, s.state, s.limit,
-    s.wave, s.cooldown_until - 1764000000000, s.successes, s.step, s.threshold, s.ceiling, s.good,
-    s.retest_at - 1764000000000, s.spacing, tostring(s.on_trial)))
+  table.insert(out, string.format('%s | %s %d %d %.0f %d %d %d %d %d %.0f %.0f %d %d %s', answer, s.state,
+    s.limit, s.wave, s.cooldown_until - 1764000000000, s.successes, s.step, s.threshold, s.ceiling, s.good,
+    s.retest_at - 1764000000000, s.spacing, s.rounds, s.retest_rounds, tostring(s.on_trial)))
 end
 return out
 "#;
@@ -100,11 +100,12 @@ fn config() -> impl Strategy<Value = WaveConfig> {
         prop_oneof![Just(Recovery::Adaptive), Just(Recovery::Seed)],
         1u64..1_500,
         1u64..8,
+        1u32..40,
     )
-        .prop_map(|(base, probe, ladder, min, recovery, retest_after, factor)| {
+        .prop_map(|(base, probe, ladder, min, recovery, retest_after, factor, rounds_max)| {
             let ladder: Vec<Duration> = ladder.into_iter().map(Duration::from_millis).collect();
             let max = ladder.iter().copied().max().expect("non-empty").max(Duration::from_millis(min));
-            UpstreamConfig::builder("twins")
+            let wave = UpstreamConfig::builder("twins")
                 .limit(base)
                 .probe_successes(probe)
                 .cooldown_ladder(ladder)
@@ -115,7 +116,8 @@ fn config() -> impl Strategy<Value = WaveConfig> {
                 .build()
                 .expect("a valid configuration")
                 .wave()
-                .clone()
+                .clone();
+            WaveConfig { retest_rounds_max: rounds_max, ..wave }
         })
 }
 
@@ -134,13 +136,14 @@ fn config_args(config: &WaveConfig) -> Vec<String> {
         config.recovery.as_str().into(),
         ms(config.retest_after),
         ms(config.retest_max),
+        config.retest_rounds_max.to_string(),
     ]
 }
 
 fn line(answer: String, s: &WaveSnapshot) -> String {
     let rel = |t: u64| t as i128 - EPOCH_MS as i128;
     format!(
-        "{answer} | {} {} {} {} {} {} {} {} {} {} {} {}",
+        "{answer} | {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
         s.state,
         s.limit,
         s.wave,
@@ -152,6 +155,8 @@ fn line(answer: String, s: &WaveSnapshot) -> String {
         s.good,
         rel(s.retest_at_ms),
         s.spacing_ms,
+        s.rounds,
+        s.retest_rounds,
         s.on_trial
     )
 }
@@ -262,6 +267,11 @@ fn one_line_mutants_of_the_lua_twin_are_caught() {
         ("(config.adaptive and s.good > 0)", "(config.adaptive and s.good > 1)"),
         ("  s.on_trial = false\n  if in_flight * 2 < s.limit", "  if in_flight * 2 < s.limit"),
         ("'on_trial', s.on_trial and 1 or 0", "'on_trial', 0"),
+        (
+            "s.retest_rounds = math.min(s.retest_rounds * 2, config.retest_rounds_max)",
+            "s.retest_rounds = math.min(s.retest_rounds + 1, config.retest_rounds_max)",
+        ),
+        ("  s.rounds = s.rounds + 1\n", "  s.rounds = s.rounds + 2\n"),
     ];
     for (original, mutant) in mutants {
         assert_eq!(WAVE_LUA.matches(original).count(), 1, "the mutant's original line is not unique: {original}");

@@ -98,6 +98,14 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
         ..BASE
     },
     Scenario {
+        name: "cap-2s",
+        title: "capacity 8 hidden behind limit 10, 2 s calls, 429 + Retry-After: 1",
+        jobs: Some(400),
+        service_ms: Some((2_000, 2_000)),
+        compare: &["oracle", "wavegate-adaptive"],
+        ..BASE
+    },
+    Scenario {
         name: "cap-plain-429",
         title: "(c) capacity 8 hidden behind limit 10, 20 ms calls, a plain 429 (no Retry-After)",
         plain_429: true,
