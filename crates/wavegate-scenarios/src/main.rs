@@ -15,6 +15,7 @@
 //! with several concurrent callers). The runner re-executes itself for the other two.
 
 mod cli;
+mod nginx;
 mod protocol;
 mod provider;
 mod redis_stats;

@@ -152,9 +152,9 @@ impl State {
         Ok(())
     }
 
-    /// The `X-Capacity` header's value: the capacity now, or `none`.
+    /// The `X-Capacity` header line: the capacity now, or nothing when there is no cap here.
     fn capacity(&self, config: &ProviderConfig) -> String {
-        config.capacity_at(self.admitted).map_or("none".to_string(), |c| c.to_string())
+        config.capacity_at(self.admitted).map_or(String::new(), |c| format!("X-Capacity: {c}\r\n"))
     }
 }
 
@@ -242,9 +242,7 @@ async fn answer(mut stream: TcpStream, config: &ProviderConfig, state: &Shared) 
     let status = match admitted {
         Ok(()) => {
             tokio::time::sleep(Duration::from_millis(service_ms(job, config.service_ms))).await;
-            let reply = format!(
-                "HTTP/1.1 200 OK\r\nX-Capacity: {capacity}\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
-            );
+            let reply = format!("HTTP/1.1 200 OK\r\n{capacity}Content-Length: 2\r\nConnection: close\r\n\r\nok");
             let _ = stream.write_all(reply.as_bytes()).await;
             lock(state).serving -= 1;
             200
@@ -252,7 +250,7 @@ async fn answer(mut stream: TcpStream, config: &ProviderConfig, state: &Shared) 
         Err(refusal) => {
             let retry_after = refusal.retry_after_s.map_or(String::new(), |s| format!("Retry-After: {s}\r\n"));
             let reply = format!(
-                "HTTP/1.1 429 Too Many Requests\r\n{retry_after}X-Capacity: {capacity}\r\nContent-Length: 0\r\n\
+                "HTTP/1.1 429 Too Many Requests\r\n{retry_after}{capacity}Content-Length: 0\r\n\
                  Connection: close\r\n\r\n"
             );
             let _ = stream.write_all(reply.as_bytes()).await;
@@ -297,7 +295,7 @@ mod tests {
         assert_eq!(state.admit(&config, 0), Err(Refusal { retry_after_s: None }));
         state.serving = 0;
         assert_eq!(state.admit(&config, 0), Ok(()));
-        assert_eq!(state.capacity(&config), "3");
+        assert_eq!(state.capacity(&config), "X-Capacity: 3\r\n");
         assert_eq!(state.admit(&config, 0), Ok(()));
         assert_eq!(state.admit(&config, 0), Ok(()));
         assert_eq!(state.admit(&config, 0), Err(Refusal { retry_after_s: None }));

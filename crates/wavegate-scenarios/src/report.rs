@@ -182,7 +182,14 @@ impl Row {
         let considered_service: Vec<(u64, u64)> = considered.iter().map(|&id| (id, service[id as usize])).collect();
         let mut waits: Vec<f64> =
             succeeded.iter().map(|j| j.success_start.saturating_sub(j.start) as f64 / 1e6).collect();
-        let attempts = result.requests.len();
+        // Behind nginx the provider sees only what nginx let through: count the attempts and
+        // the 429s as the workers saw them.
+        let behind_nginx = scenario.via_nginx;
+        let attempts = if behind_nginx {
+            result.jobs.iter().flatten().map(|j| j.attempts as usize).sum()
+        } else {
+            result.requests.len()
+        };
         let redis_per_permit = result.redis.as_ref().filter(|_| attempts > 0).map(|r| {
             let polled = r.status_calls as f64;
             let sent = (r.stats.sent() as f64 - polled * r.status_cost.0).max(0.0);
@@ -194,7 +201,11 @@ impl Row {
             jobs: considered.len(),
             succeeded: succeeded.len(),
             attempts,
-            rate_limited: result.requests.iter().filter(|r| r.status == 429).count(),
+            rate_limited: if behind_nginx {
+                result.jobs.iter().flatten().map(|j| j.rate_limited as usize).sum()
+            } else {
+                result.requests.iter().filter(|r| r.status == 429).count()
+            },
             completion_s: result.completion_s(),
             ideal_s: scenario.ideal_s(&considered_service, sizes.jobs),
             wait_p50_s: percentile(&mut waits, 50.0),

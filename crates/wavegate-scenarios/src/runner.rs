@@ -12,6 +12,7 @@ use wavegate_redis::Keyspace;
 use wavegate_testkit::RedisServer;
 
 use crate::cli::{self, Options, USAGE};
+use crate::nginx::Nginx;
 use crate::protocol::{field, now_us, num};
 use crate::provider::{ProviderConfig, Request};
 use crate::redis_stats::{self, CommandStats};
@@ -82,6 +83,11 @@ fn run(options: &Options) -> Result<(), String> {
         println!("  {:<18} NOT RUN: waits for {}", pending.name, pending.waits_for);
     }
     for scenario in &options.scenarios {
+        if scenario.via_nginx && !Nginx::available() {
+            println!();
+            println!("## {}: NOT RUN: nginx is not installed (apt-get install nginx-light)", scenario.name);
+            continue;
+        }
         let scenario_started = Instant::now();
         let sizes = &sizes.for_scenario(scenario, options.quick);
         let strategies = options.strategies_for(scenario);
@@ -235,7 +241,7 @@ fn run_one(scenario: &Scenario, strategy: &'static Strategy, sizes: &Sizes) -> R
     let mut redis =
         if uses_redis { Some(RedisServer::start().map_err(|e| format!("redis-server: {e}"))?) } else { None };
     let provider_config = ProviderConfig {
-        capacity: scenario.capacity_phases(sizes.jobs),
+        capacity: scenario.provider_phases(sizes.jobs),
         rpm: scenario.rate.map(|(calls, _)| calls).or(sizes.rpm),
         window_s: scenario.rate.map_or(60, |(_, window)| window),
         service_ms: sizes.service_ms,
@@ -243,7 +249,9 @@ fn run_one(scenario: &Scenario, strategy: &'static Strategy, sizes: &Sizes) -> R
     };
     let mut provider = Proc::spawn("provider", &provider_config.to_env(), PROVIDER, tx.clone())?;
     let line = wait_for(&rx, PROVIDER, "LISTENING", START_TIMEOUT, |_| {})?;
-    let addr = field(&line, "addr").and_then(|a| a.parse().ok()).ok_or_else(|| format!("bad line {line:?}"))?;
+    let backend = field(&line, "addr").and_then(|a| a.parse().ok()).ok_or_else(|| format!("bad line {line:?}"))?;
+    let nginx = if scenario.via_nginx { Some(Nginx::start(backend, scenario.capacity as u32)?) } else { None };
+    let addr = nginx.as_ref().map_or(backend, |n| n.addr);
 
     let mut workers = Vec::with_capacity(sizes.processes);
     for index in 0..sizes.processes {
@@ -429,6 +437,7 @@ fn run_one(scenario: &Scenario, strategy: &'static Strategy, sizes: &Sizes) -> R
     result.redis = redis_use;
     result.requests = dump_requests(&mut provider, &rx, scenario, strategy)?;
     drop(workers);
+    drop(nginx);
     drop(provider);
     drop(redis);
     result.wall = wall.elapsed();

@@ -32,6 +32,9 @@ pub(crate) struct Scenario {
     pub(crate) rate: Option<(u32, u64)>,
     /// The provider's 429s carry no `Retry-After` (as nginx's `limit_conn` answers).
     pub(crate) plain_429: bool,
+    /// The capacity is enforced by a real nginx (`limit_conn`, plain 429s) in front of a
+    /// provider without a cap, instead of by the provider itself.
+    pub(crate) via_nginx: bool,
     /// The limit wavegate is configured with.
     pub(crate) limit: u32,
     pub(crate) event: Event,
@@ -53,6 +56,7 @@ const BASE: Scenario = Scenario {
     phases: &[],
     rate: None,
     plain_429: false,
+    via_nginx: false,
     limit: 10,
     event: Event::Nothing,
     jobs: None,
@@ -125,6 +129,16 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
         ..BASE
     },
     Scenario {
+        name: "nginx",
+        title: "a real nginx in front: limit_conn 8, limit_conn_status 429 (plain), 200 ms calls, limit 10",
+        via_nginx: true,
+        plain_429: true,
+        jobs: Some(2_000),
+        service_ms: Some((200, 200)),
+        compare: &["oracle", "wavegate-adaptive"],
+        ..BASE
+    },
+    Scenario {
         name: "rate-window",
         title: "(e) no concurrency cap; 500 calls in any 10 s window, then 429 + Retry-After until it frees one",
         capacity: 0,
@@ -146,8 +160,12 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
 ];
 
 impl Scenario {
-    /// The provider's capacity phases for a run of `jobs`: `(served, capacity)`, empty for
-    /// no cap.
+    /// The capacity phases the provider itself enforces (none when nginx does).
+    pub(crate) fn provider_phases(&self, jobs: u64) -> Vec<(u64, usize)> {
+        if self.via_nginx { Vec::new() } else { self.capacity_phases(jobs) }
+    }
+
+    /// The capacity phases for a run of `jobs`: `(served, capacity)`, empty for no cap.
     pub(crate) fn capacity_phases(&self, jobs: u64) -> Vec<(u64, usize)> {
         if self.capacity == 0 {
             return Vec::new();

@@ -177,7 +177,6 @@ fn share_of(total: usize, index: usize, processes: usize) -> usize {
 struct Oracle {
     index: usize,
     processes: usize,
-    callers: usize,
     /// The configured limit, which the oracle respects as well.
     limit: usize,
     share: Cell<usize>,
@@ -203,7 +202,6 @@ impl Oracle {
         Self {
             index: env.index,
             processes: env.processes,
-            callers: env.callers,
             limit: env.limit as usize,
             share: Cell::new(share),
             in_flight: Cell::new(0),
@@ -260,12 +258,8 @@ impl Oracle {
                 self.answered.borrow_mut().push_back(std::time::Instant::now());
             }
         }
-        if let Some(capacity) = reply.and_then(|r| r.header("X-Capacity")) {
-            let share = match capacity.parse::<usize>() {
-                Ok(total) => share_of(total.min(self.limit), self.index, self.processes),
-                Err(_) => self.callers,
-            };
-            self.share.set(share);
+        if let Some(total) = reply.and_then(|r| r.header("X-Capacity")).and_then(|c| c.parse::<usize>().ok()) {
+            self.share.set(share_of(total.min(self.limit), self.index, self.processes));
         }
         self.freed.notify_waiters();
     }
