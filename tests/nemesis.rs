@@ -147,15 +147,7 @@ impl Worker {
     }
 
     fn expect_line(&self, prefix: &str, timeout: Duration) -> String {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) if line.starts_with(prefix) => return line,
-                Ok(_) => {}
-                Err(_) => panic!("no `{prefix}` line from worker {} within {timeout:?}", self.child.id()),
-            }
-        }
+        common::expect_line(&self.lines, self.child.id(), prefix, timeout)
     }
 
     fn send(&mut self, command: &str) {

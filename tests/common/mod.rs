@@ -2,6 +2,7 @@
 #![allow(dead_code)] // each test file uses only some of them
 
 use std::net::SocketAddr;
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant, SystemTime};
 
 use wavegate::{Mode, Outcome, Scheduler, TransportError};
@@ -16,6 +17,20 @@ pub(crate) async fn wait_for_mode(scheduler: &Scheduler, mode: Mode, within: Dur
         }
         assert!(started.elapsed() < within, "not in {mode} mode within {within:?}");
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The first line starting with `prefix` that a worker process (`pid`) printed, within
+/// `timeout`; the other lines are skipped.
+pub(crate) fn expect_line(lines: &Receiver<String>, pid: u32, prefix: &str, timeout: Duration) -> String {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) if line.starts_with(prefix) => return line,
+            Ok(_) => {}
+            Err(_) => panic!("no `{prefix}` line from worker {pid} within {timeout:?}"),
+        }
     }
 }
 
