@@ -1,5 +1,7 @@
 //! The one error type callers see.
 
+use std::convert::Infallible;
+use std::fmt;
 use std::time::Duration;
 
 use wavegate_core::{Outcome, UnknownUpstream};
@@ -9,14 +11,18 @@ use wavegate_core::{Outcome, UnknownUpstream};
 /// The overload errors ([`is_overload`](Error::is_overload): waited too long, queue full,
 /// breaker open, retry budget spent) mean "the provider is saturated, try later" and carry a
 /// [`retry_after`](Error::retry_after) hint for end users (HTTP 503 + `Retry-After`).
-#[derive(Debug, Clone, thiserror::Error)]
+///
+/// `E` is the caller's own error type: a call whose closure fails with `Err(e)` that is not
+/// retried (or has no retry left) ends with [`Error::Upstream`] holding `source: Some(e)`,
+/// untouched. Everything that has no caller's error (acquire, status) uses the default,
+/// `Error<Infallible>`, which is what plain `Error` means; [`without_source`](Error::without_source)
+/// turns any `Error<E>` into it.
+#[derive(Debug, Clone)]
 #[non_exhaustive]
-pub enum Error {
+pub enum Error<E = Infallible> {
     /// The upstream name is not configured.
-    #[error(transparent)]
-    UnknownUpstream(#[from] UnknownUpstream),
+    UnknownUpstream(UnknownUpstream),
     /// This process already has as many callers waiting for the upstream as it allows.
-    #[error("upstream `{upstream}`: {capacity} callers are already waiting for a permit")]
     QueueFull {
         /// The upstream.
         upstream: String,
@@ -24,7 +30,6 @@ pub enum Error {
         capacity: usize,
     },
     /// No permit came within the longest wait.
-    #[error("upstream `{upstream}`: no permit within {waited:?}")]
     WaitedTooLong {
         /// The upstream.
         upstream: String,
@@ -34,7 +39,6 @@ pub enum Error {
         retry_after: Option<Duration>,
     },
     /// The upstream's circuit breaker is open.
-    #[error("upstream `{upstream}`: circuit breaker open")]
     BreakerOpen {
         /// The upstream.
         upstream: String,
@@ -42,7 +46,6 @@ pub enum Error {
         retry_after: Duration,
     },
     /// A retry was needed but the upstream's retry budget is spent.
-    #[error("upstream `{upstream}`: retry budget spent after {attempts} attempts (last: {last})")]
     RetryBudgetSpent {
         /// The upstream.
         upstream: String,
@@ -52,7 +55,6 @@ pub enum Error {
         last: &'static str,
     },
     /// The call's total time budget ran out.
-    #[error("upstream `{upstream}`: deadline passed after {attempts} attempts")]
     DeadlinePassed {
         /// The upstream.
         upstream: String,
@@ -60,7 +62,6 @@ pub enum Error {
         attempts: u32,
     },
     /// The upstream answered with a failure that is not retried (or no retries were left).
-    #[error("upstream `{upstream}` failed ({}) after {attempts} attempts", .outcome.label())]
     Upstream {
         /// The upstream.
         upstream: String,
@@ -68,9 +69,11 @@ pub enum Error {
         outcome: Outcome,
         /// Attempts made.
         attempts: u32,
+        /// The caller's own error, when the last attempt ended with one (`None` when it timed
+        /// out).
+        source: Option<E>,
     },
     /// The request can never fit: its token estimate exceeds the tokens-per-minute burst.
-    #[error("upstream `{upstream}`: {requested} tokens can never fit a {budget} burst of {burst}")]
     InsufficientCapacity {
         /// The upstream.
         upstream: String,
@@ -82,11 +85,99 @@ pub enum Error {
         burst: u64,
     },
     /// The scheduler's actors are gone (the actix system is shutting down).
-    #[error("the scheduler has stopped")]
     Stopped,
 }
 
-impl Error {
+impl<E> fmt::Display for Error<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::UnknownUpstream(unknown) => unknown.fmt(f),
+            Error::QueueFull { upstream, capacity } => {
+                write!(f, "upstream `{upstream}`: {capacity} callers are already waiting for a permit")
+            }
+            Error::WaitedTooLong { upstream, waited, .. } => write!(f, "upstream `{upstream}`: no permit within {waited:?}"),
+            Error::BreakerOpen { upstream, .. } => write!(f, "upstream `{upstream}`: circuit breaker open"),
+            Error::RetryBudgetSpent { upstream, attempts, last } => {
+                write!(f, "upstream `{upstream}`: retry budget spent after {attempts} attempts (last: {last})")
+            }
+            Error::DeadlinePassed { upstream, attempts } => {
+                write!(f, "upstream `{upstream}`: deadline passed after {attempts} attempts")
+            }
+            Error::Upstream { upstream, outcome, attempts, .. } => {
+                write!(f, "upstream `{upstream}` failed ({}) after {attempts} attempts", outcome.label())
+            }
+            Error::InsufficientCapacity { upstream, requested, budget, burst } => {
+                write!(f, "upstream `{upstream}`: {requested} tokens can never fit a {budget} burst of {burst}")
+            }
+            Error::Stopped => f.write_str("the scheduler has stopped"),
+        }
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for Error<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::UnknownUpstream(unknown) => Some(unknown),
+            Error::Upstream { source: Some(source), .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl<E> From<UnknownUpstream> for Error<E> {
+    fn from(unknown: UnknownUpstream) -> Self {
+        Error::UnknownUpstream(unknown)
+    }
+}
+
+impl<E> Error<E> {
+    /// The caller's own error, if the call ended with one ([`Error::Upstream`]).
+    pub fn source_error(&self) -> Option<&E> {
+        match self {
+            Error::Upstream { source, .. } => source.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// Takes the caller's own error out, if the call ended with one.
+    pub fn into_source(self) -> Option<E> {
+        match self {
+            Error::Upstream { source, .. } => source,
+            _ => None,
+        }
+    }
+
+    /// The same error with the caller's error turned by `f`.
+    pub fn map_source<F>(self, f: impl FnOnce(E) -> F) -> Error<F> {
+        self.with_source(|source| source.map(f))
+    }
+
+    /// The same error without the caller's error (kept in [`Error::Upstream`]'s `outcome`
+    /// only): a plain [`Error`], e.g. to render it as a response.
+    pub fn without_source(self) -> Error {
+        self.with_source(|_| None)
+    }
+
+    fn with_source<F>(self, source: impl FnOnce(Option<E>) -> Option<F>) -> Error<F> {
+        match self {
+            Error::UnknownUpstream(unknown) => Error::UnknownUpstream(unknown),
+            Error::QueueFull { upstream, capacity } => Error::QueueFull { upstream, capacity },
+            Error::WaitedTooLong { upstream, waited, retry_after } => {
+                Error::WaitedTooLong { upstream, waited, retry_after }
+            }
+            Error::BreakerOpen { upstream, retry_after } => Error::BreakerOpen { upstream, retry_after },
+            Error::RetryBudgetSpent { upstream, attempts, last } => Error::RetryBudgetSpent { upstream, attempts, last },
+            Error::DeadlinePassed { upstream, attempts } => Error::DeadlinePassed { upstream, attempts },
+            Error::Upstream { upstream, outcome, attempts, source: own } => {
+                Error::Upstream { upstream, outcome, attempts, source: source(own) }
+            }
+            Error::InsufficientCapacity { upstream, budget, requested, burst } => {
+                Error::InsufficientCapacity { upstream, budget, requested, burst }
+            }
+            Error::Stopped => Error::Stopped,
+        }
+    }
+
     /// Whether this is an overload refusal: waited too long, queue full, breaker open, retry
     /// budget spent.
     pub fn is_overload(&self) -> bool {

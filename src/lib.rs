@@ -34,6 +34,8 @@
 //! # Ok(()) }
 //! ```
 
+mod call;
+pub mod classify;
 mod coordinator;
 mod error;
 mod ids;
@@ -41,14 +43,18 @@ mod messages;
 pub mod metrics;
 mod permit;
 mod request;
+mod runtime;
 mod scheduler;
 mod status;
 mod supervisor;
+mod upstream;
 
+pub use classify::{ByError, ByStatus, Classify, Meter, Reserved, UpstreamError};
 pub use error::Error;
 pub use permit::Permit;
 pub use request::Attempt;
 pub use scheduler::{BuildError, Scheduler, SchedulerBuilder};
+pub use upstream::{RequestBuilder, Upstream};
 pub use status::{Mode, UpstreamStatus};
 pub use wavegate_core as core;
 pub use wavegate_core::{Outcome, TransportError, UpstreamConfig, WaveState};

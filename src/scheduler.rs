@@ -2,20 +2,22 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Instant;
 
-use actix::{Actor, Addr};
+use actix::Addr;
 use tokio::sync::oneshot;
-use wavegate_core::{ConfigError, MonotonicClock, Outcome, UpstreamConfig, UpstreamSet};
+use wavegate_core::{ConfigError, Outcome, UnknownUpstream, UpstreamConfig, UpstreamSet};
 use wavegate_redis::{Store, StoreConfig, StoreError};
 
+use crate::call::Ask;
 use crate::coordinator::Coordinator;
 use crate::error::Error;
-use crate::messages::{AttemptKind, ReadBreaker, ReadMode, ReadStatus};
+use crate::messages::{ReadBreaker, ReadMode, ReadStatus};
 use crate::permit::Permit;
-use crate::request::{Attempt, RequestActor, acquire_permit};
+use crate::request::Attempt;
+use crate::runtime::{ActorThread, Actors};
 use crate::status::{Mode, UpstreamStatus};
 use crate::supervisor::UpstreamSupervisor;
+use crate::upstream::{RequestBuilder, Upstream};
 
 /// What the handles share.
 #[derive(Debug)]
@@ -24,6 +26,9 @@ pub(crate) struct Inner {
     pub(crate) set: UpstreamSet,
     pub(crate) coordinator: Addr<Coordinator>,
     pub(crate) supervisors: Vec<Addr<UpstreamSupervisor>>,
+    /// The actors' own thread, when `build()` found no actix system; it stops with the last
+    /// handle.
+    pub(crate) _thread: Option<ActorThread>,
 }
 
 /// Why a scheduler could not be built.
@@ -36,12 +41,24 @@ pub enum BuildError {
     /// The Redis URL cannot be used.
     #[error("the Redis configuration cannot be used: {0}")]
     Store(#[from] StoreError),
+    /// There was no actix system on this thread and the actors' own thread could not be
+    /// started.
+    #[error("cannot start wavegate's actor thread: {0}")]
+    Runtime(#[source] std::io::Error),
 }
 
-/// A cheap-to-clone handle on the scheduler: put it in `web::Data` and call it from handlers.
+/// A cheap-to-clone handle on the scheduler: build it once per process, put it in
+/// `web::Data` (or your app's state) and call it from handlers.
 ///
-/// Build it inside an actix system (actix-web's runtime, `#[actix::main]`, `#[actix::test]`):
-/// its actors run there.
+/// It runs on any tokio runtime. Built inside an actix system (actix-web's runtime,
+/// `#[actix::main]`, `#[actix::test]`) its actors run on the current arbiter; elsewhere
+/// (axum, a plain `#[tokio::main]`, `#[tokio::test]`) they get a thread of their own, which
+/// stops when the last handle is dropped. Calls are futures polled in the caller's task.
+///
+/// Resolve an upstream once with [`upstream`](Self::upstream) and build requests on it
+/// ([`Upstream::request`]); the older [`call`](Self::call), [`call_metered`](Self::call_metered),
+/// [`acquire`](Self::acquire) and [`acquire_tokens`](Self::acquire_tokens) remain as
+/// shorthands.
 ///
 /// ```
 /// use wavegate::{Outcome, Scheduler, UpstreamConfig};
@@ -71,9 +88,32 @@ impl Scheduler {
         SchedulerBuilder { upstreams: Vec::new(), store: None }
     }
 
-    fn index(&self, upstream: &str) -> Result<usize, Error> {
+    fn index(&self, upstream: &str) -> Result<usize, UnknownUpstream> {
         self.inner.set.get(upstream)?;
         Ok(self.inner.upstreams.iter().position(|u| u.name().as_str() == upstream).unwrap_or_default())
+    }
+
+    /// The handle of upstream `name`, resolved once: build its requests with
+    /// [`Upstream::request`].
+    ///
+    /// ```
+    /// # use wavegate::{Scheduler, UpstreamConfig};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let scheduler = Scheduler::builder().upstream(UpstreamConfig::builder("llm").limit(2).build()?).build()?;
+    /// let llm = scheduler.upstream("llm")?;
+    /// let permit = llm.request().tokens(0).acquire().await?;
+    /// permit.succeeded();
+    /// let unknown = scheduler.upstream("lmm").unwrap_err();
+    /// assert_eq!(unknown.name, "lmm");
+    /// # Ok(()) }
+    /// ```
+    pub fn upstream(&self, name: &str) -> Result<Upstream, UnknownUpstream> {
+        Ok(Upstream::new(self.inner.clone(), self.index(name)?))
+    }
+
+    fn request(&self, upstream: &str) -> Result<RequestBuilder<'_>, UnknownUpstream> {
+        Ok(RequestBuilder::new(&self.inner, self.index(upstream)?))
     }
 
     /// Runs `f` against `upstream` with everything wavegate does: admission by the circuit
@@ -84,58 +124,50 @@ impl Scheduler {
     /// `f` is called once per attempt and returns `Ok(value)` on success or the
     /// [`Outcome`] of a failure (`Outcome::from_status(..)`, `Outcome::from_transport(..)`).
     /// Dropping the returned future cancels the call and releases its permit.
-    pub async fn call<F, Fut, T>(&self, upstream: &str, mut f: F) -> Result<T, Error>
+    ///
+    /// A shorthand for `self.upstream(upstream)?.request().call(f)` with the outcome as the
+    /// error; the request builder also takes the caller's own error type, a deadline and a
+    /// classifier.
+    pub async fn call<F, Fut, T>(&self, upstream: &str, f: F) -> Result<T, Error>
     where
-        F: FnMut(Attempt) -> Fut + 'static,
-        Fut: Future<Output = Result<T, Outcome>> + 'static,
-        T: 'static,
+        F: FnMut(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, Outcome>>,
     {
-        self.call_metered(upstream, 0, move |attempt| {
-            let call = f(attempt);
-            async move { call.await.map(|value| (value, 0)) }
-        })
-        .await
+        self.request(upstream)?.call(f).await.map_err(Error::without_source)
     }
 
     /// Like [`call`](Self::call), for an upstream with a tokens-per-minute budget: each
     /// attempt reserves `estimated_tokens`, and `f` returns the tokens it really used with its
     /// value, so the budget is settled (refund or extra charge). A 429 or another 4xx gives
     /// the reservation back.
+    ///
+    /// A shorthand for `request().tokens(estimated_tokens).meter(..).call(f)`.
     pub async fn call_metered<F, Fut, T>(&self, upstream: &str, estimated_tokens: u64, f: F) -> Result<T, Error>
     where
-        F: FnMut(Attempt) -> Fut + 'static,
-        Fut: Future<Output = Result<(T, u64), Outcome>> + 'static,
-        T: 'static,
+        F: FnMut(Attempt) -> Fut,
+        Fut: Future<Output = Result<(T, u64), Outcome>>,
     {
-        let index = self.index(upstream)?;
-        let (reply, answer) = oneshot::channel();
-        RequestActor::new(self.inner.clone(), index, estimated_tokens, f, reply).start();
-        answer.await.map_err(|_| Error::Stopped)?
+        let request = self.request(upstream)?.tokens(estimated_tokens).meter(|(_, used): &(T, u64)| *used);
+        request.call(f).await.map(|(value, _)| value).map_err(Error::without_source)
     }
 
     /// A permit for one call that the caller makes itself; report the outcome on it.
-    /// Waits at most the upstream's `max_wait`.
+    /// Waits at most the upstream's `max_wait`. A shorthand for `request().acquire()`.
     pub async fn acquire(&self, upstream: &str) -> Result<Permit, Error> {
         self.acquire_tokens(upstream, 0).await
     }
 
     /// A permit that reserves `estimated_tokens` of the upstream's tokens budget; settle the
-    /// real usage with [`Permit::report_usage`].
+    /// real usage with [`Permit::report_usage`]. A shorthand for
+    /// `request().tokens(estimated_tokens).acquire()`.
     pub async fn acquire_tokens(&self, upstream: &str, estimated_tokens: u64) -> Result<Permit, Error> {
         let index = self.index(upstream)?;
-        let wait_until = Instant::now() + self.inner.upstreams[index].max_wait();
-        acquire_permit(&self.inner, index, AttemptKind::First, wait_until, estimated_tokens).await
+        crate::call::acquire(&self.inner, index, Ask { tokens: estimated_tokens, deadline: None }).await
     }
 
     /// The upstream's state as this process sees it.
     pub async fn status(&self, upstream: &str) -> Result<UpstreamStatus, Error> {
-        let index = self.index(upstream)?;
-        let (reply, answer) = oneshot::channel();
-        self.inner.coordinator.do_send(ReadStatus { upstream: index, reply });
-        let mut status = answer.await.map_err(|_| Error::Stopped)?;
-        let breaker = self.inner.supervisors[index].send(ReadBreaker).await.map_err(|_| Error::Stopped)?;
-        status.breaker = breaker.as_str();
-        Ok(status)
+        status(&self.inner, self.index(upstream)?).await
     }
 
     /// The status of every upstream, in configuration order.
@@ -185,13 +217,25 @@ impl SchedulerBuilder {
         self
     }
 
-    /// Checks the configuration and starts the actors on the current actix system.
+    /// Checks the configuration and starts the actors: on the current thread's actix
+    /// arbiter if there is one (actix-web, `#[actix::main]`), else on a thread of their own
+    /// (any other tokio runtime, or none). Never panics; build once per process and clone.
     pub fn build(self) -> Result<Scheduler, BuildError> {
         let set = UpstreamSet::new(self.upstreams.clone())?;
         let store = self.store.map(Store::connect_lazy).transpose()?;
-        let clock = MonotonicClock::new();
-        let supervisors = self.upstreams.iter().map(|u| UpstreamSupervisor::new(u, clock).start()).collect();
-        let coordinator = Coordinator::new(self.upstreams.clone(), store).start();
-        Ok(Scheduler { inner: Arc::new(Inner { upstreams: self.upstreams, set, coordinator, supervisors }) })
+        let Actors { coordinator, supervisors, thread } =
+            Actors::start(&self.upstreams, store).map_err(BuildError::Runtime)?;
+        let inner = Inner { upstreams: self.upstreams, set, coordinator, supervisors, _thread: thread };
+        Ok(Scheduler { inner: Arc::new(inner) })
     }
+}
+
+/// One upstream's status: the coordinator's part, then the supervisor's breaker.
+pub(crate) async fn status(inner: &Inner, index: usize) -> Result<UpstreamStatus, Error> {
+    let (reply, answer) = oneshot::channel();
+    inner.coordinator.do_send(ReadStatus { upstream: index, reply });
+    let mut status = answer.await.map_err(|_| Error::Stopped)?;
+    let breaker = inner.supervisors[index].send(ReadBreaker).await.map_err(|_| Error::Stopped)?;
+    status.breaker = breaker.as_str();
+    Ok(status)
 }

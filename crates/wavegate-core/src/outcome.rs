@@ -105,6 +105,22 @@ impl Outcome {
         }
     }
 
+    /// Classifies an HTTP response by its status and its `Retry-After` header (feature
+    /// `http`), as [`from_status`](Self::from_status) does, at the current time.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use wavegate_core::Outcome;
+    ///
+    /// let response = http::Response::builder().status(429).header("retry-after", "2").body(()).unwrap();
+    /// assert_eq!(Outcome::from_response(&response), Outcome::RateLimited { retry_after: Some(Duration::from_secs(2)) });
+    /// ```
+    #[cfg(feature = "http")]
+    pub fn from_response<B>(response: &http::Response<B>) -> Self {
+        let retry_after = response.headers().get(http::header::RETRY_AFTER).and_then(|value| value.to_str().ok());
+        Self::from_status(response.status().as_u16(), retry_after, SystemTime::now())
+    }
+
     /// Classifies a call that got no status.
     pub fn from_transport(error: TransportError) -> Self {
         Outcome::Transient { kind: Transient::Transport(error), retry_after: None }
@@ -161,6 +177,29 @@ impl Outcome {
         }
     }
 }
+
+/// `rate_limited (429)`, `transient (connection reset)`, ...: the label and what it came from.
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Transient { kind: Transient::Transport(error), .. } => {
+                let what = match error {
+                    TransportError::Connect => "connect error",
+                    TransportError::Reset => "connection reset",
+                    TransportError::Timeout => "timeout",
+                };
+                write!(f, "{} ({what})", self.label())
+            }
+            _ => match self.status() {
+                Some(status) => write!(f, "{} ({status})", self.label()),
+                None => f.write_str(self.label()),
+            },
+        }
+    }
+}
+
+/// An outcome is also an error value: a closure may fail with `Err(outcome)`.
+impl std::error::Error for Outcome {}
 
 #[cfg(test)]
 mod tests {

@@ -24,12 +24,16 @@ use wavegate::Error;
 
 /// A [`wavegate::Error`] that actix-web renders as a response. Handlers return
 /// `Result<_, WebError>` and use `?` on scheduler calls.
+///
+/// The caller's own error inside an [`Error::Upstream`] (an `Error<E>`) is not part of the
+/// response (it may hold internal details): `?` keeps its outcome and drops it. Handle it
+/// before `?` if the end user should see it.
 #[derive(Debug)]
 pub struct WebError(pub Error);
 
-impl From<Error> for WebError {
-    fn from(error: Error) -> Self {
-        Self(error)
+impl<E> From<Error<E>> for WebError {
+    fn from(error: Error<E>) -> Self {
+        Self(error.without_source())
     }
 }
 

@@ -1,0 +1,249 @@
+//! One call, driven in the caller's own task: admission → permit → the caller's future under
+//! its call timeout → report the outcome → retry or finish.
+//!
+//! Like tower's `ResponseFuture`, the call is a future the caller polls: the actors (the
+//! upstream's supervisor, the coordinator) answer its messages — admission, a permit, the
+//! report — but the caller's closure and its futures never leave the caller's task, so they
+//! may borrow (a `&reqwest::Client`, the handler's request) and need not be `Send` or
+//! `'static`. Dropping the call's future cancels it and releases its permit.
+//!
+//! Each retry has one owner and an end:
+//! * a 429 is retried through a **new permit** once the provider's `Retry-After` (if any)
+//!   has passed for this call, so it also passes a shared cooldown like everyone else; it
+//!   ends with the call's deadline (the upstream's total timeout, or sooner);
+//! * a transient failure (502/503/504, connect, reset, timeout) is retried after exponential
+//!   backoff with full jitter (and not before a 503's `Retry-After`), at most `max_retries`
+//!   times, each retry withdrawn from the upstream's retry budget, all inside the deadline;
+//! * anything else ends the call at once, with the caller's result as it came.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use tracing::Instrument;
+use wavegate_core::{Outcome, TransportError};
+
+use crate::classify::{Classify, Meter};
+use crate::error::Error;
+use crate::messages::AttemptKind;
+use crate::metrics;
+use crate::permit::Permit;
+use crate::request::{Attempt, acquire_permit};
+use crate::scheduler::Inner;
+
+/// What a request asks for beyond its upstream.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Ask {
+    /// Tokens to reserve from the tokens budget for each attempt (0 without one).
+    pub(crate) tokens: u64,
+    /// When the whole call must be over; never later than the upstream's total timeout.
+    pub(crate) deadline: Option<Instant>,
+}
+
+impl Error {
+    /// An error that holds no caller's error, as an `Error<E>` of any `E`.
+    pub(crate) fn widen<E>(self) -> Error<E> {
+        self.map_source(|never| match never {})
+    }
+}
+
+/// A permit for a caller that makes the call itself: waits at most the upstream's `max_wait`,
+/// and not past the ask's deadline.
+pub(crate) async fn acquire(inner: &Inner, upstream: usize, ask: Ask) -> Result<Permit, Error> {
+    let config = &inner.upstreams[upstream];
+    let now = Instant::now();
+    let max_wait = now + config.max_wait();
+    let deadline_passed = || Error::DeadlinePassed { upstream: config.name().to_string(), attempts: 0 };
+    let wait_until = match ask.deadline {
+        Some(deadline) if deadline <= now => return Err(deadline_passed()),
+        Some(deadline) => deadline.min(max_wait),
+        None => max_wait,
+    };
+    match acquire_permit(inner, upstream, AttemptKind::First, wait_until, ask.tokens).await {
+        Err(Error::WaitedTooLong { .. }) if ask.deadline.is_some_and(|deadline| Instant::now() >= deadline) => {
+            Err(deadline_passed())
+        }
+        result => result,
+    }
+}
+
+/// Runs the whole policy for one call; see the module docs.
+pub(crate) async fn call<F, Fut, T, E, C, M>(
+    inner: &Inner,
+    upstream: usize,
+    ask: Ask,
+    classify: &C,
+    meter: &M,
+    f: F,
+) -> Result<T, Error<E>>
+where
+    F: FnMut(Attempt) -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    C: Classify<T, E>,
+    M: Meter<T>,
+{
+    let name = inner.upstreams[upstream].name().as_str();
+    let span = tracing::info_span!(
+        "wavegate.call",
+        upstream = name,
+        attempts = tracing::field::Empty,
+        wave = tracing::field::Empty,
+        queue_wait_ms = tracing::field::Empty,
+        permit_wait_ms = tracing::field::Empty,
+        call_ms = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    );
+    let mut log = CallLog::default();
+    let result = attempts(inner, upstream, ask, classify, meter, f, &mut log).instrument(span.clone()).await;
+    let outcome = match &result {
+        Ok(_) => log.last.unwrap_or("success"),
+        Err(Error::Upstream { outcome, .. }) => outcome.label(),
+        Err(error) => error.code(),
+    };
+    let (queue_wait_ms, permit_wait_ms, call_ms) =
+        (log.queue_wait.as_millis() as u64, log.permit_wait.as_millis() as u64, log.call.as_millis() as u64);
+    span.record("attempts", log.attempts);
+    span.record("wave", log.wave);
+    span.record("queue_wait_ms", queue_wait_ms);
+    span.record("permit_wait_ms", permit_wait_ms);
+    span.record("call_ms", call_ms);
+    span.record("outcome", outcome);
+    span.in_scope(|| {
+        tracing::debug!(
+            upstream = name,
+            attempts = log.attempts,
+            wave = log.wave,
+            queue_wait_ms,
+            permit_wait_ms,
+            call_ms,
+            outcome,
+            "call finished"
+        );
+    });
+    result
+}
+
+/// The three waits of a call and its attempts, kept apart for logs.
+#[derive(Debug, Default)]
+struct CallLog {
+    attempts: u32,
+    wave: u64,
+    /// Behind other callers of this process.
+    queue_wait: Duration,
+    /// At the head of the queue, for the limit or a cooldown.
+    permit_wait: Duration,
+    /// In the upstream call itself (all attempts).
+    call: Duration,
+    /// The label of the last attempt's outcome.
+    last: Option<&'static str>,
+}
+
+async fn attempts<F, Fut, T, E, C, M>(
+    inner: &Inner,
+    upstream: usize,
+    ask: Ask,
+    classify: &C,
+    meter: &M,
+    mut f: F,
+    log: &mut CallLog,
+) -> Result<T, Error<E>>
+where
+    F: FnMut(Attempt) -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    C: Classify<T, E>,
+    M: Meter<T>,
+{
+    let config = &inner.upstreams[upstream];
+    let name = || config.name().to_string();
+    let total = Instant::now() + config.total_timeout();
+    let deadline = ask.deadline.map_or(total, |deadline| deadline.min(total));
+    let mut transient_retries = 0u32;
+    let mut kind = AttemptKind::First;
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(Error::DeadlinePassed { upstream: name(), attempts: log.attempts });
+        }
+        let wait_until = deadline.min(now + config.max_wait());
+        let permit = match acquire_permit(inner, upstream, kind, wait_until, ask.tokens).await {
+            Ok(permit) => permit,
+            Err(Error::WaitedTooLong { .. }) if Instant::now() >= deadline => {
+                return Err(Error::DeadlinePassed { upstream: name(), attempts: log.attempts });
+            }
+            Err(Error::RetryBudgetSpent { upstream, .. }) => {
+                return Err(Error::RetryBudgetSpent { upstream, attempts: log.attempts, last: "transient" });
+            }
+            Err(error) => return Err(error.widen()),
+        };
+        log.attempts += 1;
+        log.wave = permit.wave();
+        log.queue_wait += permit.queue_wait();
+        log.permit_wait += permit.permit_wait();
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let timeout = config.call_timeout().min(remaining);
+        let attempt = Attempt { number: log.attempts, wave: permit.wave(), timeout, waited: permit.waited() };
+        let started = Instant::now();
+        let answer = tokio::time::timeout(timeout, f(attempt)).await;
+        log.call += started.elapsed();
+        let (outcome, result) = match answer {
+            Ok(result) => (classify.classify(&result), Some(result)),
+            Err(_) if timeout < config.call_timeout() => {
+                // Cut short by the deadline, not by the upstream: nothing to learn.
+                drop(permit);
+                return Err(Error::DeadlinePassed { upstream: name(), attempts: log.attempts });
+            }
+            Err(_) => (Outcome::from_transport(TransportError::Timeout), None),
+        };
+        log.last = Some(outcome.label());
+        match (&outcome, &result) {
+            (Outcome::Success { .. }, Some(Ok(value))) => {
+                let used = meter.tokens_used(value, ask.tokens);
+                permit.report_usage(outcome, used);
+            }
+            _ => permit.report(outcome),
+        }
+        // A retry: how long this call alone waits first, what it asks for, why.
+        let retry = match outcome {
+            // The provider told this call when to come back: it alone waits that long
+            // (bounded like a cooldown), then asks for a new permit, which passes a shared
+            // cooldown if the 429 started one. A 429 that only stepped the limit back stops
+            // nobody else.
+            Outcome::RateLimited { retry_after } => {
+                let after = retry_after.map(|after| after.min(config.wave().cooldown.max()));
+                Some((after, AttemptKind::AfterRateLimit, "rate_limited"))
+            }
+            // Full jitter, but never sooner than the provider asked (a 503's Retry-After,
+            // bounded like a cooldown).
+            Outcome::Transient { retry_after, .. } if transient_retries < config.backoff().max_retries => {
+                let jittered = config.backoff().delay(transient_retries, &mut rand::rng());
+                let asked = retry_after.map(|after| after.min(config.wave().cooldown.max()));
+                transient_retries += 1;
+                Some((Some(asked.map_or(jittered, |asked| jittered.max(asked))), AttemptKind::AfterTransient, "transient"))
+            }
+            _ => None,
+        };
+        let Some((delay, next, reason)) = retry else {
+            // The last answer comes back as it came: a value (a final 4xx response with its
+            // body, say) as a value, the caller's error inside `Error::Upstream`.
+            return match result {
+                Some(Ok(value)) => Ok(value),
+                Some(Err(source)) => {
+                    Err(Error::Upstream { upstream: name(), outcome, attempts: log.attempts, source: Some(source) })
+                }
+                None => Err(Error::Upstream { upstream: name(), outcome, attempts: log.attempts, source: None }),
+            };
+        };
+        // Not the last answer: let go of it (and of what it holds) before waiting.
+        drop(result);
+        if let Some(delay) = delay {
+            let until = Instant::now() + delay;
+            if until >= deadline {
+                return Err(Error::DeadlinePassed { upstream: name(), attempts: log.attempts });
+            }
+            metrics::retry(config.name().as_str(), reason);
+            tokio::time::sleep_until(until.into()).await;
+        } else {
+            metrics::retry(config.name().as_str(), reason);
+        }
+        kind = next;
+    }
+}
