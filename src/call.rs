@@ -217,7 +217,11 @@ where
                 let jittered = config.backoff().delay(transient_retries, &mut rand::rng());
                 let asked = retry_after.map(|after| after.min(config.wave().cooldown.max()));
                 transient_retries += 1;
-                Some((Some(asked.map_or(jittered, |asked| jittered.max(asked))), AttemptKind::AfterTransient, "transient"))
+                Some((
+                    Some(asked.map_or(jittered, |asked| jittered.max(asked))),
+                    AttemptKind::AfterTransient,
+                    "transient",
+                ))
             }
             _ => None,
         };

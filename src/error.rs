@@ -95,7 +95,9 @@ impl<E> fmt::Display for Error<E> {
             Error::QueueFull { upstream, capacity } => {
                 write!(f, "upstream `{upstream}`: {capacity} callers are already waiting for a permit")
             }
-            Error::WaitedTooLong { upstream, waited, .. } => write!(f, "upstream `{upstream}`: no permit within {waited:?}"),
+            Error::WaitedTooLong { upstream, waited, .. } => {
+                write!(f, "upstream `{upstream}`: no permit within {waited:?}")
+            }
             Error::BreakerOpen { upstream, .. } => write!(f, "upstream `{upstream}`: circuit breaker open"),
             Error::RetryBudgetSpent { upstream, attempts, last } => {
                 write!(f, "upstream `{upstream}`: retry budget spent after {attempts} attempts (last: {last})")
@@ -166,7 +168,9 @@ impl<E> Error<E> {
                 Error::WaitedTooLong { upstream, waited, retry_after }
             }
             Error::BreakerOpen { upstream, retry_after } => Error::BreakerOpen { upstream, retry_after },
-            Error::RetryBudgetSpent { upstream, attempts, last } => Error::RetryBudgetSpent { upstream, attempts, last },
+            Error::RetryBudgetSpent { upstream, attempts, last } => {
+                Error::RetryBudgetSpent { upstream, attempts, last }
+            }
             Error::DeadlinePassed { upstream, attempts } => Error::DeadlinePassed { upstream, attempts },
             Error::Upstream { upstream, outcome, attempts, source: own } => {
                 Error::Upstream { upstream, outcome, attempts, source: source(own) }
