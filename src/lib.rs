@@ -7,29 +7,42 @@
 //!   loop per upstream serves this process's waiters in FIFO order, a release anywhere wakes
 //!   them (pub/sub), a lease watchdog renews held permits;
 //! * a **supervisor** per upstream runs its circuit breaker and retry budget;
-//! * a **request actor** per call goes admission → permit → call → report → retry or answer.
+//! * a **call** goes admission → permit → the caller's future → report → retry or answer; it
+//!   is a future polled in the caller's own task (the actors answer its messages), so the
+//!   caller's closure may borrow and its error type comes back untouched ([`Error<E>`],
+//!   [`classify`]).
+//!
+//! The actors run on the caller's actix system when there is one (actix-web), and on a thread
+//! of their own otherwise (any tokio runtime: axum, `#[tokio::main]`, `#[tokio::test]`).
+//! Requests are built on a handle per upstream: `scheduler.upstream("llm")?.request()
+//! .tokens(..).deadline(..).call(..)` or `.acquire()` ([`Upstream`], [`RequestBuilder`]).
 //!
 //! With no Redis configured, the same API runs in-process (local mode, the embedded default).
+//!
+//! Cargo features (all off by default): `http` — [`Outcome::from_response`](core::Outcome) and
+//! the [`ByStatus`] classifier for `http::Response`.
 //! The pure policy (wave machine, breaker, budget, config) is [`core`] (`wavegate-core`).
 //!
 //! ```
 //! use std::time::Duration;
 //! use wavegate::{Error, Outcome, Scheduler, UpstreamConfig};
 //!
-//! # #[actix::main]
+//! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let scheduler = Scheduler::builder()
 //!     .upstream(UpstreamConfig::builder("images").limit(2).max_wait(Duration::from_millis(50)).build()?)
 //!     .build()?;
+//! let images = scheduler.upstream("images")?;
 //!
 //! // Drive the HTTP call yourself with a permit guard...
-//! let first = scheduler.acquire("images").await?;
-//! let second = scheduler.acquire("images").await?;
+//! let first = images.request().acquire().await?;
+//! let second = images.request().acquire().await?;
 //! // ...the limit is 2, so a third caller waits and gives up after max_wait.
-//! assert!(matches!(scheduler.acquire("images").await, Err(Error::WaitedTooLong { .. })));
+//! assert!(matches!(images.request().acquire().await, Err(Error::WaitedTooLong { .. })));
 //! first.report(Outcome::from_status(200, None, std::time::SystemTime::now()));
 //! drop(second); // released as a neutral outcome
-//! assert!(scheduler.acquire("images").await.is_ok());
+//! assert!(images.request().acquire().await.is_ok());
+//! // The string shorthands resolve the name on every call.
 //! assert!(matches!(scheduler.acquire("nope").await, Err(Error::UnknownUpstream(_))));
 //! # Ok(()) }
 //! ```

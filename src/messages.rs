@@ -1,12 +1,13 @@
-//! The messages the actors exchange (a call, as messages):
+//! The messages the actors exchange (a call, as messages; the call is a future in the
+//! caller's task):
 //!
 //! ```text
-//! RequestActor ── Admit ──► UpstreamSupervisor          breaker closed? retry budget left?
-//! RequestActor ── Acquire ──► Coordinator ── acquire script ──► Redis (or the local gate)
-//!              ◄─ Grant | Error (queue full, waited too long)
-//! RequestActor runs the caller's future under the call timeout
-//! RequestActor ── Finish ──► Coordinator (release + report the wave)
-//!              ── Record ──► UpstreamSupervisor (breaker)
+//! call ── Admit ──► UpstreamSupervisor          breaker closed? retry budget left?
+//! call ── Acquire ──► Coordinator ── acquire script ──► Redis (or the local gate)
+//!      ◄─ Grant | Error (queue full, waited too long)
+//! call runs the caller's future under the call timeout, in the caller's task
+//! call ── Finish ──► Coordinator (release + report the wave)
+//!      ── Record ──► UpstreamSupervisor (breaker)
 //! ```
 
 use std::time::{Duration, Instant};

@@ -1,15 +1,18 @@
-//! Embedding wavegate in an actix-web app: the scheduler in `web::Data`, a handler that calls a
-//! provider through it, `/metrics` and `/wavegate/status` mounted by `configure`.
+//! Embedding wavegate in an actix-web app: the scheduler built once (before `HttpServer::new`,
+//! never inside its factory) and in `web::Data` with its upstream's handle, a handler that
+//! calls a provider through it, `/metrics` and `/wavegate/status` mounted by `configure`.
 use std::time::{Duration, SystemTime};
 
 use actix_web::{App, HttpResponse, HttpServer, web};
-use wavegate::{Outcome, Scheduler, UpstreamConfig};
+use wavegate::{Outcome, Scheduler, Upstream, UpstreamConfig};
 use wavegate_web::{WebError, configure, install_prometheus};
 
-async fn ask(scheduler: web::Data<Scheduler>) -> Result<HttpResponse, WebError> {
-    let answer = scheduler
-        .call("llm", |_attempt| async {
-            // Call the provider here; map its answer to Ok(..) or Err(Outcome::..).
+async fn ask(llm: web::Data<Upstream>) -> Result<HttpResponse, WebError> {
+    let answer = llm
+        .request()
+        .call(|_attempt| async {
+            // Call the provider here; map its answer to Ok(..) or Err(Outcome::..) (or return
+            // your client's own result and classify it with `.classify(..)`).
             let (status, retry_after): (u16, Option<&str>) = (200, None);
             match status {
                 200..=299 => Ok("an answer".to_string()),
@@ -34,9 +37,11 @@ async fn main() -> std::io::Result<()> {
         // .redis("redis://127.0.0.1:6379/") to share the limit across processes
         .build()
         .map_err(std::io::Error::other)?;
+    let llm = scheduler.upstream("llm").map_err(std::io::Error::other)?;
     HttpServer::new(move || {
         App::new()
             .app_data(web::Data::new(scheduler.clone()))
+            .app_data(web::Data::new(llm.clone()))
             .app_data(web::Data::new(metrics.clone()))
             .route("/ask", web::post().to(ask))
             .configure(configure)
