@@ -13,8 +13,8 @@
 -- Reply: {1, wave, state, limit, in_flight}        granted
 --        {0, reason, wait_ms, in_flight}           denied: reason 'cooldown', 'at_limit',
 --                                                  'requests', 'tokens' or 'tokens_exceed_burst'
--- The wave and the limit are checked first, then the budgets; all are charged together or not
--- at all.
+-- An estimate above the tokens burst is refused first (it can never fit); then the wave and the
+-- limit are checked, then the budgets; all are charged together or not at all.
 if #ARGV ~= CONFIG_ARGS + 4 then return fail('acquire', 'expected ' .. (CONFIG_ARGS + 4) .. ' ARGV, got ' .. #ARGV) end
 local config = read_config(1)
 local id = ARGV[CONFIG_ARGS + 1]
@@ -37,15 +37,16 @@ end
 local in_flight = redis.call('ZCARD', KEYS[1])
 local denial, wait = wave_denial(s, now, in_flight)
 local result
-if denial then
+if config.tokens and tokens > config.tokens.burst then
+  -- Never fits: refused before the wave and the limit, so it is not told to wait.
+  result = { 0, 'tokens_exceed_burst', 0, in_flight }
+elseif denial then
   if denial == 'at_limit' and instance ~= '' then
     -- The place is kept from the first ask (NX); asking again says the process still waits.
     redis.call('ZADD', KEYS[4], 'NX', now, instance)
     redis.call('ZADD', KEYS[5], now, instance)
   end
   result = { 0, denial, wait, in_flight }
-elseif config.tokens and tokens > config.tokens.burst then
-  result = { 0, 'tokens_exceed_burst', 0, in_flight }
 else
   local now_us = now * 1000
   local requests_tat, requests_wait, tokens_tat, tokens_wait = nil, 0, nil, 0

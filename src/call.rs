@@ -46,12 +46,27 @@ impl Error {
     }
 }
 
+/// An estimate larger than the configured tokens burst can never fit: refused before the
+/// breaker, the queue and any wait (the coordinator also checks a fallback share's burst).
+fn never_fits(config: &wavegate_core::UpstreamConfig, tokens: u64) -> Option<Error> {
+    let burst = u64::from(config.budgets().tokens?.burst());
+    (tokens > burst).then(|| Error::InsufficientCapacity {
+        upstream: config.name().to_string(),
+        budget: "tokens_per_minute",
+        requested: tokens,
+        burst,
+    })
+}
+
 /// A permit for a caller that makes the call itself: waits at most the upstream's `max_wait`,
 /// and not past the ask's deadline.
 pub(crate) async fn acquire(inner: &Inner, upstream: usize, ask: Ask) -> Result<Permit, Error> {
     let config = &inner.upstreams[upstream];
     let now = Instant::now();
     let max_wait = now + config.max_wait();
+    if let Some(error) = never_fits(config, ask.tokens) {
+        return Err(error);
+    }
     let deadline_passed = || Error::DeadlinePassed { upstream: config.name().to_string(), attempts: 0 };
     let wait_until = match ask.deadline {
         Some(deadline) if deadline <= now => return Err(deadline_passed()),
@@ -156,6 +171,9 @@ where
     let name = || config.name().to_string();
     let total = Instant::now() + config.total_timeout();
     let deadline = ask.deadline.map_or(total, |deadline| deadline.min(total));
+    if let Some(error) = never_fits(config, ask.tokens) {
+        return Err(error.widen());
+    }
     let mut transient_retries = 0u32;
     let mut kind = AttemptKind::First;
     loop {

@@ -6,6 +6,10 @@ use std::time::Duration;
 
 use wavegate_core::{Outcome, UnknownUpstream};
 
+/// [`Error::InsufficientCapacity`]'s `budget` in fallback: this process's share of the tokens
+/// budget.
+pub(crate) const FALLBACK_SHARE: &str = "tokens_per_minute_fallback_share";
+
 /// Why a call or an acquire did not succeed.
 ///
 /// The overload errors ([`is_overload`](Error::is_overload): waited too long, queue full,
@@ -73,11 +77,14 @@ pub enum Error<E = Infallible> {
         /// out).
         source: Option<E>,
     },
-    /// The request can never fit: its token estimate exceeds the tokens-per-minute burst.
+    /// The request can never fit: its token estimate exceeds the tokens-per-minute burst
+    /// (refused before any wait). In fallback, the burst is this process's share of it
+    /// (`budget` is then `tokens_per_minute_fallback_share`): the estimate fits again once
+    /// the shared store is back.
     InsufficientCapacity {
         /// The upstream.
         upstream: String,
-        /// The budget (`tokens_per_minute`).
+        /// The budget: `tokens_per_minute`, or `tokens_per_minute_fallback_share`.
         budget: &'static str,
         /// The tokens asked for.
         requested: u64,
@@ -108,6 +115,11 @@ impl<E> fmt::Display for Error<E> {
             Error::Upstream { upstream, outcome, attempts, .. } => {
                 write!(f, "upstream `{upstream}` failed ({}) after {attempts} attempts", outcome.label())
             }
+            Error::InsufficientCapacity { upstream, requested, budget, burst } if *budget == FALLBACK_SHARE => write!(
+                f,
+                "upstream `{upstream}`: {requested} tokens do not fit this process's share of the tokens \
+                 burst ({burst}) while the shared store is unreachable; they fit once it is back"
+            ),
             Error::InsufficientCapacity { upstream, requested, budget, burst } => {
                 write!(f, "upstream `{upstream}`: {requested} tokens can never fit a {budget} burst of {burst}")
             }

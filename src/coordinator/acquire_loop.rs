@@ -194,14 +194,8 @@ impl Coordinator {
                 false
             }
             Admission::Denied { reason: DenyReason::TokensExceedBurst, .. } => {
+                let error = self.never_fits(upstream, tokens).unwrap_or_else(|| self.too_large(upstream, tokens));
                 let slot = &mut self.slots[upstream];
-                let burst = slot.config.budgets().tokens.map_or(0, |b| b.burst());
-                let error = Error::InsufficientCapacity {
-                    upstream: slot.config.name().to_string(),
-                    budget: "tokens_per_minute",
-                    requested: tokens,
-                    burst: u64::from(burst),
-                };
                 if let Some(timer) = slot.waiters.fail_head(&id, error) {
                     ctx.cancel_future(timer);
                 }
@@ -253,6 +247,35 @@ impl Coordinator {
                 metrics::overload_refused(name, "waited_too_long");
             }
             Waiters::time_out(waiter, slot.config.name().as_str(), now, retry_after);
+        }
+    }
+}
+
+impl Coordinator {
+    /// The refusal of an estimate that can never fit the tokens burst of the gate in charge:
+    /// the configured (shared) burst, or in fallback this process's share of it.
+    pub(super) fn never_fits(&self, upstream: usize, tokens: u64) -> Option<Error> {
+        let slot = &self.slots[upstream];
+        let burst = match self.mode {
+            Mode::Fallback => slot.local.tokens_burst()?,
+            Mode::Local | Mode::Shared => u64::from(slot.config.budgets().tokens?.burst()),
+        };
+        (tokens > burst).then(|| self.too_large(upstream, tokens))
+    }
+
+    fn too_large(&self, upstream: usize, tokens: u64) -> Error {
+        let slot = &self.slots[upstream];
+        let (budget, burst) = match self.mode {
+            Mode::Fallback => (crate::error::FALLBACK_SHARE, slot.local.tokens_burst()),
+            Mode::Local | Mode::Shared => {
+                ("tokens_per_minute", slot.config.budgets().tokens.map(|b| u64::from(b.burst())))
+            }
+        };
+        Error::InsufficientCapacity {
+            upstream: slot.config.name().to_string(),
+            budget,
+            requested: tokens,
+            burst: burst.unwrap_or(0),
         }
     }
 }

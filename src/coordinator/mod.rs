@@ -485,6 +485,11 @@ impl Handler<Acquire> for Coordinator {
     fn handle(&mut self, acquire: Acquire, ctx: &mut Context<Self>) {
         let upstream = acquire.upstream;
         let now = Instant::now();
+        if let Some(error) = self.never_fits(upstream, acquire.tokens) {
+            // Refused before any wait: it would only block those queued behind it.
+            let _ = acquire.reply.send(Err(error));
+            return;
+        }
         let slot = &mut self.slots[upstream];
         let capacity = slot.config.queue_capacity().get();
         if slot.waiters.len() >= capacity {

@@ -100,8 +100,9 @@ impl LocalGate {
     }
 
     /// Asks for the permit `id` with a lease of `lease_ms`, reserving `tokens` of the tokens
-    /// budget. The wave and the limit are checked first, then the budgets: a request is
-    /// admitted only if all of them have room, and then all are charged together.
+    /// budget. An estimate larger than the tokens burst is refused first (it can never fit);
+    /// then the wave and the limit are checked, then the budgets: a request is admitted only
+    /// if all of them have room, and then all are charged together.
     ///
     /// An id already held is granted again in its own wave (its lease extended, nothing
     /// charged again), so a resent acquire never creates a second permit.
@@ -114,13 +115,14 @@ impl LocalGate {
             let s = self.machine.snapshot();
             return Admission::Granted { wave: held.wave, state: s.state, limit: s.limit };
         }
+        // Never fits: refused before the wave and the limit, so it is not told to wait.
+        if self.tokens.is_some_and(|b| !b.gcra.fits_ever(tokens)) {
+            return Admission::Denied { reason: DenyReason::TokensExceedBurst, retry_after_ms: 0 };
+        }
         let in_flight = u32::try_from(self.ledger.len()).unwrap_or(u32::MAX);
         let admission = self.machine.admit(now_ms, in_flight);
         let Admission::Granted { wave, .. } = admission else { return admission };
         let now_us = now_ms.saturating_mul(1000);
-        if self.tokens.is_some_and(|b| !b.gcra.fits_ever(tokens)) {
-            return Admission::Denied { reason: DenyReason::TokensExceedBurst, retry_after_ms: 0 };
-        }
         let requests = self.requests.map(|b| b.gcra.check(b.tat_us, now_us, 1)).transpose();
         let tokens = self.tokens.map(|b| b.gcra.check(b.tat_us, now_us, tokens)).transpose();
         match (requests, tokens) {
@@ -160,6 +162,11 @@ impl LocalGate {
         if let Some(budget) = &mut self.tokens {
             budget.tat_us = budget.gcra.charge(budget.tat_us, now_us, tokens);
         }
+    }
+
+    /// The tokens budget's burst (the largest estimate that can ever fit), if there is one.
+    pub fn tokens_burst(&self) -> Option<u64> {
+        self.tokens.map(|b| b.gcra.burst())
     }
 
     /// What is left of the rate budgets now.

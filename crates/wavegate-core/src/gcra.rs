@@ -103,6 +103,11 @@ impl Gcra {
         Ok(new_tat as u64)
     }
 
+    /// The burst: the most units that fit at once.
+    pub fn burst(&self) -> u64 {
+        self.burst
+    }
+
     /// Whether `cost` units can fit at all (cost ≤ burst).
     pub fn fits_ever(&self, cost: u64) -> bool {
         cost <= self.burst

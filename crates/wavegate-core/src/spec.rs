@@ -632,6 +632,24 @@ pub fn cases() -> Vec<SpecCase> {
             )
         },
         SpecCase {
+            tokens_per_minute: Some((60_000, 1_000)),
+            base_limit: 1,
+            ..case(
+                "tokens: an estimate that can never fit is refused before the limit and the cooldown",
+                vec![
+                    granted("A", 1, Normal, 1),
+                    // At the limit: still refused as too large, not told to wait.
+                    denied("B", 1_001, Expect::DeniedTooLarge),
+                    finish("A", RateLimited(None)),
+                    status(Cooldown, 1, 2, 0),
+                    // In a cooldown: the same.
+                    denied("B", 1_001, Expect::DeniedTooLarge),
+                    denied_cooldown("C"),
+                    status(Cooldown, 1, 2, 0),
+                ],
+            )
+        },
+        SpecCase {
             base_limit: 4,
             recovery: Recovery::Adaptive,
             ..case(

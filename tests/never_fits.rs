@@ -1,0 +1,77 @@
+//! A token estimate that can never fit is refused before any wait: not queued behind other
+//! callers, not held at the limit or in a cooldown; in fallback against this process's share
+//! of the burst, with a message that says so.
+
+use std::time::{Duration, Instant};
+
+use wavegate::{Error, Mode, Scheduler, UpstreamConfig};
+use wavegate_testkit::RedisServer;
+
+fn config(limit: u32) -> UpstreamConfig {
+    UpstreamConfig::builder("llm")
+        .limit(limit)
+        .tokens_per_minute(60_000, 1_000)
+        .max_wait(Duration::from_secs(5))
+        .build()
+        .expect("valid config")
+}
+
+#[tokio::test]
+async fn an_estimate_above_the_burst_is_refused_at_once_behind_a_full_limit_and_a_queue() {
+    let scheduler = Scheduler::builder().upstream(config(1)).build().expect("scheduler");
+    let llm = scheduler.upstream("llm").expect("configured");
+    let held = llm.request().acquire().await.expect("the only permit");
+    // Someone waits at the head of the queue.
+    let waiter = {
+        let llm = llm.clone();
+        tokio::spawn(async move { llm.request().tokens(10).acquire().await.map(|p| p.succeeded()) })
+    };
+    let start = Instant::now();
+    while llm.status().await.expect("status").queue_depth < 1 {
+        assert!(start.elapsed() < Duration::from_secs(1), "the waiter never queued");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let start = Instant::now();
+    let error = llm.request().tokens(1_001).acquire().await.expect_err("never fits");
+    let error_call = llm.request().tokens(1_001).call(|_| async { Ok::<_, wavegate::Outcome>(()) }).await;
+    let took = start.elapsed();
+    assert!(took < Duration::from_millis(100), "refused after {took:?}: it waited");
+    assert!(matches!(error, Error::InsufficientCapacity { requested: 1_001, burst: 1_000, .. }), "{error:?}");
+    assert!(matches!(error_call, Err(Error::InsufficientCapacity { .. })), "{error_call:?}");
+    assert_eq!(llm.status().await.expect("status").queue_depth, 1, "the queued waiter was disturbed");
+    held.succeeded();
+    waiter.await.expect("task").expect("the waiter is served");
+}
+
+#[tokio::test]
+async fn in_fallback_the_burst_checked_is_this_processs_share() {
+    let mut redis = RedisServer::start().expect("redis-server");
+    let build = || Scheduler::builder().upstream(config(4)).redis(redis.url()).build().expect("scheduler");
+    let (a, _b) = (build(), build());
+    let llm = a.upstream("llm").expect("configured");
+    llm.request().acquire().await.expect("a permit while healthy").succeeded();
+    // A heartbeat after both started: each counts two live processes.
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    redis.kill().expect("kill -9");
+    llm.request().acquire().await.expect("a permit through the fallback").succeeded();
+    assert_eq!(a.mode().await.expect("mode"), Mode::Fallback);
+    assert_eq!(llm.status().await.expect("status").limit, 2, "a fair share of 4 for 2 live processes");
+
+    let start = Instant::now();
+    let error = llm.request().tokens(600).acquire().await.expect_err("600 > the share's burst of 500");
+    assert!(start.elapsed() < Duration::from_millis(100), "refused after {:?}", start.elapsed());
+    let Error::InsufficientCapacity { requested: 600, burst: 500, budget, .. } = &error else {
+        panic!("expected the share's burst, got {error:?}");
+    };
+    assert_eq!(*budget, "tokens_per_minute_fallback_share");
+    let message = error.to_string();
+    assert!(message.contains("share") && message.contains("500") && !message.contains("never"), "{message}");
+    // Within the share: granted.
+    llm.request().tokens(400).acquire().await.expect("400 fit the share").succeeded();
+    // Above the shared burst: never fits, in any mode.
+    let error = llm.request().tokens(1_001).acquire().await.expect_err("never fits");
+    assert!(
+        matches!(error, Error::InsufficientCapacity { burst: 1_000, budget: "tokens_per_minute", .. }),
+        "{error:?}"
+    );
+}
