@@ -55,6 +55,7 @@ mod ids;
 mod messages;
 pub mod metrics;
 mod permit;
+mod registry;
 mod request;
 mod runtime;
 mod scheduler;

@@ -13,6 +13,7 @@ use crate::coordinator::Coordinator;
 use crate::error::Error;
 use crate::messages::{ReadBreaker, ReadMode, ReadStatus};
 use crate::permit::Permit;
+use crate::registry::{self, Registration};
 use crate::request::Attempt;
 use crate::runtime::{ActorThread, Actors};
 use crate::status::{Mode, UpstreamStatus};
@@ -29,6 +30,8 @@ pub(crate) struct Inner {
     /// The actors' own thread, when `build()` found no actix system; it stops with the last
     /// handle.
     pub(crate) _thread: Option<ActorThread>,
+    /// Counted among the process's local schedulers (local mode only).
+    pub(crate) registration: Option<Registration>,
 }
 
 /// Why a scheduler could not be built.
@@ -223,9 +226,11 @@ impl SchedulerBuilder {
     pub fn build(self) -> Result<Scheduler, BuildError> {
         let set = UpstreamSet::new(self.upstreams.clone())?;
         let store = self.store.map(Store::connect_lazy).transpose()?;
+        let local = store.is_none();
         let Actors { coordinator, supervisors, thread } =
             Actors::start(&self.upstreams, store).map_err(BuildError::Runtime)?;
-        let inner = Inner { upstreams: self.upstreams, set, coordinator, supervisors, _thread: thread };
+        let registration = local.then(|| Registration::new(self.upstreams.iter().map(|u| u.name().to_string())));
+        let inner = Inner { upstreams: self.upstreams, set, coordinator, supervisors, _thread: thread, registration };
         Ok(Scheduler { inner: Arc::new(inner) })
     }
 }
@@ -237,5 +242,8 @@ pub(crate) async fn status(inner: &Inner, index: usize) -> Result<UpstreamStatus
     let mut status = answer.await.map_err(|_| Error::Stopped)?;
     let breaker = inner.supervisors[index].send(ReadBreaker).await.map_err(|_| Error::Stopped)?;
     status.breaker = breaker.as_str();
+    if inner.registration.is_some() {
+        status.schedulers_in_process = registry::live(&status.upstream);
+    }
     Ok(status)
 }

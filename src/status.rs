@@ -60,4 +60,9 @@ pub struct UpstreamStatus {
     pub breaker: &'static str,
     /// What is left of the requests and tokens budgets, if configured.
     pub budgets: BudgetStatus,
+    /// How many local-mode schedulers of this process name this upstream, this one included
+    /// (0 for a scheduler in shared mode, which shares one limit through Redis). More than 1
+    /// means as many separate limits, and the provider sees their sum: build the scheduler
+    /// once and clone it.
+    pub schedulers_in_process: usize,
 }

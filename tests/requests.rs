@@ -214,3 +214,20 @@ async fn an_unknown_upstream_is_refused_once_at_resolution() {
     let as_error: Error<AppError> = scheduler.upstream("lmm").map(|_| ()).map_err(Error::from).expect_err("unknown");
     assert_eq!(as_error.code(), "unknown_upstream");
 }
+
+#[tokio::test]
+async fn several_local_schedulers_for_one_upstream_are_counted_while_they_live() {
+    let build = || scheduler(UpstreamConfig::builder("twice").limit(2));
+    let first = build();
+    let count = |s: &Scheduler| {
+        let s = s.clone();
+        async move { s.status("twice").await.expect("status").schedulers_in_process }
+    };
+    assert_eq!(count(&first).await, 1);
+    let second = build();
+    // Clones are the same scheduler; a second build is a second limit.
+    let _clone = first.clone();
+    assert_eq!((count(&first).await, count(&second).await), (2, 2));
+    drop(second);
+    assert_eq!(count(&first).await, 1);
+}

@@ -435,6 +435,7 @@ impl Coordinator {
             queue_depth: slot.waiters.len(),
             breaker: "closed",
             budgets: slot.local.budget_status(now_ms),
+            schedulers_in_process: 0,
         }
     }
 }

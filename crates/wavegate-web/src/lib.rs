@@ -28,8 +28,16 @@ pub const STATUS_PATH: &str = "/wavegate/status";
 /// The path of the metrics endpoint.
 pub const METRICS_PATH: &str = "/metrics";
 
-/// Mounts `/metrics` and `/wavegate/status`. The app must hold `web::Data<Scheduler>` and
-/// `web::Data<PrometheusHandle>`.
+/// Mounts `/metrics` and `/wavegate/status`. The app must hold `web::Data<Scheduler>`.
+///
+/// `/metrics` cannot be mounted without its recorder: `configure` installs the Prometheus
+/// recorder ([`install_prometheus`], once per process) and hands its handle to the app. If
+/// another `metrics` recorder is installed already, the app's own
+/// `web::Data<PrometheusHandle>` is used, and without one `/metrics` answers 500 with a message
+/// that says what to add. A missing scheduler is answered the same way on `/wavegate/status`.
 pub fn configure(config: &mut web::ServiceConfig) {
+    if let Ok(handle) = install_prometheus() {
+        config.app_data(web::Data::new(handle));
+    }
     config.route(METRICS_PATH, web::get().to(metrics_handler)).route(STATUS_PATH, web::get().to(status_handler));
 }

@@ -32,8 +32,17 @@ pub fn install_prometheus() -> Result<PrometheusHandle, InstallError> {
 }
 
 /// The `/metrics` handler: renders every metric of the process. Needs the handle in
-/// `web::Data<PrometheusHandle>`.
-pub async fn metrics_handler(handle: web::Data<PrometheusHandle>) -> HttpResponse {
+/// `web::Data<PrometheusHandle>`, which [`configure`](crate::configure) provides; without it,
+/// it answers 500 with a message that says what to add (not actix's bare 500).
+pub async fn metrics_handler(handle: Option<web::Data<PrometheusHandle>>) -> HttpResponse {
+    let Some(handle) = handle else {
+        return HttpResponse::InternalServerError().content_type("text/plain; charset=utf-8").body(MISSING);
+    };
     handle.run_upkeep();
     HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(handle.render())
 }
+
+/// What `/metrics` says when it has no recorder to render.
+pub(crate) const MISSING: &str = "wavegate: /metrics is mounted but the app holds no web::Data<PrometheusHandle>, and \
+    the Prometheus recorder could not be installed (another metrics recorder is installed): add \
+    .app_data(web::Data::new(handle)) with the handle of the Prometheus recorder in use\n";

@@ -5,7 +5,7 @@ use actix_web::{HttpResponse, web};
 use serde::Serialize;
 use wavegate::{Scheduler, UpstreamStatus};
 
-use crate::error::WebError;
+use crate::error::{ErrorBody, WebError};
 
 /// One upstream in the status body.
 #[derive(Debug, Serialize)]
@@ -36,6 +36,12 @@ pub struct UpstreamView {
     pub requests_budget: Option<BudgetView>,
     /// The tokens-per-minute budget, if configured.
     pub tokens_budget: Option<BudgetView>,
+    /// How many local-mode schedulers of this process name this upstream (0 in shared mode).
+    pub schedulers_in_process: usize,
+    /// What is wrong with the setup, if something is (e.g. several local schedulers for one
+    /// upstream, each with a limit of its own).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
 }
 
 /// What is left of a rate budget.
@@ -69,6 +75,15 @@ impl UpstreamView {
             breaker: status.breaker,
             requests_budget: BudgetView::new(status.budgets.requests),
             tokens_budget: BudgetView::new(status.budgets.tokens),
+            schedulers_in_process: status.schedulers_in_process,
+            warning: (status.schedulers_in_process > 1).then(|| {
+                format!(
+                    "{} local-mode schedulers in this process name this upstream: each has a limit of its own and \
+                     the provider sees their sum (built inside HttpServer::new's factory?). Build the scheduler once \
+                     and clone it, or configure Redis",
+                    status.schedulers_in_process
+                )
+            }),
         }
     }
 }
@@ -91,7 +106,18 @@ pub async fn status(scheduler: &Scheduler) -> Result<StatusBody, WebError> {
     Ok(StatusBody { upstreams })
 }
 
-/// The status handler. Needs the scheduler in `web::Data<Scheduler>`.
-pub async fn status_handler(scheduler: web::Data<Scheduler>) -> Result<HttpResponse, WebError> {
+/// The status handler. Needs the scheduler in `web::Data<Scheduler>`; without it, it answers
+/// 500 with a body that says what to add (not actix's bare 500).
+pub async fn status_handler(scheduler: Option<web::Data<Scheduler>>) -> Result<HttpResponse, WebError> {
+    let Some(scheduler) = scheduler else {
+        return Ok(HttpResponse::InternalServerError().json(ErrorBody {
+            code: "scheduler_missing",
+            message: "wavegate: /wavegate/status is mounted but the app holds no web::Data<Scheduler>; add \
+                      .app_data(web::Data::new(scheduler.clone())) to the App"
+                .to_string(),
+            retry_after_seconds: None,
+            upstream_status: None,
+        }));
+    };
     Ok(HttpResponse::Ok().json(status(&scheduler).await?))
 }

@@ -1,0 +1,110 @@
+//! The easy mistakes of embedding, over real HTTP: a scheduler built inside `HttpServer::new`'s
+//! factory (one per worker) is reported by the status; `configure` without the Prometheus
+//! handle still serves `/metrics`; a missing handle or scheduler is answered with what to add.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use actix_web::{App, HttpServer, web};
+use wavegate::{Outcome, Scheduler, UpstreamConfig};
+use wavegate_testkit::{HttpReply, http_get};
+use wavegate_web::{METRICS_PATH, STATUS_PATH, configure, metrics_handler, status_handler};
+
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+async fn get(addr: SocketAddr, path: &str) -> HttpReply {
+    http_get(addr, path, TIMEOUT).await.expect("HTTP GET")
+}
+
+fn json(reply: &HttpReply) -> serde_json::Value {
+    serde_json::from_str(&reply.body).unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", reply.body))
+}
+
+fn start(server: actix_web::dev::Server, addr: SocketAddr) -> SocketAddr {
+    actix_web::rt::spawn(server);
+    addr
+}
+
+#[actix_web::test]
+async fn a_scheduler_built_in_the_server_factory_is_reported_once_per_worker() {
+    let server = HttpServer::new(|| {
+        // The mistake: one scheduler per worker.
+        let upstream = UpstreamConfig::builder("per-worker").limit(10).build().expect("config");
+        let scheduler = Scheduler::builder().upstream(upstream).build().expect("scheduler");
+        App::new().app_data(web::Data::new(scheduler)).configure(configure)
+    })
+    .workers(3)
+    .disable_signals()
+    .bind(("127.0.0.1", 0))
+    .expect("bind");
+    let addr = server.addrs()[0];
+    let addr = start(server.run(), addr);
+    // The workers build their apps concurrently: wait (bounded) until all three have.
+    let started = std::time::Instant::now();
+    let body = loop {
+        let reply = get(addr, STATUS_PATH).await;
+        assert_eq!(reply.status, 200, "{reply:?}");
+        let body = json(&reply);
+        if body["upstreams"][0]["schedulers_in_process"] == 3 || started.elapsed() > Duration::from_secs(2) {
+            break body;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let view = &body["upstreams"][0];
+    assert_eq!(view["schedulers_in_process"], 3, "{body}");
+    let warning = view["warning"].as_str().expect("a warning");
+    assert!(warning.contains("3 local-mode schedulers") && warning.contains("once"), "{warning}");
+}
+
+#[actix_web::test]
+async fn one_scheduler_built_before_the_server_has_no_warning() {
+    let upstream = UpstreamConfig::builder("built-once").limit(10).build().expect("config");
+    let scheduler = Scheduler::builder().upstream(upstream).build().expect("scheduler");
+    let server = HttpServer::new(move || App::new().app_data(web::Data::new(scheduler.clone())).configure(configure))
+        .workers(2)
+        .disable_signals()
+        .bind(("127.0.0.1", 0))
+        .expect("bind");
+    let addr = server.addrs()[0];
+    let addr = start(server.run(), addr);
+    let body = json(&get(addr, STATUS_PATH).await);
+    assert_eq!(body["upstreams"][0]["schedulers_in_process"], 1, "{body}");
+    assert!(body["upstreams"][0].get("warning").is_none(), "{body}");
+}
+
+#[actix_web::test]
+async fn configure_serves_metrics_without_the_handle_in_the_app() {
+    let upstream = UpstreamConfig::builder("metered").limit(2).build().expect("config");
+    let scheduler = Scheduler::builder().upstream(upstream).build().expect("scheduler");
+    let calls = scheduler.clone();
+    let server = HttpServer::new(move || App::new().app_data(web::Data::new(scheduler.clone())).configure(configure))
+        .workers(1)
+        .disable_signals()
+        .bind(("127.0.0.1", 0))
+        .expect("bind");
+    let addr = server.addrs()[0];
+    let addr = start(server.run(), addr);
+    // The first answer shows the recorder is in place (installed when the app was built).
+    assert_eq!(get(addr, METRICS_PATH).await.status, 200);
+    calls.call("metered", |_| async { Ok::<_, Outcome>(()) }).await.expect("a call");
+    let reply = get(addr, METRICS_PATH).await;
+    assert_eq!(reply.status, 200, "{reply:?}");
+    let line = reply.body.lines().find(|line| line.starts_with("wavegate_upstream_call_seconds_count{"));
+    assert!(line.is_some_and(|line| line.contains("upstream=\"metered\"")), "{}", reply.body);
+}
+
+#[actix_web::test]
+async fn the_handlers_say_what_is_missing_instead_of_a_bare_500() {
+    let response = metrics_handler(None).await;
+    assert_eq!(response.status(), 500);
+    let body = actix_web::body::to_bytes(response.into_body()).await.expect("body");
+    let text = String::from_utf8_lossy(&body);
+    assert!(text.contains("web::Data<PrometheusHandle>"), "{text}");
+
+    let response = status_handler(None).await.expect("a response");
+    assert_eq!(response.status(), 500);
+    let body = actix_web::body::to_bytes(response.into_body()).await.expect("body");
+    let body: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+    assert_eq!(body["code"], "scheduler_missing");
+    assert!(body["message"].as_str().expect("message").contains("web::Data<Scheduler>"));
+}
