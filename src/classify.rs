@@ -122,8 +122,18 @@ impl<T, E: UpstreamError> Classify<T, E> for ByError {
 }
 
 /// Classifies an `Ok` HTTP response by its status and `Retry-After`
-/// ([`Outcome::from_response`]), an error as [`ByError`] does. For `http::Response<B>`
-/// (feature `http`) and `reqwest::Response` (feature `reqwest`).
+/// (`Outcome::from_response`, `Outcome::from_head`), an error as [`ByError`] does. For
+/// `http::Response<B>` (feature `http`) and `reqwest::Response` (feature `reqwest`).
+///
+/// ```
+/// # #[cfg(feature = "http")] {
+/// use wavegate::{ByStatus, Classify, Outcome};
+///
+/// let busy = http::Response::builder().status(503).header("retry-after", "1").body(()).unwrap();
+/// let outcome = ByStatus.classify(&Ok::<_, Outcome>(busy));
+/// assert!(outcome.is_retryable());
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ByStatus;
 
@@ -133,6 +143,44 @@ impl<B, E: UpstreamError> Classify<http::Response<B>, E> for ByStatus {
         match result {
             Ok(response) => Outcome::from_response(response),
             Err(error) => error.outcome(),
+        }
+    }
+}
+
+#[cfg(feature = "reqwest")]
+impl<E: UpstreamError> Classify<reqwest::Response, E> for ByStatus {
+    fn classify(&self, result: &Result<reqwest::Response, E>) -> Outcome {
+        match result {
+            Ok(response) => Outcome::from_head(response.status(), response.headers()),
+            Err(error) => error.outcome(),
+        }
+    }
+}
+
+/// A reqwest error (feature `reqwest`): a timeout, a connect failure, an error status (from
+/// `error_for_status`, without its `Retry-After`, which reqwest drops: classify the response
+/// with [`ByStatus`] to keep it), a body or decode failure, ...
+///
+/// | error | outcome |
+/// |---|---|
+/// | `is_timeout()` | transient: timeout |
+/// | `is_connect()` | transient: connect |
+/// | `status()` is some | as that status |
+/// | `is_decode()`, `is_builder()`, `is_redirect()` | unexpected (not retried, not a breaker failure) |
+/// | anything else (request, body) | transient: reset |
+#[cfg(feature = "reqwest")]
+impl UpstreamError for reqwest::Error {
+    fn outcome(&self) -> Outcome {
+        if self.is_timeout() {
+            Outcome::from_transport(TransportError::Timeout)
+        } else if self.is_connect() {
+            Outcome::from_transport(TransportError::Connect)
+        } else if let Some(status) = self.status() {
+            Outcome::from_status(status.as_u16(), None, std::time::SystemTime::now())
+        } else if self.is_decode() || self.is_builder() || self.is_redirect() {
+            Outcome::Unexpected { status: 0 }
+        } else {
+            Outcome::from_transport(TransportError::Reset)
         }
     }
 }

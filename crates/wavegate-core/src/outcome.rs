@@ -117,8 +117,15 @@ impl Outcome {
     /// ```
     #[cfg(feature = "http")]
     pub fn from_response<B>(response: &http::Response<B>) -> Self {
-        let retry_after = response.headers().get(http::header::RETRY_AFTER).and_then(|value| value.to_str().ok());
-        Self::from_status(response.status().as_u16(), retry_after, SystemTime::now())
+        Self::from_head(response.status(), response.headers())
+    }
+
+    /// Classifies a response head — its status and headers, e.g. a `reqwest::Response`'s
+    /// `status()` and `headers()` — reading `Retry-After` (feature `http`).
+    #[cfg(feature = "http")]
+    pub fn from_head(status: http::StatusCode, headers: &http::HeaderMap) -> Self {
+        let retry_after = headers.get(http::header::RETRY_AFTER).and_then(|value| value.to_str().ok());
+        Self::from_status(status.as_u16(), retry_after, SystemTime::now())
     }
 
     /// Classifies a call that got no status.
