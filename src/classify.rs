@@ -101,6 +101,13 @@ impl UpstreamError for std::io::Error {
     }
 }
 
+/// An error that cannot happen (a service that never fails).
+impl UpstreamError for std::convert::Infallible {
+    fn outcome(&self) -> Outcome {
+        match *self {}
+    }
+}
+
 impl<E: UpstreamError + ?Sized> UpstreamError for Box<E> {
     fn outcome(&self) -> Outcome {
         (**self).outcome()

@@ -19,9 +19,16 @@
 //!
 //! With no Redis configured, the same API runs in-process (local mode, the embedded default).
 //!
-//! Cargo features (all off by default): `http` — [`Outcome::from_response`](core::Outcome) and
-//! the [`ByStatus`] classifier for `http::Response`.
 //! The pure policy (wave machine, breaker, budget, config) is [`core`] (`wavegate-core`).
+//!
+//! Cargo features (all off by default), each built alone in CI:
+//! * `http` — `Outcome::from_response` / `from_head` and the [`ByStatus`] classifier for
+//!   `http::Response`;
+//! * `reqwest` — [`ByStatus`] for `reqwest::Response` (reqwest 0.13) and [`UpstreamError`] for
+//!   `reqwest::Error`;
+//! * `reqwest-middleware` — `middleware::reqwest::WavegateMiddleware`, a `reqwest-middleware`
+//!   middleware;
+//! * `tower` — `middleware::tower::WavegateLayer`, a tower `Layer`.
 //!
 //! ```
 //! use std::time::Duration;
@@ -54,6 +61,7 @@ mod error;
 mod ids;
 mod messages;
 pub mod metrics;
+pub mod middleware;
 mod permit;
 mod registry;
 mod request;
