@@ -1,0 +1,22 @@
+//! The examples run, as the README says they do (each with its feature: CI runs
+//! `cargo test -p wavegate --features "reqwest-middleware tower" --test examples`).
+
+#[cfg(feature = "reqwest")]
+#[path = "../examples/plain_tokio.rs"]
+mod plain_tokio;
+
+#[cfg(feature = "reqwest-middleware")]
+#[path = "../examples/reqwest_middleware.rs"]
+mod reqwest_middleware;
+
+#[cfg(feature = "reqwest")]
+#[test]
+fn plain_tokio_runs() {
+    plain_tokio::main().expect("examples/plain_tokio.rs");
+}
+
+#[cfg(feature = "reqwest-middleware")]
+#[test]
+fn reqwest_middleware_runs() {
+    reqwest_middleware::main().expect("examples/reqwest_middleware.rs");
+}
