@@ -19,7 +19,7 @@
 //!   [`UpstreamError`] (implemented by [`Outcome`] itself, `std::io::Error`, and with the
 //!   `reqwest` feature `reqwest::Error`);
 //! * [`ByStatus`] (features `http`, `reqwest`): `Ok(response)` is classified by its status and
-//!   `Retry-After` ([`Outcome::from_response`]), an error as by [`ByError`];
+//!   `Retry-After` (`Outcome::from_response`), an error as by [`ByError`];
 //! * any `Fn(&Result<T, E>) -> Outcome`.
 //!
 //! ```

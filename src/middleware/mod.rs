@@ -1,11 +1,11 @@
 //! Middleware that needs no closure at all: the HTTP client's requests go through the
 //! scheduler.
 //!
-//! * [`reqwest::WavegateMiddleware`] (feature `reqwest-middleware`): a `reqwest-middleware`
+//! * `reqwest::WavegateMiddleware` (feature `reqwest-middleware`): a `reqwest-middleware`
 //!   middleware; each request's upstream comes from an [`Upstream`](crate::Upstream) handle in
 //!   its extensions or from its host. Requests whose body can be cloned get the whole policy
 //!   (retries included); others one permit.
-//! * [`tower::WavegateLayer`] (feature `tower`): a `tower::Layer` for hyper, tonic or axum
+//! * `tower::WavegateLayer` (feature `tower`): a `tower::Layer` for hyper, tonic or axum
 //!   clients; one permit per request, reported with the response's outcome (compose it with
 //!   tower's own retry if you want retries, since a request body cannot be replayed in
 //!   general).

@@ -5,10 +5,10 @@
 //! Like tower's `ConcurrencyLimit`, the permit lives in the response future (no task per
 //! request); unlike it, the limit is the upstream's (shared by the fleet through Redis), a 429
 //! cuts it for everyone, and the wait is bounded (`max_wait`, then
-//! [`Error::WaitedTooLong`](crate::Error::WaitedTooLong)). There is one attempt per request:
+//! [`Error::WaitedTooLong`]). There is one attempt per request:
 //! a request body cannot be replayed in general, so retries are left to tower's `Retry`
 //! around this layer. The service's own error comes back untouched inside
-//! [`Error::Upstream`](crate::Error::Upstream).
+//! [`Error::Upstream`].
 //!
 //! ```
 //! use std::convert::Infallible;
