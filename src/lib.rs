@@ -28,7 +28,9 @@
 //!   `reqwest::Error`;
 //! * `reqwest-middleware` — `middleware::reqwest::WavegateMiddleware`, a `reqwest-middleware`
 //!   middleware;
-//! * `tower` — `middleware::tower::WavegateLayer`, a tower `Layer`.
+//! * `tower` — `middleware::tower::WavegateLayer`, a tower `Layer`;
+//! * `config` — `settings::Settings`: the configuration from TOML and the environment
+//!   (`WAVEGATE__UPSTREAMS__LLM__LIMIT=10`), with the builders' validation.
 //!
 //! ```
 //! use std::time::Duration;
@@ -67,6 +69,8 @@ mod registry;
 mod request;
 mod runtime;
 mod scheduler;
+#[cfg(feature = "config")]
+pub mod settings;
 mod status;
 mod supervisor;
 mod upstream;

@@ -1,0 +1,78 @@
+//! The configuration from TOML and the environment (feature `config`): the example file in
+//! `docs/` builds, the environment overrides it, and what cannot work is refused with the
+//! builders' own messages.
+//!
+//! Run with `cargo test -p wavegate --features config --test settings` (CI does).
+#![cfg(feature = "config")]
+
+use std::time::Duration;
+
+use wavegate::settings::{RateSetting, Settings, parse_duration};
+use wavegate::{Mode, Scheduler};
+
+const EXAMPLE: &str = include_str!("../docs/wavegate.example.toml");
+
+#[test]
+fn the_example_file_reads_and_every_key_reaches_the_configuration() {
+    let settings = Settings::from_toml(EXAMPLE).expect("the example parses");
+    assert_eq!(settings.redis.as_deref(), Some("redis://127.0.0.1:6379/"));
+    assert_eq!(settings.redis_command_timeout, Some(Duration::from_millis(250)));
+    let openai = &settings.upstreams["openai"];
+    assert_eq!(openai.tokens_per_minute, Some(RateSetting { per_minute: 200_000, burst: 16_000 }));
+    let config = openai.config("openai").expect("valid");
+    assert_eq!(config.limit().get(), 10);
+    assert_eq!(config.max_wait(), Duration::from_secs(25));
+    assert_eq!(config.call_timeout(), Duration::from_secs(120));
+    assert_eq!(config.total_timeout(), Duration::from_secs(150));
+    assert!(config.renews_leases());
+    assert_eq!(config.permit_ttl(), Duration::from_secs(30));
+    assert_eq!(config.fallback_limit().map(|l| l.get()), Some(2));
+    assert_eq!(config.queue_capacity().get(), 1024);
+    assert_eq!(config.budgets().tokens.map(|b| (b.per_minute(), b.burst())), Some((200_000, 16_000)));
+    assert_eq!(config.budgets().requests.map(|b| (b.per_minute(), b.burst())), Some((500, 20)));
+    assert_eq!(settings.upstreams["images"].config("images").expect("valid").limit().get(), 2);
+}
+
+#[tokio::test]
+async fn the_environment_overrides_the_file_and_the_scheduler_builds() {
+    let file = "[upstreams.llm]\nlimit = 10\nmax_wait = \"5s\"\n";
+    let env = [
+        ("WAVEGATE__UPSTREAMS__LLM__LIMIT", "4"),
+        ("WAVEGATE__UPSTREAMS__LLM__TOKENS_PER_MINUTE__PER_MINUTE", "60000"),
+        ("WAVEGATE__UPSTREAMS__LLM__TOKENS_PER_MINUTE__BURST", "1000"),
+        ("WAVEGATE__UPSTREAMS__EMBED__LIMIT", "2"),
+        ("PATH", "/usr/bin"), // not ours: ignored
+    ];
+    let settings = Settings::from_sources(Some(file), env).expect("settings");
+    let scheduler: Scheduler = settings.builder().expect("valid").build().expect("scheduler");
+    let llm = scheduler.upstream("llm").expect("configured");
+    assert_eq!(llm.config().limit().get(), 4, "the environment wins");
+    assert_eq!(llm.config().max_wait(), Duration::from_secs(5), "the file's value stays");
+    assert_eq!(llm.config().budgets().tokens.map(|b| b.burst()), Some(1_000));
+    assert_eq!(scheduler.upstream("embed").expect("from the environment alone").config().limit().get(), 2);
+    assert_eq!(scheduler.mode().await.expect("mode"), Mode::Local);
+}
+
+#[test]
+fn what_cannot_work_is_refused_with_the_builders_messages() {
+    // The builder's own check and message.
+    let in_code = wavegate::UpstreamConfig::builder("llm").limit(0).build().expect_err("limit 0").to_string();
+    let from_file =
+        Settings::from_toml("[upstreams.llm]\nlimit = 0\n").expect("parses").builder().expect_err("refused");
+    assert!(from_file.to_string().contains(&in_code), "{from_file} vs {in_code}");
+    let from_env = Settings::from_sources(None, [("WAVEGATE__UPSTREAMS__LLM__LIMIT", "0")]).expect("parses");
+    assert_eq!(from_env.builder().expect_err("refused").to_string(), from_file.to_string());
+    // Unknown keys, wrong types and bad durations name what is wrong.
+    let unknown = Settings::from_toml("[upstreams.llm]\nlimt = 3\n").expect_err("a typo").to_string();
+    assert!(unknown.contains("limt"), "{unknown}");
+    let typed = Settings::from_sources(None, [("WAVEGATE__UPSTREAMS__LLM__LIMIT", "ten")]).expect_err("not a number");
+    assert!(typed.to_string().contains("limit"), "{typed}");
+    let duration = Settings::from_toml("[upstreams.llm]\nmax_wait = \"5 parsecs\"\n").expect_err("no such unit");
+    assert!(duration.to_string().contains("parsecs"), "{duration}");
+    let shape = Settings::from_sources(Some("redis = \"redis://x/\"\n"), [("WAVEGATE__REDIS__URL", "y")]);
+    assert!(shape.expect_err("redis is a string, not a table").to_string().contains("WAVEGATE__REDIS__URL"));
+    assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+    assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+    assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+    assert!(parse_duration("").is_err() && parse_duration("1.5s").is_err());
+}
