@@ -13,8 +13,6 @@
 //! at once; the scheduler absorbs them (a step back of the limit, a retry through a new permit) so the
 //! app's clients see answers, not errors.
 
-use std::cell::Cell;
-use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -22,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime};
 use actix_web::{App, HttpResponse, HttpServer, web};
 use rand::Rng;
 use wavegate::core::Recovery;
-use wavegate::{Outcome, Scheduler, UpstreamConfig};
+use wavegate::{Outcome, Scheduler, Upstream, UpstreamConfig};
 use wavegate_testkit::http_get;
 use wavegate_web::{METRICS_PATH, STATUS_PATH, WebError, configure, install_prometheus};
 
@@ -55,26 +53,21 @@ impl SimulatedProvider {
     }
 }
 
-async fn ask(
-    scheduler: web::Data<Scheduler>,
-    provider: web::Data<Arc<SimulatedProvider>>,
-) -> Result<HttpResponse, WebError> {
-    let waited = Rc::new(Cell::new(Duration::ZERO));
-    let attempts = Rc::new(Cell::new(0));
-    let (waited_in, attempts_in) = (waited.clone(), attempts.clone());
-    let provider = provider.get_ref().clone();
-    let answer = scheduler
-        .call("llm", move |attempt| {
-            waited_in.set(waited_in.get() + attempt.waited);
-            attempts_in.set(attempt.number);
-            let provider = provider.clone();
-            async move { provider.complete().await }
+async fn ask(llm: web::Data<Upstream>, provider: web::Data<Arc<SimulatedProvider>>) -> Result<HttpResponse, WebError> {
+    // The call runs in this handler's task: the closure borrows the provider and these locals.
+    let (mut waited, mut attempts) = (Duration::ZERO, 0);
+    let answer = llm
+        .request()
+        .call(|attempt| {
+            waited += attempt.waited;
+            attempts = attempt.number;
+            provider.complete()
         })
         .await?;
     Ok(HttpResponse::Ok().json(serde_json::json!({
         "answer": answer,
-        "attempts": attempts.get(),
-        "waited_ms": waited.get().as_millis() as u64,
+        "attempts": attempts,
+        "waited_ms": waited.as_millis() as u64,
     })))
 }
 
@@ -138,10 +131,12 @@ async fn main() -> std::io::Result<()> {
     let provider = Arc::new(SimulatedProvider { capacity: options.capacity, ..SimulatedProvider::default() });
 
     let app_scheduler = scheduler.clone();
+    let llm = scheduler.upstream("llm").map_err(std::io::Error::other)?;
     let app_provider = provider.clone();
     let server = HttpServer::new(move || {
         App::new()
             .app_data(web::Data::new(app_scheduler.clone()))
+            .app_data(web::Data::new(llm.clone()))
             .app_data(web::Data::new(app_provider.clone()))
             .app_data(web::Data::new(metrics.clone()))
             .route("/ask", web::get().to(ask))
