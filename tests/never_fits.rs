@@ -50,8 +50,9 @@ async fn in_fallback_the_burst_checked_is_this_processs_share() {
     let (a, _b) = (build(), build());
     let llm = a.upstream("llm").expect("configured");
     llm.request().acquire().await.expect("a permit while healthy").succeeded();
-    // A heartbeat after both started: each counts two live processes.
-    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    // Heartbeats (every second) after both started: each counts two live processes. Two of
+    // them, so a slow machine still has one.
+    tokio::time::sleep(Duration::from_millis(2_200)).await;
     redis.kill().expect("kill -9");
     llm.request().acquire().await.expect("a permit through the fallback").succeeded();
     assert_eq!(a.mode().await.expect("mode"), Mode::Fallback);
