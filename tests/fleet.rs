@@ -15,7 +15,7 @@ use wavegate::{Scheduler, UpstreamConfig};
 use wavegate_testkit::{MockUpstream, MockUpstreamConfig, RedisServer};
 
 mod common;
-use common::call_mock;
+use common::{call_mock, env};
 
 const ROLE: &str = "WAVEGATE_FLEET_ROLE";
 
@@ -328,10 +328,6 @@ fn four_processes_stay_within_the_requests_budget() {
 
 // ------------------------------------------------------------------------------------------
 // The worker's side.
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("worker needs {name}"))
-}
 
 fn worker_main() {
     let system = actix::System::new();

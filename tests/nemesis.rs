@@ -38,7 +38,7 @@ use wavegate::{Mode, Scheduler, UpstreamConfig};
 use wavegate_testkit::{Fault, FaultProxy, MockUpstream, MockUpstreamConfig, RedisServer};
 
 mod common;
-use common::call_mock;
+use common::{call_mock, env};
 
 const ROLE: &str = "WAVEGATE_NEMESIS_ROLE";
 const PROCESSES: usize = 4;
@@ -500,10 +500,6 @@ fn nemesis() {
 
 // ------------------------------------------------------------------------------------------
 // The worker's side.
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("worker needs {name}"))
-}
 
 fn worker_main() {
     let system = actix::System::new();

@@ -20,6 +20,11 @@ pub(crate) async fn wait_for_mode(scheduler: &Scheduler, mode: Mode, within: Dur
     }
 }
 
+/// A worker process's setting from its environment (it cannot run without it).
+pub(crate) fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("worker needs {name}"))
+}
+
 /// The first line starting with `prefix` that a worker process (`pid`) printed, within
 /// `timeout`; the other lines are skipped.
 pub(crate) fn expect_line(lines: &Receiver<String>, pid: u32, prefix: &str, timeout: Duration) -> String {

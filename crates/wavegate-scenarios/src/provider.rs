@@ -87,7 +87,7 @@ impl ProviderConfig {
 
     /// The capacity once `served` calls have been admitted.
     pub(crate) fn capacity_at(&self, served: u64) -> Option<usize> {
-        self.capacity.iter().take_while(|(from, _)| *from <= served).last().map(|(_, cap)| *cap)
+        crate::scenario::phase_at(&self.capacity, served)
     }
 }
 

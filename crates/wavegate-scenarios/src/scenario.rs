@@ -159,6 +159,13 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
     },
 ];
 
+/// The capacity of the phase in force at call (or job) number `at`: the last of `phases`
+/// (`(from, capacity)`, in order) that starts at or before it; `None` before the first or
+/// without phases.
+pub(crate) fn phase_at(phases: &[(u64, usize)], at: u64) -> Option<usize> {
+    phases.iter().take_while(|(from, _)| *from <= at).last().map(|(_, cap)| *cap)
+}
+
 impl Scenario {
     /// The capacity phases the provider itself enforces (none when nginx does).
     pub(crate) fn provider_phases(&self, jobs: u64) -> Vec<(u64, usize)> {
@@ -175,11 +182,6 @@ impl Scenario {
         phases
     }
 
-    /// The capacity while job `id` of `jobs` is served (0: none).
-    pub(crate) fn capacity_for(&self, id: u64, jobs: u64) -> usize {
-        self.capacity_phases(jobs).iter().take_while(|(from, _)| *from <= id).last().map_or(0, |(_, cap)| *cap)
-    }
-
     /// The most calls that can be served at once over the run, for the pictures' scale.
     pub(crate) fn peak_capacity(&self) -> usize {
         self.phases.iter().map(|(_, cap)| *cap).chain([self.capacity]).max().unwrap_or(0)
@@ -190,11 +192,12 @@ impl Scenario {
     /// limit, whichever is lower (a fleet that always keeps the provider full), and no sooner
     /// than the rate window lets the jobs through.
     pub(crate) fn ideal_s(&self, service: &[(u64, u64)], jobs: u64) -> f64 {
+        let phases = self.capacity_phases(jobs);
         let concurrency: f64 = service
             .iter()
-            .map(|&(id, ms)| match self.capacity_for(id, jobs) {
-                0 => ms as f64 / 1000.0 / f64::from(self.limit),
-                cap => ms as f64 / 1000.0 / cap.min(self.limit as usize) as f64,
+            .map(|&(id, ms)| match phase_at(&phases, id) {
+                None => ms as f64 / 1000.0 / f64::from(self.limit),
+                Some(cap) => ms as f64 / 1000.0 / cap.min(self.limit as usize) as f64,
             })
             .sum();
         let rate = self.rate.map_or(0.0, |(calls, window_s)| {
