@@ -132,8 +132,11 @@ pub(crate) struct Coordinator {
     mode: Mode,
     /// Bumped at every change of mode: replies to calls made before it are stale.
     epoch: u64,
-    /// Live processes at the last heartbeat; unknown until one succeeds.
+    /// Live processes at the last heartbeat; unknown until one succeeds. Never below the
+    /// highest count seen within a heartbeat's lifetime (see [`Coordinator::note_live`]).
     live_instances: Option<u32>,
+    /// The highest live count seen, and when: it stands for [`HEARTBEAT_TTL`].
+    live_peak: Option<(u32, Instant)>,
     /// A reconciliation is in flight: waiters wait, finishes are deferred.
     reconciling: bool,
     deferred: Vec<Finish>,
@@ -174,6 +177,7 @@ impl Coordinator {
             mode,
             epoch: 0,
             live_instances: None,
+            live_peak: None,
             reconciling: false,
             deferred: Vec::new(),
             probe_backoff: outage::PROBE_MIN,
@@ -390,9 +394,26 @@ impl Coordinator {
         let epoch = self.epoch;
         let call = async move { store.heartbeat(&instance, HEARTBEAT_TTL).await };
         ctx.spawn(call.into_actor(self).map(move |result, act, ctx| match result {
-            Ok(live) => act.live_instances = Some(live.max(1)),
+            Ok(live) => act.note_live(live),
             Err(error) => act.on_store_error(epoch, None, "heartbeat", &error, ctx),
         }));
+    }
+
+    /// Takes a heartbeat's count of live processes. A process seen live counts for a
+    /// heartbeat's lifetime even when the store forgot it (an empty restart wipes the list,
+    /// and the others write theirs again only over the next second): the count used for the
+    /// fallback's fair share falls only once the higher one is older than [`HEARTBEAT_TTL`].
+    fn note_live(&mut self, live: u32) {
+        let live = live.max(1);
+        let now = Instant::now();
+        let counted = match self.live_peak {
+            Some((peak, at)) if peak > live && now.duration_since(at) < HEARTBEAT_TTL => peak,
+            _ => {
+                self.live_peak = Some((live, now));
+                live
+            }
+        };
+        self.live_instances = Some(counted);
     }
 
     /// A store command failed: an outage switches to fallback; anything else is logged and

@@ -187,7 +187,7 @@ impl Coordinator {
         };
         ctx.spawn(call.into_actor(self).map(|result, act, ctx| match result {
             Ok(live) => {
-                act.live_instances = Some(live.max(1));
+                act.note_live(live);
                 act.reconcile(ctx);
             }
             Err(_) => act.schedule_probe(ctx),
