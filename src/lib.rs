@@ -30,7 +30,12 @@
 //!   middleware;
 //! * `tower` — `middleware::tower::WavegateLayer`, a tower `Layer`;
 //! * `config` — `settings::Settings`: the configuration from TOML and the environment
-//!   (`WAVEGATE__UPSTREAMS__LLM__LIMIT=10`), with the builders' validation.
+//!   (`WAVEGATE__UPSTREAMS__LLM__LIMIT=10`), with the builders' validation;
+//! * `tls` — `rediss://` Redis URLs (rustls with the ring provider; the system's roots or
+//!   [`StoreConfig::root_certificate`]).
+//!
+//! Redis as it is deployed (Sentinel, TLS, ACL users, key prefixes) is described in
+//! `docs/redis.md`.
 //!
 //! ```
 //! use std::time::Duration;
@@ -71,6 +76,7 @@ mod runtime;
 mod scheduler;
 #[cfg(feature = "config")]
 pub mod settings;
+mod startup_check;
 mod status;
 mod supervisor;
 mod upstream;
@@ -84,7 +90,7 @@ pub use status::{Mode, UpstreamStatus};
 pub use upstream::{RequestBuilder, Upstream};
 pub use wavegate_core as core;
 pub use wavegate_core::{Outcome, TransportError, UpstreamConfig, WaveState};
-pub use wavegate_redis::StoreConfig;
+pub use wavegate_redis::{Keyspace, Rejection, SentinelConfig, StoreConfig, StoreError, StoreHealth};
 
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]

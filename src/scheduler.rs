@@ -6,7 +6,7 @@ use std::sync::Arc;
 use actix::Addr;
 use tokio::sync::oneshot;
 use wavegate_core::{ConfigError, Outcome, UnknownUpstream, UpstreamConfig, UpstreamSet};
-use wavegate_redis::{Store, StoreConfig, StoreError};
+use wavegate_redis::{Keyspace, Store, StoreConfig, StoreError, StoreHealth};
 
 use crate::call::Ask;
 use crate::coordinator::Coordinator;
@@ -32,6 +32,8 @@ pub(crate) struct Inner {
     pub(crate) _thread: Option<ActorThread>,
     /// Counted among the process's local schedulers (local mode only).
     pub(crate) registration: Option<Registration>,
+    /// The shared store, if any (for its health).
+    pub(crate) store: Option<Store>,
 }
 
 /// Why a scheduler could not be built.
@@ -44,6 +46,11 @@ pub enum BuildError {
     /// The Redis URL cannot be used.
     #[error("the Redis configuration cannot be used: {0}")]
     Store(#[from] StoreError),
+    /// The Redis server answers but rejects wavegate: wrong credentials, an ACL user without
+    /// the rights the scripts need, a server older than 6.2. The message says which
+    /// ([`StoreError::rejection`]).
+    #[error("Redis rejects wavegate: {0}")]
+    Rejected(#[source] StoreError),
     /// There was no actix system on this thread and the actors' own thread could not be
     /// started.
     #[error("cannot start wavegate's actor thread: {0}")]
@@ -88,7 +95,7 @@ pub struct Scheduler {
 impl Scheduler {
     /// A builder with no upstream and no Redis (local mode).
     pub fn builder() -> SchedulerBuilder {
-        SchedulerBuilder { upstreams: Vec::new(), store: None }
+        SchedulerBuilder { upstreams: Vec::new(), store: None, key_prefix: None }
     }
 
     fn index(&self, upstream: &str) -> Result<usize, UnknownUpstream> {
@@ -187,6 +194,13 @@ impl Scheduler {
         self.inner.coordinator.send(ReadMode).await.map_err(|_| Error::Stopped)
     }
 
+    /// What the scheduler knows about its shared store (`None` in local mode): how it is found,
+    /// the key prefix, the server's version, a rejection of the credentials or ACL rights now
+    /// in force, upstreams another process shares with a different configuration.
+    pub fn store_health(&self) -> Option<StoreHealth> {
+        self.inner.store.as_ref().map(Store::health)
+    }
+
     /// The configured upstreams.
     pub fn upstreams(&self) -> impl Iterator<Item = &UpstreamConfig> {
         self.inner.upstreams.iter()
@@ -199,6 +213,7 @@ impl Scheduler {
 pub struct SchedulerBuilder {
     upstreams: Vec<UpstreamConfig>,
     store: Option<StoreConfig>,
+    key_prefix: Option<Keyspace>,
 }
 
 impl SchedulerBuilder {
@@ -214,23 +229,63 @@ impl SchedulerBuilder {
         self.store(StoreConfig::new(url))
     }
 
+    /// Shares permits and waves through the Redis primary that the sentinels at `sentinels`
+    /// (`host:port`) monitor as `master`, found again after each failover (default timeouts;
+    /// for credentials or a database use [`store`](Self::store) with
+    /// [`StoreConfig::sentinel`]).
+    pub fn redis_sentinel(
+        self,
+        master: impl Into<String>,
+        sentinels: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
+        let sentinels = sentinels.into_iter().map(Into::into).collect();
+        self.store(StoreConfig::sentinel("redis://", master, sentinels))
+    }
+
     /// Shares permits and waves through Redis, with explicit timeouts and key namespace.
     pub fn store(mut self, config: StoreConfig) -> Self {
         self.store = Some(config);
         self
     }
 
+    /// The prefix of every Redis key and channel (default `wavegate`): give each application
+    /// sharing a Redis its own, so two that name an upstream alike do not share its limit.
+    /// Applies to the Redis configured before or after it.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = Some(Keyspace::new(prefix));
+        self
+    }
+
     /// Checks the configuration and starts the actors: on the current thread's actix
     /// arbiter if there is one (actix-web, `#[actix::main]`), else on a thread of their own
     /// (any other tokio runtime, or none). Never panics; build once per process and clone.
-    pub fn build(self) -> Result<Scheduler, BuildError> {
+    ///
+    /// With Redis it first checks the server (bounded by the store's timeouts, a few commands
+    /// per upstream): a wrong password, missing ACL rights or a server older than 6.2 fail
+    /// with [`BuildError::Rejected`]; a server out of reach does not (the calls fail open).
+    pub fn build(mut self) -> Result<Scheduler, BuildError> {
         let set = UpstreamSet::new(self.upstreams.clone())?;
+        if let (Some(store), Some(keyspace)) = (self.store.as_mut(), self.key_prefix.take()) {
+            store.keyspace = keyspace;
+        }
         let store = self.store.map(Store::connect_lazy).transpose()?;
+        if let Some(store) = &store {
+            crate::startup_check::check_store(store, &self.upstreams)?;
+        }
+        let health = store.clone();
         let local = store.is_none();
         let Actors { coordinator, supervisors, thread } =
             Actors::start(&self.upstreams, store).map_err(BuildError::Runtime)?;
         let registration = local.then(|| Registration::new(self.upstreams.iter().map(|u| u.name().to_string())));
-        let inner = Inner { upstreams: self.upstreams, set, coordinator, supervisors, _thread: thread, registration };
+        let inner = Inner {
+            upstreams: self.upstreams,
+            set,
+            coordinator,
+            supervisors,
+            _thread: thread,
+            registration,
+            store: health,
+        };
         Ok(Scheduler { inner: Arc::new(inner) })
     }
 }

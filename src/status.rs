@@ -16,15 +16,21 @@ pub enum Mode {
     /// Redis is configured but unreachable: permits come from this process's fair share of
     /// the limit until the store is back and reconciled.
     Fallback,
+    /// Redis is configured and answers but rejects wavegate (a wrong password, an ACL user
+    /// without a right the scripts need, a server older than 6.2): permits come from the
+    /// fallback share as in [`Fallback`](Mode::Fallback), an error is logged every 10 s, and
+    /// `Scheduler::store_health` gives the server's words, until it accepts again.
+    Rejected,
 }
 
 impl Mode {
-    /// `local`, `shared` or `fallback`.
+    /// `local`, `shared`, `fallback` or `rejected`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Mode::Local => "local",
             Mode::Shared => "shared",
             Mode::Fallback => "fallback",
+            Mode::Rejected => "rejected",
         }
     }
 }

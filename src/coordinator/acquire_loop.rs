@@ -257,7 +257,7 @@ impl Coordinator {
     pub(super) fn never_fits(&self, upstream: usize, tokens: u64) -> Option<Error> {
         let slot = &self.slots[upstream];
         let burst = match self.mode {
-            Mode::Fallback => slot.local.tokens_burst()?,
+            Mode::Fallback | Mode::Rejected => slot.local.tokens_burst()?,
             Mode::Local | Mode::Shared => u64::from(slot.config.budgets().tokens?.burst()),
         };
         (tokens > burst).then(|| self.too_large(upstream, tokens))
@@ -266,7 +266,7 @@ impl Coordinator {
     fn too_large(&self, upstream: usize, tokens: u64) -> Error {
         let slot = &self.slots[upstream];
         let (budget, burst) = match self.mode {
-            Mode::Fallback => (crate::error::FALLBACK_SHARE, slot.local.tokens_burst()),
+            Mode::Fallback | Mode::Rejected => (crate::error::FALLBACK_SHARE, slot.local.tokens_burst()),
             Mode::Local | Mode::Shared => {
                 ("tokens_per_minute", slot.config.budgets().tokens.map(|b| u64::from(b.burst())))
             }

@@ -10,8 +10,10 @@
 //!   calls in progress are not failed by a switch.
 
 mod acquire_loop;
+mod config_claims;
 mod outage;
 mod pubsub;
+mod rejection;
 mod waiters;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -141,6 +143,8 @@ pub(crate) struct Coordinator {
     reconciling: bool,
     deferred: Vec<Finish>,
     probe_backoff: Duration,
+    /// When a rejection of the store was last logged.
+    rejection_logged: Option<Instant>,
 }
 
 impl Coordinator {
@@ -181,6 +185,7 @@ impl Coordinator {
             reconciling: false,
             deferred: Vec::new(),
             probe_backoff: outage::PROBE_MIN,
+            rejection_logged: None,
         }
     }
 
@@ -444,9 +449,11 @@ impl Coordinator {
         let now_ms = self.clock.now_ms();
         let slot = &mut self.slots[upstream];
         let (snapshot, held) = slot.local.status(now_ms);
+        let mode = self.reported_mode();
+        let slot = &mut self.slots[upstream];
         UpstreamStatus {
             upstream: slot.config.name().to_string(),
-            mode: self.mode,
+            mode,
             state: snapshot.state,
             limit: snapshot.limit,
             wave: snapshot.wave,
@@ -485,7 +492,7 @@ impl Actor for Coordinator {
                 .enumerate()
                 .filter_map(|(i, s)| s.shared.as_ref().map(|g| (g.keys().released.clone(), i)));
             let instance = self.ids.instance().to_owned();
-            pubsub::spawn_listener(store.config().clone(), instance, channels.collect(), ctx.address());
+            pubsub::spawn_listener(store.clone(), instance, channels.collect(), ctx.address());
             let store = store.clone();
             ctx.spawn(async move { store.preload_scripts().await }.into_actor(self).map(|result, _, _| {
                 if let Err(error) = result {
@@ -494,6 +501,7 @@ impl Actor for Coordinator {
             }));
             self.heartbeat(ctx);
             ctx.run_interval(HEARTBEAT_EVERY, |act, ctx| act.heartbeat(ctx));
+            ctx.run_interval(config_claims::CONFIG_CLAIM_EVERY, |act, ctx| act.claim_configs(ctx));
         }
         if self.slots.iter().any(|s| s.config.budgets() != Budgets::default()) {
             ctx.run_interval(BUDGET_GAUGES_EVERY, |act, ctx| act.record_budgets(ctx));
@@ -597,7 +605,7 @@ impl Handler<ReadMode> for Coordinator {
     type Result = MessageResult<ReadMode>;
 
     fn handle(&mut self, _: ReadMode, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(self.mode)
+        MessageResult(self.reported_mode())
     }
 }
 

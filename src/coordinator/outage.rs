@@ -103,6 +103,8 @@ impl Coordinator {
         metrics::mode(Some(Mode::Shared), Mode::Fallback);
         self.epoch += 1;
         self.probe_backoff = PROBE_MIN;
+        self.rejection_logged = None;
+        self.log_rejection(command, error);
         tracing::warn!(
             command,
             %error,
@@ -190,7 +192,10 @@ impl Coordinator {
                 act.note_live(live);
                 act.reconcile(ctx);
             }
-            Err(_) => act.schedule_probe(ctx),
+            Err(error) => {
+                act.log_rejection("probe", &error);
+                act.schedule_probe(ctx);
+            }
         }));
     }
 

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use actix::Addr;
-use wavegate_redis::{ReleaseSubscription, StoreConfig};
+use wavegate_redis::{ReleaseSubscription, Store};
 
 use super::Coordinator;
 use crate::messages::Wake;
@@ -19,7 +19,7 @@ const RESUBSCRIBE_MIN: Duration = Duration::from_millis(100);
 const RESUBSCRIBE_MAX: Duration = Duration::from_secs(2);
 
 pub(super) fn spawn_listener(
-    config: StoreConfig,
+    store: Store,
     instance: String,
     channels: Vec<(String, usize)>,
     coordinator: Addr<Coordinator>,
@@ -31,7 +31,7 @@ pub(super) fn spawn_listener(
         let routes: HashMap<String, usize> = channels.into_iter().collect();
         let mut backoff = RESUBSCRIBE_MIN;
         while coordinator.connected() {
-            match ReleaseSubscription::subscribe(&config, routes.keys().map(String::as_str)).await {
+            match ReleaseSubscription::subscribe(&store, routes.keys().map(String::as_str)).await {
                 Ok(mut subscription) => {
                     backoff = RESUBSCRIBE_MIN;
                     while let Some((channel, wake)) = subscription.next().await {

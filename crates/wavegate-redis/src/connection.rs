@@ -5,19 +5,28 @@
 //! (each command fails fast and the next one tries to reconnect), a connect timeout, a
 //! response timeout, and wraps every command in its own timeout as well, so a hung server
 //! (SIGSTOP, black-holed network) costs at most one command timeout per call.
+//!
+//! Behind Sentinel ([`StoreConfig::sentinel`]) the primary is asked of the sentinels, and
+//! asked again after any outage of the connection to it: a failover is an outage (the
+//! coordinator falls back, then reconciles with the promoted replica), never a silent switch.
 
 use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use crate::error::StoreError;
+use crate::health::{Health, StoreHealth};
 use crate::keys::Keyspace;
+use crate::sentinel::{self, SentinelConfig};
 
 /// How to reach the shared store.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
-    /// The server, e.g. `redis://127.0.0.1:6379/`.
+    /// The server, e.g. `redis://127.0.0.1:6379/`, or `rediss://…` for TLS (the `tls`
+    /// feature). Behind [`sentinel`](Self::sentinel) its host is ignored: its scheme, user,
+    /// password and database apply to the primary the sentinels name.
     pub url: String,
     /// The longest any one command may take. Default 250 ms.
     pub command_timeout: Duration,
@@ -25,6 +34,11 @@ pub struct StoreConfig {
     pub connect_timeout: Duration,
     /// The key namespace.
     pub keyspace: Keyspace,
+    /// Find the primary through Redis Sentinel instead of connecting to `url`'s host.
+    pub sentinel: Option<SentinelConfig>,
+    /// The certificate (PEM) a `rediss://` server must chain to, instead of the system's
+    /// roots (a private CA, a self-signed server). Needs the `tls` feature.
+    pub root_certificate: Option<Vec<u8>>,
 }
 
 impl StoreConfig {
@@ -40,15 +54,85 @@ impl StoreConfig {
             command_timeout: Self::DEFAULT_COMMAND_TIMEOUT,
             connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
             keyspace: Keyspace::default(),
+            sentinel: None,
+            root_certificate: None,
         }
     }
+
+    /// The primary of `master` as named by `sentinels` (`host:port` or `redis://host:port`);
+    /// `url` gives the credentials, the database and the scheme for the primary (its host is
+    /// ignored), e.g. `redis://:password@sentinel-managed/0`.
+    pub fn sentinel(url: impl Into<String>, master: impl Into<String>, sentinels: Vec<String>) -> Self {
+        Self { sentinel: Some(SentinelConfig { master: master.into(), sentinels }), ..Self::new(url) }
+    }
+
+    /// `single` or `sentinel`: how the server is found.
+    pub fn topology(&self) -> &'static str {
+        if self.sentinel.is_some() { "sentinel" } else { "single" }
+    }
+
+    /// A client for `url`, or for the server at `address` with `url`'s scheme, credentials and
+    /// database.
+    pub(crate) fn client(&self, address: Option<(String, u16)>) -> Result<redis::Client, StoreError> {
+        use redis::IntoConnectionInfo;
+        let refused = |source| StoreError::Refused { command: "connect", source };
+        let mut info = self.url.as_str().into_connection_info().map_err(refused)?;
+        if let Some((host, port)) = address {
+            let addr = match info.addr().clone() {
+                redis::ConnectionAddr::TcpTls { insecure, tls_params, .. } => {
+                    redis::ConnectionAddr::TcpTls { host, port, insecure, tls_params }
+                }
+                _ => redis::ConnectionAddr::Tcp(host, port),
+            };
+            info = info.set_addr(addr);
+        }
+        match &self.root_certificate {
+            None => redis::Client::open(info).map_err(refused),
+            Some(root) => with_root_certificate(info, root),
+        }
+    }
+
+    fn manager_config(&self) -> ConnectionManagerConfig {
+        ConnectionManagerConfig::new()
+            .set_number_of_retries(0)
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.command_timeout))
+    }
+}
+
+#[cfg(feature = "tls")]
+fn with_root_certificate(info: redis::ConnectionInfo, root: &[u8]) -> Result<redis::Client, StoreError> {
+    let certificates = redis::TlsCertificates { client_tls: None, root_cert: Some(root.to_vec()) };
+    redis::Client::build_with_tls(info, certificates)
+        .map_err(|source| StoreError::Refused { command: "connect", source })
+}
+
+#[cfg(not(feature = "tls"))]
+fn with_root_certificate(_: redis::ConnectionInfo, _: &[u8]) -> Result<redis::Client, StoreError> {
+    Err(StoreError::unexpected("connect", "a root certificate needs wavegate's `tls` feature"))
+}
+
+/// How the store's connection is found.
+#[derive(Clone)]
+enum Link {
+    /// One server at the configured URL.
+    Direct(ConnectionManager),
+    /// The primary named by the sentinels; `None` until asked (again).
+    Sentinel(Arc<SentinelLink>),
+}
+
+struct SentinelLink {
+    primary: Mutex<Option<ConnectionManager>>,
+    /// One question to the sentinels at a time.
+    asking: tokio::sync::Mutex<()>,
 }
 
 /// A cheap-to-clone handle on the shared store.
 #[derive(Clone)]
 pub struct Store {
-    connection: ConnectionManager,
+    link: Link,
     config: StoreConfig,
+    health: Arc<Mutex<Health>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -59,17 +143,27 @@ impl std::fmt::Debug for Store {
 
 impl Store {
     /// A handle that connects lazily: it never fails because the server is down now; the
-    /// first commands will (as outages) until it is up.
+    /// first commands will (as outages) until it is up. Fails on a URL that cannot be used
+    /// (e.g. `rediss://` without the `tls` feature).
     pub fn connect_lazy(config: StoreConfig) -> Result<Self, StoreError> {
-        let client = redis::Client::open(config.url.as_str())
-            .map_err(|e| StoreError::Refused { command: "connect", source: e })?;
-        let manager_config = ConnectionManagerConfig::new()
-            .set_number_of_retries(0)
-            .set_connection_timeout(Some(config.connect_timeout))
-            .set_response_timeout(Some(config.command_timeout));
-        let connection = ConnectionManager::new_lazy_with_config(client, manager_config)
-            .map_err(|e| StoreError::Refused { command: "connect", source: e })?;
-        Ok(Self { connection, config })
+        let link = match &config.sentinel {
+            Some(sentinel) => {
+                sentinel.validate()?;
+                // The URL must be usable for the primary.
+                config.client(None)?;
+                Link::Sentinel(Arc::new(SentinelLink {
+                    primary: Mutex::new(None),
+                    asking: tokio::sync::Mutex::new(()),
+                }))
+            }
+            None => {
+                let client = config.client(None)?;
+                let manager = ConnectionManager::new_lazy_with_config(client, config.manager_config())
+                    .map_err(|e| StoreError::Refused { command: "connect", source: e })?;
+                Link::Direct(manager)
+            }
+        };
+        Ok(Self { link, config, health: Arc::default() })
     }
 
     /// Connects and loads the scripts; fails (as an outage) when the server cannot be reached.
@@ -81,17 +175,16 @@ impl Store {
 
     /// Loads every script into the server's cache.
     pub async fn preload_scripts(&self) -> Result<(), StoreError> {
-        let mut connection = self.connection.clone();
-        // Connecting and four SCRIPT LOADs: give it the connect timeout on top.
-        let bound = self.config.connect_timeout + self.config.command_timeout * 4;
-        self.bounded("SCRIPT LOAD", bound, crate::scripts::preload(&mut connection)).await
+        // Connecting and six SCRIPT LOADs: give it the connect timeout on top.
+        let bound = self.config.connect_timeout + self.config.command_timeout * 6;
+        self.bounded("SCRIPT LOAD", bound, |mut c| async move { crate::scripts::preload(&mut c).await }).await
     }
 
     /// `PING`, for health probes.
     pub async fn ping(&self) -> Result<(), StoreError> {
-        let mut connection = self.connection.clone();
         let timeout = self.config.command_timeout;
-        let pong: String = self.bounded("PING", timeout, redis::cmd("PING").query_async(&mut connection)).await?;
+        let pong: String =
+            self.bounded("PING", timeout, |mut c| async move { redis::cmd("PING").query_async(&mut c).await }).await?;
         if pong == "PONG" { Ok(()) } else { Err(StoreError::unexpected("PING", format!("{pong:?}"))) }
     }
 
@@ -110,28 +203,102 @@ impl Store {
         &self.config
     }
 
+    /// What this handle (and its clones) found out about the server: its version, a rejection
+    /// of the credentials or rights, upstreams configured otherwise by another process.
+    pub fn health(&self) -> StoreHealth {
+        self.health.lock().unwrap_or_else(PoisonError::into_inner).snapshot(&self.config)
+    }
+
+    pub(crate) fn share_health_of(&mut self, other: &Store) {
+        self.health = other.health.clone();
+    }
+
+    pub(crate) fn update_health(&self, update: impl FnOnce(&mut Health)) {
+        update(&mut self.health.lock().unwrap_or_else(PoisonError::into_inner));
+    }
+
     /// Runs one script invocation under the command timeout.
     pub(crate) async fn invoke<T: redis::FromRedisValue>(
         &self,
         command: &'static str,
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {
-        let mut connection = self.connection.clone();
-        self.bounded(command, self.config.command_timeout, invocation.invoke_async(&mut connection)).await
+        self.bounded(command, self.config.command_timeout, |mut c| async move { invocation.invoke_async(&mut c).await })
+            .await
     }
 
-    /// Runs one command under the command timeout.
-    pub(crate) async fn bounded<T>(
+    /// Runs one command (`f` on a connection) under `timeout`, finding the connection
+    /// included. A rejection is recorded in the health, a success clears it; behind Sentinel
+    /// an outage makes the next command ask the sentinels for the primary again.
+    pub(crate) async fn bounded<T, F, Fut>(
         &self,
         command: &'static str,
         timeout: Duration,
-        future: impl Future<Output = redis::RedisResult<T>>,
-    ) -> Result<T, StoreError> {
+        f: F,
+    ) -> Result<T, StoreError>
+    where
+        F: FnOnce(ConnectionManager) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
         let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-        match tokio::time::timeout(timeout, future).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(error)) => Err(StoreError::from_redis(command, timeout_ms, error)),
+        let run = async {
+            let connection = self.connection(command).await?;
+            f(connection).await.map_err(|error| StoreError::from_redis(command, timeout_ms, error))
+        };
+        let result = match tokio::time::timeout(timeout, run).await {
+            Ok(result) => result,
             Err(_) => Err(StoreError::Timeout { command, timeout_ms }),
+        };
+        match &result {
+            Ok(_) => self.update_health(Health::served),
+            Err(error) => {
+                if let StoreError::Rejected { reason, detail, .. } = error {
+                    self.update_health(|h| h.rejected(*reason, detail));
+                }
+                if error.is_outage() {
+                    self.forget_primary();
+                }
+            }
+        }
+        result
+    }
+
+    /// The connection to use now (behind Sentinel: asks the sentinels first if needed).
+    async fn connection(&self, command: &'static str) -> Result<ConnectionManager, StoreError> {
+        match &self.link {
+            Link::Direct(manager) => Ok(manager.clone()),
+            Link::Sentinel(link) => {
+                if let Some(primary) = link.primary.lock().unwrap_or_else(PoisonError::into_inner).clone() {
+                    return Ok(primary);
+                }
+                let _asking = link.asking.lock().await;
+                if let Some(primary) = link.primary.lock().unwrap_or_else(PoisonError::into_inner).clone() {
+                    return Ok(primary);
+                }
+                let client = self.primary_client(command).await?;
+                let manager = ConnectionManager::new_lazy_with_config(client, self.config.manager_config())
+                    .map_err(|source| StoreError::Refused { command, source })?;
+                *link.primary.lock().unwrap_or_else(PoisonError::into_inner) = Some(manager.clone());
+                Ok(manager)
+            }
+        }
+    }
+
+    /// A client for the server to use now: the URL's, or the primary the sentinels name.
+    pub(crate) async fn primary_client(&self, command: &'static str) -> Result<redis::Client, StoreError> {
+        match &self.config.sentinel {
+            None => self.config.client(None),
+            Some(sentinel) => {
+                let primary = sentinel::find_primary(sentinel, &self.config, command).await?;
+                self.update_health(|h| h.primary = Some(format!("{}:{}", primary.0, primary.1)));
+                self.config.client(Some(primary))
+            }
+        }
+    }
+
+    fn forget_primary(&self) {
+        if let Link::Sentinel(link) = &self.link {
+            *link.primary.lock().unwrap_or_else(PoisonError::into_inner) = None;
         }
     }
 }

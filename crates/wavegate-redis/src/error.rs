@@ -5,10 +5,15 @@ use redis::{ErrorKind, RedisError, ServerErrorKind};
 /// A failed store command.
 ///
 /// [`is_outage`](StoreError::is_outage) tells the coordinator to switch to local fallback:
-/// timeouts, refused or dropped connections, `BUSY`, `LOADING`, failed authentication, out of
-/// memory (`OOM`), failed persistence (`MISCONF`), a read-only replica, too many clients, a
-/// Cluster that is down or redirects (no Cluster client yet). Everything else is a bug or a corrupted reply and is reported as
-/// such, not hidden behind a mode switch.
+/// timeouts, refused or dropped connections, `BUSY`, `LOADING`, out of memory (`OOM`), failed
+/// persistence (`MISCONF`), a read-only replica (a demoted primary), too many clients, a
+/// Cluster that is down or redirects (no Cluster client yet) — and a [`Rejected`] client
+/// (wrong password, missing ACL rights, a server too old), which must fail open too but is
+/// not a passing outage: [`is_rejection`](StoreError::is_rejection) tells it apart, so it is
+/// shown and logged as what it is. Everything else is a bug or a corrupted reply and is
+/// reported as such, not hidden behind a mode switch.
+///
+/// [`Rejected`]: StoreError::Rejected
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
@@ -29,6 +34,18 @@ pub enum StoreError {
         /// The client's error.
         #[source]
         source: RedisError,
+    },
+    /// The server answers but will not serve wavegate: the credentials are wrong, the ACL user
+    /// lacks a right the scripts need, or the server is older than wavegate needs. It will not
+    /// pass by itself; the message says what to change.
+    #[error("redis rejected wavegate during `{command}`: {reason}: {detail}")]
+    Rejected {
+        /// The command or script.
+        command: &'static str,
+        /// Why.
+        reason: Rejection,
+        /// The server's words, or what was found.
+        detail: String,
     },
     /// The server refused the command itself (a script error: a wavegate bug, or arguments
     /// the scripts reject).
@@ -52,8 +69,23 @@ pub enum StoreError {
 
 impl StoreError {
     /// Whether the store is (for now) out of reach, so the caller should fail open.
+    /// True for a [`Rejected`](StoreError::Rejected) client as well: it cannot share either.
     pub fn is_outage(&self) -> bool {
-        matches!(self, StoreError::Timeout { .. } | StoreError::Unavailable { .. })
+        matches!(self, StoreError::Timeout { .. } | StoreError::Unavailable { .. } | StoreError::Rejected { .. })
+    }
+
+    /// Why the server rejects wavegate, when it does (wrong credentials, missing rights, too
+    /// old): an operator must act; waiting does not help.
+    pub fn rejection(&self) -> Option<Rejection> {
+        match self {
+            StoreError::Rejected { reason, .. } => Some(*reason),
+            _ => None,
+        }
+    }
+
+    /// Whether the server rejects wavegate (see [`rejection`](Self::rejection)).
+    pub fn is_rejection(&self) -> bool {
+        self.rejection().is_some()
     }
 
     /// Whether this was a timeout.
@@ -61,11 +93,13 @@ impl StoreError {
         matches!(self, StoreError::Timeout { .. })
     }
 
-    /// A short stable label for metrics: `timeout`, `unavailable`, `refused`, `unexpected_reply`.
+    /// A short stable label for metrics: `timeout`, `unavailable`, `authentication`,
+    /// `permission`, `version`, `refused`, `unexpected_reply`.
     pub const fn label(&self) -> &'static str {
         match self {
             StoreError::Timeout { .. } => "timeout",
             StoreError::Unavailable { .. } => "unavailable",
+            StoreError::Rejected { reason, .. } => reason.as_str(),
             StoreError::Refused { .. } => "refused",
             StoreError::UnexpectedReply { .. } => "unexpected_reply",
         }
@@ -74,6 +108,9 @@ impl StoreError {
     pub(crate) fn from_redis(command: &'static str, timeout_ms: u64, error: RedisError) -> Self {
         if error.is_timeout() {
             return StoreError::Timeout { command, timeout_ms };
+        }
+        if let Some(reason) = Rejection::of(&error) {
+            return StoreError::Rejected { command, reason, detail: error.to_string() };
         }
         let unavailable = error.is_io_error()
             || error.is_connection_dropped()
@@ -84,8 +121,6 @@ impl StoreError {
                     "BUSY"
                         | "LOADING"
                         | "MASTERDOWN"
-                        | "NOAUTH"
-                        | "WRONGPASS"
                         | "OOM"
                         | "MISCONF"
                         | "READONLY"
@@ -99,14 +134,13 @@ impl StoreError {
             || error.detail().is_some_and(|detail| detail.contains("max number of clients"))
             || matches!(
                 error.kind(),
-                ErrorKind::AuthenticationFailed
-                    | ErrorKind::Server(
-                        ServerErrorKind::BusyLoading
-                            | ServerErrorKind::ClusterDown
-                            | ServerErrorKind::MasterDown
-                            | ServerErrorKind::TryAgain
-                            | ServerErrorKind::ReadOnly
-                    )
+                ErrorKind::Server(
+                    ServerErrorKind::BusyLoading
+                        | ServerErrorKind::ClusterDown
+                        | ServerErrorKind::MasterDown
+                        | ServerErrorKind::TryAgain
+                        | ServerErrorKind::ReadOnly
+                )
             );
         if unavailable {
             StoreError::Unavailable { command, source: error }
@@ -117,5 +151,56 @@ impl StoreError {
 
     pub(crate) fn unexpected(command: &'static str, detail: impl Into<String>) -> Self {
         StoreError::UnexpectedReply { command, detail: detail.into() }
+    }
+}
+
+/// Why a server rejects wavegate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Rejection {
+    /// Wrong or missing credentials (`WRONGPASS`, `NOAUTH`, a disabled user): check the user
+    /// and password in the URL.
+    Authentication,
+    /// The ACL user may not run a command or touch a key the scripts need (`NOPERM`): see the
+    /// minimal user in `docs/redis.md`.
+    Permission,
+    /// The server is older than Redis 6.2 (the scripts use `ZADD GT`).
+    Version,
+}
+
+impl Rejection {
+    /// `authentication`, `permission` or `version`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Rejection::Authentication => "authentication",
+            Rejection::Permission => "permission",
+            Rejection::Version => "version",
+        }
+    }
+
+    /// What the operator should do.
+    pub const fn advice(self) -> &'static str {
+        match self {
+            Rejection::Authentication => "check the user name and password of the Redis URL",
+            Rejection::Permission => "grant the ACL user the keys, channels and commands listed in docs/redis.md",
+            Rejection::Version => "wavegate needs Redis 6.2 or newer (or Valkey)",
+        }
+    }
+
+    fn of(error: &RedisError) -> Option<Self> {
+        let detail = error.detail().unwrap_or_default();
+        match (error.kind(), error.code()) {
+            (ErrorKind::AuthenticationFailed, _) | (_, Some("NOAUTH" | "WRONGPASS")) => Some(Rejection::Authentication),
+            (ErrorKind::Server(ServerErrorKind::NoPerm), _) | (_, Some("NOPERM")) => Some(Rejection::Permission),
+            // A command inside a script that the user may not run, or a key it may not touch.
+            _ if detail.contains("The user executing the script can't") => Some(Rejection::Permission),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Rejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.as_str(), self.advice())
     }
 }

@@ -32,6 +32,7 @@ impl Keyspace {
             released: format!("{base}:released"),
             waiting: format!("{base}:waiting"),
             waiting_seen: format!("{base}:waiting_seen"),
+            config: format!("{base}:config"),
         }
     }
 
@@ -70,6 +71,9 @@ pub struct UpstreamKeys {
     /// keeps asking keeps its place on `waiting`, however long it waits; one that stopped
     /// asking for 10 s is taken off both.
     pub waiting_seen: String,
+    /// String: the configuration the last process to claim it uses (see
+    /// [`SharedGate::claim_config`](crate::SharedGate::claim_config)), expiring a minute after.
+    pub config: String,
 }
 
 impl UpstreamKeys {

@@ -7,7 +7,13 @@
 //! * [`Store`]: the connection, with a connect timeout, a command timeout and no slow
 //!   reconnect loop, so a dead or hung server costs one bounded command.
 //! * [`SharedGate`]: the four script calls for one upstream, answering in wavegate-core's
-//!   types; [`StoreError::is_outage`] tells the caller when to fail open.
+//!   types; [`StoreError::is_outage`] tells the caller when to fail open, and
+//!   [`StoreError::rejection`] when the server rejects wavegate (credentials, ACL rights,
+//!   version) rather than being out of reach.
+//! * [`Store::check`]: the startup check (version ≥ 6.2, scripts, rights, configuration
+//!   claims); [`Store::health`]: what the store knows about its server.
+//! * Deployments: one server (`redis://`, `rediss://` with the `tls` feature) or a primary
+//!   found through Sentinel ([`StoreConfig::sentinel`]).
 //!
 //! The scripts implement the same wave machine as [`wavegate_core::LocalGate`] and pass the
 //! same tables ([`wavegate_core::spec`]); this crate's tests run them against a real server.
@@ -29,16 +35,24 @@
 //! # Ok(()) }
 //! ```
 
+mod config_claim;
 mod connection;
 mod error;
+mod health;
 mod keys;
 mod releases;
 mod scripts;
+mod sentinel;
 mod shared_gate;
+mod startup;
 
+pub use config_claim::CONFIG_CLAIM_TTL;
 pub use connection::{Store, StoreConfig};
-pub use error::StoreError;
+pub use error::{Rejection, StoreError};
+pub use health::StoreHealth;
 pub use keys::{Keyspace, UpstreamKeys};
 pub use releases::ReleaseSubscription;
 pub use scripts::preload;
+pub use sentinel::SentinelConfig;
 pub use shared_gate::{Acquired, Finished, Reconciled, SharedGate, SharedStatus};
+pub use startup::{MIN_REDIS_VERSION, ServerInfo};

@@ -6,7 +6,7 @@
 
 use redis::aio::PubSub;
 
-use crate::connection::StoreConfig;
+use crate::connection::Store;
 use crate::error::StoreError;
 
 /// A live subscription; yields the channel of each release.
@@ -23,14 +23,12 @@ impl std::fmt::Debug for ReleaseSubscription {
 impl ReleaseSubscription {
     /// Connects and subscribes to `channels`, within the connect timeout plus one command
     /// timeout per channel.
-    pub async fn subscribe<'a>(
-        config: &StoreConfig,
-        channels: impl IntoIterator<Item = &'a str>,
-    ) -> Result<Self, StoreError> {
+    /// Behind Sentinel it subscribes on the primary the sentinels name now.
+    pub async fn subscribe<'a>(store: &Store, channels: impl IntoIterator<Item = &'a str>) -> Result<Self, StoreError> {
         const COMMAND: &str = "SUBSCRIBE";
         let channels: Vec<&str> = channels.into_iter().collect();
-        let client = redis::Client::open(config.url.as_str())
-            .map_err(|source| StoreError::Refused { command: COMMAND, source })?;
+        let config = store.config();
+        let client = store.primary_client(COMMAND).await?;
         let bound = config.connect_timeout + config.command_timeout * u32::try_from(channels.len()).unwrap_or(u32::MAX);
         let connect = async {
             let mut pubsub = client.get_async_pubsub().await?;

@@ -76,10 +76,11 @@ pub struct Reconciled {
 /// One upstream's scripts, bound to its keys and wave configuration.
 #[derive(Debug, Clone)]
 pub struct SharedGate {
-    store: Store,
-    keys: UpstreamKeys,
+    pub(crate) store: Store,
+    pub(crate) name: String,
+    pub(crate) keys: UpstreamKeys,
     /// The thirteen config arguments every script but renew takes, rendered once.
-    config_args: [String; 13],
+    pub(crate) config_args: [String; 13],
     /// This process's instance id, put on the waiting list at the limit ('' for none).
     instance: String,
 }
@@ -112,7 +113,7 @@ impl SharedGate {
             duration_ms(wave.retest_max).to_string(),
             wave.retest_rounds_max.to_string(),
         ];
-        Self { store, keys, config_args, instance: String::new() }
+        Self { store, name: name.as_str().to_owned(), keys, config_args, instance: String::new() }
     }
 
     /// Acquires on behalf of process `instance`: when the limit is reached it joins the

@@ -1,0 +1,66 @@
+//! Two applications, one upstream name: detecting a different configuration in the store.
+//!
+//! The scripts take the configuration with every call, so two processes that configure the
+//! same upstream differently (two apps sharing a prefix, or a rolling deploy that changes a
+//! limit) would each apply theirs to the shared state, call after call. Each process
+//! therefore claims its configuration every few seconds: `SET …:config <its configuration>
+//! GET PX 60000`. The value it replaces is the configuration of the last process that claimed;
+//! a different one is a conflict, recorded in the store's health (and logged by the
+//! scheduler) until a claim replaces its own configuration again.
+
+use std::time::Duration;
+
+use crate::error::StoreError;
+use crate::shared_gate::SharedGate;
+
+/// How long a claim stands: several claim periods.
+pub const CONFIG_CLAIM_TTL: Duration = Duration::from_secs(60);
+
+impl SharedGate {
+    /// The configuration as the scripts receive it, `|`-separated.
+    pub fn config_fingerprint(&self) -> String {
+        self.config_args.join("|")
+    }
+
+    /// Claims this upstream's configuration; returns the different configuration another
+    /// process had claimed, if any (also recorded in [`Store::health`](crate::Store::health);
+    /// cleared by a claim that finds this one).
+    pub async fn claim_config(&self) -> Result<Option<String>, StoreError> {
+        const COMMAND: &str = "SET config";
+        let (key, mine) = (self.keys.config.clone(), self.config_fingerprint());
+        let ttl = wavegate_core::duration_ms(CONFIG_CLAIM_TTL);
+        let value = mine.clone();
+        let timeout = self.store.config().command_timeout;
+        let previous: Option<String> = self
+            .store
+            .bounded(COMMAND, timeout, |mut c| async move {
+                redis::cmd("SET").arg(key).arg(value).arg("GET").arg("PX").arg(ttl).query_async(&mut c).await
+            })
+            .await?;
+        let other = previous.filter(|previous| *previous != mine);
+        self.store.update_health(|h| match &other {
+            Some(other) => {
+                h.config_conflicts.insert(self.name.clone(), other.clone());
+            }
+            None => {
+                h.config_conflicts.remove(&self.name);
+            }
+        });
+        Ok(other)
+    }
+
+    /// Publishes an empty message on the release channel (it wakes nobody): the scripts
+    /// publish with `pcall`, so missing channel rights would only show here.
+    pub(crate) async fn check_publish(&self) -> Result<(), StoreError> {
+        const COMMAND: &str = "PUBLISH";
+        let channel = self.keys.released.clone();
+        let timeout = self.store.config().command_timeout;
+        let _receivers: i64 = self
+            .store
+            .bounded(COMMAND, timeout, |mut c| async move {
+                redis::cmd("PUBLISH").arg(channel).arg("").query_async(&mut c).await
+            })
+            .await?;
+        Ok(())
+    }
+}

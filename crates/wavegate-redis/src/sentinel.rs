@@ -1,0 +1,80 @@
+//! Finding the primary through Redis Sentinel.
+//!
+//! Each sentinel is asked in turn (`SENTINEL GET-MASTER-ADDR-BY-NAME`), each within the
+//! connect timeout plus one command timeout, so a dead or hung sentinel costs one bounded
+//! attempt and the next one is asked. The first answer wins; the connection to the primary is
+//! then made as for a single server (with the URL's credentials, database and scheme).
+//!
+//! A sentinel that names a server which is no longer the primary (it has not noticed a
+//! failover yet) makes the writes fail with `READONLY` or a refused connection: an outage,
+//! after which the sentinels are asked again.
+
+use std::time::Duration;
+
+use crate::connection::StoreConfig;
+use crate::error::StoreError;
+
+/// A primary found through Sentinel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentinelConfig {
+    /// The name the sentinels monitor the primary under (`sentinel monitor <name> …`).
+    pub master: String,
+    /// The sentinels, as `host:port` or `redis://host:port` (plain TCP, no password).
+    pub sentinels: Vec<String>,
+}
+
+impl SentinelConfig {
+    pub(crate) fn validate(&self) -> Result<(), StoreError> {
+        if self.master.is_empty() {
+            return Err(StoreError::unexpected("sentinel", "the master name is empty"));
+        }
+        if self.sentinels.is_empty() {
+            return Err(StoreError::unexpected("sentinel", "no sentinel address given"));
+        }
+        for address in &self.sentinels {
+            sentinel_client(address)?;
+        }
+        Ok(())
+    }
+}
+
+fn sentinel_client(address: &str) -> Result<redis::Client, StoreError> {
+    let url = if address.contains("://") { address.to_owned() } else { format!("redis://{address}") };
+    redis::Client::open(url).map_err(|source| StoreError::Refused { command: "sentinel", source })
+}
+
+/// The primary's host and port, from the first sentinel that names one.
+pub(crate) async fn find_primary(
+    sentinel: &SentinelConfig,
+    config: &StoreConfig,
+    command: &'static str,
+) -> Result<(String, u16), StoreError> {
+    let bound = config.connect_timeout + config.command_timeout;
+    let timeout_ms = u64::try_from(bound.as_millis()).unwrap_or(u64::MAX);
+    let mut last = None;
+    for address in &sentinel.sentinels {
+        let client = sentinel_client(address)?;
+        match tokio::time::timeout(bound, ask(client, &sentinel.master, config.connect_timeout)).await {
+            Ok(Ok(Some(primary))) => return Ok(primary),
+            Ok(Ok(None)) => {
+                last = Some(StoreError::unexpected(
+                    command,
+                    format!("sentinel {address} does not know a master named {:?}", sentinel.master),
+                ));
+            }
+            Ok(Err(error)) => last = Some(StoreError::from_redis(command, timeout_ms, error)),
+            Err(_) => last = Some(StoreError::Timeout { command, timeout_ms }),
+        }
+    }
+    // An unknown master name on every sentinel is a configuration error, not an outage; any
+    // other failure (all down, all hung) is one.
+    Err(last.unwrap_or_else(|| StoreError::unexpected(command, "no sentinel")))
+}
+
+async fn ask(client: redis::Client, master: &str, connect: Duration) -> redis::RedisResult<Option<(String, u16)>> {
+    let config = redis::AsyncConnectionConfig::new().set_connection_timeout(Some(connect));
+    let mut connection = client.get_multiplexed_async_connection_with_config(&config).await?;
+    let reply: Option<(String, u16)> =
+        redis::cmd("SENTINEL").arg("GET-MASTER-ADDR-BY-NAME").arg(master).query_async(&mut connection).await?;
+    Ok(reply)
+}

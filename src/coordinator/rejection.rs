@@ -1,0 +1,45 @@
+//! A store that answers but rejects wavegate: its own mode in the status, an error log that
+//! repeats.
+//!
+//! A wrong password, an ACL user without a right the scripts need, or a server too old is not
+//! an outage that will pass: the process still fails open to its fallback share (it cannot
+//! share), but [`Mode::Rejected`] says so instead of `fallback`, `Scheduler::store_health`
+//! gives the server's words, and the probe's failures are logged as errors every
+//! [`REJECTION_LOG_EVERY`] for as long as it lasts.
+
+use std::time::{Duration, Instant};
+
+use wavegate_redis::StoreError;
+
+use super::Coordinator;
+use crate::status::Mode;
+
+/// How often a lasting rejection is logged again.
+pub(super) const REJECTION_LOG_EVERY: Duration = Duration::from_secs(10);
+
+impl Coordinator {
+    /// The mode as reported: a fallback caused by a rejection is [`Mode::Rejected`].
+    pub(super) fn reported_mode(&self) -> Mode {
+        match (&self.store, self.mode) {
+            (Some(store), Mode::Fallback) if store.health().rejected.is_some() => Mode::Rejected,
+            (_, mode) => mode,
+        }
+    }
+
+    /// Logs a rejection as an error, at most once every [`REJECTION_LOG_EVERY`].
+    pub(super) fn log_rejection(&mut self, command: &'static str, error: &StoreError) {
+        let Some(reason) = error.rejection() else { return };
+        let now = Instant::now();
+        if self.rejection_logged.is_some_and(|at| now.duration_since(at) < REJECTION_LOG_EVERY) {
+            return;
+        }
+        self.rejection_logged = Some(now);
+        tracing::error!(
+            command,
+            %error,
+            reason = reason.as_str(),
+            advice = reason.advice(),
+            "the shared store rejects wavegate: permits come from this process's fallback share until it accepts again"
+        );
+    }
+}

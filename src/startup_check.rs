@@ -1,0 +1,50 @@
+//! The store's startup check, run by `build()`.
+//!
+//! `build()` is synchronous and may run inside an actix system or a tokio runtime, so the
+//! check runs on a short-lived thread of its own, on a current-thread runtime, with a
+//! connection of its own (every command bounded by the store's timeouts: one connect timeout
+//! and a command timeout per command, a few per upstream). A rejection (wrong password,
+//! missing ACL rights, a server older than 6.2) fails `build()`; an outage does not (the
+//! scheduler starts in shared mode and fails open at its first call, as it would have); any
+//! other refusal is logged and left to the calls.
+
+use wavegate_core::UpstreamConfig;
+use wavegate_redis::{SharedGate, Store, StoreError};
+
+use crate::scheduler::BuildError;
+
+/// Runs [`Store::check`] for `upstreams` and decides what `build()` does with its answer.
+pub(crate) fn check_store(store: &Store, upstreams: &[UpstreamConfig]) -> Result<(), BuildError> {
+    let check = store.with_own_connection()?;
+    let gates: Vec<SharedGate> =
+        upstreams.iter().map(|u| SharedGate::with_budgets(check.clone(), u.name(), u.wave(), u.budgets())).collect();
+    let run = move || -> std::io::Result<Result<_, StoreError>> {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        Ok(runtime.block_on(check.check(&gates)))
+    };
+    let result = std::thread::Builder::new()
+        .name("wavegate-store-check".into())
+        .spawn(run)
+        .map_err(BuildError::Runtime)?
+        .join()
+        .unwrap_or_else(|_| Err(std::io::Error::other("the store check's thread panicked")))
+        .map_err(BuildError::Runtime)?;
+    match result {
+        Ok(info) => {
+            tracing::info!(server = %info.name, version = %info.version, prefix = store.config().keyspace.prefix(), topology = store.config().topology(), "shared store checked");
+            for (upstream, theirs) in store.health().config_conflicts {
+                tracing::error!(%upstream, theirs = %theirs, "another process shares this upstream's keys with another configuration; give each application its own key prefix");
+            }
+            Ok(())
+        }
+        Err(error) if error.is_rejection() => Err(BuildError::Rejected(error)),
+        Err(error) if error.is_outage() => {
+            tracing::warn!(%error, "shared store unreachable at start; the first calls will fail open");
+            Ok(())
+        }
+        Err(error) => {
+            tracing::error!(%error, "the shared store's startup check failed");
+            Ok(())
+        }
+    }
+}
