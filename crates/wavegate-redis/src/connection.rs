@@ -112,25 +112,19 @@ fn with_root_certificate(_: redis::ConnectionInfo, _: &[u8]) -> Result<redis::Cl
     Err(StoreError::unexpected("connect", "a root certificate needs wavegate's `tls` feature"))
 }
 
-/// How the store's connection is found.
-#[derive(Clone)]
-enum Link {
-    /// One server at the configured URL.
-    Direct(ConnectionManager),
-    /// The primary named by the sentinels; `None` until asked (again).
-    Sentinel(Arc<SentinelLink>),
-}
-
-struct SentinelLink {
-    primary: Mutex<Option<ConnectionManager>>,
-    /// One question to the sentinels at a time.
-    asking: tokio::sync::Mutex<()>,
+/// The connection in use, replaced when it cannot recover by itself: behind Sentinel after
+/// any outage (the primary may have changed), and after a failed authentication (a
+/// [`ConnectionManager`] whose reconnect was refused the password does not try again).
+struct Link {
+    current: Mutex<Option<ConnectionManager>>,
+    /// One new connection (or one question to the sentinels) at a time.
+    renewing: tokio::sync::Mutex<()>,
 }
 
 /// A cheap-to-clone handle on the shared store.
 #[derive(Clone)]
 pub struct Store {
-    link: Link,
+    link: Arc<Link>,
     config: StoreConfig,
     health: Arc<Mutex<Health>>,
 }
@@ -146,24 +140,17 @@ impl Store {
     /// first commands will (as outages) until it is up. Fails on a URL that cannot be used
     /// (e.g. `rediss://` without the `tls` feature).
     pub fn connect_lazy(config: StoreConfig) -> Result<Self, StoreError> {
-        let link = match &config.sentinel {
+        let current = match &config.sentinel {
             Some(sentinel) => {
                 sentinel.validate()?;
                 // The URL must be usable for the primary.
                 config.client(None)?;
-                Link::Sentinel(Arc::new(SentinelLink {
-                    primary: Mutex::new(None),
-                    asking: tokio::sync::Mutex::new(()),
-                }))
+                None
             }
-            None => {
-                let client = config.client(None)?;
-                let manager = ConnectionManager::new_lazy_with_config(client, config.manager_config())
-                    .map_err(|e| StoreError::Refused { command: "connect", source: e })?;
-                Link::Direct(manager)
-            }
+            None => Some(Self::manager(&config, config.client(None)?, "connect")?),
         };
-        Ok(Self { link, config, health: Arc::default() })
+        let link = Link { current: Mutex::new(current), renewing: tokio::sync::Mutex::new(()) };
+        Ok(Self { link: Arc::new(link), config, health: Arc::default() })
     }
 
     /// Connects and loads the scripts; fails (as an outage) when the server cannot be reached.
@@ -255,33 +242,38 @@ impl Store {
                 if let StoreError::Rejected { reason, detail, .. } = error {
                     self.update_health(|h| h.rejected(*reason, detail));
                 }
-                if error.is_outage() {
-                    self.forget_primary();
+                let sentinel = self.config.sentinel.is_some() && error.is_outage();
+                if sentinel || error.rejection() == Some(crate::error::Rejection::Authentication) {
+                    self.forget_connection();
                 }
             }
         }
         result
     }
 
-    /// The connection to use now (behind Sentinel: asks the sentinels first if needed).
+    /// The connection to use now (a new one if the last was forgotten; behind Sentinel the
+    /// sentinels are asked for the primary first).
     async fn connection(&self, command: &'static str) -> Result<ConnectionManager, StoreError> {
-        match &self.link {
-            Link::Direct(manager) => Ok(manager.clone()),
-            Link::Sentinel(link) => {
-                if let Some(primary) = link.primary.lock().unwrap_or_else(PoisonError::into_inner).clone() {
-                    return Ok(primary);
-                }
-                let _asking = link.asking.lock().await;
-                if let Some(primary) = link.primary.lock().unwrap_or_else(PoisonError::into_inner).clone() {
-                    return Ok(primary);
-                }
-                let client = self.primary_client(command).await?;
-                let manager = ConnectionManager::new_lazy_with_config(client, self.config.manager_config())
-                    .map_err(|source| StoreError::Refused { command, source })?;
-                *link.primary.lock().unwrap_or_else(PoisonError::into_inner) = Some(manager.clone());
-                Ok(manager)
-            }
+        let current = || self.link.current.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        if let Some(connection) = current() {
+            return Ok(connection);
         }
+        let _renewing = self.link.renewing.lock().await;
+        if let Some(connection) = current() {
+            return Ok(connection);
+        }
+        let manager = Self::manager(&self.config, self.primary_client(command).await?, command)?;
+        *self.link.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(manager.clone());
+        Ok(manager)
+    }
+
+    fn manager(
+        config: &StoreConfig,
+        client: redis::Client,
+        command: &'static str,
+    ) -> Result<ConnectionManager, StoreError> {
+        ConnectionManager::new_lazy_with_config(client, config.manager_config())
+            .map_err(|source| StoreError::Refused { command, source })
     }
 
     /// A client for the server to use now: the URL's, or the primary the sentinels name.
@@ -296,9 +288,7 @@ impl Store {
         }
     }
 
-    fn forget_primary(&self) {
-        if let Link::Sentinel(link) = &self.link {
-            *link.primary.lock().unwrap_or_else(PoisonError::into_inner) = None;
-        }
+    fn forget_connection(&self) {
+        *self.link.current.lock().unwrap_or_else(PoisonError::into_inner) = None;
     }
 }

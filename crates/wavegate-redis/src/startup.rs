@@ -1,13 +1,16 @@
 //! The checks before sharing: is this a server wavegate can use, with these credentials?
 //!
 //! [`Store::check`] asks the server's version (`HELLO`: Redis 6.2 or newer, since the scripts
-//! use `ZADD GT`; Valkey reports its own), loads the scripts (`SCRIPT LOAD`), and for each
+//! use `ZADD GT`; Valkey reports its own), loads the scripts (`SCRIPT LOAD`), runs the
+//! heartbeat script, and for each
 //! upstream runs the reconcile script with nothing to adopt or drop (what every acquire
 //! does first: purge expired leases, apply time, save the state), publishes on its release
 //! channel and claims its configuration. So a wrong password, an ACL user missing a command, a
 //! key pattern or a channel, or a server too old fails here with a
 //! [`StoreError::Rejected`] that says which, instead of showing up later as an outage that
 //! never ends. An outage during the check is only an outage (the scheduler fails open).
+
+use std::time::Duration;
 
 use redis::Value;
 
@@ -42,8 +45,19 @@ impl Store {
         let info = self.server_info().await?;
         self.update_health(|h| h.server = Some(format!("{} {}", info.name, info.version)));
         self.preload_scripts().await?;
+        // The heartbeat script (ZADD on the instances key), under a member of its own that
+        // counts for 1 ms and is removed at once: another process's heartbeat in that
+        // millisecond counts one process too many (the safe side: a smaller fallback share).
+        const MEMBER: &str = "wavegate-startup-check";
+        self.heartbeat(MEMBER, Duration::from_millis(1)).await?;
+        let instances = self.config().keyspace.instances();
+        let _removed: i64 = self
+            .bounded("ZREM", self.config().command_timeout, |mut c| async move {
+                redis::cmd("ZREM").arg(instances).arg(MEMBER).query_async(&mut c).await
+            })
+            .await?;
         for gate in gates {
-            gate.reconcile(&[], &[], std::time::Duration::from_secs(1), (0, 0)).await?;
+            gate.reconcile(&[], &[], Duration::from_secs(1), (0, 0)).await?;
             gate.check_publish().await?;
             gate.claim_config().await?;
         }

@@ -1,0 +1,233 @@
+//! Redis that answers but rejects wavegate — a wrong password, an ACL user without a right the
+//! scripts need, a server too old — and the minimal ACL user of `docs/redis.md`; the key
+//! prefix, and two applications that configure one upstream differently.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::time::Duration;
+
+use wavegate::{BuildError, Mode, Rejection, Scheduler, StoreConfig, UpstreamConfig};
+use wavegate_testkit::RedisServer;
+
+mod common;
+use common::wait_for_mode;
+
+/// The minimal user of `docs/redis.md`, for the default prefix (keep the two in step).
+const MINIMAL_USER: &str = "on resetkeys ~wavegate:* resetchannels &wavegate:* -@all \
+    +ping +hello +script|load +evalsha +publish +subscribe +set \
+    +time +zadd +zcard +zrem +zscore +zpopmin +zrangebyscore +zremrangebyscore \
+    +hset +hget +hmget +hdel +hexists +pexpire";
+
+fn upstream(name: &str, limit: u32) -> UpstreamConfig {
+    UpstreamConfig::builder(name)
+        .limit(limit)
+        .renewed_lease(Duration::from_secs(3))
+        .max_wait(Duration::from_secs(5))
+        .build()
+        .expect("valid config")
+}
+
+/// Creates (or changes) ACL user `name` with password `password` and `rules`.
+fn set_user(redis: &RedisServer, name: &str, password: &str, rules: &str) {
+    let mut con = redis.connection().expect("connection");
+    let mut command = redis::cmd("ACL");
+    command.arg("SETUSER").arg(name).arg("reset").arg(format!(">{password}"));
+    for rule in rules.split_whitespace() {
+        command.arg(rule);
+    }
+    command.exec(&mut con).expect("ACL SETUSER");
+}
+
+fn url(redis: &RedisServer, user: &str, password: &str) -> String {
+    format!("redis://{user}:{password}@127.0.0.1:{}/", redis.port())
+}
+
+fn rejection(result: Result<Scheduler, BuildError>) -> (Rejection, String) {
+    match result {
+        Err(BuildError::Rejected(error)) => (error.rejection().expect("a rejection"), error.to_string()),
+        Err(other) => panic!("expected a rejection, got {other}"),
+        Ok(_) => panic!("expected a rejection, the scheduler was built"),
+    }
+}
+
+#[actix::test]
+async fn a_wrong_password_fails_build_with_its_own_error() {
+    let redis = RedisServer::start().expect("redis-server");
+    set_user(&redis, "app", "right", MINIMAL_USER);
+    let built = Scheduler::builder().upstream(upstream("llm", 4)).redis(url(&redis, "app", "wrong")).build();
+    let (reason, message) = rejection(built);
+    println!("{message}");
+    assert_eq!(reason, Rejection::Authentication);
+    assert!(message.contains("password"), "the message should say what to check: {message}");
+}
+
+#[actix::test]
+async fn a_user_without_a_right_the_scripts_need_fails_build() {
+    let redis = RedisServer::start().expect("redis-server");
+    // Each misses one thing: a command inside the scripts, the key pattern, the channels.
+    let cases = [
+        ("no_zadd", MINIMAL_USER.replace("+zadd ", "")),
+        ("no_hset", MINIMAL_USER.replace("+hset ", "")),
+        ("other_keys", MINIMAL_USER.replace("~wavegate:*", "~other:*")),
+        ("no_channels", MINIMAL_USER.replace("&wavegate:*", "&other:*")),
+        ("no_script_load", MINIMAL_USER.replace("+script|load ", "")),
+    ];
+    for (user, rules) in cases {
+        set_user(&redis, user, "pw", &rules);
+        println!("{user}:");
+        let built = Scheduler::builder().upstream(upstream("llm", 4)).redis(url(&redis, user, "pw")).build();
+        let (reason, message) = rejection(built);
+        println!("  {message}");
+        assert_eq!(reason, Rejection::Permission, "{user}: {message}");
+        assert!(message.contains("docs/redis.md"), "{message}");
+    }
+}
+
+#[actix::test]
+async fn the_minimal_user_of_the_docs_can_do_everything() {
+    let redis = RedisServer::start().expect("redis-server");
+    set_user(&redis, "app", "pw", MINIMAL_USER);
+    let scheduler = Scheduler::builder()
+        .upstream(upstream("llm", 1))
+        .redis(url(&redis, "app", "pw"))
+        .build()
+        .expect("the minimal user passes the startup check");
+    let health = scheduler.store_health().expect("a store");
+    assert_eq!(health.rejected, None);
+    assert!(health.server.as_deref().is_some_and(|s| s.starts_with("redis 7")), "{:?}", health.server);
+    // Permits, a waiter woken by a release (pub/sub), renewals and heartbeats, statuses.
+    let first = scheduler.acquire("llm").await.expect("permit");
+    let waiter = {
+        let scheduler = scheduler.clone();
+        actix::spawn(async move { scheduler.acquire("llm").await.map(|p| p.succeeded()) })
+    };
+    tokio::time::sleep(Duration::from_millis(1_200)).await; // a renewal and a heartbeat run
+    first.succeeded();
+    waiter.await.expect("task").expect("the waiter gets the permit");
+    let status = scheduler.status("llm").await.expect("status");
+    assert_eq!(status.in_flight_fleet, Some(0));
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert_eq!(scheduler.mode().await.expect("mode"), Mode::Shared);
+    assert_eq!(scheduler.store_health().expect("a store").rejected, None);
+    // The log of the server would show NOPERM otherwise; the ACL log does.
+    let mut con = redis.connection().expect("connection");
+    let denied: Vec<redis::Value> = redis::cmd("ACL").arg("LOG").query(&mut con).expect("ACL LOG");
+    assert!(denied.is_empty(), "the minimal user was denied something: {denied:?}");
+}
+
+#[actix::test]
+async fn a_password_changed_at_runtime_shows_as_rejected_and_fails_open() {
+    let redis = RedisServer::start().expect("redis-server");
+    set_user(&redis, "app", "pw", MINIMAL_USER);
+    let scheduler =
+        Scheduler::builder().upstream(upstream("llm", 4)).redis(url(&redis, "app", "pw")).build().expect("scheduler");
+    scheduler.acquire("llm").await.expect("permit").succeeded();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    // The password is rotated and the app's connections dropped: every reconnect fails.
+    set_user(&redis, "app", "rotated", MINIMAL_USER);
+    let mut con = redis.connection().expect("connection");
+    redis::cmd("CLIENT").arg("KILL").arg("USER").arg("app").exec(&mut con).expect("CLIENT KILL");
+    let permit = scheduler.acquire("llm").await.expect("calls fail open");
+    permit.succeeded();
+    wait_for_mode(&scheduler, Mode::Rejected, Duration::from_secs(3)).await;
+    let health = scheduler.store_health().expect("a store");
+    let (reason, words) = health.rejected.expect("the rejection is shown");
+    println!("rejected: {reason}: {words}");
+    assert_eq!(reason, Rejection::Authentication);
+    assert_eq!(scheduler.status("llm").await.expect("status").mode, Mode::Rejected);
+
+    // Fixed: the probe finds the store again and the process shares again.
+    set_user(&redis, "app", "pw", MINIMAL_USER);
+    wait_for_mode(&scheduler, Mode::Shared, Duration::from_secs(5)).await;
+    assert_eq!(scheduler.store_health().expect("a store").rejected, None);
+}
+
+#[actix::test]
+async fn the_key_prefix_is_configured_and_shown() {
+    let redis = RedisServer::start().expect("redis-server");
+    let scheduler = Scheduler::builder()
+        .redis(redis.url())
+        .key_prefix("billing")
+        .upstream(upstream("llm", 4))
+        .build()
+        .expect("scheduler");
+    assert_eq!(scheduler.store_health().expect("a store").key_prefix, "billing");
+    let _permit = scheduler.acquire("llm").await.expect("permit");
+    let mut con = redis.connection().expect("connection");
+    let held: usize = redis::cmd("ZCARD").arg("billing:{llm}:permits").query(&mut con).expect("ZCARD");
+    let default: usize = redis::cmd("EXISTS").arg("wavegate:{llm}:permits").query(&mut con).expect("EXISTS");
+    assert_eq!((held, default), (1, 0));
+}
+
+#[actix::test]
+async fn another_configuration_of_the_same_upstream_is_reported() {
+    let redis = RedisServer::start().expect("redis-server");
+    let first = Scheduler::builder().upstream(upstream("llm", 4)).redis(redis.url()).build().expect("first app");
+    assert!(first.store_health().expect("a store").config_conflicts.is_empty());
+    // The same name and prefix with another limit: the second sees the first's configuration.
+    let second = Scheduler::builder().upstream(upstream("llm", 8)).redis(redis.url()).build().expect("second app");
+    let conflicts = second.store_health().expect("a store").config_conflicts;
+    println!("{conflicts:?}");
+    assert!(conflicts.get("llm").is_some_and(|theirs| theirs.starts_with("4|")), "{conflicts:?}");
+    // The same configuration again, or another prefix: no conflict.
+    let third = Scheduler::builder().upstream(upstream("llm", 8)).redis(redis.url()).build().expect("third");
+    assert!(third.store_health().expect("a store").config_conflicts.is_empty());
+    let mut config = StoreConfig::new(redis.url());
+    config.keyspace = wavegate::Keyspace::new("other-app");
+    let fourth = Scheduler::builder().upstream(upstream("llm", 2)).store(config).build().expect("fourth");
+    assert!(fourth.store_health().expect("a store").config_conflicts.is_empty());
+}
+
+/// A fake server that says it is Redis `version` to `HELLO` and OK to anything else.
+fn fake_redis(version: &'static str) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            std::thread::spawn(move || serve_fake(stream, version));
+        }
+    });
+    port
+}
+
+fn serve_fake(stream: std::net::TcpStream, version: &str) {
+    let mut writer = stream.try_clone().expect("clone");
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let Some(count) = line.trim().strip_prefix('*').and_then(|n| n.parse::<usize>().ok()) else { return };
+        let mut words = Vec::new();
+        for _ in 0..count {
+            line.clear();
+            reader.read_line(&mut line).expect("length");
+            let len: usize = line.trim().trim_start_matches('$').parse().expect("bulk length");
+            let mut word = vec![0; len + 2];
+            reader.read_exact(&mut word).expect("bulk");
+            words.push(String::from_utf8_lossy(&word[..len]).to_uppercase());
+        }
+        let reply = if words.first().is_some_and(|w| w == "HELLO") {
+            format!("*4\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n${}\r\n{version}\r\n", version.len())
+        } else {
+            "+OK\r\n".to_owned()
+        };
+        if writer.write_all(reply.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+#[actix::test]
+async fn a_redis_older_than_6_2_is_refused_with_a_message() {
+    let port = fake_redis("6.0.16");
+    let built = Scheduler::builder().upstream(upstream("llm", 4)).redis(format!("redis://127.0.0.1:{port}/")).build();
+    let (reason, message) = rejection(built);
+    println!("{message}");
+    assert_eq!(reason, Rejection::Version);
+    assert!(message.contains("6.0.16") && message.contains("6.2"), "{message}");
+}
