@@ -231,3 +231,12 @@ async fn a_redis_older_than_6_2_is_refused_with_a_message() {
     assert_eq!(reason, Rejection::Version);
     assert!(message.contains("6.0.16") && message.contains("6.2"), "{message}");
 }
+
+#[cfg(not(feature = "tls"))]
+#[actix::test]
+async fn a_rediss_url_without_the_tls_feature_fails_build() {
+    let built = Scheduler::builder().upstream(upstream("llm", 4)).redis("rediss://127.0.0.1:1/").build();
+    let message = built.err().map(|e| e.to_string()).unwrap_or_default();
+    println!("{message}");
+    assert!(message.to_lowercase().contains("tls"), "the error should name TLS: {message:?}");
+}

@@ -76,6 +76,9 @@ impl StoreConfig {
     pub(crate) fn client(&self, address: Option<(String, u16)>) -> Result<redis::Client, StoreError> {
         use redis::IntoConnectionInfo;
         let refused = |source| StoreError::Refused { command: "connect", source };
+        if !cfg!(feature = "tls") && self.url.starts_with("rediss:") {
+            return Err(StoreError::invalid("a rediss:// URL needs wavegate's `tls` feature"));
+        }
         let mut info = self.url.as_str().into_connection_info().map_err(refused)?;
         if let Some((host, port)) = address {
             let addr = match info.addr().clone() {
@@ -109,7 +112,7 @@ fn with_root_certificate(info: redis::ConnectionInfo, root: &[u8]) -> Result<red
 
 #[cfg(not(feature = "tls"))]
 fn with_root_certificate(_: redis::ConnectionInfo, _: &[u8]) -> Result<redis::Client, StoreError> {
-    Err(StoreError::unexpected("connect", "a root certificate needs wavegate's `tls` feature"))
+    Err(StoreError::invalid("a root certificate needs wavegate's `tls` feature"))
 }
 
 /// The connection in use, replaced when it cannot recover by itself: behind Sentinel after

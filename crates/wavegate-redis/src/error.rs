@@ -57,6 +57,13 @@ pub enum StoreError {
         #[source]
         source: RedisError,
     },
+    /// The store's configuration cannot work (a `rediss://` URL without the `tls` feature, a
+    /// Sentinel setup without sentinels, …); the message says what to change.
+    #[error("{detail}")]
+    Invalid {
+        /// What is wrong.
+        detail: String,
+    },
     /// The reply did not have the shape the script promises.
     #[error("unexpected reply to `{command}`: {detail}")]
     UnexpectedReply {
@@ -94,13 +101,14 @@ impl StoreError {
     }
 
     /// A short stable label for metrics: `timeout`, `unavailable`, `authentication`,
-    /// `permission`, `version`, `refused`, `unexpected_reply`.
+    /// `permission`, `version`, `tls`, `sentinel`, `refused`, `invalid`, `unexpected_reply`.
     pub const fn label(&self) -> &'static str {
         match self {
             StoreError::Timeout { .. } => "timeout",
             StoreError::Unavailable { .. } => "unavailable",
             StoreError::Rejected { reason, .. } => reason.as_str(),
             StoreError::Refused { .. } => "refused",
+            StoreError::Invalid { .. } => "invalid",
             StoreError::UnexpectedReply { .. } => "unexpected_reply",
         }
     }
@@ -149,6 +157,10 @@ impl StoreError {
         }
     }
 
+    pub(crate) fn invalid(detail: impl Into<String>) -> Self {
+        StoreError::Invalid { detail: detail.into() }
+    }
+
     pub(crate) fn unexpected(command: &'static str, detail: impl Into<String>) -> Self {
         StoreError::UnexpectedReply { command, detail: detail.into() }
     }
@@ -166,6 +178,11 @@ pub enum Rejection {
     Permission,
     /// The server is older than Redis 6.2 (the scripts use `ZADD GT`).
     Version,
+    /// The TLS handshake failed: the server's certificate does not chain to a trusted root
+    /// or does not name the host, or the port does not speak TLS.
+    Tls,
+    /// The sentinels monitor no master by the configured name.
+    Sentinel,
 }
 
 impl Rejection {
@@ -175,6 +192,8 @@ impl Rejection {
             Rejection::Authentication => "authentication",
             Rejection::Permission => "permission",
             Rejection::Version => "version",
+            Rejection::Tls => "tls",
+            Rejection::Sentinel => "sentinel",
         }
     }
 
@@ -184,6 +203,10 @@ impl Rejection {
             Rejection::Authentication => "check the user name and password of the Redis URL",
             Rejection::Permission => "grant the ACL user the keys, channels and commands listed in docs/redis.md",
             Rejection::Version => "wavegate needs Redis 6.2 or newer (or Valkey)",
+            Rejection::Sentinel => "check the master name: the sentinels monitor none by this name",
+            Rejection::Tls => {
+                "check the server's certificate, the root certificate given (StoreConfig::root_certificate) and that the port speaks TLS"
+            }
         }
     }
 
@@ -194,6 +217,7 @@ impl Rejection {
             (ErrorKind::Server(ServerErrorKind::NoPerm), _) | (_, Some("NOPERM")) => Some(Rejection::Permission),
             // A command inside a script that the user may not run, or a key it may not touch.
             _ if detail.contains("The user executing the script can't") => Some(Rejection::Permission),
+            _ if is_tls_failure(error) => Some(Rejection::Tls),
             _ => None,
         }
     }
@@ -203,4 +227,27 @@ impl std::fmt::Display for Rejection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} ({})", self.as_str(), self.advice())
     }
+}
+
+/// Whether `error` is a failed TLS handshake. The client keeps rustls's error behind an `Arc`
+/// inside an `io::Error`, out of reach of `downcast_ref`, so its words are read instead
+/// (rustls's `Display` of the errors a handshake ends with).
+#[cfg(feature = "tls")]
+fn is_tls_failure(error: &RedisError) -> bool {
+    const HANDSHAKE_FAILURES: [&str; 5] = [
+        "invalid peer certificate",
+        "received corrupt message",
+        "received fatal alert",
+        "peer is incompatible",
+        "peer misbehaved",
+    ];
+    error.is_io_error() && {
+        let words = error.to_string();
+        HANDSHAKE_FAILURES.iter().any(|failure| words.contains(failure))
+    }
+}
+
+#[cfg(not(feature = "tls"))]
+fn is_tls_failure(_: &RedisError) -> bool {
+    false
 }

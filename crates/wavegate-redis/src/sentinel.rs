@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use crate::connection::StoreConfig;
-use crate::error::StoreError;
+use crate::error::{Rejection, StoreError};
 
 /// A primary found through Sentinel.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,10 +26,10 @@ pub struct SentinelConfig {
 impl SentinelConfig {
     pub(crate) fn validate(&self) -> Result<(), StoreError> {
         if self.master.is_empty() {
-            return Err(StoreError::unexpected("sentinel", "the master name is empty"));
+            return Err(StoreError::invalid("the Sentinel master name is empty"));
         }
         if self.sentinels.is_empty() {
-            return Err(StoreError::unexpected("sentinel", "no sentinel address given"));
+            return Err(StoreError::invalid("no Sentinel address given"));
         }
         for address in &self.sentinels {
             sentinel_client(address)?;
@@ -57,18 +57,19 @@ pub(crate) async fn find_primary(
         match tokio::time::timeout(bound, ask(client, &sentinel.master, config.connect_timeout)).await {
             Ok(Ok(Some(primary))) => return Ok(primary),
             Ok(Ok(None)) => {
-                last = Some(StoreError::unexpected(
+                last = Some(StoreError::Rejected {
                     command,
-                    format!("sentinel {address} does not know a master named {:?}", sentinel.master),
-                ));
+                    reason: Rejection::Sentinel,
+                    detail: format!("sentinel {address} knows no master named {:?}", sentinel.master),
+                });
             }
             Ok(Err(error)) => last = Some(StoreError::from_redis(command, timeout_ms, error)),
             Err(_) => last = Some(StoreError::Timeout { command, timeout_ms }),
         }
     }
-    // An unknown master name on every sentinel is a configuration error, not an outage; any
-    // other failure (all down, all hung) is one.
-    Err(last.unwrap_or_else(|| StoreError::unexpected(command, "no sentinel")))
+    // The last sentinel's answer: an unknown master name is a rejection; all down or hung is
+    // an outage.
+    Err(last.unwrap_or_else(|| StoreError::invalid("no Sentinel address given")))
 }
 
 async fn ask(client: redis::Client, master: &str, connect: Duration) -> redis::RedisResult<Option<(String, u16)>> {

@@ -19,6 +19,9 @@
 //! | slow network                    | [`Fault::Latency`]                                   |
 //! | command ran, reply lost         | [`Fault::DropNextReply`]                             |
 //!
+//! [`TlsRedisServer`] adds a TLS port with certificates made for the test (`openssl`), and
+//! [`SentinelGroup`] a primary, a replica and three sentinels that can be made to fail over.
+//!
 //! [`resume`]: RedisServer::resume
 //!
 //! Dropping a [`RedisServer`] kills its process and removes its directory.
@@ -66,6 +69,7 @@ mod mock_upstream;
 mod port;
 mod process;
 mod server;
+mod tls;
 
 pub use builder::RedisServerBuilder;
 pub use error::HarnessError;
@@ -74,6 +78,7 @@ pub use http::{HttpReply, http_get};
 pub use mock_upstream::{MockUpstream, MockUpstreamConfig, read_request_head};
 pub use port::free_port;
 pub use server::RedisServer;
+pub use tls::{TestCertificates, TlsRedisServer};
 
 /// The environment variable naming the `redis-server` binary to run when
 /// [`RedisServerBuilder::binary`] is not used: `WAVEGATE_REDIS_SERVER`.
