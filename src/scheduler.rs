@@ -239,7 +239,7 @@ impl SchedulerBuilder {
         sentinels: impl IntoIterator<Item = impl Into<String>>,
     ) -> Self {
         let sentinels = sentinels.into_iter().map(Into::into).collect();
-        self.store(StoreConfig::sentinel("redis://", master, sentinels))
+        self.store(StoreConfig::sentinel("redis://sentinel-managed/", master, sentinels))
     }
 
     /// Shares permits and waves through Redis, with explicit timeouts and key namespace.

@@ -68,6 +68,7 @@ mod log;
 mod mock_upstream;
 mod port;
 mod process;
+mod sentinel;
 mod server;
 mod tls;
 
@@ -77,6 +78,7 @@ pub use fault_proxy::{Fault, FaultProxy};
 pub use http::{HttpReply, http_get};
 pub use mock_upstream::{MockUpstream, MockUpstreamConfig, read_request_head};
 pub use port::free_port;
+pub use sentinel::{SentinelGroup, SentinelProcess};
 pub use server::RedisServer;
 pub use tls::{TestCertificates, TlsRedisServer};
 
