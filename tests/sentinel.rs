@@ -119,7 +119,7 @@ fn kill_9_of_the_primary_under_load_fails_over_without_over_admitting() {
     let mock =
         MockUpstream::start(MockUpstreamConfig { service_time: Duration::from_millis(20), ..Default::default() })
             .expect("mock upstream");
-    let envs = vec![
+    let envs = [
         ("SENTINELS", group.sentinel_addresses().join(",")),
         ("MASTER", SentinelGroup::MASTER.to_string()),
         ("MOCK_ADDR", mock.addr().to_string()),
