@@ -3,6 +3,7 @@
 //!
 //! ```toml
 //! redis = "redis://127.0.0.1:6379/"   # omit for local mode
+//! redis_prefix = "billing"             # the key prefix (default "wavegate")
 //!
 //! [upstreams.llm]
 //! limit = 10
@@ -43,7 +44,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use wavegate_core::{Recovery, UpstreamConfig};
-use wavegate_redis::StoreConfig;
+use wavegate_redis::{StoreConfig, StoreError};
 
 use crate::scheduler::{BuildError, Scheduler, SchedulerBuilder};
 
@@ -74,9 +75,61 @@ pub struct Settings {
     /// The longest a Redis connection attempt may take (default 500 ms).
     #[serde(default, deserialize_with = "duration::deserialize")]
     pub redis_connect_timeout: Option<Duration>,
+    /// The prefix of every Redis key and channel (default `wavegate`): one per application
+    /// sharing a Redis.
+    #[serde(default)]
+    pub redis_prefix: Option<String>,
+    /// Find the Redis primary through Sentinel; `redis` then gives only the scheme,
+    /// credentials and database (its host is ignored; default `redis://sentinel-managed/`).
+    #[serde(default)]
+    pub redis_sentinel: Option<SentinelSettings>,
+    /// A PEM file with the root certificate a `rediss://` server must chain to, instead of
+    /// the system's roots (feature `tls`).
+    #[serde(default)]
+    pub redis_root_certificate: Option<std::path::PathBuf>,
     /// The upstreams, by name.
     #[serde(default)]
     pub upstreams: BTreeMap<String, UpstreamSettings>,
+}
+
+/// Redis Sentinel: the master's name and the sentinels.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct SentinelSettings {
+    /// The name the sentinels monitor the primary under.
+    pub master: String,
+    /// The sentinels, `host:port`: a list, or one string with commas between them (as an
+    /// environment variable gives it).
+    pub sentinels: Addresses,
+}
+
+/// A list of addresses, or one comma-separated string of them.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum Addresses {
+    /// `["10.0.0.1:26379", "10.0.0.2:26379"]`.
+    List(Vec<String>),
+    /// `"10.0.0.1:26379,10.0.0.2:26379"`.
+    Joined(String),
+}
+
+impl Default for Addresses {
+    fn default() -> Self {
+        Addresses::List(Vec::new())
+    }
+}
+
+impl Addresses {
+    /// The addresses, one by one.
+    pub fn to_vec(&self) -> Vec<String> {
+        match self {
+            Addresses::List(list) => list.clone(),
+            Addresses::Joined(text) => {
+                text.split(',').map(str::trim).filter(|a| !a.is_empty()).map(str::to_owned).collect()
+            }
+        }
+    }
 }
 
 /// One upstream; every key is optional and defaults as the builder's does.
@@ -186,13 +239,30 @@ impl Settings {
     /// same checks and messages as in code).
     pub fn builder(&self) -> Result<SchedulerBuilder, BuildError> {
         let mut builder = Scheduler::builder();
-        if let Some(url) = &self.redis {
-            let mut store = StoreConfig::new(url.clone());
+        let store = match (&self.redis, &self.redis_sentinel) {
+            (url, Some(sentinel)) => Some(StoreConfig::sentinel(
+                url.clone().unwrap_or_else(|| "redis://sentinel-managed/".to_owned()),
+                sentinel.master.clone(),
+                sentinel.sentinels.to_vec(),
+            )),
+            (Some(url), None) => Some(StoreConfig::new(url.clone())),
+            (None, None) => None,
+        };
+        if let Some(mut store) = store {
             if let Some(timeout) = self.redis_command_timeout {
                 store.command_timeout = timeout;
             }
             if let Some(timeout) = self.redis_connect_timeout {
                 store.connect_timeout = timeout;
+            }
+            if let Some(prefix) = &self.redis_prefix {
+                store.keyspace = wavegate_redis::Keyspace::new(prefix.clone());
+            }
+            if let Some(path) = &self.redis_root_certificate {
+                let pem = std::fs::read(path).map_err(|error| {
+                    StoreError::invalid(format!("redis_root_certificate {}: {error}", path.display()))
+                })?;
+                store.root_certificate = Some(pem);
             }
             builder = builder.store(store);
         }

@@ -76,3 +76,25 @@ fn what_cannot_work_is_refused_with_the_builders_messages() {
     assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
     assert!(parse_duration("").is_err() && parse_duration("1.5s").is_err());
 }
+
+#[actix::test]
+async fn the_key_prefix_and_sentinel_come_from_the_file_and_the_environment() {
+    let redis = wavegate_testkit::RedisServer::start().expect("redis-server");
+    let file = format!("redis = \"{}\"\nredis_prefix = \"billing\"\n[upstreams.llm]\nlimit = 2\n", redis.url());
+    let settings = Settings::from_sources(Some(&file), std::iter::empty::<(&str, &str)>()).expect("settings");
+    assert_eq!(settings.redis_prefix.as_deref(), Some("billing"));
+    let scheduler = settings.builder().expect("builder").build().expect("scheduler");
+    assert_eq!(scheduler.store_health().expect("a store").key_prefix, "billing");
+
+    let env = [
+        ("WAVEGATE__REDIS_SENTINEL__MASTER", "mymaster"),
+        ("WAVEGATE__REDIS_SENTINEL__SENTINELS", "10.0.0.1:26379, 10.0.0.2:26379"),
+    ];
+    let settings = Settings::from_sources(None, env).expect("settings");
+    let sentinel = settings.redis_sentinel.expect("sentinel settings");
+    assert_eq!(sentinel.master, "mymaster");
+    assert_eq!(sentinel.sentinels.to_vec(), ["10.0.0.1:26379", "10.0.0.2:26379"]);
+    let listed =
+        Settings::from_toml("[redis_sentinel]\nmaster = \"m\"\nsentinels = [\"a:1\", \"b:2\"]\n").expect("toml");
+    assert_eq!(listed.redis_sentinel.expect("sentinel").sentinels.to_vec(), ["a:1", "b:2"]);
+}

@@ -157,7 +157,8 @@ impl StoreError {
         }
     }
 
-    pub(crate) fn invalid(detail: impl Into<String>) -> Self {
+    /// A configuration that cannot work, saying what to change.
+    pub fn invalid(detail: impl Into<String>) -> Self {
         StoreError::Invalid { detail: detail.into() }
     }
 
