@@ -54,6 +54,7 @@ impl Coordinator {
                 ctx.cancel_future(timer);
             }
             let lease = slot.config.permit_ttl();
+            #[cfg(feature = "redis")]
             if let Some(gate) = self.shared_gate(upstream) {
                 let slot = &mut self.slots[upstream];
                 if let Some((until, share)) = slot.rejoin_cap {

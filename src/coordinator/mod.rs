@@ -9,19 +9,27 @@
 //!   dropped connection, BUSY, LOADING, auth) → reconcile → shared. No caller code changes;
 //!   calls in progress are not failed by a switch.
 
+// Without the `redis` feature the shared store's types have no values (`crate::store`): the
+// shared-mode and fallback paths below are unreachable, so what only they use is unused.
+#![cfg_attr(not(feature = "redis"), allow(dead_code, unused_imports, unused_mut, unused_variables))]
+
 mod acquire_loop;
+#[cfg(feature = "redis")]
 mod outage;
+#[cfg(feature = "redis")]
 mod pubsub;
 mod waiters;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "redis")]
+use crate::store::StoreError;
+use crate::store::{SharedGate, Store};
 use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, MessageResult, SpawnHandle, WrapFuture};
 use wavegate_core::{
     Budgets, Clock, LocalGate, MonotonicClock, RateLimitEffect, UpstreamConfig, WaveSignal, WaveState, duration_ms,
 };
-use wavegate_redis::{SharedGate, Store, StoreError};
 
 use crate::error::Error;
 use crate::ids::PermitIds;
@@ -140,6 +148,7 @@ pub(crate) struct Coordinator {
     /// A reconciliation is in flight: waiters wait, finishes are deferred.
     reconciling: bool,
     deferred: Vec<Finish>,
+    #[cfg(feature = "redis")]
     probe_backoff: Duration,
 }
 
@@ -150,10 +159,7 @@ impl Coordinator {
             .into_iter()
             .map(|config| Slot {
                 local: LocalGate::with_budgets(config.wave().clone(), config.budgets()),
-                shared: store
-                    .as_ref()
-                    .map(|s| SharedGate::with_budgets(s.clone(), config.name(), config.wave(), config.budgets()))
-                    .map(|gate| gate.for_instance(ids.instance())),
+                shared: store.as_ref().map(|store| crate::store::shared_gate(store, &config, ids.instance())),
                 config,
                 waiters: Waiters::default(),
                 held: HashMap::new(),
@@ -180,6 +186,7 @@ impl Coordinator {
             live_peak: None,
             reconciling: false,
             deferred: Vec::new(),
+            #[cfg(feature = "redis")]
             probe_backoff: outage::PROBE_MIN,
         }
     }
@@ -210,6 +217,7 @@ impl Coordinator {
     pub(super) fn release_attempt(&mut self, upstream: usize, release: Release, attempt: u32, ctx: &mut Context<Self>) {
         let Release { id, wave, signal, token_delta, registration_only } = release;
         match self.shared_gate(upstream) {
+            #[cfg(feature = "redis")]
             Some(gate) => {
                 let epoch = self.epoch;
                 let call_id = id.clone();
@@ -319,6 +327,7 @@ impl Coordinator {
         let ids: Vec<String> = slot.held.keys().cloned().collect();
         let lease = slot.config.permit_ttl();
         match self.shared_gate(upstream) {
+            #[cfg(feature = "redis")]
             Some(gate) => {
                 let epoch = self.epoch;
                 let sent = ids.clone();
@@ -374,6 +383,7 @@ impl Coordinator {
                 continue;
             }
             match self.shared_gate(upstream) {
+                #[cfg(feature = "redis")]
                 Some(gate) => {
                     let call = async move { gate.status().await };
                     ctx.spawn(call.into_actor(self).map(move |result, act, _| {
@@ -388,6 +398,7 @@ impl Coordinator {
     }
 
     /// Counts this process as live and learns how many are.
+    #[cfg(feature = "redis")]
     fn heartbeat(&mut self, ctx: &mut Context<Self>) {
         let (Some(store), Mode::Shared) = (self.store.clone(), self.mode) else { return };
         let instance = self.ids.instance().to_owned();
@@ -418,6 +429,7 @@ impl Coordinator {
 
     /// A store command failed: an outage switches to fallback; anything else is logged and
     /// the loop asks again later.
+    #[cfg(feature = "redis")]
     fn on_store_error(
         &mut self,
         epoch: u64,
@@ -478,6 +490,7 @@ impl Actor for Coordinator {
                 ctx.run_interval(every, move |act, ctx| act.renew(upstream, ctx));
             }
         }
+        #[cfg(feature = "redis")]
         if let Some(store) = &self.store {
             let channels = self
                 .slots
@@ -574,22 +587,26 @@ impl Handler<ReadStatus> for Coordinator {
 
     fn handle(&mut self, read: ReadStatus, ctx: &mut Context<Self>) {
         let mut status = self.local_status(read.upstream);
-        let Some(gate) = self.shared_gate(read.upstream) else {
-            let _ = read.reply.send(status);
-            return;
-        };
-        let call = async move { gate.status().await };
-        ctx.spawn(call.into_actor(self).map(move |result, _, _| {
-            if let Ok(shared) = result {
-                status.state = shared.state;
-                status.limit = shared.limit;
-                status.wave = shared.wave;
-                status.cooldown_remaining = shared.cooldown_remaining;
-                status.in_flight_fleet = Some(shared.in_flight);
-                status.budgets = shared.budgets;
+        match self.shared_gate(read.upstream) {
+            None => {
+                let _ = read.reply.send(status);
             }
-            let _ = read.reply.send(status);
-        }));
+            #[cfg(feature = "redis")]
+            Some(gate) => {
+                let call = async move { gate.status().await };
+                ctx.spawn(call.into_actor(self).map(move |result, _, _| {
+                    if let Ok(shared) = result {
+                        status.state = shared.state;
+                        status.limit = shared.limit;
+                        status.wave = shared.wave;
+                        status.cooldown_remaining = shared.cooldown_remaining;
+                        status.in_flight_fleet = Some(shared.in_flight);
+                        status.budgets = shared.budgets;
+                    }
+                    let _ = read.reply.send(status);
+                }));
+            }
+        }
     }
 }
 
