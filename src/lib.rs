@@ -83,7 +83,7 @@ pub use error::Error;
 pub use permit::Permit;
 pub use request::Attempt;
 pub use scheduler::{BuildError, Scheduler, SchedulerBuilder};
-pub use status::{Mode, UpstreamStatus};
+pub use status::{ClassStatus, Mode, UpstreamStatus};
 pub use upstream::{RequestBuilder, Upstream};
 pub use wavegate_core as core;
 pub use wavegate_core::{Outcome, TransportError, UpstreamConfig, WaveState};

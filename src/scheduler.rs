@@ -182,7 +182,12 @@ impl Scheduler {
     /// `request().tokens(estimated_tokens).acquire()`.
     pub async fn acquire_tokens(&self, upstream: &str, estimated_tokens: u64) -> Result<Permit, Error> {
         let index = self.index(upstream)?;
-        crate::call::acquire(&self.inner, index, Ask { tokens: estimated_tokens, deadline: None }).await
+        crate::call::acquire(
+            &self.inner,
+            index,
+            Ask { tokens: estimated_tokens, deadline: None, class: self.inner.upstreams[index].default_class() },
+        )
+        .await
     }
 
     /// The upstream's state as this process sees it.

@@ -25,7 +25,10 @@ mod absent {
 /// The shared gate of one upstream, bound to this process's instance id.
 #[cfg(feature = "redis")]
 pub(crate) fn shared_gate(store: &Store, config: &wavegate_core::UpstreamConfig, instance: &str) -> SharedGate {
-    SharedGate::with_budgets(store.clone(), config.name(), config.wave(), config.budgets()).for_instance(instance)
+    let gate = SharedGate::with_budgets(store.clone(), config.name(), config.wave(), config.budgets());
+    let gate =
+        if config.classes().is_empty() { gate } else { gate.with_classes(config.classes(), config.default_class()) };
+    gate.for_instance(instance)
 }
 
 /// The shared gate of one upstream (unreachable: there is no store in this build).

@@ -35,7 +35,7 @@ use crate::error::Error;
 use crate::ids::PermitIds;
 use crate::messages::{Acquire, Finish, ReadMode, ReadStatus, Wake};
 use crate::metrics;
-use crate::status::{Mode, UpstreamStatus};
+use crate::status::{ClassStatus, Mode, UpstreamStatus};
 use waiters::{Waiter, Waiters};
 
 /// How often a process proves it is alive (and learns how many others are).
@@ -160,8 +160,8 @@ impl Coordinator {
             .map(|config| Slot {
                 local: LocalGate::with_budgets(config.wave().clone(), config.budgets()),
                 shared: store.as_ref().map(|store| crate::store::shared_gate(store, &config, ids.instance())),
+                waiters: Waiters::new(config.classes().len()),
                 config,
-                waiters: Waiters::default(),
                 held: HashMap::new(),
                 pumping: false,
                 wake_pending: false,
@@ -469,6 +469,44 @@ impl Coordinator {
             breaker: "closed",
             budgets: slot.local.budget_status(now_ms),
             schedulers_in_process: 0,
+            classes: self.class_statuses(upstream),
+        }
+    }
+
+    /// This process's callers waiting and permits held in each priority class of `upstream`.
+    fn class_statuses(&mut self, upstream: usize) -> Vec<ClassStatus> {
+        let slot = &mut self.slots[upstream];
+        if slot.config.classes().is_empty() {
+            return Vec::new();
+        }
+        let waiting = slot.waiters.lens();
+        let mut in_flight = vec![0; waiting.len()];
+        for id in slot.held.keys() {
+            let class = id.split_once('|').and_then(|(name, _)| slot.config.class_index(name));
+            if let Some(count) = in_flight.get_mut(class.unwrap_or(slot.config.default_class())) {
+                *count += 1;
+            }
+        }
+        slot.config
+            .classes()
+            .iter()
+            .zip(waiting.into_iter().zip(in_flight))
+            .map(|(class, (waiting, in_flight_local))| ClassStatus {
+                class: class.name().to_owned(),
+                weight: class.weight_value().get(),
+                reserve_percent: class.reserve_percent_value(),
+                waiting,
+                in_flight_local,
+            })
+            .collect()
+    }
+
+    /// Records the per-class gauges of `upstream` (upstreams with classes).
+    pub(super) fn record_classes(&mut self, upstream: usize) {
+        let statuses = self.class_statuses(upstream);
+        let name = self.slots[upstream].config.name().as_str();
+        for class in statuses {
+            metrics::class_load(name, &class.class, class.waiting, class.in_flight_local);
         }
     }
 }
@@ -535,18 +573,25 @@ impl Handler<Acquire> for Coordinator {
         }
         let id = self.ids.next_id();
         let slot = &mut self.slots[upstream];
+        // With classes a permit id names its class, so the store counts each class's permits.
+        let id = match slot.config.classes().get(acquire.class) {
+            Some(class) => format!("{}|{id}", class.name()),
+            None => id,
+        };
         slot.waiters.push(Waiter {
             id,
             enqueued: now,
             deadline: acquire.deadline,
             reply: acquire.reply,
             tokens: acquire.tokens,
+            class: acquire.class,
             at_head: None,
             deadline_timer: Some(ctx.run_later(acquire.deadline.saturating_duration_since(now), move |act, _| {
                 act.expire(upstream, Instant::now());
             })),
         });
         metrics::queue_depth(slot.config.name().as_str(), slot.waiters.len());
+        self.record_classes(upstream);
         self.pump(upstream, ctx);
     }
 }
@@ -565,6 +610,7 @@ impl Handler<Finish> for Coordinator {
         let slot = &mut self.slots[upstream];
         let wave = slot.held.remove(&finish.id).unwrap_or(finish.wave);
         metrics::permits_in_flight(slot.config.name().as_str(), "local", slot.held.len());
+        self.record_classes(upstream);
         self.release(upstream, finish.id, wave, finish.signal, finish.token_delta, ctx);
         if self.shared_gate(upstream).is_none() {
             self.pump(upstream, ctx);
