@@ -91,6 +91,16 @@ pub enum Error<E = Infallible> {
         /// The budget's burst.
         burst: u64,
     },
+    /// The request names a priority class the upstream does not have (refused before any
+    /// wait).
+    UnknownClass {
+        /// The upstream.
+        upstream: String,
+        /// The class asked for.
+        class: String,
+        /// The upstream's classes, comma-separated (empty: it has none).
+        known: String,
+    },
     /// The scheduler's actors are gone (the actix system is shutting down).
     Stopped,
 }
@@ -122,6 +132,14 @@ impl<E> fmt::Display for Error<E> {
             ),
             Error::InsufficientCapacity { upstream, requested, budget, burst } => {
                 write!(f, "upstream `{upstream}`: {requested} tokens can never fit a {budget} burst of {burst}")
+            }
+            Error::UnknownClass { upstream, class, known } if known.is_empty() => write!(
+                f,
+                "upstream `{upstream}` has no priority classes, so class `{class}` is unknown; add it with \
+                 `UpstreamConfig::builder(..).class(name, weight)` or drop `.priority(..)`"
+            ),
+            Error::UnknownClass { upstream, class, known } => {
+                write!(f, "upstream `{upstream}` has no priority class `{class}`; its classes: {known}")
             }
             Error::Stopped => f.write_str("the scheduler has stopped"),
         }
@@ -190,6 +208,7 @@ impl<E> Error<E> {
             Error::InsufficientCapacity { upstream, budget, requested, burst } => {
                 Error::InsufficientCapacity { upstream, budget, requested, burst }
             }
+            Error::UnknownClass { upstream, class, known } => Error::UnknownClass { upstream, class, known },
             Error::Stopped => Error::Stopped,
         }
     }
@@ -237,6 +256,7 @@ impl<E> Error<E> {
             Error::DeadlinePassed { .. } => "deadline_passed",
             Error::Upstream { .. } => "upstream_error",
             Error::InsufficientCapacity { .. } => "insufficient_capacity",
+            Error::UnknownClass { .. } => "unknown_class",
             Error::Stopped => "stopped",
         }
     }

@@ -3,10 +3,14 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use crate::store::Store;
+#[cfg(feature = "redis")]
+use crate::store::{StoreConfig, StoreError};
 use actix::Addr;
 use tokio::sync::oneshot;
 use wavegate_core::{ConfigError, Outcome, UnknownUpstream, UpstreamConfig, UpstreamSet};
-use wavegate_redis::{Keyspace, Store, StoreConfig, StoreError, StoreHealth};
+#[cfg(feature = "redis")]
+use wavegate_redis::{Keyspace, StoreHealth};
 
 use crate::call::Ask;
 use crate::coordinator::Coordinator;
@@ -33,6 +37,7 @@ pub(crate) struct Inner {
     /// Counted among the process's local schedulers (local mode only).
     pub(crate) registration: Option<Registration>,
     /// The shared store, if any (for its health).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) store: Option<Store>,
 }
 
@@ -44,13 +49,25 @@ pub enum BuildError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     /// The Redis URL cannot be used.
+    #[cfg(feature = "redis")]
     #[error("the Redis configuration cannot be used: {0}")]
     Store(#[from] StoreError),
     /// The Redis server answers but rejects wavegate: wrong credentials, an ACL user without
-    /// the rights the scripts need, a server older than 6.2. The message says which
-    /// ([`StoreError::rejection`]).
+    /// the rights the scripts need, a server older than 6.2, an untrusted TLS certificate. The
+    /// message says which ([`StoreError::rejection`]).
+    #[cfg(feature = "redis")]
     #[error("Redis rejects wavegate: {0}")]
     Rejected(#[source] StoreError),
+    /// A Redis URL was configured (in the settings) but this build of wavegate has no `redis`
+    /// feature.
+    #[error(
+        "a Redis URL is configured ({url}) but wavegate was built without its `redis` feature: enable the feature \
+         (it is on by default) or remove the URL to run in local mode"
+    )]
+    RedisNotBuilt {
+        /// The configured URL.
+        url: String,
+    },
     /// There was no actix system on this thread and the actors' own thread could not be
     /// started.
     #[error("cannot start wavegate's actor thread: {0}")]
@@ -95,7 +112,13 @@ pub struct Scheduler {
 impl Scheduler {
     /// A builder with no upstream and no Redis (local mode).
     pub fn builder() -> SchedulerBuilder {
-        SchedulerBuilder { upstreams: Vec::new(), store: None, key_prefix: None }
+        SchedulerBuilder {
+            upstreams: Vec::new(),
+            #[cfg(feature = "redis")]
+            store: None,
+            #[cfg(feature = "redis")]
+            key_prefix: None,
+        }
     }
 
     fn index(&self, upstream: &str) -> Result<usize, UnknownUpstream> {
@@ -172,7 +195,12 @@ impl Scheduler {
     /// `request().tokens(estimated_tokens).acquire()`.
     pub async fn acquire_tokens(&self, upstream: &str, estimated_tokens: u64) -> Result<Permit, Error> {
         let index = self.index(upstream)?;
-        crate::call::acquire(&self.inner, index, Ask { tokens: estimated_tokens, deadline: None }).await
+        crate::call::acquire(
+            &self.inner,
+            index,
+            Ask { tokens: estimated_tokens, deadline: None, class: self.inner.upstreams[index].default_class() },
+        )
+        .await
     }
 
     /// The upstream's state as this process sees it.
@@ -197,6 +225,7 @@ impl Scheduler {
     /// What the scheduler knows about its shared store (`None` in local mode): how it is found,
     /// the key prefix, the server's version, a rejection of the credentials or ACL rights now
     /// in force, upstreams another process shares with a different configuration.
+    #[cfg(feature = "redis")]
     pub fn store_health(&self) -> Option<StoreHealth> {
         self.inner.store.as_ref().map(Store::health)
     }
@@ -212,7 +241,9 @@ impl Scheduler {
 #[must_use = "call `build()` to start the scheduler"]
 pub struct SchedulerBuilder {
     upstreams: Vec<UpstreamConfig>,
+    #[cfg(feature = "redis")]
     store: Option<StoreConfig>,
+    #[cfg(feature = "redis")]
     key_prefix: Option<Keyspace>,
 }
 
@@ -223,8 +254,9 @@ impl SchedulerBuilder {
         self
     }
 
-    /// Shares permits and waves across processes through Redis at `url`
+    /// Shares permits and waves across processes through Redis at `url` (feature `redis`)
     /// (default timeouts: 250 ms per command, 500 ms to connect).
+    #[cfg(feature = "redis")]
     pub fn redis(self, url: impl Into<String>) -> Self {
         self.store(StoreConfig::new(url))
     }
@@ -233,6 +265,7 @@ impl SchedulerBuilder {
     /// (`host:port`) monitor as `master`, found again after each failover (default timeouts;
     /// for credentials or a database use [`store`](Self::store) with
     /// [`StoreConfig::sentinel`]).
+    #[cfg(feature = "redis")]
     pub fn redis_sentinel(
         self,
         master: impl Into<String>,
@@ -243,6 +276,7 @@ impl SchedulerBuilder {
     }
 
     /// Shares permits and waves through Redis, with explicit timeouts and key namespace.
+    #[cfg(feature = "redis")]
     pub fn store(mut self, config: StoreConfig) -> Self {
         self.store = Some(config);
         self
@@ -251,6 +285,7 @@ impl SchedulerBuilder {
     /// The prefix of every Redis key and channel (default `wavegate`): give each application
     /// sharing a Redis its own, so two that name an upstream alike do not share its limit.
     /// Applies to the Redis configured before or after it.
+    #[cfg(feature = "redis")]
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.key_prefix = Some(Keyspace::new(prefix));
         self
@@ -263,12 +298,18 @@ impl SchedulerBuilder {
     /// With Redis it first checks the server (bounded by the store's timeouts, a few commands
     /// per upstream): a wrong password, missing ACL rights or a server older than 6.2 fail
     /// with [`BuildError::Rejected`]; a server out of reach does not (the calls fail open).
+    #[cfg_attr(not(feature = "redis"), allow(unused_mut))]
     pub fn build(mut self) -> Result<Scheduler, BuildError> {
         let set = UpstreamSet::new(self.upstreams.clone())?;
+        #[cfg(feature = "redis")]
         if let (Some(store), Some(keyspace)) = (self.store.as_mut(), self.key_prefix.take()) {
             store.keyspace = keyspace;
         }
+        #[cfg(feature = "redis")]
         let store = self.store.map(Store::connect_lazy).transpose()?;
+        #[cfg(not(feature = "redis"))]
+        let store: Option<Store> = None;
+        #[cfg(feature = "redis")]
         if let Some(store) = &store {
             crate::startup_check::check_store(store, &self.upstreams)?;
         }

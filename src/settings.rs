@@ -44,6 +44,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use wavegate_core::{Recovery, UpstreamConfig};
+#[cfg(feature = "redis")]
 use wavegate_redis::{StoreConfig, StoreError};
 
 use crate::scheduler::{BuildError, Scheduler, SchedulerBuilder};
@@ -239,6 +240,11 @@ impl Settings {
     /// same checks and messages as in code).
     pub fn builder(&self) -> Result<SchedulerBuilder, BuildError> {
         let mut builder = Scheduler::builder();
+        #[cfg(not(feature = "redis"))]
+        if let Some(url) = self.redis.as_ref().or(self.redis_sentinel.as_ref().map(|s| &s.master)) {
+            return Err(BuildError::RedisNotBuilt { url: url.clone() });
+        }
+        #[cfg(feature = "redis")]
         let store = match (&self.redis, &self.redis_sentinel) {
             (url, Some(sentinel)) => Some(StoreConfig::sentinel(
                 url.clone().unwrap_or_else(|| "redis://sentinel-managed/".to_owned()),
@@ -248,6 +254,7 @@ impl Settings {
             (Some(url), None) => Some(StoreConfig::new(url.clone())),
             (None, None) => None,
         };
+        #[cfg(feature = "redis")]
         if let Some(mut store) = store {
             if let Some(timeout) = self.redis_command_timeout {
                 store.command_timeout = timeout;

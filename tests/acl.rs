@@ -69,7 +69,6 @@ async fn a_user_without_a_right_the_scripts_need_fails_build() {
         ("no_zadd", MINIMAL_USER.replace("+zadd ", "")),
         ("no_hset", MINIMAL_USER.replace("+hset ", "")),
         ("other_keys", MINIMAL_USER.replace("~wavegate:*", "~other:*")),
-        ("no_channels", MINIMAL_USER.replace("&wavegate:*", "&other:*")),
         ("no_script_load", MINIMAL_USER.replace("+script|load ", "")),
     ];
     for (user, rules) in cases {
@@ -81,6 +80,19 @@ async fn a_user_without_a_right_the_scripts_need_fails_build() {
         assert_eq!(reason, Rejection::Permission, "{user}: {message}");
         assert!(message.contains("docs/redis.md"), "{message}");
     }
+}
+
+#[actix::test]
+async fn a_user_without_channel_rights_is_only_warned_about() {
+    // The scripts publish with `pcall` and waiters poll too: wavegate works, only slower to
+    // wake another process (tests/switches.rs checks the release still wakes a local waiter).
+    let redis = RedisServer::start().expect("redis-server");
+    set_user(&redis, "app", "pw", &MINIMAL_USER.replace("&wavegate:*", "&other:*"));
+    let scheduler =
+        Scheduler::builder().upstream(upstream("llm", 4)).redis(url(&redis, "app", "pw")).build().expect("built");
+    scheduler.acquire("llm").await.expect("permit").succeeded();
+    assert_eq!(scheduler.mode().await.expect("mode"), Mode::Shared);
+    assert_eq!(scheduler.store_health().expect("a store").rejected, None);
 }
 
 #[actix::test]

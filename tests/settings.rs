@@ -77,6 +77,7 @@ fn what_cannot_work_is_refused_with_the_builders_messages() {
     assert!(parse_duration("").is_err() && parse_duration("1.5s").is_err());
 }
 
+#[cfg(feature = "redis")]
 #[actix::test]
 async fn the_key_prefix_and_sentinel_come_from_the_file_and_the_environment() {
     let redis = wavegate_testkit::RedisServer::start().expect("redis-server");
@@ -97,4 +98,20 @@ async fn the_key_prefix_and_sentinel_come_from_the_file_and_the_environment() {
     let listed =
         Settings::from_toml("[redis_sentinel]\nmaster = \"m\"\nsentinels = [\"a:1\", \"b:2\"]\n").expect("toml");
     assert_eq!(listed.redis_sentinel.expect("sentinel").sentinels.to_vec(), ["a:1", "b:2"]);
+}
+
+#[cfg(not(feature = "redis"))]
+#[test]
+fn a_redis_url_in_a_local_only_build_is_refused_with_what_to_change() {
+    use wavegate::BuildError;
+    let settings =
+        Settings::from_toml("redis = \"redis://127.0.0.1:6390/\"\n[upstreams.llm]\nlimit = 2\n").expect("parses");
+    let refused = settings.builder().expect_err("no redis in this build");
+    assert!(
+        matches!(refused, BuildError::RedisNotBuilt { ref url } if url == "redis://127.0.0.1:6390/"),
+        "{refused:?}"
+    );
+    assert!(refused.to_string().contains("`redis` feature"), "{refused}");
+    // Without the URL the same settings run in local mode.
+    assert!(Settings::from_toml("[upstreams.llm]\nlimit = 2\n").expect("parses").builder().is_ok());
 }

@@ -7,9 +7,12 @@
 //! gives the server's words, and the probe's failures are logged as errors every
 //! [`REJECTION_LOG_EVERY`] for as long as it lasts.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+#[cfg(feature = "redis")]
+use std::time::Instant;
 
-use wavegate_redis::StoreError;
+#[cfg(feature = "redis")]
+use crate::store::StoreError;
 
 use super::Coordinator;
 use crate::status::Mode;
@@ -20,13 +23,17 @@ pub(super) const REJECTION_LOG_EVERY: Duration = Duration::from_secs(10);
 impl Coordinator {
     /// The mode as reported: a fallback caused by a rejection is [`Mode::Rejected`].
     pub(super) fn reported_mode(&self) -> Mode {
-        match (&self.store, self.mode) {
-            (Some(store), Mode::Fallback) if store.health().rejected.is_some() => Mode::Rejected,
-            (_, mode) => mode,
+        #[cfg(feature = "redis")]
+        if let (Some(store), Mode::Fallback) = (&self.store, self.mode)
+            && store.health().rejected.is_some()
+        {
+            return Mode::Rejected;
         }
+        self.mode
     }
 
     /// Logs a rejection as an error, at most once every [`REJECTION_LOG_EVERY`].
+    #[cfg(feature = "redis")]
     pub(super) fn log_rejection(&mut self, command: &'static str, error: &StoreError) {
         let Some(reason) = error.rejection() else { return };
         let now = Instant::now();

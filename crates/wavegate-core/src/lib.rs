@@ -14,6 +14,7 @@
 //! | circuit breaker | [`CircuitBreaker`] |
 //! | retry budget and backoff | [`RetryBudget`], [`Backoff`] |
 //! | requests and tokens per minute (GCRA with a cost) | [`Gcra`], [`Budgets`] |
+//! | priority classes: which waiting class a free permit goes to | [`priority`] |
 //! | configuration, validated at build time | [`UpstreamConfig`], [`UpstreamSet`] |
 //!
 //! ```
@@ -45,6 +46,7 @@ mod gate;
 mod gcra;
 mod ledger;
 mod outcome;
+pub mod priority;
 mod retry_after;
 mod retry_budget;
 pub mod spec;

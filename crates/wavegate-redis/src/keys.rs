@@ -33,6 +33,7 @@ impl Keyspace {
             waiting: format!("{base}:waiting"),
             waiting_seen: format!("{base}:waiting_seen"),
             config: format!("{base}:config"),
+            waiting_demand: format!("{base}:waiting_demand"),
         }
     }
 
@@ -74,6 +75,9 @@ pub struct UpstreamKeys {
     /// String: the configuration the last process to claim it uses (see
     /// [`SharedGate::claim_config`](crate::SharedGate::claim_config)), expiring a minute after.
     pub config: String,
+    /// How many callers of each waiting process wait, by class (hash: `<class>|<instance>` →
+    /// count; priority classes only).
+    pub waiting_demand: String,
 }
 
 impl UpstreamKeys {
@@ -84,8 +88,8 @@ impl UpstreamKeys {
 
     /// The keys of the scripts that keep the waiting list (acquire and finish): the four
     /// above, then `waiting_seen`.
-    pub fn waiting_script_keys(&self) -> [&str; 5] {
-        [&self.permits, &self.wave, &self.permit_waves, &self.waiting, &self.waiting_seen]
+    pub fn waiting_script_keys(&self) -> [&str; 6] {
+        [&self.permits, &self.wave, &self.permit_waves, &self.waiting, &self.waiting_seen, &self.waiting_demand]
     }
 }
 

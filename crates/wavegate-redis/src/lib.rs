@@ -54,5 +54,5 @@ pub use keys::{Keyspace, UpstreamKeys};
 pub use releases::ReleaseSubscription;
 pub use scripts::preload;
 pub use sentinel::SentinelConfig;
-pub use shared_gate::{Acquired, Finished, Reconciled, SharedGate, SharedStatus};
+pub use shared_gate::{Acquired, ClassAsk, Finished, Reconciled, SharedGate, SharedStatus};
 pub use startup::{MIN_REDIS_VERSION, ServerInfo};

@@ -16,6 +16,19 @@ macro_rules! wave_script {
     };
 }
 
+/// A script that also chooses among priority classes: `wave.lua`, `priority.lua`, the body.
+macro_rules! priority_script {
+    ($body:literal) => {
+        concat!(
+            include_str!("../../../lua/wave.lua"),
+            "\n",
+            include_str!("../../../lua/priority.lua"),
+            "\n",
+            include_str!(concat!("../../../lua/", $body))
+        )
+    };
+}
+
 /// The scripts.
 #[derive(Debug)]
 pub(crate) struct Scripts {
@@ -31,8 +44,8 @@ pub(crate) struct Scripts {
 pub(crate) fn scripts() -> &'static Scripts {
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
-        acquire: Script::new(wave_script!("acquire.lua")),
-        finish: Script::new(wave_script!("finish.lua")),
+        acquire: Script::new(priority_script!("acquire.lua")),
+        finish: Script::new(priority_script!("finish.lua")),
         renew: Script::new(wave_script!("renew.lua")),
         status: Script::new(wave_script!("status.lua")),
         reconcile: Script::new(wave_script!("reconcile.lua")),

@@ -5,10 +5,12 @@
 //! heartbeat script, and for each
 //! upstream runs the reconcile script with nothing to adopt or drop (what every acquire
 //! does first: purge expired leases, apply time, save the state), publishes on its release
-//! channel and claims its configuration. So a wrong password, an ACL user missing a command, a
-//! key pattern or a channel, or a server too old fails here with a
+//! channel and claims its configuration. So a wrong password, an ACL user missing a command or
+//! a key pattern, or a server too old fails here with a
 //! [`StoreError::Rejected`] that says which, instead of showing up later as an outage that
-//! never ends. An outage during the check is only an outage (the scheduler fails open).
+//! never ends. Missing channel rights are only a warning ([`ServerInfo::warnings`]): the
+//! scripts publish with `pcall` and waiters poll as well. An outage during the check is only
+//! an outage (the scheduler fails open).
 
 use std::time::Duration;
 
@@ -28,6 +30,9 @@ pub struct ServerInfo {
     pub name: String,
     /// The version, e.g. `7.0.15`.
     pub version: String,
+    /// What works but not as it should: the release channels cannot be published to (the
+    /// ACL user lacks the channel rights), so processes wake one another by polling only.
+    pub warnings: Vec<String>,
 }
 
 impl Store {
@@ -56,9 +61,17 @@ impl Store {
                 redis::cmd("ZREM").arg(instances).arg(MEMBER).query_async(&mut c).await
             })
             .await?;
+        let mut info = info;
         for gate in gates {
             gate.reconcile(&[], &[], Duration::from_secs(1), (0, 0)).await?;
-            gate.check_publish().await?;
+            // The scripts publish with `pcall` and waiters poll as well: without channel
+            // rights wavegate works, only slower to wake another process's waiter.
+            match gate.check_publish().await {
+                Err(error) if error.rejection() == Some(Rejection::Permission) => {
+                    info.warnings.push(format!("cannot publish on {}: {error}", gate.keys().released));
+                }
+                other => other?,
+            }
             gate.claim_config().await?;
         }
         Ok(info)
@@ -98,7 +111,7 @@ impl Store {
                 detail: format!("the server is redis {version}; wavegate needs {major}.{minor} or newer"),
             });
         }
-        Ok(ServerInfo { name, version })
+        Ok(ServerInfo { name, version, warnings: Vec::new() })
     }
 }
 
