@@ -103,7 +103,8 @@ impl Coordinator {
         metrics::mode(Some(Mode::Shared), Mode::Fallback);
         self.epoch += 1;
         self.probe_backoff = PROBE_MIN;
-        self.rejection_logged = None;
+        // Throttled across switches too: a right missing from one script only (shared, then
+        // rejected, then shared again at each probe) must not log at every switch.
         self.log_rejection(command, error);
         tracing::warn!(
             command,

@@ -1,9 +1,11 @@
 //! Finding the primary through Redis Sentinel.
 //!
-//! Each sentinel is asked in turn (`SENTINEL GET-MASTER-ADDR-BY-NAME`), each within the
-//! connect timeout plus one command timeout, so a dead or hung sentinel costs one bounded
-//! attempt and the next one is asked. The first answer wins; the connection to the primary is
-//! then made as for a single server (with the URL's credentials, database and scheme).
+//! Every sentinel is asked at once (`SENTINEL GET-MASTER-ADDR-BY-NAME`), each within the
+//! connect timeout plus one command timeout, and the first that names a primary wins: a dead
+//! or hung sentinel delays nothing (asked in turn, a hung one would cost every question its
+//! whole bound, more than the command that needs the answer may take). The connection to the
+//! primary is then made as for a single server (with the URL's credentials, database and
+//! scheme).
 //!
 //! A sentinel that names a server which is no longer the primary (it has not noticed a
 //! failover yet) makes the writes fail with `READONLY` or a refused connection: an outage,
@@ -49,15 +51,24 @@ pub(crate) async fn find_primary(
     config: &StoreConfig,
     command: &'static str,
 ) -> Result<(String, u16), StoreError> {
+    use futures_util::StreamExt;
     let bound = config.connect_timeout + config.command_timeout;
     let timeout_ms = u64::try_from(bound.as_millis()).unwrap_or(u64::MAX);
-    let mut last = None;
+    let mut questions = futures_util::stream::FuturesUnordered::new();
     for address in &sentinel.sentinels {
         let client = sentinel_client(address)?;
-        match tokio::time::timeout(bound, ask(client, &sentinel.master, config.connect_timeout)).await {
+        let master = sentinel.master.as_str();
+        questions.push(async move {
+            let answer = tokio::time::timeout(bound, ask(client, master, config.connect_timeout)).await;
+            (address, answer)
+        });
+    }
+    let (mut unknown, mut last) = (None, None);
+    while let Some((address, answer)) = questions.next().await {
+        match answer {
             Ok(Ok(Some(primary))) => return Ok(primary),
             Ok(Ok(None)) => {
-                last = Some(StoreError::Rejected {
+                unknown = Some(StoreError::Rejected {
                     command,
                     reason: Rejection::Sentinel,
                     detail: format!("sentinel {address} knows no master named {:?}", sentinel.master),
@@ -67,9 +78,9 @@ pub(crate) async fn find_primary(
             Err(_) => last = Some(StoreError::Timeout { command, timeout_ms }),
         }
     }
-    // The last sentinel's answer: an unknown master name is a rejection; all down or hung is
-    // an outage.
-    Err(last.unwrap_or_else(|| StoreError::invalid("no Sentinel address given")))
+    // No sentinel named a primary: one that does not know the name is a rejection (a wrong
+    // name); all down or hung is an outage.
+    Err(unknown.or(last).unwrap_or_else(|| StoreError::invalid("no Sentinel address given")))
 }
 
 async fn ask(client: redis::Client, master: &str, connect: Duration) -> redis::RedisResult<Option<(String, u16)>> {
