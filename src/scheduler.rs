@@ -275,6 +275,14 @@ impl SchedulerBuilder {
         self.store(StoreConfig::sentinel("redis://sentinel-managed/", master, sentinels))
     }
 
+    /// Shares permits and waves through a Redis Cluster whose nodes include `nodes`
+    /// (`redis://host:port/`, credentials in the URLs; feature `cluster`): each upstream's keys
+    /// live on the master of its hash tag's slot; redirects are followed by the client.
+    #[cfg(feature = "redis")]
+    pub fn redis_cluster(self, nodes: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.store(StoreConfig::cluster(nodes.into_iter().map(Into::into).collect()))
+    }
+
     /// Shares permits and waves through Redis, with explicit timeouts and key namespace.
     #[cfg(feature = "redis")]
     pub fn store(mut self, config: StoreConfig) -> Self {

@@ -39,6 +39,9 @@ pub struct StoreConfig {
     /// The certificate (PEM) a `rediss://` server must chain to, instead of the system's
     /// roots (a private CA, a self-signed server). Needs the `tls` feature.
     pub root_certificate: Option<Vec<u8>>,
+    /// A Redis Cluster: these nodes' URLs are the seeds (the client learns the others), and
+    /// `url` is not used. Empty: not a cluster. Needs the `cluster` feature.
+    pub cluster_nodes: Vec<String>,
 }
 
 impl StoreConfig {
@@ -56,7 +59,15 @@ impl StoreConfig {
             keyspace: Keyspace::default(),
             sentinel: None,
             root_certificate: None,
+            cluster_nodes: Vec::new(),
         }
+    }
+
+    /// A Redis Cluster reached through the seed `nodes` (`redis://host:port/`; credentials in
+    /// their URLs). Needs the `cluster` feature.
+    pub fn cluster(nodes: Vec<String>) -> Self {
+        let url = nodes.first().cloned().unwrap_or_default();
+        Self { cluster_nodes: nodes, ..Self::new(url) }
     }
 
     /// The primary of `master` as named by `sentinels` (`host:port` or `redis://host:port`);
@@ -66,9 +77,13 @@ impl StoreConfig {
         Self { sentinel: Some(SentinelConfig { master: master.into(), sentinels }), ..Self::new(url) }
     }
 
-    /// `single` or `sentinel`: how the server is found.
+    /// `single`, `sentinel` or `cluster`: how the server is found.
     pub fn topology(&self) -> &'static str {
-        if self.sentinel.is_some() { "sentinel" } else { "single" }
+        match (&self.sentinel, self.cluster_nodes.is_empty()) {
+            (Some(_), _) => "sentinel",
+            (None, false) => "cluster",
+            (None, true) => "single",
+        }
     }
 
     /// A client for `url`, or for the server at `address` with `url`'s scheme, credentials and
@@ -119,7 +134,7 @@ fn with_root_certificate(_: redis::ConnectionInfo, _: &[u8]) -> Result<redis::Cl
 /// any outage (the primary may have changed), and after a failed authentication (a
 /// [`ConnectionManager`] whose reconnect was refused the password does not try again).
 struct Link {
-    current: Mutex<Option<ConnectionManager>>,
+    current: Mutex<Option<Connection>>,
     /// One new connection (or one question to the sentinels) at a time.
     renewing: tokio::sync::Mutex<()>,
 }
@@ -143,14 +158,20 @@ impl Store {
     /// first commands will (as outages) until it is up. Fails on a URL that cannot be used
     /// (e.g. `rediss://` without the `tls` feature).
     pub fn connect_lazy(config: StoreConfig) -> Result<Self, StoreError> {
-        let current = match &config.sentinel {
-            Some(sentinel) => {
+        let current = match (&config.sentinel, config.cluster_nodes.is_empty()) {
+            (Some(_), false) => return Err(StoreError::invalid("a store is either behind Sentinel or a Cluster")),
+            (Some(sentinel), true) => {
                 sentinel.validate()?;
                 // The URL must be usable for the primary.
                 config.client(None)?;
                 None
             }
-            None => Some(Self::manager(&config, config.client(None)?, "connect")?),
+            // Connected by the first command (the cluster client connects eagerly).
+            (None, false) => {
+                crate::cluster::client(&config)?;
+                None
+            }
+            (None, true) => Some(Connection::Single(Self::manager(&config, config.client(None)?, "connect")?)),
         };
         let link = Link { current: Mutex::new(current), renewing: tokio::sync::Mutex::new(()) };
         Ok(Self { link: Arc::new(link), config, health: Arc::default() })
@@ -227,7 +248,7 @@ impl Store {
         f: F,
     ) -> Result<T, StoreError>
     where
-        F: FnOnce(ConnectionManager) -> Fut,
+        F: FnOnce(Connection) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
@@ -256,7 +277,7 @@ impl Store {
 
     /// The connection to use now (a new one if the last was forgotten; behind Sentinel the
     /// sentinels are asked for the primary first).
-    async fn connection(&self, command: &'static str) -> Result<ConnectionManager, StoreError> {
+    async fn connection(&self, command: &'static str) -> Result<Connection, StoreError> {
         let current = || self.link.current.lock().unwrap_or_else(PoisonError::into_inner).clone();
         if let Some(connection) = current() {
             return Ok(connection);
@@ -265,9 +286,13 @@ impl Store {
         if let Some(connection) = current() {
             return Ok(connection);
         }
-        let manager = Self::manager(&self.config, self.primary_client(command).await?, command)?;
-        *self.link.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(manager.clone());
-        Ok(manager)
+        let connection = if self.config.cluster_nodes.is_empty() {
+            Connection::Single(Self::manager(&self.config, self.primary_client(command).await?, command)?)
+        } else {
+            crate::cluster::connect(&self.config, command).await?
+        };
+        *self.link.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(connection.clone());
+        Ok(connection)
     }
 
     fn manager(
@@ -277,6 +302,16 @@ impl Store {
     ) -> Result<ConnectionManager, StoreError> {
         ConnectionManager::new_lazy_with_config(client, config.manager_config())
             .map_err(|source| StoreError::Refused { command, source })
+    }
+
+    /// The clients to subscribe through, in order of preference: the server, the primary the
+    /// sentinels name, or each seed of a cluster (a plain `PUBLISH` reaches every node).
+    pub(crate) async fn subscription_clients(&self, command: &'static str) -> Result<Vec<redis::Client>, StoreError> {
+        if self.config.cluster_nodes.is_empty() {
+            return Ok(vec![self.primary_client(command).await?]);
+        }
+        let refused = |source| StoreError::Refused { command, source };
+        self.config.cluster_nodes.iter().map(|node| redis::Client::open(node.as_str()).map_err(refused)).collect()
     }
 
     /// A client for the server to use now: the URL's, or the primary the sentinels name.
@@ -293,5 +328,44 @@ impl Store {
 
     fn forget_connection(&self) {
         *self.link.current.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+}
+
+/// A connection to a single server (or the primary behind Sentinel), or to a Cluster.
+#[derive(Clone)]
+pub(crate) enum Connection {
+    Single(ConnectionManager),
+    #[cfg(feature = "cluster")]
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Connection::Single(c) => c.req_packed_command(cmd),
+            #[cfg(feature = "cluster")]
+            Connection::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Connection::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            #[cfg(feature = "cluster")]
+            Connection::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Connection::Single(c) => c.get_db(),
+            #[cfg(feature = "cluster")]
+            Connection::Cluster(c) => c.get_db(),
+        }
     }
 }

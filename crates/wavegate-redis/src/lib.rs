@@ -35,6 +35,7 @@
 //! # Ok(()) }
 //! ```
 
+mod cluster;
 mod config_claim;
 mod connection;
 mod error;

@@ -22,26 +22,30 @@ impl std::fmt::Debug for ReleaseSubscription {
 
 impl ReleaseSubscription {
     /// Connects and subscribes to `channels`, within the connect timeout plus one command
-    /// timeout per channel.
-    /// Behind Sentinel it subscribes on the primary the sentinels name now.
+    /// timeout per channel. Behind Sentinel it subscribes on the primary the sentinels name
+    /// now; on a Cluster on the first seed that accepts (a plain `PUBLISH` reaches every node).
     pub async fn subscribe<'a>(store: &Store, channels: impl IntoIterator<Item = &'a str>) -> Result<Self, StoreError> {
         const COMMAND: &str = "SUBSCRIBE";
         let channels: Vec<&str> = channels.into_iter().collect();
         let config = store.config();
-        let client = store.primary_client(COMMAND).await?;
         let bound = config.connect_timeout + config.command_timeout * u32::try_from(channels.len()).unwrap_or(u32::MAX);
-        let connect = async {
-            let mut pubsub = client.get_async_pubsub().await?;
-            for channel in &channels {
-                pubsub.subscribe(*channel).await?;
+        let timeout_ms = u64::try_from(bound.as_millis()).unwrap_or(u64::MAX);
+        let mut last = StoreError::invalid("no server to subscribe on");
+        for client in store.subscription_clients(COMMAND).await? {
+            let connect = async {
+                let mut pubsub = client.get_async_pubsub().await?;
+                for channel in &channels {
+                    pubsub.subscribe(*channel).await?;
+                }
+                Ok::<_, redis::RedisError>(pubsub)
+            };
+            match tokio::time::timeout(bound, connect).await {
+                Ok(Ok(pubsub)) => return Ok(Self { pubsub }),
+                Ok(Err(error)) => last = StoreError::from_redis(COMMAND, timeout_ms, error),
+                Err(_) => last = StoreError::Timeout { command: COMMAND, timeout_ms },
             }
-            Ok::<_, redis::RedisError>(pubsub)
-        };
-        match tokio::time::timeout(bound, connect).await {
-            Ok(Ok(pubsub)) => Ok(Self { pubsub }),
-            Ok(Err(error)) => Err(StoreError::from_redis(COMMAND, bound.as_millis() as u64, error)),
-            Err(_) => Err(StoreError::Timeout { command: COMMAND, timeout_ms: bound.as_millis() as u64 }),
         }
+        Err(last)
     }
 
     /// The channel and the message (the instance id to wake) of the next release, or `None`

@@ -20,7 +20,8 @@
 //! | command ran, reply lost         | [`Fault::DropNextReply`]                             |
 //!
 //! [`TlsRedisServer`] adds a TLS port with certificates made for the test (`openssl`), and
-//! [`SentinelGroup`] a primary, a replica and three sentinels that can be made to fail over.
+//! [`SentinelGroup`] a primary, a replica and three sentinels that can be made to fail over;
+//! [`RedisCluster`] a cluster of masters.
 //!
 //! [`resume`]: RedisServer::resume
 //!
@@ -61,6 +62,7 @@
 //! ```
 
 mod builder;
+mod cluster;
 mod error;
 mod fault_proxy;
 mod http;
@@ -73,6 +75,7 @@ mod server;
 mod tls;
 
 pub use builder::RedisServerBuilder;
+pub use cluster::RedisCluster;
 pub use error::HarnessError;
 pub use fault_proxy::{Fault, FaultProxy};
 pub use http::{HttpReply, http_get};
