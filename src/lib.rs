@@ -34,7 +34,9 @@
 //! * `config` — `settings::Settings`: the configuration from TOML and the environment
 //!   (`WAVEGATE__UPSTREAMS__LLM__LIMIT=10`), with the builders' validation;
 //! * `tls` — `rediss://` Redis URLs (rustls with the ring provider; the system's roots or
-//!   [`StoreConfig::root_certificate`]).
+//!   [`StoreConfig::root_certificate`]);
+//! * `cluster` — Redis Cluster ([`SchedulerBuilder::redis_cluster`]), through redis-rs's async
+//!   cluster client.
 //!
 //! Redis as it is deployed (Sentinel, TLS, ACL users, key prefixes) is described in
 //! `docs/redis.md`.
