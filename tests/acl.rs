@@ -252,3 +252,62 @@ async fn a_rediss_url_without_the_tls_feature_fails_build() {
     println!("{message}");
     assert!(message.to_lowercase().contains("tls"), "the error should name TLS: {message:?}");
 }
+
+/// Counts the error events whose message starts with `prefix` (on the thread it is set on).
+struct ErrorCounter {
+    prefix: &'static str,
+    count: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl tracing::Subscriber for ErrorCounter {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        struct Message(String);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    self.0 = format!("{value:?}");
+                }
+            }
+        }
+        if *event.metadata().level() == tracing::Level::ERROR {
+            let mut message = Message(String::new());
+            event.record(&mut message);
+            if message.0.starts_with(self.prefix) {
+                self.count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[actix::test]
+async fn a_lasting_rejection_is_logged_as_an_error_every_10_s() {
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = ErrorCounter { prefix: "the shared store rejects wavegate", count: count.clone() };
+    let _guard = tracing::subscriber::set_default(counter);
+    let redis = RedisServer::start().expect("redis-server");
+    set_user(&redis, "app", "pw", MINIMAL_USER);
+    let scheduler =
+        Scheduler::builder().upstream(upstream("llm", 4)).redis(url(&redis, "app", "pw")).build().expect("scheduler");
+    scheduler.acquire("llm").await.expect("permit").succeeded();
+    set_user(&redis, "app", "rotated", MINIMAL_USER);
+    let mut con = redis.connection().expect("connection");
+    redis::cmd("CLIENT").arg("KILL").arg("USER").arg("app").exec(&mut con).expect("CLIENT KILL");
+    scheduler.acquire("llm").await.expect("calls fail open").succeeded();
+    wait_for_mode(&scheduler, Mode::Rejected, Duration::from_secs(3)).await;
+    // The probe is refused about once a second (after a 100 ms, 200 ms … backoff): logged at
+    // the first refusal, then at the first one 10 s later; the third would come after 20 s.
+    tokio::time::sleep(Duration::from_millis(12_000)).await;
+    let logged = count.load(std::sync::atomic::Ordering::SeqCst);
+    println!("{logged} error logs of the rejection in 12 s");
+    assert_eq!(logged, 2, "once at the start and once after 10 s, not at every probe");
+}
