@@ -113,13 +113,16 @@ local function register_waiting(config, instance, asks, now)
 end
 
 -- After a grant of class `class` to `instance`: one caller fewer waits there.
-local function granted_waiting(instance, class, demand)
+local function granted_waiting(instance, class, demand, now)
   local member = class .. '|' .. instance
   if demand <= 1 then
     redis.call('ZREM', KEYS[4], member)
     redis.call('ZREM', KEYS[5], member)
     redis.call('HDEL', KEYS[6], member)
   else
+    -- Its next caller waits from now: to the back of its class's line, so the processes of a
+    -- class take turns (each release wakes the one that waited longest).
+    redis.call('ZADD', KEYS[4], 'XX', now, member)
     redis.call('HSET', KEYS[6], member, demand - 1)
   end
 end
