@@ -236,6 +236,7 @@ impl Coordinator {
                     ctx.cancel_future(timer);
                 }
                 slot.held.insert(id.clone(), wave);
+                slot.waiters.granted(&waiter);
                 if !fallback {
                     slot.last_shared.state = Some((state, limit));
                     slot.last_shared.wave = wave;
@@ -269,6 +270,7 @@ impl Coordinator {
                 let grant = Grant { id, wave, state, limit, queue_wait, permit_wait };
                 if let Err(Ok(grant)) = waiter.reply.send(Ok(grant)) {
                     slot.held.remove(&grant.id);
+                    slot.waiters.released(&grant.id);
                     self.release(upstream, grant.id, wave, WaveSignal::Neutral, refund, ctx);
                 }
                 self.record_classes(upstream);

@@ -585,6 +585,7 @@ impl Handler<Acquire> for Coordinator {
             reply: acquire.reply,
             tokens: acquire.tokens,
             class: acquire.class,
+            tenant: acquire.tenant,
             at_head: None,
             deadline_timer: Some(ctx.run_later(acquire.deadline.saturating_duration_since(now), move |act, _| {
                 act.expire(upstream, Instant::now());
@@ -609,6 +610,7 @@ impl Handler<Finish> for Coordinator {
         // The coordinator's own record of the wave wins: it follows the permit across modes.
         let slot = &mut self.slots[upstream];
         let wave = slot.held.remove(&finish.id).unwrap_or(finish.wave);
+        slot.waiters.released(&finish.id);
         metrics::permits_in_flight(slot.config.name().as_str(), "local", slot.held.len());
         self.record_classes(upstream);
         self.release(upstream, finish.id, wave, finish.signal, finish.token_delta, ctx);
