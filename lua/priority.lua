@@ -74,19 +74,25 @@ local function fleet_classes(config, limit, now)
     local i = config.class_index[class_of(id) or ''] or config.default_class
     classes[i].in_flight = classes[i].in_flight + 1
   end
-  local waiting = redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
-  for k = 1, #waiting, 2 do
-    local member, since = waiting[k], tonumber(waiting[k + 1])
+  -- Only the members that asked lately (stale ones are never read).
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], now - PRIORITY_FRESH, '+inf')) do
     local i = config.class_index[class_of(member) or '']
-    local seen = tonumber(redis.call('ZSCORE', KEYS[5], member))
-    if i and seen and seen >= now - PRIORITY_FRESH then
+    local since = tonumber(redis.call('ZSCORE', KEYS[4], member))
+    if i and since then
       local demand = tonumber(redis.call('HGET', KEYS[6], member)) or 1
       if demand > 0 then
-        if classes[i].demand == 0 then classes[i].since = since end
+        if classes[i].demand == 0 or since < classes[i].since then classes[i].since = since end
         classes[i].demand = classes[i].demand + demand
-        table.insert(members[i], { member = member, demand = demand })
+        table.insert(members[i], { member = member, demand = demand, since = since })
       end
     end
+  end
+  for i = 1, #members do
+    -- In the order they started waiting (then by name, so the order is the same every time).
+    table.sort(members[i], function(x, y)
+      if x.since == y.since then return x.member < y.member end
+      return x.since < y.since
+    end)
   end
   return classes, members
 end

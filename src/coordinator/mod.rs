@@ -497,6 +497,8 @@ impl Coordinator {
                 reserve_percent: class.reserve_percent_value(),
                 waiting,
                 in_flight_local,
+                in_flight_fleet: None,
+                waiting_fleet: None,
             })
             .collect()
     }
@@ -641,9 +643,13 @@ impl Handler<ReadStatus> for Coordinator {
             }
             #[cfg(feature = "redis")]
             Some(gate) => {
-                let call = async move { gate.status().await };
+                let call = async move { gate.status_with_classes().await };
                 ctx.spawn(call.into_actor(self).map(move |result, _, _| {
-                    if let Ok(shared) = result {
+                    if let Ok((shared, classes)) = result {
+                        for (class, (in_flight, waiting)) in status.classes.iter_mut().zip(classes) {
+                            class.in_flight_fleet = Some(in_flight);
+                            class.waiting_fleet = Some(waiting);
+                        }
                         status.state = shared.state;
                         status.limit = shared.limit;
                         status.wave = shared.wave;

@@ -33,16 +33,32 @@ pub(crate) struct Waiter {
     pub(crate) deadline_timer: Option<SpawnHandle>,
 }
 
+/// The head of one class's queue, as an ask to the shared store names it.
+#[derive(Debug, Clone)]
+pub(crate) struct Head {
+    pub(crate) class: usize,
+    pub(crate) id: String,
+    pub(crate) tokens: u64,
+    /// When it started waiting.
+    pub(crate) since: Instant,
+    /// The class's callers waiting in this process, the head included.
+    pub(crate) waiting: usize,
+}
+
+/// A class and a tenant of it (`None`: the callers that named no tenant).
+type TenantKey = (usize, Option<Arc<str>>);
+
 /// The waiters, one queue per priority class, and the permits held per tenant.
 #[derive(Debug)]
 pub(crate) struct Waiters {
     queues: Vec<VecDeque<Waiter>>,
     /// Waiters that name a tenant, per class: while there are none, a class is plain FIFO.
     with_tenant: Vec<usize>,
-    /// Permits held by callers that named a tenant: id → (class, tenant).
-    held: HashMap<String, (usize, Arc<str>)>,
+    /// Permits held by this process's callers: id → (class, tenant; `None` for callers that
+    /// named none, who count as one tenant).
+    held: HashMap<String, TenantKey>,
     /// How many of them each (class, tenant) holds; entries go when they reach 0.
-    held_by: HashMap<(usize, Arc<str>), u32>,
+    held_by: HashMap<TenantKey, u32>,
 }
 
 impl Default for Waiters {
@@ -79,10 +95,7 @@ impl Waiters {
         if self.with_tenant[class] == 0 {
             return (!queue.is_empty()).then_some(0);
         }
-        let held = |tenant: &Option<Arc<str>>| {
-            let key = (class, tenant.clone().unwrap_or_else(|| Arc::from("")));
-            self.held_by.get(&key).copied().unwrap_or(0)
-        };
+        let held = |tenant: &Option<Arc<str>>| self.held_by.get(&(class, tenant.clone())).copied().unwrap_or(0);
         queue
             .iter()
             .enumerate()
@@ -91,12 +104,12 @@ impl Waiters {
             .map(|(i, _)| i)
     }
 
-    /// A permit was granted to `waiter`: counted for its tenant, if it named one.
+    /// A permit was granted to `waiter`: counted for its tenant (or for the callers that
+    /// named none).
     pub(crate) fn granted(&mut self, waiter: &Waiter) {
-        if let Some(tenant) = &waiter.tenant {
-            self.held.insert(waiter.id.clone(), (waiter.class, tenant.clone()));
-            *self.held_by.entry((waiter.class, tenant.clone())).or_default() += 1;
-        }
+        let key = (waiter.class, waiter.tenant.clone());
+        self.held.insert(waiter.id.clone(), key.clone());
+        *self.held_by.entry(key).or_default() += 1;
     }
 
     /// The permit `id` was released.
@@ -155,29 +168,36 @@ impl Waiters {
         self.head_of(class, now)
     }
 
-    /// The head of every class with a waiter: (class, id, tokens, callers of the class
-    /// waiting).
-    pub(crate) fn heads(&mut self, now: Instant) -> Vec<(usize, String, u64, usize)> {
+    /// The head of every class with a waiter, and how many of the class's callers wait
+    /// (callers that gave up are dropped first).
+    pub(crate) fn heads(&mut self, now: Instant) -> Vec<Head> {
         (0..self.queues.len())
             .filter_map(|class| {
-                let (id, tokens) = self.head_of(class, now).map(|head| (head.id.clone(), head.tokens))?;
-                Some((class, id, tokens, self.queues[class].len()))
+                self.retain_live(class);
+                let head = self.head_of(class, now)?;
+                let (id, tokens, since) = (head.id.clone(), head.tokens, head.enqueued);
+                Some(Head { class, id, tokens, since, waiting: self.queues[class].len() })
             })
             .collect()
     }
 
-    /// Answers and removes a head if it is the waiter `id`; returns its deadline timer.
+    /// Answers and removes the waiter `id`; returns its deadline timer.
     pub(crate) fn fail_head(&mut self, id: &str, error: Error) -> Option<SpawnHandle> {
-        let waiter = self.pop_if(id)?;
+        let waiter = self.take(id)?;
         let _ = waiter.reply.send(Err(error));
         waiter.deadline_timer
     }
 
-    /// Removes the waiter `id` if it is the next of its class.
-    pub(crate) fn pop_if(&mut self, id: &str) -> Option<Waiter> {
-        let class = (0..self.queues.len())
-            .find(|&class| self.next_position(class).is_some_and(|at| self.queues[class][at].id == id))?;
-        let at = self.next_position(class)?;
+    /// Removes the waiter `id`, wherever it is (the one a grant names: with tenants, the next
+    /// of its class may have changed while the store was asked).
+    pub(crate) fn take(&mut self, id: &str) -> Option<Waiter> {
+        let (class, at) = self.queues.iter().enumerate().find_map(|(class, queue)| {
+            // Nearly always the front: look there first.
+            if queue.front().is_some_and(|w| w.id == id) {
+                return Some((class, 0));
+            }
+            queue.iter().position(|w| w.id == id).map(|at| (class, at))
+        })?;
         let waiter = self.queues[class].remove(at)?;
         self.with_tenant[class] -= usize::from(waiter.tenant.is_some());
         Some(waiter)
@@ -205,5 +225,75 @@ impl Waiters {
     pub(crate) fn time_out(waiter: Waiter, upstream: &str, now: Instant, retry_after: Option<Duration>) {
         let waited = now.saturating_duration_since(waiter.enqueued);
         let _ = waiter.reply.send(Err(Error::WaitedTooLong { upstream: upstream.to_owned(), waited, retry_after }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiter(id: &str, class: usize, tenant: Option<&str>) -> (Waiter, oneshot::Receiver<Result<Grant, Error>>) {
+        let (reply, answer) = oneshot::channel();
+        let now = Instant::now();
+        let waiter = Waiter {
+            id: id.to_owned(),
+            enqueued: now,
+            deadline: now + Duration::from_secs(60),
+            reply,
+            tokens: 0,
+            class,
+            tenant: tenant.map(Arc::from),
+            at_head: None,
+            deadline_timer: None,
+        };
+        (waiter, answer)
+    }
+
+    #[test]
+    fn tenants_take_turns_and_callers_without_one_count_as_one() {
+        let mut waiters = Waiters::new(1);
+        let mut answers = Vec::new();
+        for (id, tenant) in [("a1", Some("a")), ("a2", Some("a")), ("n1", None), ("b1", Some("b")), ("n2", None)] {
+            let (w, answer) = waiter(id, 0, tenant);
+            answers.push(answer);
+            waiters.push(w);
+        }
+        let now = Instant::now();
+        let mut served = Vec::new();
+        while let Some(head) = waiters.head_of(0, now) {
+            let id = head.id.clone();
+            let taken = waiters.take(&id).expect("the head is there");
+            waiters.granted(&taken);
+            served.push(id);
+        }
+        // a, then the untagged callers (holding none), then b, then a again (each holds 1),
+        // then the second untagged caller.
+        assert_eq!(served, ["a1", "n1", "b1", "a2", "n2"]);
+        assert_eq!(waiters.len(), 0);
+        for id in &served {
+            waiters.released(id);
+        }
+        assert!(waiters.held_by.is_empty() && waiters.held.is_empty());
+    }
+
+    #[test]
+    fn a_grant_for_a_waiter_that_is_no_longer_next_still_reaches_it() {
+        let mut waiters = Waiters::new(2);
+        let (a1, _a1) = waiter("a1", 1, Some("a"));
+        let (a0, _a0) = waiter("a0", 1, Some("a"));
+        waiters.push(a0);
+        let now = Instant::now();
+        let granted = waiters.take("a0").expect("a0");
+        waiters.granted(&granted);
+        waiters.push(a1);
+        // Asked for a1; meanwhile tenant b's first caller arrives and becomes the next.
+        assert_eq!(waiters.head_of(1, now).map(|w| w.id.clone()).as_deref(), Some("a1"));
+        let (b1, _b1) = waiter("b1", 1, Some("b"));
+        waiters.push(b1);
+        assert_eq!(waiters.head_of(1, now).map(|w| w.id.clone()).as_deref(), Some("b1"));
+        // The store's grant names a1: it is taken wherever it is, and the counts stay right.
+        assert_eq!(waiters.take("a1").map(|w| w.id), Some("a1".to_owned()));
+        assert_eq!(waiters.with_tenant[1], 1);
+        assert_eq!(waiters.lens(), [0, 1]);
     }
 }
