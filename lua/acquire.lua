@@ -92,7 +92,7 @@ else
     redis.call('ZADD', KEYS[1], now + lease, id)
     redis.call('HSET', KEYS[3], id, s.wave)
     if classes and instance ~= '' then
-      granted_waiting(instance, ask.class, ask.demand)
+      granted_waiting(instance, ask.class, ask.demand, now)
     elseif instance ~= '' then
       redis.call('ZREM', KEYS[4], instance)
       redis.call('ZREM', KEYS[5], instance)
