@@ -1,5 +1,7 @@
 //! The status endpoint: each upstream's mode, state, limit, wave, permits in flight (this
-//! process and the fleet), queue depth, breaker state and cooldown remaining, as JSON.
+//! process and the fleet), queue depth, breaker state and cooldown remaining, and the shared
+//! store's health (how it is found, the key prefix, the server, a rejection, configuration
+//! conflicts), as JSON.
 
 use actix_web::{HttpResponse, web};
 use serde::Serialize;
@@ -12,7 +14,7 @@ use crate::error::{ErrorBody, WebError};
 pub struct UpstreamView {
     /// The upstream's name.
     pub upstream: String,
-    /// `local`, `shared` or `fallback`.
+    /// `local`, `shared`, `fallback` or `rejected`.
     pub mode: &'static str,
     /// `NORMAL`, `COOLDOWN`, `PROBE` or `DEGRADED`.
     pub state: &'static str,
@@ -130,6 +132,58 @@ impl UpstreamView {
 pub struct StatusBody {
     /// Every configured upstream, in configuration order.
     pub upstreams: Vec<UpstreamView>,
+    /// The shared store (left out in local mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store: Option<StoreView>,
+}
+
+/// The shared store as the scheduler knows it (`Scheduler::store_health`).
+#[derive(Debug, Serialize)]
+pub struct StoreView {
+    /// `single`, `sentinel` or `cluster`.
+    pub topology: &'static str,
+    /// The prefix of every key and channel.
+    pub key_prefix: String,
+    /// The server's name and version, once the startup check read them.
+    pub server: Option<String>,
+    /// Behind Sentinel: the primary in use.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub primary: Option<String>,
+    /// Why the server rejects wavegate now (`authentication`, `permission`, `version`, `tls`,
+    /// `sentinel`), with its words and what to do.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rejected: Option<RejectionView>,
+    /// Upstreams another process shares with a different configuration.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub config_conflicts: Vec<String>,
+}
+
+/// A rejection of wavegate by the server.
+#[derive(Debug, Serialize)]
+pub struct RejectionView {
+    /// `authentication`, `permission`, `version`, `tls` or `sentinel`.
+    pub reason: &'static str,
+    /// The server's words.
+    pub detail: String,
+    /// What to change.
+    pub advice: &'static str,
+}
+
+impl StoreView {
+    fn new(health: wavegate::StoreHealth) -> Self {
+        Self {
+            topology: health.topology,
+            key_prefix: health.key_prefix,
+            server: health.server,
+            primary: health.primary,
+            rejected: health.rejected.map(|(reason, detail)| RejectionView {
+                reason: reason.as_str(),
+                detail,
+                advice: reason.advice(),
+            }),
+            config_conflicts: health.config_conflicts.into_keys().collect(),
+        }
+    }
 }
 
 /// Reads the scheduler's status.
@@ -140,7 +194,7 @@ pub async fn status(scheduler: &Scheduler) -> Result<StatusBody, WebError> {
         .zip(scheduler.upstreams())
         .map(|(status, config)| UpstreamView::new(status, config.limit().get()))
         .collect();
-    Ok(StatusBody { upstreams })
+    Ok(StatusBody { upstreams, store: scheduler.store_health().map(StoreView::new) })
 }
 
 /// The status handler. Needs the scheduler in `web::Data<Scheduler>`; without it, it answers
