@@ -20,6 +20,10 @@ use crate::connection::Store;
 use crate::error::{Rejection, StoreError};
 use crate::shared_gate::SharedGate;
 
+/// The TTL of the startup check's heartbeat: the scheduler's own (its key's expiry must not
+/// shrink), though the member is removed at once.
+const STARTUP_HEARTBEAT_TTL: Duration = Duration::from_secs(30);
+
 /// The oldest server the scripts run on: `ZADD … GT` came with Redis 6.2.
 pub const MIN_REDIS_VERSION: (u32, u32) = (6, 2);
 
@@ -47,21 +51,22 @@ impl Store {
     /// Checks that the server can serve `gates` with this configuration: see the module docs.
     /// Bounded: one connect timeout plus a command timeout per command.
     pub async fn check(&self, gates: &[SharedGate]) -> Result<ServerInfo, StoreError> {
-        let info = self.server_info().await?;
+        let mut info = self.server_info().await?;
         self.update_health(|h| h.server = Some(format!("{} {}", info.name, info.version)));
         self.preload_scripts().await?;
-        // The heartbeat script (ZADD on the instances key), under a member of its own that
-        // counts for 1 ms and is removed at once: another process's heartbeat in that
-        // millisecond counts one process too many (the safe side: a smaller fallback share).
+        // The heartbeat script (ZADD on the instances key) under a member of its own, removed
+        // at once. Its TTL must be a real one: the script sets the whole key's expiry to twice
+        // the TTL, so a short one would wipe every process's heartbeat (and a process starting
+        // then would believe it is alone). Another process's heartbeat between the two
+        // commands counts one process too many: the safe side (a smaller fallback share).
         const MEMBER: &str = "wavegate-startup-check";
-        self.heartbeat(MEMBER, Duration::from_millis(1)).await?;
+        self.heartbeat(MEMBER, STARTUP_HEARTBEAT_TTL).await?;
         let instances = self.config().keyspace.instances();
         let _removed: i64 = self
             .bounded("ZREM", self.config().command_timeout, |mut c| async move {
                 redis::cmd("ZREM").arg(instances).arg(MEMBER).query_async(&mut c).await
             })
             .await?;
-        let mut info = info;
         for gate in gates {
             gate.reconcile(&[], &[], Duration::from_secs(1), (0, 0)).await?;
             // The scripts publish with `pcall` and waiters poll as well: without channel
