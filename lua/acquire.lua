@@ -12,7 +12,8 @@
 --          reached (so a release wakes it) and taken off when it is granted; '' for none
 -- Reply: {1, wave, state, limit, in_flight}        granted
 --        {0, reason, wait_ms, in_flight}           denied: reason 'cooldown', 'at_limit',
---                                                  'requests', 'tokens' or 'tokens_exceed_burst'
+--                                                  'requests', 'tokens', 'tokens_exceed_burst'
+--                                                  or 'provider_window'
 -- An estimate above the tokens burst is refused first (it can never fit); then the wave and the
 -- limit are checked, then the budgets; all are charged together or not at all.
 if #ARGV ~= CONFIG_ARGS + 4 then return fail('acquire', 'expected ' .. (CONFIG_ARGS + 4) .. ' ARGV, got ' .. #ARGV) end
@@ -36,6 +37,10 @@ end
 
 local in_flight = redis.call('ZCARD', KEYS[1])
 local denial, wait = wave_denial(s, now, in_flight)
+-- [provider windows] checked after the wave and the limit, before the budgets (provider_window.lua)
+local windows = pw_load()
+local window_wait = pw_wait(windows, now, tokens)
+-- [/provider windows]
 local result
 if config.tokens and tokens > config.tokens.burst then
   -- Never fits: refused before the wave and the limit, so it is not told to wait.
@@ -47,6 +52,8 @@ elseif denial then
     redis.call('ZADD', KEYS[5], now, instance)
   end
   result = { 0, denial, wait, in_flight }
+elseif window_wait then -- [provider windows]
+  result = { 0, 'provider_window', window_wait, in_flight }
 else
   local now_us = now * 1000
   local requests_tat, requests_wait, tokens_tat, tokens_wait = nil, 0, nil, 0
@@ -61,6 +68,7 @@ else
     if tokens_tat then save_tat('tokens_tat', tokens_tat) end
     redis.call('ZADD', KEYS[1], now + lease, id)
     redis.call('HSET', KEYS[3], id, s.wave)
+    if pw_charge(windows, now, tokens) then pw_save(windows) end -- [provider windows]
     if instance ~= '' then
       redis.call('ZREM', KEYS[4], instance)
       redis.call('ZREM', KEYS[5], instance)

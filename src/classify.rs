@@ -122,7 +122,7 @@ pub struct ByError;
 impl<T, E: UpstreamError> Classify<T, E> for ByError {
     fn classify(&self, result: &Result<T, E>) -> Outcome {
         match result {
-            Ok(_) => Outcome::Success { status: 200 },
+            Ok(_) => Outcome::success(200),
             Err(error) => error.outcome(),
         }
     }

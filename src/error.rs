@@ -91,6 +91,19 @@ pub enum Error<E = Infallible> {
         /// The budget's burst.
         burst: u64,
     },
+    /// The provider said the account's quota is exhausted (`insufficient_quota`): a billing
+    /// state, not a rate limit. Not retried; the upstream is refused at once in this process
+    /// until `retry_after` has passed or an operator calls
+    /// [`Scheduler::reset_quota`](crate::Scheduler::reset_quota).
+    QuotaExhausted {
+        /// The upstream.
+        upstream: String,
+        /// Attempts made by this call (1 for the call that met the refusal, 0 for the calls
+        /// refused after it).
+        attempts: u32,
+        /// How long the upstream stays refused in this process.
+        retry_after: Duration,
+    },
     /// The scheduler's actors are gone (the actix system is shutting down).
     Stopped,
 }
@@ -123,6 +136,11 @@ impl<E> fmt::Display for Error<E> {
             Error::InsufficientCapacity { upstream, requested, budget, burst } => {
                 write!(f, "upstream `{upstream}`: {requested} tokens can never fit a {budget} burst of {burst}")
             }
+            Error::QuotaExhausted { upstream, attempts, retry_after } => write!(
+                f,
+                "upstream `{upstream}`: the provider's quota is exhausted (after {attempts} attempts); refused for \
+                 {retry_after:?} or until an operator resets it"
+            ),
             Error::Stopped => f.write_str("the scheduler has stopped"),
         }
     }
@@ -190,6 +208,9 @@ impl<E> Error<E> {
             Error::InsufficientCapacity { upstream, budget, requested, burst } => {
                 Error::InsufficientCapacity { upstream, budget, requested, burst }
             }
+            Error::QuotaExhausted { upstream, attempts, retry_after } => {
+                Error::QuotaExhausted { upstream, attempts, retry_after }
+            }
             Error::Stopped => Error::Stopped,
         }
     }
@@ -210,7 +231,7 @@ impl<E> Error<E> {
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             Error::WaitedTooLong { retry_after, .. } => Some(retry_after.unwrap_or(Duration::from_secs(1))),
-            Error::BreakerOpen { retry_after, .. } => Some(*retry_after),
+            Error::BreakerOpen { retry_after, .. } | Error::QuotaExhausted { retry_after, .. } => Some(*retry_after),
             Error::QueueFull { .. } | Error::RetryBudgetSpent { .. } | Error::DeadlinePassed { .. } => {
                 Some(Duration::from_secs(1))
             }
@@ -237,6 +258,7 @@ impl<E> Error<E> {
             Error::DeadlinePassed { .. } => "deadline_passed",
             Error::Upstream { .. } => "upstream_error",
             Error::InsufficientCapacity { .. } => "insufficient_capacity",
+            Error::QuotaExhausted { .. } => "quota_exhausted",
             Error::Stopped => "stopped",
         }
     }

@@ -65,6 +65,8 @@ mod messages;
 pub mod metrics;
 pub mod middleware;
 mod permit;
+mod provider_signals;
+mod quota;
 mod registry;
 mod request;
 mod runtime;
@@ -83,7 +85,7 @@ pub use scheduler::{BuildError, Scheduler, SchedulerBuilder};
 pub use status::{Mode, UpstreamStatus};
 pub use upstream::{RequestBuilder, Upstream};
 pub use wavegate_core as core;
-pub use wavegate_core::{Outcome, TransportError, UpstreamConfig, WaveState};
+pub use wavegate_core::{Outcome, ProviderSignals, RateLimitKind, TransportError, UpstreamConfig, WaveState};
 pub use wavegate_redis::StoreConfig;
 
 #[doc = include_str!("../README.md")]

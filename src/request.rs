@@ -8,7 +8,7 @@ use tokio::sync::oneshot;
 
 use crate::error::Error;
 use crate::messages::{Acquire, Admit, AttemptKind, Refusal};
-use crate::permit::Permit;
+use crate::permit::{Owners, Permit, QuotaRef};
 use crate::scheduler::Inner;
 
 /// What the caller's closure learns about the attempt it is asked to make.
@@ -34,6 +34,10 @@ pub(crate) async fn acquire_permit(
     tokens: u64,
 ) -> Result<Permit, Error> {
     let name = || inner.upstreams[upstream].name().to_string();
+    if let Some(retry_after) = inner.quota[upstream].remaining() {
+        // A spent quota: refused before the breaker, the queue and any wait.
+        return Err(Error::QuotaExhausted { upstream: name(), attempts: 0, retry_after });
+    }
     let supervisor = inner.supervisors[upstream].clone();
     let admission = match supervisor.send(Admit { kind }).await {
         Ok(Ok(admission)) => admission,
@@ -46,5 +50,7 @@ pub(crate) async fn acquire_permit(
     let (reply, granted) = oneshot::channel();
     inner.coordinator.do_send(Acquire { upstream, tokens, deadline: wait_until, reply });
     let grant = granted.await.map_err(|_| Error::Stopped)??;
-    Ok(Permit::new(upstream, name(), grant, tokens, admission.into_ticket(), inner.coordinator.clone(), supervisor))
+    let quota = QuotaRef { block: inner.quota[upstream].clone(), pause: inner.upstreams[upstream].quota_pause() };
+    let owners = Owners { coordinator: inner.coordinator.clone(), supervisor, quota };
+    Ok(Permit::new(upstream, name(), grant, tokens, admission.into_ticket(), owners))
 }

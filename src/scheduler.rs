@@ -13,6 +13,7 @@ use crate::coordinator::Coordinator;
 use crate::error::Error;
 use crate::messages::{ReadBreaker, ReadMode, ReadStatus};
 use crate::permit::Permit;
+use crate::quota::QuotaBlock;
 use crate::registry::{self, Registration};
 use crate::request::Attempt;
 use crate::runtime::{ActorThread, Actors};
@@ -27,6 +28,8 @@ pub(crate) struct Inner {
     pub(crate) set: UpstreamSet,
     pub(crate) coordinator: Addr<Coordinator>,
     pub(crate) supervisors: Vec<Addr<UpstreamSupervisor>>,
+    /// Each upstream's spent quota, if any (see `quota.rs`).
+    pub(crate) quota: Vec<Arc<QuotaBlock>>,
     /// The actors' own thread, when `build()` found no actix system; it stops with the last
     /// handle.
     pub(crate) _thread: Option<ActorThread>,
@@ -187,6 +190,19 @@ impl Scheduler {
         self.inner.coordinator.send(ReadMode).await.map_err(|_| Error::Stopped)
     }
 
+    /// Lifts the refusal a spent quota put on `upstream` in this process (an operator's reset,
+    /// e.g. after paying the bill); says whether there was one. See
+    /// [`Error::QuotaExhausted`].
+    pub fn reset_quota(&self, upstream: &str) -> Result<bool, UnknownUpstream> {
+        let index = self.index(upstream)?;
+        let lifted = self.inner.quota[index].reset();
+        if lifted {
+            tracing::info!(upstream, "quota refusal lifted by an operator");
+            crate::metrics::quota_exhausted(upstream, false);
+        }
+        Ok(lifted)
+    }
+
     /// The configured upstreams.
     pub fn upstreams(&self) -> impl Iterator<Item = &UpstreamConfig> {
         self.inner.upstreams.iter()
@@ -230,7 +246,9 @@ impl SchedulerBuilder {
         let Actors { coordinator, supervisors, thread } =
             Actors::start(&self.upstreams, store).map_err(BuildError::Runtime)?;
         let registration = local.then(|| Registration::new(self.upstreams.iter().map(|u| u.name().to_string())));
-        let inner = Inner { upstreams: self.upstreams, set, coordinator, supervisors, _thread: thread, registration };
+        let quota = self.upstreams.iter().map(|_| Arc::default()).collect();
+        let inner =
+            Inner { upstreams: self.upstreams, set, coordinator, supervisors, quota, _thread: thread, registration };
         Ok(Scheduler { inner: Arc::new(inner) })
     }
 }
@@ -242,6 +260,7 @@ pub(crate) async fn status(inner: &Inner, index: usize) -> Result<UpstreamStatus
     let mut status = answer.await.map_err(|_| Error::Stopped)?;
     let breaker = inner.supervisors[index].send(ReadBreaker).await.map_err(|_| Error::Stopped)?;
     status.breaker = breaker.as_str();
+    status.quota_exhausted_for = inner.quota[index].remaining();
     if inner.registration.is_some() {
         status.schedulers_in_process = registry::live(&status.upstream);
     }

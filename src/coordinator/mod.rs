@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, MessageResult, SpawnHandle, WrapFuture};
 use wavegate_core::{
-    Budgets, Clock, LocalGate, MonotonicClock, RateLimitEffect, UpstreamConfig, WaveSignal, WaveState, duration_ms,
+    Budgets, Clock, LocalGate, MonotonicClock, RateLimitEffect, UpstreamConfig, WaveSignal, WaveState, WindowReport,
+    duration_ms,
 };
 use wavegate_redis::{SharedGate, Store, StoreError};
 
@@ -310,6 +311,26 @@ impl Coordinator {
         }
     }
 
+    /// Hands what a response said is left of the provider's windows to the gate in charge;
+    /// the local gate keeps it too, so a fallback starts knowing it.
+    fn report_window(&mut self, upstream: usize, id: &str, report: WindowReport, tokens: u64, ctx: &mut Context<Self>) {
+        let now_ms = self.clock.now_ms();
+        let slot = &mut self.slots[upstream];
+        slot.local.report_window(id, report, now_ms, tokens);
+        metrics::provider_window_report(slot.config.name().as_str());
+        let Some(gate) = self.shared_gate(upstream) else { return };
+        let id = id.to_string();
+        let call = async move { gate.report_window(&id, report, tokens).await };
+        ctx.spawn(call.into_actor(self).map(move |result, act, _| {
+            if let Err(error) = result {
+                // The release behind it meets the same error and handles the outage; the
+                // report is only lost (the provider will say it again).
+                metrics::redis_error("report_window", error.label());
+                tracing::debug!(upstream = %act.slots[upstream].config.name(), %error, "provider window report failed");
+            }
+        }));
+    }
+
     /// The lease watchdog: renews every permit this process holds for `upstream`.
     fn renew(&mut self, upstream: usize, ctx: &mut Context<Self>) {
         let slot = &self.slots[upstream];
@@ -456,6 +477,7 @@ impl Coordinator {
             queue_depth: slot.waiters.len(),
             breaker: "closed",
             budgets: slot.local.budget_status(now_ms),
+            quota_exhausted_for: None,
             schedulers_in_process: 0,
         }
     }
@@ -552,6 +574,10 @@ impl Handler<Finish> for Coordinator {
         let slot = &mut self.slots[upstream];
         let wave = slot.held.remove(&finish.id).unwrap_or(finish.wave);
         metrics::permits_in_flight(slot.config.name().as_str(), "local", slot.held.len());
+        if let Some(report) = finish.window {
+            // Before the release, so the grants its release makes room for already see it.
+            self.report_window(upstream, &finish.id, report, finish.tokens_reserved, ctx);
+        }
         self.release(upstream, finish.id, wave, finish.signal, finish.token_delta, ctx);
         if self.shared_gate(upstream).is_none() {
             self.pump(upstream, ctx);

@@ -240,6 +240,8 @@ pub struct UpstreamConfig {
     breaker: BreakerConfig,
     retry_budget: RetryBudgetConfig,
     backoff: Backoff,
+    /// How long a spent quota keeps the upstream refused (issue 14).
+    quota_pause: Duration,
 }
 
 impl UpstreamConfig {
@@ -258,6 +260,9 @@ impl UpstreamConfig {
     pub const DEFAULT_QUEUE_CAPACITY: usize = 1024;
     /// The shortest renewed lease: 1 s (renewed every third of it).
     pub const MIN_RENEWED_LEASE: Duration = Duration::from_secs(1);
+    /// How long a spent quota (`insufficient_quota`) keeps the upstream refused in a process,
+    /// unless an operator resets it sooner: 15 min.
+    pub const DEFAULT_QUOTA_PAUSE: Duration = Duration::from_secs(15 * 60);
     /// The longest duration any setting accepts: 7 days.
     pub const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
 
@@ -283,6 +288,7 @@ impl UpstreamConfig {
             breaker: BreakerConfig::default(),
             retry_budget: RetryBudgetConfig::default(),
             backoff: Backoff::default(),
+            quota_pause: Self::DEFAULT_QUOTA_PAUSE,
         }
     }
 
@@ -353,6 +359,12 @@ impl UpstreamConfig {
     pub fn retry_budget(&self) -> &RetryBudgetConfig {
         &self.retry_budget
     }
+
+    /// How long a spent quota keeps the upstream refused in a process.
+    pub fn quota_pause(&self) -> Duration {
+        self.quota_pause
+    }
+
     /// The backoff for transient failures.
     pub fn backoff(&self) -> &Backoff {
         &self.backoff
@@ -382,6 +394,7 @@ pub struct UpstreamConfigBuilder {
     breaker: BreakerConfig,
     retry_budget: RetryBudgetConfig,
     backoff: Backoff,
+    quota_pause: Duration,
 }
 
 impl UpstreamConfigBuilder {
@@ -508,6 +521,14 @@ impl UpstreamConfigBuilder {
         self
     }
 
+    /// How long a spent quota (a 429 of kind `quota_exhausted`) keeps the upstream refused in
+    /// this process, unless an operator resets it sooner (`Scheduler::reset_quota`). Default
+    /// [`UpstreamConfig::DEFAULT_QUOTA_PAUSE`] (15 min).
+    pub fn quota_pause(mut self, pause: Duration) -> Self {
+        self.quota_pause = pause;
+        self
+    }
+
     /// Checks everything and returns the configuration, or the first problem found.
     pub fn build(self) -> Result<UpstreamConfig, ConfigError> {
         let name = UpstreamName::new(self.name)?;
@@ -539,6 +560,7 @@ impl UpstreamConfigBuilder {
             ("backoff.base", self.backoff.base),
             ("breaker.probe_timeout", self.breaker.probe_timeout),
             ("retest_spacing (first)", self.retest.0),
+            ("quota_pause", self.quota_pause),
         ] {
             if value.is_zero() {
                 return Err(zero_duration(field));
@@ -552,6 +574,7 @@ impl UpstreamConfigBuilder {
         for (field, value) in [
             ("call_timeout", self.call_timeout),
             ("max_wait", self.max_wait),
+            ("quota_pause", self.quota_pause),
             ("total_timeout", total_timeout),
             ("permit_ttl", self.permit_ttl),
             ("max_cooldown", self.cooldown.max),
@@ -659,6 +682,7 @@ impl UpstreamConfigBuilder {
             breaker: self.breaker,
             retry_budget: self.retry_budget,
             backoff: self.backoff,
+            quota_pause: self.quota_pause,
         })
     }
 }
