@@ -52,5 +52,11 @@ pub(crate) async fn acquire_permit(
     let grant = granted.await.map_err(|_| Error::Stopped)??;
     let quota = QuotaRef { block: inner.quota[upstream].clone(), pause: inner.upstreams[upstream].quota_pause() };
     let owners = Owners { coordinator: inner.coordinator.clone(), supervisor, quota };
-    Ok(Permit::new(upstream, name(), grant, tokens, admission.into_ticket(), owners))
+    let permit = Permit::new(upstream, name(), grant, tokens, admission.into_ticket(), owners);
+    if let Some(retry_after) = inner.quota[upstream].remaining() {
+        // The quota ran out while this caller waited: the permit goes back unused.
+        drop(permit);
+        return Err(Error::QuotaExhausted { upstream: name(), attempts: 0, retry_after });
+    }
+    Ok(permit)
 }
