@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 
 use rand::Rng;
 use tokio::sync::{Mutex, Semaphore, mpsc, oneshot};
-use wavegate::{Mode, Outcome, Scheduler, TransportError};
+use wavegate::{Mode, Outcome, ProviderSignals, Scheduler, TransportError};
 use wavegate_testkit::{HttpReply, http_get};
 
 use crate::protocol::{now_us, num};
@@ -48,6 +48,8 @@ pub(crate) struct WorkerEnv {
     /// window (calls, seconds).
     pub(crate) oracle_capacity: usize,
     pub(crate) oracle_rate: Option<(u32, u64)>,
+    /// Tokens each job reserves (sent in its query; wavegate's estimate), 0 for none.
+    pub(crate) tokens: u64,
 }
 
 impl WorkerEnv {
@@ -64,6 +66,7 @@ impl WorkerEnv {
             ("WORKER_PROCESSES", self.processes.to_string()),
             ("WORKER_ORACLE_CAPACITY", self.oracle_capacity.to_string()),
             ("WORKER_ORACLE_RATE", self.oracle_rate.map_or(String::new(), |(calls, s)| format!("{calls}/{s}"))),
+            ("WORKER_TOKENS", self.tokens.to_string()),
         ]
     }
 
@@ -87,6 +90,7 @@ impl WorkerEnv {
             index: parsed("WORKER_INDEX")? as usize,
             processes: parsed("WORKER_PROCESSES")?.max(1) as usize,
             oracle_capacity: parsed("WORKER_ORACLE_CAPACITY")? as usize,
+            tokens: parsed("WORKER_TOKENS")?,
             oracle_rate: {
                 let rate = var("WORKER_ORACLE_RATE")?;
                 match rate.split_once('/') {
@@ -295,12 +299,12 @@ async fn run(
     let jobs = Rc::new(Mutex::new(jobs));
     let mut callers = Vec::with_capacity(env.callers);
     for _ in 0..env.callers {
-        let (jobs, runner, provider) = (jobs.clone(), runner.clone(), env.provider);
+        let (jobs, runner, provider, tokens) = (jobs.clone(), runner.clone(), env.provider, env.tokens);
         callers.push(actix::spawn(async move {
             loop {
                 let next = jobs.lock().await.recv().await;
                 let Some(id) = next else { break };
-                let log = run_job(&strategy.kind, &runner, provider, id).await;
+                let log = run_job(&strategy.kind, &runner, provider, id, tokens).await;
                 println!(
                     "DONE id={id} ok={} attempts={} r429={} start={} success_start={} end={}",
                     u8::from(log.ok),
@@ -358,15 +362,30 @@ async fn poll_status(scheduler: Scheduler, status_calls: Rc<Cell<u64>>) {
     }
 }
 
-async fn get(provider: SocketAddr, id: u64) -> std::io::Result<HttpReply> {
-    http_get(provider, &format!("/job/{id}"), HTTP_TIMEOUT).await
+async fn get(provider: SocketAddr, id: u64, tokens: u64) -> std::io::Result<HttpReply> {
+    let query = if tokens > 0 { format!("?tokens={tokens}") } else { String::new() };
+    http_get(provider, &format!("/job/{id}{query}"), HTTP_TIMEOUT).await
+}
+
+/// What a provider's answer means to wavegate: its status, every rate-limit header it sent
+/// and its body's error code (`Outcome::from_signals`); a failed exchange is a connect error.
+fn classify(result: &Result<HttpReply, Outcome>) -> Outcome {
+    match result {
+        Ok(reply) => {
+            let headers = reply.headers.iter().map(|(name, value)| (name.as_str(), value.as_bytes()));
+            let signals = ProviderSignals::from_headers(headers, SystemTime::now());
+            Outcome::from_signals(reply.status, wavegate_testkit::error_code(&reply.body), signals)
+        }
+        Err(outcome) => *outcome,
+    }
 }
 
 fn jitter(base: Duration, low: f64, high: f64) -> Duration {
     base.mul_f64(rand::rng().random_range(low..=high))
 }
 
-async fn run_job(kind: &Kind, runner: &Runner, provider: SocketAddr, id: u64) -> JobLog {
+async fn run_job(kind: &Kind, runner: &Runner, provider: SocketAddr, id: u64, tokens: u64) -> JobLog {
+    let get = |provider, id| get(provider, id, tokens);
     let mut log = JobLog { start: now_us(), ..JobLog::default() };
     match (kind, runner) {
         (Kind::Naive { attempts, base, cap }, _) => {
@@ -407,17 +426,20 @@ async fn run_job(kind: &Kind, runner: &Runner, provider: SocketAddr, id: u64) ->
             let rate_limited = Rc::new(Cell::new(0u32));
             let last_sent = Rc::new(Cell::new(0u64));
             let (a, r, s) = (attempts.clone(), rate_limited.clone(), last_sent.clone());
-            let result = scheduler
-                .call(UPSTREAM, move |_attempt| {
+            let upstream = scheduler.upstream(UPSTREAM).expect("configured");
+            let result = upstream
+                .request()
+                .tokens(tokens)
+                .classify(classify)
+                .call(move |_attempt| {
                     let (a, r, s) = (a.clone(), r.clone(), s.clone());
                     async move {
                         a.set(a.get() + 1);
                         s.set(now_us());
                         match get(provider, id).await {
-                            Ok(reply) if reply.status == 200 => Ok(()),
                             Ok(reply) => {
                                 r.set(r.get() + u32::from(reply.status == 429));
-                                Err(Outcome::from_status(reply.status, reply.retry_after.as_deref(), SystemTime::now()))
+                                Ok(reply)
                             }
                             Err(_) => Err(Outcome::from_transport(TransportError::Connect)),
                         }
@@ -425,7 +447,7 @@ async fn run_job(kind: &Kind, runner: &Runner, provider: SocketAddr, id: u64) ->
                 })
                 .await;
             (log.attempts, log.rate_limited) = (attempts.get(), rate_limited.get());
-            if result.is_ok() {
+            if result.as_ref().is_ok_and(|reply| reply.status == 200) {
                 (log.ok, log.success_start) = (true, last_sent.get());
             } else if let Err(error) = result {
                 eprintln!("worker {}: job {id} failed: {error}", std::process::id());
@@ -471,6 +493,7 @@ mod tests {
             processes: 4,
             oracle_capacity: 8,
             oracle_rate: Some((500, 10)),
+            tokens: 200,
         };
         let vars = env.to_env();
         let get = |k: &str| vars.iter().find(|(name, _)| *name == k).map(|(_, v)| v.as_str());
