@@ -3,40 +3,70 @@
 -- KEYS[1] permits (zset)   KEYS[2] wave state (hash)   KEYS[3] permit waves (hash)
 -- KEYS[4] processes waiting at the limit (zset: since when)
 -- KEYS[5] the same processes (zset: when each last asked; see finish.lua)
--- ARGV[1..13] config (see read_config in wave.lua)
--- ARGV[14] permit id (client-chosen; an id already held is granted again, not twice, and
+-- KEYS[6] how many callers of each waiting process wait, by class (hash; classes only)
+-- ARGV[1..14] config (see read_config in wave.lua)
+-- ARGV[15] permit id (client-chosen; an id already held is granted again, not twice, and
 --          nothing is charged again)
--- ARGV[15] lease in ms
--- ARGV[16] tokens to reserve from the tokens budget (0 without one)
--- ARGV[17] the asking process's instance id, put on the waiting list when the limit is
+-- ARGV[16] lease in ms
+-- ARGV[17] tokens to reserve from the tokens budget (0 without one)
+-- ARGV[18] the asking process's instance id, put on the waiting list when the limit is
 --          reached (so a release wakes it) and taken off when it is granted; '' for none
--- Reply: {1, wave, state, limit, in_flight}        granted
+-- With priority classes (priority.lua), the ask is one head per class the process has
+-- waiting callers in: ARGV[19] the class of ARGV[15], ARGV[20] its callers waiting, then
+-- groups of four (class, permit id, tokens, callers waiting) for its other classes. The
+-- permit goes to the first of them the fleet-wide choice of class reaches.
+-- Reply: {1, wave, state, limit, in_flight, id}    granted (id: which ask)
 --        {0, reason, wait_ms, in_flight}           denied: reason 'cooldown', 'at_limit',
 --                                                  'requests', 'tokens', 'tokens_exceed_burst'
 --                                                  or 'provider_window'
 -- An estimate above the tokens burst is refused first (it can never fit); then the wave and the
--- limit are checked, then the budgets; all are charged together or not at all.
-if #ARGV ~= CONFIG_ARGS + 4 then return fail('acquire', 'expected ' .. (CONFIG_ARGS + 4) .. ' ARGV, got ' .. #ARGV) end
+-- limit (and the class) are checked, then the budgets; all are charged together or not at all.
+local n = #ARGV - CONFIG_ARGS
+if n ~= 4 and (n < 6 or (n - 6) % 4 ~= 0) then
+  return fail('acquire', 'expected ' .. (CONFIG_ARGS + 4) .. ' ARGV, or classes after them, got ' .. #ARGV)
+end
 local config = read_config(1)
-local id = ARGV[CONFIG_ARGS + 1]
 local lease = to_int(ARGV[CONFIG_ARGS + 2], 'lease')
-local tokens = to_int(ARGV[CONFIG_ARGS + 3], 'tokens')
 local instance = ARGV[CONFIG_ARGS + 4]
+local asks = { { id = ARGV[CONFIG_ARGS + 1], tokens = to_int(ARGV[CONFIG_ARGS + 3], 'tokens'), class = '', demand = 1 } }
+if n >= 6 then
+  asks[1].class, asks[1].demand = ARGV[CONFIG_ARGS + 5], to_int(ARGV[CONFIG_ARGS + 6], 'demand')
+  for at = CONFIG_ARGS + 7, #ARGV, 4 do
+    table.insert(asks, { class = ARGV[at], id = ARGV[at + 1], tokens = to_int(ARGV[at + 2], 'tokens'),
+                         demand = to_int(ARGV[at + 3], 'demand') })
+  end
+end
+local classes = #config.classes > 0 and n >= 6
 local now = now_ms()
 
 purge(now)
 local s = load_state(config)
 local changed = poll(s, now)
 
-local held_wave = redis.call('HGET', KEYS[3], id)
-if held_wave then
-  redis.call('ZADD', KEYS[1], 'GT', now + lease, id)
-  if changed then save_state(s, config) end
-  return { 1, tonumber(held_wave), s.state, s.limit, redis.call('ZCARD', KEYS[1]) }
+for _, ask in ipairs(asks) do
+  local held_wave = redis.call('HGET', KEYS[3], ask.id)
+  if held_wave then
+    redis.call('ZADD', KEYS[1], 'GT', now + lease, ask.id)
+    if changed then save_state(s, config) end
+    return { 1, tonumber(held_wave), s.state, s.limit, redis.call('ZCARD', KEYS[1]), ask.id }
+  end
 end
 
 local in_flight = redis.call('ZCARD', KEYS[1])
 local denial, wait = wave_denial(s, now, in_flight)
+local ask = asks[1]
+if classes and instance ~= '' then
+  register_waiting(config, instance, asks, now)
+  if not denial and not (config.tokens and ask.tokens > config.tokens.burst) then
+    -- Room: which class gets it, fleet-wide; the ask waits if its classes are not reached.
+    local asked = {}
+    for k, a in ipairs(asks) do asked[config.class_index[a.class] or config.default_class] = k end
+    local fleet = fleet_classes(config, s.limit, now)
+    local chosen = choose_class(fleet, s.limit - in_flight, asked)
+    if chosen then ask = asks[asked[chosen]] else denial, wait = 'at_limit', 0 end
+  end
+end
+local id, tokens = ask.id, ask.tokens
 -- [provider windows] checked after the wave and the limit, before the budgets (provider_window.lua)
 local windows = pw_load()
 local window_wait = pw_wait(windows, now, tokens)
@@ -46,7 +76,7 @@ if config.tokens and tokens > config.tokens.burst then
   -- Never fits: refused before the wave and the limit, so it is not told to wait.
   result = { 0, 'tokens_exceed_burst', 0, in_flight }
 elseif denial then
-  if denial == 'at_limit' and instance ~= '' then
+  if denial == 'at_limit' and instance ~= '' and not classes then
     -- The place is kept from the first ask (NX); asking again says the process still waits.
     redis.call('ZADD', KEYS[4], 'NX', now, instance)
     redis.call('ZADD', KEYS[5], now, instance)
@@ -69,11 +99,13 @@ else
     redis.call('ZADD', KEYS[1], now + lease, id)
     redis.call('HSET', KEYS[3], id, s.wave)
     if pw_charge(windows, now, tokens) then pw_save(windows) end -- [provider windows]
-    if instance ~= '' then
+    if classes and instance ~= '' then
+      granted_waiting(instance, ask.class, ask.demand)
+    elseif instance ~= '' then
       redis.call('ZREM', KEYS[4], instance)
       redis.call('ZREM', KEYS[5], instance)
     end
-    result = { 1, s.wave, s.state, s.limit, in_flight + 1 }
+    result = { 1, s.wave, s.state, s.limit, in_flight + 1, id }
   end
 end
 if changed or redis.call('HEXISTS', KEYS[2], 'state') == 0 then save_state(s, config) end

@@ -4,14 +4,17 @@
 -- KEYS[4] processes waiting at the limit (zset: since when)
 -- KEYS[5] the same processes (zset: when each last asked); one that has not asked for
 --         WAITING_TTL is taken off both, one that keeps asking keeps its place however long
--- ARGV[1..13] config (see read_config in wave.lua)
+-- KEYS[6] how many callers of each waiting process wait, by class (hash; classes only)
+-- ARGV[1..14] config (see read_config in wave.lua)
 -- ARGV[14] permit id
 -- ARGV[15] the wave the permit was issued in
 -- ARGV[16] outcome: 'success', 'rate_limited' or 'neutral'
 -- ARGV[17] Retry-After in ms for 'rate_limited', or '' when the provider gave none
 -- ARGV[18] channel to PUBLISH to when a permit is freed, or '' for none: the message is the
 --          instance id of the process that has waited longest at the limit (taken off the
---          list), so one process asks, not all; nothing is published when nobody waits
+--          list), so one process asks, not all; nothing is published when nobody waits. With
+--          priority classes it is the process the fleet-wide choice of class reaches
+--          (priority.lua), and it keeps its place until it is granted
 -- ARGV[19] tokens used beyond the reservation (negative: a refund), settled on the tokens budget
 -- Reply: {held, effect, limit_before, limit, wave, state, cooldown_ms, changed_from, in_flight}
 --   held: 1 if the id was held; effect: 'cut', 'late' or 'none';
@@ -55,12 +58,21 @@ if held == 1 and channel ~= '' then
   for _, instance in ipairs(gone) do
     redis.call('ZREM', KEYS[4], instance)
     redis.call('ZREM', KEYS[5], instance)
+    redis.call('HDEL', KEYS[6], instance)
   end
-  local longest = redis.call('ZPOPMIN', KEYS[4])
-  if #longest > 0 then redis.call('ZREM', KEYS[5], longest[1]) end
+  local wake = nil
+  if #config.classes > 0 then
+    wake = process_to_wake(config, s.limit, now)
+  else
+    local longest = redis.call('ZPOPMIN', KEYS[4])
+    if #longest > 0 then
+      redis.call('ZREM', KEYS[5], longest[1])
+      wake = longest[1]
+    end
+  end
   -- The announcement is a courtesy: a user without channel rights (NOPERM) must not turn the
   -- release into an error (the ZREM above has happened; the waiter's poll finds the slot).
-  if #longest > 0 then redis.pcall('PUBLISH', channel, longest[1]) end
+  if wake then redis.pcall('PUBLISH', channel, wake) end
 end
 local cooldown_ms = 0
 if s.state == 'COOLDOWN' then cooldown_ms = math.max(0, s.cooldown_until - now) end

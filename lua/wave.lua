@@ -38,12 +38,12 @@ local function budget(rate, burst)
   return { interval = interval, tolerance = burst * interval, burst = burst }
 end
 
--- The configuration, from twelve ARGV entries starting at `at`: base limit, probe successes,
+-- The configuration, from CONFIG_ARGS ARGV entries starting at `at`: base limit, probe successes,
 -- cooldown ladder (comma-separated ms), min cooldown ms, max cooldown ms, requests per minute,
 -- requests burst, tokens per minute, tokens burst (a rate of 0: no such budget), recovery
 -- ('seed' or 'adaptive'), the first and the longest re-test spacing in ms and the most rounds
--- between re-tests ('adaptive').
-local CONFIG_ARGS = 13
+-- between re-tests ('adaptive'), and the priority classes ('' for none).
+local CONFIG_ARGS = 14
 local function read_config(at)
   local config = {
     base = to_int(ARGV[at], 'base limit'),
@@ -61,6 +61,16 @@ local function read_config(at)
   config.requests = budget(to_int(ARGV[at + 5], 'requests per minute'), to_int(ARGV[at + 6], 'requests burst'))
   config.tokens = budget(to_int(ARGV[at + 7], 'tokens per minute'), to_int(ARGV[at + 8], 'tokens burst'))
   config.adaptive = ARGV[at + 9] == 'adaptive'
+  -- Priority classes: '' for none, else 'name:weight:reserve%' joined by ',', the default
+  -- class marked with a leading '*' (see priority.lua).
+  config.classes, config.class_index, config.default_class = {}, {}, 1
+  for entry in string.gmatch(ARGV[at + 13], '[^,]+') do
+    local default, name, weight, reserve = string.match(entry, '^(%*?)([^:]+):(%d+):(%d+)$')
+    if name == nil then error({ err = 'ERR wavegate: bad priority class ' .. entry }) end
+    table.insert(config.classes, { name = name, weight = tonumber(weight), reserve = tonumber(reserve) })
+    config.class_index[name] = #config.classes
+    if default == '*' then config.default_class = #config.classes end
+  end
   if not config.adaptive and ARGV[at + 9] ~= 'seed' then
     error({ err = 'ERR wavegate: recovery must be seed or adaptive, got ' .. tostring(ARGV[at + 9]) })
   end

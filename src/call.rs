@@ -37,6 +37,8 @@ pub(crate) struct Ask {
     pub(crate) tokens: u64,
     /// When the whole call must be over; never later than the upstream's total timeout.
     pub(crate) deadline: Option<Instant>,
+    /// Its priority class (index in the upstream's classes; 0 without classes).
+    pub(crate) class: usize,
 }
 
 impl Error {
@@ -73,7 +75,7 @@ pub(crate) async fn acquire(inner: &Inner, upstream: usize, ask: Ask) -> Result<
         Some(deadline) => deadline.min(max_wait),
         None => max_wait,
     };
-    match acquire_permit(inner, upstream, AttemptKind::First, wait_until, ask.tokens).await {
+    match acquire_permit(inner, upstream, AttemptKind::First, wait_until, ask.tokens, ask.class).await {
         Err(Error::WaitedTooLong { .. }) if ask.deadline.is_some_and(|deadline| Instant::now() >= deadline) => {
             Err(deadline_passed())
         }
@@ -182,7 +184,7 @@ where
             return Err(Error::DeadlinePassed { upstream: name(), attempts: log.attempts });
         }
         let wait_until = deadline.min(now + config.max_wait());
-        let permit = match acquire_permit(inner, upstream, kind, wait_until, ask.tokens).await {
+        let permit = match acquire_permit(inner, upstream, kind, wait_until, ask.tokens, ask.class).await {
             Ok(permit) => permit,
             Err(Error::WaitedTooLong { .. }) if Instant::now() >= deadline => {
                 return Err(Error::DeadlinePassed { upstream: name(), attempts: log.attempts });

@@ -104,6 +104,16 @@ pub enum Error<E = Infallible> {
         /// How long the upstream stays refused in this process.
         retry_after: Duration,
     },
+    /// The request names a priority class the upstream does not have (refused before any
+    /// wait).
+    UnknownClass {
+        /// The upstream.
+        upstream: String,
+        /// The class asked for.
+        class: String,
+        /// The upstream's classes, comma-separated (empty: it has none).
+        known: String,
+    },
     /// The scheduler's actors are gone (the actix system is shutting down).
     Stopped,
 }
@@ -141,6 +151,14 @@ impl<E> fmt::Display for Error<E> {
                 "upstream `{upstream}`: the provider's quota is exhausted (after {attempts} attempts); refused for \
                  {retry_after:?} or until an operator resets it"
             ),
+            Error::UnknownClass { upstream, class, known } if known.is_empty() => write!(
+                f,
+                "upstream `{upstream}` has no priority classes, so class `{class}` is unknown; add it with \
+                 `UpstreamConfig::builder(..).class(name, weight)` or drop `.priority(..)`"
+            ),
+            Error::UnknownClass { upstream, class, known } => {
+                write!(f, "upstream `{upstream}` has no priority class `{class}`; its classes: {known}")
+            }
             Error::Stopped => f.write_str("the scheduler has stopped"),
         }
     }
@@ -211,6 +229,7 @@ impl<E> Error<E> {
             Error::QuotaExhausted { upstream, attempts, retry_after } => {
                 Error::QuotaExhausted { upstream, attempts, retry_after }
             }
+            Error::UnknownClass { upstream, class, known } => Error::UnknownClass { upstream, class, known },
             Error::Stopped => Error::Stopped,
         }
     }
@@ -259,6 +278,7 @@ impl<E> Error<E> {
             Error::Upstream { .. } => "upstream_error",
             Error::InsufficientCapacity { .. } => "insufficient_capacity",
             Error::QuotaExhausted { .. } => "quota_exhausted",
+            Error::UnknownClass { .. } => "unknown_class",
             Error::Stopped => "stopped",
         }
     }

@@ -21,7 +21,9 @@
 //!
 //! The pure policy (wave machine, breaker, budget, config) is [`core`] (`wavegate-core`).
 //!
-//! Cargo features (all off by default), each built alone in CI:
+//! Cargo features (all but `redis` off by default), each built alone in CI:
+//! * `redis` (default) — shared mode through Redis ([`SchedulerBuilder::redis`]); without it
+//!   the scheduler is local-only and redis is not compiled;
 //! * `http` — `Outcome::from_response` / `from_head` and the [`ByStatus`] classifier for
 //!   `http::Response`;
 //! * `reqwest` — [`ByStatus`] for `reqwest::Response` (reqwest 0.13) and [`UpstreamError`] for
@@ -74,6 +76,7 @@ mod scheduler;
 #[cfg(feature = "config")]
 pub mod settings;
 mod status;
+mod store;
 mod supervisor;
 mod upstream;
 
@@ -82,10 +85,11 @@ pub use error::Error;
 pub use permit::Permit;
 pub use request::Attempt;
 pub use scheduler::{BuildError, Scheduler, SchedulerBuilder};
-pub use status::{Mode, UpstreamStatus};
+pub use status::{ClassStatus, Mode, UpstreamStatus};
 pub use upstream::{RequestBuilder, Upstream};
 pub use wavegate_core as core;
 pub use wavegate_core::{Outcome, ProviderSignals, RateLimitKind, TransportError, UpstreamConfig, WaveState};
+#[cfg(feature = "redis")]
 pub use wavegate_redis::StoreConfig;
 
 #[doc = include_str!("../README.md")]

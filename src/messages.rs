@@ -79,6 +79,8 @@ pub(crate) struct Acquire {
     pub(crate) upstream: usize,
     /// Tokens to reserve from the tokens budget (0 without one).
     pub(crate) tokens: u64,
+    /// Its priority class (index in the upstream's classes; 0 without classes).
+    pub(crate) class: usize,
     pub(crate) deadline: Instant,
     pub(crate) reply: oneshot::Sender<Result<Grant, Error>>,
 }

@@ -55,6 +55,15 @@ pub const REDIS_ERRORS_TOTAL: &str = "wavegate_redis_errors_total";
 pub const RECONCILED_PERMITS_TOTAL: &str = "wavegate_reconciled_permits_total";
 /// Permits granted locally during an outage (usage handed to the shared store on recovery).
 pub const OUTAGE_GRANTS_TOTAL: &str = "wavegate_outage_grants_total";
+/// Callers of this process waiting for a permit, by priority `class` (upstreams with classes).
+pub const CLASS_WAITING: &str = "wavegate_class_waiting";
+/// Permits this process holds, by priority `class` (upstreams with classes).
+pub const CLASS_IN_FLIGHT: &str = "wavegate_class_in_flight";
+/// Permits granted, by priority `class` (upstreams with classes).
+pub const CLASS_GRANTS_TOTAL: &str = "wavegate_class_grants_total";
+/// Time at the head of its class's queue until the permit came, by priority `class`, seconds
+/// (histogram; upstreams with classes).
+pub const CLASS_PERMIT_WAIT_SECONDS: &str = "wavegate_class_permit_wait_seconds";
 
 /// Every metric name above.
 pub const ALL: &[&str] = &[
@@ -78,6 +87,10 @@ pub const ALL: &[&str] = &[
     MODE_CHANGES_TOTAL,
     REDIS_ERRORS_TOTAL,
     RECONCILED_PERMITS_TOTAL,
+    CLASS_WAITING,
+    CLASS_IN_FLIGHT,
+    CLASS_GRANTS_TOTAL,
+    CLASS_PERMIT_WAIT_SECONDS,
     OUTAGE_GRANTS_TOTAL,
     BUDGET_REMAINING,
     BUDGET_NEXT_REFILL_SECONDS,
@@ -112,8 +125,12 @@ pub const PROVIDER_WINDOW_REPORTS_TOTAL: &str = "wavegate_provider_window_report
 
 /// Bucket bounds, seconds, for each histogram: waits from a millisecond to minutes, calls
 /// from ten milliseconds to ten minutes.
-pub const HISTOGRAM_BUCKETS: &[(&str, &[f64])] =
-    &[(PERMIT_WAIT_SECONDS, WAIT_BUCKETS), (QUEUE_WAIT_SECONDS, WAIT_BUCKETS), (UPSTREAM_CALL_SECONDS, CALL_BUCKETS)];
+pub const HISTOGRAM_BUCKETS: &[(&str, &[f64])] = &[
+    (PERMIT_WAIT_SECONDS, WAIT_BUCKETS),
+    (QUEUE_WAIT_SECONDS, WAIT_BUCKETS),
+    (UPSTREAM_CALL_SECONDS, CALL_BUCKETS),
+    (CLASS_PERMIT_WAIT_SECONDS, WAIT_BUCKETS),
+];
 const WAIT_BUCKETS: &[f64] = &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0];
 const CALL_BUCKETS: &[f64] = &[0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0];
 
@@ -128,6 +145,19 @@ pub(crate) fn permits_in_flight(upstream: &str, scope: &'static str, value: usiz
 pub(crate) fn permit_granted(upstream: &str, queue_wait: Duration, permit_wait: Duration) {
     histogram!(QUEUE_WAIT_SECONDS, "upstream" => upstream.to_owned()).record(queue_wait.as_secs_f64());
     histogram!(PERMIT_WAIT_SECONDS, "upstream" => upstream.to_owned()).record(permit_wait.as_secs_f64());
+}
+
+/// A permit of priority class `class` granted after `wait` (queue and permit wait).
+pub(crate) fn class_granted(upstream: &str, class: &str, wait: Duration) {
+    counter!(CLASS_GRANTS_TOTAL, "upstream" => upstream.to_owned(), "class" => class.to_owned()).increment(1);
+    histogram!(CLASS_PERMIT_WAIT_SECONDS, "upstream" => upstream.to_owned(), "class" => class.to_owned())
+        .record(wait.as_secs_f64());
+}
+
+/// This process's callers waiting and permits held in class `class`.
+pub(crate) fn class_load(upstream: &str, class: &str, waiting: usize, in_flight: usize) {
+    gauge!(CLASS_WAITING, "upstream" => upstream.to_owned(), "class" => class.to_owned()).set(waiting as f64);
+    gauge!(CLASS_IN_FLIGHT, "upstream" => upstream.to_owned(), "class" => class.to_owned()).set(in_flight as f64);
 }
 
 pub(crate) fn queue_depth(upstream: &str, depth: usize) {
@@ -188,10 +218,12 @@ pub(crate) fn mode(from: Option<Mode>, to: Mode) {
     }
 }
 
+#[cfg(feature = "redis")]
 pub(crate) fn redis_error(command: &'static str, kind: &'static str) {
     counter!(REDIS_ERRORS_TOTAL, "command" => command, "kind" => kind).increment(1);
 }
 
+#[cfg(feature = "redis")]
 pub(crate) fn reconciled(upstream: &str, adopted: usize, dropped: usize, granted_during_outage: u64) {
     counter!(RECONCILED_PERMITS_TOTAL, "upstream" => upstream.to_owned(), "action" => "adopted")
         .increment(adopted as u64);

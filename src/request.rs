@@ -32,6 +32,7 @@ pub(crate) async fn acquire_permit(
     kind: AttemptKind,
     wait_until: Instant,
     tokens: u64,
+    class: usize,
 ) -> Result<Permit, Error> {
     let name = || inner.upstreams[upstream].name().to_string();
     if let Some(retry_after) = inner.quota[upstream].remaining() {
@@ -48,7 +49,7 @@ pub(crate) async fn acquire_permit(
         Err(_) => return Err(Error::Stopped),
     };
     let (reply, granted) = oneshot::channel();
-    inner.coordinator.do_send(Acquire { upstream, tokens, deadline: wait_until, reply });
+    inner.coordinator.do_send(Acquire { upstream, tokens, class, deadline: wait_until, reply });
     let grant = granted.await.map_err(|_| Error::Stopped)??;
     let quota = QuotaRef { block: inner.quota[upstream].clone(), pause: inner.upstreams[upstream].quota_pause() };
     let owners = Owners { coordinator: inner.coordinator.clone(), supervisor, quota };

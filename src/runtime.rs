@@ -19,9 +19,9 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
+use crate::store::Store;
 use actix::{Actor, Addr, Arbiter, ArbiterHandle, System};
 use wavegate_core::{MonotonicClock, UpstreamConfig};
-use wavegate_redis::Store;
 
 use crate::coordinator::Coordinator;
 use crate::supervisor::UpstreamSupervisor;

@@ -3,10 +3,12 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use crate::store::Store;
+#[cfg(feature = "redis")]
+use crate::store::{StoreConfig, StoreError};
 use actix::Addr;
 use tokio::sync::oneshot;
 use wavegate_core::{ConfigError, Outcome, UnknownUpstream, UpstreamConfig, UpstreamSet};
-use wavegate_redis::{Store, StoreConfig, StoreError};
 
 use crate::call::Ask;
 use crate::coordinator::Coordinator;
@@ -45,8 +47,19 @@ pub enum BuildError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     /// The Redis URL cannot be used.
+    #[cfg(feature = "redis")]
     #[error("the Redis configuration cannot be used: {0}")]
     Store(#[from] StoreError),
+    /// A Redis URL was configured (in the settings) but this build of wavegate has no `redis`
+    /// feature.
+    #[error(
+        "a Redis URL is configured ({url}) but wavegate was built without its `redis` feature: enable the feature \
+         (it is on by default) or remove the URL to run in local mode"
+    )]
+    RedisNotBuilt {
+        /// The configured URL.
+        url: String,
+    },
     /// There was no actix system on this thread and the actors' own thread could not be
     /// started.
     #[error("cannot start wavegate's actor thread: {0}")]
@@ -91,7 +104,11 @@ pub struct Scheduler {
 impl Scheduler {
     /// A builder with no upstream and no Redis (local mode).
     pub fn builder() -> SchedulerBuilder {
-        SchedulerBuilder { upstreams: Vec::new(), store: None }
+        SchedulerBuilder {
+            upstreams: Vec::new(),
+            #[cfg(feature = "redis")]
+            store: None,
+        }
     }
 
     fn index(&self, upstream: &str) -> Result<usize, UnknownUpstream> {
@@ -168,7 +185,12 @@ impl Scheduler {
     /// `request().tokens(estimated_tokens).acquire()`.
     pub async fn acquire_tokens(&self, upstream: &str, estimated_tokens: u64) -> Result<Permit, Error> {
         let index = self.index(upstream)?;
-        crate::call::acquire(&self.inner, index, Ask { tokens: estimated_tokens, deadline: None }).await
+        crate::call::acquire(
+            &self.inner,
+            index,
+            Ask { tokens: estimated_tokens, deadline: None, class: self.inner.upstreams[index].default_class() },
+        )
+        .await
     }
 
     /// The upstream's state as this process sees it.
@@ -214,6 +236,7 @@ impl Scheduler {
 #[must_use = "call `build()` to start the scheduler"]
 pub struct SchedulerBuilder {
     upstreams: Vec<UpstreamConfig>,
+    #[cfg(feature = "redis")]
     store: Option<StoreConfig>,
 }
 
@@ -224,13 +247,15 @@ impl SchedulerBuilder {
         self
     }
 
-    /// Shares permits and waves across processes through Redis at `url`
+    /// Shares permits and waves across processes through Redis at `url` (feature `redis`)
     /// (default timeouts: 250 ms per command, 500 ms to connect).
+    #[cfg(feature = "redis")]
     pub fn redis(self, url: impl Into<String>) -> Self {
         self.store(StoreConfig::new(url))
     }
 
     /// Shares permits and waves through Redis, with explicit timeouts and key namespace.
+    #[cfg(feature = "redis")]
     pub fn store(mut self, config: StoreConfig) -> Self {
         self.store = Some(config);
         self
@@ -241,7 +266,10 @@ impl SchedulerBuilder {
     /// (any other tokio runtime, or none). Never panics; build once per process and clone.
     pub fn build(self) -> Result<Scheduler, BuildError> {
         let set = UpstreamSet::new(self.upstreams.clone())?;
+        #[cfg(feature = "redis")]
         let store = self.store.map(Store::connect_lazy).transpose()?;
+        #[cfg(not(feature = "redis"))]
+        let store: Option<Store> = None;
         let local = store.is_none();
         let Actors { coordinator, supervisors, thread } =
             Actors::start(&self.upstreams, store).map_err(BuildError::Runtime)?;

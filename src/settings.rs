@@ -43,6 +43,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use wavegate_core::{Recovery, UpstreamConfig};
+#[cfg(feature = "redis")]
 use wavegate_redis::StoreConfig;
 
 use crate::scheduler::{BuildError, Scheduler, SchedulerBuilder};
@@ -186,6 +187,11 @@ impl Settings {
     /// same checks and messages as in code).
     pub fn builder(&self) -> Result<SchedulerBuilder, BuildError> {
         let mut builder = Scheduler::builder();
+        #[cfg(not(feature = "redis"))]
+        if let Some(url) = &self.redis {
+            return Err(BuildError::RedisNotBuilt { url: url.clone() });
+        }
+        #[cfg(feature = "redis")]
         if let Some(url) = &self.redis {
             let mut store = StoreConfig::new(url.clone());
             if let Some(timeout) = self.redis_command_timeout {

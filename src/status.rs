@@ -68,4 +68,21 @@ pub struct UpstreamStatus {
     /// means as many separate limits, and the provider sees their sum: build the scheduler
     /// once and clone it.
     pub schedulers_in_process: usize,
+    /// The priority classes, in configured order (empty without classes).
+    pub classes: Vec<ClassStatus>,
+}
+
+/// One priority class of an upstream, as this process sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassStatus {
+    /// The class's name.
+    pub class: String,
+    /// Its weight.
+    pub weight: u32,
+    /// Its reserved share of the limit, in percent.
+    pub reserve_percent: u8,
+    /// Callers of this process waiting in it.
+    pub waiting: usize,
+    /// Permits of it this process holds.
+    pub in_flight_local: usize,
 }

@@ -100,6 +100,7 @@ impl Upstream {
 /// One request to an upstream: what it needs, then how it runs.
 ///
 /// * [`tokens`](Self::tokens): the estimate to reserve from a tokens-per-minute budget;
+/// * [`priority`](Self::priority): its priority class (default: the upstream's default class);
 /// * [`deadline`](Self::deadline) / [`timeout`](Self::timeout): when the whole request must be
 ///   over (waits, attempts and retries), never later than the upstream's `total_timeout`;
 /// * [`classify`](Self::classify): what the caller's result means (default [`ByError`]);
@@ -114,11 +115,14 @@ pub struct RequestBuilder<'u, C = ByError, M = Reserved> {
     ask: Ask,
     classify: C,
     meter: M,
+    /// A class asked for that the upstream does not have: refused when the request runs.
+    unknown_class: Option<String>,
 }
 
 impl<'u> RequestBuilder<'u> {
     pub(crate) fn new(inner: &'u Inner, index: usize) -> Self {
-        Self { inner, index, ask: Ask::default(), classify: ByError, meter: Reserved }
+        let ask = Ask { class: inner.upstreams[index].default_class(), ..Ask::default() };
+        Self { inner, index, ask, classify: ByError, meter: Reserved, unknown_class: None }
     }
 }
 
@@ -141,6 +145,22 @@ impl<'u, C, M> RequestBuilder<'u, C, M> {
         self
     }
 
+    /// Puts the request in priority class `class` (configured with
+    /// [`class`](crate::core::UpstreamConfigBuilder::class)): when callers of several classes
+    /// wait, anywhere in the fleet, a free permit goes to the class furthest below its
+    /// weighted share, first in first out within a class. A class the upstream does not have
+    /// is refused when the request runs ([`Error::UnknownClass`]), before any wait.
+    pub fn priority(mut self, class: &str) -> Self {
+        match self.inner.upstreams[self.index].class_index(class) {
+            Some(index) => {
+                self.ask.class = index;
+                self.unknown_class = None;
+            }
+            None => self.unknown_class = Some(class.to_owned()),
+        }
+        self
+    }
+
     /// [`deadline`](Self::deadline) `timeout` from now.
     pub fn timeout(self, timeout: Duration) -> Self {
         self.deadline(Instant::now() + timeout)
@@ -150,14 +170,28 @@ impl<'u, C, M> RequestBuilder<'u, C, M> {
     /// `|result: &Result<T, E>| -> Outcome` closure, or [`ByStatus`](crate::ByStatus) for HTTP
     /// responses) instead of [`ByError`].
     pub fn classify<C2>(self, classify: C2) -> RequestBuilder<'u, C2, M> {
-        RequestBuilder { inner: self.inner, index: self.index, ask: self.ask, classify, meter: self.meter }
+        RequestBuilder {
+            inner: self.inner,
+            index: self.index,
+            ask: self.ask,
+            classify,
+            meter: self.meter,
+            unknown_class: self.unknown_class,
+        }
     }
 
     /// Reads the tokens a successful call really used from its value (a [`Meter`], e.g.
     /// `|reply: &Reply| reply.usage.total_tokens`), so the tokens budget is settled: the
     /// difference with the estimate is refunded or charged.
     pub fn meter<M2>(self, meter: M2) -> RequestBuilder<'u, C, M2> {
-        RequestBuilder { inner: self.inner, index: self.index, ask: self.ask, classify: self.classify, meter }
+        RequestBuilder {
+            inner: self.inner,
+            index: self.index,
+            ask: self.ask,
+            classify: self.classify,
+            meter,
+            unknown_class: self.unknown_class,
+        }
     }
 
     /// Runs `f` with everything wavegate does: admission by the circuit breaker, a permit
@@ -181,6 +215,9 @@ impl<'u, C, M> RequestBuilder<'u, C, M> {
         C: Classify<T, E>,
         M: Meter<T>,
     {
+        if let Some(error) = self.class_refusal() {
+            return Err(error.widen());
+        }
         call::call(self.inner, self.index, self.ask, &self.classify, &self.meter, f).await
     }
 
@@ -188,6 +225,17 @@ impl<'u, C, M> RequestBuilder<'u, C, M> {
     /// ([`Permit::report`], [`Permit::report_usage`]). Waits at most the upstream's
     /// `max_wait` (and not past the deadline).
     pub async fn acquire(self) -> Result<Permit, Error> {
+        if let Some(error) = self.class_refusal() {
+            return Err(error);
+        }
         call::acquire(self.inner, self.index, self.ask).await
+    }
+
+    /// The refusal of a class the upstream does not have.
+    fn class_refusal(&self) -> Option<Error> {
+        let class = self.unknown_class.clone()?;
+        let config = &self.inner.upstreams[self.index];
+        let known = config.classes().iter().map(|c| c.name()).collect::<Vec<_>>().join(", ");
+        Some(Error::UnknownClass { upstream: config.name().to_string(), class, known })
     }
 }

@@ -5,6 +5,10 @@
 #[path = "../examples/plain_tokio.rs"]
 mod plain_tokio;
 
+#[cfg(feature = "reqwest")]
+#[path = "../examples/axum.rs"]
+mod axum_service;
+
 #[cfg(feature = "reqwest-middleware")]
 #[path = "../examples/reqwest_middleware.rs"]
 mod reqwest_middleware;
@@ -19,4 +23,10 @@ fn plain_tokio_runs() {
 #[test]
 fn reqwest_middleware_runs() {
     reqwest_middleware::main().expect("examples/reqwest_middleware.rs");
+}
+
+#[cfg(feature = "reqwest")]
+#[test]
+fn axum_runs() {
+    axum_service::main().expect("examples/axum.rs");
 }

@@ -4,8 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use wavegate::{Error, Mode, Scheduler, UpstreamConfig};
-use wavegate_testkit::RedisServer;
+use wavegate::{Error, Scheduler, UpstreamConfig};
 
 fn config(limit: u32) -> UpstreamConfig {
     UpstreamConfig::builder("llm")
@@ -43,8 +42,11 @@ async fn an_estimate_above_the_burst_is_refused_at_once_behind_a_full_limit_and_
     waiter.await.expect("task").expect("the waiter is served");
 }
 
+#[cfg(feature = "redis")]
 #[tokio::test]
 async fn in_fallback_the_burst_checked_is_this_processs_share() {
+    use wavegate::Mode;
+    use wavegate_testkit::RedisServer;
     let mut redis = RedisServer::start().expect("redis-server");
     let build = || Scheduler::builder().upstream(config(4)).redis(redis.url()).build().expect("scheduler");
     let (a, _b) = (build(), build());

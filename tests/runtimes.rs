@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 use futures_util::future::join_all;
 use tokio::sync::Mutex;
 use wavegate::{Mode, Outcome, Scheduler, Upstream, UpstreamConfig};
-use wavegate_testkit::{HttpReply, MockUpstream, MockUpstreamConfig, RedisServer, http_get};
+use wavegate_testkit::{HttpReply, MockUpstream, MockUpstreamConfig, http_get};
 
 static SERIAL: Mutex<()> = Mutex::const_new(());
 
@@ -104,8 +104,10 @@ fn a_runtime_built_by_hand_calls_through_the_scheduler() {
     assert_limit_held_and_used(&mock, LIMIT);
 }
 
+#[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_mode_from_tokio_two_schedulers_hold_one_limit() {
+    use wavegate_testkit::RedisServer;
     let _serial = SERIAL.lock().await;
     let redis = RedisServer::start().expect("redis-server");
     let mock = mock();

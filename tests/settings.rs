@@ -76,3 +76,19 @@ fn what_cannot_work_is_refused_with_the_builders_messages() {
     assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
     assert!(parse_duration("").is_err() && parse_duration("1.5s").is_err());
 }
+
+#[cfg(not(feature = "redis"))]
+#[test]
+fn a_redis_url_in_a_local_only_build_is_refused_with_what_to_change() {
+    use wavegate::BuildError;
+    let settings =
+        Settings::from_toml("redis = \"redis://127.0.0.1:6390/\"\n[upstreams.llm]\nlimit = 2\n").expect("parses");
+    let refused = settings.builder().expect_err("no redis in this build");
+    assert!(
+        matches!(refused, BuildError::RedisNotBuilt { ref url } if url == "redis://127.0.0.1:6390/"),
+        "{refused:?}"
+    );
+    assert!(refused.to_string().contains("`redis` feature"), "{refused}");
+    // Without the URL the same settings run in local mode.
+    assert!(Settings::from_toml("[upstreams.llm]\nlimit = 2\n").expect("parses").builder().is_ok());
+}

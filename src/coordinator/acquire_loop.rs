@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use actix::{ActorFutureExt, AsyncContext, Context, WrapFuture};
 use rand::Rng;
+use wavegate_core::priority::{ClassView, next_class};
 use wavegate_core::{Admission, Clock, DenyReason, WaveSignal, duration_ms};
 
 use super::Coordinator;
@@ -16,6 +17,8 @@ use crate::error::Error;
 use crate::messages::Grant;
 use crate::metrics;
 use crate::status::Mode;
+#[cfg(feature = "redis")]
+use wavegate_redis::ClassAsk;
 
 /// How long to wait before asking again at the limit when no release is announced.
 pub(super) const AT_LIMIT_POLL: (Duration, Duration) = (Duration::from_millis(250), Duration::from_millis(500));
@@ -48,12 +51,28 @@ impl Coordinator {
                 // The retry timer fires then; asking before would only be refused.
                 return;
             }
-            let Some(head) = slot.waiters.head(Instant::now()) else { return };
-            let (id, tokens) = (head.id.clone(), head.tokens);
+            let now = Instant::now();
+            let classes = !slot.config.classes().is_empty();
+            let shared = self.shared_gate(upstream).is_some();
+            let slot = &mut self.slots[upstream];
+            // With classes the shared store chooses among the heads of every class; locally
+            // the next class is chosen here, by the same rule.
+            let heads = if classes { slot.waiters.heads(now) } else { Vec::new() };
+            let head = match (classes, shared) {
+                (false, _) => self.slots[upstream].waiters.head(now).map(|head| (head.id.clone(), head.tokens)),
+                (true, true) => heads.first().map(|(_, id, tokens, _)| (id.clone(), *tokens)),
+                (true, false) => {
+                    let class = self.next_local_class(upstream, &heads);
+                    heads.iter().find(|(c, ..)| Some(*c) == class).map(|(_, id, tokens, _)| (id.clone(), *tokens))
+                }
+            };
+            let Some((id, tokens)) = head else { return };
+            let slot = &mut self.slots[upstream];
             if let Some(timer) = slot.retry_timer.take() {
                 ctx.cancel_future(timer);
             }
             let lease = slot.config.permit_ttl();
+            #[cfg(feature = "redis")]
             if let Some(gate) = self.shared_gate(upstream) {
                 let slot = &mut self.slots[upstream];
                 if let Some((until, share)) = slot.rejoin_cap {
@@ -72,23 +91,68 @@ impl Coordinator {
                 slot.pumping = true;
                 slot.wake_pending = false;
                 let epoch = self.epoch;
-                let asked = id.clone();
-                let call = async move { gate.acquire(&asked, lease, tokens).await };
+                // Every head asked for: (id, tokens); the grant names the one it is for.
+                let asked: Vec<(String, u64)> = if classes {
+                    heads.iter().map(|(_, id, tokens, _)| (id.clone(), *tokens)).collect()
+                } else {
+                    vec![(id.clone(), tokens)]
+                };
+                let class_names: Vec<String> = if classes {
+                    let names = slot.config.classes();
+                    heads.iter().map(|(class, ..)| names[*class].name().to_owned()).collect()
+                } else {
+                    Vec::new()
+                };
+                let waiting: Vec<u32> =
+                    heads.iter().map(|(_, _, _, waiting)| u32::try_from(*waiting).unwrap_or(u32::MAX)).collect();
+                let sent = asked.clone();
+                let call = async move {
+                    if class_names.is_empty() {
+                        let (id, tokens) = &sent[0];
+                        gate.acquire(id, lease, *tokens).await.map(|acquired| (acquired, Some(id.clone())))
+                    } else {
+                        let asks: Vec<ClassAsk<'_>> = sent
+                            .iter()
+                            .zip(&class_names)
+                            .zip(&waiting)
+                            .map(|(((id, tokens), class), waiting)| ClassAsk {
+                                class,
+                                id,
+                                tokens: *tokens,
+                                waiting: *waiting,
+                            })
+                            .collect();
+                        gate.acquire_among(&asks, lease).await
+                    }
+                };
                 ctx.spawn(call.into_actor(self).map(move |result, act, ctx| {
                     if epoch != act.epoch {
                         // The mode changed meanwhile; the loop already went on without this
                         // reply. Unless it is a denial, the store may hold a registration of
-                        // `id` (a grant, or a script that ran after its reply was given up
-                        // on, as a hung server does when it resumes): drop it once the store
-                        // is back, unless the waiter holds the same id by then.
-                        if !matches!(result, Ok(ref a) if matches!(a.admission, Admission::Denied { .. })) {
-                            act.drop_registration(upstream, id, tokens, ctx);
+                        // an asked id (a grant, or a script that ran after its reply was given
+                        // up on, as a hung server does when it resumes): drop it once the
+                        // store is back, unless the waiter holds the same id by then.
+                        match result {
+                            Ok((ref a, _)) if matches!(a.admission, Admission::Denied { .. }) => {}
+                            Ok((_, Some(granted))) => {
+                                let tokens = asked.iter().find(|(id, _)| *id == granted).map_or(0, |(_, t)| *t);
+                                act.drop_registration(upstream, granted, tokens, ctx);
+                            }
+                            _ => {
+                                for (id, tokens) in asked {
+                                    act.drop_registration(upstream, id, tokens, ctx);
+                                }
+                            }
                         }
                         return;
                     }
                     act.slots[upstream].pumping = false;
                     match result {
-                        Ok(acquired) => {
+                        Ok((acquired, granted)) => {
+                            // A grant is for the head it names; a denial answers the first.
+                            let (id, tokens) = granted
+                                .and_then(|granted| asked.iter().find(|(id, _)| *id == granted).cloned())
+                                .unwrap_or((id, tokens));
                             let serve_next = act.on_admission(upstream, id, tokens, acquired.admission, ctx);
                             if serve_next || act.slots[upstream].wake_pending {
                                 act.pump(upstream, ctx);
@@ -100,7 +164,7 @@ impl Coordinator {
                             // waiter holds the same id by then (then it is adopted). Any other
                             // error is asked again with the same id, which is idempotent.
                             if error.is_outage() {
-                                act.slots[upstream].outage.unreleased.insert(id);
+                                act.slots[upstream].outage.unreleased.extend(asked.into_iter().map(|(id, _)| id));
                             }
                             act.on_store_error(epoch, Some(upstream), "acquire", &error, ctx);
                         }
@@ -114,6 +178,34 @@ impl Coordinator {
                 return;
             }
         }
+    }
+
+    /// The class whose head this process's own gate (local mode, fallback) serves next: the
+    /// same choice the shared store makes, over this process's permits and waiters.
+    fn next_local_class(&self, upstream: usize, heads: &[(usize, String, u64, usize)]) -> Option<usize> {
+        let slot = &self.slots[upstream];
+        let classes = slot.config.classes();
+        let limit = slot.local.machine().snapshot().limit;
+        let mut views: Vec<ClassView> = classes
+            .iter()
+            .map(|class| ClassView {
+                weight: class.weight_value().get(),
+                reserved: class.reserved_at(limit),
+                in_flight: 0,
+                demand: 0,
+                since_ms: 0,
+            })
+            .collect();
+        for id in slot.held.keys() {
+            let class = id.split_once('|').and_then(|(name, _)| slot.config.class_index(name));
+            if let Some(view) = views.get_mut(class.unwrap_or(slot.config.default_class())) {
+                view.in_flight += 1;
+            }
+        }
+        for (class, _, _, waiting) in heads {
+            views[*class].demand = u32::try_from(*waiting).unwrap_or(u32::MAX);
+        }
+        next_class(&views)
     }
 
     /// Applies an acquire's answer; returns whether the next waiter may be served now.
@@ -168,6 +260,9 @@ impl Coordinator {
                 let permit_wait = now.saturating_duration_since(at_head);
                 let name = slot.config.name().as_str();
                 metrics::permit_granted(name, queue_wait, permit_wait);
+                if let Some(class) = slot.config.classes().get(waiter.class) {
+                    metrics::class_granted(name, class.name(), queue_wait + permit_wait);
+                }
                 metrics::permits_in_flight(name, "local", slot.held.len());
                 metrics::queue_depth(name, slot.waiters.len());
                 metrics::wave(name, state, limit, wave);
@@ -176,6 +271,7 @@ impl Coordinator {
                     slot.held.remove(&grant.id);
                     self.release(upstream, grant.id, wave, WaveSignal::Neutral, refund, ctx);
                 }
+                self.record_classes(upstream);
                 true
             }
             Admission::Denied { reason: DenyReason::Cooldown, retry_after_ms } => {

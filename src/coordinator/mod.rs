@@ -9,26 +9,34 @@
 //!   dropped connection, BUSY, LOADING, auth) → reconcile → shared. No caller code changes;
 //!   calls in progress are not failed by a switch.
 
+// Without the `redis` feature the shared store's types have no values (`crate::store`): the
+// shared-mode and fallback paths below are unreachable, so what only they use is unused.
+#![cfg_attr(not(feature = "redis"), allow(dead_code, unused_imports, unused_mut, unused_variables))]
+
 mod acquire_loop;
+#[cfg(feature = "redis")]
 mod outage;
+#[cfg(feature = "redis")]
 mod pubsub;
 mod waiters;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "redis")]
+use crate::store::StoreError;
+use crate::store::{SharedGate, Store};
 use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, MessageResult, SpawnHandle, WrapFuture};
 use wavegate_core::{
     Budgets, Clock, LocalGate, MonotonicClock, RateLimitEffect, UpstreamConfig, WaveSignal, WaveState, WindowReport,
     duration_ms,
 };
-use wavegate_redis::{SharedGate, Store, StoreError};
 
 use crate::error::Error;
 use crate::ids::PermitIds;
 use crate::messages::{Acquire, Finish, ReadMode, ReadStatus, Wake};
 use crate::metrics;
-use crate::status::{Mode, UpstreamStatus};
+use crate::status::{ClassStatus, Mode, UpstreamStatus};
 use waiters::{Waiter, Waiters};
 
 /// How often a process proves it is alive (and learns how many others are).
@@ -141,6 +149,7 @@ pub(crate) struct Coordinator {
     /// A reconciliation is in flight: waiters wait, finishes are deferred.
     reconciling: bool,
     deferred: Vec<Finish>,
+    #[cfg(feature = "redis")]
     probe_backoff: Duration,
 }
 
@@ -151,12 +160,9 @@ impl Coordinator {
             .into_iter()
             .map(|config| Slot {
                 local: LocalGate::with_budgets(config.wave().clone(), config.budgets()),
-                shared: store
-                    .as_ref()
-                    .map(|s| SharedGate::with_budgets(s.clone(), config.name(), config.wave(), config.budgets()))
-                    .map(|gate| gate.for_instance(ids.instance())),
+                shared: store.as_ref().map(|store| crate::store::shared_gate(store, &config, ids.instance())),
+                waiters: Waiters::new(config.classes().len()),
                 config,
-                waiters: Waiters::default(),
                 held: HashMap::new(),
                 pumping: false,
                 wake_pending: false,
@@ -181,6 +187,7 @@ impl Coordinator {
             live_peak: None,
             reconciling: false,
             deferred: Vec::new(),
+            #[cfg(feature = "redis")]
             probe_backoff: outage::PROBE_MIN,
         }
     }
@@ -211,6 +218,7 @@ impl Coordinator {
     pub(super) fn release_attempt(&mut self, upstream: usize, release: Release, attempt: u32, ctx: &mut Context<Self>) {
         let Release { id, wave, signal, token_delta, registration_only } = release;
         match self.shared_gate(upstream) {
+            #[cfg(feature = "redis")]
             Some(gate) => {
                 let epoch = self.epoch;
                 let call_id = id.clone();
@@ -340,6 +348,7 @@ impl Coordinator {
         let ids: Vec<String> = slot.held.keys().cloned().collect();
         let lease = slot.config.permit_ttl();
         match self.shared_gate(upstream) {
+            #[cfg(feature = "redis")]
             Some(gate) => {
                 let epoch = self.epoch;
                 let sent = ids.clone();
@@ -395,6 +404,7 @@ impl Coordinator {
                 continue;
             }
             match self.shared_gate(upstream) {
+                #[cfg(feature = "redis")]
                 Some(gate) => {
                     let call = async move { gate.status().await };
                     ctx.spawn(call.into_actor(self).map(move |result, act, _| {
@@ -409,6 +419,7 @@ impl Coordinator {
     }
 
     /// Counts this process as live and learns how many are.
+    #[cfg(feature = "redis")]
     fn heartbeat(&mut self, ctx: &mut Context<Self>) {
         let (Some(store), Mode::Shared) = (self.store.clone(), self.mode) else { return };
         let instance = self.ids.instance().to_owned();
@@ -439,6 +450,7 @@ impl Coordinator {
 
     /// A store command failed: an outage switches to fallback; anything else is logged and
     /// the loop asks again later.
+    #[cfg(feature = "redis")]
     fn on_store_error(
         &mut self,
         epoch: u64,
@@ -479,6 +491,44 @@ impl Coordinator {
             budgets: slot.local.budget_status(now_ms),
             quota_exhausted_for: None,
             schedulers_in_process: 0,
+            classes: self.class_statuses(upstream),
+        }
+    }
+
+    /// This process's callers waiting and permits held in each priority class of `upstream`.
+    fn class_statuses(&mut self, upstream: usize) -> Vec<ClassStatus> {
+        let slot = &mut self.slots[upstream];
+        if slot.config.classes().is_empty() {
+            return Vec::new();
+        }
+        let waiting = slot.waiters.lens();
+        let mut in_flight = vec![0; waiting.len()];
+        for id in slot.held.keys() {
+            let class = id.split_once('|').and_then(|(name, _)| slot.config.class_index(name));
+            if let Some(count) = in_flight.get_mut(class.unwrap_or(slot.config.default_class())) {
+                *count += 1;
+            }
+        }
+        slot.config
+            .classes()
+            .iter()
+            .zip(waiting.into_iter().zip(in_flight))
+            .map(|(class, (waiting, in_flight_local))| ClassStatus {
+                class: class.name().to_owned(),
+                weight: class.weight_value().get(),
+                reserve_percent: class.reserve_percent_value(),
+                waiting,
+                in_flight_local,
+            })
+            .collect()
+    }
+
+    /// Records the per-class gauges of `upstream` (upstreams with classes).
+    pub(super) fn record_classes(&mut self, upstream: usize) {
+        let statuses = self.class_statuses(upstream);
+        let name = self.slots[upstream].config.name().as_str();
+        for class in statuses {
+            metrics::class_load(name, &class.class, class.waiting, class.in_flight_local);
         }
     }
 }
@@ -500,6 +550,7 @@ impl Actor for Coordinator {
                 ctx.run_interval(every, move |act, ctx| act.renew(upstream, ctx));
             }
         }
+        #[cfg(feature = "redis")]
         if let Some(store) = &self.store {
             let channels = self
                 .slots
@@ -544,18 +595,25 @@ impl Handler<Acquire> for Coordinator {
         }
         let id = self.ids.next_id();
         let slot = &mut self.slots[upstream];
+        // With classes a permit id names its class, so the store counts each class's permits.
+        let id = match slot.config.classes().get(acquire.class) {
+            Some(class) => format!("{}|{id}", class.name()),
+            None => id,
+        };
         slot.waiters.push(Waiter {
             id,
             enqueued: now,
             deadline: acquire.deadline,
             reply: acquire.reply,
             tokens: acquire.tokens,
+            class: acquire.class,
             at_head: None,
             deadline_timer: Some(ctx.run_later(acquire.deadline.saturating_duration_since(now), move |act, _| {
                 act.expire(upstream, Instant::now());
             })),
         });
         metrics::queue_depth(slot.config.name().as_str(), slot.waiters.len());
+        self.record_classes(upstream);
         self.pump(upstream, ctx);
     }
 }
@@ -578,6 +636,7 @@ impl Handler<Finish> for Coordinator {
             // Before the release, so the grants its release makes room for already see it.
             self.report_window(upstream, &finish.id, report, finish.tokens_reserved, ctx);
         }
+        self.record_classes(upstream);
         self.release(upstream, finish.id, wave, finish.signal, finish.token_delta, ctx);
         if self.shared_gate(upstream).is_none() {
             self.pump(upstream, ctx);
@@ -600,22 +659,26 @@ impl Handler<ReadStatus> for Coordinator {
 
     fn handle(&mut self, read: ReadStatus, ctx: &mut Context<Self>) {
         let mut status = self.local_status(read.upstream);
-        let Some(gate) = self.shared_gate(read.upstream) else {
-            let _ = read.reply.send(status);
-            return;
-        };
-        let call = async move { gate.status().await };
-        ctx.spawn(call.into_actor(self).map(move |result, _, _| {
-            if let Ok(shared) = result {
-                status.state = shared.state;
-                status.limit = shared.limit;
-                status.wave = shared.wave;
-                status.cooldown_remaining = shared.cooldown_remaining;
-                status.in_flight_fleet = Some(shared.in_flight);
-                status.budgets = shared.budgets;
+        match self.shared_gate(read.upstream) {
+            None => {
+                let _ = read.reply.send(status);
             }
-            let _ = read.reply.send(status);
-        }));
+            #[cfg(feature = "redis")]
+            Some(gate) => {
+                let call = async move { gate.status().await };
+                ctx.spawn(call.into_actor(self).map(move |result, _, _| {
+                    if let Ok(shared) = result {
+                        status.state = shared.state;
+                        status.limit = shared.limit;
+                        status.wave = shared.wave;
+                        status.cooldown_remaining = shared.cooldown_remaining;
+                        status.in_flight_fleet = Some(shared.in_flight);
+                        status.budgets = shared.budgets;
+                    }
+                    let _ = read.reply.send(status);
+                }));
+            }
+        }
     }
 }
 

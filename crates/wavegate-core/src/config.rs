@@ -35,6 +35,7 @@ use crate::backoff::Backoff;
 use crate::breaker::BreakerConfig;
 use crate::cooldown::CooldownPolicy;
 use crate::gcra::{Budgets, RateBudget};
+use crate::priority::PriorityClass;
 use crate::retry_budget::RetryBudgetConfig;
 use crate::wave::Recovery;
 use crate::wave::WaveConfig;
@@ -97,6 +98,14 @@ pub enum ConfigError {
         name: String,
         /// What is wrong with it.
         reason: &'static str,
+    },
+    /// A priority class cannot be used.
+    #[error("priority class {class:?} is invalid: {reason}")]
+    InvalidClass {
+        /// The class (or classes) concerned.
+        class: String,
+        /// What is wrong, and what to change.
+        reason: String,
     },
     /// The concurrency limit is zero.
     #[error("upstream `{upstream}`: limit is 0; set limit to at least 1 (the default is 10)")]
@@ -242,6 +251,8 @@ pub struct UpstreamConfig {
     backoff: Backoff,
     /// How long a spent quota keeps the upstream refused (issue 14).
     quota_pause: Duration,
+    classes: Vec<PriorityClass>,
+    default_class: usize,
 }
 
 impl UpstreamConfig {
@@ -289,6 +300,8 @@ impl UpstreamConfig {
             retry_budget: RetryBudgetConfig::default(),
             backoff: Backoff::default(),
             quota_pause: Self::DEFAULT_QUOTA_PAUSE,
+            classes: Vec::new(),
+            default_class: None,
         }
     }
 
@@ -365,6 +378,22 @@ impl UpstreamConfig {
         self.quota_pause
     }
 
+    /// The priority classes, in configured order (empty: every caller is in one class).
+    pub fn classes(&self) -> &[PriorityClass] {
+        &self.classes
+    }
+
+    /// The index in [`classes`](Self::classes) of the class of requests that choose none (0
+    /// without classes).
+    pub fn default_class(&self) -> usize {
+        self.default_class
+    }
+
+    /// The index of class `name`, if the upstream has it.
+    pub fn class_index(&self, name: &str) -> Option<usize> {
+        self.classes.iter().position(|c| c.name() == name)
+    }
+
     /// The backoff for transient failures.
     pub fn backoff(&self) -> &Backoff {
         &self.backoff
@@ -395,6 +424,9 @@ pub struct UpstreamConfigBuilder {
     retry_budget: RetryBudgetConfig,
     backoff: Backoff,
     quota_pause: Duration,
+    /// (name, weight, reserve %), in order.
+    classes: Vec<(String, u32, u8)>,
+    default_class: Option<String>,
 }
 
 impl UpstreamConfigBuilder {
@@ -529,10 +561,76 @@ impl UpstreamConfigBuilder {
         self
     }
 
+    /// Adds a priority class of weight `weight` (1..=1000): with callers of several classes
+    /// waiting, a free permit goes to the class furthest below its weighted share, across the
+    /// fleet ([`priority`](crate::priority)). Requests choose theirs; those that do not are in
+    /// the [`default_class`](Self::default_class). Without classes every caller is in one.
+    pub fn class(mut self, name: impl Into<String>, weight: u32) -> Self {
+        self.classes.push((name.into(), weight, 0));
+        self
+    }
+
+    /// Keeps `percent` of the current limit (rounded down to whole permits) for class `name`
+    /// while it has callers waiting. The reserves of an upstream add up to at most 100 %.
+    pub fn reserve(mut self, name: &str, percent: u8) -> Self {
+        match self.classes.iter_mut().find(|(class, _, _)| class == name) {
+            Some(class) => class.2 = percent,
+            // Refused by `build()`: a reserve for a class that was not added.
+            None => self.classes.push((name.to_owned(), 0, percent)),
+        }
+        self
+    }
+
+    /// The class of requests that choose none; default: the first class added.
+    pub fn default_class(mut self, name: impl Into<String>) -> Self {
+        self.default_class = Some(name.into());
+        self
+    }
+
     /// Checks everything and returns the configuration, or the first problem found.
     pub fn build(self) -> Result<UpstreamConfig, ConfigError> {
         let name = UpstreamName::new(self.name)?;
         let upstream = || name.to_string();
+        let in_upstream = |error: ConfigError| match error {
+            ConfigError::InvalidClass { class, reason } => {
+                ConfigError::InvalidClass { class, reason: format!("{reason} (upstream `{name}`)") }
+            }
+            other => other,
+        };
+        let mut classes = Vec::with_capacity(self.classes.len());
+        for (class, weight, reserve) in &self.classes {
+            if *weight == 0 {
+                return Err(in_upstream(ConfigError::InvalidClass {
+                    class: class.clone(),
+                    reason: "it has a reserve or weight 0 but was never added; add it with `class(name, weight)` \
+                             (weight at least 1) before its reserve"
+                        .into(),
+                }));
+            }
+            let made = PriorityClass::new(class.clone())
+                .and_then(|c| c.weight(*weight))
+                .and_then(|c| c.reserve_percent(*reserve))
+                .map_err(in_upstream)?;
+            classes.push(made);
+        }
+        crate::priority::validate(name.as_str(), &classes)?;
+        let default_class = match &self.default_class {
+            None => 0,
+            Some(wanted) => {
+                classes.iter().position(|c| c.name() == wanted).ok_or_else(|| ConfigError::InvalidClass {
+                    class: wanted.clone(),
+                    reason: format!(
+                        "it is the default class of upstream `{name}` but is not one of its classes ({}); add it with \
+                     `class(name, weight)`",
+                        if classes.is_empty() {
+                            "it has none".to_owned()
+                        } else {
+                            classes.iter().map(|c| c.name().to_owned()).collect::<Vec<_>>().join(", ")
+                        }
+                    ),
+                })?
+            }
+        };
         let zero_duration = |field| ConfigError::ZeroDuration { upstream: upstream(), field };
         let zero_count = |field| ConfigError::ZeroCount { upstream: upstream(), field };
 
@@ -683,6 +781,8 @@ impl UpstreamConfigBuilder {
             retry_budget: self.retry_budget,
             backoff: self.backoff,
             quota_pause: self.quota_pause,
+            classes,
+            default_class,
         })
     }
 }

@@ -16,6 +16,7 @@
 //! | circuit breaker | [`CircuitBreaker`] |
 //! | retry budget and backoff | [`RetryBudget`], [`Backoff`] |
 //! | requests and tokens per minute (GCRA with a cost) | [`Gcra`], [`Budgets`] |
+//! | priority classes: which waiting class a free permit goes to | [`priority`] |
 //! | configuration, validated at build time | [`UpstreamConfig`], [`UpstreamSet`] |
 //!
 //! ```
@@ -47,6 +48,7 @@ mod gate;
 mod gcra;
 mod ledger;
 mod outcome;
+pub mod priority;
 mod provider_window;
 mod rate_limit_kind;
 mod retry_after;

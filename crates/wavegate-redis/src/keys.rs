@@ -32,6 +32,7 @@ impl Keyspace {
             released: format!("{base}:released"),
             waiting: format!("{base}:waiting"),
             waiting_seen: format!("{base}:waiting_seen"),
+            waiting_demand: format!("{base}:waiting_demand"),
         }
     }
 
@@ -70,6 +71,9 @@ pub struct UpstreamKeys {
     /// keeps asking keeps its place on `waiting`, however long it waits; one that stopped
     /// asking for 10 s is taken off both.
     pub waiting_seen: String,
+    /// How many callers of each waiting process wait, by class (hash: `<class>|<instance>` →
+    /// count; priority classes only).
+    pub waiting_demand: String,
 }
 
 impl UpstreamKeys {
@@ -80,8 +84,8 @@ impl UpstreamKeys {
 
     /// The keys of the scripts that keep the waiting list (acquire and finish): the four
     /// above, then `waiting_seen`.
-    pub fn waiting_script_keys(&self) -> [&str; 5] {
-        [&self.permits, &self.wave, &self.permit_waves, &self.waiting, &self.waiting_seen]
+    pub fn waiting_script_keys(&self) -> [&str; 6] {
+        [&self.permits, &self.wave, &self.permit_waves, &self.waiting, &self.waiting_seen, &self.waiting_demand]
     }
 }
 

@@ -41,4 +41,4 @@ pub use error::StoreError;
 pub use keys::{Keyspace, UpstreamKeys};
 pub use releases::ReleaseSubscription;
 pub use scripts::preload;
-pub use shared_gate::{Acquired, Finished, Reconciled, SharedGate, SharedStatus};
+pub use shared_gate::{Acquired, ClassAsk, Finished, Reconciled, SharedGate, SharedStatus};

@@ -1,9 +1,10 @@
 //! The Lua scripts from `lua/`, compiled in and loaded once.
 //!
 //! Each upstream script is `lua/wave.lua` (the state machine, written once) and
-//! `lua/provider_window.lua` (the provider's announced windows) followed by the script's body; `heartbeat.lua` stands alone. [`redis::Script`] sends `EVALSHA` and on `NOSCRIPT` (a restarted or flushed server)
-//! loads the script and retries, so a script flush is never an outage. [`preload`] loads all
-//! of them at start so the first calls do not pay for it.
+//! `lua/provider_window.lua` (the provider's announced windows) followed by the script's body;
+//! `heartbeat.lua` stands alone. [`redis::Script`] sends `EVALSHA` and on `NOSCRIPT` (a
+//! restarted or flushed server) loads the script and retries, so a script flush is never an
+//! outage. [`preload`] loads all of them at start so the first calls do not pay for it.
 
 use std::sync::OnceLock;
 
@@ -14,6 +15,22 @@ macro_rules! wave_script {
     ($body:literal) => {
         concat!(
             include_str!("../../../lua/wave.lua"),
+            "\n",
+            include_str!("../../../lua/provider_window.lua"),
+            "\n",
+            include_str!(concat!("../../../lua/", $body))
+        )
+    };
+}
+
+/// A script that also chooses among priority classes: `wave.lua`, `priority.lua`,
+/// `provider_window.lua`, the body.
+macro_rules! priority_script {
+    ($body:literal) => {
+        concat!(
+            include_str!("../../../lua/wave.lua"),
+            "\n",
+            include_str!("../../../lua/priority.lua"),
             "\n",
             include_str!("../../../lua/provider_window.lua"),
             "\n",
@@ -38,8 +55,8 @@ pub(crate) struct Scripts {
 pub(crate) fn scripts() -> &'static Scripts {
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
-        acquire: Script::new(wave_script!("acquire.lua")),
-        finish: Script::new(wave_script!("finish.lua")),
+        acquire: Script::new(priority_script!("acquire.lua")),
+        finish: Script::new(priority_script!("finish.lua")),
         renew: Script::new(wave_script!("renew.lua")),
         status: Script::new(wave_script!("status.lua")),
         reconcile: Script::new(wave_script!("reconcile.lua")),

@@ -13,10 +13,29 @@ use wavegate_core::{
     Transition, UpstreamName, WaveConfig, WaveSignal, WaveState, WindowReport, duration_ms,
 };
 
+use wavegate_core::priority::PriorityClass;
+
 use crate::connection::Store;
 use crate::error::StoreError;
 use crate::keys::UpstreamKeys;
 use crate::scripts::scripts;
+
+/// How many config arguments every script but renew takes (`CONFIG_ARGS` in `lua/wave.lua`).
+const CONFIG_ARGS: usize = 14;
+
+/// One priority class's part of an [`acquire_among`](SharedGate::acquire_among): the head of
+/// this process's callers of the class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClassAsk<'a> {
+    /// The class's name.
+    pub class: &'a str,
+    /// The head's permit id, `<class>|...`.
+    pub id: &'a str,
+    /// Tokens to reserve for it.
+    pub tokens: u64,
+    /// This process's callers of the class waiting, the head included (at least 1).
+    pub waiting: u32,
+}
 
 /// The answer to an acquire, with the number of permits held after it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,8 +97,8 @@ pub struct Reconciled {
 pub struct SharedGate {
     store: Store,
     keys: UpstreamKeys,
-    /// The thirteen config arguments every script but renew takes, rendered once.
-    config_args: [String; 13],
+    /// The config arguments every script but renew takes, rendered once.
+    config_args: [String; CONFIG_ARGS],
     /// This process's instance id, put on the waiting list at the limit ('' for none).
     instance: String,
 }
@@ -111,6 +130,7 @@ impl SharedGate {
             duration_ms(wave.retest_after).to_string(),
             duration_ms(wave.retest_max).to_string(),
             wave.retest_rounds_max.to_string(),
+            String::new(),
         ];
         Self { store, keys, config_args, instance: String::new() }
     }
@@ -123,6 +143,21 @@ impl SharedGate {
         self
     }
 
+    /// Shares the permits among priority `classes` (the upstream's, in configured order; the
+    /// one at `default` takes permits whose id names no class): see [`acquire_among`](Self::acquire_among).
+    pub fn with_classes(mut self, classes: &[PriorityClass], default: usize) -> Self {
+        self.config_args[CONFIG_ARGS - 1] = classes
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let mark = if i == default { "*" } else { "" };
+                format!("{mark}{}:{}:{}", c.name(), c.weight_value(), c.reserve_percent_value())
+            })
+            .collect::<Vec<_>>()
+            .join(",");
+        self
+    }
+
     /// The upstream's keys.
     pub fn keys(&self) -> &UpstreamKeys {
         &self.keys
@@ -132,7 +167,6 @@ impl SharedGate {
     /// Sending the same id again (after a lost reply) grants the same permit, never a second
     /// one, and charges nothing again.
     pub async fn acquire(&self, id: &str, lease: Duration, tokens: u64) -> Result<Acquired, StoreError> {
-        const COMMAND: &str = "acquire";
         let mut invocation = scripts().acquire.prepare_invoke();
         invocation
             .key(&self.keys.waiting_script_keys()[..])
@@ -141,23 +175,61 @@ impl SharedGate {
             .arg(duration_ms(lease))
             .arg(tokens)
             .arg(&self.instance);
-        let reply: Vec<Value> = self.store.invoke(COMMAND, &invocation).await?;
+        self.acquire_reply(&invocation).await.map(|(acquired, _)| acquired)
+    }
+
+    /// Asks for one permit for this process's callers of several priority classes at once
+    /// (upstreams with classes, after [`with_classes`](Self::with_classes)): one `ask` per
+    /// class with callers waiting, its head's permit id (which must start with `<class>|`),
+    /// tokens, and how many of its callers wait. The fleet-wide choice of class decides which
+    /// of them, if any, is granted; the reply names its id. Idempotent like
+    /// [`acquire`](Self::acquire).
+    pub async fn acquire_among(
+        &self,
+        asks: &[ClassAsk<'_>],
+        lease: Duration,
+    ) -> Result<(Acquired, Option<String>), StoreError> {
+        const COMMAND: &str = "acquire";
+        let Some((first, rest)) = asks.split_first() else {
+            return Err(StoreError::unexpected(COMMAND, "nothing to ask for"));
+        };
+        let mut invocation = scripts().acquire.prepare_invoke();
+        invocation
+            .key(&self.keys.waiting_script_keys()[..])
+            .arg(&self.config_args[..])
+            .arg(first.id)
+            .arg(duration_ms(lease))
+            .arg(first.tokens)
+            .arg(&self.instance)
+            .arg(first.class)
+            .arg(first.waiting);
+        for ask in rest {
+            invocation.arg(ask.class).arg(ask.id).arg(ask.tokens).arg(ask.waiting);
+        }
+        self.acquire_reply(&invocation).await
+    }
+
+    /// Sends an acquire and reads its reply: the answer and, for a grant, the id granted.
+    async fn acquire_reply(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<(Acquired, Option<String>), StoreError> {
+        const COMMAND: &str = "acquire";
+        let reply: Vec<Value> = self.store.invoke(COMMAND, invocation).await?;
         let r = Reply::new(COMMAND, &reply);
         match r.int(0)? {
             1 => {
-                r.expect_len(5)?;
+                r.expect_len(6)?;
                 let admission = Admission::Granted { wave: r.uint(1)?, state: r.state(2)?, limit: r.u32(3)? };
-                Ok(Acquired { admission, in_flight: r.u32(4)? })
+                Ok((Acquired { admission, in_flight: r.u32(4)? }, Some(r.string(5)?)))
             }
             0 => {
                 r.expect_len(4)?;
                 let name = r.string(1)?;
                 let reason = DenyReason::parse(&name)
                     .ok_or_else(|| StoreError::unexpected(COMMAND, format!("unknown denial reason {name:?}")))?;
-                Ok(Acquired {
-                    admission: Admission::Denied { reason, retry_after_ms: r.uint(2)? },
-                    in_flight: r.u32(3)?,
-                })
+                let admission = Admission::Denied { reason, retry_after_ms: r.uint(2)? };
+                Ok((Acquired { admission, in_flight: r.u32(3)? }, None))
             }
             other => Err(StoreError::unexpected(COMMAND, format!("first field is {other}, not 0 or 1"))),
         }

@@ -201,18 +201,24 @@ async fn an_unreadable_state_starts_over_instead_of_failing() {
 async fn scripts_check_their_arguments() {
     let server = RedisServer::start().expect("redis-server");
     let mut con = server.connection().expect("connection");
-    let source = concat!(include_str!("../../../lua/wave.lua"), "\n", include_str!("../../../lua/acquire.lua"));
+    let source = concat!(
+        include_str!("../../../lua/wave.lua"),
+        "\n",
+        include_str!("../../../lua/priority.lua"),
+        "\n",
+        include_str!("../../../lua/acquire.lua")
+    );
     let err =
         redis::cmd("EVAL").arg(source).arg(3).arg("a").arg("b").arg("c").arg("only-one").exec(&mut con).unwrap_err();
-    assert!(err.to_string().contains("expected 17 ARGV, got 1"), "{err}");
+    assert!(err.to_string().contains("expected 18 ARGV, or classes after them, got 1"), "{err}");
     let err = redis::cmd("EVAL")
         .arg(source)
         .arg(3)
         .arg(&["a", "b", "c"][..])
         .arg(
             &[
-                "10", "3", "5000", "1000", "60000", "0", "0", "0", "0", "seed", "1000", "8000", "32", "id", "-5", "0",
-                "",
+                "10", "3", "5000", "1000", "60000", "0", "0", "0", "0", "seed", "1000", "8000", "32", "", "id", "-5",
+                "0", "",
             ][..],
         )
         .exec(&mut con)

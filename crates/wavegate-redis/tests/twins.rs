@@ -137,6 +137,7 @@ fn config_args(config: &WaveConfig) -> Vec<String> {
         ms(config.retest_after),
         ms(config.retest_max),
         config.retest_rounds_max.to_string(),
+        String::new(),
     ]
 }
 

@@ -46,6 +46,24 @@ pub struct UpstreamView {
     /// upstream, each with a limit of its own).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub warning: Option<String>,
+    /// The priority classes (left out when the upstream has none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<ClassView>,
+}
+
+/// One priority class: its configuration and this process's share of the load.
+#[derive(Debug, Serialize)]
+pub struct ClassView {
+    /// The class's name.
+    pub class: String,
+    /// Its weight.
+    pub weight: u32,
+    /// Its reserved share of the limit, in percent.
+    pub reserve_percent: u8,
+    /// Callers of this process waiting in it.
+    pub waiting: usize,
+    /// Permits of it this process holds.
+    pub in_flight_local: usize,
 }
 
 /// What is left of a rate budget.
@@ -89,6 +107,17 @@ impl UpstreamView {
                     status.schedulers_in_process
                 )
             }),
+            classes: status
+                .classes
+                .into_iter()
+                .map(|c| ClassView {
+                    class: c.class,
+                    weight: c.weight,
+                    reserve_percent: c.reserve_percent,
+                    waiting: c.waiting,
+                    in_flight_local: c.in_flight_local,
+                })
+                .collect(),
         }
     }
 }

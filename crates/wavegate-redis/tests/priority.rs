@@ -1,0 +1,188 @@
+//! Priority classes in Redis: `lua/priority.lua` against `wavegate_core::priority`'s table
+//! (and one-line mutants of it, which the table must catch), then the acquire and finish
+//! scripts choosing a class across two processes on a real redis-server.
+
+use std::time::Duration;
+
+use tokio::runtime::Runtime;
+use wavegate_core::priority::{ChoiceCase, PriorityClass, cases, choose_class};
+use wavegate_core::{Admission, DenyReason, UpstreamConfig, WaveSignal};
+use wavegate_redis::{ClassAsk, SharedGate, Store, StoreConfig};
+use wavegate_testkit::RedisServer;
+
+const PRIORITY_LUA: &str = include_str!("../../../lua/priority.lua");
+
+/// Runs `choose_class` of the Lua source on one case: ARGV = room, the asked classes
+/// (comma-separated, 1-based), then (weight, reserved, in flight, demand, since) per class.
+const DRIVER: &str = r"
+local room = tonumber(ARGV[1])
+local asked = {}
+for k in string.gmatch(ARGV[2], '[^,]+') do asked[tonumber(k)] = true end
+local classes = {}
+for i = 3, #ARGV, 5 do
+  table.insert(classes, { weight = tonumber(ARGV[i]), reserved = tonumber(ARGV[i + 1]),
+    in_flight = tonumber(ARGV[i + 2]), demand = tonumber(ARGV[i + 3]), since = tonumber(ARGV[i + 4]) })
+end
+local chosen = choose_class(classes, room, asked)
+if chosen == nil then return -1 end
+return chosen - 1
+";
+
+fn lua_choice(con: &mut redis::Connection, source: &str, case: &ChoiceCase) -> redis::RedisResult<Option<usize>> {
+    let mut command = redis::cmd("EVAL");
+    command.arg(source).arg(0).arg(case.room);
+    command.arg(case.asked.iter().map(|k| (k + 1).to_string()).collect::<Vec<_>>().join(","));
+    for c in &case.classes {
+        command.arg(c.weight).arg(c.reserved).arg(c.in_flight).arg(c.demand).arg(c.since_ms);
+    }
+    let chosen: i64 = command.query(con)?;
+    Ok(usize::try_from(chosen).ok())
+}
+
+/// The first case on which the Lua source disagrees with the table, if any.
+fn disagreement(con: &mut redis::Connection, priority_lua: &str) -> Option<String> {
+    let source = format!("{priority_lua}\n{DRIVER}");
+    for case in cases() {
+        let mut rust = case.classes.clone();
+        assert_eq!(choose_class(&mut rust, case.room, |c| case.asked.contains(&c)), case.expect, "{}", case.name);
+        match lua_choice(con, &source, &case) {
+            Ok(got) if got == case.expect => {}
+            Ok(got) => return Some(format!("{}: Lua chose {got:?}, the table says {:?}", case.name, case.expect)),
+            Err(error) => return Some(format!("{}: {error}", case.name)),
+        }
+    }
+    None
+}
+
+#[test]
+fn the_lua_choice_of_class_passes_the_table() {
+    let server = RedisServer::start().expect("redis-server");
+    let mut con = server.connection().expect("connection");
+    assert_eq!(disagreement(&mut con, PRIORITY_LUA), None);
+}
+
+#[test]
+fn one_line_mutants_of_the_lua_choice_are_caught() {
+    let server = RedisServer::start().expect("redis-server");
+    let mut con = server.connection().expect("connection");
+    let mutants = [
+        (
+            "if a_reserved ~= b_reserved then return a_reserved end",
+            "if a_reserved ~= b_reserved then return b_reserved end",
+        ),
+        ("(a.in_flight + 1) * math.max(b.weight, 1)", "a.in_flight * math.max(b.weight, 1)"),
+        ("x, y = (a.in_flight + 1) * b.reserved", "x, y = (a.in_flight + 1) * b.weight"),
+        (
+            "if a.since ~= b.since then return a.since < b.since end",
+            "if a.since ~= b.since then return a.since > b.since end",
+        ),
+        ("return ia < ib", "return ia > ib"),
+        ("if c.demand > 0 and", "if c.demand >= 0 and"),
+        ("classes[c].demand = classes[c].demand - 1\n  end\n  return nil", "\n  end\n  return nil"),
+        (
+            "for _ = 1, room do\n    local c = next_class(classes)\n    if c == nil then return nil end",
+            "for _ = 1, room + 1 do\n    local c = next_class(classes)\n    if c == nil then return nil end",
+        ),
+    ];
+    for (original, mutant) in mutants {
+        assert_eq!(PRIORITY_LUA.matches(original).count(), 1, "the mutant's original line is not unique: {original}");
+        let mutated = PRIORITY_LUA.replacen(original, mutant, 1);
+        assert!(disagreement(&mut con, &mutated).is_some(), "the mutant `{mutant}` was not caught");
+    }
+}
+
+/// Two processes' gates of one upstream with classes `interactive` (weight 3) and `batch`.
+fn gates(runtime: &Runtime, server: &RedisServer, limit: u32) -> (SharedGate, SharedGate) {
+    let store = runtime.block_on(Store::connect(StoreConfig::new(server.url()))).expect("store");
+    let config =
+        UpstreamConfig::builder("llm").limit(limit).class("interactive", 3).class("batch", 1).build().expect("valid");
+    let gate = |instance: &str| {
+        SharedGate::with_budgets(store.clone(), config.name(), config.wave(), config.budgets())
+            .with_classes(config.classes(), config.default_class())
+            .for_instance(instance)
+    };
+    (gate("alpha"), gate("beta"))
+}
+
+fn ask<'a>(class: &'a str, id: &'a str, waiting: u32) -> ClassAsk<'a> {
+    ClassAsk { class, id, tokens: 0, waiting }
+}
+
+const LEASE: Duration = Duration::from_secs(30);
+
+#[test]
+fn a_freed_permit_goes_to_the_class_below_its_share_whoever_asks_first() {
+    let server = RedisServer::start().expect("redis-server");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let (alpha, beta) = gates(&runtime, &server, 2);
+    // beta's batch flood takes the whole limit and keeps 50 callers waiting.
+    for n in 1..=2 {
+        let id = format!("batch|beta:{n}");
+        let (acquired, granted) =
+            runtime.block_on(beta.acquire_among(&[ask("batch", &id, 50)], LEASE)).expect("acquire");
+        assert!(matches!(acquired.admission, Admission::Granted { .. }), "{acquired:?}");
+        assert_eq!(granted.as_deref(), Some(id.as_str()));
+    }
+    let (acquired, _) =
+        runtime.block_on(beta.acquire_among(&[ask("batch", "batch|beta:3", 48)], LEASE)).expect("acquire");
+    assert!(matches!(acquired.admission, Admission::Denied { reason: DenyReason::AtLimit, .. }));
+    // alpha's interactive caller waits too.
+    let (acquired, _) =
+        runtime.block_on(alpha.acquire_among(&[ask("interactive", "interactive|alpha:1", 1)], LEASE)).expect("ask");
+    assert!(matches!(acquired.admission, Admission::Denied { reason: DenyReason::AtLimit, .. }));
+    // A batch permit ends: beta asks again at once, but the permit is interactive's.
+    runtime.block_on(beta.finish("batch|beta:1", 1, WaveSignal::Success, 0)).expect("finish");
+    let (acquired, granted) =
+        runtime.block_on(beta.acquire_among(&[ask("batch", "batch|beta:3", 48)], LEASE)).expect("acquire");
+    assert!(
+        matches!(acquired.admission, Admission::Denied { reason: DenyReason::AtLimit, .. }),
+        "batch took interactive's permit: {acquired:?} {granted:?}"
+    );
+    let (acquired, granted) =
+        runtime.block_on(alpha.acquire_among(&[ask("interactive", "interactive|alpha:1", 1)], LEASE)).expect("acquire");
+    assert!(matches!(acquired.admission, Admission::Granted { .. }), "{acquired:?}");
+    assert_eq!(granted.as_deref(), Some("interactive|alpha:1"));
+    // Interactive waits no more: the next free permit is batch's again.
+    runtime.block_on(beta.finish("batch|beta:2", 1, WaveSignal::Success, 0)).expect("finish");
+    let (acquired, _) =
+        runtime.block_on(beta.acquire_among(&[ask("batch", "batch|beta:3", 48)], LEASE)).expect("acquire");
+    assert!(matches!(acquired.admission, Admission::Granted { .. }), "{acquired:?}");
+}
+
+#[test]
+fn one_ask_for_several_classes_gets_the_one_the_fleet_reaches_and_a_dead_waiter_holds_nothing_for_long() {
+    let server = RedisServer::start().expect("redis-server");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let (alpha, beta) = gates(&runtime, &server, 1);
+    let both = [ask("batch", "batch|alpha:1", 5), ask("interactive", "interactive|alpha:2", 1)];
+    let (acquired, granted) = runtime.block_on(alpha.acquire_among(&both, LEASE)).expect("acquire");
+    assert!(matches!(acquired.admission, Admission::Granted { .. }));
+    assert_eq!(granted.as_deref(), Some("interactive|alpha:2"), "interactive comes first");
+    // beta's interactive caller waits, then beta dies (never asks again).
+    let (acquired, _) =
+        runtime.block_on(beta.acquire_among(&[ask("interactive", "interactive|beta:1", 1)], LEASE)).expect("ask");
+    assert!(matches!(acquired.admission, Admission::Denied { .. }));
+    runtime.block_on(alpha.finish("interactive|alpha:2", 1, WaveSignal::Success, 0)).expect("finish");
+    let batch = [ask("batch", "batch|alpha:1", 5)];
+    let (acquired, _) = runtime.block_on(alpha.acquire_among(&batch, LEASE)).expect("acquire");
+    assert!(matches!(acquired.admission, Admission::Denied { .. }), "kept for beta's waiting interactive caller");
+    // Past the freshness bound (1.5 s) beta's place no longer holds the permit back.
+    std::thread::sleep(Duration::from_millis(1_600));
+    let (acquired, granted) = runtime.block_on(alpha.acquire_among(&batch, LEASE)).expect("acquire");
+    assert!(matches!(acquired.admission, Admission::Granted { .. }), "{acquired:?}");
+    assert_eq!(granted.as_deref(), Some("batch|alpha:1"));
+    // Asking again with the same id is granted again, not twice.
+    let (acquired, granted) = runtime.block_on(alpha.acquire_among(&batch, LEASE)).expect("acquire");
+    assert!(matches!(acquired.admission, Admission::Granted { .. }));
+    assert_eq!(granted.as_deref(), Some("batch|alpha:1"));
+    assert_eq!(acquired.in_flight, 1);
+}
+
+#[test]
+fn classes_that_cannot_work_are_refused_when_configured() {
+    assert!(PriorityClass::new("inter|active").is_err(), "'|' separates the class in permit ids");
+    let error = UpstreamConfig::builder("llm").class("a", 1).reserve("b", 10).build().expect_err("b was never added");
+    assert!(error.to_string().contains("class(name, weight)"), "{error}");
+    let error = UpstreamConfig::builder("llm").class("a", 1).default_class("c").build().expect_err("no class c");
+    assert!(error.to_string().contains("not one of its classes (a)"), "{error}");
+}

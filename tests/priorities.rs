@@ -1,0 +1,184 @@
+//! Priority classes through the public API: a batch flood holds the limit while interactive
+//! calls arrive; the interactive ones are served at the next free permit, batch keeps its
+//! weighted share, the provider (the mock, which counts) never sees more than the limit. In
+//! local mode, and in shared mode with four schedulers (four coordinators, four instance ids)
+//! on a real redis-server, the flood in two of them and the interactive calls in the other two.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use wavegate::{Error, Scheduler, Upstream, UpstreamConfig};
+use wavegate_testkit::{MockUpstream, MockUpstreamConfig, http_get};
+
+const LIMIT: u32 = 4;
+const SERVICE: Duration = Duration::from_millis(40);
+
+fn mock() -> MockUpstream {
+    MockUpstream::start(MockUpstreamConfig { service_time: SERVICE, ..Default::default() }).expect("mock provider")
+}
+
+fn config() -> UpstreamConfig {
+    UpstreamConfig::builder("llm")
+        .limit(LIMIT)
+        .max_wait(Duration::from_secs(30))
+        .class("interactive", 3)
+        .class("batch", 1)
+        .default_class("batch")
+        .build()
+        .expect("valid config")
+}
+
+/// Keeps `callers` batch calls going (each caller calls again as soon as its call is done)
+/// until `stop`; counts the calls done.
+async fn flood(llm: Upstream, addr: SocketAddr, callers: usize, stop: Arc<AtomicBool>, done: Arc<AtomicU64>) {
+    let caller = |llm: Upstream, stop: Arc<AtomicBool>, done: Arc<AtomicU64>| async move {
+        while !stop.load(SeqCst) {
+            let reply = llm.request().call(|_| http_get(addr, "/batch", Duration::from_secs(5))).await;
+            assert_eq!(reply.expect("a batch call").status, 200);
+            done.fetch_add(1, SeqCst);
+        }
+    };
+    join_all((0..callers).map(|_| caller(llm.clone(), stop.clone(), done.clone()))).await;
+}
+
+/// `count` interactive calls, one every `every`; the time each waited for its permit.
+async fn interactive(llm: Upstream, addr: SocketAddr, count: usize, every: Duration) -> Vec<Duration> {
+    let one = |llm: Upstream, start: Duration| async move {
+        tokio::time::sleep(start).await;
+        let mut waited = Duration::ZERO;
+        let reply = llm
+            .request()
+            .priority("interactive")
+            .call(|attempt| {
+                waited += attempt.waited;
+                http_get(addr, "/interactive", Duration::from_secs(5))
+            })
+            .await;
+        assert_eq!(reply.expect("an interactive call").status, 200);
+        waited
+    };
+    join_all((0..count).map(|k| one(llm.clone(), every * k as u32))).await
+}
+
+fn p99(mut waits: Vec<Duration>) -> Duration {
+    waits.sort();
+    waits[(waits.len() * 99 / 100).min(waits.len() - 1)]
+}
+
+/// Runs the flood on `batch` and the interactive calls on `interactive` (handles of one
+/// upstream, possibly in different schedulers); the interactive waits, batch calls done.
+async fn mixed(batch: &[Upstream], interactive_on: &[Upstream], addr: SocketAddr) -> (Vec<Duration>, u64, Duration) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let floods: Vec<_> =
+        batch.iter().map(|llm| tokio::spawn(flood(llm.clone(), addr, 100, stop.clone(), done.clone()))).collect();
+    // Let the flood fill the limit and the queues first.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let waits =
+        join_all(interactive_on.iter().map(|llm| interactive(llm.clone(), addr, 30, Duration::from_millis(50))))
+            .await
+            .concat();
+    let took = started.elapsed();
+    let batch_during = done.load(SeqCst);
+    stop.store(true, SeqCst);
+    for flood in floods {
+        flood.await.expect("flood");
+    }
+    (waits, batch_during, took)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_mode_serves_interactive_first_and_batch_keeps_going() {
+    let provider = mock();
+    let scheduler = Scheduler::builder().upstream(config()).build().expect("scheduler");
+    let llm = scheduler.upstream("llm").expect("configured");
+    let (waits, batch, took) = mixed(std::slice::from_ref(&llm), std::slice::from_ref(&llm), provider.addr()).await;
+    let worst = p99(waits);
+    eprintln!("local: interactive p99 permit wait {worst:?}; batch {batch} calls in {took:?}");
+    // Without classes each interactive call would wait behind the whole batch queue (100
+    // callers at 4 at a time: about a second).
+    assert!(worst <= SERVICE * 3, "interactive p99 permit wait {worst:?} with {SERVICE:?} calls");
+    // Interactive asks for far less than its share (one call per 50 ms): batch has the rest.
+    let expected = took.as_secs_f64() / SERVICE.as_secs_f64() * f64::from(LIMIT);
+    assert!(batch as f64 >= expected * 0.5, "batch did {batch} calls in {took:?}; ~{expected:.0} possible");
+    assert!(provider.max_in_flight() <= LIMIT as usize, "the provider saw {} at once", provider.max_in_flight());
+    let status = scheduler.status("llm").await.expect("status");
+    let names: Vec<_> = status.classes.iter().map(|c| (c.class.as_str(), c.weight)).collect();
+    assert_eq!(names, [("interactive", 3), ("batch", 1)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_classes_flooding_share_the_limit_by_weight() {
+    let provider = mock();
+    let scheduler = Scheduler::builder().upstream(config()).build().expect("scheduler");
+    let llm = scheduler.upstream("llm").expect("configured");
+    let stop = Arc::new(AtomicBool::new(false));
+    let counts = [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
+    let class_flood = |class: &'static str, done: Arc<AtomicU64>| {
+        let (llm, stop, addr) = (llm.clone(), stop.clone(), provider.addr());
+        tokio::spawn(async move {
+            let caller = |llm: Upstream| {
+                let (stop, done) = (stop.clone(), done.clone());
+                async move {
+                    while !stop.load(SeqCst) {
+                        let reply =
+                            llm.request().priority(class).call(|_| http_get(addr, "/", Duration::from_secs(5))).await;
+                        assert_eq!(reply.expect("a call").status, 200);
+                        done.fetch_add(1, SeqCst);
+                    }
+                }
+            };
+            join_all((0..40).map(|_| caller(llm.clone()))).await;
+        })
+    };
+    let floods = [class_flood("interactive", counts[0].clone()), class_flood("batch", counts[1].clone())];
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, SeqCst);
+    for flood in floods {
+        flood.await.expect("flood");
+    }
+    let (interactive, batch) = (counts[0].load(SeqCst) as f64, counts[1].load(SeqCst) as f64);
+    let share = interactive / (interactive + batch);
+    eprintln!("both flooding: interactive {interactive} calls, batch {batch}");
+    // Weights 3 : 1 over a limit of 4: three permits for interactive, one for batch.
+    assert!((0.65..=0.85).contains(&share), "interactive had {share:.2} of {} calls", interactive + batch);
+    assert!(provider.max_in_flight() <= LIMIT as usize);
+}
+
+#[tokio::test]
+async fn an_unknown_class_is_refused_before_any_wait() {
+    let scheduler = Scheduler::builder().upstream(config()).build().expect("scheduler");
+    let llm = scheduler.upstream("llm").expect("configured");
+    let refused = llm.request().priority("urgent").acquire().await.expect_err("no such class");
+    assert!(matches!(refused, Error::UnknownClass { ref class, .. } if class == "urgent"), "{refused:?}");
+    assert!(refused.to_string().contains("interactive, batch"), "{refused}");
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_mode_interactive_first_across_the_fleet() {
+    use wavegate::Mode;
+    use wavegate_testkit::RedisServer;
+
+    let redis = RedisServer::start().expect("redis-server");
+    let provider = mock();
+    let schedulers: Vec<Scheduler> = (0..4)
+        .map(|_| Scheduler::builder().upstream(config()).redis(redis.url()).build().expect("scheduler"))
+        .collect();
+    for scheduler in &schedulers {
+        assert_eq!(scheduler.mode().await.expect("mode"), Mode::Shared);
+    }
+    let handles: Vec<Upstream> = schedulers.iter().map(|s| s.upstream("llm").expect("configured")).collect();
+    // The flood in two schedulers, the interactive calls in the two others.
+    let (waits, batch, took) = mixed(&handles[..2], &handles[2..], provider.addr()).await;
+    let worst = p99(waits);
+    eprintln!("shared: interactive p99 permit wait {worst:?}; batch {batch} calls in {took:?}");
+    assert!(worst <= SERVICE * 3, "interactive p99 permit wait {worst:?} with {SERVICE:?} calls");
+    let expected = took.as_secs_f64() / SERVICE.as_secs_f64() * f64::from(LIMIT);
+    assert!(batch as f64 >= expected * 0.5, "batch did {batch} calls in {took:?}; ~{expected:.0} possible");
+    assert!(provider.max_in_flight() <= LIMIT as usize, "the provider saw {} at once", provider.max_in_flight());
+}
