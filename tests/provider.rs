@@ -8,7 +8,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::future::join_all;
 use wavegate::{Error, Outcome, ProviderSignals, RateLimitKind, Scheduler, UpstreamConfig, WaveState};
-use wavegate_testkit::{HeaderStyle, HttpReply, MockProvider, ProviderLimits, RedisServer, error_code, http_get};
+#[cfg(feature = "redis")]
+use wavegate_testkit::RedisServer;
+use wavegate_testkit::{HeaderStyle, HttpReply, MockProvider, ProviderLimits, error_code, http_get};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -75,6 +77,7 @@ async fn a_spent_window_holds_the_calls_until_its_reset_without_a_cut() {
     assert_eq!((status.state, status.limit, status.wave), (WaveState::Normal, 3, 1), "a rate window cuts nothing");
 }
 
+#[cfg(feature = "redis")]
 #[actix::test]
 async fn zero_left_until_the_reset_holds_the_whole_fleet_through_redis() {
     let redis = RedisServer::start().expect("redis-server");

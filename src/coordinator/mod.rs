@@ -327,16 +327,21 @@ impl Coordinator {
         slot.local.report_window(id, report, now_ms, tokens);
         metrics::provider_window_report(slot.config.name().as_str());
         let Some(gate) = self.shared_gate(upstream) else { return };
-        let id = id.to_string();
-        let call = async move { gate.report_window(&id, report, tokens).await };
-        ctx.spawn(call.into_actor(self).map(move |result, act, _| {
-            if let Err(error) = result {
-                // The release behind it meets the same error and handles the outage; the
-                // report is only lost (the provider will say it again).
-                metrics::redis_error("report_window", error.label());
-                tracing::debug!(upstream = %act.slots[upstream].config.name(), %error, "provider window report failed");
-            }
-        }));
+        #[cfg(not(feature = "redis"))]
+        match gate {}
+        #[cfg(feature = "redis")]
+        {
+            let id = id.to_string();
+            let call = async move { gate.report_window(&id, report, tokens).await };
+            ctx.spawn(call.into_actor(self).map(move |result, act, _| {
+                if let Err(error) = result {
+                    // The release behind it meets the same error and handles the outage; the
+                    // report is only lost (the provider will say it again).
+                    metrics::redis_error("report_window", error.label());
+                    tracing::debug!(upstream = %act.slots[upstream].config.name(), %error, "provider window report failed");
+                }
+            }));
+        }
     }
 
     /// The lease watchdog: renews every permit this process holds for `upstream`.
