@@ -100,6 +100,8 @@ pub const ALL: &[&str] = &[
     UNREADABLE_SIGNALS_TOTAL,
     QUOTA_EXHAUSTED,
     PROVIDER_WINDOW_REPORTS_TOTAL,
+    POOL_PICKS_TOTAL,
+    POOL_MOVES_TOTAL,
 ];
 
 /// Permits released after their lease had ended: for a while the fleet could admit one more
@@ -122,6 +124,12 @@ pub const UNREADABLE_SIGNALS_TOTAL: &str = "wavegate_unreadable_signals_total";
 pub const QUOTA_EXHAUSTED: &str = "wavegate_quota_exhausted";
 /// Reports of the provider's windows ("R left until T") sent to the gate in charge.
 pub const PROVIDER_WINDOW_REPORTS_TOTAL: &str = "wavegate_provider_window_reports_total";
+
+/// Pooled requests sent to a member, by `pool` and `member`.
+pub const POOL_PICKS_TOTAL: &str = "wavegate_pool_picks_total";
+/// Pooled requests that left a member for another, by `pool`, `member` and `reason` (the
+/// outcome's label or the refusal's code).
+pub const POOL_MOVES_TOTAL: &str = "wavegate_pool_moves_total";
 
 /// Bucket bounds, seconds, for each histogram: waits from a millisecond to minutes, calls
 /// from ten milliseconds to ten minutes.
@@ -260,6 +268,15 @@ pub(crate) fn quota_exhausted(upstream: &str, exhausted: bool) {
 
 pub(crate) fn provider_window_report(upstream: &str) {
     counter!(PROVIDER_WINDOW_REPORTS_TOTAL, "upstream" => upstream.to_owned()).increment(1);
+}
+
+pub(crate) fn pool_pick(pool: &str, member: &str) {
+    counter!(POOL_PICKS_TOTAL, "pool" => pool.to_owned(), "member" => member.to_owned()).increment(1);
+}
+
+pub(crate) fn pool_move(pool: &str, member: &str, reason: &'static str) {
+    counter!(POOL_MOVES_TOTAL, "pool" => pool.to_owned(), "member" => member.to_owned(), "reason" => reason)
+        .increment(1);
 }
 
 pub(crate) fn released_after_lease(upstream: &str) {

@@ -8,13 +8,14 @@ use crate::store::Store;
 use crate::store::{StoreConfig, StoreError};
 use actix::Addr;
 use tokio::sync::oneshot;
-use wavegate_core::{ConfigError, Outcome, UnknownUpstream, UpstreamConfig, UpstreamSet};
+use wavegate_core::{ConfigError, Outcome, PoolConfig, PoolConfigError, UnknownUpstream, UpstreamConfig, UpstreamSet};
 
 use crate::call::Ask;
 use crate::coordinator::Coordinator;
 use crate::error::Error;
 use crate::messages::{ReadBreaker, ReadMode, ReadStatus};
 use crate::permit::Permit;
+use crate::pool::{Pool, PoolSlot};
 use crate::quota::QuotaBlock;
 use crate::registry::{self, Registration};
 use crate::request::Attempt;
@@ -32,6 +33,8 @@ pub(crate) struct Inner {
     pub(crate) supervisors: Vec<Addr<UpstreamSupervisor>>,
     /// Each upstream's spent quota, if any (see `quota.rs`).
     pub(crate) quota: Vec<Arc<QuotaBlock>>,
+    /// The pools over the upstreams (see `pool.rs`).
+    pub(crate) pools: Vec<PoolSlot>,
     /// The actors' own thread, when `build()` found no actix system; it stops with the last
     /// handle.
     pub(crate) _thread: Option<ActorThread>,
@@ -60,6 +63,9 @@ pub enum BuildError {
         /// The configured URL.
         url: String,
     },
+    /// A pool cannot work (no members, a member that is not an upstream, ...).
+    #[error(transparent)]
+    Pool(#[from] PoolConfigError),
     /// There was no actix system on this thread and the actors' own thread could not be
     /// started.
     #[error("cannot start wavegate's actor thread: {0}")]
@@ -105,6 +111,7 @@ impl Scheduler {
     /// A builder with no upstream and no Redis (local mode).
     pub fn builder() -> SchedulerBuilder {
         SchedulerBuilder {
+            pools: Vec::new(),
             upstreams: Vec::new(),
             #[cfg(feature = "redis")]
             store: None,
@@ -212,6 +219,11 @@ impl Scheduler {
         self.inner.coordinator.send(ReadMode).await.map_err(|_| Error::Stopped)
     }
 
+    /// The handle of pool `name` (see [`Pool`]), resolved once.
+    pub fn pool(&self, name: &str) -> Result<Pool, UnknownUpstream> {
+        Pool::find(&self.inner, name)
+    }
+
     /// Lifts the refusal a spent quota put on `upstream` in this process (an operator's reset,
     /// e.g. after paying the bill); says whether there was one. See
     /// [`Error::QuotaExhausted`].
@@ -236,6 +248,7 @@ impl Scheduler {
 #[must_use = "call `build()` to start the scheduler"]
 pub struct SchedulerBuilder {
     upstreams: Vec<UpstreamConfig>,
+    pools: Vec<PoolConfig>,
     #[cfg(feature = "redis")]
     store: Option<StoreConfig>,
 }
@@ -244,6 +257,12 @@ impl SchedulerBuilder {
     /// Adds an upstream.
     pub fn upstream(mut self, upstream: UpstreamConfig) -> Self {
         self.upstreams.push(upstream);
+        self
+    }
+
+    /// Adds a pool over configured upstreams (its members); see [`Pool`].
+    pub fn pool(mut self, pool: PoolConfig) -> Self {
+        self.pools.push(pool);
         self
     }
 
@@ -266,6 +285,19 @@ impl SchedulerBuilder {
     /// (any other tokio runtime, or none). Never panics; build once per process and clone.
     pub fn build(self) -> Result<Scheduler, BuildError> {
         let set = UpstreamSet::new(self.upstreams.clone())?;
+        let mut pools = Vec::with_capacity(self.pools.len());
+        for pool in self.pools {
+            pool.check_against(&set)?;
+            if pools.iter().any(|p: &PoolSlot| p.config.name() == pool.name()) {
+                return Err(PoolConfigError::DuplicatePool(pool.name().to_string()).into());
+            }
+            let members = pool
+                .members()
+                .iter()
+                .map(|(name, _)| self.upstreams.iter().position(|u| u.name() == name).unwrap_or_default())
+                .collect();
+            pools.push(PoolSlot::new(pool, members));
+        }
         #[cfg(feature = "redis")]
         let store = self.store.map(Store::connect_lazy).transpose()?;
         #[cfg(not(feature = "redis"))]
@@ -275,8 +307,16 @@ impl SchedulerBuilder {
             Actors::start(&self.upstreams, store).map_err(BuildError::Runtime)?;
         let registration = local.then(|| Registration::new(self.upstreams.iter().map(|u| u.name().to_string())));
         let quota = self.upstreams.iter().map(|_| Arc::default()).collect();
-        let inner =
-            Inner { upstreams: self.upstreams, set, coordinator, supervisors, quota, _thread: thread, registration };
+        let inner = Inner {
+            upstreams: self.upstreams,
+            set,
+            coordinator,
+            supervisors,
+            quota,
+            pools,
+            _thread: thread,
+            registration,
+        };
         Ok(Scheduler { inner: Arc::new(inner) })
     }
 }

@@ -14,6 +14,7 @@
 #![cfg_attr(not(feature = "redis"), allow(dead_code, unused_imports, unused_mut, unused_variables))]
 
 mod acquire_loop;
+mod headroom;
 #[cfg(feature = "redis")]
 mod outage;
 #[cfg(feature = "redis")]
@@ -37,6 +38,7 @@ use crate::ids::PermitIds;
 use crate::messages::{Acquire, Finish, ReadMode, ReadStatus, Wake};
 use crate::metrics;
 use crate::status::{ClassStatus, Mode, UpstreamStatus};
+pub(crate) use headroom::ReadHeadroom;
 use waiters::{Waiter, Waiters};
 
 /// How often a process proves it is alive (and learns how many others are).
