@@ -137,8 +137,9 @@ struct State {
     admitted: u64,
     /// Start times (µs) of the calls admitted in the last window, for the rate budget.
     window: VecDeque<u64>,
-    /// The announced budgets' fixed windows (with `headers`).
-    windows: WindowCounter,
+    /// The announced budgets' fixed windows (with `headers`), per API key (the `key=` of the
+    /// query; none: one key).
+    windows: std::collections::HashMap<String, WindowCounter>,
     records: Vec<Request>,
 }
 
@@ -173,7 +174,7 @@ impl State {
 
     /// With announced budgets: admits or refuses a call reserving `tokens` by the provider's
     /// windows (after the capacity), and says the headers and body to answer with.
-    fn announce(&mut self, config: &ProviderConfig, style: HeaderStyle, tokens: u64) -> Answer {
+    fn announce(&mut self, config: &ProviderConfig, style: HeaderStyle, tokens: u64, key: &str) -> Answer {
         if config.capacity_at(self.admitted).is_some_and(|capacity| self.serving >= capacity) {
             return Answer { status: 429, headers: Vec::new(), body: String::new() };
         }
@@ -184,7 +185,8 @@ impl State {
             window: Duration::from_secs(config.window_s),
             quota_exhausted: false,
         };
-        let answer = self.windows.answer(&limits, std::time::Instant::now(), tokens);
+        let answer =
+            self.windows.entry(key.to_string()).or_default().answer(&limits, std::time::Instant::now(), tokens);
         if answer.status == 200 {
             self.serving += 1;
             self.admitted += 1;
@@ -275,8 +277,8 @@ async fn answer(mut stream: TcpStream, config: &ProviderConfig, state: &Shared) 
         return;
     };
     if let Some(style) = config.headers {
-        let tokens = tokens_of(&head);
-        let answer = lock(state).announce(config, style, tokens);
+        let (tokens, key) = (tokens_of(&head), query_value(&head, "key").unwrap_or_default());
+        let answer = lock(state).announce(config, style, tokens, &key);
         if answer.status == 200 {
             tokio::time::sleep(Duration::from_millis(service_ms(job, config.service_ms))).await;
         }
@@ -324,11 +326,16 @@ async fn answer(mut stream: TcpStream, config: &ProviderConfig, state: &Shared) 
     let _ = stream.shutdown().await;
 }
 
+/// The value of `name=` in a request line's query.
+fn query_value(head: &[u8], name: &str) -> Option<String> {
+    let line = String::from_utf8_lossy(head.split(|b| *b == b'\r').next().unwrap_or_default()).into_owned();
+    let query = line.split_whitespace().nth(1)?.split_once('?')?.1.to_string();
+    query.split('&').find_map(|pair| pair.strip_prefix(name)?.strip_prefix('=').map(str::to_string))
+}
+
 /// The `tokens=N` of a request line's query (0 without one).
 fn tokens_of(head: &[u8]) -> u64 {
-    let line = String::from_utf8_lossy(head.split(|b| *b == b'\r').next().unwrap_or_default()).into_owned();
-    let query = line.split_whitespace().nth(1).and_then(|path| path.split_once('?').map(|(_, q)| q.to_string()));
-    query.and_then(|q| q.split('&').find_map(|p| p.strip_prefix("tokens=").and_then(|n| n.parse().ok()))).unwrap_or(0)
+    query_value(head, "tokens").and_then(|n| n.parse().ok()).unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -351,11 +358,16 @@ mod tests {
     fn announced_budgets_are_windows_told_in_headers() {
         let config = ProviderConfig { headers: Some(HeaderStyle::OpenAi), tpm: Some(300), ..config(None, Some(5)) };
         let mut state = State::default();
-        let first = state.announce(&config, HeaderStyle::OpenAi, 200);
+        let first = state.announce(&config, HeaderStyle::OpenAi, 200, "");
         assert_eq!(first.status, 200);
         assert!(first.headers.contains(&("x-ratelimit-remaining-tokens".to_string(), "100".to_string())));
-        assert_eq!(state.announce(&config, HeaderStyle::OpenAi, 200).status, 429, "tokens spent");
-        assert_eq!(state.serving, 1);
+        assert_eq!(state.announce(&config, HeaderStyle::OpenAi, 200, "").status, 429, "tokens spent");
+        assert_eq!(state.announce(&config, HeaderStyle::OpenAi, 200, "k2").status, 200, "each key its own windows");
+        assert_eq!(state.serving, 2);
+        assert_eq!(
+            query_value(b"GET /job/3?tokens=200&key=provider-1 HTTP/1.1\r\n\r\n", "key").as_deref(),
+            Some("provider-1")
+        );
         assert_eq!(tokens_of(b"GET /job/3?tokens=200 HTTP/1.1\r\n\r\n"), 200);
         assert_eq!(tokens_of(b"GET /job/3 HTTP/1.1\r\n\r\n"), 0);
         let env = config.to_env();

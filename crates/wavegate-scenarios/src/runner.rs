@@ -270,6 +270,7 @@ fn run_one(scenario: &Scenario, strategy: &'static Strategy, sizes: &Sizes) -> R
             oracle_capacity: scenario.capacity,
             oracle_rate: scenario.rate_window(),
             tokens: scenario.announced.map_or(0, |a| a.tokens_per_job),
+            keys: scenario.announced.map_or(1, |a| a.keys),
         };
         let proc = Proc::spawn("worker", &env.to_env(), index, tx.clone())?;
         let pid = proc.pid();

@@ -27,13 +27,17 @@ pub(crate) struct Announced {
     pub(crate) tpm: u32,
     /// Tokens every job reserves (sent in its query, reserved by wavegate as its estimate).
     pub(crate) tokens_per_job: u64,
+    /// API keys, each with these budgets of its own; more than one: wavegate pools them (one
+    /// upstream per key) and the provider counts each key's windows apart.
+    pub(crate) keys: u32,
 }
 
 impl Announced {
-    /// The calls one minute lets through: the tighter of the two budgets.
+    /// The calls one minute lets through, all keys together: the tighter of the two budgets
+    /// of a key, times the keys.
     pub(crate) fn calls_per_minute(&self) -> u32 {
         let by_tokens = u64::from(self.tpm) / self.tokens_per_job.max(1);
-        self.rpm.min(u32::try_from(by_tokens).unwrap_or(u32::MAX))
+        self.rpm.min(u32::try_from(by_tokens).unwrap_or(u32::MAX)).saturating_mul(self.keys.max(1))
     }
 }
 
@@ -179,7 +183,7 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
         title: "600 requests/min and 100k tokens/min (200 tokens a call: 500 calls/min) announced only in OpenAI's \
                 x-ratelimit-* headers; no concurrency cap; wavegate configured without budgets",
         capacity: 0,
-        announced: Some(Announced { style: "openai", rpm: 600, tpm: 100_000, tokens_per_job: 200 }),
+        announced: Some(Announced { style: "openai", rpm: 600, tpm: 100_000, tokens_per_job: 200, keys: 1 }),
         jobs: Some(2_000),
         service_ms: Some((20, 20)),
         compare: &["oracle", "wavegate-adaptive"],
@@ -189,8 +193,19 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
         name: "provider-headers-anthropic",
         title: "the same budgets announced only in Anthropic's anthropic-ratelimit-* headers (resets in whole seconds)",
         capacity: 0,
-        announced: Some(Announced { style: "anthropic", rpm: 600, tpm: 100_000, tokens_per_job: 200 }),
+        announced: Some(Announced { style: "anthropic", rpm: 600, tpm: 100_000, tokens_per_job: 200, keys: 1 }),
         jobs: Some(2_000),
+        service_ms: Some((20, 20)),
+        compare: &["wavegate-adaptive"],
+        ..BASE
+    },
+    Scenario {
+        name: "pool-3-keys",
+        title: "three API keys, each with the budgets of provider-headers (OpenAI headers), pooled by wavegate: one \
+                upstream per key, a request to the key with the most headroom",
+        capacity: 0,
+        announced: Some(Announced { style: "openai", rpm: 600, tpm: 100_000, tokens_per_job: 200, keys: 3 }),
+        jobs: Some(6_000),
         service_ms: Some((20, 20)),
         compare: &["wavegate-adaptive"],
         ..BASE
@@ -246,11 +261,13 @@ impl Scenario {
     /// than the rate window lets the jobs through.
     pub(crate) fn ideal_s(&self, service: &[(u64, u64)], jobs: u64) -> f64 {
         let phases = self.capacity_phases(jobs);
+        // A pool of keys has the limit once per key.
+        let limit = self.limit.saturating_mul(self.announced.map_or(1, |a| a.keys.max(1)));
         let concurrency: f64 = service
             .iter()
             .map(|&(id, ms)| match phase_at(&phases, id) {
-                None => ms as f64 / 1000.0 / f64::from(self.limit),
-                Some(cap) => ms as f64 / 1000.0 / cap.min(self.limit as usize) as f64,
+                None => ms as f64 / 1000.0 / f64::from(limit),
+                Some(cap) => ms as f64 / 1000.0 / cap.min(limit as usize) as f64,
             })
             .sum();
         let rate = self.rate_window().map_or(0.0, |(calls, window_s)| {
