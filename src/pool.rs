@@ -186,6 +186,12 @@ impl<'p, C, M> PoolRequest<'p, C, M> {
             if now >= deadline {
                 return Err(last.unwrap_or(Error::DeadlinePassed { upstream: pool_name.to_string(), attempts }));
             }
+            let spent: Vec<Option<Duration>> = members.iter().map(|&m| inner.quota[m].remaining()).collect();
+            if spent.iter().all(Option::is_some) {
+                // Every key's quota is spent: no round can help.
+                let retry_after = spent.iter().flatten().min().copied().unwrap_or_default();
+                return Err(Error::QuotaExhausted { upstream: pool_name.to_string(), attempts, retry_after });
+            }
             if refused.iter().all(|r| *r) {
                 // Every member said no in this round: wait as told (or a backoff), then again.
                 let cooldown_max = members.iter().map(|&m| inner.upstreams[m].wave().cooldown.max()).min();

@@ -158,6 +158,19 @@ async fn when_every_member_refuses_the_request_ends_by_its_deadline() {
     assert!((2..=6).contains(&tries), "{tries} attempts: each member, then after Retry-After, no storm");
 }
 
+#[actix::test]
+async fn when_every_members_quota_is_spent_the_request_fails_at_once() {
+    let spent: Vec<MockProvider> = (0..2).map(|_| MockProvider::start(limits(1_000, true), SERVICE).unwrap()).collect();
+    let addrs: Vec<_> = spent.iter().map(MockProvider::addr).collect();
+    let s = pooled(2, PoolPolicy::MostHeadroom, &[]);
+    let started = std::time::Instant::now();
+    let error = call(&s, &addrs).await.expect_err("no key has quota");
+    assert!(matches!(error, Error::QuotaExhausted { attempts: 2, .. }), "{error:?}");
+    assert!(matches!(call(&s, &addrs).await, Err(Error::QuotaExhausted { attempts: 0, .. })));
+    assert!(started.elapsed() < Duration::from_millis(500), "{:?}", started.elapsed());
+    assert_eq!(spent.iter().map(MockProvider::rate_limited).sum::<u64>(), 2, "one attempt per key");
+}
+
 #[test]
 fn a_pool_over_names_that_are_not_upstreams_is_refused() {
     let built = Scheduler::builder()
