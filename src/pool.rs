@@ -159,17 +159,18 @@ impl<'p, C, M> PoolRequest<'p, C, M> {
         PoolRequest { pool: self.pool, tokens: self.tokens, deadline: self.deadline, classify: self.classify, meter }
     }
 
-    /// Runs the request: `f` is told the member (its upstream name: which key or deployment
-    /// to use) and the attempt. See the module docs for how members are picked and left.
+    /// Runs the request: `f` is told the member (its upstream name, borrowed from the pool:
+    /// which key or deployment to use) and the attempt. See the module docs for how members
+    /// are picked and left.
     pub async fn call<F, Fut, T, E>(self, mut f: F) -> Result<T, Error<E>>
     where
-        F: FnMut(&str, Attempt) -> Fut,
+        F: FnMut(&'p str, Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         C: Classify<T, E>,
         M: Meter<T>,
     {
-        let pool = self.pool;
-        let inner = &pool.inner;
+        let pool: &'p Pool = self.pool;
+        let inner: &'p Inner = &pool.inner;
         let slot = pool.slot();
         let pool_name = pool.name();
         let members = &slot.members;
