@@ -34,6 +34,8 @@ use wavegate_testkit::RedisServer;
 const UPSTREAM: &str = "bench";
 /// The same, with a 20 ms `max_wait`.
 const SHORT_WAIT: &str = "bench-short-wait";
+/// An upstream with two priority classes (interactive 3, batch 1); requests in the default.
+const CLASSES: &str = "bench-classes";
 
 /// Per benchmark: the mean time per iteration of each timed call (ns).
 static SAMPLES: Mutex<BTreeMap<&'static str, Vec<f64>>> = Mutex::new(BTreeMap::new());
@@ -58,6 +60,7 @@ fn median(id: &str) -> Option<f64> {
 fn upstream(name: &str) -> UpstreamConfig {
     let builder = UpstreamConfig::builder(name).limit(10);
     let builder = if name == SHORT_WAIT { builder.max_wait(Duration::from_millis(20)) } else { builder };
+    let builder = if name == CLASSES { builder.class("interactive", 3).class("batch", 1) } else { builder };
     builder.build().expect("a valid configuration")
 }
 
@@ -124,9 +127,9 @@ fn shared(c: &mut Criterion) {
     let system = actix::System::new();
     let config = upstream(UPSTREAM);
     // Two schedulers, so that each coordinator holds only its own deadline timers.
-    let (scheduler, short_wait) = system.block_on(async {
+    let (scheduler, short_wait, classes) = system.block_on(async {
         let mut built = Vec::new();
-        for name in [UPSTREAM, SHORT_WAIT] {
+        for name in [UPSTREAM, SHORT_WAIT, CLASSES] {
             let scheduler =
                 Scheduler::builder().upstream(upstream(name)).redis(redis.url()).build().expect("a shared scheduler");
             // Wait until it has reached the store (scripts loaded, shared mode).
@@ -138,7 +141,7 @@ fn shared(c: &mut Criterion) {
             }
             built.push(scheduler);
         }
-        (built.remove(0), built.remove(0))
+        (built.remove(0), built.remove(0), built.remove(0))
     });
     let gate = system.block_on(async {
         let store = Store::connect(StoreConfig::new(redis.url())).await.expect("the store");
@@ -156,6 +159,11 @@ fn shared(c: &mut Criterion) {
     group.bench_function("scheduler acquire+release, max_wait 20 ms", |b| {
         b.iter_custom(|iters| {
             record("shared/scheduler-short", iters, system.block_on(scheduler_pairs(&short_wait, SHORT_WAIT, iters)))
+        });
+    });
+    group.bench_function("scheduler acquire+release, two priority classes", |b| {
+        b.iter_custom(|iters| {
+            record("shared/scheduler-classes", iters, system.block_on(scheduler_pairs(&classes, CLASSES, iters)))
         });
     });
     group.bench_function("raw scripts acquire+finish", |b| {
@@ -191,6 +199,7 @@ fn main() {
         ("local, max_wait 20 ms", "local/scheduler-short", "local/semaphore", "tokio Semaphore"),
         ("shared", "shared/scheduler", "shared/raw", "raw acquire + finish scripts"),
         ("shared, max_wait 20 ms", "shared/scheduler-short", "shared/raw", "raw acquire + finish scripts"),
+        ("shared, classes", "shared/scheduler-classes", "shared/scheduler", "the same without classes"),
     ] {
         if let (Some(ours), Some(baseline)) = (median(ours), median(baseline)) {
             println!(

@@ -100,7 +100,7 @@ else
     redis.call('HSET', KEYS[3], id, s.wave)
     if pw_charge(windows, now, tokens) then pw_save(windows) end -- [provider windows]
     if classes and instance ~= '' then
-      granted_waiting(instance, ask.class, ask.demand)
+      granted_waiting(instance, ask.class, ask.demand, now)
     elseif instance ~= '' then
       redis.call('ZREM', KEYS[4], instance)
       redis.call('ZREM', KEYS[5], instance)

@@ -6,16 +6,16 @@
 --         WAITING_TTL is taken off both, one that keeps asking keeps its place however long
 -- KEYS[6] how many callers of each waiting process wait, by class (hash; classes only)
 -- ARGV[1..14] config (see read_config in wave.lua)
--- ARGV[14] permit id
--- ARGV[15] the wave the permit was issued in
--- ARGV[16] outcome: 'success', 'rate_limited' or 'neutral'
--- ARGV[17] Retry-After in ms for 'rate_limited', or '' when the provider gave none
--- ARGV[18] channel to PUBLISH to when a permit is freed, or '' for none: the message is the
+-- ARGV[15] permit id
+-- ARGV[16] the wave the permit was issued in
+-- ARGV[17] outcome: 'success', 'rate_limited' or 'neutral'
+-- ARGV[18] Retry-After in ms for 'rate_limited', or '' when the provider gave none
+-- ARGV[19] channel to PUBLISH to when a permit is freed, or '' for none: the message is the
 --          instance id of the process that has waited longest at the limit (taken off the
 --          list), so one process asks, not all; nothing is published when nobody waits. With
 --          priority classes it is the process the fleet-wide choice of class reaches
 --          (priority.lua), and it keeps its place until it is granted
--- ARGV[19] tokens used beyond the reservation (negative: a refund), settled on the tokens budget
+-- ARGV[20] tokens used beyond the reservation (negative: a refund), settled on the tokens budget
 -- Reply: {held, effect, limit_before, limit, wave, state, cooldown_ms, changed_from, in_flight}
 --   held: 1 if the id was held; effect: 'cut', 'late' or 'none';
 --   changed_from: the state a success moved the machine out of, or ''.
@@ -67,7 +67,10 @@ if held == 1 and channel ~= '' then
     local longest = redis.call('ZPOPMIN', KEYS[4])
     if #longest > 0 then
       redis.call('ZREM', KEYS[5], longest[1])
-      wake = longest[1]
+      redis.call('HDEL', KEYS[6], longest[1])
+      -- A member of a process configured with classes ('<class>|<instance>'; every process
+      -- of an upstream should have the same classes) is woken by its instance id all the same.
+      wake = string.match(longest[1], '|(.*)$') or longest[1]
     end
   end
   -- The announcement is a courtesy: a user without channel rights (NOPERM) must not turn the

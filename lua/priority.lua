@@ -74,19 +74,25 @@ local function fleet_classes(config, limit, now)
     local i = config.class_index[class_of(id) or ''] or config.default_class
     classes[i].in_flight = classes[i].in_flight + 1
   end
-  local waiting = redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
-  for k = 1, #waiting, 2 do
-    local member, since = waiting[k], tonumber(waiting[k + 1])
+  -- Only the members that asked lately (stale ones are never read).
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], now - PRIORITY_FRESH, '+inf')) do
     local i = config.class_index[class_of(member) or '']
-    local seen = tonumber(redis.call('ZSCORE', KEYS[5], member))
-    if i and seen and seen >= now - PRIORITY_FRESH then
+    local since = tonumber(redis.call('ZSCORE', KEYS[4], member))
+    if i and since then
       local demand = tonumber(redis.call('HGET', KEYS[6], member)) or 1
       if demand > 0 then
-        if classes[i].demand == 0 then classes[i].since = since end
+        if classes[i].demand == 0 or since < classes[i].since then classes[i].since = since end
         classes[i].demand = classes[i].demand + demand
-        table.insert(members[i], { member = member, demand = demand })
+        table.insert(members[i], { member = member, demand = demand, since = since })
       end
     end
+  end
+  for i = 1, #members do
+    -- In the order they started waiting (then by name, so the order is the same every time).
+    table.sort(members[i], function(x, y)
+      if x.since == y.since then return x.member < y.member end
+      return x.since < y.since
+    end)
   end
   return classes, members
 end
@@ -113,13 +119,16 @@ local function register_waiting(config, instance, asks, now)
 end
 
 -- After a grant of class `class` to `instance`: one caller fewer waits there.
-local function granted_waiting(instance, class, demand)
+local function granted_waiting(instance, class, demand, now)
   local member = class .. '|' .. instance
   if demand <= 1 then
     redis.call('ZREM', KEYS[4], member)
     redis.call('ZREM', KEYS[5], member)
     redis.call('HDEL', KEYS[6], member)
   else
+    -- Its next caller waits from now: to the back of its class's line, so the processes of a
+    -- class take turns (each release wakes the one that waited longest).
+    redis.call('ZADD', KEYS[4], 'XX', now, member)
     redis.call('HSET', KEYS[6], member, demand - 1)
   end
 end

@@ -1,17 +1,17 @@
 -- reconcile.lua: after an outage, make the shared set match what this process really holds.
 --
 -- KEYS[1] permits (zset)   KEYS[2] wave state (hash)   KEYS[3] permit waves (hash)
--- ARGV[1..13] config (see read_config in wave.lua)
--- ARGV[14] lease in ms for the adopted permits
--- ARGV[15] requests and ARGV[16] tokens used during the outage: charged to the budgets
--- ARGV[17] n, the number of ids to adopt; ARGV[18 .. 17+n] their ids: permits still in flight
+-- ARGV[1..14] config (see read_config in wave.lua)
+-- ARGV[15] lease in ms for the adopted permits
+-- ARGV[16] requests and ARGV[17] tokens used during the outage: charged to the budgets
+-- ARGV[18] n, the number of ids to adopt; ARGV[19 .. 18+n] their ids: permits still in flight
 --         here, registered (or re-registered, after a restart with empty data) in the current
 --         wave without an admission check, since their calls are already running
--- ARGV[18+n ..] ids to drop: permits that finished during the outage but may still be listed
+-- ARGV[19+n ..] ids to drop: permits that finished during the outage but may still be listed
 -- Reply: {wave, state, limit, in_flight, adopted_wave} after the call; adopted permits carry
 -- `wave` in NORMAL and the wave before otherwise (see adopt_wave in wave.lua).
 local FIRST_ID = CONFIG_ARGS + 5
-if #ARGV < FIRST_ID - 1 then return fail('reconcile', 'expected at least 14 ARGV, got ' .. #ARGV) end
+if #ARGV < FIRST_ID - 1 then return fail('reconcile', 'expected at least ' .. (FIRST_ID - 1) .. ' ARGV, got ' .. #ARGV) end
 local config = read_config(1)
 local lease = to_int(ARGV[CONFIG_ARGS + 1], 'lease')
 local used_requests = to_int(ARGV[CONFIG_ARGS + 2], 'requests used')

@@ -1,9 +1,11 @@
 -- status.lua: the wave state, the permits held and the rate budgets left, with time applied.
 --
 -- KEYS[1] permits (zset)   KEYS[2] wave state (hash)   KEYS[3] permit waves (hash)
--- ARGV[1..13] config (see read_config in wave.lua)
+-- KEYS[4..6] the waiting list (see acquire.lua; read with priority classes only)
+-- ARGV[1..14] config (see read_config in wave.lua)
 -- Reply: {state, limit, wave, cooldown_ms, successes, step, threshold, in_flight,
---         requests_remaining, requests_next_ms, tokens_remaining, tokens_next_ms}
+--         requests_remaining, requests_next_ms, tokens_remaining, tokens_next_ms,
+--         then per priority class, in configured order: in_flight, callers waiting}
 --   (the budget fields are -1 when there is no such budget)
 if #ARGV ~= CONFIG_ARGS then return fail('status', 'expected ' .. CONFIG_ARGS .. ' ARGV, got ' .. #ARGV) end
 local config = read_config(1)
@@ -23,6 +25,13 @@ for _, name in ipairs({ 'requests', 'tokens' }) do
   else
     table.insert(reply, -1)
     table.insert(reply, -1)
+  end
+end
+if #config.classes > 0 then
+  local classes = fleet_classes(config, s.limit, now)
+  for _, c in ipairs(classes) do
+    table.insert(reply, c.in_flight)
+    table.insert(reply, c.demand)
   end
 end
 return reply

@@ -17,6 +17,7 @@
 //! * anything else ends the call at once, with the caller's result as it came.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tracing::Instrument;
@@ -31,7 +32,7 @@ use crate::request::{Attempt, acquire_permit};
 use crate::scheduler::Inner;
 
 /// What a request asks for beyond its upstream.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Ask {
     /// Tokens to reserve from the tokens budget for each attempt (0 without one).
     pub(crate) tokens: u64,
@@ -39,6 +40,8 @@ pub(crate) struct Ask {
     pub(crate) deadline: Option<Instant>,
     /// Its priority class (index in the upstream's classes; 0 without classes).
     pub(crate) class: usize,
+    /// Its tenant within the class, if it names one.
+    pub(crate) tenant: Option<Arc<str>>,
 }
 
 impl Error {
@@ -75,7 +78,9 @@ pub(crate) async fn acquire(inner: &Inner, upstream: usize, ask: Ask) -> Result<
         Some(deadline) => deadline.min(max_wait),
         None => max_wait,
     };
-    match acquire_permit(inner, upstream, AttemptKind::First, wait_until, ask.tokens, ask.class).await {
+    match acquire_permit(inner, upstream, AttemptKind::First, wait_until, ask.tokens, ask.class, ask.tenant.clone())
+        .await
+    {
         Err(Error::WaitedTooLong { .. }) if ask.deadline.is_some_and(|deadline| Instant::now() >= deadline) => {
             Err(deadline_passed())
         }
@@ -184,19 +189,20 @@ where
             return Err(Error::DeadlinePassed { upstream: name(), attempts: log.attempts });
         }
         let wait_until = deadline.min(now + config.max_wait());
-        let permit = match acquire_permit(inner, upstream, kind, wait_until, ask.tokens, ask.class).await {
-            Ok(permit) => permit,
-            Err(Error::WaitedTooLong { .. }) if Instant::now() >= deadline => {
-                return Err(Error::DeadlinePassed { upstream: name(), attempts: log.attempts });
-            }
-            Err(Error::RetryBudgetSpent { upstream, .. }) => {
-                return Err(Error::RetryBudgetSpent { upstream, attempts: log.attempts, last: "transient" });
-            }
-            Err(Error::QuotaExhausted { upstream, retry_after, .. }) => {
-                return Err(Error::QuotaExhausted { upstream, attempts: log.attempts, retry_after });
-            }
-            Err(error) => return Err(error.widen()),
-        };
+        let permit =
+            match acquire_permit(inner, upstream, kind, wait_until, ask.tokens, ask.class, ask.tenant.clone()).await {
+                Ok(permit) => permit,
+                Err(Error::WaitedTooLong { .. }) if Instant::now() >= deadline => {
+                    return Err(Error::DeadlinePassed { upstream: name(), attempts: log.attempts });
+                }
+                Err(Error::RetryBudgetSpent { upstream, .. }) => {
+                    return Err(Error::RetryBudgetSpent { upstream, attempts: log.attempts, last: "transient" });
+                }
+                Err(Error::QuotaExhausted { upstream, retry_after, .. }) => {
+                    return Err(Error::QuotaExhausted { upstream, attempts: log.attempts, retry_after });
+                }
+                Err(error) => return Err(error.widen()),
+            };
         log.attempts += 1;
         log.wave = permit.wave();
         log.queue_wait += permit.queue_wait();

@@ -10,6 +10,7 @@
 //!      ── Record ──► UpstreamSupervisor (breaker)
 //! ```
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::Message;
@@ -81,6 +82,8 @@ pub(crate) struct Acquire {
     pub(crate) tokens: u64,
     /// Its priority class (index in the upstream's classes; 0 without classes).
     pub(crate) class: usize,
+    /// Its tenant within the class, if it names one.
+    pub(crate) tenant: Option<Arc<str>>,
     pub(crate) deadline: Instant,
     pub(crate) reply: oneshot::Sender<Result<Grant, Error>>,
 }

@@ -230,21 +230,30 @@ impl<'p, C, M> PoolRequest<'p, C, M> {
             slot.picked[pick].fetch_add(1, Ordering::Relaxed);
             metrics::pool_pick(pool_name, member_name);
             let wait_until = deadline.min(Instant::now() + config.max_wait());
-            let permit =
-                match acquire_permit(inner, member, kind, wait_until, self.tokens, config.default_class()).await {
-                    Ok(permit) => permit,
-                    Err(error) => {
-                        // A refusal of this member (breaker, quota, retry budget, no permit in
-                        // time): another member may take it.
-                        metrics::pool_move(pool_name, member_name, error.code());
-                        if let Some(after) = error.retry_after() {
-                            told_wait = Some(told_wait.map_or(after, |t| t.min(after)));
-                        }
-                        refused[pick] = true;
-                        last = Some(error.widen());
-                        continue;
+            let permit = match acquire_permit(
+                inner,
+                member,
+                kind,
+                wait_until,
+                self.tokens,
+                config.default_class(),
+                None,
+            )
+            .await
+            {
+                Ok(permit) => permit,
+                Err(error) => {
+                    // A refusal of this member (breaker, quota, retry budget, no permit in
+                    // time): another member may take it.
+                    metrics::pool_move(pool_name, member_name, error.code());
+                    if let Some(after) = error.retry_after() {
+                        told_wait = Some(told_wait.map_or(after, |t| t.min(after)));
                     }
-                };
+                    refused[pick] = true;
+                    last = Some(error.widen());
+                    continue;
+                }
+            };
             attempts += 1;
             let remaining = deadline.saturating_duration_since(Instant::now());
             let timeout = config.call_timeout().min(remaining);

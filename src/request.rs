@@ -2,6 +2,7 @@
 //! a permit from the coordinator, both by messages. The call around it (`call.rs`) runs in the
 //! caller's task.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
@@ -33,6 +34,7 @@ pub(crate) async fn acquire_permit(
     wait_until: Instant,
     tokens: u64,
     class: usize,
+    tenant: Option<Arc<str>>,
 ) -> Result<Permit, Error> {
     let name = || inner.upstreams[upstream].name().to_string();
     if let Some(retry_after) = inner.quota[upstream].remaining() {
@@ -49,7 +51,7 @@ pub(crate) async fn acquire_permit(
         Err(_) => return Err(Error::Stopped),
     };
     let (reply, granted) = oneshot::channel();
-    inner.coordinator.do_send(Acquire { upstream, tokens, class, deadline: wait_until, reply });
+    inner.coordinator.do_send(Acquire { upstream, tokens, class, tenant, deadline: wait_until, reply });
     let grant = granted.await.map_err(|_| Error::Stopped)??;
     let quota = QuotaRef { block: inner.quota[upstream].clone(), pause: inner.upstreams[upstream].quota_pause() };
     let owners = Owners { coordinator: inner.coordinator.clone(), supervisor, quota };

@@ -195,7 +195,12 @@ impl Scheduler {
         crate::call::acquire(
             &self.inner,
             index,
-            Ask { tokens: estimated_tokens, deadline: None, class: self.inner.upstreams[index].default_class() },
+            Ask {
+                tokens: estimated_tokens,
+                deadline: None,
+                class: self.inner.upstreams[index].default_class(),
+                tenant: None,
+            },
         )
         .await
     }

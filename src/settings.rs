@@ -123,6 +123,26 @@ pub struct UpstreamSettings {
     pub requests_per_minute: Option<RateSetting>,
     /// A tokens-per-minute budget.
     pub tokens_per_minute: Option<RateSetting>,
+    /// Priority classes, in order (`[[upstreams.<name>.classes]]`); see
+    /// [`class`](crate::core::UpstreamConfigBuilder::class).
+    #[serde(default)]
+    pub classes: Vec<ClassSetting>,
+    /// The class of requests that pick none (default: the first listed).
+    pub default_class: Option<String>,
+}
+
+/// One priority class.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ClassSetting {
+    /// Its name.
+    pub name: String,
+    /// Its weight (1..=1000).
+    pub weight: u32,
+    /// The part of the limit kept for it while it waits, in percent (default 0).
+    #[serde(default)]
+    pub reserve_percent: u8,
 }
 
 /// How the limit recovers after a 429 (see [`Recovery`]).
@@ -260,6 +280,15 @@ impl UpstreamSettings {
         }
         if let Some(RateSetting { per_minute, burst }) = self.tokens_per_minute {
             builder = builder.tokens_per_minute(per_minute, burst);
+        }
+        for class in &self.classes {
+            builder = builder.class(class.name.clone(), class.weight);
+            if class.reserve_percent > 0 {
+                builder = builder.reserve(&class.name, class.reserve_percent);
+            }
+        }
+        if let Some(default) = &self.default_class {
+            builder = builder.default_class(default.clone());
         }
         Ok(builder.build()?)
     }

@@ -85,4 +85,9 @@ pub struct ClassStatus {
     pub waiting: usize,
     /// Permits of it this process holds.
     pub in_flight_local: usize,
+    /// Permits of it held across the fleet (shared mode, when the store could be read).
+    pub in_flight_fleet: Option<u32>,
+    /// Callers of it waiting across the fleet (shared mode: the processes that asked within
+    /// the last 1.5 s).
+    pub waiting_fleet: Option<u32>,
 }

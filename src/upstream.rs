@@ -161,6 +161,16 @@ impl<'u, C, M> RequestBuilder<'u, C, M> {
         self
     }
 
+    /// Names the request's tenant (a user, an API key): among the callers of one class
+    /// waiting in this process, the next permit goes to the tenant holding the fewest, first
+    /// in first out within a tenant, so one tenant's flood does not starve the others. The
+    /// key stays in the process (never in a metric label or in Redis) and is kept only while
+    /// its requests wait or hold permits.
+    pub fn tenant(mut self, tenant: impl Into<Arc<str>>) -> Self {
+        self.ask.tenant = Some(tenant.into());
+        self
+    }
+
     /// [`deadline`](Self::deadline) `timeout` from now.
     pub fn timeout(self, timeout: Duration) -> Self {
         self.deadline(Instant::now() + timeout)

@@ -197,9 +197,18 @@ fn nemesis() {
     let notch = usize::from(tighten);
     let mut broken: Vec<String> = Vec::new();
     let lease_ms = if fixed { FIXED_TTL.as_millis() as u64 } else { DEFAULT_LEASE_MS };
+    // Odd seeds run with priority classes (a quarter of the callers interactive, weight 3;
+    // the others batch), without drawing from the schedule's generator, so a seed replays the
+    // same faults either way; WAVEGATE_NEMESIS_CLASSES=0/1 overrides.
+    let classes = match std::env::var("WAVEGATE_NEMESIS_CLASSES").as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        _ => seed % 2 == 1,
+    };
     println!(
-        "    nemesis: seed {seed} (replay: WAVEGATE_NEMESIS_SEED={seed}), {secs} s, lease: {}",
-        if fixed { "fixed 660 s TTL" } else { "default (30 s, renewed)" }
+        "    nemesis: seed {seed} (replay: WAVEGATE_NEMESIS_SEED={seed}), {secs} s, lease: {}, classes: {}",
+        if fixed { "fixed 660 s TTL" } else { "default (30 s, renewed)" },
+        if classes { "interactive 3 / batch 1" } else { "none" }
     );
     let mut rng = SmallRng::seed_from_u64(seed);
     let duration_ms = secs.max(20) * 1_000;
@@ -221,6 +230,7 @@ fn nemesis() {
             ("START_MS", start_ms.to_string()),
             ("END_MS", end_ms.to_string()),
             ("FIXED_TTL", u8::from(fixed).to_string()),
+            ("CLASSES", u8::from(classes).to_string()),
         ]
     };
     let mut workers: Vec<Worker> = proxies.iter().map(|p| Worker::spawn(&env_for(p))).collect();
@@ -510,6 +520,10 @@ fn worker_main() {
         if env("FIXED_TTL") == "1" {
             upstream = upstream.permit_ttl(FIXED_TTL);
         }
+        let classes = env("CLASSES") == "1";
+        if classes {
+            upstream = upstream.class("interactive", 3).class("batch", 1).default_class("batch");
+        }
         let upstream = upstream.build().expect("config");
         let scheduler = Scheduler::builder().upstream(upstream).redis(env("REDIS_URL")).build().expect("scheduler");
         report_mode_changes(scheduler.clone());
@@ -518,13 +532,16 @@ fn worker_main() {
         tokio::time::sleep(Duration::from_millis(start_ms.saturating_sub(unix_ms()))).await;
         let callers: usize = env("CALLERS").parse().expect("CALLERS");
         let mut tasks = Vec::new();
-        for _ in 0..callers {
-            let scheduler = scheduler.clone();
+        let llm = scheduler.upstream("mock").expect("configured");
+        for caller in 0..callers {
+            let llm = llm.clone();
+            let class = if classes && caller % 4 == 0 { "interactive" } else { "batch" };
             tasks.push(actix::spawn(async move {
                 let (mut submitted, mut ok, mut codes) = (0u64, 0u64, BTreeMap::<&'static str, u64>::new());
                 while unix_ms() < end_ms {
                     submitted += 1;
-                    match scheduler.call("mock", move |_| call_mock(mock)).await {
+                    let request = if classes { llm.request().priority(class) } else { llm.request() };
+                    match request.call(move |_| call_mock(mock)).await {
                         Ok(()) => ok += 1,
                         Err(error) => *codes.entry(error.code()).or_default() += 1,
                     }

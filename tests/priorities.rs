@@ -63,6 +63,14 @@ async fn interactive(llm: Upstream, addr: SocketAddr, count: usize, every: Durat
     join_all((0..count).map(|k| one(llm.clone(), every * k as u32))).await
 }
 
+/// Batch kept going: at least a third of the calls the permits interactive left could serve
+/// (starved, it would do next to none; a loaded machine serves fewer than the ideal).
+fn assert_not_starved(batch: u64, took: Duration, interactive_calls: usize) {
+    let permit_seconds = took.as_secs_f64() * f64::from(LIMIT) - interactive_calls as f64 * SERVICE.as_secs_f64();
+    let possible = permit_seconds / SERVICE.as_secs_f64();
+    assert!(batch as f64 >= possible / 3.0, "batch did {batch} calls in {took:?}; ~{possible:.0} possible");
+}
+
 fn p99(mut waits: Vec<Duration>) -> Duration {
     waits.sort();
     waits[(waits.len() * 99 / 100).min(waits.len() - 1)]
@@ -97,14 +105,14 @@ async fn local_mode_serves_interactive_first_and_batch_keeps_going() {
     let scheduler = Scheduler::builder().upstream(config()).build().expect("scheduler");
     let llm = scheduler.upstream("llm").expect("configured");
     let (waits, batch, took) = mixed(std::slice::from_ref(&llm), std::slice::from_ref(&llm), provider.addr()).await;
+    let waits_len = waits.len();
     let worst = p99(waits);
     eprintln!("local: interactive p99 permit wait {worst:?}; batch {batch} calls in {took:?}");
     // Without classes each interactive call would wait behind the whole batch queue (100
     // callers at 4 at a time: about a second).
     assert!(worst <= SERVICE * 3, "interactive p99 permit wait {worst:?} with {SERVICE:?} calls");
     // Interactive asks for far less than its share (one call per 50 ms): batch has the rest.
-    let expected = took.as_secs_f64() / SERVICE.as_secs_f64() * f64::from(LIMIT);
-    assert!(batch as f64 >= expected * 0.5, "batch did {batch} calls in {took:?}; ~{expected:.0} possible");
+    assert_not_starved(batch, took, waits_len);
     assert!(provider.max_in_flight() <= LIMIT as usize, "the provider saw {} at once", provider.max_in_flight());
     let status = scheduler.status("llm").await.expect("status");
     let names: Vec<_> = status.classes.iter().map(|c| (c.class.as_str(), c.weight)).collect();
@@ -175,10 +183,58 @@ async fn shared_mode_interactive_first_across_the_fleet() {
     let handles: Vec<Upstream> = schedulers.iter().map(|s| s.upstream("llm").expect("configured")).collect();
     // The flood in two schedulers, the interactive calls in the two others.
     let (waits, batch, took) = mixed(&handles[..2], &handles[2..], provider.addr()).await;
+    let waits_len = waits.len();
     let worst = p99(waits);
     eprintln!("shared: interactive p99 permit wait {worst:?}; batch {batch} calls in {took:?}");
     assert!(worst <= SERVICE * 3, "interactive p99 permit wait {worst:?} with {SERVICE:?} calls");
-    let expected = took.as_secs_f64() / SERVICE.as_secs_f64() * f64::from(LIMIT);
-    assert!(batch as f64 >= expected * 0.5, "batch did {batch} calls in {took:?}; ~{expected:.0} possible");
+    assert_not_starved(batch, took, waits_len);
     assert!(provider.max_in_flight() <= LIMIT as usize, "the provider saw {} at once", provider.max_in_flight());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn within_a_class_one_tenants_flood_does_not_starve_another_tenant() {
+    let provider = mock();
+    let config = UpstreamConfig::builder("llm").limit(2).max_wait(Duration::from_secs(30)).build().expect("valid");
+    let scheduler = Scheduler::builder().upstream(config).build().expect("scheduler");
+    let llm = scheduler.upstream("llm").expect("configured");
+    let addr = provider.addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    // Tenant "a" keeps 40 callers waiting at all times.
+    let flood = {
+        let (llm, stop) = (llm.clone(), stop.clone());
+        tokio::spawn(async move {
+            let caller = |llm: Upstream, stop: Arc<AtomicBool>| async move {
+                while !stop.load(SeqCst) {
+                    let reply = llm.request().tenant("a").call(|_| http_get(addr, "/", Duration::from_secs(5))).await;
+                    assert_eq!(reply.expect("a call").status, 200);
+                }
+            };
+            join_all((0..40).map(|_| caller(llm.clone(), stop.clone()))).await;
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Tenant "b" asks ten times, one after another.
+    let mut waits = Vec::new();
+    for _ in 0..10 {
+        let mut waited = Duration::ZERO;
+        let reply = llm
+            .request()
+            .tenant("b")
+            .call(|attempt| {
+                waited += attempt.waited;
+                http_get(addr, "/", Duration::from_secs(5))
+            })
+            .await;
+        assert_eq!(reply.expect("b's call").status, 200);
+        waits.push(waited);
+    }
+    stop.store(true, SeqCst);
+    flood.await.expect("flood");
+    let worst = waits.iter().max().copied().unwrap_or_default();
+    eprintln!("tenant b's longest permit wait: {worst:?} behind 40 of tenant a's callers");
+    // Behind a's whole queue it would wait 40 / 2 x 40 ms = 800 ms.
+    assert!(worst <= SERVICE * 3, "tenant b waited {worst:?} for a permit");
+    assert!(provider.max_in_flight() <= 2);
+    let status = scheduler.status("llm").await.expect("status");
+    assert_eq!(status.queue_depth, 0, "every waiter answered");
 }

@@ -28,6 +28,10 @@ fn the_example_file_reads_and_every_key_reaches_the_configuration() {
     assert_eq!(config.permit_ttl(), Duration::from_secs(30));
     assert_eq!(config.fallback_limit().map(|l| l.get()), Some(2));
     assert_eq!(config.queue_capacity().get(), 1024);
+    let classes: Vec<_> =
+        config.classes().iter().map(|c| (c.name(), c.weight_value().get(), c.reserve_percent_value())).collect();
+    assert_eq!(classes, [("interactive", 3, 20), ("batch", 1, 0)]);
+    assert_eq!(config.default_class(), 1);
     assert_eq!(config.budgets().tokens.map(|b| (b.per_minute(), b.burst())), Some((200_000, 16_000)));
     assert_eq!(config.budgets().requests.map(|b| (b.per_minute(), b.burst())), Some((500, 20)));
     assert_eq!(settings.upstreams["images"].config("images").expect("valid").limit().get(), 2);

@@ -12,7 +12,7 @@ use wavegate_core::priority::{ClassView, next_class};
 use wavegate_core::{Admission, Clock, DenyReason, WaveSignal, duration_ms};
 
 use super::Coordinator;
-use super::waiters::Waiters;
+use super::waiters::{Head, Waiters};
 use crate::error::Error;
 use crate::messages::Grant;
 use crate::metrics;
@@ -60,10 +60,10 @@ impl Coordinator {
             let heads = if classes { slot.waiters.heads(now) } else { Vec::new() };
             let head = match (classes, shared) {
                 (false, _) => self.slots[upstream].waiters.head(now).map(|head| (head.id.clone(), head.tokens)),
-                (true, true) => heads.first().map(|(_, id, tokens, _)| (id.clone(), *tokens)),
+                (true, true) => heads.first().map(|head| (head.id.clone(), head.tokens)),
                 (true, false) => {
                     let class = self.next_local_class(upstream, &heads);
-                    heads.iter().find(|(c, ..)| Some(*c) == class).map(|(_, id, tokens, _)| (id.clone(), *tokens))
+                    heads.iter().find(|head| Some(head.class) == class).map(|head| (head.id.clone(), head.tokens))
                 }
             };
             let Some((id, tokens)) = head else { return };
@@ -93,18 +93,18 @@ impl Coordinator {
                 let epoch = self.epoch;
                 // Every head asked for: (id, tokens); the grant names the one it is for.
                 let asked: Vec<(String, u64)> = if classes {
-                    heads.iter().map(|(_, id, tokens, _)| (id.clone(), *tokens)).collect()
+                    heads.iter().map(|head| (head.id.clone(), head.tokens)).collect()
                 } else {
                     vec![(id.clone(), tokens)]
                 };
                 let class_names: Vec<String> = if classes {
                     let names = slot.config.classes();
-                    heads.iter().map(|(class, ..)| names[*class].name().to_owned()).collect()
+                    heads.iter().map(|head| names[head.class].name().to_owned()).collect()
                 } else {
                     Vec::new()
                 };
                 let waiting: Vec<u32> =
-                    heads.iter().map(|(_, _, _, waiting)| u32::try_from(*waiting).unwrap_or(u32::MAX)).collect();
+                    heads.iter().map(|head| u32::try_from(head.waiting).unwrap_or(u32::MAX)).collect();
                 let sent = asked.clone();
                 let call = async move {
                     if class_names.is_empty() {
@@ -139,8 +139,11 @@ impl Coordinator {
                                 act.drop_registration(upstream, granted, tokens, ctx);
                             }
                             _ => {
+                                // At most one of several heads asked for can have been
+                                // charged, and which is unknown: refund none rather than all.
+                                let several = asked.len() > 1;
                                 for (id, tokens) in asked {
-                                    act.drop_registration(upstream, id, tokens, ctx);
+                                    act.drop_registration(upstream, id, if several { 0 } else { tokens }, ctx);
                                 }
                             }
                         }
@@ -182,7 +185,7 @@ impl Coordinator {
 
     /// The class whose head this process's own gate (local mode, fallback) serves next: the
     /// same choice the shared store makes, over this process's permits and waiters.
-    fn next_local_class(&self, upstream: usize, heads: &[(usize, String, u64, usize)]) -> Option<usize> {
+    fn next_local_class(&self, upstream: usize, heads: &[Head]) -> Option<usize> {
         let slot = &self.slots[upstream];
         let classes = slot.config.classes();
         let limit = slot.local.machine().snapshot().limit;
@@ -202,8 +205,12 @@ impl Coordinator {
                 view.in_flight += 1;
             }
         }
-        for (class, _, _, waiting) in heads {
-            views[*class].demand = u32::try_from(*waiting).unwrap_or(u32::MAX);
+        // Ties go to the class whose head has waited longest, as in the store.
+        let (now, now_ms) = (Instant::now(), self.clock.now_ms());
+        for head in heads {
+            let view = &mut views[head.class];
+            view.demand = u32::try_from(head.waiting).unwrap_or(u32::MAX);
+            view.since_ms = now_ms.saturating_sub(duration_ms(now.saturating_duration_since(head.since)));
         }
         next_class(&views)
     }
@@ -226,7 +233,7 @@ impl Coordinator {
                 let slot = &mut self.slots[upstream];
                 slot.cooldown_until = None;
                 slot.blocked_until = None;
-                let Some(mut waiter) = slot.waiters.pop_if(&id) else {
+                let Some(mut waiter) = slot.waiters.take(&id) else {
                     // The caller gave up while the script ran: give the permit back.
                     self.release(upstream, id, wave, WaveSignal::Neutral, refund, ctx);
                     return true;
@@ -236,6 +243,7 @@ impl Coordinator {
                     ctx.cancel_future(timer);
                 }
                 slot.held.insert(id.clone(), wave);
+                slot.waiters.granted(&waiter);
                 if !fallback {
                     slot.last_shared.state = Some((state, limit));
                     slot.last_shared.wave = wave;
@@ -269,6 +277,7 @@ impl Coordinator {
                 let grant = Grant { id, wave, state, limit, queue_wait, permit_wait };
                 if let Err(Ok(grant)) = waiter.reply.send(Ok(grant)) {
                     slot.held.remove(&grant.id);
+                    slot.waiters.released(&grant.id);
                     self.release(upstream, grant.id, wave, WaveSignal::Neutral, refund, ctx);
                 }
                 self.record_classes(upstream);

@@ -526,6 +526,8 @@ impl Coordinator {
                 reserve_percent: class.reserve_percent_value(),
                 waiting,
                 in_flight_local,
+                in_flight_fleet: None,
+                waiting_fleet: None,
             })
             .collect()
     }
@@ -614,6 +616,7 @@ impl Handler<Acquire> for Coordinator {
             reply: acquire.reply,
             tokens: acquire.tokens,
             class: acquire.class,
+            tenant: acquire.tenant,
             at_head: None,
             deadline_timer: Some(ctx.run_later(acquire.deadline.saturating_duration_since(now), move |act, _| {
                 act.expire(upstream, Instant::now());
@@ -638,6 +641,7 @@ impl Handler<Finish> for Coordinator {
         // The coordinator's own record of the wave wins: it follows the permit across modes.
         let slot = &mut self.slots[upstream];
         let wave = slot.held.remove(&finish.id).unwrap_or(finish.wave);
+        slot.waiters.released(&finish.id);
         metrics::permits_in_flight(slot.config.name().as_str(), "local", slot.held.len());
         if let Some(report) = finish.window {
             // Before the release, so the grants its release makes room for already see it.
@@ -672,9 +676,13 @@ impl Handler<ReadStatus> for Coordinator {
             }
             #[cfg(feature = "redis")]
             Some(gate) => {
-                let call = async move { gate.status().await };
+                let call = async move { gate.status_with_classes().await };
                 ctx.spawn(call.into_actor(self).map(move |result, _, _| {
-                    if let Ok(shared) = result {
+                    if let Ok((shared, classes)) = result {
+                        for (class, (in_flight, waiting)) in status.classes.iter_mut().zip(classes) {
+                            class.in_flight_fleet = Some(in_flight);
+                            class.waiting_fleet = Some(waiting);
+                        }
                         status.state = shared.state;
                         status.limit = shared.limit;
                         status.wave = shared.wave;

@@ -1,8 +1,11 @@
-//! One upstream's queue of callers waiting for a permit in this process: FIFO within each
-//! priority class (one queue per class; one in all without classes), bounded, with a
-//! deadline per waiter.
+//! One upstream's queue of callers waiting for a permit in this process: one queue per
+//! priority class (one in all without classes), bounded, with a deadline per waiter. Within a
+//! class, callers that name a tenant are served tenant by tenant: the next is the oldest
+//! waiter of the tenant that holds the fewest permits here (callers without a tenant count as
+//! one tenant), so first in first out when no tenant is named.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::SpawnHandle;
@@ -22,16 +25,40 @@ pub(crate) struct Waiter {
     pub(crate) tokens: u64,
     /// Its priority class (index in the upstream's classes; 0 without classes).
     pub(crate) class: usize,
+    /// Its tenant within the class, if it names one.
+    pub(crate) tenant: Option<Arc<str>>,
     /// When it first reached the head of the queue.
     pub(crate) at_head: Option<Instant>,
     /// The timer that answers it at its deadline; cancelled when it is answered before.
     pub(crate) deadline_timer: Option<SpawnHandle>,
 }
 
-/// The waiters, one FIFO per priority class.
+/// The head of one class's queue, as an ask to the shared store names it.
+#[derive(Debug, Clone)]
+pub(crate) struct Head {
+    pub(crate) class: usize,
+    pub(crate) id: String,
+    pub(crate) tokens: u64,
+    /// When it started waiting.
+    pub(crate) since: Instant,
+    /// The class's callers waiting in this process, the head included.
+    pub(crate) waiting: usize,
+}
+
+/// A class and a tenant of it (`None`: the callers that named no tenant).
+type TenantKey = (usize, Option<Arc<str>>);
+
+/// The waiters, one queue per priority class, and the permits held per tenant.
 #[derive(Debug)]
 pub(crate) struct Waiters {
     queues: Vec<VecDeque<Waiter>>,
+    /// Waiters that name a tenant, per class: while there are none, a class is plain FIFO.
+    with_tenant: Vec<usize>,
+    /// Permits held by this process's callers: id → (class, tenant; `None` for callers that
+    /// named none, who count as one tenant).
+    held: HashMap<String, TenantKey>,
+    /// How many of them each (class, tenant) holds; entries go when they reach 0.
+    held_by: HashMap<TenantKey, u32>,
 }
 
 impl Default for Waiters {
@@ -43,44 +70,93 @@ impl Default for Waiters {
 impl Waiters {
     /// Queues for `classes` classes (at least one).
     pub(crate) fn new(classes: usize) -> Self {
-        Self { queues: (0..classes.max(1)).map(|_| VecDeque::new()).collect() }
+        let classes = classes.max(1);
+        Self {
+            queues: (0..classes).map(|_| VecDeque::new()).collect(),
+            with_tenant: vec![0; classes],
+            held: HashMap::new(),
+            held_by: HashMap::new(),
+        }
+    }
+
+    /// Drops the waiters whose caller gave up, keeping the tenant count right.
+    fn retain_live(&mut self, class: usize) {
+        let queue = &mut self.queues[class];
+        let before = queue.iter().filter(|w| w.tenant.is_some()).count();
+        queue.retain(|w| !w.reply.is_closed());
+        let after = queue.iter().filter(|w| w.tenant.is_some()).count();
+        self.with_tenant[class] -= before - after;
+    }
+
+    /// Where the next waiter of `class` to serve is: the front, or (with tenants) the oldest
+    /// waiter of the tenant holding the fewest permits.
+    fn next_position(&self, class: usize) -> Option<usize> {
+        let queue = &self.queues[class];
+        if self.with_tenant[class] == 0 {
+            return (!queue.is_empty()).then_some(0);
+        }
+        let held = |tenant: &Option<Arc<str>>| self.held_by.get(&(class, tenant.clone())).copied().unwrap_or(0);
+        queue
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| !w.reply.is_closed())
+            .min_by_key(|(i, w)| (held(&w.tenant), *i))
+            .map(|(i, _)| i)
+    }
+
+    /// A permit was granted to `waiter`: counted for its tenant (or for the callers that
+    /// named none).
+    pub(crate) fn granted(&mut self, waiter: &Waiter) {
+        let key = (waiter.class, waiter.tenant.clone());
+        self.held.insert(waiter.id.clone(), key.clone());
+        *self.held_by.entry(key).or_default() += 1;
+    }
+
+    /// The permit `id` was released.
+    pub(crate) fn released(&mut self, id: &str) {
+        if let Some(key) = self.held.remove(id)
+            && let Some(count) = self.held_by.get_mut(&key)
+        {
+            *count -= 1;
+            if *count == 0 {
+                self.held_by.remove(&key);
+            }
+        }
     }
 
     /// Callers still waiting (those that gave up are dropped first).
     pub(crate) fn len(&mut self) -> usize {
-        self.queues
-            .iter_mut()
-            .map(|queue| {
-                queue.retain(|w| !w.reply.is_closed());
-                queue.len()
-            })
-            .sum()
+        self.lens().into_iter().sum()
     }
 
     /// Callers of each class still waiting.
     pub(crate) fn lens(&mut self) -> Vec<usize> {
-        self.queues
-            .iter_mut()
-            .map(|queue| {
-                queue.retain(|w| !w.reply.is_closed());
-                queue.len()
+        (0..self.queues.len())
+            .map(|class| {
+                self.retain_live(class);
+                self.queues[class].len()
             })
             .collect()
     }
 
-    pub(crate) fn push(&mut self, waiter: Waiter) {
+    pub(crate) fn push(&mut self, mut waiter: Waiter) {
         let class = waiter.class.min(self.queues.len() - 1);
+        waiter.class = class;
+        self.with_tenant[class] += usize::from(waiter.tenant.is_some());
         self.queues[class].push_back(waiter);
     }
 
     /// The first waiter of `class` whose caller is still there (callers that gave up are
     /// dropped); marks when it reached the head.
     pub(crate) fn head_of(&mut self, class: usize, now: Instant) -> Option<&Waiter> {
-        let queue = self.queues.get_mut(class)?;
-        while queue.front().is_some_and(|w| w.reply.is_closed()) {
-            queue.pop_front();
+        if class >= self.queues.len() {
+            return None;
         }
-        let head = queue.front_mut()?;
+        if self.queues[class].front().is_some_and(|w| w.reply.is_closed()) {
+            self.retain_live(class);
+        }
+        let position = self.next_position(class)?;
+        let head = &mut self.queues[class][position];
         head.at_head.get_or_insert(now);
         Some(head)
     }
@@ -92,28 +168,39 @@ impl Waiters {
         self.head_of(class, now)
     }
 
-    /// The head of every class with a waiter: (class, id, tokens, callers of the class
-    /// waiting).
-    pub(crate) fn heads(&mut self, now: Instant) -> Vec<(usize, String, u64, usize)> {
+    /// The head of every class with a waiter, and how many of the class's callers wait
+    /// (callers that gave up are dropped first).
+    pub(crate) fn heads(&mut self, now: Instant) -> Vec<Head> {
         (0..self.queues.len())
             .filter_map(|class| {
-                let (id, tokens) = self.head_of(class, now).map(|head| (head.id.clone(), head.tokens))?;
-                Some((class, id, tokens, self.queues[class].len()))
+                self.retain_live(class);
+                let head = self.head_of(class, now)?;
+                let (id, tokens, since) = (head.id.clone(), head.tokens, head.enqueued);
+                Some(Head { class, id, tokens, since, waiting: self.queues[class].len() })
             })
             .collect()
     }
 
-    /// Answers and removes a head if it is the waiter `id`; returns its deadline timer.
+    /// Answers and removes the waiter `id`; returns its deadline timer.
     pub(crate) fn fail_head(&mut self, id: &str, error: Error) -> Option<SpawnHandle> {
-        let waiter = self.pop_if(id)?;
+        let waiter = self.take(id)?;
         let _ = waiter.reply.send(Err(error));
         waiter.deadline_timer
     }
 
-    /// Removes a head (of any class) if it is the waiter `id`.
-    pub(crate) fn pop_if(&mut self, id: &str) -> Option<Waiter> {
-        let queue = self.queues.iter_mut().find(|queue| queue.front().is_some_and(|w| w.id == id))?;
-        queue.pop_front()
+    /// Removes the waiter `id`, wherever it is (the one a grant names: with tenants, the next
+    /// of its class may have changed while the store was asked).
+    pub(crate) fn take(&mut self, id: &str) -> Option<Waiter> {
+        let (class, at) = self.queues.iter().enumerate().find_map(|(class, queue)| {
+            // Nearly always the front: look there first.
+            if queue.front().is_some_and(|w| w.id == id) {
+                return Some((class, 0));
+            }
+            queue.iter().position(|w| w.id == id).map(|at| (class, at))
+        })?;
+        let waiter = self.queues[class].remove(at)?;
+        self.with_tenant[class] -= usize::from(waiter.tenant.is_some());
+        Some(waiter)
     }
 
     /// Removes every waiter whose deadline has passed.
@@ -128,6 +215,9 @@ impl Waiters {
             *queue = kept.into();
             expired.extend(gone);
         }
+        for (class, queue) in self.queues.iter().enumerate() {
+            self.with_tenant[class] = queue.iter().filter(|w| w.tenant.is_some()).count();
+        }
         expired
     }
 
@@ -135,5 +225,75 @@ impl Waiters {
     pub(crate) fn time_out(waiter: Waiter, upstream: &str, now: Instant, retry_after: Option<Duration>) {
         let waited = now.saturating_duration_since(waiter.enqueued);
         let _ = waiter.reply.send(Err(Error::WaitedTooLong { upstream: upstream.to_owned(), waited, retry_after }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiter(id: &str, class: usize, tenant: Option<&str>) -> (Waiter, oneshot::Receiver<Result<Grant, Error>>) {
+        let (reply, answer) = oneshot::channel();
+        let now = Instant::now();
+        let waiter = Waiter {
+            id: id.to_owned(),
+            enqueued: now,
+            deadline: now + Duration::from_secs(60),
+            reply,
+            tokens: 0,
+            class,
+            tenant: tenant.map(Arc::from),
+            at_head: None,
+            deadline_timer: None,
+        };
+        (waiter, answer)
+    }
+
+    #[test]
+    fn tenants_take_turns_and_callers_without_one_count_as_one() {
+        let mut waiters = Waiters::new(1);
+        let mut answers = Vec::new();
+        for (id, tenant) in [("a1", Some("a")), ("a2", Some("a")), ("n1", None), ("b1", Some("b")), ("n2", None)] {
+            let (w, answer) = waiter(id, 0, tenant);
+            answers.push(answer);
+            waiters.push(w);
+        }
+        let now = Instant::now();
+        let mut served = Vec::new();
+        while let Some(head) = waiters.head_of(0, now) {
+            let id = head.id.clone();
+            let taken = waiters.take(&id).expect("the head is there");
+            waiters.granted(&taken);
+            served.push(id);
+        }
+        // a, then the untagged callers (holding none), then b, then a again (each holds 1),
+        // then the second untagged caller.
+        assert_eq!(served, ["a1", "n1", "b1", "a2", "n2"]);
+        assert_eq!(waiters.len(), 0);
+        for id in &served {
+            waiters.released(id);
+        }
+        assert!(waiters.held_by.is_empty() && waiters.held.is_empty());
+    }
+
+    #[test]
+    fn a_grant_for_a_waiter_that_is_no_longer_next_still_reaches_it() {
+        let mut waiters = Waiters::new(2);
+        let (a1, _a1) = waiter("a1", 1, Some("a"));
+        let (a0, _a0) = waiter("a0", 1, Some("a"));
+        waiters.push(a0);
+        let now = Instant::now();
+        let granted = waiters.take("a0").expect("a0");
+        waiters.granted(&granted);
+        waiters.push(a1);
+        // Asked for a1; meanwhile tenant b's first caller arrives and becomes the next.
+        assert_eq!(waiters.head_of(1, now).map(|w| w.id.clone()).as_deref(), Some("a1"));
+        let (b1, _b1) = waiter("b1", 1, Some("b"));
+        waiters.push(b1);
+        assert_eq!(waiters.head_of(1, now).map(|w| w.id.clone()).as_deref(), Some("b1"));
+        // The store's grant names a1: it is taken wherever it is, and the counts stay right.
+        assert_eq!(waiters.take("a1").map(|w| w.id), Some("a1".to_owned()));
+        assert_eq!(waiters.with_tenant[1], 1);
+        assert_eq!(waiters.lens(), [0, 1]);
     }
 }

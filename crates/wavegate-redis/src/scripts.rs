@@ -58,7 +58,7 @@ pub(crate) fn scripts() -> &'static Scripts {
         acquire: Script::new(priority_script!("acquire.lua")),
         finish: Script::new(priority_script!("finish.lua")),
         renew: Script::new(wave_script!("renew.lua")),
-        status: Script::new(wave_script!("status.lua")),
+        status: Script::new(priority_script!("status.lua")),
         reconcile: Script::new(wave_script!("reconcile.lua")),
         heartbeat: Script::new(include_str!("../../../lua/heartbeat.lua")),
         report_window: Script::new(wave_script!("report_window.lua")),

@@ -378,23 +378,37 @@ impl SharedGate {
 
     /// The shared state, with Redis time applied (a cooldown past its end reads as PROBE).
     pub async fn status(&self) -> Result<SharedStatus, StoreError> {
+        self.status_with_classes().await.map(|(status, _)| status)
+    }
+
+    /// [`status`](Self::status), and for each priority class (in configured order, after
+    /// [`with_classes`](Self::with_classes)) the fleet's permits in flight and callers waiting
+    /// (those of processes that asked within the last 1.5 s).
+    pub async fn status_with_classes(&self) -> Result<(SharedStatus, Vec<(u32, u32)>), StoreError> {
         const COMMAND: &str = "status";
         let mut invocation = scripts().status.prepare_invoke();
-        invocation.key(&self.keys.script_keys()[..]).arg(&self.config_args[..]);
+        invocation.key(&self.keys.waiting_script_keys()[..]).arg(&self.config_args[..]);
         let reply: Vec<Value> = self.store.invoke(COMMAND, &invocation).await?;
         let r = Reply::new(COMMAND, &reply);
-        r.expect_len(12)?;
+        if reply.len() < 12 || !reply.len().is_multiple_of(2) {
+            return Err(StoreError::unexpected(COMMAND, format!("{} fields, expected 12 and pairs", reply.len())));
+        }
+        let classes = (12..reply.len())
+            .step_by(2)
+            .map(|at| Ok((r.u32(at)?, r.u32(at + 1)?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
         let budget = |at: usize| -> Result<Option<(u64, u64)>, StoreError> {
             if r.int(at)? < 0 { Ok(None) } else { Ok(Some((r.uint(at)?, r.uint(at + 1)?))) }
         };
-        Ok(SharedStatus {
+        let status = SharedStatus {
             state: r.state(0)?,
             limit: r.u32(1)?,
             wave: r.uint(2)?,
             cooldown_remaining: Duration::from_millis(r.uint(3)?),
             in_flight: r.u32(7)?,
             budgets: BudgetStatus { requests: budget(8)?, tokens: budget(10)? },
-        })
+        };
+        Ok((status, classes))
     }
 }
 

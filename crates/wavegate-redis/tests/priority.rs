@@ -130,6 +130,9 @@ fn a_freed_permit_goes_to_the_class_below_its_share_whoever_asks_first() {
     let (acquired, _) =
         runtime.block_on(alpha.acquire_among(&[ask("interactive", "interactive|alpha:1", 1)], LEASE)).expect("ask");
     assert!(matches!(acquired.admission, Admission::Denied { reason: DenyReason::AtLimit, .. }));
+    // The fleet's view per class: (in flight, callers waiting).
+    let (_, classes) = runtime.block_on(alpha.status_with_classes()).expect("status");
+    assert_eq!(classes, [(0, 1), (2, 48)]);
     // A batch permit ends: beta asks again at once, but the permit is interactive's.
     runtime.block_on(beta.finish("batch|beta:1", 1, WaveSignal::Success, 0)).expect("finish");
     let (acquired, granted) =

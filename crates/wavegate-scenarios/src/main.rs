@@ -6,6 +6,7 @@
 //! cargo run --release -p wavegate-scenarios               # the full run (see docs/benchmarks.md)
 //! cargo run --release -p wavegate-scenarios -- --quick    # a smoke run of every scenario
 //! cargo run --release -p wavegate-scenarios -- --help     # every option
+//! cargo run --release -p wavegate-scenarios -- mixed      # priority classes under a batch flood
 //! ```
 //!
 //! One binary plays three roles, chosen by the `WAVEGATE_SCENARIO_ROLE` environment variable:
@@ -15,6 +16,7 @@
 //! with several concurrent callers). The runner re-executes itself for the other two.
 
 mod cli;
+mod mixed;
 mod nginx;
 mod protocol;
 mod provider;
@@ -36,10 +38,14 @@ fn main() -> ExitCode {
     match std::env::var(ROLE_ENV).as_deref() {
         Ok("provider") => provider::main(),
         Ok("worker") => worker::main(),
+        Ok("mixed-worker") => mixed::worker_main(),
         Ok(other) => {
             eprintln!("unknown {ROLE_ENV}={other:?} (expected `provider` or `worker`)");
             ExitCode::FAILURE
         }
-        Err(_) => runner::main(),
+        Err(_) => {
+            let args: Vec<String> = std::env::args().skip(1).collect();
+            if args.first().is_some_and(|a| a == "mixed") { mixed::runner_main(&args[1..]) } else { runner::main() }
+        }
     }
 }

@@ -64,6 +64,12 @@ pub struct ClassView {
     pub waiting: usize,
     /// Permits of it this process holds.
     pub in_flight_local: usize,
+    /// Permits of it held across the fleet (shared mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub in_flight_fleet: Option<u32>,
+    /// Callers of it waiting across the fleet (shared mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_fleet: Option<u32>,
 }
 
 /// What is left of a rate budget.
@@ -116,6 +122,8 @@ impl UpstreamView {
                     reserve_percent: c.reserve_percent,
                     waiting: c.waiting,
                     in_flight_local: c.in_flight_local,
+                    in_flight_fleet: c.in_flight_fleet,
+                    waiting_fleet: c.waiting_fleet,
                 })
                 .collect(),
         }
