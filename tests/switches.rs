@@ -268,6 +268,44 @@ async fn a_process_cut_off_for_a_while_still_counts_in_the_others_shares() {
     assert!(sa.limit + sb.limit <= 4, "fallback shares {} + {} at limit 4", sa.limit, sb.limit);
 }
 
+/// The store forgetting who is live (an empty restart, a flush) while the other processes are
+/// cut off: the one process still connected then counts only itself in its heartbeats, but the
+/// others it saw live within a heartbeat's lifetime still count, so when Redis then goes away
+/// for it too its fallback share is not the whole limit.
+#[actix::test]
+async fn a_store_that_forgets_the_live_processes_does_not_inflate_a_fallback_share() {
+    let mut redis = RedisServer::start().expect("redis-server");
+    let proxies: Vec<FaultProxy> = (0..3).map(|_| FaultProxy::start(redis.addr()).expect("fault proxy")).collect();
+    let upstream = || UpstreamConfig::builder("llm").limit(4).build().expect("config");
+    let a = Scheduler::builder().upstream(upstream()).redis(redis.url()).build().expect("scheduler");
+    let others: Vec<Scheduler> = proxies
+        .iter()
+        .map(|p| Scheduler::builder().upstream(upstream()).redis(p.url()).build().expect("scheduler"))
+        .collect();
+    for scheduler in std::iter::once(&a).chain(&others) {
+        scheduler.acquire("llm").await.expect("permit").succeeded();
+    }
+    tokio::time::sleep(Duration::from_millis(1_200)).await; // every heartbeat seen by every process
+    for proxy in &proxies {
+        proxy.set_fault(Fault::BlackHole);
+    }
+    for scheduler in &others {
+        wait_for_mode(scheduler, Mode::Fallback, Duration::from_secs(3)).await;
+    }
+    // The store forgets every process; only `a` writes its heartbeat again (it sees 1 live).
+    let mut con = redis.connection().expect("connection");
+    redis::cmd("FLUSHALL").exec(&mut con).expect("FLUSHALL");
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    redis.kill().expect("kill -9");
+    wait_for_mode(&a, Mode::Fallback, Duration::from_secs(3)).await;
+    let mut shares = vec![a.status("llm").await.expect("status").limit];
+    for scheduler in &others {
+        shares.push(scheduler.status("llm").await.expect("status").limit);
+    }
+    assert_eq!(shares[0], 1, "the connected process took a share of {} at limit 4 (shares {shares:?})", shares[0]);
+    assert!(shares.iter().sum::<u32>() <= 4, "fallback shares {shares:?} at limit 4");
+}
+
 /// Fairness across processes: a process that has waited 11 s at the limit keeps its place on
 /// the waiting list (it keeps asking) and is served before one that has waited 0.5 s.
 #[actix::test]
