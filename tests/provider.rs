@@ -87,8 +87,23 @@ async fn zero_left_until_the_reset_holds_the_whole_fleet_through_redis() {
     let window = Duration::from_secs(1);
     let provider = MockProvider::start(limits(HeaderStyle::Anthropic, 1, window), Duration::from_millis(5)).unwrap();
     call(&a, &provider, 0).await.expect("the first call");
-    // A's answer said "0 left until the reset": B, another process, waits for it too.
+    // A's answer said "0 left until the reset". A's coordinator sends it to the store after
+    // the answer (one script call): wait until it is there, then B, another process, must wait
+    // for the reset too.
     let answered = Instant::now();
+    let mut con = redis.connection().expect("connection");
+    let key = wavegate::StoreConfig::new(redis.url())
+        .keyspace
+        .upstream(&wavegate::core::UpstreamName::new("llm").expect("name"))
+        .wave;
+    loop {
+        let until: Option<u64> = redis::cmd("HGET").arg(&key).arg("pw_requests_until").query(&mut con).expect("HGET");
+        if until.is_some() {
+            break;
+        }
+        assert!(answered.elapsed() < Duration::from_millis(500), "A's window report never reached the store");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
     call(&b, &provider, 0).await.expect("B's call, after the reset");
     assert_eq!(provider.rate_limited(), 0, "B did not meet the spent window");
     let calls = provider.calls();
