@@ -17,7 +17,8 @@
 -- permit goes to the first of them the fleet-wide choice of class reaches.
 -- Reply: {1, wave, state, limit, in_flight, id}    granted (id: which ask)
 --        {0, reason, wait_ms, in_flight}           denied: reason 'cooldown', 'at_limit',
---                                                  'requests', 'tokens' or 'tokens_exceed_burst'
+--                                                  'requests', 'tokens', 'tokens_exceed_burst'
+--                                                  or 'provider_window'
 -- An estimate above the tokens burst is refused first (it can never fit); then the wave and the
 -- limit (and the class) are checked, then the budgets; all are charged together or not at all.
 local n = #ARGV - CONFIG_ARGS
@@ -66,6 +67,10 @@ if classes and instance ~= '' then
   end
 end
 local id, tokens = ask.id, ask.tokens
+-- [provider windows] checked after the wave and the limit, before the budgets (provider_window.lua)
+local windows = pw_load()
+local window_wait = pw_wait(windows, now, tokens)
+-- [/provider windows]
 local result
 if config.tokens and tokens > config.tokens.burst then
   -- Never fits: refused before the wave and the limit, so it is not told to wait.
@@ -77,6 +82,8 @@ elseif denial then
     redis.call('ZADD', KEYS[5], now, instance)
   end
   result = { 0, denial, wait, in_flight }
+elseif window_wait then -- [provider windows]
+  result = { 0, 'provider_window', window_wait, in_flight }
 else
   local now_us = now * 1000
   local requests_tat, requests_wait, tokens_tat, tokens_wait = nil, 0, nil, 0
@@ -91,6 +98,7 @@ else
     if tokens_tat then save_tat('tokens_tat', tokens_tat) end
     redis.call('ZADD', KEYS[1], now + lease, id)
     redis.call('HSET', KEYS[3], id, s.wave)
+    if pw_charge(windows, now, tokens) then pw_save(windows) end -- [provider windows]
     if classes and instance ~= '' then
       granted_waiting(instance, ask.class, ask.demand, now)
     elseif instance ~= '' then

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tracing::Instrument;
-use wavegate_core::{Outcome, TransportError};
+use wavegate_core::{Outcome, RateLimitKind, TransportError};
 
 use crate::classify::{Classify, Meter};
 use crate::error::Error;
@@ -198,6 +198,9 @@ where
                 Err(Error::RetryBudgetSpent { upstream, .. }) => {
                     return Err(Error::RetryBudgetSpent { upstream, attempts: log.attempts, last: "transient" });
                 }
+                Err(Error::QuotaExhausted { upstream, retry_after, .. }) => {
+                    return Err(Error::QuotaExhausted { upstream, attempts: log.attempts, retry_after });
+                }
                 Err(error) => return Err(error.widen()),
             };
         log.attempts += 1;
@@ -227,13 +230,18 @@ where
             }
             _ => permit.report(outcome),
         }
+        if outcome.rate_limit_kind() == Some(RateLimitKind::QuotaExhausted) {
+            // A billing state, not a rate limit: no retry (the report refused the upstream).
+            let retry_after = inner.quota[upstream].remaining().unwrap_or(config.quota_pause());
+            return Err(Error::QuotaExhausted { upstream: name(), attempts: log.attempts, retry_after });
+        }
         // A retry: how long this call alone waits first, what it asks for, why.
         let retry = match outcome {
             // The provider told this call when to come back: it alone waits that long
             // (bounded like a cooldown), then asks for a new permit, which passes a shared
             // cooldown if the 429 started one. A 429 that only stepped the limit back stops
             // nobody else.
-            Outcome::RateLimited { retry_after } => {
+            Outcome::RateLimited { retry_after, .. } => {
                 let after = retry_after.map(|after| after.min(config.wave().cooldown.max()));
                 Some((after, AttemptKind::AfterRateLimit, "rate_limited"))
             }

@@ -30,7 +30,7 @@
 //! enum AppError { Status(u16, Option<String>), Network }
 //!
 //! let classify = |result: &Result<String, AppError>| match result {
-//!     Ok(_) => Outcome::Success { status: 200 },
+//!     Ok(_) => Outcome::success(200),
 //!     Err(AppError::Status(status, retry_after)) => {
 //!         Outcome::from_status(*status, retry_after.as_deref(), SystemTime::now())
 //!     }
@@ -122,7 +122,7 @@ pub struct ByError;
 impl<T, E: UpstreamError> Classify<T, E> for ByError {
     fn classify(&self, result: &Result<T, E>) -> Outcome {
         match result {
-            Ok(_) => Outcome::Success { status: 200 },
+            Ok(_) => Outcome::success(200),
             Err(error) => error.outcome(),
         }
     }

@@ -91,6 +91,19 @@ pub enum Error<E = Infallible> {
         /// The budget's burst.
         burst: u64,
     },
+    /// The provider said the account's quota is exhausted (`insufficient_quota`): a billing
+    /// state, not a rate limit. Not retried; the upstream is refused at once in this process
+    /// until `retry_after` has passed or an operator calls
+    /// [`Scheduler::reset_quota`](crate::Scheduler::reset_quota).
+    QuotaExhausted {
+        /// The upstream.
+        upstream: String,
+        /// Attempts made by this call (1 for the call that met the refusal, 0 for the calls
+        /// refused after it).
+        attempts: u32,
+        /// How long the upstream stays refused in this process.
+        retry_after: Duration,
+    },
     /// The request names a priority class the upstream does not have (refused before any
     /// wait).
     UnknownClass {
@@ -133,6 +146,11 @@ impl<E> fmt::Display for Error<E> {
             Error::InsufficientCapacity { upstream, requested, budget, burst } => {
                 write!(f, "upstream `{upstream}`: {requested} tokens can never fit a {budget} burst of {burst}")
             }
+            Error::QuotaExhausted { upstream, attempts, retry_after } => write!(
+                f,
+                "upstream `{upstream}`: the provider's quota is exhausted (after {attempts} attempts); refused for \
+                 {retry_after:?} or until an operator resets it"
+            ),
             Error::UnknownClass { upstream, class, known } if known.is_empty() => write!(
                 f,
                 "upstream `{upstream}` has no priority classes, so class `{class}` is unknown; add it with \
@@ -208,6 +226,9 @@ impl<E> Error<E> {
             Error::InsufficientCapacity { upstream, budget, requested, burst } => {
                 Error::InsufficientCapacity { upstream, budget, requested, burst }
             }
+            Error::QuotaExhausted { upstream, attempts, retry_after } => {
+                Error::QuotaExhausted { upstream, attempts, retry_after }
+            }
             Error::UnknownClass { upstream, class, known } => Error::UnknownClass { upstream, class, known },
             Error::Stopped => Error::Stopped,
         }
@@ -229,7 +250,7 @@ impl<E> Error<E> {
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             Error::WaitedTooLong { retry_after, .. } => Some(retry_after.unwrap_or(Duration::from_secs(1))),
-            Error::BreakerOpen { retry_after, .. } => Some(*retry_after),
+            Error::BreakerOpen { retry_after, .. } | Error::QuotaExhausted { retry_after, .. } => Some(*retry_after),
             Error::QueueFull { .. } | Error::RetryBudgetSpent { .. } | Error::DeadlinePassed { .. } => {
                 Some(Duration::from_secs(1))
             }
@@ -256,6 +277,7 @@ impl<E> Error<E> {
             Error::DeadlinePassed { .. } => "deadline_passed",
             Error::Upstream { .. } => "upstream_error",
             Error::InsufficientCapacity { .. } => "insufficient_capacity",
+            Error::QuotaExhausted { .. } => "quota_exhausted",
             Error::UnknownClass { .. } => "unknown_class",
             Error::Stopped => "stopped",
         }

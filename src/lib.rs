@@ -74,6 +74,9 @@ mod messages;
 pub mod metrics;
 pub mod middleware;
 mod permit;
+mod pool;
+mod provider_signals;
+mod quota;
 mod registry;
 mod request;
 mod runtime;
@@ -90,12 +93,13 @@ mod upstream;
 pub use classify::{ByError, ByStatus, Classify, Meter, Reserved, UpstreamError};
 pub use error::Error;
 pub use permit::Permit;
+pub use pool::{Pool, PoolRequest};
 pub use request::Attempt;
 pub use scheduler::{BuildError, Scheduler, SchedulerBuilder};
 pub use status::{ClassStatus, Mode, UpstreamStatus};
 pub use upstream::{RequestBuilder, Upstream};
 pub use wavegate_core as core;
-pub use wavegate_core::{Outcome, TransportError, UpstreamConfig, WaveState};
+pub use wavegate_core::{Outcome, ProviderSignals, RateLimitKind, TransportError, UpstreamConfig, WaveState};
 #[cfg(feature = "redis")]
 pub use wavegate_redis::{Keyspace, Rejection, SentinelConfig, StoreConfig, StoreError, StoreHealth};
 

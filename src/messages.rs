@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use actix::Message;
 use tokio::sync::oneshot;
-use wavegate_core::{BreakerState, BreakerTicket, CallResult, WaveSignal, WaveState};
+use wavegate_core::{BreakerState, BreakerTicket, CallResult, WaveSignal, WaveState, WindowReport};
 
 use crate::error::Error;
 use crate::status::{Mode, UpstreamStatus};
@@ -98,6 +98,10 @@ pub(crate) struct Finish {
     pub(crate) signal: WaveSignal,
     /// Tokens used beyond the reservation (negative: fewer).
     pub(crate) token_delta: i64,
+    /// What the response said is left of the provider's windows, if anything.
+    pub(crate) window: Option<WindowReport>,
+    /// Tokens the call reserved (the others in flight are assumed to reserve as much).
+    pub(crate) tokens_reserved: u64,
 }
 
 /// Something may have freed a permit of `upstream` (a release announced on pub/sub).

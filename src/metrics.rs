@@ -96,6 +96,12 @@ pub const ALL: &[&str] = &[
     BUDGET_NEXT_REFILL_SECONDS,
     BUDGET_WAITS_TOTAL,
     RELEASED_AFTER_LEASE_TOTAL,
+    REFUSALS_BY_KIND_TOTAL,
+    UNREADABLE_SIGNALS_TOTAL,
+    QUOTA_EXHAUSTED,
+    PROVIDER_WINDOW_REPORTS_TOTAL,
+    POOL_PICKS_TOTAL,
+    POOL_MOVES_TOTAL,
 ];
 
 /// Permits released after their lease had ended: for a while the fleet could admit one more
@@ -107,6 +113,23 @@ pub const BUDGET_REMAINING: &str = "wavegate_budget_remaining";
 pub const BUDGET_NEXT_REFILL_SECONDS: &str = "wavegate_budget_next_refill_seconds";
 /// Times the head of the queue waited for a rate budget, by `budget`.
 pub const BUDGET_WAITS_TOTAL: &str = "wavegate_budget_waits_total";
+
+/// Refusals (429, 529, 503 with `Retry-After`) by `kind`: `capacity`, `rate_window`,
+/// `quota_exhausted`, `overloaded`, `unknown`.
+pub const REFUSALS_BY_KIND_TOTAL: &str = "wavegate_refusals_by_kind_total";
+/// Rate-limit signals a provider sent that could not be read, by `kind` (`retry_after`,
+/// `requests_remaining`, `tokens_reset`, `ratelimit`, ...).
+pub const UNREADABLE_SIGNALS_TOTAL: &str = "wavegate_unreadable_signals_total";
+/// 1 while a spent quota keeps the upstream refused in this process, else 0.
+pub const QUOTA_EXHAUSTED: &str = "wavegate_quota_exhausted";
+/// Reports of the provider's windows ("R left until T") sent to the gate in charge.
+pub const PROVIDER_WINDOW_REPORTS_TOTAL: &str = "wavegate_provider_window_reports_total";
+
+/// Pooled requests sent to a member, by `pool` and `member`.
+pub const POOL_PICKS_TOTAL: &str = "wavegate_pool_picks_total";
+/// Pooled requests that left a member for another, by `pool`, `member` and `reason` (the
+/// outcome's label or the refusal's code).
+pub const POOL_MOVES_TOTAL: &str = "wavegate_pool_moves_total";
 
 /// Bucket bounds, seconds, for each histogram: waits from a millisecond to minutes, calls
 /// from ten milliseconds to ten minutes.
@@ -229,6 +252,31 @@ pub(crate) fn budgets(upstream: &str, status: BudgetStatus) {
 
 pub(crate) fn budget_wait(upstream: &str, budget: &'static str) {
     counter!(BUDGET_WAITS_TOTAL, "upstream" => upstream.to_owned(), "budget" => budget).increment(1);
+}
+
+pub(crate) fn refusal(upstream: &str, kind: &'static str) {
+    counter!(REFUSALS_BY_KIND_TOTAL, "upstream" => upstream.to_owned(), "kind" => kind).increment(1);
+}
+
+pub(crate) fn unreadable_signal(upstream: &str, kind: &'static str) {
+    counter!(UNREADABLE_SIGNALS_TOTAL, "upstream" => upstream.to_owned(), "kind" => kind).increment(1);
+}
+
+pub(crate) fn quota_exhausted(upstream: &str, exhausted: bool) {
+    gauge!(QUOTA_EXHAUSTED, "upstream" => upstream.to_owned()).set(if exhausted { 1.0 } else { 0.0 });
+}
+
+pub(crate) fn provider_window_report(upstream: &str) {
+    counter!(PROVIDER_WINDOW_REPORTS_TOTAL, "upstream" => upstream.to_owned()).increment(1);
+}
+
+pub(crate) fn pool_pick(pool: &str, member: &str) {
+    counter!(POOL_PICKS_TOTAL, "pool" => pool.to_owned(), "member" => member.to_owned()).increment(1);
+}
+
+pub(crate) fn pool_move(pool: &str, member: &str, reason: &'static str) {
+    counter!(POOL_MOVES_TOTAL, "pool" => pool.to_owned(), "member" => member.to_owned(), "reason" => reason)
+        .increment(1);
 }
 
 pub(crate) fn released_after_lease(upstream: &str) {

@@ -3,10 +3,13 @@
 use std::time::{Duration, Instant};
 
 use actix::Addr;
-use wavegate_core::{BreakerTicket, CallResult, Outcome, WaveSignal, WaveState};
+use std::sync::Arc;
+
+use wavegate_core::{BreakerTicket, CallResult, Outcome, WaveSignal, WaveState, WindowReport};
 
 use crate::coordinator::Coordinator;
 use crate::messages::{Finish, Grant, Record};
+use crate::quota::QuotaBlock;
 use crate::supervisor::UpstreamSupervisor;
 
 /// A permit to make one call to an upstream.
@@ -32,6 +35,22 @@ struct Held {
     ticket: BreakerTicket,
     coordinator: Addr<Coordinator>,
     supervisor: Addr<UpstreamSupervisor>,
+    quota: QuotaRef,
+}
+
+/// An upstream's spent-quota refusal, and how long a spent quota sets it for.
+#[derive(Debug, Clone)]
+pub(crate) struct QuotaRef {
+    pub(crate) block: Arc<QuotaBlock>,
+    pub(crate) pause: Duration,
+}
+
+/// Where a permit reports to.
+#[derive(Debug)]
+pub(crate) struct Owners {
+    pub(crate) coordinator: Addr<Coordinator>,
+    pub(crate) supervisor: Addr<UpstreamSupervisor>,
+    pub(crate) quota: QuotaRef,
 }
 
 impl Permit {
@@ -41,11 +60,12 @@ impl Permit {
         grant: Grant,
         tokens: u64,
         ticket: BreakerTicket,
-        coordinator: Addr<Coordinator>,
-        supervisor: Addr<UpstreamSupervisor>,
+        owners: Owners,
     ) -> Self {
+        let Owners { coordinator, supervisor, quota } = owners;
         let granted_at = Instant::now();
-        Self { inner: Some(Held { upstream, name, granted_at, grant, tokens, ticket, coordinator, supervisor }) }
+        let held = Held { upstream, name, granted_at, grant, tokens, ticket, coordinator, supervisor, quota };
+        Self { inner: Some(held) }
     }
 
     fn held(&self) -> &Held {
@@ -96,25 +116,40 @@ impl Permit {
     /// Reports the call's outcome and releases the permit. The token reservation is kept as
     /// the usage, except for a 429 or another 4xx, which the provider did not process: those
     /// give it back. Use [`report_usage`](Self::report_usage) when the usage is known.
-    pub fn report(mut self, outcome: Outcome) {
+    ///
+    /// What the provider said comes along: "R left until T" holds the fleet's grants until T
+    /// once nothing is left, a spent quota refuses the upstream in this process (see
+    /// [`Error::QuotaExhausted`](crate::Error::QuotaExhausted)), unreadable signals are counted.
+    pub fn report(self, outcome: Outcome) {
         let unprocessed = matches!(outcome, Outcome::RateLimited { .. } | Outcome::ClientError { .. });
         let actual = if unprocessed { 0 } else { self.reserved_tokens() };
-        self.finish(outcome.wave_signal(), outcome.breaker_result(), Some(outcome.label()), actual);
+        self.report_usage(outcome, actual);
     }
 
     /// Reports the call's outcome and the tokens it really used, and releases the permit:
     /// the difference with the reservation is refunded or charged to the tokens budget.
     pub fn report_usage(mut self, outcome: Outcome, tokens: u64) {
-        self.finish(outcome.wave_signal(), outcome.breaker_result(), Some(outcome.label()), tokens);
+        if let Some(held) = &self.inner {
+            crate::provider_signals::observe(&held.name, &outcome, &held.quota.block, held.quota.pause);
+        }
+        let window = outcome.window_report();
+        self.finish(outcome.wave_signal(), outcome.breaker_result(), Some(outcome.label()), tokens, window);
     }
 
     /// Reports a success (using the reserved tokens) and releases the permit.
     pub fn succeeded(mut self) {
         let reserved = self.reserved_tokens();
-        self.finish(WaveSignal::Success, CallResult::Success, Some("success"), reserved);
+        self.finish(WaveSignal::Success, CallResult::Success, Some("success"), reserved, None);
     }
 
-    fn finish(&mut self, signal: WaveSignal, result: CallResult, outcome: Option<&'static str>, tokens_used: u64) {
+    fn finish(
+        &mut self,
+        signal: WaveSignal,
+        result: CallResult,
+        outcome: Option<&'static str>,
+        tokens_used: u64,
+        window: Option<WindowReport>,
+    ) {
         if let Some(held) = self.inner.take() {
             let used = i64::try_from(tokens_used).unwrap_or(i64::MAX);
             let token_delta = used - i64::try_from(held.tokens).unwrap_or(0);
@@ -128,6 +163,8 @@ impl Permit {
                 wave: held.grant.wave,
                 signal,
                 token_delta,
+                window,
+                tokens_reserved: held.tokens,
             });
         }
     }
@@ -137,7 +174,7 @@ impl Drop for Permit {
     fn drop(&mut self) {
         // Usage unknown: the reservation stands.
         let reserved = self.inner.as_ref().map_or(0, |held| held.tokens);
-        self.finish(WaveSignal::Neutral, CallResult::Ignored, None, reserved);
+        self.finish(WaveSignal::Neutral, CallResult::Ignored, None, reserved, None);
     }
 }
 

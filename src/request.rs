@@ -9,7 +9,7 @@ use tokio::sync::oneshot;
 
 use crate::error::Error;
 use crate::messages::{Acquire, Admit, AttemptKind, Refusal};
-use crate::permit::Permit;
+use crate::permit::{Owners, Permit, QuotaRef};
 use crate::scheduler::Inner;
 
 /// What the caller's closure learns about the attempt it is asked to make.
@@ -37,6 +37,10 @@ pub(crate) async fn acquire_permit(
     tenant: Option<Arc<str>>,
 ) -> Result<Permit, Error> {
     let name = || inner.upstreams[upstream].name().to_string();
+    if let Some(retry_after) = inner.quota[upstream].remaining() {
+        // A spent quota: refused before the breaker, the queue and any wait.
+        return Err(Error::QuotaExhausted { upstream: name(), attempts: 0, retry_after });
+    }
     let supervisor = inner.supervisors[upstream].clone();
     let admission = match supervisor.send(Admit { kind }).await {
         Ok(Ok(admission)) => admission,
@@ -49,5 +53,13 @@ pub(crate) async fn acquire_permit(
     let (reply, granted) = oneshot::channel();
     inner.coordinator.do_send(Acquire { upstream, tokens, class, tenant, deadline: wait_until, reply });
     let grant = granted.await.map_err(|_| Error::Stopped)??;
-    Ok(Permit::new(upstream, name(), grant, tokens, admission.into_ticket(), inner.coordinator.clone(), supervisor))
+    let quota = QuotaRef { block: inner.quota[upstream].clone(), pause: inner.upstreams[upstream].quota_pause() };
+    let owners = Owners { coordinator: inner.coordinator.clone(), supervisor, quota };
+    let permit = Permit::new(upstream, name(), grant, tokens, admission.into_ticket(), owners);
+    if let Some(retry_after) = inner.quota[upstream].remaining() {
+        // The quota ran out while this caller waited: the permit goes back unused.
+        drop(permit);
+        return Err(Error::QuotaExhausted { upstream: name(), attempts: 0, retry_after });
+    }
+    Ok(permit)
 }

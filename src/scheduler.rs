@@ -8,7 +8,7 @@ use crate::store::Store;
 use crate::store::{StoreConfig, StoreError};
 use actix::Addr;
 use tokio::sync::oneshot;
-use wavegate_core::{ConfigError, Outcome, UnknownUpstream, UpstreamConfig, UpstreamSet};
+use wavegate_core::{ConfigError, Outcome, PoolConfig, PoolConfigError, UnknownUpstream, UpstreamConfig, UpstreamSet};
 #[cfg(feature = "redis")]
 use wavegate_redis::{Keyspace, StoreHealth};
 
@@ -17,6 +17,8 @@ use crate::coordinator::Coordinator;
 use crate::error::Error;
 use crate::messages::{ReadBreaker, ReadMode, ReadStatus};
 use crate::permit::Permit;
+use crate::pool::{Pool, PoolSlot};
+use crate::quota::QuotaBlock;
 use crate::registry::{self, Registration};
 use crate::request::Attempt;
 use crate::runtime::{ActorThread, Actors};
@@ -31,6 +33,10 @@ pub(crate) struct Inner {
     pub(crate) set: UpstreamSet,
     pub(crate) coordinator: Addr<Coordinator>,
     pub(crate) supervisors: Vec<Addr<UpstreamSupervisor>>,
+    /// Each upstream's spent quota, if any (see `quota.rs`).
+    pub(crate) quota: Vec<Arc<QuotaBlock>>,
+    /// The pools over the upstreams (see `pool.rs`).
+    pub(crate) pools: Vec<PoolSlot>,
     /// The actors' own thread, when `build()` found no actix system; it stops with the last
     /// handle.
     pub(crate) _thread: Option<ActorThread>,
@@ -68,6 +74,9 @@ pub enum BuildError {
         /// The configured URL.
         url: String,
     },
+    /// A pool cannot work (no members, a member that is not an upstream, ...).
+    #[error(transparent)]
+    Pool(#[from] PoolConfigError),
     /// There was no actix system on this thread and the actors' own thread could not be
     /// started.
     #[error("cannot start wavegate's actor thread: {0}")]
@@ -113,6 +122,7 @@ impl Scheduler {
     /// A builder with no upstream and no Redis (local mode).
     pub fn builder() -> SchedulerBuilder {
         SchedulerBuilder {
+            pools: Vec::new(),
             upstreams: Vec::new(),
             #[cfg(feature = "redis")]
             store: None,
@@ -235,6 +245,24 @@ impl Scheduler {
         self.inner.store.as_ref().map(Store::health)
     }
 
+    /// The handle of pool `name` (see [`Pool`]), resolved once.
+    pub fn pool(&self, name: &str) -> Result<Pool, UnknownUpstream> {
+        Pool::find(&self.inner, name)
+    }
+
+    /// Lifts the refusal a spent quota put on `upstream` in this process (an operator's reset,
+    /// e.g. after paying the bill); says whether there was one. See
+    /// [`Error::QuotaExhausted`].
+    pub fn reset_quota(&self, upstream: &str) -> Result<bool, UnknownUpstream> {
+        let index = self.index(upstream)?;
+        let lifted = self.inner.quota[index].reset();
+        if lifted {
+            tracing::info!(upstream, "quota refusal lifted by an operator");
+            crate::metrics::quota_exhausted(upstream, false);
+        }
+        Ok(lifted)
+    }
+
     /// The configured upstreams.
     pub fn upstreams(&self) -> impl Iterator<Item = &UpstreamConfig> {
         self.inner.upstreams.iter()
@@ -246,6 +274,7 @@ impl Scheduler {
 #[must_use = "call `build()` to start the scheduler"]
 pub struct SchedulerBuilder {
     upstreams: Vec<UpstreamConfig>,
+    pools: Vec<PoolConfig>,
     #[cfg(feature = "redis")]
     store: Option<StoreConfig>,
     #[cfg(feature = "redis")]
@@ -256,6 +285,12 @@ impl SchedulerBuilder {
     /// Adds an upstream.
     pub fn upstream(mut self, upstream: UpstreamConfig) -> Self {
         self.upstreams.push(upstream);
+        self
+    }
+
+    /// Adds a pool over configured upstreams (its members); see [`Pool`].
+    pub fn pool(mut self, pool: PoolConfig) -> Self {
+        self.pools.push(pool);
         self
     }
 
@@ -314,6 +349,19 @@ impl SchedulerBuilder {
     #[cfg_attr(not(feature = "redis"), allow(unused_mut))]
     pub fn build(mut self) -> Result<Scheduler, BuildError> {
         let set = UpstreamSet::new(self.upstreams.clone())?;
+        let mut pools = Vec::with_capacity(self.pools.len());
+        for pool in self.pools {
+            pool.check_against(&set)?;
+            if pools.iter().any(|p: &PoolSlot| p.config.name() == pool.name()) {
+                return Err(PoolConfigError::DuplicatePool(pool.name().to_string()).into());
+            }
+            let members = pool
+                .members()
+                .iter()
+                .map(|(name, _)| self.upstreams.iter().position(|u| u.name() == name).unwrap_or_default())
+                .collect();
+            pools.push(PoolSlot::new(pool, members));
+        }
         #[cfg(feature = "redis")]
         if let (Some(store), Some(keyspace)) = (self.store.as_mut(), self.key_prefix.take()) {
             store.keyspace = keyspace;
@@ -331,11 +379,14 @@ impl SchedulerBuilder {
         let Actors { coordinator, supervisors, thread } =
             Actors::start(&self.upstreams, store).map_err(BuildError::Runtime)?;
         let registration = local.then(|| Registration::new(self.upstreams.iter().map(|u| u.name().to_string())));
+        let quota = self.upstreams.iter().map(|_| Arc::default()).collect();
         let inner = Inner {
             upstreams: self.upstreams,
             set,
             coordinator,
             supervisors,
+            quota,
+            pools,
             _thread: thread,
             registration,
             store: health,
@@ -351,6 +402,7 @@ pub(crate) async fn status(inner: &Inner, index: usize) -> Result<UpstreamStatus
     let mut status = answer.await.map_err(|_| Error::Stopped)?;
     let breaker = inner.supervisors[index].send(ReadBreaker).await.map_err(|_| Error::Stopped)?;
     status.breaker = breaker.as_str();
+    status.quota_exhausted_for = inner.quota[index].remaining();
     if inner.registration.is_some() {
         status.schedulers_in_process = registry::live(&status.upstream);
     }

@@ -66,6 +66,9 @@ pub struct UpstreamStatus {
     pub breaker: &'static str,
     /// What is left of the requests and tokens budgets, if configured.
     pub budgets: BudgetStatus,
+    /// How long a spent quota keeps the upstream refused in this process (`None`: it is not);
+    /// see [`Error::QuotaExhausted`](crate::Error::QuotaExhausted).
+    pub quota_exhausted_for: Option<Duration>,
     /// How many local-mode schedulers of this process name this upstream, this one included
     /// (0 for a scheduler in shared mode, which shares one limit through Redis). More than 1
     /// means as many separate limits, and the provider sees their sum: build the scheduler

@@ -16,6 +16,7 @@
 mod acquire_loop;
 #[cfg(feature = "redis")]
 mod config_claims;
+mod headroom;
 #[cfg(feature = "redis")]
 mod outage;
 #[cfg(feature = "redis")]
@@ -31,7 +32,8 @@ use crate::store::StoreError;
 use crate::store::{SharedGate, Store};
 use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, MessageResult, SpawnHandle, WrapFuture};
 use wavegate_core::{
-    Budgets, Clock, LocalGate, MonotonicClock, RateLimitEffect, UpstreamConfig, WaveSignal, WaveState, duration_ms,
+    Budgets, Clock, LocalGate, MonotonicClock, RateLimitEffect, UpstreamConfig, WaveSignal, WaveState, WindowReport,
+    duration_ms,
 };
 
 use crate::error::Error;
@@ -39,6 +41,7 @@ use crate::ids::PermitIds;
 use crate::messages::{Acquire, Finish, ReadMode, ReadStatus, Wake};
 use crate::metrics;
 use crate::status::{ClassStatus, Mode, UpstreamStatus};
+pub(crate) use headroom::ReadHeadroom;
 use waiters::{Waiter, Waiters};
 
 /// How often a process proves it is alive (and learns how many others are).
@@ -324,6 +327,31 @@ impl Coordinator {
         }
     }
 
+    /// Hands what a response said is left of the provider's windows to the gate in charge;
+    /// the local gate keeps it too, so a fallback starts knowing it.
+    fn report_window(&mut self, upstream: usize, id: &str, report: WindowReport, tokens: u64, ctx: &mut Context<Self>) {
+        let now_ms = self.clock.now_ms();
+        let slot = &mut self.slots[upstream];
+        slot.local.report_window(id, report, now_ms, tokens);
+        metrics::provider_window_report(slot.config.name().as_str());
+        let Some(gate) = self.shared_gate(upstream) else { return };
+        #[cfg(not(feature = "redis"))]
+        match gate {}
+        #[cfg(feature = "redis")]
+        {
+            let id = id.to_string();
+            let call = async move { gate.report_window(&id, report, tokens).await };
+            ctx.spawn(call.into_actor(self).map(move |result, act, _| {
+                if let Err(error) = result {
+                    // The release behind it meets the same error and handles the outage; the
+                    // report is only lost (the provider will say it again).
+                    metrics::redis_error("report_window", error.label());
+                    tracing::debug!(upstream = %act.slots[upstream].config.name(), %error, "provider window report failed");
+                }
+            }));
+        }
+    }
+
     /// The lease watchdog: renews every permit this process holds for `upstream`.
     fn renew(&mut self, upstream: usize, ctx: &mut Context<Self>) {
         let slot = &self.slots[upstream];
@@ -476,6 +504,7 @@ impl Coordinator {
             queue_depth: slot.waiters.len(),
             breaker: "closed",
             budgets: slot.local.budget_status(now_ms),
+            quota_exhausted_for: None,
             schedulers_in_process: 0,
             classes: self.class_statuses(upstream),
         }
@@ -623,6 +652,10 @@ impl Handler<Finish> for Coordinator {
         let wave = slot.held.remove(&finish.id).unwrap_or(finish.wave);
         slot.waiters.released(&finish.id);
         metrics::permits_in_flight(slot.config.name().as_str(), "local", slot.held.len());
+        if let Some(report) = finish.window {
+            // Before the release, so the grants its release makes room for already see it.
+            self.report_window(upstream, &finish.id, report, finish.tokens_reserved, ctx);
+        }
         self.record_classes(upstream);
         self.release(upstream, finish.id, wave, finish.signal, finish.token_delta, ctx);
         if self.shared_gate(upstream).is_none() {

@@ -249,6 +249,8 @@ pub struct UpstreamConfig {
     breaker: BreakerConfig,
     retry_budget: RetryBudgetConfig,
     backoff: Backoff,
+    /// How long a spent quota keeps the upstream refused (issue 14).
+    quota_pause: Duration,
     classes: Vec<PriorityClass>,
     default_class: usize,
 }
@@ -269,6 +271,9 @@ impl UpstreamConfig {
     pub const DEFAULT_QUEUE_CAPACITY: usize = 1024;
     /// The shortest renewed lease: 1 s (renewed every third of it).
     pub const MIN_RENEWED_LEASE: Duration = Duration::from_secs(1);
+    /// How long a spent quota (`insufficient_quota`) keeps the upstream refused in a process,
+    /// unless an operator resets it sooner: 15 min.
+    pub const DEFAULT_QUOTA_PAUSE: Duration = Duration::from_secs(15 * 60);
     /// The longest duration any setting accepts: 7 days.
     pub const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
 
@@ -294,6 +299,7 @@ impl UpstreamConfig {
             breaker: BreakerConfig::default(),
             retry_budget: RetryBudgetConfig::default(),
             backoff: Backoff::default(),
+            quota_pause: Self::DEFAULT_QUOTA_PAUSE,
             classes: Vec::new(),
             default_class: None,
         }
@@ -366,6 +372,12 @@ impl UpstreamConfig {
     pub fn retry_budget(&self) -> &RetryBudgetConfig {
         &self.retry_budget
     }
+
+    /// How long a spent quota keeps the upstream refused in a process.
+    pub fn quota_pause(&self) -> Duration {
+        self.quota_pause
+    }
+
     /// The priority classes, in configured order (empty: every caller is in one class).
     pub fn classes(&self) -> &[PriorityClass] {
         &self.classes
@@ -411,6 +423,7 @@ pub struct UpstreamConfigBuilder {
     breaker: BreakerConfig,
     retry_budget: RetryBudgetConfig,
     backoff: Backoff,
+    quota_pause: Duration,
     /// (name, weight, reserve %), in order.
     classes: Vec<(String, u32, u8)>,
     default_class: Option<String>,
@@ -540,6 +553,14 @@ impl UpstreamConfigBuilder {
         self
     }
 
+    /// How long a spent quota (a 429 of kind `quota_exhausted`) keeps the upstream refused in
+    /// this process, unless an operator resets it sooner (`Scheduler::reset_quota`). Default
+    /// [`UpstreamConfig::DEFAULT_QUOTA_PAUSE`] (15 min).
+    pub fn quota_pause(mut self, pause: Duration) -> Self {
+        self.quota_pause = pause;
+        self
+    }
+
     /// Adds a priority class of weight `weight` (1..=1000): with callers of several classes
     /// waiting, a free permit goes to the class furthest below its weighted share, across the
     /// fleet ([`priority`](crate::priority)). Requests choose theirs; those that do not are in
@@ -637,6 +658,7 @@ impl UpstreamConfigBuilder {
             ("backoff.base", self.backoff.base),
             ("breaker.probe_timeout", self.breaker.probe_timeout),
             ("retest_spacing (first)", self.retest.0),
+            ("quota_pause", self.quota_pause),
         ] {
             if value.is_zero() {
                 return Err(zero_duration(field));
@@ -650,6 +672,7 @@ impl UpstreamConfigBuilder {
         for (field, value) in [
             ("call_timeout", self.call_timeout),
             ("max_wait", self.max_wait),
+            ("quota_pause", self.quota_pause),
             ("total_timeout", total_timeout),
             ("permit_ttl", self.permit_ttl),
             ("max_cooldown", self.cooldown.max),
@@ -757,6 +780,7 @@ impl UpstreamConfigBuilder {
             breaker: self.breaker,
             retry_budget: self.retry_budget,
             backoff: self.backoff,
+            quota_pause: self.quota_pause,
             classes,
             default_class,
         })

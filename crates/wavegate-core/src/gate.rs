@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use crate::gcra::{Budgets, Gcra, RateBudget};
 use crate::ledger::{HeldPermit, PermitLedger};
+use crate::provider_window::{ProviderWindows, WindowReport};
 use crate::wave::{
     Admission, DenyReason, RateLimitEffect, Transition, WaveConfig, WaveMachine, WaveSnapshot, WaveState,
 };
@@ -75,6 +76,8 @@ pub struct LocalGate {
     ledger: PermitLedger,
     requests: Option<Budget>,
     tokens: Option<Budget>,
+    /// What the provider said is left of its windows.
+    windows: ProviderWindows,
 }
 
 impl LocalGate {
@@ -91,6 +94,7 @@ impl LocalGate {
             ledger: PermitLedger::new(),
             requests: budget(budgets.requests),
             tokens: budget(budgets.tokens),
+            windows: ProviderWindows::default(),
         }
     }
 
@@ -122,6 +126,10 @@ impl LocalGate {
         let in_flight = u32::try_from(self.ledger.len()).unwrap_or(u32::MAX);
         let admission = self.machine.admit(now_ms, in_flight);
         let Admission::Granted { wave, .. } = admission else { return admission };
+        if let Some(wait) = self.windows.wait_ms(now_ms, tokens) {
+            return Admission::Denied { reason: DenyReason::ProviderWindow, retry_after_ms: wait };
+        }
+        let estimate = tokens;
         let now_us = now_ms.saturating_mul(1000);
         let requests = self.requests.map(|b| b.gcra.check(b.tat_us, now_us, 1)).transpose();
         let tokens = self.tokens.map(|b| b.gcra.check(b.tat_us, now_us, tokens)).transpose();
@@ -134,6 +142,7 @@ impl LocalGate {
                     budget.tat_us = tat;
                 }
                 self.ledger.insert(id, HeldPermit { expires_ms, wave });
+                self.windows.charge(now_ms, estimate);
                 admission
             }
             (requests, tokens) => {
@@ -143,6 +152,22 @@ impl LocalGate {
                 Admission::Denied { reason, retry_after_ms: requests_wait.max(tokens_wait) }
             }
         }
+    }
+
+    /// Takes in what a response to permit `id` said is left of the provider's windows: the
+    /// other permits held are the calls the provider may not have counted yet, each assumed to
+    /// reserve `tokens_each` tokens (see [`ProviderWindows::report`]). `id` itself is not
+    /// counted, whether it is still held or already finished.
+    pub fn report_window(&mut self, id: &str, report: WindowReport, now_ms: u64, tokens_each: u64) {
+        self.ledger.purge_expired(now_ms);
+        let held = self.ledger.len() - usize::from(self.ledger.get(id).is_some());
+        let others = u32::try_from(held).unwrap_or(u32::MAX);
+        self.windows.report(report, now_ms, others, tokens_each);
+    }
+
+    /// What the provider said is left of its windows, as kept here.
+    pub fn provider_windows(&self) -> ProviderWindows {
+        self.windows
     }
 
     /// Settles a token reservation: `delta` more tokens (negative: fewer) were used than

@@ -11,6 +11,9 @@
 //! | cooldown length: `Retry-After`, else the ladder | [`CooldownPolicy`], [`parse_retry_after`] |
 //! | permits by client id with leases | [`PermitLedger`], [`LocalGate`] |
 //! | what a result means, and which layer owns it | [`Outcome`] |
+//! | what the provider says: rate-limit headers, kinds of 429 | [`ProviderSignals`], [`RateLimitKind`] |
+//! | the provider's windows as the fleet keeps them ("R left until T") | [`ProviderWindows`] |
+//! | pools of keys or deployments: which member takes a request | [`PoolConfig`], [`PoolPolicy`] |
 //! | circuit breaker | [`CircuitBreaker`] |
 //! | retry budget and backoff | [`RetryBudget`], [`Backoff`] |
 //! | requests and tokens per minute (GCRA with a cost) | [`Gcra`], [`Budgets`] |
@@ -46,9 +49,13 @@ mod gate;
 mod gcra;
 mod ledger;
 mod outcome;
+mod pool;
 pub mod priority;
+mod provider_window;
+mod rate_limit_kind;
 mod retry_after;
 mod retry_budget;
+mod signals;
 pub mod spec;
 mod wave;
 
@@ -63,8 +70,12 @@ pub use gate::{BudgetStatus, FinishReport, LocalGate, WaveSignal};
 pub use gcra::{Budgets, Gcra, RateBudget};
 pub use ledger::{HeldPermit, PermitLedger};
 pub use outcome::{Outcome, Transient, TransportError};
+pub use pool::{MemberView, PoolConfig, PoolConfigBuilder, PoolConfigError, PoolPolicy};
+pub use provider_window::{ProviderWindows, SAME_WINDOW_MS, TrackedWindow, WindowLeft, WindowReport};
+pub use rate_limit_kind::RateLimitKind;
 pub use retry_after::{RetryAfterError, parse_retry_after};
 pub use retry_budget::{RetryBudget, RetryBudgetConfig};
+pub use signals::{MAX_RESET, ProviderSignals, SignalKind, Unreadable, Window};
 pub use wave::{
     Admission, DenyReason, RateLimitEffect, Recovery, Transition, WaveConfig, WaveMachine, WaveSnapshot, WaveState,
 };

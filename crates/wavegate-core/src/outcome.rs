@@ -5,17 +5,24 @@
 //! | outcome | wave (shared cooldown) | circuit breaker | retried |
 //! |---|---|---|---|
 //! | 2xx | success | success | — |
-//! | 429 | cut + cooldown | never counted | through a new permit |
+//! | 429, 529, 503 with `Retry-After` | by [kind](RateLimitKind): capacity, overload, unknown cut + cooldown; a rate window pauses the fleet until its reset | never counted | through a new permit (a spent quota: never) |
 //! | 502, 503, 504, connect, reset, timeout | — | failure | with backoff, inside the retry budget |
 //! | other 5xx | — | failure | no |
 //! | other 4xx | — | ignored | never |
 //! | 1xx, 3xx, out of range | — | ignored | never |
+//!
+//! A 2xx and a 429 also carry what the provider said about its windows
+//! ([`ProviderSignals`]): "R left until T" makes the fleet wait until T once nothing is left
+//! ([`window_report`](Outcome::window_report)).
 
 use std::time::{Duration, SystemTime};
 
 use crate::breaker::CallResult;
 use crate::gate::WaveSignal;
+use crate::provider_window::WindowReport;
+use crate::rate_limit_kind::RateLimitKind;
 use crate::retry_after::parse_retry_after;
+use crate::signals::{ProviderSignals, SignalKind, Unreadable};
 
 /// A failure below HTTP: the request never got a status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -46,18 +53,29 @@ pub enum Outcome {
     Success {
         /// The status code.
         status: u16,
+        /// What the response said about the provider's windows.
+        signals: ProviderSignals,
     },
-    /// 429: the shared scheduler cools down and the call is retried through a new permit.
+    /// 429 (or 529, or a 503 with `Retry-After`): the provider refused for now; what happens
+    /// next depends on its [`kind`](RateLimitKind).
     RateLimited {
+        /// The status code: 429, 529 or 503.
+        status: u16,
         /// The provider's `Retry-After`, when it sent a usable one.
         retry_after: Option<Duration>,
+        /// What kind of refusal it is.
+        kind: RateLimitKind,
+        /// What the response said about the provider's windows.
+        signals: ProviderSignals,
     },
     /// Worth a retry with backoff: 502, 503, 504 and transport failures.
     Transient {
         /// Which one.
         kind: Transient,
-        /// A `Retry-After` sent with a 503, when usable.
+        /// A `Retry-After` sent with a 502 or 504, when usable.
         retry_after: Option<Duration>,
+        /// Signals sent that could not be read (a malformed `Retry-After`).
+        unreadable: Unreadable,
     },
     /// Any other 5xx: a breaker failure, not retried.
     ServerError {
@@ -77,43 +95,109 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// A success with `status` and no signals.
+    pub const fn success(status: u16) -> Self {
+        Outcome::Success { status, signals: ProviderSignals::NONE }
+    }
+
+    /// A plain 429 with the given `Retry-After` and nothing else said (kind unknown).
+    pub const fn rate_limited(retry_after: Option<Duration>) -> Self {
+        let signals = ProviderSignals { retry_after, ..ProviderSignals::NONE };
+        Outcome::RateLimited { status: 429, retry_after, kind: RateLimitKind::Unknown, signals }
+    }
+
     /// Classifies an HTTP status with the response's `Retry-After` value, if any.
-    /// A malformed `Retry-After` is ignored (the cooldown ladder applies instead).
+    /// A malformed `Retry-After` is ignored (the cooldown ladder applies instead) and said in
+    /// [`unreadable`](Self::unreadable).
     ///
     /// ```
     /// use std::time::{Duration, SystemTime};
-    /// use wavegate_core::Outcome;
+    /// use wavegate_core::{Outcome, RateLimitKind};
     ///
     /// let now = SystemTime::now();
-    /// assert_eq!(
-    ///     Outcome::from_status(429, Some("3"), now),
-    ///     Outcome::RateLimited { retry_after: Some(Duration::from_secs(3)) }
-    /// );
-    /// assert_eq!(Outcome::from_status(429, Some("later"), now), Outcome::RateLimited { retry_after: None });
+    /// assert_eq!(Outcome::from_status(429, Some("3"), now), Outcome::rate_limited(Some(Duration::from_secs(3))));
+    /// let unreadable = Outcome::from_status(429, Some("later"), now);
+    /// assert_eq!(unreadable.retry_after(), None);
+    /// assert!(!unreadable.unreadable().is_empty());
     /// assert!(Outcome::from_status(503, None, now).is_retryable());
+    /// assert_eq!(Outcome::from_status(529, None, now).rate_limit_kind(), Some(RateLimitKind::Overloaded));
     /// assert!(!Outcome::from_status(400, None, now).is_retryable());
     /// ```
     pub fn from_status(status: u16, retry_after: Option<&str>, now: SystemTime) -> Self {
-        let retry_after = || retry_after.and_then(|value| parse_retry_after(value, now).ok());
+        let mut signals = ProviderSignals::NONE;
+        if let Some(value) = retry_after {
+            match parse_retry_after(value, now) {
+                Ok(delay) => signals.retry_after = Some(delay),
+                Err(_) => signals.unreadable.insert(SignalKind::RetryAfter),
+            }
+        }
+        Self::from_signals(status, None, signals)
+    }
+
+    /// Classifies an HTTP status with everything read from the response's headers
+    /// ([`ProviderSignals::from_headers`]) and the body's error code, if the caller read it
+    /// (`insufficient_quota`, `rate_limit_error`, ...; see [`RateLimitKind::classify`]).
+    ///
+    /// ```
+    /// use std::time::SystemTime;
+    /// use wavegate_core::{Outcome, ProviderSignals, RateLimitKind};
+    ///
+    /// let headers = [("x-ratelimit-remaining-requests", "0"), ("x-ratelimit-reset-requests", "12s")];
+    /// let signals = ProviderSignals::from_headers(headers.iter().map(|(n, v)| (*n, v.as_bytes())), SystemTime::now());
+    /// let outcome = Outcome::from_signals(429, None, signals);
+    /// assert_eq!(outcome.rate_limit_kind(), Some(RateLimitKind::RateWindow));
+    /// assert!(outcome.window_report().is_some());
+    /// ```
+    pub fn from_signals(status: u16, error_code: Option<&str>, signals: ProviderSignals) -> Self {
+        let retry_after = signals.retry_after;
+        let refused = |status| Outcome::RateLimited {
+            status,
+            retry_after,
+            kind: RateLimitKind::classify(status, error_code, &signals),
+            signals,
+        };
         match status {
-            200..=299 => Outcome::Success { status },
-            429 => Outcome::RateLimited { retry_after: retry_after() },
-            502..=504 => Outcome::Transient { kind: Transient::Status(status), retry_after: retry_after() },
+            200..=299 => Outcome::Success { status, signals },
+            429 | 529 => refused(status),
+            503 if retry_after.is_some() => refused(status),
+            502..=504 => {
+                Outcome::Transient { kind: Transient::Status(status), retry_after, unreadable: signals.unreadable }
+            }
             500..=599 => Outcome::ServerError { status },
             400..=499 => Outcome::ClientError { status },
             _ => Outcome::Unexpected { status },
         }
     }
 
-    /// Classifies an HTTP response by its status and its `Retry-After` header (feature
-    /// `http`), as [`from_status`](Self::from_status) does, at the current time.
+    /// The same outcome told the body's error code (the body is the caller's to read): a 429
+    /// whose body says `insufficient_quota` is a spent quota, `rate_limit_error` with a
+    /// `Retry-After` a rate window, ... Other outcomes are returned as they are.
+    ///
+    /// ```
+    /// use std::time::SystemTime;
+    /// use wavegate_core::{Outcome, RateLimitKind};
+    ///
+    /// let outcome = Outcome::from_status(429, None, SystemTime::now()).with_error_code("insufficient_quota");
+    /// assert_eq!(outcome.rate_limit_kind(), Some(RateLimitKind::QuotaExhausted));
+    /// assert!(!outcome.is_retryable());
+    /// ```
+    pub fn with_error_code(self, code: &str) -> Self {
+        match self {
+            Outcome::RateLimited { status, signals, .. } => Self::from_signals(status, Some(code), signals),
+            other => other,
+        }
+    }
+
+    /// Classifies an HTTP response by its status and its headers (feature `http`): every
+    /// rate-limit header of [`ProviderSignals`], at the current time. Chain
+    /// [`with_error_code`](Self::with_error_code) once the body's error code is known.
     ///
     /// ```
     /// use std::time::Duration;
     /// use wavegate_core::Outcome;
     ///
     /// let response = http::Response::builder().status(429).header("retry-after", "2").body(()).unwrap();
-    /// assert_eq!(Outcome::from_response(&response), Outcome::RateLimited { retry_after: Some(Duration::from_secs(2)) });
+    /// assert_eq!(Outcome::from_response(&response).retry_after(), Some(Duration::from_secs(2)));
     /// ```
     #[cfg(feature = "http")]
     pub fn from_response<B>(response: &http::Response<B>) -> Self {
@@ -121,34 +205,101 @@ impl Outcome {
     }
 
     /// Classifies a response head — its status and headers, e.g. a `reqwest::Response`'s
-    /// `status()` and `headers()` — reading `Retry-After` (feature `http`).
+    /// `status()` and `headers()` — reading every rate-limit header (feature `http`).
     #[cfg(feature = "http")]
     pub fn from_head(status: http::StatusCode, headers: &http::HeaderMap) -> Self {
-        let retry_after = headers.get(http::header::RETRY_AFTER).and_then(|value| value.to_str().ok());
-        Self::from_status(status.as_u16(), retry_after, SystemTime::now())
+        let signals = ProviderSignals::from_headers(
+            headers.iter().map(|(name, value)| (name.as_str(), value.as_bytes())),
+            SystemTime::now(),
+        );
+        Self::from_signals(status.as_u16(), None, signals)
     }
 
     /// Classifies a call that got no status.
     pub fn from_transport(error: TransportError) -> Self {
-        Outcome::Transient { kind: Transient::Transport(error), retry_after: None }
+        Outcome::Transient { kind: Transient::Transport(error), retry_after: None, unreadable: Unreadable::default() }
     }
 
     /// Whether the scheduler retries this outcome (a 429 through the shared cooldown, a
-    /// transient failure with backoff inside the retry budget).
+    /// transient failure with backoff inside the retry budget). A spent quota is never retried.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Outcome::RateLimited { .. } | Outcome::Transient { .. })
+        match self {
+            Outcome::RateLimited { kind, .. } => *kind != RateLimitKind::QuotaExhausted,
+            Outcome::Transient { .. } => true,
+            _ => false,
+        }
     }
 
-    /// What the wave machine learns from it.
+    /// The provider's `Retry-After`, when the outcome carries a usable one.
+    pub const fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Outcome::RateLimited { retry_after, .. } | Outcome::Transient { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// The kind of a refusal (429, 529, 503 with `Retry-After`); `None` for anything else.
+    pub const fn rate_limit_kind(&self) -> Option<RateLimitKind> {
+        match self {
+            Outcome::RateLimited { kind, .. } => Some(*kind),
+            _ => None,
+        }
+    }
+
+    /// What the response said about the provider's windows, when it was a response with
+    /// signals (2xx or a refusal).
+    pub const fn signals(&self) -> Option<&ProviderSignals> {
+        match self {
+            Outcome::Success { signals, .. } | Outcome::RateLimited { signals, .. } => Some(signals),
+            _ => None,
+        }
+    }
+
+    /// The signals the response sent that could not be read.
+    pub const fn unreadable(&self) -> Unreadable {
+        match self {
+            Outcome::Success { signals, .. } | Outcome::RateLimited { signals, .. } => signals.unreadable,
+            Outcome::Transient { unreadable, .. } => *unreadable,
+            _ => Unreadable::EMPTY,
+        }
+    }
+
+    /// What is left of the provider's windows, for the fleet ([`ProviderWindows`](crate::ProviderWindows)):
+    /// what a 2xx or a refusal reported, and for a rate-window refusal that named no spent
+    /// window with a reset, a spent requests window until its `Retry-After`.
+    pub fn window_report(&self) -> Option<WindowReport> {
+        match self {
+            Outcome::Success { signals, .. } => WindowReport::from_signals(signals),
+            Outcome::RateLimited { kind, signals, retry_after, .. } => {
+                let report = WindowReport::from_signals(signals);
+                let names_spent = report
+                    .is_some_and(|r| [r.requests, r.tokens].into_iter().flatten().any(|left| left.remaining == 0));
+                match (kind, names_spent, signals.exhausted_for().or(*retry_after)) {
+                    (RateLimitKind::RateWindow, false, Some(pause)) => {
+                        let mut report = report.unwrap_or_default();
+                        report.requests = WindowReport::spent_for(pause).requests;
+                        Some(report)
+                    }
+                    _ => report,
+                }
+            }
+            _ => None,
+        }
+    }
+
+    /// What the wave machine learns from it: a capacity, overload or unknown refusal is a
+    /// 429 for the wave; a rate window and a spent quota cut nothing.
     pub fn wave_signal(&self) -> WaveSignal {
         match self {
             Outcome::Success { .. } => WaveSignal::Success,
-            Outcome::RateLimited { retry_after } => WaveSignal::RateLimited { retry_after: *retry_after },
+            Outcome::RateLimited { retry_after, kind, .. } if kind.cuts_concurrency() => {
+                WaveSignal::RateLimited { retry_after: *retry_after }
+            }
             _ => WaveSignal::Neutral,
         }
     }
 
-    /// What the circuit breaker learns from it: a 429 is never a breaker failure.
+    /// What the circuit breaker learns from it: a refusal is never a breaker failure.
     pub fn breaker_result(&self) -> CallResult {
         match self {
             Outcome::Success { .. } => CallResult::Success,
@@ -162,12 +313,12 @@ impl Outcome {
     /// The HTTP status, when the call got one (`None` for transport failures).
     pub const fn status(&self) -> Option<u16> {
         match self {
-            Outcome::Success { status }
+            Outcome::Success { status, .. }
+            | Outcome::RateLimited { status, .. }
             | Outcome::ServerError { status }
             | Outcome::ClientError { status }
             | Outcome::Unexpected { status }
             | Outcome::Transient { kind: Transient::Status(status), .. } => Some(*status),
-            Outcome::RateLimited { .. } => Some(429),
             Outcome::Transient { kind: Transient::Transport(_), .. } => None,
         }
     }
@@ -197,6 +348,7 @@ impl std::fmt::Display for Outcome {
                 };
                 write!(f, "{} ({what})", self.label())
             }
+            Outcome::RateLimited { status, kind, .. } => write!(f, "{} ({status}, {})", self.label(), kind.as_str()),
             _ => match self.status() {
                 Some(status) => write!(f, "{} ({status})", self.label()),
                 None => f.write_str(self.label()),
@@ -219,19 +371,58 @@ mod tests {
             let outcome = Outcome::from_status(status, Some("1"), now);
             let wave = outcome.wave_signal();
             let breaker = outcome.breaker_result();
-            if status == 429 {
-                assert!(matches!(wave, WaveSignal::RateLimited { .. }));
-                assert_eq!(breaker, CallResult::Ignored, "a 429 is never a breaker failure");
+            // 529 and a 503 with Retry-After are overload: a refusal like a 429.
+            if matches!(status, 429 | 503 | 529) {
+                assert!(matches!(wave, WaveSignal::RateLimited { .. }), "{status}");
+                assert_eq!(breaker, CallResult::Ignored, "a refusal is never a breaker failure");
             } else {
                 assert!(!matches!(wave, WaveSignal::RateLimited { .. }), "{status}");
             }
             if (400..500).contains(&status) && status != 429 {
                 assert!(!outcome.is_retryable(), "{status} must never be retried");
             }
-            if matches!(status, 502..=504) {
+            if matches!(status, 502 | 504) {
                 assert!(outcome.is_retryable());
                 assert_eq!(breaker, CallResult::Failure);
             }
+            let without = Outcome::from_status(status, None, now);
+            if matches!(status, 502..=504) {
+                assert!(without.is_retryable());
+                assert_eq!(without.breaker_result(), CallResult::Failure, "{status}");
+            }
+        }
+    }
+
+    #[test]
+    fn kinds_of_refusal_have_their_own_reactions() {
+        let now = SystemTime::now();
+        let quota = Outcome::from_status(429, Some("20"), now).with_error_code("insufficient_quota");
+        assert_eq!(quota.rate_limit_kind(), Some(RateLimitKind::QuotaExhausted));
+        assert!(!quota.is_retryable());
+        assert_eq!(quota.wave_signal(), WaveSignal::Neutral);
+        let window = Outcome::from_status(429, Some("20"), now).with_error_code("rate_limit_exceeded");
+        assert_eq!(window.rate_limit_kind(), Some(RateLimitKind::RateWindow));
+        assert!(window.is_retryable());
+        assert_eq!(window.wave_signal(), WaveSignal::Neutral, "a rate window cuts no concurrency");
+        let report = window.window_report().expect("a pause");
+        assert_eq!(report.requests.map(|left| (left.remaining, left.reset_ms)), Some((0, 20_000)));
+        let busy = Outcome::from_status(503, Some("2"), now);
+        assert_eq!(busy.rate_limit_kind(), Some(RateLimitKind::Overloaded));
+        assert_eq!(busy.status(), Some(503));
+        assert!(matches!(busy.wave_signal(), WaveSignal::RateLimited { .. }));
+        // A 529 keeps its kind whatever the body says.
+        let overloaded = Outcome::from_status(529, None, now).with_error_code("insufficient_quota");
+        assert_eq!(overloaded.rate_limit_kind(), Some(RateLimitKind::Overloaded));
+        assert_eq!(Outcome::success(200).with_error_code("insufficient_quota"), Outcome::success(200));
+    }
+
+    #[test]
+    fn an_unreadable_retry_after_is_said() {
+        let now = SystemTime::now();
+        for status in [429, 502, 503] {
+            let outcome = Outcome::from_status(status, Some("soon"), now);
+            assert!(outcome.unreadable().contains(SignalKind::RetryAfter), "{status}");
+            assert_eq!(outcome.retry_after(), None);
         }
     }
 

@@ -24,6 +24,7 @@ use crate::clock::{Clock, ManualClock};
 use crate::cooldown::CooldownPolicy;
 use crate::gate::{LocalGate, WaveSignal};
 use crate::gcra::{Budgets, RateBudget};
+use crate::provider_window::{WindowLeft, WindowReport};
 use crate::wave::{Admission, DenyReason, Recovery, WaveConfig, WaveState};
 
 /// One named scenario with the configuration it runs under.
@@ -111,6 +112,16 @@ pub enum Step {
         /// How long, in milliseconds.
         ms: u64,
     },
+    /// A response said what is left of the provider's windows (`(remaining, reset in ms)`),
+    /// after its permit was finished; the calls it reserved `tokens_each` tokens.
+    ReportWindow {
+        /// The requests window.
+        requests: Option<(u64, u64)>,
+        /// The tokens window.
+        tokens: Option<(u64, u64)>,
+        /// Tokens the reporting call reserved (the others in flight are assumed to as well).
+        tokens_each: u64,
+    },
     /// Compare the model's status.
     Status {
         /// Expected state.
@@ -146,6 +157,11 @@ pub enum Expect {
     DeniedTokens,
     /// Refused: the estimate can never fit the tokens burst.
     DeniedTooLarge,
+    /// Refused by a spent provider window, with a wait in `(0, max_ms]`.
+    DeniedProviderWindow {
+        /// The longest wait expected.
+        max_ms: u64,
+    },
 }
 
 /// An outcome, in table form.
@@ -183,6 +199,9 @@ pub trait WaveModel {
     fn advance(&mut self, ms: u64) -> Result<(), Self::Error>;
     /// The current state and number of permits held.
     fn status(&mut self) -> Result<ModelStatus, Self::Error>;
+    /// Takes in what a response said is left of the provider's windows, `tokens_each` tokens
+    /// reserved by the reporting call.
+    fn report_window(&mut self, report: WindowReport, tokens_each: u64) -> Result<(), Self::Error>;
 }
 
 /// What a [`WaveModel`] reports of its state: the parts every implementation shares.
@@ -246,6 +265,9 @@ pub fn run_case<M: WaveModel>(case: &SpecCase, model: &mut M) -> Result<(), Spec
                     (Expect::DeniedTooLarge, Admission::Denied { reason, .. }) => {
                         reason == DenyReason::TokensExceedBurst
                     }
+                    (Expect::DeniedProviderWindow { max_ms }, Admission::Denied { reason, retry_after_ms }) => {
+                        reason == DenyReason::ProviderWindow && retry_after_ms > 0 && retry_after_ms <= *max_ms
+                    }
                     _ => false,
                 };
                 if !matches {
@@ -263,6 +285,11 @@ pub fn run_case<M: WaveModel>(case: &SpecCase, model: &mut M) -> Result<(), Spec
                 }
             }
             Step::Advance { ms } => model.advance(*ms).map_err(io)?,
+            Step::ReportWindow { requests, tokens, tokens_each } => {
+                let left = |w: &Option<(u64, u64)>| w.map(|(remaining, reset_ms)| WindowLeft { remaining, reset_ms });
+                let report = WindowReport { requests: left(requests), tokens: left(tokens) };
+                model.report_window(report, *tokens_each).map_err(io)?;
+            }
             Step::Status { state, limit, wave, in_flight } => {
                 let status = model.status().map_err(io)?;
                 let got = (status.state, status.limit, status.wave, status.in_flight);
@@ -319,6 +346,11 @@ impl WaveModel for GateModel {
         let (snapshot, in_flight) = self.gate.status(self.clock.now_ms());
         Ok(ModelStatus { state: snapshot.state, limit: snapshot.limit, wave: snapshot.wave, in_flight })
     }
+
+    fn report_window(&mut self, report: WindowReport, tokens_each: u64) -> Result<(), Self::Error> {
+        self.gate.report_window("", report, self.clock.now_ms(), tokens_each);
+        Ok(())
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -352,6 +384,14 @@ fn finish(permit: &'static str, signal: SpecSignal) -> Step {
 
 fn settle(permit: &'static str, token_delta: i64) -> Step {
     Step::Finish { permit, wave: None, signal: SpecSignal::Success, token_delta, held: true }
+}
+
+fn window(requests: Option<(u64, u64)>, tokens: Option<(u64, u64)>, tokens_each: u64) -> Step {
+    Step::ReportWindow { requests, tokens, tokens_each }
+}
+
+fn denied_window(permit: &'static str, tokens: u64, max_ms: u64) -> Step {
+    Step::Acquire { permit, tokens, expect: Expect::DeniedProviderWindow { max_ms } }
 }
 
 fn status(state: WaveState, limit: u32, wave: u64, in_flight: usize) -> Step {
@@ -748,5 +788,58 @@ pub fn cases() -> Vec<SpecCase> {
                 ],
             )
         },
+        case(
+            "provider window: 0 left until T pauses every grant until T, and cuts nothing",
+            vec![
+                granted("A", 1, Normal, 10),
+                finish("A", Success),
+                window(Some((0, 300)), None, 0),
+                denied_window("B", 0, 300),
+                status(Normal, 10, 1, 0),
+                Step::Advance { ms: 350 },
+                granted("B", 1, Normal, 10),
+                status(Normal, 10, 1, 1),
+            ],
+        ),
+        case(
+            "provider window: what is left counts the calls in flight and each grant",
+            vec![
+                granted("A", 1, Normal, 10),
+                granted("B", 1, Normal, 10),
+                finish("A", Success),
+                // 2 left, B still in flight and maybe not counted yet: 1 may go.
+                window(Some((2, 400)), None, 0),
+                granted("C", 1, Normal, 10),
+                denied_window("D", 0, 400),
+                Step::Advance { ms: 450 },
+                granted("D", 1, Normal, 10),
+            ],
+        ),
+        case(
+            "provider window: an older answer of the same window never raises what is left",
+            vec![
+                window(Some((1, 400)), None, 0),
+                window(Some((5, 350)), None, 0),
+                granted("A", 1, Normal, 10),
+                denied_window("B", 0, 400),
+                // A later window replaces it.
+                window(Some((3, 5_000)), None, 0),
+                granted("B", 1, Normal, 10),
+            ],
+        ),
+        case(
+            "provider window: tokens are counted with the estimate; a spent one refuses every grant",
+            vec![
+                granted("A", 1, Normal, 10),
+                finish("A", Success),
+                window(None, Some((100, 300)), 0),
+                with_tokens("B", 60),
+                denied_window("C", 60, 300),
+                with_tokens("C", 40),
+                denied_window("D", 0, 300),
+                Step::Advance { ms: 350 },
+                with_tokens("D", 60),
+            ],
+        ),
     ]
 }

@@ -251,11 +251,14 @@ pub enum DenyReason {
     TokenBudget,
     /// The token estimate is larger than the tokens-per-minute burst: it can never fit.
     TokensExceedBurst,
+    /// The provider said its requests or tokens window is spent until `retry_after_ms`
+    /// (see [`ProviderWindows`](crate::ProviderWindows)).
+    ProviderWindow,
 }
 
 impl DenyReason {
     /// A stable lower-case name (`cooldown`, `at_limit`, `requests`, `tokens`,
-    /// `tokens_exceed_burst`), as the Lua scripts return it.
+    /// `tokens_exceed_burst`, `provider_window`), as the Lua scripts return it.
     pub const fn as_str(self) -> &'static str {
         match self {
             DenyReason::Cooldown => "cooldown",
@@ -263,14 +266,22 @@ impl DenyReason {
             DenyReason::RequestBudget => "requests",
             DenyReason::TokenBudget => "tokens",
             DenyReason::TokensExceedBurst => "tokens_exceed_burst",
+            DenyReason::ProviderWindow => "provider_window",
         }
     }
 
     /// Parses a name written by [`as_str`](Self::as_str).
     pub fn parse(name: &str) -> Option<Self> {
-        [Self::Cooldown, Self::AtLimit, Self::RequestBudget, Self::TokenBudget, Self::TokensExceedBurst]
-            .into_iter()
-            .find(|reason| reason.as_str() == name)
+        [
+            Self::Cooldown,
+            Self::AtLimit,
+            Self::RequestBudget,
+            Self::TokenBudget,
+            Self::TokensExceedBurst,
+            Self::ProviderWindow,
+        ]
+        .into_iter()
+        .find(|reason| reason.as_str() == name)
     }
 }
 

@@ -2,7 +2,7 @@
 //! that the tables catch an implementation that gets the rules wrong.
 
 use wavegate_core::spec::{GateModel, ModelStatus, Step, WaveModel, cases, run_case};
-use wavegate_core::{Admission, WaveSignal};
+use wavegate_core::{Admission, WaveSignal, WindowReport};
 
 #[test]
 fn local_gate_passes_every_case() {
@@ -34,6 +34,9 @@ impl WaveModel for CutsOnLate429s {
     fn status(&mut self) -> Result<ModelStatus, Self::Error> {
         self.0.status()
     }
+    fn report_window(&mut self, report: WindowReport, tokens_each: u64) -> Result<(), Self::Error> {
+        self.0.report_window(report, tokens_each)
+    }
 }
 
 /// A wrong implementation: its clock stands still, so cooldowns and leases never end.
@@ -52,6 +55,9 @@ impl WaveModel for ClockStandsStill {
     }
     fn status(&mut self) -> Result<ModelStatus, Self::Error> {
         self.0.status()
+    }
+    fn report_window(&mut self, report: WindowReport, tokens_each: u64) -> Result<(), Self::Error> {
+        self.0.report_window(report, tokens_each)
     }
 }
 
@@ -72,5 +78,36 @@ fn the_tables_catch_a_machine_whose_clock_stands_still() {
         let uses_time = case.steps.iter().any(|step| matches!(step, Step::Advance { .. }));
         let failed = run_case(&case, &mut ClockStandsStill(GateModel::new(&case))).is_err();
         assert_eq!(failed, uses_time, "case `{}`", case.name);
+    }
+}
+
+/// A wrong implementation: it does not listen to the provider's windows.
+struct DeafToWindows(GateModel);
+
+impl WaveModel for DeafToWindows {
+    type Error = std::convert::Infallible;
+    fn acquire(&mut self, permit: &str, tokens: u64) -> Result<Admission, Self::Error> {
+        self.0.acquire(permit, tokens)
+    }
+    fn finish(&mut self, permit: &str, wave: u64, signal: WaveSignal, delta: i64) -> Result<bool, Self::Error> {
+        self.0.finish(permit, wave, signal, delta)
+    }
+    fn advance(&mut self, ms: u64) -> Result<(), Self::Error> {
+        self.0.advance(ms)
+    }
+    fn status(&mut self) -> Result<ModelStatus, Self::Error> {
+        self.0.status()
+    }
+    fn report_window(&mut self, _: WindowReport, _: u64) -> Result<(), Self::Error> {
+        Ok(())
+    }
+}
+
+#[test]
+fn the_tables_catch_a_machine_deaf_to_the_providers_windows() {
+    let window_cases: Vec<_> = cases().into_iter().filter(|case| case.name.starts_with("provider window")).collect();
+    assert_eq!(window_cases.len(), 4);
+    for case in &window_cases {
+        assert!(run_case(case, &mut DeafToWindows(GateModel::new(case))).is_err(), "{}", case.name);
     }
 }

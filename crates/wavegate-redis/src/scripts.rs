@@ -1,9 +1,10 @@
 //! The Lua scripts from `lua/`, compiled in and loaded once.
 //!
-//! Each upstream script is `lua/wave.lua` (the state machine, written once) followed by the
-//! script's body; `heartbeat.lua` stands alone. [`redis::Script`] sends `EVALSHA` and on `NOSCRIPT` (a restarted or flushed server)
-//! loads the script and retries, so a script flush is never an outage. [`preload`] loads all
-//! of them at start so the first calls do not pay for it.
+//! Each upstream script is `lua/wave.lua` (the state machine, written once) and
+//! `lua/provider_window.lua` (the provider's announced windows) followed by the script's body;
+//! `heartbeat.lua` stands alone. [`redis::Script`] sends `EVALSHA` and on `NOSCRIPT` (a
+//! restarted or flushed server) loads the script and retries, so a script flush is never an
+//! outage. [`preload`] loads all of them at start so the first calls do not pay for it.
 
 use std::sync::OnceLock;
 
@@ -12,17 +13,26 @@ use redis::aio::ConnectionLike;
 
 macro_rules! wave_script {
     ($body:literal) => {
-        concat!(include_str!("../../../lua/wave.lua"), "\n", include_str!(concat!("../../../lua/", $body)))
+        concat!(
+            include_str!("../../../lua/wave.lua"),
+            "\n",
+            include_str!("../../../lua/provider_window.lua"),
+            "\n",
+            include_str!(concat!("../../../lua/", $body))
+        )
     };
 }
 
-/// A script that also chooses among priority classes: `wave.lua`, `priority.lua`, the body.
+/// A script that also chooses among priority classes: `wave.lua`, `priority.lua`,
+/// `provider_window.lua`, the body.
 macro_rules! priority_script {
     ($body:literal) => {
         concat!(
             include_str!("../../../lua/wave.lua"),
             "\n",
             include_str!("../../../lua/priority.lua"),
+            "\n",
+            include_str!("../../../lua/provider_window.lua"),
             "\n",
             include_str!(concat!("../../../lua/", $body))
         )
@@ -38,6 +48,7 @@ pub(crate) struct Scripts {
     pub(crate) status: Script,
     pub(crate) reconcile: Script,
     pub(crate) heartbeat: Script,
+    pub(crate) report_window: Script,
 }
 
 /// The scripts, built on first use.
@@ -50,13 +61,14 @@ pub(crate) fn scripts() -> &'static Scripts {
         status: Script::new(priority_script!("status.lua")),
         reconcile: Script::new(wave_script!("reconcile.lua")),
         heartbeat: Script::new(include_str!("../../../lua/heartbeat.lua")),
+        report_window: Script::new(wave_script!("report_window.lua")),
     })
 }
 
 /// Loads every script into the server's script cache (`SCRIPT LOAD`).
 pub async fn preload<C: ConnectionLike>(connection: &mut C) -> redis::RedisResult<()> {
     let s = scripts();
-    for script in [&s.acquire, &s.finish, &s.renew, &s.status, &s.reconcile, &s.heartbeat] {
+    for script in [&s.acquire, &s.finish, &s.renew, &s.status, &s.reconcile, &s.heartbeat, &s.report_window] {
         script.load_async(connection).await?;
     }
     Ok(())

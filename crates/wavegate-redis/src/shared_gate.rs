@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use redis::Value;
 use wavegate_core::{
-    Admission, BudgetStatus, Budgets, DenyReason, RateBudget, RateLimitEffect, Transition, UpstreamName, WaveConfig,
-    WaveSignal, WaveState, duration_ms,
+    Admission, BudgetStatus, Budgets, DenyReason, ProviderWindows, RateBudget, RateLimitEffect, TrackedWindow,
+    Transition, UpstreamName, WaveConfig, WaveSignal, WaveState, WindowReport, duration_ms,
 };
 
 use wavegate_core::priority::PriorityClass;
@@ -339,6 +339,41 @@ impl SharedGate {
             limit: r.u32(2)?,
             in_flight: r.u32(3)?,
             adopted_wave: r.uint(4)?,
+        })
+    }
+
+    /// Takes in what the response to permit `id` said is left of the provider's windows
+    /// (`lua/report_window.lua`): the fleet's grants then wait for the window's reset once
+    /// nothing is left. The other permits held count as calls the provider may not have
+    /// counted yet, each reserving `tokens_each` (what the reporting call reserved). Returns
+    /// the windows as kept, their ends relative to now (an end of 0: no window runs).
+    pub async fn report_window(
+        &self,
+        id: &str,
+        report: WindowReport,
+        tokens_each: u64,
+    ) -> Result<ProviderWindows, StoreError> {
+        const COMMAND: &str = "report_window";
+        let side = |left: Option<wavegate_core::WindowLeft>| {
+            left.map_or((String::new(), String::new()), |l| (l.remaining.to_string(), l.reset_ms.to_string()))
+        };
+        let (requests, requests_reset) = side(report.requests);
+        let (tokens, tokens_reset) = side(report.tokens);
+        let mut invocation = scripts().report_window.prepare_invoke();
+        invocation
+            .key(&self.keys.script_keys()[..])
+            .arg(requests)
+            .arg(requests_reset)
+            .arg(tokens)
+            .arg(tokens_reset)
+            .arg(tokens_each)
+            .arg(id);
+        let reply: Vec<Value> = self.store.invoke(COMMAND, &invocation).await?;
+        let r = Reply::new(COMMAND, &reply);
+        r.expect_len(4)?;
+        Ok(ProviderWindows {
+            requests: TrackedWindow { left: r.uint(0)?, until_ms: r.uint(1)? },
+            tokens: TrackedWindow { left: r.uint(2)?, until_ms: r.uint(3)? },
         })
     }
 

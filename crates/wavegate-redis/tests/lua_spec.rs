@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::runtime::Runtime;
 use wavegate_core::spec::{ModelStatus, WaveModel, cases, run_case};
-use wavegate_core::{Admission, UpstreamName, WaveSignal};
+use wavegate_core::{Admission, UpstreamName, WaveSignal, WindowReport};
 use wavegate_redis::{SharedGate, Store, StoreConfig, StoreError};
 use wavegate_testkit::RedisServer;
 
@@ -34,6 +34,10 @@ impl WaveModel for LuaModel {
     fn status(&mut self) -> Result<ModelStatus, StoreError> {
         let s = self.runtime.block_on(self.gate.status())?;
         Ok(ModelStatus { state: s.state, limit: s.limit, wave: s.wave, in_flight: s.in_flight as usize })
+    }
+
+    fn report_window(&mut self, report: WindowReport, tokens_each: u64) -> Result<(), StoreError> {
+        self.runtime.block_on(self.gate.report_window("", report, tokens_each)).map(drop)
     }
 }
 

@@ -19,6 +19,8 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
+use wavegate_testkit::{Answer, HeaderStyle, ProviderLimits, WindowCounter};
+
 use crate::protocol::{field, now_us, service_ms};
 
 /// The provider's settings, read from the environment the runner sets.
@@ -35,6 +37,11 @@ pub(crate) struct ProviderConfig {
     /// The `Retry-After` of a capacity 429, in seconds; `None`: a plain 429 (and a rate 429
     /// without one either).
     pub(crate) retry_after_s: Option<u32>,
+    /// Announce the budgets in these headers: `rpm` and `tpm` are then fixed windows of
+    /// `window_s` from the first call ([`WindowCounter`]), told on every answer.
+    pub(crate) headers: Option<HeaderStyle>,
+    /// Tokens per window (with `headers`); a call reserves the `tokens=N` of its query.
+    pub(crate) tpm: Option<u32>,
 }
 
 impl ProviderConfig {
@@ -47,6 +54,8 @@ impl ProviderConfig {
             ("PROVIDER_WINDOW_S", self.window_s.to_string()),
             ("PROVIDER_SERVICE_MS", format!("{}-{}", self.service_ms.0, self.service_ms.1)),
             ("PROVIDER_RETRY_AFTER", self.retry_after_s.map_or(String::new(), |r| r.to_string())),
+            ("PROVIDER_HEADERS", self.headers.map_or(String::new(), |h| h.as_str().to_string())),
+            ("PROVIDER_TPM", self.tpm.map_or(String::new(), |t| t.to_string())),
         ]
     }
 
@@ -82,6 +91,14 @@ impl ProviderConfig {
             window_s: optional("PROVIDER_WINDOW_S")?.unwrap_or(60),
             service_ms: (parse(min)?, parse(max)?),
             retry_after_s: optional("PROVIDER_RETRY_AFTER")?.map(|r| r as u32),
+            headers: match get("PROVIDER_HEADERS").unwrap_or_default().as_str() {
+                "" => None,
+                name => Some(HeaderStyle::parse(name).ok_or_else(|| format!("PROVIDER_HEADERS={name:?}"))?),
+            },
+            tpm: get("PROVIDER_TPM")
+                .filter(|v| !v.is_empty())
+                .map(|v| v.parse().map_err(|_| format!("PROVIDER_TPM={v:?}")))
+                .transpose()?,
         })
     }
 
@@ -120,6 +137,9 @@ struct State {
     admitted: u64,
     /// Start times (µs) of the calls admitted in the last window, for the rate budget.
     window: VecDeque<u64>,
+    /// The announced budgets' fixed windows (with `headers`), per API key (the `key=` of the
+    /// query; none: one key).
+    windows: std::collections::HashMap<String, WindowCounter>,
     records: Vec<Request>,
 }
 
@@ -150,6 +170,28 @@ impl State {
         self.serving += 1;
         self.admitted += 1;
         Ok(())
+    }
+
+    /// With announced budgets: admits or refuses a call reserving `tokens` by the provider's
+    /// windows (after the capacity), and says the headers and body to answer with.
+    fn announce(&mut self, config: &ProviderConfig, style: HeaderStyle, tokens: u64, key: &str) -> Answer {
+        if config.capacity_at(self.admitted).is_some_and(|capacity| self.serving >= capacity) {
+            return Answer { status: 429, headers: Vec::new(), body: String::new() };
+        }
+        let limits = ProviderLimits {
+            style,
+            requests: config.rpm.map(u64::from),
+            tokens: config.tpm.map(u64::from),
+            window: Duration::from_secs(config.window_s),
+            quota_exhausted: false,
+        };
+        let answer =
+            self.windows.entry(key.to_string()).or_default().answer(&limits, std::time::Instant::now(), tokens);
+        if answer.status == 200 {
+            self.serving += 1;
+            self.admitted += 1;
+        }
+        answer
     }
 
     /// The `X-Capacity` header line: the capacity now, or nothing when there is no cap here.
@@ -234,6 +276,29 @@ async fn answer(mut stream: TcpStream, config: &ProviderConfig, state: &Shared) 
         lock(state).records.push(Request { start, end: now_us(), status: 400 });
         return;
     };
+    if let Some(style) = config.headers {
+        let (tokens, key) = (tokens_of(&head), query_value(&head, "key").unwrap_or_default());
+        let answer = lock(state).announce(config, style, tokens, &key);
+        if answer.status == 200 {
+            tokio::time::sleep(Duration::from_millis(service_ms(job, config.service_ms))).await;
+        }
+        let reason = if answer.status == 200 { "OK" } else { "Too Many Requests" };
+        let mut reply = format!("HTTP/1.1 {} {reason}\r\n", answer.status);
+        for (name, value) in &answer.headers {
+            reply.push_str(&format!("{name}: {value}\r\n"));
+        }
+        reply.push_str(&format!("Content-Length: {}\r\nConnection: close\r\n\r\n{}", answer.body.len(), answer.body));
+        let _ = stream.write_all(reply.as_bytes()).await;
+        {
+            let mut state = lock(state);
+            if answer.status == 200 {
+                state.serving -= 1;
+            }
+            state.records.push(Request { start, end: now_us(), status: answer.status });
+        }
+        let _ = stream.shutdown().await;
+        return;
+    }
     let (admitted, capacity) = {
         let mut state = lock(state);
         let admitted = state.admit(config, start);
@@ -261,6 +326,18 @@ async fn answer(mut stream: TcpStream, config: &ProviderConfig, state: &Shared) 
     let _ = stream.shutdown().await;
 }
 
+/// The value of `name=` in a request line's query.
+fn query_value(head: &[u8], name: &str) -> Option<String> {
+    let line = String::from_utf8_lossy(head.split(|b| *b == b'\r').next().unwrap_or_default()).into_owned();
+    let query = line.split_whitespace().nth(1)?.split_once('?')?.1.to_string();
+    query.split('&').find_map(|pair| pair.strip_prefix(name)?.strip_prefix('=').map(str::to_string))
+}
+
+/// The `tokens=N` of a request line's query (0 without one).
+fn tokens_of(head: &[u8]) -> u64 {
+    query_value(head, "tokens").and_then(|n| n.parse().ok()).unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,7 +349,30 @@ mod tests {
             window_s: 60,
             service_ms: (1, 1),
             retry_after_s: Some(1),
+            headers: None,
+            tpm: None,
         }
+    }
+
+    #[test]
+    fn announced_budgets_are_windows_told_in_headers() {
+        let config = ProviderConfig { headers: Some(HeaderStyle::OpenAi), tpm: Some(300), ..config(None, Some(5)) };
+        let mut state = State::default();
+        let first = state.announce(&config, HeaderStyle::OpenAi, 200, "");
+        assert_eq!(first.status, 200);
+        assert!(first.headers.contains(&("x-ratelimit-remaining-tokens".to_string(), "100".to_string())));
+        assert_eq!(state.announce(&config, HeaderStyle::OpenAi, 200, "").status, 429, "tokens spent");
+        assert_eq!(state.announce(&config, HeaderStyle::OpenAi, 200, "k2").status, 200, "each key its own windows");
+        assert_eq!(state.serving, 2);
+        assert_eq!(
+            query_value(b"GET /job/3?tokens=200&key=provider-1 HTTP/1.1\r\n\r\n", "key").as_deref(),
+            Some("provider-1")
+        );
+        assert_eq!(tokens_of(b"GET /job/3?tokens=200 HTTP/1.1\r\n\r\n"), 200);
+        assert_eq!(tokens_of(b"GET /job/3 HTTP/1.1\r\n\r\n"), 0);
+        let env = config.to_env();
+        let get = |name: &str| env.iter().find(|(key, _)| *key == name).map(|(_, value)| value.clone());
+        assert_eq!(ProviderConfig::from_vars(get), Ok(config));
     }
 
     const REFUSED: Result<(), Refusal> = Err(Refusal { retry_after_s: Some(1) });

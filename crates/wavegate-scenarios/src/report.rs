@@ -416,15 +416,53 @@ fn notes(scenario: &Scenario, result: &RunResult) -> Vec<String> {
             }
         }
     }
+    if let Some(announced) = scenario.announced {
+        let served = served_per_window(&result.requests, 60_000_000);
+        let allowed = u64::from(announced.calls_per_minute());
+        // The last window is the run's tail (fewer jobs left than the budget): not counted.
+        let full = &served[..served.len().saturating_sub(1)];
+        let share = |n: u64| 100.0 * n as f64 / allowed as f64;
+        let listed = full.iter().map(|n| format!("{n} ({:.1} %)", share(*n))).collect::<Vec<_>>().join(", ");
+        let total: u64 = full.iter().sum();
+        notes.push(format!(
+            "served per full minute window (the budgets allow {allowed}): {}; in all {:.1} % of what the budgets \
+             allow",
+            if listed.is_empty() { "none (a run shorter than two windows)".to_string() } else { listed },
+            if full.is_empty() { 0.0 } else { share(total) / full.len() as f64 }
+        ));
+    }
     if result.timed_out {
         notes.push("stopped at the run's deadline; unfinished jobs count as failures".into());
     }
     notes
 }
 
+/// Calls served (200) in each window of `window_us` from the first call's arrival, as the
+/// provider counts its fixed windows.
+pub(crate) fn served_per_window(requests: &[Request], window_us: u64) -> Vec<u64> {
+    let Some(origin) = requests.iter().map(|r| r.start).min() else { return Vec::new() };
+    let mut served = Vec::new();
+    for r in requests.iter().filter(|r| r.status == 200) {
+        let index = ((r.start - origin) / window_us) as usize;
+        if served.len() <= index {
+            served.resize(index + 1, 0);
+        }
+        served[index] += 1;
+    }
+    served
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn served_calls_are_counted_per_window_from_the_first_call() {
+        let r = |start, status| Request { start, end: start + 1, status };
+        let requests = [r(10, 200), r(20, 429), r(59, 200), r(70, 200), r(200, 200)];
+        assert_eq!(served_per_window(&requests, 50), vec![2, 1, 0, 1]);
+        assert!(served_per_window(&[], 50).is_empty());
+    }
 
     #[test]
     fn a_row_follows_the_definitions() {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use wavegate::core::UpstreamName;
 use wavegate_redis::Keyspace;
-use wavegate_testkit::RedisServer;
+use wavegate_testkit::{HeaderStyle, RedisServer};
 
 use crate::cli::{self, Options, USAGE};
 use crate::nginx::Nginx;
@@ -242,8 +242,10 @@ fn run_one(scenario: &Scenario, strategy: &'static Strategy, sizes: &Sizes) -> R
         if uses_redis { Some(RedisServer::start().map_err(|e| format!("redis-server: {e}"))?) } else { None };
     let provider_config = ProviderConfig {
         capacity: scenario.provider_phases(sizes.jobs),
-        rpm: scenario.rate.map(|(calls, _)| calls).or(sizes.rpm),
+        rpm: scenario.rate.map(|(calls, _)| calls).or(scenario.announced.map(|a| a.rpm)).or(sizes.rpm),
         window_s: scenario.rate.map_or(60, |(_, window)| window),
+        headers: scenario.announced.and_then(|a| HeaderStyle::parse(a.style)),
+        tpm: scenario.announced.map(|a| a.tpm),
         service_ms: sizes.service_ms,
         retry_after_s: (!scenario.plain_429).then_some(sizes.retry_after_s),
     };
@@ -266,7 +268,9 @@ fn run_one(scenario: &Scenario, strategy: &'static Strategy, sizes: &Sizes) -> R
             index,
             processes: sizes.processes,
             oracle_capacity: scenario.capacity,
-            oracle_rate: scenario.rate,
+            oracle_rate: scenario.rate_window(),
+            tokens: scenario.announced.map_or(0, |a| a.tokens_per_job),
+            keys: scenario.announced.map_or(1, |a| a.keys),
         };
         let proc = Proc::spawn("worker", &env.to_env(), index, tx.clone())?;
         let pid = proc.pid();

@@ -15,6 +15,32 @@ pub(crate) enum Event {
     WorkerCrash { at: f64 },
 }
 
+/// Budgets the provider enforces per minute and announces only through rate-limit headers
+/// (wavegate is configured without budgets and learns them from the answers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Announced {
+    /// `openai` or `anthropic`: whose headers the provider speaks.
+    pub(crate) style: &'static str,
+    /// Requests per minute.
+    pub(crate) rpm: u32,
+    /// Tokens per minute.
+    pub(crate) tpm: u32,
+    /// Tokens every job reserves (sent in its query, reserved by wavegate as its estimate).
+    pub(crate) tokens_per_job: u64,
+    /// API keys, each with these budgets of its own; more than one: wavegate pools them (one
+    /// upstream per key) and the provider counts each key's windows apart.
+    pub(crate) keys: u32,
+}
+
+impl Announced {
+    /// The calls one minute lets through, all keys together: the tighter of the two budgets
+    /// of a key, times the keys.
+    pub(crate) fn calls_per_minute(&self) -> u32 {
+        let by_tokens = u64::from(self.tpm) / self.tokens_per_job.max(1);
+        self.rpm.min(u32::try_from(by_tokens).unwrap_or(u32::MAX)).saturating_mul(self.keys.max(1))
+    }
+}
+
 /// One scenario: a provider and what happens to the fleet.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Scenario {
@@ -30,6 +56,9 @@ pub(crate) struct Scenario {
     /// A rate budget instead of (or besides) the capacity: this many calls in any window of
     /// this many seconds; beyond it a 429 until the window frees a call.
     pub(crate) rate: Option<(u32, u64)>,
+    /// Requests and tokens budgets per minute (fixed windows from the first call), announced
+    /// only in OpenAI's or Anthropic's headers.
+    pub(crate) announced: Option<Announced>,
     /// The provider's 429s carry no `Retry-After` (as nginx's `limit_conn` answers).
     pub(crate) plain_429: bool,
     /// The capacity is enforced by a real nginx (`limit_conn`, plain 429s) in front of a
@@ -55,6 +84,7 @@ const BASE: Scenario = Scenario {
     capacity: 8,
     phases: &[],
     rate: None,
+    announced: None,
     plain_429: false,
     via_nginx: false,
     limit: 10,
@@ -149,6 +179,38 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
         ..BASE
     },
     Scenario {
+        name: "provider-headers",
+        title: "600 requests/min and 100k tokens/min (200 tokens a call: 500 calls/min) announced only in OpenAI's \
+                x-ratelimit-* headers; no concurrency cap; wavegate configured without budgets",
+        capacity: 0,
+        announced: Some(Announced { style: "openai", rpm: 600, tpm: 100_000, tokens_per_job: 200, keys: 1 }),
+        jobs: Some(2_000),
+        service_ms: Some((20, 20)),
+        compare: &["oracle", "wavegate-adaptive"],
+        ..BASE
+    },
+    Scenario {
+        name: "provider-headers-anthropic",
+        title: "the same budgets announced only in Anthropic's anthropic-ratelimit-* headers (resets in whole seconds)",
+        capacity: 0,
+        announced: Some(Announced { style: "anthropic", rpm: 600, tpm: 100_000, tokens_per_job: 200, keys: 1 }),
+        jobs: Some(2_000),
+        service_ms: Some((20, 20)),
+        compare: &["wavegate-adaptive"],
+        ..BASE
+    },
+    Scenario {
+        name: "pool-3-keys",
+        title: "three API keys, each with the budgets of provider-headers (OpenAI headers), pooled by wavegate: one \
+                upstream per key, a request to the key with the most headroom",
+        capacity: 0,
+        announced: Some(Announced { style: "openai", rpm: 600, tpm: 100_000, tokens_per_job: 200, keys: 3 }),
+        jobs: Some(6_000),
+        service_ms: Some((20, 20)),
+        compare: &["wavegate-adaptive"],
+        ..BASE
+    },
+    Scenario {
         name: "no-cap",
         title: "(f) no hidden cap: the provider serves 16 at once, wavegate's limit is 10; 20 ms calls",
         capacity: 16,
@@ -167,6 +229,12 @@ pub(crate) fn phase_at(phases: &[(u64, usize)], at: u64) -> Option<usize> {
 }
 
 impl Scenario {
+    /// The rate window the provider enforces, as (calls, seconds): its own, or the announced
+    /// budgets' (the tighter of requests and tokens, per minute).
+    pub(crate) fn rate_window(&self) -> Option<(u32, u64)> {
+        self.rate.or(self.announced.map(|a| (a.calls_per_minute(), 60)))
+    }
+
     /// The capacity phases the provider itself enforces (none when nginx does).
     pub(crate) fn provider_phases(&self, jobs: u64) -> Vec<(u64, usize)> {
         if self.via_nginx { Vec::new() } else { self.capacity_phases(jobs) }
@@ -193,14 +261,16 @@ impl Scenario {
     /// than the rate window lets the jobs through.
     pub(crate) fn ideal_s(&self, service: &[(u64, u64)], jobs: u64) -> f64 {
         let phases = self.capacity_phases(jobs);
+        // A pool of keys has the limit once per key.
+        let limit = self.limit.saturating_mul(self.announced.map_or(1, |a| a.keys.max(1)));
         let concurrency: f64 = service
             .iter()
             .map(|&(id, ms)| match phase_at(&phases, id) {
-                None => ms as f64 / 1000.0 / f64::from(self.limit),
-                Some(cap) => ms as f64 / 1000.0 / cap.min(self.limit as usize) as f64,
+                None => ms as f64 / 1000.0 / f64::from(limit),
+                Some(cap) => ms as f64 / 1000.0 / cap.min(limit as usize) as f64,
             })
             .sum();
-        let rate = self.rate.map_or(0.0, |(calls, window_s)| {
+        let rate = self.rate_window().map_or(0.0, |(calls, window_s)| {
             let n = service.len() as u64;
             let longest = service.iter().map(|&(_, ms)| ms).max().unwrap_or(0) as f64 / 1000.0;
             (n.div_ceil(u64::from(calls)).saturating_sub(1) * window_s) as f64 + longest

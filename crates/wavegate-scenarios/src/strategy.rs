@@ -63,7 +63,12 @@ pub(crate) enum Recovery {
 
 /// The upstream configuration every wavegate worker uses, with the given recovery.
 pub(crate) fn configure(recovery: Recovery, limit: u32, lease: Duration) -> UpstreamConfigBuilder {
-    let builder = UpstreamConfig::builder(crate::worker::UPSTREAM)
+    configure_named(crate::worker::UPSTREAM, recovery, limit, lease)
+}
+
+/// [`configure`] for an upstream of another name (a pool's member).
+pub(crate) fn configure_named(name: &str, recovery: Recovery, limit: u32, lease: Duration) -> UpstreamConfigBuilder {
+    let builder = UpstreamConfig::builder(name)
         .limit(limit)
         .renewed_lease(lease)
         .call_timeout(Duration::from_secs(10))

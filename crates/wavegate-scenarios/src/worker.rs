@@ -15,7 +15,8 @@ use std::time::{Duration, SystemTime};
 
 use rand::Rng;
 use tokio::sync::{Mutex, Semaphore, mpsc, oneshot};
-use wavegate::{Mode, Outcome, Scheduler, TransportError};
+use wavegate::core::PoolConfig;
+use wavegate::{Mode, Outcome, ProviderSignals, Scheduler, TransportError};
 use wavegate_testkit::{HttpReply, http_get};
 
 use crate::protocol::{now_us, num};
@@ -48,6 +49,10 @@ pub(crate) struct WorkerEnv {
     /// window (calls, seconds).
     pub(crate) oracle_capacity: usize,
     pub(crate) oracle_rate: Option<(u32, u64)>,
+    /// Tokens each job reserves (sent in its query; wavegate's estimate), 0 for none.
+    pub(crate) tokens: u64,
+    /// API keys (more than one: wavegate pools them, one upstream per key).
+    pub(crate) keys: u32,
 }
 
 impl WorkerEnv {
@@ -64,6 +69,8 @@ impl WorkerEnv {
             ("WORKER_PROCESSES", self.processes.to_string()),
             ("WORKER_ORACLE_CAPACITY", self.oracle_capacity.to_string()),
             ("WORKER_ORACLE_RATE", self.oracle_rate.map_or(String::new(), |(calls, s)| format!("{calls}/{s}"))),
+            ("WORKER_TOKENS", self.tokens.to_string()),
+            ("WORKER_KEYS", self.keys.to_string()),
         ]
     }
 
@@ -87,6 +94,8 @@ impl WorkerEnv {
             index: parsed("WORKER_INDEX")? as usize,
             processes: parsed("WORKER_PROCESSES")?.max(1) as usize,
             oracle_capacity: parsed("WORKER_ORACLE_CAPACITY")? as usize,
+            tokens: parsed("WORKER_TOKENS")?,
+            keys: parsed("WORKER_KEYS")?.max(1) as u32,
             oracle_rate: {
                 let rate = var("WORKER_ORACLE_RATE")?;
                 match rate.split_once('/') {
@@ -275,6 +284,24 @@ async fn run(
         Kind::Naive { .. } => Runner::Naive,
         Kind::Semaphore { per_process, .. } => Runner::Semaphore(Rc::new(Semaphore::new(*per_process))),
         Kind::Oracle => Runner::Oracle(Rc::new(Oracle::new(&env))),
+        Kind::Wavegate { recovery } if env.keys > 1 => {
+            // One upstream per key, pooled under the usual name.
+            let mut builder = Scheduler::builder();
+            let mut pool = PoolConfig::builder(UPSTREAM);
+            for key in 0..env.keys {
+                let name = member_name(key);
+                let config = strategy::configure_named(&name, *recovery, env.limit, env.lease)
+                    .build()
+                    .map_err(|e| format!("config: {e}"))?;
+                builder = builder.upstream(config);
+                pool = pool.member(name, 1);
+            }
+            let url = env.redis_url.clone().ok_or("wavegate needs WORKER_REDIS_URL")?;
+            let pool = pool.build().map_err(|e| format!("pool: {e}"))?;
+            let scheduler = builder.pool(pool).redis(url).build().map_err(|e| e.to_string())?;
+            wait_until_shared(&scheduler).await?;
+            Runner::Wavegate(scheduler)
+        }
         Kind::Wavegate { recovery } => {
             let config =
                 strategy::configure(*recovery, env.limit, env.lease).build().map_err(|e| format!("config: {e}"))?;
@@ -295,12 +322,12 @@ async fn run(
     let jobs = Rc::new(Mutex::new(jobs));
     let mut callers = Vec::with_capacity(env.callers);
     for _ in 0..env.callers {
-        let (jobs, runner, provider) = (jobs.clone(), runner.clone(), env.provider);
+        let (jobs, runner, provider, tokens) = (jobs.clone(), runner.clone(), env.provider, env.tokens);
         callers.push(actix::spawn(async move {
             loop {
                 let next = jobs.lock().await.recv().await;
                 let Some(id) = next else { break };
-                let log = run_job(&strategy.kind, &runner, provider, id).await;
+                let log = run_job(&strategy.kind, &runner, provider, id, tokens).await;
                 println!(
                     "DONE id={id} ok={} attempts={} r429={} start={} success_start={} end={}",
                     u8::from(log.ok),
@@ -326,7 +353,7 @@ async fn run(
 /// Waits until the scheduler has read the shared store once (scripts loaded, mode shared).
 async fn wait_until_shared(scheduler: &Scheduler) -> Result<(), String> {
     for _ in 0..200 {
-        if let Ok(status) = scheduler.status(UPSTREAM).await
+        if let Ok(status) = scheduler.status(status_upstream(scheduler)).await
             && status.mode == Mode::Shared
             && status.in_flight_fleet.is_some()
         {
@@ -342,7 +369,7 @@ async fn poll_status(scheduler: Scheduler, status_calls: Rc<Cell<u64>>) {
     let mut tick = tokio::time::interval(POLL_EVERY);
     loop {
         tick.tick().await;
-        let Ok(status) = scheduler.status(UPSTREAM).await else { return };
+        let Ok(status) = scheduler.status(status_upstream(&scheduler)).await else { return };
         if status.mode == Mode::Shared && status.in_flight_fleet.is_some() {
             status_calls.set(status_calls.get() + 1);
         }
@@ -358,15 +385,47 @@ async fn poll_status(scheduler: Scheduler, status_calls: Rc<Cell<u64>>) {
     }
 }
 
-async fn get(provider: SocketAddr, id: u64) -> std::io::Result<HttpReply> {
-    http_get(provider, &format!("/job/{id}"), HTTP_TIMEOUT).await
+/// The name of key `key`'s upstream in a pool.
+fn member_name(key: u32) -> String {
+    format!("{UPSTREAM}-{key}")
+}
+
+/// The upstream whose status is polled: the upstream, or a pool's first member.
+fn status_upstream(scheduler: &Scheduler) -> &'static str {
+    if scheduler.pool(UPSTREAM).is_ok() { "provider-0" } else { UPSTREAM }
+}
+
+async fn get(provider: SocketAddr, id: u64, tokens: u64, key: &str) -> std::io::Result<HttpReply> {
+    let mut query = Vec::new();
+    if tokens > 0 {
+        query.push(format!("tokens={tokens}"));
+    }
+    if !key.is_empty() {
+        query.push(format!("key={key}"));
+    }
+    let query = if query.is_empty() { String::new() } else { format!("?{}", query.join("&")) };
+    http_get(provider, &format!("/job/{id}{query}"), HTTP_TIMEOUT).await
+}
+
+/// What a provider's answer means to wavegate: its status, every rate-limit header it sent
+/// and its body's error code (`Outcome::from_signals`); a failed exchange is a connect error.
+fn classify(result: &Result<HttpReply, Outcome>) -> Outcome {
+    match result {
+        Ok(reply) => {
+            let headers = reply.headers.iter().map(|(name, value)| (name.as_str(), value.as_bytes()));
+            let signals = ProviderSignals::from_headers(headers, SystemTime::now());
+            Outcome::from_signals(reply.status, wavegate_testkit::error_code(&reply.body), signals)
+        }
+        Err(outcome) => *outcome,
+    }
 }
 
 fn jitter(base: Duration, low: f64, high: f64) -> Duration {
     base.mul_f64(rand::rng().random_range(low..=high))
 }
 
-async fn run_job(kind: &Kind, runner: &Runner, provider: SocketAddr, id: u64) -> JobLog {
+async fn run_job(kind: &Kind, runner: &Runner, provider: SocketAddr, id: u64, tokens: u64) -> JobLog {
+    let get = |provider, id| get(provider, id, tokens, "");
     let mut log = JobLog { start: now_us(), ..JobLog::default() };
     match (kind, runner) {
         (Kind::Naive { attempts, base, cap }, _) => {
@@ -407,17 +466,50 @@ async fn run_job(kind: &Kind, runner: &Runner, provider: SocketAddr, id: u64) ->
             let rate_limited = Rc::new(Cell::new(0u32));
             let last_sent = Rc::new(Cell::new(0u64));
             let (a, r, s) = (attempts.clone(), rate_limited.clone(), last_sent.clone());
-            let result = scheduler
-                .call(UPSTREAM, move |_attempt| {
+            if let Ok(pool) = scheduler.pool(UPSTREAM) {
+                let result = pool
+                    .request()
+                    .tokens(tokens)
+                    .classify(classify)
+                    .call(|member, _attempt| {
+                        attempts.set(attempts.get() + 1);
+                        last_sent.set(now_us());
+                        let member = member.to_string();
+                        let rate_limited = rate_limited.clone();
+                        async move {
+                            match self::get(provider, id, tokens, &member).await {
+                                Ok(reply) => {
+                                    rate_limited.set(rate_limited.get() + u32::from(reply.status == 429));
+                                    Ok(reply)
+                                }
+                                Err(_) => Err(Outcome::from_transport(TransportError::Connect)),
+                            }
+                        }
+                    })
+                    .await;
+                (log.attempts, log.rate_limited) = (attempts.get(), rate_limited.get());
+                if result.as_ref().is_ok_and(|reply| reply.status == 200) {
+                    (log.ok, log.success_start) = (true, last_sent.get());
+                } else if let Err(error) = result {
+                    eprintln!("worker {}: job {id} failed: {error}", std::process::id());
+                }
+                log.end = now_us();
+                return log;
+            }
+            let upstream = scheduler.upstream(UPSTREAM).expect("configured");
+            let result = upstream
+                .request()
+                .tokens(tokens)
+                .classify(classify)
+                .call(move |_attempt| {
                     let (a, r, s) = (a.clone(), r.clone(), s.clone());
                     async move {
                         a.set(a.get() + 1);
                         s.set(now_us());
                         match get(provider, id).await {
-                            Ok(reply) if reply.status == 200 => Ok(()),
                             Ok(reply) => {
                                 r.set(r.get() + u32::from(reply.status == 429));
-                                Err(Outcome::from_status(reply.status, reply.retry_after.as_deref(), SystemTime::now()))
+                                Ok(reply)
                             }
                             Err(_) => Err(Outcome::from_transport(TransportError::Connect)),
                         }
@@ -425,7 +517,7 @@ async fn run_job(kind: &Kind, runner: &Runner, provider: SocketAddr, id: u64) ->
                 })
                 .await;
             (log.attempts, log.rate_limited) = (attempts.get(), rate_limited.get());
-            if result.is_ok() {
+            if result.as_ref().is_ok_and(|reply| reply.status == 200) {
                 (log.ok, log.success_start) = (true, last_sent.get());
             } else if let Err(error) = result {
                 eprintln!("worker {}: job {id} failed: {error}", std::process::id());
@@ -471,6 +563,8 @@ mod tests {
             processes: 4,
             oracle_capacity: 8,
             oracle_rate: Some((500, 10)),
+            tokens: 200,
+            keys: 3,
         };
         let vars = env.to_env();
         let get = |k: &str| vars.iter().find(|(name, _)| *name == k).map(|(_, v)| v.as_str());

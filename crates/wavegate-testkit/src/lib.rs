@@ -33,6 +33,8 @@
 //!
 //! [`MockUpstream`] is the other referee: an HTTP provider on loopback that counts the calls
 //! it serves at once and answers 429 beyond a hidden capacity; [`http_get`] calls it.
+//! [`MockProvider`] is a provider that announces its requests and tokens windows in OpenAI's
+//! or Anthropic's headers ([`ProviderLimits`], [`HeaderStyle`]) and refuses beyond them.
 //!
 //! # Requirements
 //!
@@ -67,9 +69,11 @@ mod error;
 mod fault_proxy;
 mod http;
 mod log;
+mod mock_provider;
 mod mock_upstream;
 mod port;
 mod process;
+mod provider_limits;
 mod sentinel;
 mod server;
 mod tls;
@@ -79,8 +83,10 @@ pub use cluster::RedisCluster;
 pub use error::HarnessError;
 pub use fault_proxy::{Fault, FaultProxy};
 pub use http::{HttpReply, http_get};
+pub use mock_provider::MockProvider;
 pub use mock_upstream::{MockUpstream, MockUpstreamConfig, read_request_head};
 pub use port::free_port;
+pub use provider_limits::{Answer, HeaderStyle, ProviderLimits, WindowCounter, error_code};
 pub use sentinel::{SentinelGroup, SentinelProcess};
 pub use server::RedisServer;
 pub use tls::{TestCertificates, TlsRedisServer};

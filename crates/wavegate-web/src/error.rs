@@ -4,6 +4,7 @@
 //! |---|---|---|
 //! | waited too long, queue full, breaker open, retry budget spent (overload) | 503 | yes |
 //! | deadline passed | 504 | yes |
+//! | the provider's quota is exhausted | 503 | yes (until the refusal ends) |
 //! | upstream failure (4xx, 5xx, transport) | 502 | no |
 //! | unknown upstream (a bug in the app), scheduler stopped | 500, 503 | no |
 //!
@@ -68,7 +69,10 @@ impl WebError {
     /// The `Retry-After` to send, in whole seconds (at least 1), for overloads and deadlines.
     pub fn retry_after_seconds(&self) -> Option<u64> {
         match &self.0 {
-            error if error.is_overload() || matches!(error, Error::DeadlinePassed { .. }) => {
+            error
+                if error.is_overload()
+                    || matches!(error, Error::DeadlinePassed { .. } | Error::QuotaExhausted { .. }) =>
+            {
                 error.retry_after().map(|after| after.as_secs() + u64::from(after.subsec_nanos() > 0)).map(|s| s.max(1))
             }
             _ => None,
@@ -92,7 +96,7 @@ impl ResponseError for WebError {
             error if error.is_overload() => StatusCode::SERVICE_UNAVAILABLE,
             Error::DeadlinePassed { .. } => StatusCode::GATEWAY_TIMEOUT,
             Error::Upstream { .. } => StatusCode::BAD_GATEWAY,
-            Error::Stopped => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Stopped | Error::QuotaExhausted { .. } => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

@@ -1,7 +1,7 @@
 //! The status endpoint: each upstream's mode, state, limit, wave, permits in flight (this
-//! process and the fleet), queue depth, breaker state and cooldown remaining, and the shared
-//! store's health (how it is found, the key prefix, the server, a rejection, configuration
-//! conflicts), as JSON.
+//! process and the fleet), queue depth, breaker state, cooldown remaining and a spent quota's
+//! refusal, and the shared store's health (how it is found, the key prefix, the server, a
+//! rejection, configuration conflicts), as JSON.
 
 use actix_web::{HttpResponse, web};
 use serde::Serialize;
@@ -38,6 +38,9 @@ pub struct UpstreamView {
     pub requests_budget: Option<BudgetView>,
     /// The tokens-per-minute budget, if configured.
     pub tokens_budget: Option<BudgetView>,
+    /// Milliseconds this process still refuses the upstream because the provider said its
+    /// quota is exhausted (null when it does not).
+    pub quota_exhausted_for_ms: Option<u64>,
     /// How many local-mode schedulers of this process name this upstream (0 in shared mode).
     pub schedulers_in_process: usize,
     /// What is wrong with the setup, if something is (e.g. several local schedulers for one
@@ -101,6 +104,7 @@ impl UpstreamView {
             breaker: status.breaker,
             requests_budget: BudgetView::new(status.budgets.requests),
             tokens_budget: BudgetView::new(status.budgets.tokens),
+            quota_exhausted_for_ms: status.quota_exhausted_for.map(|left| left.as_millis() as u64),
             schedulers_in_process: status.schedulers_in_process,
             warning: (status.schedulers_in_process > 1).then(|| {
                 format!(

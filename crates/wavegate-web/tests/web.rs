@@ -158,3 +158,47 @@ async fn the_status_endpoint_shows_the_shared_store() {
     let local = wavegate_web::status(&local.expect("scheduler")).await.expect("status");
     assert!(local.store.is_none());
 }
+
+#[actix_web::test]
+async fn unreadable_signals_and_kinds_of_429_are_counted() {
+    let metrics = install_prometheus().expect("recorder");
+    let upstream = UpstreamConfig::builder("signalled").min_cooldown(Duration::from_millis(10)).build().unwrap();
+    let scheduler = Scheduler::builder().upstream(upstream).build().expect("scheduler");
+    let made = std::cell::Cell::new(0);
+    let result = scheduler
+        .call("signalled", |_| {
+            made.set(made.get() + 1);
+            let now = SystemTime::now();
+            let outcome = match made.get() {
+                // A Retry-After nobody can read: ignored, and said.
+                1 => Outcome::from_status(429, Some("soon"), now),
+                _ => Outcome::from_status(429, None, now).with_error_code("insufficient_quota"),
+            };
+            async move { Err::<(), _>(outcome) }
+        })
+        .await;
+    assert!(matches!(result, Err(wavegate::Error::QuotaExhausted { attempts: 2, .. })), "{result:?}");
+    let text = metrics.render();
+    let value = |series: &str| -> f64 {
+        text.lines()
+            .find(|line| line.starts_with(series))
+            .and_then(|line| line.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no series {series} in:\n{text}"))
+    };
+    assert_eq!(value(r#"wavegate_unreadable_signals_total{upstream="signalled",kind="retry_after"}"#), 1.0);
+    assert_eq!(value(r#"wavegate_refusals_by_kind_total{upstream="signalled",kind="unknown"}"#), 1.0);
+    assert_eq!(value(r#"wavegate_refusals_by_kind_total{upstream="signalled",kind="quota_exhausted"}"#), 1.0);
+    assert_eq!(value(r#"wavegate_quota_exhausted{upstream="signalled"}"#), 1.0);
+    assert_eq!(scheduler.reset_quota("signalled"), Ok(true));
+    assert_eq!(value_after(&metrics, r#"wavegate_quota_exhausted{upstream="signalled"}"#), 0.0);
+}
+
+fn value_after(metrics: &metrics_exporter_prometheus::PrometheusHandle, series: &str) -> f64 {
+    let text = metrics.render();
+    text.lines()
+        .find(|line| line.starts_with(series))
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no series {series} in:\n{text}"))
+}

@@ -1,0 +1,26 @@
+-- report_window.lua: a response said what is left of the provider's windows; keep it for the fleet.
+--
+-- KEYS[1] permits (zset)   KEYS[2] wave state (hash)   KEYS[3] permit waves (hash)
+-- ARGV[1] requests left, or '' when the response did not say   ARGV[2] its reset, ms from now
+-- ARGV[3] tokens left, or ''                                    ARGV[4] its reset, ms from now
+-- ARGV[5] tokens the reporting call reserved (the others in flight are assumed to as well)
+-- ARGV[6] the reporting call's permit id ('' for none): the other permits held are the calls the
+--         provider may not have counted yet; this one is not counted, held or already released.
+-- See provider_window.lua for the rules.
+-- Reply: {requests_left, requests_wait_ms, tokens_left, tokens_wait_ms} (a wait of 0: the
+--        window does not run)
+if #ARGV ~= 6 then return fail('report_window', 'expected 6 ARGV, got ' .. #ARGV) end
+local now = now_ms()
+purge(now)
+local others = redis.call('ZCARD', KEYS[1])
+if ARGV[6] ~= '' and redis.call('ZSCORE', KEYS[1], ARGV[6]) then others = others - 1 end
+local tokens_each = to_int(ARGV[5], 'tokens each')
+local w = pw_load()
+if ARGV[1] ~= '' then
+  pw_report_one(w.requests, now, to_int(ARGV[1], 'requests left'), to_int(ARGV[2], 'requests reset'), others)
+end
+if ARGV[3] ~= '' then
+  pw_report_one(w.tokens, now, to_int(ARGV[3], 'tokens left'), to_int(ARGV[4], 'tokens reset'), others * tokens_each)
+end
+pw_save(w)
+return { w.requests.left, math.max(0, w.requests['until'] - now), w.tokens.left, math.max(0, w.tokens['until'] - now) }

@@ -1,0 +1,190 @@
+//! Pools through the public API: one logical upstream over several members (keys), each a
+//! configured upstream in front of its own mock provider. The mocks count what really arrives.
+
+use std::time::{Duration, SystemTime};
+
+use wavegate::core::{PoolConfig, PoolConfigError, PoolPolicy};
+use wavegate::{BuildError, Error, Outcome, ProviderSignals, Scheduler, UpstreamConfig};
+use wavegate_testkit::{
+    HeaderStyle, HttpReply, MockProvider, MockUpstream, MockUpstreamConfig, ProviderLimits, error_code, http_get,
+};
+
+const TIMEOUT: Duration = Duration::from_secs(5);
+const SERVICE: Duration = Duration::from_millis(2);
+
+fn classify(result: &Result<HttpReply, std::io::Error>) -> Outcome {
+    match result {
+        Ok(reply) => {
+            let headers = reply.headers.iter().map(|(name, value)| (name.as_str(), value.as_bytes()));
+            let signals = ProviderSignals::from_headers(headers, SystemTime::now());
+            Outcome::from_signals(reply.status, error_code(&reply.body), signals)
+        }
+        Err(_) => Outcome::from_transport(wavegate::TransportError::Connect),
+    }
+}
+
+fn limits(requests: u64, quota_exhausted: bool) -> ProviderLimits {
+    ProviderLimits {
+        style: HeaderStyle::OpenAi,
+        requests: Some(requests),
+        tokens: None,
+        window: Duration::from_secs(60),
+        quota_exhausted,
+    }
+}
+
+fn member(name: &str) -> UpstreamConfig {
+    UpstreamConfig::builder(name).limit(4).max_wait(Duration::from_secs(5)).build().expect("valid")
+}
+
+/// A scheduler with members `key-0 .. key-{n-1}` pooled as `llm`.
+fn pooled(n: usize, policy: PoolPolicy, weights: &[u32]) -> Scheduler {
+    let mut builder = Scheduler::builder();
+    let mut pool = PoolConfig::builder("llm").policy(policy);
+    for i in 0..n {
+        builder = builder.upstream(member(&format!("key-{i}")));
+        pool = pool.member(format!("key-{i}"), weights.get(i).copied().unwrap_or(1));
+    }
+    builder.pool(pool.build().expect("valid pool")).build().expect("scheduler")
+}
+
+/// One pooled call: the member's name picks the provider it is sent to.
+async fn call(s: &Scheduler, addrs: &[std::net::SocketAddr]) -> Result<HttpReply, Error<std::io::Error>> {
+    s.pool("llm")
+        .expect("configured")
+        .request()
+        .classify(classify)
+        .call(|member, _| {
+            let index: usize = member.trim_start_matches("key-").parse().expect("a member name");
+            http_get(addrs[index], "/v1/chat", TIMEOUT)
+        })
+        .await
+}
+
+#[actix::test]
+async fn equal_members_share_the_requests_evenly() {
+    let providers: Vec<MockProvider> =
+        (0..3).map(|_| MockProvider::start(limits(1_000, false), SERVICE).unwrap()).collect();
+    let addrs: Vec<_> = providers.iter().map(MockProvider::addr).collect();
+    let s = pooled(3, PoolPolicy::MostHeadroom, &[]);
+    for _ in 0..30 {
+        call(&s, &addrs).await.expect("served");
+    }
+    let served: Vec<u64> = providers.iter().map(MockProvider::served).collect();
+    assert_eq!(served, [10, 10, 10]);
+    let statuses = s.pool("llm").unwrap().status().await.expect("status");
+    let names: Vec<&str> = statuses.iter().map(|st| st.upstream.as_str()).collect();
+    assert_eq!(names, ["key-0", "key-1", "key-2"], "status per member");
+}
+
+#[actix::test]
+async fn weights_share_the_requests_in_proportion() {
+    let providers: Vec<MockProvider> =
+        (0..2).map(|_| MockProvider::start(limits(1_000, false), SERVICE).unwrap()).collect();
+    let addrs: Vec<_> = providers.iter().map(MockProvider::addr).collect();
+    let s = pooled(2, PoolPolicy::Weighted, &[1, 3]);
+    for _ in 0..40 {
+        call(&s, &addrs).await.expect("served");
+    }
+    assert_eq!((providers[0].served(), providers[1].served()), (10, 30));
+}
+
+#[actix::test]
+async fn a_member_whose_window_is_spent_is_left_alone_until_its_reset() {
+    // key-0 takes 2 requests a minute, the others plenty: nobody meets key-0's 429.
+    let providers = [
+        MockProvider::start(limits(2, false), SERVICE).unwrap(),
+        MockProvider::start(limits(1_000, false), SERVICE).unwrap(),
+        MockProvider::start(limits(1_000, false), SERVICE).unwrap(),
+    ];
+    let addrs: Vec<_> = providers.iter().map(MockProvider::addr).collect();
+    let s = pooled(3, PoolPolicy::MostHeadroom, &[]);
+    let started = std::time::Instant::now();
+    for _ in 0..30 {
+        call(&s, &addrs).await.expect("served");
+    }
+    // Nobody waited in key-0's queue for its reset (a minute away) or its max wait (5 s).
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert_eq!(providers[0].served(), 2);
+    assert_eq!(providers[0].rate_limited(), 0, "the spent window was heard, not hit");
+    assert_eq!(providers[1].served() + providers[2].served(), 28);
+}
+
+#[actix::test]
+async fn a_429_or_a_spent_quota_moves_the_request_to_another_member() {
+    // key-0 refuses everything with a plain 429, key-1's quota is spent, key-2 serves.
+    let refusing =
+        MockUpstream::start(MockUpstreamConfig { capacity: Some(0), ..MockUpstreamConfig::default() }).unwrap();
+    let spent = MockProvider::start(limits(1_000, true), SERVICE).unwrap();
+    let serving = MockProvider::start(limits(1_000, false), SERVICE).unwrap();
+    let addrs = [refusing.addr(), spent.addr(), serving.addr()];
+    let s = pooled(3, PoolPolicy::MostHeadroom, &[]);
+    for _ in 0..10 {
+        call(&s, &addrs).await.expect("served by key-2");
+    }
+    assert_eq!(serving.served(), 10);
+    assert_eq!(spent.rate_limited(), 1, "a spent quota costs one attempt, then the member is skipped");
+    assert!(refusing.rate_limited() >= 1, "key-0 was tried");
+    assert!(refusing.rate_limited() <= 3, "key-0's 429s cool it down: {} tries", refusing.rate_limited());
+    let statuses = s.pool("llm").unwrap().status().await.expect("status");
+    assert!(statuses[1].quota_exhausted_for.is_some(), "visible per member");
+}
+
+#[actix::test]
+async fn when_every_member_refuses_the_request_ends_by_its_deadline() {
+    let refusing: Vec<MockUpstream> = (0..2)
+        .map(|_| {
+            MockUpstream::start(MockUpstreamConfig { capacity: Some(0), ..MockUpstreamConfig::default() }).unwrap()
+        })
+        .collect();
+    let addrs: Vec<_> = refusing.iter().map(MockUpstream::addr).collect();
+    let s = pooled(2, PoolPolicy::MostHeadroom, &[]);
+    let started = std::time::Instant::now();
+    let deadline = started + Duration::from_millis(1_500);
+    let result = s
+        .pool("llm")
+        .unwrap()
+        .request()
+        .deadline(deadline)
+        .classify(classify)
+        .call(|member, _| {
+            let index: usize = member.trim_start_matches("key-").parse().unwrap();
+            http_get(addrs[index], "/", TIMEOUT)
+        })
+        .await;
+    assert!(result.is_err(), "{result:?}");
+    assert!(started.elapsed() < Duration::from_millis(1_700), "{:?}", started.elapsed());
+    let tries: u64 = refusing.iter().map(MockUpstream::rate_limited).sum();
+    assert!((2..=6).contains(&tries), "{tries} attempts: each member, then after Retry-After, no storm");
+}
+
+#[actix::test]
+async fn when_every_members_quota_is_spent_the_request_fails_at_once() {
+    let spent: Vec<MockProvider> = (0..2).map(|_| MockProvider::start(limits(1_000, true), SERVICE).unwrap()).collect();
+    let addrs: Vec<_> = spent.iter().map(MockProvider::addr).collect();
+    let s = pooled(2, PoolPolicy::MostHeadroom, &[]);
+    let started = std::time::Instant::now();
+    let error = call(&s, &addrs).await.expect_err("no key has quota");
+    assert!(matches!(error, Error::QuotaExhausted { attempts: 2, .. }), "{error:?}");
+    assert!(matches!(call(&s, &addrs).await, Err(Error::QuotaExhausted { attempts: 0, .. })));
+    assert!(started.elapsed() < Duration::from_millis(500), "{:?}", started.elapsed());
+    assert_eq!(spent.iter().map(MockProvider::rate_limited).sum::<u64>(), 2, "one attempt per key");
+}
+
+#[test]
+fn a_pool_over_names_that_are_not_upstreams_is_refused() {
+    let built = Scheduler::builder()
+        .upstream(member("key-0"))
+        .pool(PoolConfig::builder("llm").member("key-0", 1).member("key-9", 1).build().unwrap())
+        .build();
+    match built {
+        Err(BuildError::Pool(PoolConfigError::UnknownMember { member, .. })) => assert_eq!(member, "key-9"),
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+    let s = Scheduler::builder()
+        .upstream(member("key-0"))
+        .pool(PoolConfig::builder("llm").member("key-0", 1).build().unwrap())
+        .build()
+        .unwrap();
+    assert!(s.pool("nope").is_err());
+}
