@@ -119,6 +119,15 @@ pub(crate) struct ReadStatus {
     pub(crate) reply: oneshot::Sender<UpstreamStatus>,
 }
 
+/// Answered once no release is on its way to the shared store (at once in local mode, or
+/// after the coordinator's bound): the last handle's drop waits for it, so a process that
+/// exits right after its last call leaves no permit behind for a lease.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct Drain {
+    pub(crate) reply: std::sync::mpsc::Sender<()>,
+}
+
 /// The coordinator's mode, for tests and the status endpoint.
 #[derive(Debug, Message)]
 #[rtype(result = "Mode")]

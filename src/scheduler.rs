@@ -2,6 +2,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::store::Store;
 #[cfg(feature = "redis")]
@@ -13,7 +14,7 @@ use wavegate_core::{ConfigError, Outcome, PoolConfig, PoolConfigError, UnknownUp
 use wavegate_redis::{Keyspace, StoreHealth};
 
 use crate::call::Ask;
-use crate::coordinator::Coordinator;
+use crate::coordinator::{Coordinator, DRAIN_BOUND};
 use crate::error::Error;
 use crate::messages::{ReadBreaker, ReadMode, ReadStatus};
 use crate::permit::Permit;
@@ -45,6 +46,23 @@ pub(crate) struct Inner {
     /// The shared store, if any (for its health).
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) store: Option<Store>,
+}
+
+impl Drop for Inner {
+    /// The last handle is gone: before the actors' own thread stops, the releases already on
+    /// their way to the shared store get there (at most [`DRAIN_BOUND`] more), so a process
+    /// that exits right after its last call does not leave its permits to their leases.
+    fn drop(&mut self) {
+        let own_thread = self._thread.is_some();
+        let on_actor_thread = std::thread::current().name() == Some(crate::runtime::ACTOR_THREAD);
+        if !own_thread || on_actor_thread || self.store.is_none() {
+            return;
+        }
+        let (reply, drained) = std::sync::mpsc::channel();
+        if self.coordinator.try_send(crate::messages::Drain { reply }).is_ok() {
+            let _ = drained.recv_timeout(DRAIN_BOUND + Duration::from_millis(200));
+        }
+    }
 }
 
 /// Why a scheduler could not be built.

@@ -128,3 +128,27 @@ async fn a_retry_after_a_429_waits_for_the_shared_cooldown() {
     assert_eq!(status.wave, 2);
     assert!(matches!(a.call("nope", |_| async { Ok::<_, Outcome>(()) }).await, Err(Error::UnknownUpstream(_))));
 }
+
+/// A short-lived process (a script, a CLI, a batch job) that exits right after its last call:
+/// the release of its permit reaches Redis before the actors' thread stops, so the permit
+/// does not hold a slot of the fleet's limit for a whole lease. Ten such "processes" in a row
+/// against a limit of 1.
+#[test]
+fn a_scheduler_dropped_right_after_its_last_call_leaves_no_permit_behind() {
+    let redis = RedisServer::start().expect("redis-server");
+    let mut con = redis.connection().expect("connection");
+    for run in 0..10 {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        runtime.block_on(async {
+            let scheduler = Scheduler::builder().upstream(upstream(1)).redis(redis.url()).build().expect("scheduler");
+            let started = Instant::now();
+            let permit = scheduler.acquire("llm").await.expect("the only permit is free");
+            assert!(started.elapsed() < Duration::from_secs(2), "run {run}: waited {:?}", started.elapsed());
+            permit.succeeded();
+            // The scheduler goes out of scope here, as at a process's exit.
+        });
+        drop(runtime);
+        let held: u64 = redis::cmd("ZCARD").arg("wavegate:{llm}:permits").query(&mut con).expect("ZCARD");
+        assert_eq!(held, 0, "run {run}: the exiting scheduler left its permit in Redis");
+    }
+}

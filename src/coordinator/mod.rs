@@ -38,7 +38,7 @@ use wavegate_core::{
 
 use crate::error::Error;
 use crate::ids::PermitIds;
-use crate::messages::{Acquire, Finish, ReadMode, ReadStatus, Wake};
+use crate::messages::{Acquire, Drain, Finish, ReadMode, ReadStatus, Wake};
 use crate::metrics;
 use crate::status::{ClassStatus, Mode, UpstreamStatus};
 pub(crate) use headroom::ReadHeadroom;
@@ -53,6 +53,9 @@ const BUDGET_GAUGES_EVERY: Duration = Duration::from_secs(1);
 /// counted by the others when they compute their fallback shares. A process that is gone for
 /// good makes the others' shares smaller (the safe side) for this long.
 const HEARTBEAT_TTL: Duration = Duration::from_secs(30);
+
+/// The longest a drain (the last handle's drop) waits for releases on their way to the store.
+pub(crate) const DRAIN_BOUND: Duration = Duration::from_secs(1);
 
 /// How long to wait before each new attempt at a release that failed for a reason other than
 /// an outage (after the last, the permit's lease ends it).
@@ -154,6 +157,10 @@ pub(crate) struct Coordinator {
     /// A reconciliation is in flight: waiters wait, finishes are deferred.
     reconciling: bool,
     deferred: Vec<Finish>,
+    /// Releases sent to the store whose reply has not come back.
+    releases_in_flight: usize,
+    /// Drains waiting for those replies.
+    drains: Vec<std::sync::mpsc::Sender<()>>,
     #[cfg(feature = "redis")]
     probe_backoff: Duration,
     /// When a rejection of the store was last logged.
@@ -194,6 +201,8 @@ impl Coordinator {
             live_peak: None,
             reconciling: false,
             deferred: Vec::new(),
+            releases_in_flight: 0,
+            drains: Vec::new(),
             #[cfg(feature = "redis")]
             probe_backoff: outage::PROBE_MIN,
             rejection_logged: None,
@@ -231,98 +240,138 @@ impl Coordinator {
                 let epoch = self.epoch;
                 let call_id = id.clone();
                 let call = async move { gate.finish(&call_id, wave, signal, token_delta).await };
-                ctx.spawn(call.into_actor(self).map(move |result, act, ctx| match result {
-                    Ok(finished) => {
-                        let slot = &mut act.slots[upstream];
-                        // Every reply says whether a shared cooldown runs, whoever started it
-                        // (a late 429's reply too): a fallback must carry it on.
-                        if finished.status.state == WaveState::Cooldown {
-                            slot.last_shared.cooldown_until = Some(Instant::now() + finished.status.cooldown_remaining);
-                        }
-                        slot.last_shared.state = Some((finished.status.state, finished.status.limit));
-                        slot.last_shared.wave = finished.status.wave;
-                        if !finished.held && !registration_only {
-                            // Its lease ended while the call ran: for a while the fleet could
-                            // admit one more than the limit.
-                            tracing::warn!(upstream = %slot.config.name(), permit = %id, "permit released after its lease ended");
-                            metrics::released_after_lease(slot.config.name().as_str());
-                        }
-                        let name = slot.config.name().as_str();
-                        record_rate_limit(name, finished.rate_limit);
-                        let status = finished.status;
-                        metrics::wave(name, status.state, status.limit, status.wave);
-                        metrics::permits_in_flight(name, "fleet", status.in_flight as usize);
-                        act.pump(upstream, ctx);
-                    }
-                    Err(error) if !error.is_outage() => {
-                        metrics::redis_error("finish", error.label());
-                        let name = act.slots[upstream].config.name().to_string();
-                        if attempt < FINISH_RETRIES.len() as u32 {
-                            tracing::warn!(upstream = %name, permit = %id, %error, attempt, "release failed; trying again");
-                            let again = Release { id, wave, signal, token_delta, registration_only };
-                            ctx.run_later(FINISH_RETRIES[attempt as usize], move |act, ctx| {
-                                if act.mode == Mode::Shared {
-                                    act.release_attempt(upstream, again, attempt + 1, ctx);
-                                } else {
-                                    // The store went away meanwhile: the reconciliation drops it.
-                                    act.slots[upstream].outage.unreleased.insert(again.id);
-                                }
-                            });
-                        } else {
-                            tracing::error!(upstream = %name, permit = %id, %error, "release failed; its lease will end it");
-                        }
-                    }
-                    Err(error) => {
-                        // The release may not have happened: drop the registration when the
-                        // store is back.
-                        act.slots[upstream].outage.unreleased.insert(id.clone());
-                        act.on_store_error(epoch, Some(upstream), "finish", &error, ctx);
-                        if act.mode == Mode::Fallback && matches!(signal, WaveSignal::RateLimited { .. }) {
-                            // The 429 that could not be reported still cools this process down,
-                            // once per shared wave: the permit's wave is the shared one; in the
-                            // fallback's numbering the shared wave at the switch is its first.
-                            // A 429 of an older shared wave is late and cuts nothing.
-                            let now_ms = act.clock.now_ms();
-                            let slot = &mut act.slots[upstream];
-                            if wave >= slot.last_shared.wave {
-                                let local_wave = slot.outage.entry_wave;
-                                let report = slot.local.finish(&id, local_wave, signal, now_ms);
-                                if let (Some(RateLimitEffect::Cut { .. }), WaveSignal::RateLimited { retry_after }) =
-                                    (report.rate_limit, signal)
-                                {
-                                    slot.outage.rate_limited = Some(retry_after);
-                                }
-                            }
-                        }
-                    }
+                self.releases_in_flight += 1;
+                ctx.spawn(call.into_actor(self).map(move |result, act, ctx| {
+                    act.release_done();
+                    act.on_released(
+                        upstream,
+                        Release { id, wave, signal, token_delta, registration_only },
+                        attempt,
+                        epoch,
+                        result,
+                        ctx,
+                    )
                 }));
             }
-            None => {
-                let now_ms = self.clock.now_ms();
-                let slot = &mut self.slots[upstream];
-                slot.local.settle_tokens(token_delta, now_ms);
-                let report = slot.local.finish(&id, wave, signal, now_ms);
+            None => self.release_local(upstream, id, wave, signal, token_delta),
+        }
+    }
+
+    /// One release fewer on its way to the store: a drain waiting for none is answered.
+    fn release_done(&mut self) {
+        self.releases_in_flight = self.releases_in_flight.saturating_sub(1);
+        if self.releases_in_flight == 0 {
+            for drain in self.drains.drain(..) {
+                let _ = drain.send(());
+            }
+        }
+    }
+
+    /// What a release's reply (or its failure) does.
+    #[cfg(feature = "redis")]
+    fn on_released(
+        &mut self,
+        upstream: usize,
+        release: Release,
+        attempt: u32,
+        epoch: u64,
+        result: Result<wavegate_redis::Finished, StoreError>,
+        ctx: &mut Context<Self>,
+    ) {
+        let Release { id, wave, signal, token_delta, registration_only } = release;
+        let act = self;
+        match result {
+            Ok(finished) => {
+                let slot = &mut act.slots[upstream];
+                // Every reply says whether a shared cooldown runs, whoever started it
+                // (a late 429's reply too): a fallback must carry it on.
+                if finished.status.state == WaveState::Cooldown {
+                    slot.last_shared.cooldown_until = Some(Instant::now() + finished.status.cooldown_remaining);
+                }
+                slot.last_shared.state = Some((finished.status.state, finished.status.limit));
+                slot.last_shared.wave = finished.status.wave;
+                if !finished.held && !registration_only {
+                    // Its lease ended while the call ran: for a while the fleet could
+                    // admit one more than the limit.
+                    tracing::warn!(upstream = %slot.config.name(), permit = %id, "permit released after its lease ended");
+                    metrics::released_after_lease(slot.config.name().as_str());
+                }
                 let name = slot.config.name().as_str();
-                if !report.held && self.mode == Mode::Local {
-                    metrics::released_after_lease(name);
+                record_rate_limit(name, finished.rate_limit);
+                let status = finished.status;
+                metrics::wave(name, status.state, status.limit, status.wave);
+                metrics::permits_in_flight(name, "fleet", status.in_flight as usize);
+                act.pump(upstream, ctx);
+            }
+            Err(error) if !error.is_outage() => {
+                metrics::redis_error("finish", error.label());
+                let name = act.slots[upstream].config.name().to_string();
+                if attempt < FINISH_RETRIES.len() as u32 {
+                    tracing::warn!(upstream = %name, permit = %id, %error, attempt, "release failed; trying again");
+                    let again = Release { id, wave, signal, token_delta, registration_only };
+                    ctx.run_later(FINISH_RETRIES[attempt as usize], move |act, ctx| {
+                        if act.mode == Mode::Shared {
+                            act.release_attempt(upstream, again, attempt + 1, ctx);
+                        } else {
+                            // The store went away meanwhile: the reconciliation drops it.
+                            act.slots[upstream].outage.unreleased.insert(again.id);
+                        }
+                    });
+                } else {
+                    tracing::error!(upstream = %name, permit = %id, %error, "release failed; its lease will end it");
                 }
-                record_rate_limit(name, report.rate_limit);
-                // `finish` has just purged the expired leases and applied time.
-                let snapshot = slot.local.machine().snapshot();
-                metrics::wave(name, snapshot.state, snapshot.limit, snapshot.wave);
-                if self.mode == Mode::Local {
-                    metrics::permits_in_flight(name, "fleet", slot.local.ledger().len());
-                }
-                if self.mode == Mode::Fallback {
-                    slot.outage.tokens += token_delta;
-                    if let Some(RateLimitEffect::Cut { .. }) = report.rate_limit {
-                        let WaveSignal::RateLimited { retry_after } = signal else { unreachable!("only a 429 cuts") };
-                        slot.outage.rate_limited = Some(retry_after);
+            }
+            Err(error) => {
+                // The release may not have happened: drop the registration when the
+                // store is back.
+                act.slots[upstream].outage.unreleased.insert(id.clone());
+                act.on_store_error(epoch, Some(upstream), "finish", &error, ctx);
+                if act.mode == Mode::Fallback && matches!(signal, WaveSignal::RateLimited { .. }) {
+                    // The 429 that could not be reported still cools this process down,
+                    // once per shared wave: the permit's wave is the shared one; in the
+                    // fallback's numbering the shared wave at the switch is its first.
+                    // A 429 of an older shared wave is late and cuts nothing.
+                    let now_ms = act.clock.now_ms();
+                    let slot = &mut act.slots[upstream];
+                    if wave >= slot.last_shared.wave {
+                        let local_wave = slot.outage.entry_wave;
+                        let report = slot.local.finish(&id, local_wave, signal, now_ms);
+                        if let (Some(RateLimitEffect::Cut { .. }), WaveSignal::RateLimited { retry_after }) =
+                            (report.rate_limit, signal)
+                        {
+                            slot.outage.rate_limited = Some(retry_after);
+                        }
                     }
-                    if slot.outage.registered.remove(&id) {
-                        slot.outage.unreleased.insert(id);
-                    }
                 }
+            }
+        }
+    }
+
+    /// A release in local mode or in a fallback: the process's own gate.
+    fn release_local(&mut self, upstream: usize, id: String, wave: u64, signal: WaveSignal, token_delta: i64) {
+        let now_ms = self.clock.now_ms();
+        let slot = &mut self.slots[upstream];
+        slot.local.settle_tokens(token_delta, now_ms);
+        let report = slot.local.finish(&id, wave, signal, now_ms);
+        let name = slot.config.name().as_str();
+        if !report.held && self.mode == Mode::Local {
+            metrics::released_after_lease(name);
+        }
+        record_rate_limit(name, report.rate_limit);
+        // `finish` has just purged the expired leases and applied time.
+        let snapshot = slot.local.machine().snapshot();
+        metrics::wave(name, snapshot.state, snapshot.limit, snapshot.wave);
+        if self.mode == Mode::Local {
+            metrics::permits_in_flight(name, "fleet", slot.local.ledger().len());
+        }
+        if self.mode == Mode::Fallback {
+            slot.outage.tokens += token_delta;
+            if let Some(RateLimitEffect::Cut { .. }) = report.rate_limit {
+                let WaveSignal::RateLimited { retry_after } = signal else { unreachable!("only a 429 cuts") };
+                slot.outage.rate_limited = Some(retry_after);
+            }
+            if slot.outage.registered.remove(&id) {
+                slot.outage.unreleased.insert(id);
             }
         }
     }
@@ -703,6 +752,25 @@ impl Handler<ReadStatus> for Coordinator {
                 }));
             }
         }
+    }
+}
+
+impl Handler<Drain> for Coordinator {
+    type Result = ();
+
+    fn handle(&mut self, drain: Drain, ctx: &mut Context<Self>) {
+        if self.releases_in_flight == 0 && !self.reconciling {
+            let _ = drain.reply.send(());
+            return;
+        }
+        // Each release is bounded by the command timeout; a reconciliation replays the
+        // releases it deferred once done. Past the bound the caller goes on anyway.
+        self.drains.push(drain.reply);
+        ctx.run_later(DRAIN_BOUND, |act, _| {
+            for drain in act.drains.drain(..) {
+                let _ = drain.send(());
+            }
+        });
     }
 }
 

@@ -7,6 +7,7 @@
 //! cargo run --release -p wavegate-scenarios -- --quick    # a smoke run of every scenario
 //! cargo run --release -p wavegate-scenarios -- --help     # every option
 //! cargo run --release -p wavegate-scenarios -- mixed      # priority classes under a batch flood
+//! cargo run --release -p wavegate-scenarios -- scale      # 32 processes, 100 upstreams, one Redis
 //! ```
 //!
 //! One binary plays three roles, chosen by the `WAVEGATE_SCENARIO_ROLE` environment variable:
@@ -23,6 +24,7 @@ mod provider;
 mod redis_stats;
 mod report;
 mod runner;
+mod scale;
 mod scenario;
 mod stats;
 mod strategy;
@@ -39,13 +41,18 @@ fn main() -> ExitCode {
         Ok("provider") => provider::main(),
         Ok("worker") => worker::main(),
         Ok("mixed-worker") => mixed::worker_main(),
+        Ok("scale-worker") => scale::worker_main(),
         Ok(other) => {
             eprintln!("unknown {ROLE_ENV}={other:?} (expected `provider` or `worker`)");
             ExitCode::FAILURE
         }
         Err(_) => {
             let args: Vec<String> = std::env::args().skip(1).collect();
-            if args.first().is_some_and(|a| a == "mixed") { mixed::runner_main(&args[1..]) } else { runner::main() }
+            match args.first().map(String::as_str) {
+                Some("mixed") => mixed::runner_main(&args[1..]),
+                Some("scale") => scale::runner_main(&args[1..]),
+                _ => runner::main(),
+            }
         }
     }
 }

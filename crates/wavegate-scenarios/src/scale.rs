@@ -1,0 +1,290 @@
+//! Many processes, many upstreams, one Redis: what the shared store costs at scale. 32 real
+//! worker processes × 10 callers, each call to one of 100 upstreams (limit 2 each) drawn at
+//! random, against one mock provider; it reports the calls per second, the script calls sent
+//! per granted permit, the Redis server's CPU (from `INFO cpu`) and the permit wait.
+//!
+//! ```text
+//! cargo run --release -p wavegate-scenarios -- scale
+//! cargo run --release -p wavegate-scenarios -- scale --processes 8 --upstreams 20 --secs 10
+//! ```
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::rc::Rc;
+use std::sync::mpsc::{Receiver, channel};
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use wavegate::{Mode, Scheduler, UpstreamConfig};
+use wavegate_testkit::{MockUpstream, MockUpstreamConfig, RedisServer, http_get};
+
+use crate::ROLE_ENV;
+use crate::redis_stats::CommandStats;
+use crate::stats::percentile;
+
+/// The limit of each upstream.
+const LIMIT: u32 = 2;
+
+const ENV_REDIS: &str = "WAVEGATE_SCALE_REDIS";
+const ENV_PROVIDER: &str = "WAVEGATE_SCALE_PROVIDER";
+const ENV_UPSTREAMS: &str = "WAVEGATE_SCALE_UPSTREAMS";
+const ENV_CALLERS: &str = "WAVEGATE_SCALE_CALLERS";
+const ENV_SECS: &str = "WAVEGATE_SCALE_SECS";
+
+fn name(index: usize) -> String {
+    format!("u{index:03}")
+}
+
+fn env(key: &str) -> Result<String, String> {
+    std::env::var(key).map_err(|_| format!("{key} is not set"))
+}
+
+fn number<T: std::str::FromStr>(key: &str) -> Result<T, String> {
+    env(key)?.parse().map_err(|_| format!("{key} is not a number"))
+}
+
+/// The worker role: `ready` once in shared mode, then on `go` calls for `secs` seconds, then
+/// prints each call's permit wait (`w <ms>`, or `e` for a failed call) and `done`.
+pub(crate) fn worker_main() -> ExitCode {
+    match worker() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("scale worker: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn worker() -> Result<(), String> {
+    let redis = env(ENV_REDIS)?;
+    let provider: SocketAddr = env(ENV_PROVIDER)?.parse().map_err(|e| format!("provider address: {e}"))?;
+    let upstreams: usize = number(ENV_UPSTREAMS)?;
+    let callers: usize = number(ENV_CALLERS)?;
+    let secs: f64 = number(ENV_SECS)?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime, async move {
+        let mut builder = Scheduler::builder().redis(redis);
+        for index in 0..upstreams {
+            let config = UpstreamConfig::builder(name(index)).limit(LIMIT).max_wait(Duration::from_secs(60));
+            builder = builder.upstream(config.build().map_err(|e| e.to_string())?);
+        }
+        let scheduler = builder.build().map_err(|e| e.to_string())?;
+        let started = Instant::now();
+        while scheduler.mode().await.map_err(|e| e.to_string())? != Mode::Shared {
+            if started.elapsed() > Duration::from_secs(20) {
+                return Err("not in shared mode after 20 s".to_string());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let handles = (0..upstreams)
+            .map(|index| scheduler.upstream(&name(index)).map_err(|e| e.to_string()))
+            .collect::<Result<Vec<_>, _>>()?;
+        println!("ready");
+        let mut line = String::new();
+        std::io::stdin().lock().read_line(&mut line).map_err(|e| e.to_string())?;
+        let end = Instant::now() + Duration::from_secs_f64(secs);
+        // Every change of mode this process goes through (a store too slow for its command
+        // timeout sends it to fallback).
+        let switches = Rc::new(std::cell::Cell::new(0u32));
+        {
+            let (scheduler, switches) = (scheduler.clone(), switches.clone());
+            tokio::task::spawn_local(async move {
+                let mut last = Mode::Shared;
+                loop {
+                    if let Ok(mode) = scheduler.mode().await
+                        && mode != last
+                    {
+                        switches.set(switches.get() + 1);
+                        last = mode;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            });
+        }
+        let waits = Rc::new(std::cell::RefCell::new(Vec::new()));
+        let handles = Rc::new(handles);
+        let tasks: Vec<_> = (0..callers)
+            .map(|_| {
+                let (waits, handles) = (waits.clone(), handles.clone());
+                tokio::task::spawn_local(async move {
+                    while Instant::now() < end {
+                        let upstream = &handles[rand::rng().random_range(0..handles.len())];
+                        let mut waited = Duration::ZERO;
+                        let reply = upstream
+                            .request()
+                            .call(|attempt| {
+                                waited += attempt.waited;
+                                http_get(provider, "/", Duration::from_secs(10))
+                            })
+                            .await;
+                        let ok = reply.is_ok_and(|r| r.status == 200);
+                        waits.borrow_mut().push(ok.then_some(waited.as_secs_f64() * 1000.0));
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.map_err(|e| e.to_string())?;
+        }
+        let mut stdout = std::io::stdout().lock();
+        for wait in waits.borrow().iter() {
+            match wait {
+                Some(ms) => writeln!(stdout, "w {ms:.3}"),
+                None => writeln!(stdout, "e"),
+            }
+            .map_err(|e| e.to_string())?;
+        }
+        writeln!(stdout, "modes {}", switches.get()).map_err(|e| e.to_string())?;
+        writeln!(stdout, "done").map_err(|e| e.to_string())
+    })
+}
+
+fn option(args: &[String], name: &str, default: f64) -> Result<f64, String> {
+    match args.iter().position(|a| a == name) {
+        Some(i) => args.get(i + 1).and_then(|v| v.parse().ok()).ok_or_else(|| format!("{name} needs a number")),
+        None => Ok(default),
+    }
+}
+
+/// The runner (`scale [--processes N] [--callers N] [--upstreams N] [--secs N] [--service-ms N]`).
+pub(crate) fn runner_main(args: &[String]) -> ExitCode {
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("wavegate-scenarios scale: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The Redis server's CPU seconds so far (user + system), from `INFO cpu`.
+fn redis_cpu(con: &mut redis::Connection) -> Result<f64, String> {
+    let info: String = redis::cmd("INFO").arg("cpu").query(con).map_err(|e| e.to_string())?;
+    let field = |name: &str| {
+        info.lines().find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse::<f64>().ok())).unwrap_or(0.0)
+    };
+    Ok(field("used_cpu_user:") + field("used_cpu_sys:"))
+}
+
+fn run(args: &[String]) -> Result<(), String> {
+    let processes = option(args, "--processes", 32.0)? as usize;
+    let callers = option(args, "--callers", 10.0)? as usize;
+    let upstreams = option(args, "--upstreams", 100.0)? as usize;
+    let secs = option(args, "--secs", 15.0)?;
+    let service_ms = option(args, "--service-ms", 50.0)?;
+    let redis = RedisServer::start().map_err(|e| e.to_string())?;
+    let service = Duration::from_secs_f64(service_ms / 1000.0);
+    let provider = MockUpstream::start(MockUpstreamConfig { service_time: service, ..Default::default() })
+        .map_err(|e| format!("mock provider: {e}"))?;
+    println!(
+        "# scale: {processes} processes x {callers} callers, {upstreams} upstreams of limit {LIMIT} (each call to one \
+         drawn at random), {service_ms} ms calls, one Redis, {secs} s"
+    );
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let (tx, rx) = channel::<(usize, Option<String>)>();
+    let mut workers = Vec::new();
+    let mut stdins = Vec::new();
+    for i in 0..processes {
+        let mut child = Command::new(&exe)
+            .env(ROLE_ENV, "scale-worker")
+            .env(ENV_REDIS, redis.url())
+            .env(ENV_PROVIDER, provider.addr().to_string())
+            .env(ENV_UPSTREAMS, upstreams.to_string())
+            .env(ENV_CALLERS, callers.to_string())
+            .env(ENV_SECS, secs.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("cannot start a worker: {e}"))?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        stdins.push(child.stdin.take().ok_or("no stdin")?);
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send((i, Some(line)));
+            }
+            let _ = tx.send((i, None));
+        });
+        workers.push(Worker { child });
+    }
+    drop(tx);
+    let mut waits = Vec::new();
+    let (mut failed, mut switches) = (0u64, 0u64);
+    wait_all(&rx, processes, "ready", Duration::from_secs(60), &mut waits, &mut failed, &mut switches)?;
+    let mut con = redis.connection().map_err(|e| e.to_string())?;
+    redis::cmd("CONFIG").arg("RESETSTAT").exec(&mut con).map_err(|e| e.to_string())?;
+    let cpu_before = redis_cpu(&mut con)?;
+    let started = Instant::now();
+    for stdin in &mut stdins {
+        writeln!(stdin, "go").and_then(|()| stdin.flush()).map_err(|e| e.to_string())?;
+    }
+    wait_all(&rx, processes, "done", Duration::from_secs_f64(secs + 120.0), &mut waits, &mut failed, &mut switches)?;
+    let took = started.elapsed().as_secs_f64();
+    let cpu = redis_cpu(&mut con)? - cpu_before;
+    let stats = CommandStats::read(&mut con).map_err(|e| e.to_string())?;
+    drop(workers);
+    let granted = waits.len().max(1) as f64;
+    let evalsha = stats.calls.get("evalsha").copied().unwrap_or(0) as f64;
+    println!();
+    println!(
+        "| processes x callers | upstreams | calls | calls/s | failed | changes of mode | script calls sent per permit | commands executed per permit | Redis CPU | permit wait p50 / p99 / max (ms) | max at the provider |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let calls = waits.len();
+    let mut p = |q| percentile(&mut waits, q).unwrap_or(f64::NAN);
+    let (p50, p99, max) = (p(50.0), p(99.0), p(100.0));
+    println!(
+        "| {processes} x {callers} | {upstreams} | {} | {:.0} | {failed} | {switches} | {:.2} | {:.1} | {:.0} % of one core | {p50:.1} / {p99:.1} / {max:.0} | {} |",
+        calls,
+        calls as f64 / took,
+        evalsha / granted,
+        stats.executed() as f64 / granted,
+        100.0 * cpu / took,
+        provider.max_in_flight(),
+    );
+    Ok(())
+}
+
+/// A worker process; killed on drop.
+struct Worker {
+    child: Child,
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits until every worker said `word`; keeps the waits reported meanwhile.
+fn wait_all(
+    rx: &Receiver<(usize, Option<String>)>,
+    processes: usize,
+    word: &str,
+    within: Duration,
+    waits: &mut Vec<f64>,
+    failed: &mut u64,
+    switches: &mut u64,
+) -> Result<(), String> {
+    let deadline = Instant::now() + within;
+    let mut said = vec![false; processes];
+    while !said.iter().all(|s| *s) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((i, Some(line))) if line == word => said[i] = true,
+            Ok((_, Some(line))) if line == "e" => *failed += 1,
+            Ok((_, Some(line))) if line.starts_with("modes ") => {
+                *switches += line[6..].parse::<u64>().unwrap_or(0);
+            }
+            Ok((_, Some(line))) => waits.extend(line.strip_prefix("w ").and_then(|v| v.parse::<f64>().ok())),
+            Ok((i, None)) if !said[i] => return Err(format!("worker {i} ended before `{word}`")),
+            Ok((_, None)) => {}
+            Err(_) => return Err(format!("no `{word}` from every worker within {within:?}")),
+        }
+    }
+    Ok(())
+}
