@@ -14,7 +14,9 @@
 //! The dedicated thread belongs to the scheduler: when the last handle on it goes away
 //! ([`Scheduler`](crate::Scheduler) clones, [`Upstream`](crate::Upstream) handles, calls in
 //! progress), its system is told to stop and the thread ends, dropping the actors and their
-//! Redis connections.
+//! Redis connections. Before that, the drop waits (at most `DRAIN_BOUND`, 1 s) until the
+//! releases already sent to Redis have their replies, so a process that exits right after
+//! its last call does not leave that permit to its lease.
 
 use std::sync::mpsc;
 use std::time::Duration;
