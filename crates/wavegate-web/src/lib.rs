@@ -19,7 +19,7 @@ mod status;
 
 pub use error::{ErrorBody, WebError};
 pub use prometheus::{InstallError, install_prometheus, metrics_handler};
-pub use status::{BudgetView, RejectionView, StatusBody, StoreView, UpstreamView, status, status_handler};
+pub use status::{BudgetView, ClassView, RejectionView, StatusBody, StoreView, UpstreamView, status, status_handler};
 
 use actix_web::web;
 
