@@ -19,6 +19,7 @@
 mod cli;
 mod mixed;
 mod nginx;
+mod process_fleet;
 mod protocol;
 mod provider;
 mod redis_stats;

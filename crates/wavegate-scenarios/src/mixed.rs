@@ -12,17 +12,16 @@
 //! ```
 
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, Write};
 use std::net::SocketAddr;
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::rc::Rc;
-use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
 use wavegate::{Mode, Scheduler, Upstream, UpstreamConfig};
 use wavegate_testkit::{MockUpstream, MockUpstreamConfig, RedisServer, http_get};
 
-use crate::ROLE_ENV;
+use crate::process_fleet::{ProcessFleet, option};
 use crate::redis_stats::CommandStats;
 use crate::stats::percentile;
 
@@ -199,13 +198,6 @@ pub(crate) fn runner_main(args: &[String]) -> ExitCode {
     }
 }
 
-fn option(args: &[String], name: &str, default: f64) -> Result<f64, String> {
-    match args.iter().position(|a| a == name) {
-        Some(i) => args.get(i + 1).and_then(|v| v.parse().ok()).ok_or_else(|| format!("{name} needs a number")),
-        None => Ok(default),
-    }
-}
-
 fn run(args: &[String]) -> Result<(), String> {
     let secs = option(args, "--secs", 20.0)?;
     let service_ms = option(args, "--service-ms", 100.0)?;
@@ -266,80 +258,24 @@ fn run(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// A worker process; killed on drop.
-struct Worker {
-    child: Child,
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Starts the four workers, starts them together, collects their calls.
 fn run_fleet(redis: &str, provider: SocketAddr, classes: bool, secs: f64, rate: f64) -> Result<Vec<Call>, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let (tx, rx) = channel::<(usize, Option<String>)>();
-    let mut workers = Vec::new();
-    let mut stdins = Vec::new();
-    for (i, kind) in ["batch", "batch", "interactive", "interactive"].into_iter().enumerate() {
-        let mut child = Command::new(&exe)
-            .env(ROLE_ENV, "mixed-worker")
-            .env(ENV_REDIS, redis)
-            .env(ENV_PROVIDER, provider.to_string())
-            .env(ENV_KIND, kind)
-            .env(ENV_CLASSES, if classes { "1" } else { "0" })
-            .env(ENV_SECS, secs.to_string())
-            .env(ENV_RATE, rate.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("cannot start a worker: {e}"))?;
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        stdins.push(child.stdin.take().ok_or("no stdin")?);
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send((i, Some(line)));
-            }
-            let _ = tx.send((i, None));
-        });
-        workers.push(Worker { child });
-    }
-    drop(tx);
-    wait_all(&rx, "ready", Duration::from_secs(20), &mut Vec::new())?;
-    for stdin in &mut stdins {
-        writeln!(stdin, "go").and_then(|()| stdin.flush()).map_err(|e| e.to_string())?;
-    }
+    let kinds = ["batch", "batch", "interactive", "interactive"];
+    let mut fleet = ProcessFleet::spawn("mixed-worker", kinds.len(), |i| {
+        vec![
+            (ENV_REDIS, redis.to_owned()),
+            (ENV_PROVIDER, provider.to_string()),
+            (ENV_KIND, kinds[i].to_owned()),
+            (ENV_CLASSES, if classes { "1" } else { "0" }.to_owned()),
+            (ENV_SECS, secs.to_string()),
+            (ENV_RATE, rate.to_string()),
+        ]
+    })?;
+    fleet.wait_all("ready", Duration::from_secs(20), |_| {})?;
+    fleet.send_all("go")?;
     let mut calls = Vec::new();
-    wait_all(&rx, "done", Duration::from_secs_f64(secs + 150.0), &mut calls)?;
-    drop(workers);
+    fleet.wait_all("done", Duration::from_secs_f64(secs + 150.0), |line| calls.extend(Call::parse(line)))?;
     Ok(calls)
-}
-
-/// Waits until each of the four workers said `word`; keeps the calls reported meanwhile.
-fn wait_all(
-    rx: &Receiver<(usize, Option<String>)>,
-    word: &str,
-    within: Duration,
-    calls: &mut Vec<Call>,
-) -> Result<(), String> {
-    let deadline = Instant::now() + within;
-    let mut said = [false; 4];
-    while !said.iter().all(|s| *s) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok((i, Some(line))) if line == word => said[i] = true,
-            Ok((_, Some(line))) => calls.extend(Call::parse(&line)),
-            Ok((i, None)) if !said[i] => return Err(format!("worker {i} ended before `{word}`")),
-            Ok((_, None)) => {}
-            Err(_) => return Err(format!("no `{word}` from every worker within {within:?}")),
-        }
-    }
-    Ok(())
 }
 
 /// The picture: per run, every call's permit wait over time (log scale), by class.

@@ -8,18 +8,17 @@
 //! cargo run --release -p wavegate-scenarios -- scale --processes 8 --upstreams 20 --secs 10
 //! ```
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, Write};
 use std::net::SocketAddr;
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::rc::Rc;
-use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
 use wavegate::{Mode, Scheduler, UpstreamConfig};
 use wavegate_testkit::{MockUpstream, MockUpstreamConfig, RedisServer, http_get};
 
-use crate::ROLE_ENV;
+use crate::process_fleet::{ProcessFleet, option};
 use crate::redis_stats::CommandStats;
 use crate::stats::percentile;
 
@@ -141,13 +140,6 @@ fn worker() -> Result<(), String> {
     })
 }
 
-fn option(args: &[String], name: &str, default: f64) -> Result<f64, String> {
-    match args.iter().position(|a| a == name) {
-        Some(i) => args.get(i + 1).and_then(|v| v.parse().ok()).ok_or_else(|| format!("{name} needs a number")),
-        None => Ok(default),
-    }
-}
-
 /// The runner (`scale [--processes N] [--callers N] [--upstreams N] [--secs N] [--service-ms N]`).
 pub(crate) fn runner_main(args: &[String]) -> ExitCode {
     match run(args) {
@@ -182,50 +174,34 @@ fn run(args: &[String]) -> Result<(), String> {
         "# scale: {processes} processes x {callers} callers, {upstreams} upstreams of limit {LIMIT} (each call to one \
          drawn at random), {service_ms} ms calls, one Redis, {secs} s"
     );
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let (tx, rx) = channel::<(usize, Option<String>)>();
-    let mut workers = Vec::new();
-    let mut stdins = Vec::new();
-    for i in 0..processes {
-        let mut child = Command::new(&exe)
-            .env(ROLE_ENV, "scale-worker")
-            .env(ENV_REDIS, redis.url())
-            .env(ENV_PROVIDER, provider.addr().to_string())
-            .env(ENV_UPSTREAMS, upstreams.to_string())
-            .env(ENV_CALLERS, callers.to_string())
-            .env(ENV_SECS, secs.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("cannot start a worker: {e}"))?;
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        stdins.push(child.stdin.take().ok_or("no stdin")?);
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send((i, Some(line)));
-            }
-            let _ = tx.send((i, None));
-        });
-        workers.push(Worker { child });
-    }
-    drop(tx);
+    let (redis_url, provider_addr) = (redis.url(), provider.addr().to_string());
+    let mut fleet = ProcessFleet::spawn("scale-worker", processes, |_| {
+        vec![
+            (ENV_REDIS, redis_url.clone()),
+            (ENV_PROVIDER, provider_addr.clone()),
+            (ENV_UPSTREAMS, upstreams.to_string()),
+            (ENV_CALLERS, callers.to_string()),
+            (ENV_SECS, secs.to_string()),
+        ]
+    })?;
     let mut waits = Vec::new();
     let (mut failed, mut switches) = (0u64, 0u64);
-    wait_all(&rx, processes, "ready", Duration::from_secs(60), &mut waits, &mut failed, &mut switches)?;
+    let mut take = |line: &str| match line {
+        "e" => failed += 1,
+        _ if line.starts_with("modes ") => switches += line[6..].parse::<u64>().unwrap_or(0),
+        _ => waits.extend(line.strip_prefix("w ").and_then(|v| v.parse::<f64>().ok())),
+    };
+    fleet.wait_all("ready", Duration::from_secs(60), &mut take)?;
     let mut con = redis.connection().map_err(|e| e.to_string())?;
     redis::cmd("CONFIG").arg("RESETSTAT").exec(&mut con).map_err(|e| e.to_string())?;
     let cpu_before = redis_cpu(&mut con)?;
     let started = Instant::now();
-    for stdin in &mut stdins {
-        writeln!(stdin, "go").and_then(|()| stdin.flush()).map_err(|e| e.to_string())?;
-    }
-    wait_all(&rx, processes, "done", Duration::from_secs_f64(secs + 120.0), &mut waits, &mut failed, &mut switches)?;
+    fleet.send_all("go")?;
+    fleet.wait_all("done", Duration::from_secs_f64(secs + 120.0), &mut take)?;
     let took = started.elapsed().as_secs_f64();
     let cpu = redis_cpu(&mut con)? - cpu_before;
     let stats = CommandStats::read(&mut con).map_err(|e| e.to_string())?;
-    drop(workers);
+    drop(fleet);
     let granted = waits.len().max(1) as f64;
     let evalsha = stats.calls.get("evalsha").copied().unwrap_or(0) as f64;
     println!();
@@ -245,46 +221,5 @@ fn run(args: &[String]) -> Result<(), String> {
         100.0 * cpu / took,
         provider.max_in_flight(),
     );
-    Ok(())
-}
-
-/// A worker process; killed on drop.
-struct Worker {
-    child: Child,
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Waits until every worker said `word`; keeps the waits reported meanwhile.
-fn wait_all(
-    rx: &Receiver<(usize, Option<String>)>,
-    processes: usize,
-    word: &str,
-    within: Duration,
-    waits: &mut Vec<f64>,
-    failed: &mut u64,
-    switches: &mut u64,
-) -> Result<(), String> {
-    let deadline = Instant::now() + within;
-    let mut said = vec![false; processes];
-    while !said.iter().all(|s| *s) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok((i, Some(line))) if line == word => said[i] = true,
-            Ok((_, Some(line))) if line == "e" => *failed += 1,
-            Ok((_, Some(line))) if line.starts_with("modes ") => {
-                *switches += line[6..].parse::<u64>().unwrap_or(0);
-            }
-            Ok((_, Some(line))) => waits.extend(line.strip_prefix("w ").and_then(|v| v.parse::<f64>().ok())),
-            Ok((i, None)) if !said[i] => return Err(format!("worker {i} ended before `{word}`")),
-            Ok((_, None)) => {}
-            Err(_) => return Err(format!("no `{word}` from every worker within {within:?}")),
-        }
-    }
     Ok(())
 }
