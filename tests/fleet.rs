@@ -15,7 +15,7 @@ use wavegate::{Scheduler, UpstreamConfig};
 use wavegate_testkit::{MockUpstream, MockUpstreamConfig, RedisServer};
 
 mod common;
-use common::{call_mock, env};
+use common::{call_mock, env, field, run_scenarios};
 
 const ROLE: &str = "WAVEGATE_FLEET_ROLE";
 
@@ -33,28 +33,7 @@ fn main() {
         ("redis_killed_under_load_fails_open_to_fair_shares", redis_killed_under_load_fails_open_to_fair_shares),
         ("four_processes_stay_within_the_requests_budget", four_processes_stay_within_the_requests_budget),
     ];
-    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
-    let (mut passed, mut failed) = (0, 0);
-    for (name, scenario) in scenarios {
-        if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
-            continue;
-        }
-        let started = Instant::now();
-        match std::panic::catch_unwind(scenario) {
-            Ok(()) => {
-                passed += 1;
-                println!("test {name} ... ok ({:.1} s)", started.elapsed().as_secs_f64());
-            }
-            Err(_) => {
-                failed += 1;
-                println!("test {name} ... FAILED");
-            }
-        }
-    }
-    println!("{passed} passed, {failed} failed");
-    if failed > 0 {
-        std::process::exit(1);
-    }
+    run_scenarios(&scenarios);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -114,13 +93,6 @@ fn worker_env(
         ("LIMIT", limit.to_string()),
         ("LEASE_MS", lease_ms.to_string()),
     ]
-}
-
-fn field(line: &str, name: &str) -> u64 {
-    line.split_whitespace()
-        .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {name}= in {line:?}"))
 }
 
 fn four_processes_never_exceed_the_shared_limit() {

@@ -38,7 +38,7 @@ use wavegate::{Mode, Scheduler, UpstreamConfig};
 use wavegate_testkit::{Fault, FaultProxy, MockUpstream, MockUpstreamConfig, RedisServer};
 
 mod common;
-use common::{call_mock, env};
+use common::{call_mock, env, field};
 
 const ROLE: &str = "WAVEGATE_NEMESIS_ROLE";
 const PROCESSES: usize = 4;
@@ -166,13 +166,6 @@ impl Drop for Worker {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn field(line: &str, name: &str) -> u64 {
-    line.split_whitespace()
-        .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {name}= in {line:?}"))
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -20,7 +20,7 @@ use wavegate::{Scheduler, UpstreamConfig};
 use wavegate_testkit::{MockUpstream, MockUpstreamConfig, SentinelGroup};
 
 mod common;
-use common::{call_mock, env};
+use common::{call_mock, env, field, run_scenarios};
 
 const ROLE: &str = "WAVEGATE_SENTINEL_ROLE";
 const PROCESSES: usize = 4;
@@ -43,28 +43,7 @@ fn main() {
             kill_9_of_the_primary_under_load_fails_over_without_over_admitting,
         ),
     ];
-    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
-    let (mut passed, mut failed) = (0, 0);
-    for (name, scenario) in scenarios {
-        if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
-            continue;
-        }
-        let started = Instant::now();
-        match std::panic::catch_unwind(scenario) {
-            Ok(()) => {
-                passed += 1;
-                println!("test {name} ... ok ({:.1} s)", started.elapsed().as_secs_f64());
-            }
-            Err(_) => {
-                failed += 1;
-                println!("test {name} ... FAILED");
-            }
-        }
-    }
-    println!("{passed} passed, {failed} failed");
-    if failed > 0 {
-        std::process::exit(1);
-    }
+    run_scenarios(&scenarios);
 }
 
 /// The sentinels listed first are a dead one and a hung one (it accepts connections and never
@@ -144,13 +123,6 @@ impl Drop for Worker {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn field(line: &str, name: &str) -> u64 {
-    line.split_whitespace()
-        .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {name}= in {line:?}"))
 }
 
 /// The most calls the mock served at once at any instant of `[from, to)`.

@@ -47,3 +47,39 @@ pub(crate) async fn call_mock(mock: SocketAddr) -> Result<(), Outcome> {
         Err(_) => Err(Outcome::from_transport(TransportError::Connect)),
     }
 }
+
+/// Runs the named scenarios of a `harness = false` test (those whose name contains one of the
+/// command line's words, or all), each caught on its own; prints libtest-like lines and exits
+/// with 1 if one failed.
+pub(crate) fn run_scenarios(scenarios: &[(&str, fn())]) {
+    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let (mut passed, mut failed) = (0, 0);
+    for &(name, scenario) in scenarios {
+        if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
+            continue;
+        }
+        let started = Instant::now();
+        match std::panic::catch_unwind(scenario) {
+            Ok(()) => {
+                passed += 1;
+                println!("test {name} ... ok ({:.1} s)", started.elapsed().as_secs_f64());
+            }
+            Err(_) => {
+                failed += 1;
+                println!("test {name} ... FAILED");
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    if failed > 0 {
+        std::process::exit(1);
+    }
+}
+
+/// The number after `name=` in a worker's `key=value` line.
+pub(crate) fn field(line: &str, name: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name}= in {line:?}"))
+}
