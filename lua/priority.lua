@@ -16,6 +16,14 @@
 -- How recently a waiting process must have asked to take part in the choice (ms).
 local PRIORITY_FRESH = 1500
 
+-- The virtual time one grant costs a class of weight 1 (wavegate_core::priority::STRIDE_SCALE).
+local STRIDE_SCALE = 1000000
+
+-- What one grant advances the pass of a class of `weight` by.
+local function stride(weight)
+  return math.floor(STRIDE_SCALE / math.max(weight, 1))
+end
+
 -- Whether class a (index ia) comes before class b (index ib); both wait.
 local function class_before(a, ia, b, ib)
   local a_reserved = a.in_flight < a.reserved
@@ -26,8 +34,8 @@ local function class_before(a, ia, b, ib)
     -- Both below their reserve: the smaller used part of it, (in flight + 1) / reserved.
     x, y = (a.in_flight + 1) * b.reserved, (b.in_flight + 1) * a.reserved
   else
-    -- The smaller usage per unit of weight after a grant, (in flight + 1) / weight.
-    x, y = (a.in_flight + 1) * math.max(b.weight, 1), (b.in_flight + 1) * math.max(a.weight, 1)
+    -- Weighted turns: the smaller pass after this grant.
+    x, y = a.pass + stride(a.weight), b.pass + stride(b.weight)
   end
   if x ~= y then return x < y end
   if a.since ~= b.since then return a.since < b.since end
@@ -52,8 +60,56 @@ local function choose_class(classes, room, asked)
     if asked[c] then return c end
     classes[c].in_flight = classes[c].in_flight + 1
     classes[c].demand = classes[c].demand - 1
+    classes[c].pass = classes[c].pass + stride(classes[c].weight)
   end
   return nil
+end
+
+-- The weighted turns (the twin of wavegate_core::priority::ClassTurns), in KEYS[6] beside the
+-- waiting counts: '~v' the virtual time, '~p|<class>' a class's pass, '~w|<class>' '1' while it
+-- was waiting at the last choice. ('~' is not allowed in class names.)
+local function load_turns(config)
+  local fields = { '~v' }
+  for _, c in ipairs(config.classes) do
+    table.insert(fields, '~p|' .. c.name)
+    table.insert(fields, '~w|' .. c.name)
+  end
+  local values = redis.call('HMGET', KEYS[6], unpack(fields))
+  local turns = { v = tonumber(values[1]) or 0, passes = {}, waiting = {} }
+  for i = 1, #config.classes do
+    turns.passes[i] = tonumber(values[2 * i]) or 0
+    turns.waiting[i] = values[2 * i + 1] == '1'
+  end
+  return turns
+end
+
+-- Before a choice: a class that starts waiting is lifted to the virtual time (an idle class
+-- banks no credit), one that waits no more is marked idle; sets each class's pass. With
+-- `save`, what changed is written back.
+local function observe_turns(config, turns, classes, save)
+  for i, c in ipairs(classes) do
+    local waits = c.demand > 0
+    if waits and not turns.waiting[i] and turns.passes[i] < turns.v then
+      turns.passes[i] = turns.v
+      if save then redis.call('HSET', KEYS[6], '~p|' .. config.classes[i].name, turns.passes[i]) end
+    end
+    if save and waits ~= turns.waiting[i] then
+      redis.call('HSET', KEYS[6], '~w|' .. config.classes[i].name, waits and '1' or '0')
+    end
+    turns.waiting[i] = waits
+    c.pass = turns.passes[i]
+  end
+end
+
+-- After a grant to class i: the virtual time moves to its pass, which advances by its stride.
+local function turns_granted(config, turns, i)
+  local pass = turns.passes[i]
+  if pass > turns.v then
+    turns.v = pass
+    redis.call('HSET', KEYS[6], '~v', pass)
+  end
+  turns.passes[i] = pass + stride(config.classes[i].weight)
+  redis.call('HSET', KEYS[6], '~p|' .. config.classes[i].name, turns.passes[i])
 end
 
 -- The class name of a permit id or a waiting member ('<class>|...'), or nil.
@@ -62,15 +118,20 @@ local function class_of(member)
 end
 
 -- The fleet's classes at `limit`: in flight from the permits, waiting from the fresh members.
--- Also returns the fresh members of each class, in the order they started waiting.
-local function fleet_classes(config, limit, now)
+-- Also returns the fresh members of each class, in the order they started waiting. With
+-- `renewed_only`, a permit counts only while its lease ends at least config.class_window ms
+-- ahead: a live process renews its permits every second (with classes), so the permits of a
+-- process that was killed stop counting against their class within a few seconds, though they
+-- hold their place under the limit until their lease ends.
+local function fleet_classes(config, limit, now, renewed_only)
   local classes, members = {}, {}
   for i, c in ipairs(config.classes) do
     classes[i] = { weight = c.weight, reserved = math.floor(limit * c.reserve / 100), in_flight = 0, demand = 0,
-                   since = 0 }
+                   since = 0, pass = 0 }
     members[i] = {}
   end
-  for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  local counted_from = renewed_only and now + config.class_window or '-inf'
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], counted_from, '+inf')) do
     local i = config.class_index[class_of(id) or ''] or config.default_class
     classes[i].in_flight = classes[i].in_flight + 1
   end
@@ -137,7 +198,8 @@ end
 -- owner of the last one (earlier ones went to processes woken by earlier releases) is the
 -- member of its class that waited longest among those not yet served. nil when none waits.
 local function process_to_wake(config, limit, now)
-  local classes, members = fleet_classes(config, limit, now)
+  local classes, members = fleet_classes(config, limit, now, true)
+  observe_turns(config, load_turns(config), classes, false)
   local room = limit - redis.call('ZCARD', KEYS[1])
   local served, last = {}, nil
   for _ = 1, math.max(room, 1) do
@@ -147,6 +209,7 @@ local function process_to_wake(config, limit, now)
     last = c
     classes[c].in_flight = classes[c].in_flight + 1
     classes[c].demand = classes[c].demand - 1
+    classes[c].pass = classes[c].pass + stride(classes[c].weight)
   end
   if last == nil then return nil end
   local left = served[last]

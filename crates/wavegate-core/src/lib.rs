@@ -64,7 +64,9 @@ pub use breaker::{
     BreakerConfig, BreakerOpen, BreakerState, BreakerTicket, BreakerTransition, CallResult, CircuitBreaker,
 };
 pub use clock::{Clock, ManualClock, MonotonicClock, duration_ms};
-pub use config::{ConfigError, UnknownUpstream, UpstreamConfig, UpstreamConfigBuilder, UpstreamName, UpstreamSet};
+pub use config::{
+    CLASS_RENEWAL_EVERY, ConfigError, UnknownUpstream, UpstreamConfig, UpstreamConfigBuilder, UpstreamName, UpstreamSet,
+};
 pub use cooldown::CooldownPolicy;
 pub use gate::{BudgetStatus, FinishReport, LocalGate, WaveSignal};
 pub use gcra::{Budgets, Gcra, RateBudget};
