@@ -290,3 +290,65 @@ async fn within_a_class_one_tenants_flood_does_not_starve_another_tenant() {
     let status = scheduler.status("llm").await.expect("status");
     assert_eq!(status.queue_depth, 0, "every waiter answered");
 }
+
+/// Tenants are fair across the fleet: at limit 2, tenant "a" floods from two schedulers and
+/// tenant "b" from a third. Per process (each serving its own tenants, the processes of a class
+/// taking turns) "b" would get a third of the calls; fleet-wide (the permit goes to the tenant
+/// holding the fewest permits anywhere) it gets half.
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_are_fair_across_the_fleet() {
+    let redis = wavegate_testkit::RedisServer::start().expect("redis-server");
+    let provider = mock();
+    // Fleet-wide tenants take part in the choice of class, so the upstream has one.
+    let config = || {
+        UpstreamConfig::builder("llm")
+            .limit(2)
+            .max_wait(Duration::from_secs(30))
+            .class("all", 1)
+            .build()
+            .expect("valid")
+    };
+    let schedulers: Vec<Scheduler> = (0..3)
+        .map(|_| Scheduler::builder().upstream(config()).redis(redis.url()).build().expect("scheduler"))
+        .collect();
+    let addr = provider.addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    let counts = [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
+    let floods: Vec<_> = [(0, "a"), (1, "a"), (2, "b")]
+        .into_iter()
+        .map(|(n, tenant)| {
+            let llm = schedulers[n].upstream("llm").expect("configured");
+            let (stop, done) = (stop.clone(), counts[usize::from(tenant == "b")].clone());
+            tokio::spawn(async move {
+                let caller = |llm: Upstream| {
+                    let (stop, done) = (stop.clone(), done.clone());
+                    async move {
+                        while !stop.load(SeqCst) {
+                            let reply = llm
+                                .request()
+                                .tenant(tenant)
+                                .call(|_| http_get(addr, "/", Duration::from_secs(5)))
+                                .await;
+                            assert_eq!(reply.expect("a call").status, 200);
+                            if !stop.load(SeqCst) {
+                                done.fetch_add(1, SeqCst);
+                            }
+                        }
+                    }
+                };
+                join_all((0..20).map(|_| caller(llm.clone()))).await;
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, SeqCst);
+    for flood in floods {
+        flood.await.expect("flood");
+    }
+    let (a, b) = (counts[0].load(SeqCst) as f64, counts[1].load(SeqCst) as f64);
+    eprintln!("fleet-wide tenants: a (two schedulers) {a} calls, b (one) {b}");
+    let share = b / (a + b);
+    assert!((0.42..=0.58).contains(&share), "tenant b had {share:.2} of {} calls", a + b);
+    assert!(provider.max_in_flight() <= 2, "the provider saw {} at once", provider.max_in_flight());
+}

@@ -210,9 +210,12 @@ impl Coordinator {
         // Ties go to the class whose head has waited longest, as in the store.
         let now = Instant::now();
         for head in heads {
+            // With tenants a class has a head per tenant: its demand is their sum, its wait the
+            // longest.
             let view = &mut views[head.class];
-            view.demand = u32::try_from(head.waiting).unwrap_or(u32::MAX);
-            view.since_ms = now_ms.saturating_sub(duration_ms(now.saturating_duration_since(head.since)));
+            let since_ms = now_ms.saturating_sub(duration_ms(now.saturating_duration_since(head.since)));
+            view.since_ms = if view.demand == 0 { since_ms } else { view.since_ms.min(since_ms) };
+            view.demand = view.demand.saturating_add(u32::try_from(head.waiting).unwrap_or(u32::MAX));
         }
         slot.turns.observe(&mut views);
         next_class(&views)

@@ -667,10 +667,15 @@ impl Handler<Acquire> for Coordinator {
         }
         let id = self.ids.next_id();
         let slot = &mut self.slots[upstream];
-        // With classes a permit id names its class, so the store counts each class's permits.
-        let id = match slot.config.classes().get(acquire.class) {
-            Some(class) => format!("{}|{id}", class.name()),
-            None => id,
+        // With classes a permit id names its class, and the tag of its tenant if it names one,
+        // so the store counts each class's and each tenant's permits (the key itself never
+        // leaves the process).
+        let id = match (slot.config.classes().get(acquire.class), &acquire.tenant) {
+            (Some(class), Some(tenant)) => {
+                format!("{}|{id}|{}", class.name(), wavegate_core::tenant::tenant_tag(tenant))
+            }
+            (Some(class), None) => format!("{}|{id}", class.name()),
+            (None, _) => id,
         };
         slot.waiters.push(Waiter {
             id,

@@ -57,6 +57,7 @@ mod retry_after;
 mod retry_budget;
 mod signals;
 pub mod spec;
+pub mod tenant;
 mod wave;
 
 pub use backoff::Backoff;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::runtime::Runtime;
 use wavegate_core::priority::{ChoiceCase, PriorityClass, cases, choose_class};
+use wavegate_core::tenant;
 use wavegate_core::{Admission, DenyReason, UpstreamConfig, WaveSignal};
 use wavegate_redis::{ClassAsk, SharedGate, Store, StoreConfig};
 use wavegate_testkit::RedisServer;
@@ -84,11 +85,8 @@ fn one_line_mutants_of_the_lua_choice_are_caught() {
         ),
         ("return ia < ib", "return ia > ib"),
         ("if c.demand > 0 and", "if c.demand >= 0 and"),
-        (
-            "classes[c].demand = classes[c].demand - 1\n    classes[c].pass = classes[c].pass + stride(classes[c].weight)\n  end\n  return nil",
-            "classes[c].pass = classes[c].pass + stride(classes[c].weight)\n  end\n  return nil",
-        ),
-        ("classes[c].pass = classes[c].pass + stride(classes[c].weight)\n  end\n  return nil", "\n  end\n  return nil"),
+        ("class.demand = class.demand - 1\n", "\n"),
+        ("class.pass = class.pass + stride(class.weight)\n", "\n"),
         (
             "for _ = 1, room do\n    local c = next_class(classes)\n    if c == nil then return nil end",
             "for _ = 1, room + 1 do\n    local c = next_class(classes)\n    if c == nil then return nil end",
@@ -98,6 +96,54 @@ fn one_line_mutants_of_the_lua_choice_are_caught() {
         assert_eq!(PRIORITY_LUA.matches(original).count(), 1, "the mutant's original line is not unique: {original}");
         let mutated = PRIORITY_LUA.replacen(original, mutant, 1);
         assert!(disagreement(&mut con, &mutated).is_some(), "the mutant `{mutant}` was not caught");
+    }
+}
+
+/// Runs `next_tenant` of the Lua source on one case: ARGV = (in flight, demand, since) per tenant.
+const TENANT_DRIVER: &str = r"
+local tenants = {}
+for i = 1, #ARGV, 3 do
+  table.insert(tenants, { in_flight = tonumber(ARGV[i]), demand = tonumber(ARGV[i + 1]), since = tonumber(ARGV[i + 2]) })
+end
+local chosen = next_tenant(tenants)
+if chosen == nil then return -1 end
+return chosen - 1
+";
+
+/// The first case on which the Lua tenant choice disagrees with the table, if any.
+fn tenant_disagreement(con: &mut redis::Connection, priority_lua: &str) -> Option<String> {
+    let source = format!("{priority_lua}\n{TENANT_DRIVER}");
+    for case in tenant::cases() {
+        assert_eq!(tenant::next_tenant(&case.tenants), case.expect, "{}", case.name);
+        let mut command = redis::cmd("EVAL");
+        command.arg(&source).arg(0);
+        for t in &case.tenants {
+            command.arg(t.in_flight).arg(t.demand).arg(t.since_ms);
+        }
+        match command.query::<i64>(con) {
+            Ok(got) if usize::try_from(got).ok() == case.expect => {}
+            Ok(got) => return Some(format!("{}: Lua chose {got}, the table says {:?}", case.name, case.expect)),
+            Err(error) => return Some(format!("{}: {error}", case.name)),
+        }
+    }
+    None
+}
+
+#[test]
+fn the_lua_choice_of_tenant_passes_the_table_and_catches_its_mutants() {
+    let server = RedisServer::start().expect("redis-server");
+    let mut con = server.connection().expect("connection");
+    assert_eq!(tenant_disagreement(&mut con, PRIORITY_LUA), None);
+    let mutants = [
+        ("    if t.demand > 0 then", "    if t.demand >= 0 then"),
+        ("t.in_flight < b.in_flight or", "t.in_flight > b.in_flight or"),
+        ("and t.since < b.since)", "and t.since > b.since)"),
+        ("and t.since < b.since)", "and t.since <= b.since)"),
+    ];
+    for (original, mutant) in mutants {
+        assert_eq!(PRIORITY_LUA.matches(original).count(), 1, "the mutant's original line is not unique: {original}");
+        let mutated = PRIORITY_LUA.replacen(original, mutant, 1);
+        assert!(tenant_disagreement(&mut con, &mutated).is_some(), "the mutant `{mutant}` was not caught");
     }
 }
 
