@@ -120,7 +120,7 @@ else
     if pw_charge(windows, now, tokens) then pw_save(windows) end -- [provider windows]
     if ask.turns then turns_granted(config, ask.turns, ask.class_index) end
     if classes and instance ~= '' then
-      granted_waiting(instance, ask, now)
+      granted_waiting(instance, ask, asks, now)
     elseif instance ~= '' then
       redis.call('ZREM', KEYS[4], instance)
       redis.call('ZREM', KEYS[5], instance)

@@ -334,11 +334,17 @@ local function register_waiting(config, instance, asks, now)
   end
 end
 
--- After a grant of `ask` to `instance`: one caller fewer of its class and tenant waits there.
-local function granted_waiting(instance, ask, now)
+-- After a grant of `ask` (one of `asks`) to `instance`: one caller fewer of its class and
+-- tenant waits there.
+local function granted_waiting(instance, ask, asks, now)
   local member = ask.class .. '|' .. instance
+  local waiting = 0
+  for _, a in ipairs(asks) do
+    if a.class == ask.class then waiting = waiting + a.demand end
+  end
   local granted, left, offers = tenant_of(ask.id), 0, {}
-  local listed = redis.call('HGET', KEYS[6], member .. '>') or ''
+  -- The common case, its last caller of the class: no need to read what it offered.
+  local listed = waiting > 1 and redis.call('HGET', KEYS[6], member .. '>') or ''
   for tag, count in string.gmatch(listed, '([^:,]+):(%d+)') do
     count = tonumber(count)
     if tag == granted then
@@ -367,6 +373,8 @@ end
 -- releases) is the member of its tenant that waited longest among those not yet served. nil
 -- when none waits.
 local function process_to_wake(config, limit, now)
+  -- Nobody waits (a single caller's release, say): nothing to choose.
+  if redis.call('ZCOUNT', KEYS[5], now - PRIORITY_FRESH, '+inf') == 0 then return nil end
   local classes = fleet_classes(config, limit, now, true)
   cap_classes(config, classes, now, {})
   observe_turns(config, load_turns(config), classes, false)
