@@ -255,6 +255,10 @@ async fn losing_one_master_puts_only_its_upstreams_in_fallback() {
     cluster.nodes()[victim].kill().expect("kill -9 the master");
     let to_fallback = wait_for(Mode::Fallback).await;
     assert_eq!(schedulers[0].mode().await.expect("mode"), Mode::Fallback, "the process reports its least shared mode");
+    for status in schedulers[0].statuses().await.expect("statuses") {
+        let want = if lost.contains(&status.upstream) { Mode::Fallback } else { Mode::Shared };
+        assert_eq!(status.mode, want, "{}'s status", status.upstream);
+    }
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     let during = calls.get();
     cluster.nodes()[victim].restart().expect("the master back, empty, with its slots");

@@ -126,13 +126,13 @@ impl Coordinator {
         // Throttled across switches too: a right missing from one script only (shared, then
         // rejected, then shared again at each probe) must not log at every switch.
         self.log_rejection(command, error);
-        let first = self.slots[upstreams[0]].config.name().to_string();
+        let first = upstreams.first().map(|&u| self.slots[u].config.name().to_string());
         tracing::warn!(
             command,
             %error,
             live_instances = ?self.live_instances,
             upstreams = upstreams.len(),
-            first = %first,
+            first = ?first,
             "shared store unreachable: switching to local fallback"
         );
         let now = Instant::now();
