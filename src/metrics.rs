@@ -233,8 +233,11 @@ pub(crate) fn upstream_mode(upstream: &str, from: Option<Mode>, to: Mode) {
             .increment(1);
     }
     for candidate in MODES {
-        gauge!(MODE, "upstream" => upstream.to_owned(), "mode" => candidate.as_str())
-            .set(if candidate == to { 1.0 } else { 0.0 });
+        gauge!(MODE, "upstream" => upstream.to_owned(), "mode" => candidate.as_str()).set(if candidate == to {
+            1.0
+        } else {
+            0.0
+        });
     }
 }
 

@@ -281,9 +281,12 @@ async fn losing_one_master_puts_only_its_upstreams_in_fallback() {
     }
 
     assert!(failed.borrow().is_empty(), "calls failed: {:?}", failed.borrow());
-    let changes = modes_seen.borrow();
-    let survivors_switched: Vec<_> =
-        changes.iter().filter(|(_, who, _)| !lost.iter().any(|name| who.ends_with(&format!("/{name}")))).collect();
+    let survivors_switched: Vec<_> = modes_seen
+        .borrow()
+        .iter()
+        .filter(|(_, who, _)| !lost.iter().any(|name| who.ends_with(&format!("/{name}"))))
+        .cloned()
+        .collect();
     assert!(survivors_switched.is_empty(), "upstreams of the live masters left shared mode: {survivors_switched:?}");
     for (index, name) in names.iter().enumerate() {
         let max = mocks[index].max_in_flight();

@@ -384,9 +384,11 @@ impl SharedGate {
         let key = self.keys.permits.clone();
         let timeout = self.store.config().command_timeout;
         self.store
-            .bounded("probe", timeout, |mut c| async move {
-                redis::cmd("ZCARD").arg(key).query_async::<i64>(&mut c).await
-            })
+            .bounded(
+                "probe",
+                timeout,
+                |mut c| async move { redis::cmd("ZCARD").arg(key).query_async::<i64>(&mut c).await },
+            )
             .await
             .map(|_| ())
     }
