@@ -63,3 +63,29 @@ pub(super) fn least_shared(domains: &[Domain]) -> Mode {
     };
     domains.iter().map(|d| d.mode).max_by_key(|m| rank(*m)).unwrap_or(Mode::Local)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_server_is_one_domain_and_a_cluster_one_per_upstream() {
+        let (domains, of) = split(3, false, Mode::Shared);
+        assert_eq!((domains.len(), of), (1, vec![0, 0, 0]));
+        assert_eq!(domains[0].upstreams, vec![0, 1, 2]);
+        let (domains, of) = split(3, true, Mode::Shared);
+        assert_eq!((domains.len(), of), (3, vec![0, 1, 2]));
+        assert!(domains.iter().enumerate().all(|(i, d)| d.upstreams == vec![i]));
+    }
+
+    #[test]
+    fn the_process_reports_its_least_shared_mode() {
+        let (mut domains, _) = split(3, true, Mode::Shared);
+        assert_eq!(least_shared(&domains), Mode::Shared);
+        domains[1].mode = Mode::Fallback;
+        assert_eq!(least_shared(&domains), Mode::Fallback);
+        domains[2].mode = Mode::Rejected;
+        assert_eq!(least_shared(&domains), Mode::Rejected);
+        assert_eq!(least_shared(&split(2, false, Mode::Local).0), Mode::Local);
+    }
+}
