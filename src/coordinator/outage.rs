@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use actix::{ActorFutureExt, AsyncContext, Context, Handler, WrapFuture};
 use futures_util::FutureExt;
+use wavegate_core::class_budget::ClassBudgets;
 use wavegate_core::{Clock, LocalGate, WaveSignal, WaveState, duration_ms};
 use wavegate_redis::{Reconciled, SharedGate, StoreError};
 
@@ -149,6 +150,7 @@ impl Coordinator {
             let mut wave = slot.config.wave().clone();
             wave.base_limit = share;
             let mut gate = LocalGate::with_budgets(wave, slot.config.budgets().share(processes));
+            slot.class_budgets = ClassBudgets::new(slot.config.classes(), slot.config.budgets().share(processes));
             // What this process used lately is charged to its share, as it happened: a switch
             // (or a flapping store) does not hand out a fresh burst.
             for (at_ms, tokens) in &slot.recent_grants {
@@ -370,6 +372,7 @@ impl Coordinator {
             let share = slot.local.machine().config().base_limit.get() as usize;
             slot.rejoin_cap = Some((Instant::now() + REJOIN_GRACE, share));
             slot.local = LocalGate::with_budgets(slot.config.wave().clone(), slot.config.budgets());
+            slot.class_budgets = ClassBudgets::new(slot.config.classes(), slot.config.budgets());
             slot.pumping = false;
             slot.blocked_until = None;
             slot.cooldown_until = None;
