@@ -128,7 +128,9 @@ pub(crate) struct Drain {
     pub(crate) reply: std::sync::mpsc::Sender<()>,
 }
 
-/// The coordinator's mode, for tests and the status endpoint.
+/// The mode of one upstream, or (`None`) the process's: the least shared of its upstreams'.
 #[derive(Debug, Message)]
 #[rtype(result = "Mode")]
-pub(crate) struct ReadMode;
+pub(crate) struct ReadMode {
+    pub(crate) upstream: Option<usize>,
+}

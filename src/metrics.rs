@@ -45,9 +45,11 @@ pub const RETRY_BUDGET_REFUSALS_TOTAL: &str = "wavegate_retry_budget_refusals_to
 /// Calls refused for overload, by `reason` (`waited_too_long`, `queue_full`, `breaker_open`,
 /// `retry_budget_spent`).
 pub const OVERLOAD_REFUSALS_TOTAL: &str = "wavegate_overload_refusals_total";
-/// 1 for the coordinator's current `mode`, 0 for the others.
+/// 1 for the current `mode`, 0 for the others: with an `upstream` label, that upstream's mode;
+/// without one, the process's (the least shared of its upstreams': `fallback` as soon as one
+/// is, e.g. behind one lost master of a Cluster).
 pub const MODE: &str = "wavegate_mode";
-/// Mode changes, by `from` and `to`.
+/// Mode changes of each `upstream`, by `from` and `to`.
 pub const MODE_CHANGES_TOTAL: &str = "wavegate_mode_changes_total";
 /// Shared store errors, by `command` and `kind`.
 pub const REDIS_ERRORS_TOTAL: &str = "wavegate_redis_errors_total";
@@ -217,12 +219,25 @@ pub(crate) fn overload_refused(upstream: &str, reason: &'static str) {
     counter!(OVERLOAD_REFUSALS_TOTAL, "upstream" => upstream.to_owned(), "reason" => reason).increment(1);
 }
 
-pub(crate) fn mode(from: Option<Mode>, to: Mode) {
-    if let Some(from) = from {
-        counter!(MODE_CHANGES_TOTAL, "from" => from.as_str(), "to" => to.as_str()).increment(1);
-    }
+/// The process's mode (the least shared of its upstreams').
+pub(crate) fn mode(to: Mode) {
     for candidate in MODES {
         gauge!(MODE, "mode" => candidate.as_str()).set(if candidate == to { 1.0 } else { 0.0 });
+    }
+}
+
+/// One upstream's mode, and its change from `from`.
+pub(crate) fn upstream_mode(upstream: &str, from: Option<Mode>, to: Mode) {
+    if let Some(from) = from {
+        counter!(MODE_CHANGES_TOTAL, "upstream" => upstream.to_owned(), "from" => from.as_str(), "to" => to.as_str())
+            .increment(1);
+    }
+    for candidate in MODES {
+        gauge!(MODE, "upstream" => upstream.to_owned(), "mode" => candidate.as_str()).set(if candidate == to {
+            1.0
+        } else {
+            0.0
+        });
     }
 }
 

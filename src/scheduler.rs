@@ -250,9 +250,19 @@ impl Scheduler {
         Ok(all)
     }
 
-    /// Where permits come from now.
+    /// Where permits come from now, for the process: the least shared of its upstreams' modes.
+    /// [`Mode::Shared`] only when every upstream shares; [`Mode::Fallback`] (or
+    /// [`Mode::Rejected`]) as soon as one is in fallback — on a single Redis all of them switch
+    /// together, on a Cluster only the upstreams of a lost master do (see
+    /// [`upstream_mode`](Self::upstream_mode)).
     pub async fn mode(&self) -> Result<Mode, Error> {
-        self.inner.coordinator.send(ReadMode).await.map_err(|_| Error::Stopped)
+        self.inner.coordinator.send(ReadMode { upstream: None }).await.map_err(|_| Error::Stopped)
+    }
+
+    /// Where `upstream`'s permits come from now (no Redis round trip).
+    pub async fn upstream_mode(&self, upstream: &str) -> Result<Mode, Error> {
+        let upstream = Some(self.index(upstream)?);
+        self.inner.coordinator.send(ReadMode { upstream }).await.map_err(|_| Error::Stopped)
     }
 
     /// What the scheduler knows about its shared store (`None` in local mode): how it is found,

@@ -1,10 +1,14 @@
 //! Redis Cluster (feature `cluster`): upstreams on different masters, their limits shared
-//! through the cluster client, and a slot moved under a running scheduler (`MOVED` followed).
+//! through the cluster client, a slot moved under a running scheduler (`MOVED` followed), and
+//! one master lost under load: only its upstreams fall back.
 
-use std::time::Duration;
+use std::cell::{Cell, RefCell};
+use std::collections::HashSet;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
 
 use wavegate::{Error, Mode, Scheduler, UpstreamConfig};
-use wavegate_testkit::RedisCluster;
+use wavegate_testkit::{MockUpstream, MockUpstreamConfig, RedisCluster, http_get};
 
 /// One upstream name per master: the first of `u0`, `u1`, … whose keys each master serves.
 fn one_upstream_per_master(cluster: &RedisCluster) -> Vec<String> {
@@ -122,33 +126,184 @@ async fn a_slot_moved_to_another_master_is_followed() {
     assert_eq!(held_on(&mut cluster, 1, name), 0);
 }
 
-/// Losing one master: its upstreams' calls fail over to the fallback and go on; so do the
-/// others' today (the coordinator has one mode for all its upstreams: see docs/redis.md). Once
-/// the master is back (restarted empty, with its slots) the process reconciles and shares
-/// again, its held permits registered on the restarted master.
+/// `per_master` upstream names per master: the first of `u0`, `u1`, … whose keys each serves.
+fn upstreams_per_master(cluster: &RedisCluster, per_master: usize) -> Vec<Vec<String>> {
+    let mut names = vec![Vec::new(); 3];
+    for i in 0..1_000 {
+        let name = format!("u{i}");
+        let node = cluster.node_of(&format!("wavegate:{{{name}}}:permits")).expect("slot owner");
+        if names[node].len() < per_master {
+            names[node].push(name);
+        }
+        if names.iter().all(|n| n.len() == per_master) {
+            return names;
+        }
+    }
+    panic!("no spread over the masters: {names:?}");
+}
+
+/// The limit of each upstream in the outage test: two schedulers, so a fallback share of 2.
+const LIMIT: u32 = 4;
+
+/// Losing one master under load from two schedulers: only the upstreams whose slots it serves
+/// fall back (the others stay shared the whole time and keep sharing their limit); once it is
+/// restarted (empty) its upstreams reconcile — a permit held through the outage is registered
+/// on it again — and share again. No call fails. The master killed is the one that holds the
+/// instances key, so the heartbeats are lost too and must not switch the others.
 #[actix::test]
-async fn losing_one_master_fails_open_and_the_restarted_master_is_reconciled() {
+async fn losing_one_master_puts_only_its_upstreams_in_fallback() {
     let mut cluster = RedisCluster::start(3).expect("a 3-master cluster");
-    let names = one_upstream_per_master(&cluster);
-    let scheduler = scheduler(&cluster, &names);
-    let held = scheduler.acquire(&names[0]).await.expect("permit");
-    tokio::time::sleep(Duration::from_millis(100)).await; // a heartbeat: this process is alone
+    let by_master = upstreams_per_master(&cluster, 2);
+    let victim = cluster.node_of("wavegate:instances").expect("the instances key's master");
+    let names: Vec<String> = by_master.iter().flatten().cloned().collect();
+    let lost: HashSet<String> = by_master[victim].iter().cloned().collect();
+    let config = |name: &str| {
+        UpstreamConfig::builder(name)
+            .limit(LIMIT)
+            .renewed_lease(Duration::from_secs(3))
+            .max_wait(Duration::from_secs(10))
+            .build()
+            .expect("config")
+    };
+    let build = || {
+        let mut builder = Scheduler::builder().redis_cluster(cluster.urls());
+        for name in &names {
+            builder = builder.upstream(config(name));
+        }
+        builder.build().expect("scheduler on the cluster")
+    };
+    let schedulers = [build(), build()];
+    // One mock per upstream: its max in flight is the upstream's, across both schedulers.
+    let mocks: Vec<MockUpstream> = names
+        .iter()
+        .map(|_| {
+            MockUpstream::start(MockUpstreamConfig { service_time: Duration::from_millis(20), ..Default::default() })
+                .expect("mock")
+        })
+        .collect();
+    let held = schedulers[0].acquire(&by_master[victim][0]).await.expect("a permit held through the outage");
+    // Both processes heartbeat (each counts 2 live) before the load starts.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
 
-    cluster.nodes()[0].kill().expect("kill -9 master 0");
-    for name in &names {
-        scheduler.call(name, |_| async { Ok::<_, wavegate::Outcome>(()) }).await.expect("calls fail open");
+    let stop = Rc::new(Cell::new(false));
+    let (calls, failed) = (Rc::new(Cell::new(0u64)), Rc::new(RefCell::new(Vec::new())));
+    let mut tasks = Vec::new();
+    for scheduler in &schedulers {
+        for (index, name) in names.iter().enumerate() {
+            for _ in 0..4 {
+                let handle = scheduler.upstream(name).expect("configured");
+                let addr = mocks[index].addr();
+                let (stop, calls, failed) = (stop.clone(), calls.clone(), failed.clone());
+                let name = name.clone();
+                tasks.push(actix::spawn(async move {
+                    while !stop.get() {
+                        let reply = handle.request().call(|_| http_get(addr, "/", Duration::from_secs(5))).await;
+                        calls.set(calls.get() + 1);
+                        match reply {
+                            Ok(reply) if reply.status == 200 => {}
+                            other => failed.borrow_mut().push(format!("{name}: {other:?}")),
+                        }
+                    }
+                }));
+            }
+        }
     }
-    let mode = scheduler.mode().await.expect("mode");
-    println!("one master down: mode {mode}");
-    assert_eq!(mode, Mode::Fallback);
+    // Every 10 ms, each upstream's mode on both schedulers: the survivors' must never leave
+    // shared mode; record when the lost master's upstreams fall back and share again.
+    let modes_seen: Rc<RefCell<Vec<(Instant, String, Mode)>>> = Rc::default();
+    let watcher = {
+        let (schedulers, names, stop, seen) = (schedulers.clone(), names.clone(), stop.clone(), modes_seen.clone());
+        actix::spawn(async move {
+            let mut last = vec![Mode::Shared; names.len() * 2];
+            while !stop.get() {
+                for (s, scheduler) in schedulers.iter().enumerate() {
+                    for (u, name) in names.iter().enumerate() {
+                        let mode = scheduler.upstream_mode(name).await.expect("mode");
+                        if mode != last[s * names.len() + u] {
+                            last[s * names.len() + u] = mode;
+                            seen.borrow_mut().push((Instant::now(), format!("{s}/{name}"), mode));
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    let wait_for = |want: Mode| {
+        let schedulers = schedulers.clone();
+        let lost = lost.clone();
+        async move {
+            let started = Instant::now();
+            loop {
+                let mut all = true;
+                for scheduler in &schedulers {
+                    for name in &lost {
+                        all &= scheduler.upstream_mode(name).await.expect("mode") == want;
+                    }
+                }
+                if all {
+                    return started.elapsed();
+                }
+                assert!(started.elapsed() < Duration::from_secs(10), "the lost master's upstreams not {want} in 10 s");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let before_kill = calls.get();
 
-    cluster.nodes()[0].restart().expect("master 0 back, empty, same slots");
-    let started = std::time::Instant::now();
-    while scheduler.mode().await.expect("mode") != Mode::Shared {
-        assert!(started.elapsed() < Duration::from_secs(10), "not shared again within 10 s");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    cluster.nodes()[victim].kill().expect("kill -9 the master");
+    let to_fallback = wait_for(Mode::Fallback).await;
+    assert_eq!(schedulers[0].mode().await.expect("mode"), Mode::Fallback, "the process reports its least shared mode");
+    for status in schedulers[0].statuses().await.expect("statuses") {
+        let want = if lost.contains(&status.upstream) { Mode::Fallback } else { Mode::Shared };
+        assert_eq!(status.mode, want, "{}'s status", status.upstream);
     }
-    println!("shared again {:?} after the restart", started.elapsed());
-    assert_eq!(held_on(&mut cluster, 0, &names[0]), 1, "the held permit is registered on the restarted master");
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let during = calls.get();
+    cluster.nodes()[victim].restart().expect("the master back, empty, with its slots");
+    let to_shared = wait_for(Mode::Shared).await;
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    stop.set(true);
+    for task in tasks {
+        task.await.expect("caller");
+    }
+    watcher.await.expect("watcher");
+    let total = calls.get();
+    println!(
+        "master {victim} killed: its upstreams {lost:?} in fallback on both schedulers {to_fallback:?} after the kill, \
+         shared again {to_shared:?} after the restart; calls: {before_kill} before the kill, {} in the outage, {total} in all",
+        during - before_kill
+    );
+    for (index, name) in names.iter().enumerate() {
+        let master = by_master.iter().position(|names| names.contains(name)).expect("a master");
+        println!("{name} (master {master}): max in flight at its mock {}", mocks[index].max_in_flight());
+    }
+
+    assert!(failed.borrow().is_empty(), "calls failed: {:?}", failed.borrow());
+    let survivors_switched: Vec<_> = modes_seen
+        .borrow()
+        .iter()
+        .filter(|(_, who, _)| !lost.iter().any(|name| who.ends_with(&format!("/{name}"))))
+        .cloned()
+        .collect();
+    assert!(survivors_switched.is_empty(), "upstreams of the live masters left shared mode: {survivors_switched:?}");
+    for (index, name) in names.iter().enumerate() {
+        let max = mocks[index].max_in_flight();
+        // Shared: the limit across both; in fallback each holds its share (limit ÷ 2 live).
+        assert!(max <= LIMIT as usize, "{name}: {max} in flight at its mock, limit {LIMIT}");
+        if !lost.contains(name) {
+            assert!(max >= 3, "{name}: both schedulers' callers reached its mock ({max})");
+        }
+    }
+    assert!(during > before_kill, "the calls went on during the outage");
+    // The permit held through the outage is registered on the restarted master; nothing else is left.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for (master, names) in by_master.iter().enumerate() {
+        for name in names {
+            let want = usize::from(*name == by_master[victim][0]);
+            assert_eq!(held_on(&mut cluster, master, name), want, "{name}'s permits on master {master}");
+        }
+    }
     held.succeeded();
 }

@@ -39,7 +39,7 @@ impl Coordinator {
     pub(super) fn pump(&mut self, upstream: usize, ctx: &mut Context<Self>) {
         loop {
             self.expire(upstream, Instant::now());
-            if self.reconciling {
+            if self.reconciling_of(upstream) {
                 return;
             }
             let slot = &mut self.slots[upstream];
@@ -90,10 +90,10 @@ impl Coordinator {
                         return;
                     }
                 }
+                let epoch = self.epoch_of(upstream);
                 let slot = &mut self.slots[upstream];
                 slot.pumping = true;
                 slot.wake_pending = false;
-                let epoch = self.epoch;
                 // Every head asked for: (id, tokens); the grant names the one it is for.
                 let asked: Vec<(String, u64)> = if classes {
                     heads.iter().map(|head| (head.id.clone(), head.tokens)).collect()
@@ -129,7 +129,7 @@ impl Coordinator {
                     }
                 };
                 ctx.spawn(call.into_actor(self).map(move |result, act, ctx| {
-                    if epoch != act.epoch {
+                    if epoch != act.epoch_of(upstream) {
                         // The mode changed meanwhile; the loop already went on without this
                         // reply. Unless it is a denial, the store may hold a registration of
                         // an asked id (a grant, or a script that ran after its reply was given
@@ -253,10 +253,10 @@ impl Coordinator {
         let now = Instant::now();
         match admission {
             Admission::Granted { wave, state, limit } => {
-                let fallback = self.mode == Mode::Fallback;
+                let fallback = self.mode_of(upstream) == Mode::Fallback;
                 // Granted by this process's own gate (local mode, fallback): the class budgets
                 // here are charged; in shared mode the store charged the fleet's.
-                let local_grant = self.mode != Mode::Shared;
+                let local_grant = self.mode_of(upstream) != Mode::Shared;
                 let slot = &mut self.slots[upstream];
                 slot.cooldown_until = None;
                 slot.blocked_until = None;
@@ -324,9 +324,10 @@ impl Coordinator {
             }
             Admission::Denied { reason: DenyReason::Cooldown, retry_after_ms } => {
                 let rest = Duration::from_millis(retry_after_ms);
+                let shared = self.mode_of(upstream) == Mode::Shared;
                 let slot = &mut self.slots[upstream];
                 slot.cooldown_until = Some(now + rest);
-                if self.mode == Mode::Shared {
+                if shared {
                     slot.last_shared.cooldown_until = Some(now + rest);
                 }
                 let jitter = COOLDOWN_JITTER.mul_f64(rand::rng().random::<f64>());
@@ -403,7 +404,7 @@ impl Coordinator {
     /// A class with a budget share has a smaller burst still: its share of that one.
     pub(super) fn never_fits(&self, upstream: usize, tokens: u64, class: usize) -> Option<Error> {
         let slot = &self.slots[upstream];
-        let burst = match self.mode {
+        let burst = match self.mode_of(upstream) {
             Mode::Fallback | Mode::Rejected => slot.local.tokens_burst()?,
             Mode::Local | Mode::Shared => u64::from(slot.config.budgets().tokens?.burst()),
         };
@@ -413,7 +414,7 @@ impl Coordinator {
 
     fn too_large(&self, upstream: usize, tokens: u64, class: usize) -> Error {
         let slot = &self.slots[upstream];
-        let (budget, burst) = match self.mode {
+        let (budget, burst) = match self.mode_of(upstream) {
             Mode::Fallback | Mode::Rejected => (crate::error::FALLBACK_SHARE, slot.local.tokens_burst()),
             Mode::Local | Mode::Shared => {
                 ("tokens_per_minute", slot.config.budgets().tokens.map(|b| u64::from(b.burst())))

@@ -14,13 +14,13 @@ use crate::status::Mode;
 pub(super) const CONFIG_CLAIM_EVERY: Duration = Duration::from_secs(10);
 
 impl Coordinator {
-    /// Claims every upstream's configuration (shared mode only; one command per upstream).
+    /// Claims the configuration of every upstream in shared mode (one command per upstream).
     pub(super) fn claim_configs(&mut self, ctx: &mut Context<Self>) {
-        if self.mode != Mode::Shared {
-            return;
-        }
-        for slot in &self.slots {
-            let Some(gate) = slot.shared.clone() else { continue };
+        for upstream in 0..self.slots.len() {
+            if self.mode_of(upstream) != Mode::Shared {
+                continue;
+            }
+            let Some(gate) = self.slots[upstream].shared.clone() else { continue };
             let call = async move {
                 let theirs = gate.claim_config().await;
                 (gate, theirs)

@@ -30,11 +30,11 @@ impl Handler<ReadHeadroom> for Coordinator {
     fn handle(&mut self, read: ReadHeadroom, _: &mut Context<Self>) -> Self::Result {
         let now = Instant::now();
         let now_ms = self.clock.now_ms();
-        let mode = self.mode;
         let rooms = read
             .upstreams
             .into_iter()
             .map(|upstream| {
+                let mode = self.mode_of(upstream);
                 let slot = &mut self.slots[upstream];
                 let limit = match (mode, slot.last_shared.state) {
                     (Mode::Shared, Some((_, limit))) => limit,

@@ -7,7 +7,8 @@
 //!   call per upstream.
 //! * **Modes** (`outage.rs`): shared → local fallback on a store outage (timeout, refused or
 //!   dropped connection, BUSY, LOADING, auth) → reconcile → shared. No caller code changes;
-//!   calls in progress are not failed by a switch.
+//!   calls in progress are not failed by a switch. Each failure domain (`domains.rs`: the
+//!   whole store on one server, each upstream on a Cluster) switches on its own.
 
 // Without the `redis` feature the shared store's types have no values (`crate::store`): the
 // shared-mode and fallback paths below are unreachable, so what only they use is unused.
@@ -16,6 +17,7 @@
 mod acquire_loop;
 #[cfg(feature = "redis")]
 mod config_claims;
+mod domains;
 mod headroom;
 #[cfg(feature = "redis")]
 mod outage;
@@ -43,6 +45,7 @@ use crate::ids::PermitIds;
 use crate::messages::{Acquire, Drain, Finish, ReadMode, ReadStatus, Wake};
 use crate::metrics;
 use crate::status::{ClassStatus, Mode, UpstreamStatus};
+use domains::Domain;
 pub(crate) use headroom::ReadHeadroom;
 use waiters::{Waiter, Waiters};
 
@@ -115,6 +118,8 @@ struct OutageBook {
 #[derive(Debug)]
 struct Slot {
     config: UpstreamConfig,
+    /// Its failure domain (an index into the coordinator's domains).
+    domain: usize,
     /// The in-process gate: the only one in local mode, the fallback's in fallback.
     local: LocalGate,
     shared: Option<SharedGate>,
@@ -154,33 +159,33 @@ pub(crate) struct Coordinator {
     clock: MonotonicClock,
     ids: PermitIds,
     store: Option<Store>,
-    mode: Mode,
-    /// Bumped at every change of mode: replies to calls made before it are stale.
-    epoch: u64,
+    /// The failure domains: each has its mode (see `domains.rs`).
+    domains: Vec<Domain>,
     /// Live processes at the last heartbeat; unknown until one succeeds. Never below the
     /// highest count seen within a heartbeat's lifetime (see [`Coordinator::note_live`]).
     live_instances: Option<u32>,
     /// The highest live count seen, and when: it stands for [`HEARTBEAT_TTL`].
     live_peak: Option<(u32, Instant)>,
-    /// A reconciliation is in flight: waiters wait, finishes are deferred.
-    reconciling: bool,
-    deferred: Vec<Finish>,
     /// Releases sent to the store whose reply has not come back.
     releases_in_flight: usize,
     /// Drains waiting for those replies.
     drains: Vec<std::sync::mpsc::Sender<()>>,
-    #[cfg(feature = "redis")]
-    probe_backoff: Duration,
     /// When a rejection of the store was last logged.
     rejection_logged: Option<Instant>,
+    /// When a failed heartbeat that switches no mode (a Cluster's) was last logged.
+    heartbeat_logged: Option<Instant>,
 }
 
 impl Coordinator {
     pub(crate) fn new(upstreams: Vec<UpstreamConfig>, store: Option<Store>) -> Self {
         let ids = PermitIds::new();
+        let mode = if store.is_some() { Mode::Shared } else { Mode::Local };
+        let (domains, domain_of) = domains::split(upstreams.len(), is_cluster(store.as_ref()), mode);
         let slots = upstreams
             .into_iter()
-            .map(|config| Slot {
+            .zip(domain_of)
+            .map(|(config, domain)| Slot {
+                domain,
                 local: LocalGate::with_budgets(config.wave().clone(), config.budgets()),
                 shared: store.as_ref().map(|store| crate::store::shared_gate(store, &config, ids.instance())),
                 waiters: Waiters::new(config.classes().len()),
@@ -199,29 +204,51 @@ impl Coordinator {
                 rejoin_cap: None,
             })
             .collect();
-        let mode = if store.is_some() { Mode::Shared } else { Mode::Local };
         Self {
             slots,
             clock: MonotonicClock::new(),
             ids,
             store,
-            mode,
-            epoch: 0,
+            domains,
             live_instances: None,
             live_peak: None,
-            reconciling: false,
-            deferred: Vec::new(),
             releases_in_flight: 0,
             drains: Vec::new(),
-            #[cfg(feature = "redis")]
-            probe_backoff: outage::PROBE_MIN,
             rejection_logged: None,
+            heartbeat_logged: None,
         }
+    }
+
+    /// The failure domain of `upstream`.
+    fn domain_of(&self, upstream: usize) -> &Domain {
+        &self.domains[self.slots[upstream].domain]
+    }
+
+    /// Where `upstream`'s permits come from now.
+    pub(super) fn mode_of(&self, upstream: usize) -> Mode {
+        self.domain_of(upstream).mode
+    }
+
+    /// The epoch of `upstream`'s domain: a reply to a call made under another one is stale.
+    pub(super) fn epoch_of(&self, upstream: usize) -> u64 {
+        self.domain_of(upstream).epoch
+    }
+
+    /// `upstream`'s domain is reconciling: its waiters wait, its finishes are deferred.
+    pub(super) fn reconciling_of(&self, upstream: usize) -> bool {
+        self.domain_of(upstream).reconciling
+    }
+
+    /// The domain whose mode the heartbeat's failures switch: the whole store on one server.
+    /// On a Cluster none: the instances key lives on one master, whose loss must not put the
+    /// upstreams of the others in fallback (see [`Coordinator::heartbeat`]).
+    fn heartbeat_domain(&self) -> Option<usize> {
+        (!is_cluster(self.store.as_ref())).then_some(0)
     }
 
     /// The shared gate of `upstream`, when permits come from the shared store now.
     fn shared_gate(&self, upstream: usize) -> Option<SharedGate> {
-        match self.mode {
+        match self.mode_of(upstream) {
             Mode::Shared => self.slots[upstream].shared.clone(),
             _ => None,
         }
@@ -247,7 +274,7 @@ impl Coordinator {
         match self.shared_gate(upstream) {
             #[cfg(feature = "redis")]
             Some(gate) => {
-                let epoch = self.epoch;
+                let epoch = self.epoch_of(upstream);
                 let call_id = id.clone();
                 let call = async move { gate.finish(&call_id, wave, signal, token_delta).await };
                 self.releases_in_flight += 1;
@@ -320,7 +347,7 @@ impl Coordinator {
                     tracing::warn!(upstream = %name, permit = %id, %error, attempt, "release failed; trying again");
                     let again = Release { id, wave, signal, token_delta, registration_only };
                     ctx.run_later(FINISH_RETRIES[attempt as usize], move |act, ctx| {
-                        if act.mode == Mode::Shared {
+                        if act.mode_of(upstream) == Mode::Shared {
                             act.release_attempt(upstream, again, attempt + 1, ctx);
                         } else {
                             // The store went away meanwhile: the reconciliation drops it.
@@ -336,7 +363,7 @@ impl Coordinator {
                 // store is back.
                 act.slots[upstream].outage.unreleased.insert(id.clone());
                 act.on_store_error(epoch, Some(upstream), "finish", &error, ctx);
-                if act.mode == Mode::Fallback && matches!(signal, WaveSignal::RateLimited { .. }) {
+                if act.mode_of(upstream) == Mode::Fallback && matches!(signal, WaveSignal::RateLimited { .. }) {
                     // The 429 that could not be reported still cools this process down,
                     // once per shared wave: the permit's wave is the shared one; in the
                     // fallback's numbering the shared wave at the switch is its first.
@@ -360,6 +387,7 @@ impl Coordinator {
     /// A release in local mode or in a fallback: the process's own gate.
     fn release_local(&mut self, upstream: usize, id: String, wave: u64, signal: WaveSignal, token_delta: i64) {
         let now_ms = self.clock.now_ms();
+        let mode = self.mode_of(upstream);
         let slot = &mut self.slots[upstream];
         slot.local.settle_tokens(token_delta, now_ms);
         if token_delta != 0 {
@@ -368,17 +396,17 @@ impl Coordinator {
         }
         let report = slot.local.finish(&id, wave, signal, now_ms);
         let name = slot.config.name().as_str();
-        if !report.held && self.mode == Mode::Local {
+        if !report.held && mode == Mode::Local {
             metrics::released_after_lease(name);
         }
         record_rate_limit(name, report.rate_limit);
         // `finish` has just purged the expired leases and applied time.
         let snapshot = slot.local.machine().snapshot();
         metrics::wave(name, snapshot.state, snapshot.limit, snapshot.wave);
-        if self.mode == Mode::Local {
+        if mode == Mode::Local {
             metrics::permits_in_flight(name, "fleet", slot.local.ledger().len());
         }
-        if self.mode == Mode::Fallback {
+        if mode == Mode::Fallback {
             slot.outage.tokens += token_delta;
             if let Some(RateLimitEffect::Cut { .. }) = report.rate_limit {
                 let WaveSignal::RateLimited { retry_after } = signal else { unreachable!("only a 429 cuts") };
@@ -426,7 +454,7 @@ impl Coordinator {
         match self.shared_gate(upstream) {
             #[cfg(feature = "redis")]
             Some(gate) => {
-                let epoch = self.epoch;
+                let epoch = self.epoch_of(upstream);
                 let sent = ids.clone();
                 let call = async move { gate.renew(&ids, lease).await };
                 ctx.spawn(call.into_actor(self).map(move |result, act, ctx| match result {
@@ -494,17 +522,42 @@ impl Coordinator {
         }
     }
 
-    /// Counts this process as live and learns how many are.
+    /// Counts this process as live and learns how many are. On one server it runs in shared
+    /// mode only (in fallback the probe beats) and its failure is an outage of every upstream.
+    /// On a Cluster it runs always, and its failure switches nothing: the instances key lives
+    /// on one master, and only the upstreams whose slots that master serves are cut off by its
+    /// loss (their own calls find out). Meanwhile the live count stays the last one seen.
     #[cfg(feature = "redis")]
     fn heartbeat(&mut self, ctx: &mut Context<Self>) {
-        let (Some(store), Mode::Shared) = (self.store.clone(), self.mode) else { return };
+        let Some(store) = self.store.clone() else { return };
+        let domain = self.heartbeat_domain();
+        if domain.is_some_and(|d| self.domains[d].mode != Mode::Shared) {
+            return;
+        }
+        let epoch = domain.map_or(0, |d| self.domains[d].epoch);
         let instance = self.ids.instance().to_owned();
-        let epoch = self.epoch;
         let call = async move { store.heartbeat(&instance, HEARTBEAT_TTL).await };
         ctx.spawn(call.into_actor(self).map(move |result, act, ctx| match result {
             Ok(live) => act.note_live(live),
             Err(error) => act.on_store_error(epoch, None, "heartbeat", &error, ctx),
         }));
+    }
+
+    /// Logs a heartbeat lost to an outage that switches no mode (a Cluster's instances master
+    /// is down), at most once every [`HEARTBEAT_TTL`].
+    #[cfg(feature = "redis")]
+    fn log_lost_heartbeat(&mut self, error: &StoreError) {
+        let now = Instant::now();
+        if self.heartbeat_logged.is_some_and(|at| now.duration_since(at) < HEARTBEAT_TTL) {
+            return;
+        }
+        self.heartbeat_logged = Some(now);
+        tracing::warn!(
+            %error,
+            live_instances = ?self.live_instances,
+            "heartbeat failed (the master of the instances key is out of reach): the fallback shares keep the \
+             last live count seen"
+        );
     }
 
     /// Takes a heartbeat's count of live processes. A process seen live counts for a
@@ -535,12 +588,19 @@ impl Coordinator {
         error: &StoreError,
         ctx: &mut Context<Self>,
     ) {
-        if epoch != self.epoch {
+        let domain = match upstream {
+            Some(upstream) => Some(self.slots[upstream].domain),
+            None => self.heartbeat_domain(),
+        };
+        if domain.is_some_and(|d| epoch != self.domains[d].epoch) {
             return;
         }
         metrics::redis_error(command, error.label());
         if error.is_outage() {
-            self.enter_fallback(command, error, ctx);
+            match domain {
+                Some(domain) => self.enter_fallback(domain, command, error, ctx),
+                None => self.log_lost_heartbeat(error),
+            }
         } else if let Some(upstream) = upstream {
             tracing::error!(upstream = %self.slots[upstream].config.name(), command, %error, "shared store error");
             self.retry_in(upstream, acquire_loop::jittered(acquire_loop::STORE_ERROR_RETRY), ctx);
@@ -553,7 +613,7 @@ impl Coordinator {
         let now_ms = self.clock.now_ms();
         let slot = &mut self.slots[upstream];
         let (snapshot, held) = slot.local.status(now_ms);
-        let mode = self.reported_mode();
+        let mode = self.reported_mode(Some(upstream));
         let slot = &mut self.slots[upstream];
         UpstreamStatus {
             upstream: slot.config.name().to_string(),
@@ -563,7 +623,7 @@ impl Coordinator {
             wave: snapshot.wave,
             cooldown_remaining: Duration::from_millis(snapshot.cooldown_until_ms.saturating_sub(now_ms)),
             in_flight_local: slot.held.len(),
-            in_flight_fleet: if self.mode == Mode::Local { u32::try_from(held).ok() } else { None },
+            in_flight_fleet: if mode == Mode::Local { u32::try_from(held).ok() } else { None },
             queue_depth: slot.waiters.len(),
             breaker: "closed",
             budgets: slot.local.budget_status(now_ms),
@@ -618,9 +678,10 @@ impl Actor for Coordinator {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        metrics::mode(None, self.mode);
+        metrics::mode(domains::least_shared(&self.domains));
         for slot in &self.slots {
             let name = slot.config.name().as_str();
+            metrics::upstream_mode(name, None, self.domains[slot.domain].mode);
             metrics::wave(name, WaveState::Normal, slot.config.limit().get(), 1);
             metrics::permits_in_flight(name, "local", 0);
             metrics::queue_depth(name, 0);
@@ -712,12 +773,13 @@ impl Handler<Finish> for Coordinator {
     type Result = ();
 
     fn handle(&mut self, finish: Finish, ctx: &mut Context<Self>) {
-        if self.reconciling {
+        let upstream = finish.upstream;
+        if self.reconciling_of(upstream) {
             // Replayed once the reconciliation decides who is in charge.
-            self.deferred.push(finish);
+            let domain = self.slots[upstream].domain;
+            self.domains[domain].deferred.push(finish);
             return;
         }
-        let upstream = finish.upstream;
         // The coordinator's own record of the wave wins: it follows the permit across modes.
         let slot = &mut self.slots[upstream];
         let wave = slot.held.remove(&finish.id).unwrap_or(finish.wave);
@@ -781,7 +843,7 @@ impl Handler<Drain> for Coordinator {
     type Result = ();
 
     fn handle(&mut self, drain: Drain, ctx: &mut Context<Self>) {
-        if self.releases_in_flight == 0 && !self.reconciling {
+        if self.releases_in_flight == 0 && !self.domains.iter().any(|d| d.reconciling) {
             let _ = drain.reply.send(());
             return;
         }
@@ -799,9 +861,17 @@ impl Handler<Drain> for Coordinator {
 impl Handler<ReadMode> for Coordinator {
     type Result = MessageResult<ReadMode>;
 
-    fn handle(&mut self, _: ReadMode, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(self.reported_mode())
+    fn handle(&mut self, read: ReadMode, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.reported_mode(read.upstream))
     }
+}
+
+/// Whether `store` is a Redis Cluster (each upstream a failure domain of its own).
+fn is_cluster(store: Option<&Store>) -> bool {
+    #[cfg(feature = "redis")]
+    return store.is_some_and(|store| store.config().topology() == "cluster");
+    #[cfg(not(feature = "redis"))]
+    return store.is_some_and(|store| match *store {});
 }
 
 /// Counts a reported 429 and what it did to the wave.

@@ -7,7 +7,12 @@
 //! carries a shared cooldown in force. Waiters go on locally; calls in progress are not
 //! disturbed.
 //!
-//! A probe with backoff (never the request path) pings the store. Once it answers, the
+//! All of this happens per failure domain (`domains.rs`): the whole store on one server, each
+//! upstream on a Cluster, so a lost master switches only the upstreams whose slots it serves.
+//!
+//! A probe with backoff (never the request path) asks the store: on one server a `PING` and a
+//! heartbeat for every upstream at once; on a Cluster, per upstream, a `ZCARD` routed by its
+//! key to the master of its slot. Once it answers, the
 //! coordinator **reconciles** each upstream in one script call — the permits still in flight
 //! here are registered in the shared set with fresh leases, registrations of permits that
 //! finished during the outage are dropped — and carries a 429 seen during the outage into the
@@ -18,16 +23,16 @@ use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use actix::{ActorFutureExt, AsyncContext, Context, Handler, WrapFuture};
+use futures_util::FutureExt;
 use wavegate_core::class_budget::ClassBudgets;
 use wavegate_core::{Clock, LocalGate, WaveSignal, WaveState, duration_ms};
 use wavegate_redis::{Reconciled, SharedGate, StoreError};
 
+use super::domains::{self, PROBE_MIN};
 use super::{Coordinator, HEARTBEAT_TTL, OutageBook, Release};
 use crate::metrics;
 use crate::status::Mode;
 
-/// The first probe after a switch comes this soon; each failed one doubles the wait.
-pub(super) const PROBE_MIN: Duration = Duration::from_millis(100);
 /// The longest wait between probes.
 const PROBE_MAX: Duration = Duration::from_secs(1);
 /// How long a process back in shared mode stays within its fallback share: the others' probes
@@ -95,27 +100,46 @@ struct Outcome {
 }
 
 impl Coordinator {
-    /// Switches from shared mode to local fallback (does nothing in any other mode).
-    pub(super) fn enter_fallback(&mut self, command: &'static str, error: &StoreError, ctx: &mut Context<Self>) {
-        if self.mode != Mode::Shared {
+    /// Records a change of `domain`'s mode: its upstreams' gauges and the process's.
+    fn switch(&mut self, domain: usize, to: Mode) {
+        let from = std::mem::replace(&mut self.domains[domain].mode, to);
+        self.domains[domain].epoch += 1;
+        self.domains[domain].probe_backoff = PROBE_MIN;
+        for &upstream in &self.domains[domain].upstreams {
+            metrics::upstream_mode(self.slots[upstream].config.name().as_str(), Some(from), to);
+        }
+        metrics::mode(domains::least_shared(&self.domains));
+    }
+
+    /// Switches `domain` from shared mode to local fallback (does nothing in any other mode).
+    pub(super) fn enter_fallback(
+        &mut self,
+        domain: usize,
+        command: &'static str,
+        error: &StoreError,
+        ctx: &mut Context<Self>,
+    ) {
+        if self.domains[domain].mode != Mode::Shared {
             return;
         }
-        self.mode = Mode::Fallback;
-        metrics::mode(Some(Mode::Shared), Mode::Fallback);
-        self.epoch += 1;
-        self.probe_backoff = PROBE_MIN;
+        self.switch(domain, Mode::Fallback);
+        let upstreams = self.domains[domain].upstreams.clone();
         // Throttled across switches too: a right missing from one script only (shared, then
         // rejected, then shared again at each probe) must not log at every switch.
         self.log_rejection(command, error);
+        let first = upstreams.first().map(|&u| self.slots[u].config.name().to_string());
         tracing::warn!(
             command,
             %error,
             live_instances = ?self.live_instances,
+            upstreams = upstreams.len(),
+            first = ?first,
             "shared store unreachable: switching to local fallback"
         );
         let now = Instant::now();
         let now_ms = self.clock.now_ms();
-        for slot in &mut self.slots {
+        for &upstream in &upstreams {
+            let slot = &mut self.slots[upstream];
             let base = slot.config.limit().get();
             // Until a heartbeat has told how many processes share the limit, assume the worst:
             // as many as the limit, so each takes one (or the configured fallback limit).
@@ -167,49 +191,66 @@ impl Coordinator {
             slot.blocked_until = None;
             tracing::warn!(upstream = %slot.config.name(), fallback_limit = share.get(), held = slot.held.len(), "fallback share");
         }
-        for upstream in 0..self.slots.len() {
+        for &upstream in &upstreams {
             self.pump(upstream, ctx);
         }
-        self.schedule_probe(ctx);
+        self.schedule_probe(domain, ctx);
     }
 
-    fn schedule_probe(&mut self, ctx: &mut Context<Self>) {
-        let after = self.probe_backoff;
-        self.probe_backoff = (after * 2).min(PROBE_MAX);
-        ctx.run_later(after, |act, ctx| act.probe(ctx));
+    fn schedule_probe(&mut self, domain: usize, ctx: &mut Context<Self>) {
+        let after = self.domains[domain].probe_backoff;
+        self.domains[domain].probe_backoff = (after * 2).min(PROBE_MAX);
+        ctx.run_later(after, move |act, ctx| act.probe(domain, ctx));
     }
 
-    /// Asks the store whether it is back (ping + heartbeat); reconciles if it is.
-    fn probe(&mut self, ctx: &mut Context<Self>) {
-        if self.mode != Mode::Fallback || self.reconciling {
+    /// Asks the store whether `domain` is back; reconciles it if it is. The whole store (one
+    /// server): `PING` and a heartbeat. One upstream of a Cluster: a command routed by its key
+    /// to the master of its slot (the heartbeat beats on its own there).
+    fn probe(&mut self, domain: usize, ctx: &mut Context<Self>) {
+        if self.domains[domain].mode != Mode::Fallback || self.domains[domain].reconciling {
             return;
         }
         let Some(store) = self.store.clone() else { return };
-        let instance = self.ids.instance().to_owned();
-        let call = async move {
-            store.ping().await?;
-            store.heartbeat(&instance, HEARTBEAT_TTL).await
+        let call = if self.heartbeat_domain() == Some(domain) {
+            let instance = self.ids.instance().to_owned();
+            async move {
+                store.ping().await?;
+                store.heartbeat(&instance, HEARTBEAT_TTL).await.map(Some)
+            }
+            .boxed_local()
+        } else {
+            let gates: Vec<SharedGate> =
+                self.domains[domain].upstreams.iter().filter_map(|&u| self.slots[u].shared.clone()).collect();
+            async move {
+                for gate in gates {
+                    gate.probe().await?;
+                }
+                Ok(None)
+            }
+            .boxed_local()
         };
-        ctx.spawn(call.into_actor(self).map(|result, act, ctx| match result {
+        ctx.spawn(call.into_actor(self).map(move |result, act, ctx| match result {
             Ok(live) => {
-                act.note_live(live);
-                act.reconcile(ctx);
+                if let Some(live) = live {
+                    act.note_live(live);
+                }
+                act.reconcile(domain, ctx);
             }
             Err(error) => {
                 act.log_rejection("probe", &error);
-                act.schedule_probe(ctx);
+                act.schedule_probe(domain, ctx);
             }
         }));
     }
 
-    fn reconcile(&mut self, ctx: &mut Context<Self>) {
-        self.reconciling = true;
+    fn reconcile(&mut self, domain: usize, ctx: &mut Context<Self>) {
+        self.domains[domain].reconciling = true;
         let now_ms = self.clock.now_ms();
-        let plans: Vec<Plan> = self
-            .slots
-            .iter_mut()
-            .enumerate()
-            .filter_map(|(upstream, slot)| {
+        let upstreams = self.domains[domain].upstreams.clone();
+        let plans: Vec<Plan> = upstreams
+            .iter()
+            .filter_map(|&upstream| {
+                let slot = &mut self.slots[upstream];
                 let gate = slot.shared.clone()?;
                 let (local, _) = slot.local.status(now_ms);
                 let cooling = (local.state == WaveState::Cooldown)
@@ -235,7 +276,7 @@ impl Coordinator {
         // Whatever happens to the call, these may be registered in the store from now on.
         let sent: Vec<(usize, Vec<String>)> = plans.iter().map(|p| (p.upstream, p.adopt.clone())).collect();
         let carrier = format!("{}:reconcile", self.ids.instance());
-        let epoch = self.epoch;
+        let epoch = self.domains[domain].epoch;
         let call = async move {
             // Each upstream on its own: one that the store refuses (a key of the wrong type)
             // does not hold the others back; an outage stops the whole attempt.
@@ -251,7 +292,7 @@ impl Coordinator {
             (done, refused, None)
         };
         ctx.spawn(call.into_actor(self).map(move |(done, refused, outage), act, ctx| {
-            act.reconciling = false;
+            act.domains[domain].reconciling = false;
             for (upstream, adopt) in sent {
                 act.slots[upstream].outage.registered.extend(adopt);
             }
@@ -275,28 +316,26 @@ impl Coordinator {
                 metrics::redis_error("reconcile", error.label());
             }
             match outage {
-                None if act.epoch == epoch => act.back_to_shared(done, ctx),
-                None => act.replay_deferred(ctx),
+                None if act.domains[domain].epoch == epoch => act.back_to_shared(domain, done, ctx),
+                None => act.replay_deferred(domain, ctx),
                 Some(error) => {
                     tracing::warn!(%error, reconciled = done.len(), "reconciliation failed; staying in fallback");
                     metrics::redis_error("reconcile", error.label());
-                    act.replay_deferred(ctx);
-                    for upstream in 0..act.slots.len() {
+                    act.replay_deferred(domain, ctx);
+                    for &upstream in &upstreams {
                         act.pump(upstream, ctx);
                     }
-                    act.schedule_probe(ctx);
+                    act.schedule_probe(domain, ctx);
                 }
             }
         }));
     }
 
-    fn back_to_shared(&mut self, outcomes: Vec<Outcome>, ctx: &mut Context<Self>) {
-        self.mode = Mode::Shared;
-        metrics::mode(Some(Mode::Fallback), Mode::Shared);
-        self.epoch += 1;
-        self.probe_backoff = PROBE_MIN;
+    fn back_to_shared(&mut self, domain: usize, outcomes: Vec<Outcome>, ctx: &mut Context<Self>) {
+        self.switch(domain, Mode::Shared);
+        let upstreams = self.domains[domain].upstreams.clone();
         let mut leftovers = Vec::new();
-        for upstream in 0..self.slots.len() {
+        for &upstream in &upstreams {
             let slot = &mut self.slots[upstream];
             if slot.shared.is_none() {
                 continue;
@@ -338,12 +377,12 @@ impl Coordinator {
             slot.blocked_until = None;
             slot.cooldown_until = None;
         }
-        tracing::info!("shared store back: shared mode");
+        tracing::info!(upstreams = upstreams.len(), "shared store back: shared mode");
         for (upstream, id) in leftovers {
             self.drop_registration(upstream, id, 0, ctx);
         }
-        self.replay_deferred(ctx);
-        for upstream in 0..self.slots.len() {
+        self.replay_deferred(domain, ctx);
+        for &upstream in &upstreams {
             self.pump(upstream, ctx);
         }
     }
@@ -354,7 +393,7 @@ impl Coordinator {
     /// it is released at once (giving back `tokens` reserved with it). A permit held here under
     /// the same id is left alone (the reconciliation adopts it; its release removes it).
     pub(super) fn drop_registration(&mut self, upstream: usize, id: String, tokens: u64, ctx: &mut Context<Self>) {
-        if self.mode == Mode::Shared && !self.reconciling {
+        if self.mode_of(upstream) == Mode::Shared && !self.reconciling_of(upstream) {
             if !self.slots[upstream].held.contains_key(&id) {
                 let token_delta = -i64::try_from(tokens).unwrap_or(i64::MAX);
                 let release =
@@ -366,8 +405,8 @@ impl Coordinator {
         }
     }
 
-    fn replay_deferred(&mut self, ctx: &mut Context<Self>) {
-        for finish in std::mem::take(&mut self.deferred) {
+    fn replay_deferred(&mut self, domain: usize, ctx: &mut Context<Self>) {
+        for finish in std::mem::take(&mut self.domains[domain].deferred) {
             <Self as Handler<crate::messages::Finish>>::handle(self, finish, ctx);
         }
     }

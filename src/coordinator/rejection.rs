@@ -21,15 +21,21 @@ use crate::status::Mode;
 pub(super) const REJECTION_LOG_EVERY: Duration = Duration::from_secs(10);
 
 impl Coordinator {
-    /// The mode as reported: a fallback caused by a rejection is [`Mode::Rejected`].
-    pub(super) fn reported_mode(&self) -> Mode {
+    /// The mode of `upstream` as reported, or with `None` the process's: the least shared of
+    /// its upstreams' (see `domains::least_shared`). A fallback caused by a rejection is
+    /// [`Mode::Rejected`].
+    pub(super) fn reported_mode(&self, upstream: Option<usize>) -> Mode {
+        let mode = match upstream {
+            Some(upstream) => self.mode_of(upstream),
+            None => super::domains::least_shared(&self.domains),
+        };
         #[cfg(feature = "redis")]
-        if let (Some(store), Mode::Fallback) = (&self.store, self.mode)
+        if let (Some(store), Mode::Fallback) = (&self.store, mode)
             && store.health().rejected.is_some()
         {
             return Mode::Rejected;
         }
-        self.mode
+        mode
     }
 
     /// Logs a rejection as an error, at most once every [`REJECTION_LOG_EVERY`].

@@ -389,6 +389,22 @@ impl SharedGate {
         })
     }
 
+    /// Whether the server that holds this upstream's keys answers: one `ZCARD` of its permits,
+    /// routed by the upstream's hash-tagged key (on a Cluster, to the master that serves its
+    /// slot, where a `PING` would go to every node), under the command timeout.
+    pub async fn probe(&self) -> Result<(), StoreError> {
+        let key = self.keys.permits.clone();
+        let timeout = self.store.config().command_timeout;
+        self.store
+            .bounded(
+                "probe",
+                timeout,
+                |mut c| async move { redis::cmd("ZCARD").arg(key).query_async::<i64>(&mut c).await },
+            )
+            .await
+            .map(|_| ())
+    }
+
     /// The shared state, with Redis time applied (a cooldown past its end reads as PROBE).
     pub async fn status(&self) -> Result<SharedStatus, StoreError> {
         self.status_with_classes().await.map(|(status, _)| status)

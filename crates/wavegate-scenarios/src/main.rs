@@ -8,6 +8,7 @@
 //! cargo run --release -p wavegate-scenarios -- --help     # every option
 //! cargo run --release -p wavegate-scenarios -- mixed      # priority classes under a batch flood
 //! cargo run --release -p wavegate-scenarios -- scale      # 32 processes, 100 upstreams, one Redis
+//! cargo run --release -p wavegate-scenarios --features cluster -- scale --cluster   # then a 3-master cluster
 //! ```
 //!
 //! One binary plays three roles, chosen by the `WAVEGATE_SCENARIO_ROLE` environment variable:

@@ -42,6 +42,8 @@ const CLIENT_COMMANDS: &[&str] = &[
     "multi",
     "exec",
     "readonly",
+    "cluster",
+    "asking",
 ];
 /// Commands the runner sends itself.
 const RUNNER_COMMANDS: &[&str] = &["config", "info", "zrange"];

@@ -3,9 +3,14 @@
 //! random, against one mock provider; it reports the calls per second, the script calls sent
 //! per granted permit, the Redis server's CPU (from `INFO cpu`) and the permit wait.
 //!
+//! With `--cluster` (and the crate's `cluster` feature) the same run follows on a 3-master
+//! Redis Cluster, in the same invocation: the CPU is then the sum over the masters, and each
+//! master's share is given too.
+//!
 //! ```text
 //! cargo run --release -p wavegate-scenarios -- scale
 //! cargo run --release -p wavegate-scenarios -- scale --processes 8 --upstreams 20 --secs 10
+//! cargo run --release -p wavegate-scenarios --features cluster -- scale --cluster
 //! ```
 
 use std::io::{BufRead, Write};
@@ -16,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 use wavegate::{Mode, Scheduler, UpstreamConfig};
-use wavegate_testkit::{MockUpstream, MockUpstreamConfig, RedisServer, http_get};
+use wavegate_testkit::{MockUpstream, MockUpstreamConfig, RedisCluster, RedisServer, http_get};
 
 use crate::process_fleet::{ProcessFleet, option};
 use crate::redis_stats::CommandStats;
@@ -25,7 +30,10 @@ use crate::stats::percentile;
 /// The limit of each upstream.
 const LIMIT: u32 = 2;
 
+/// The server's URL, or a cluster's seed URLs separated by commas (with [`ENV_CLUSTER`]).
 const ENV_REDIS: &str = "WAVEGATE_SCALE_REDIS";
+/// Set: [`ENV_REDIS`] lists the seeds of a Redis Cluster.
+const ENV_CLUSTER: &str = "WAVEGATE_SCALE_CLUSTER";
 const ENV_PROVIDER: &str = "WAVEGATE_SCALE_PROVIDER";
 const ENV_UPSTREAMS: &str = "WAVEGATE_SCALE_UPSTREAMS";
 const ENV_CALLERS: &str = "WAVEGATE_SCALE_CALLERS";
@@ -64,7 +72,10 @@ fn worker() -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime, async move {
-        let mut builder = Scheduler::builder().redis(redis);
+        let mut builder = match std::env::var_os(ENV_CLUSTER) {
+            Some(_) => Scheduler::builder().redis_cluster(redis.split(',')),
+            None => Scheduler::builder().redis(redis),
+        };
         for index in 0..upstreams {
             let config = UpstreamConfig::builder(name(index)).limit(LIMIT).max_wait(Duration::from_secs(60));
             builder = builder.upstream(config.build().map_err(|e| e.to_string())?);
@@ -140,7 +151,8 @@ fn worker() -> Result<(), String> {
     })
 }
 
-/// The runner (`scale [--processes N] [--callers N] [--upstreams N] [--secs N] [--service-ms N]`).
+/// The runner (`scale [--processes N] [--callers N] [--upstreams N] [--secs N] [--service-ms N]
+/// [--cluster]`).
 pub(crate) fn runner_main(args: &[String]) -> ExitCode {
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,
@@ -160,29 +172,102 @@ fn redis_cpu(con: &mut redis::Connection) -> Result<f64, String> {
     Ok(field("used_cpu_user:") + field("used_cpu_sys:"))
 }
 
+/// Where the fleet's store is: one server, or the masters of a cluster.
+enum Target {
+    Single(RedisServer),
+    Cluster(RedisCluster),
+}
+
+impl Target {
+    fn label(&self) -> String {
+        match self {
+            Target::Single(_) => "one Redis".to_string(),
+            Target::Cluster(cluster) => format!("{}-master cluster", cluster.urls().len()),
+        }
+    }
+
+    /// The URL(s) a worker is given, and whether they are a cluster's seeds.
+    fn env(&self) -> (String, bool) {
+        match self {
+            Target::Single(server) => (server.url(), false),
+            Target::Cluster(cluster) => (cluster.urls().join(","), true),
+        }
+    }
+
+    /// A connection to each server (each master).
+    fn connections(&mut self) -> Result<Vec<redis::Connection>, String> {
+        let servers: Vec<&RedisServer> = match self {
+            Target::Single(server) => vec![server],
+            Target::Cluster(cluster) => cluster.nodes().iter().collect(),
+        };
+        servers.into_iter().map(|s| s.connection().map_err(|e| e.to_string())).collect()
+    }
+}
+
+/// The options of a run.
+struct Options {
+    processes: usize,
+    callers: usize,
+    upstreams: usize,
+    secs: f64,
+    service_ms: f64,
+}
+
 fn run(args: &[String]) -> Result<(), String> {
-    let processes = option(args, "--processes", 32.0)? as usize;
-    let callers = option(args, "--callers", 10.0)? as usize;
-    let upstreams = option(args, "--upstreams", 100.0)? as usize;
-    let secs = option(args, "--secs", 15.0)?;
-    let service_ms = option(args, "--service-ms", 50.0)?;
-    let redis = RedisServer::start().map_err(|e| e.to_string())?;
+    let options = Options {
+        processes: option(args, "--processes", 32.0)? as usize,
+        callers: option(args, "--callers", 10.0)? as usize,
+        upstreams: option(args, "--upstreams", 100.0)? as usize,
+        secs: option(args, "--secs", 15.0)?,
+        service_ms: option(args, "--service-ms", 50.0)?,
+    };
+    let cluster = args.iter().any(|a| a == "--cluster");
+    if cluster && !cfg!(feature = "cluster") {
+        return Err("--cluster needs the crate's `cluster` feature: cargo run --release -p wavegate-scenarios \
+                    --features cluster -- scale --cluster"
+            .to_string());
+    }
+    let Options { processes, callers, upstreams, secs, service_ms } = options;
+    println!(
+        "# scale: {processes} processes x {callers} callers, {upstreams} upstreams of limit {LIMIT} (each call to one \
+         drawn at random), {service_ms} ms calls, {secs} s, on one Redis{}",
+        if cluster { ", then on a 3-master Redis Cluster" } else { "" }
+    );
+    let mut rows = vec![pass(&options, Target::Single(RedisServer::start().map_err(|e| e.to_string())?))?];
+    if cluster {
+        rows.push(pass(&options, Target::Cluster(RedisCluster::start(3).map_err(|e| e.to_string())?))?);
+    }
+    println!();
+    println!(
+        "| store | processes x callers | upstreams | calls | calls/s | failed | changes of mode | script calls sent per permit | commands executed per permit | Redis CPU (per master) | permit wait p50 / p99 / max (ms) | max at the provider |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for row in rows {
+        println!("{row}");
+    }
+    Ok(())
+}
+
+/// One run of the fleet against `target`: its row of the table.
+fn pass(options: &Options, mut target: Target) -> Result<String, String> {
+    let Options { processes, callers, upstreams, secs, service_ms } = *options;
     let service = Duration::from_secs_f64(service_ms / 1000.0);
     let provider = MockUpstream::start(MockUpstreamConfig { service_time: service, ..Default::default() })
         .map_err(|e| format!("mock provider: {e}"))?;
-    println!(
-        "# scale: {processes} processes x {callers} callers, {upstreams} upstreams of limit {LIMIT} (each call to one \
-         drawn at random), {service_ms} ms calls, one Redis, {secs} s"
-    );
-    let (redis_url, provider_addr) = (redis.url(), provider.addr().to_string());
+    println!("# {}: starting {processes} workers", target.label());
+    let ((redis_url, cluster), provider_addr) = (target.env(), provider.addr().to_string());
     let mut fleet = ProcessFleet::spawn("scale-worker", processes, |_| {
-        vec![
+        let mut env = vec![
             (ENV_REDIS, redis_url.clone()),
             (ENV_PROVIDER, provider_addr.clone()),
             (ENV_UPSTREAMS, upstreams.to_string()),
             (ENV_CALLERS, callers.to_string()),
             (ENV_SECS, secs.to_string()),
-        ]
+        ];
+        if cluster {
+            env.push((ENV_CLUSTER, "1".to_string()));
+        }
+        env
     })?;
     let mut waits = Vec::new();
     let (mut failed, mut switches) = (0u64, 0u64);
@@ -192,34 +277,41 @@ fn run(args: &[String]) -> Result<(), String> {
         _ => waits.extend(line.strip_prefix("w ").and_then(|v| v.parse::<f64>().ok())),
     };
     fleet.wait_all("ready", Duration::from_secs(60), &mut take)?;
-    let mut con = redis.connection().map_err(|e| e.to_string())?;
-    redis::cmd("CONFIG").arg("RESETSTAT").exec(&mut con).map_err(|e| e.to_string())?;
-    let cpu_before = redis_cpu(&mut con)?;
+    let mut cons = target.connections()?;
+    let mut cpu_before = Vec::new();
+    for con in &mut cons {
+        redis::cmd("CONFIG").arg("RESETSTAT").exec(con).map_err(|e| e.to_string())?;
+        cpu_before.push(redis_cpu(con)?);
+    }
     let started = Instant::now();
     fleet.send_all("go")?;
     fleet.wait_all("done", Duration::from_secs_f64(secs + 120.0), &mut take)?;
     let took = started.elapsed().as_secs_f64();
-    let cpu = redis_cpu(&mut con)? - cpu_before;
-    let stats = CommandStats::read(&mut con).map_err(|e| e.to_string())?;
+    let mut cpus = Vec::new();
+    let mut stats = CommandStats::default();
+    for (con, before) in cons.iter_mut().zip(cpu_before) {
+        cpus.push(100.0 * (redis_cpu(con)? - before) / took);
+        stats.add(&CommandStats::read(con).map_err(|e| e.to_string())?);
+    }
     drop(fleet);
     let granted = waits.len().max(1) as f64;
     let evalsha = stats.calls.get("evalsha").copied().unwrap_or(0) as f64;
-    println!();
-    println!(
-        "| processes x callers | upstreams | calls | calls/s | failed | changes of mode | script calls sent per permit | commands executed per permit | Redis CPU | permit wait p50 / p99 / max (ms) | max at the provider |"
-    );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let calls = waits.len();
     let mut p = |q| percentile(&mut waits, q).unwrap_or(f64::NAN);
     let (p50, p99, max) = (p(50.0), p(99.0), p(100.0));
-    println!(
-        "| {processes} x {callers} | {upstreams} | {} | {:.0} | {failed} | {switches} | {:.2} | {:.1} | {:.0} % of one core | {p50:.1} / {p99:.1} / {max:.0} | {} |",
+    let cpu: f64 = cpus.iter().sum();
+    let per_master = if cpus.len() > 1 {
+        format!(" ({})", cpus.iter().map(|c| format!("{c:.0}")).collect::<Vec<_>>().join(" + "))
+    } else {
+        String::new()
+    };
+    Ok(format!(
+        "| {} | {processes} x {callers} | {upstreams} | {} | {:.0} | {failed} | {switches} | {:.2} | {:.1} | {cpu:.0} %{per_master} of one core | {p50:.1} / {p99:.1} / {max:.0} | {} |",
+        target.label(),
         calls,
         calls as f64 / took,
         evalsha / granted,
         stats.executed() as f64 / granted,
-        100.0 * cpu / took,
         provider.max_in_flight(),
-    );
-    Ok(())
+    ))
 }

@@ -114,6 +114,7 @@ async fn metrics_hold_the_named_series_and_they_move() {
     assert_eq!(value(r#"wavegate_queue_depth{upstream="metered"}"#), 0.0);
     assert_eq!(value(r#"wavegate_breaker_state{upstream="metered",state="closed"}"#), 1.0);
     assert_eq!(value(r#"wavegate_mode{mode="local"}"#), 1.0);
+    assert_eq!(value(r#"wavegate_mode{upstream="metered",mode="local"}"#), 1.0, "each upstream's mode");
     // Histograms are Prometheus histograms with buckets, not summaries.
     assert_eq!(value(r#"wavegate_upstream_call_seconds_count{upstream="metered",outcome="success"}"#), 2.0);
     assert_eq!(value(r#"wavegate_upstream_call_seconds_count{upstream="metered",outcome="rate_limited"}"#), 1.0);
