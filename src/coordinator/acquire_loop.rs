@@ -357,25 +357,22 @@ impl Coordinator {
 }
 
 impl Coordinator {
-    /// The refusal of an estimate that can never fit the tokens burst of the gate in charge:
-    /// the configured (shared) burst, or in fallback this process's share of it.
+    /// The refusal of an estimate that can never fit the tokens burst in force: the
+    /// configured burst (in fallback this process's share of it), tightened by a tokens limit
+    /// the provider announced. The local gate knows both in every mode (it is told every
+    /// announcement); in shared mode the store checks again with the fleet's.
     pub(super) fn never_fits(&self, upstream: usize, tokens: u64) -> Option<Error> {
-        let slot = &self.slots[upstream];
-        let burst = match self.mode {
-            Mode::Fallback | Mode::Rejected => slot.local.tokens_burst()?,
-            Mode::Local | Mode::Shared => u64::from(slot.config.budgets().tokens?.burst()),
-        };
+        let burst = self.slots[upstream].local.tokens_burst(self.clock.now_ms())?;
         (tokens > burst).then(|| self.too_large(upstream, tokens))
     }
 
     fn too_large(&self, upstream: usize, tokens: u64) -> Error {
         let slot = &self.slots[upstream];
-        let (budget, burst) = match self.mode {
-            Mode::Fallback | Mode::Rejected => (crate::error::FALLBACK_SHARE, slot.local.tokens_burst()),
-            Mode::Local | Mode::Shared => {
-                ("tokens_per_minute", slot.config.budgets().tokens.map(|b| u64::from(b.burst())))
-            }
+        let budget = match self.mode {
+            Mode::Fallback | Mode::Rejected => crate::error::FALLBACK_SHARE,
+            Mode::Local | Mode::Shared => "tokens_per_minute",
         };
+        let burst = slot.local.tokens_burst(self.clock.now_ms());
         Error::InsufficientCapacity {
             upstream: slot.config.name().to_string(),
             budget,

@@ -553,6 +553,7 @@ impl Coordinator {
             queue_depth: slot.waiters.len(),
             breaker: "closed",
             budgets: slot.local.budget_status(now_ms),
+            learned: slot.local.learned(now_ms).status(now_ms),
             quota_exhausted_for: None,
             schedulers_in_process: 0,
             classes: self.class_statuses(upstream),
@@ -747,6 +748,7 @@ impl Handler<ReadStatus> for Coordinator {
                         status.cooldown_remaining = shared.cooldown_remaining;
                         status.in_flight_fleet = Some(shared.in_flight);
                         status.budgets = shared.budgets;
+                        status.learned = shared.learned;
                     }
                     let _ = read.reply.send(status);
                 }));

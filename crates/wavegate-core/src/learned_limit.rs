@@ -35,6 +35,8 @@
 //! assert_eq!(learned.effective(configured, 185_000, 1), configured);
 //! ```
 
+use std::time::Duration;
+
 use crate::gcra::{Budgets, RateBudget};
 use crate::signals::{ProviderSignals, Window};
 
@@ -150,6 +152,37 @@ impl LearnedBudgets {
             requests: tightest(configured.requests, learned.requests),
             tokens: tightest(configured.tokens, learned.tokens),
         }
+    }
+}
+
+/// A learned limit as the status shows it: the limit, and how long until it is forgotten.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LearnedLimitStatus {
+    /// The limit the provider announced, with its window.
+    pub limit: LearnedLimit,
+    /// How long until it is forgotten, unless said again.
+    pub forgotten_in: Duration,
+}
+
+/// The learned limits in force, for the status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct LearnedStatus {
+    /// The requests limit, if one is kept.
+    pub requests: Option<LearnedLimitStatus>,
+    /// The tokens limit, if one is kept.
+    pub tokens: Option<LearnedLimitStatus>,
+}
+
+impl LearnedBudgets {
+    /// The limits kept at `now_ms`, for the status.
+    pub fn status(&self, now_ms: u64) -> LearnedStatus {
+        let view = |kept: Option<KeptLimit>| {
+            KeptLimit::in_force(kept, now_ms).map(|k| LearnedLimitStatus {
+                limit: k.limit,
+                forgotten_in: Duration::from_millis(k.until_ms - now_ms),
+            })
+        };
+        LearnedStatus { requests: view(self.requests), tokens: view(self.tokens) }
     }
 }
 

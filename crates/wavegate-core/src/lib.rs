@@ -69,7 +69,9 @@ pub use config::{ConfigError, UnknownUpstream, UpstreamConfig, UpstreamConfigBui
 pub use cooldown::CooldownPolicy;
 pub use gate::{BudgetStatus, FinishReport, LocalGate, WaveSignal};
 pub use gcra::{Budgets, Gcra, RateBudget};
-pub use learned_limit::{KEPT_WINDOWS, KeptLimit, LearnedBudgets, LearnedLimit, LearnedLimits, tightest};
+pub use learned_limit::{
+    KEPT_WINDOWS, KeptLimit, LearnedBudgets, LearnedLimit, LearnedLimitStatus, LearnedLimits, LearnedStatus, tightest,
+};
 pub use ledger::{HeldPermit, PermitLedger};
 pub use outcome::{Outcome, Transient, TransportError};
 pub use pool::{MemberView, PoolConfig, PoolConfigBuilder, PoolConfigError, PoolPolicy};
