@@ -289,3 +289,29 @@ async fn without_a_configured_budget_an_announced_limit_is_the_budget() {
     let status = s.status("llm").await.expect("status");
     assert!(status.budgets.requests.is_some(), "a learned limit is a budget");
 }
+
+#[cfg(feature = "redis")]
+#[actix::test]
+async fn a_fallback_goes_on_with_the_learned_limits() {
+    let mut redis = RedisServer::start().expect("redis-server");
+    let s = Scheduler::builder().upstream(upstream(6)).redis(redis.url()).build().expect("scheduler");
+    // 12 per 3 s window: 240 a minute, bursts of 12; nothing configured.
+    let provider =
+        MockProvider::start(limits(HeaderStyle::Ietf, 12, Duration::from_secs(3)), Duration::from_millis(5)).unwrap();
+    call(&s, &provider, 0).await.expect("a call that teaches the limit");
+    tokio::time::sleep(Duration::from_millis(150)).await; // the report and a heartbeat land
+    let shared = s.status("llm").await.expect("status");
+    assert_eq!(shared.mode, wavegate::Mode::Shared);
+    assert_eq!(shared.learned.requests.map(|l| l.limit.limit), Some(12), "kept in the store");
+    // The fleet's budget in force, full: the first call was granted before anything was known.
+    assert_eq!(shared.budgets.requests.map(|(remaining, _)| remaining), Some(12));
+
+    redis.kill().expect("kill -9");
+    call(&s, &provider, 0).await.expect("a call through the fallback");
+    let status = s.status("llm").await.expect("status");
+    assert_eq!(status.mode, wavegate::Mode::Fallback);
+    assert_eq!(status.learned.requests.map(|l| l.limit.limit), Some(12), "the fallback started knowing it");
+    // The only live process: its share is the whole learned budget, charged with the call.
+    let (remaining, _) = status.budgets.requests.expect("the learned budget is in force in the fallback");
+    assert_eq!(remaining, 11);
+}

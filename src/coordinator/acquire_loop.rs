@@ -248,8 +248,9 @@ impl Coordinator {
                     slot.last_shared.state = Some((state, limit));
                     slot.last_shared.wave = wave;
                 }
-                if slot.config.budgets() != wavegate_core::Budgets::default() {
-                    let now_ms = self.clock.now_ms();
+                let now_ms = self.clock.now_ms();
+                // The budgets in force: configured, or learned from the provider.
+                if slot.local.budgets(now_ms) != wavegate_core::Budgets::default() {
                     let (memory, most) = super::RECENT_GRANTS;
                     let since = now_ms.saturating_sub(duration_ms(memory));
                     while slot.recent_grants.front().is_some_and(|(at, _)| *at < since)

@@ -134,7 +134,7 @@ struct Slot {
     /// share), while the other processes may still be in their fallback.
     rejoin_cap: Option<(Instant, usize)>,
     /// This process's grants (when, tokens reserved) over the last minute, in any mode, when
-    /// the upstream has rate budgets: a fallback gate starts with them charged, so each switch
+    /// the upstream has rate budgets (configured or learned): a fallback gate starts with them charged, so each switch
     /// does not hand out a fresh burst.
     recent_grants: VecDeque<(u64, u64)>,
 }
