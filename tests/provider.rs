@@ -192,7 +192,10 @@ fn densest(provider: &MockProvider, span: Duration, skip: Duration) -> usize {
     let Some(first) = calls.first().map(|(at, _)| *at) else { return 0 };
     let served: Vec<Instant> =
         calls.into_iter().filter(|(at, s)| *s == 200 && *at >= first + skip).map(|(at, _)| at).collect();
-    (0..served.len()).map(|i| served[i..].iter().take_while(|at| at.duration_since(served[i]) < span).count()).max().unwrap_or(0)
+    (0..served.len())
+        .map(|i| served[i..].iter().take_while(|at| at.duration_since(served[i]) < span).count())
+        .max()
+        .unwrap_or(0)
 }
 
 /// Keeps `callers` callers of each scheduler busy for `run`.
@@ -284,7 +287,11 @@ async fn without_a_configured_budget_an_announced_limit_is_the_budget() {
     // 3 a second with bursts of 6. Without the learned budget there is no requests budget at
     // all (only the window tracking holds each window's calls back).
     let densest = densest(&provider, Duration::from_millis(1_000), Duration::ZERO);
-    eprintln!("learned 180/min, none configured: {} served, {} 429s, densest second {densest}", provider.served(), provider.rate_limited());
+    eprintln!(
+        "learned 180/min, none configured: {} served, {} 429s, densest second {densest}",
+        provider.served(),
+        provider.rate_limited()
+    );
     assert!(provider.rate_limited() <= 1);
     let status = s.status("llm").await.expect("status");
     assert!(status.budgets.requests.is_some(), "a learned limit is a budget");

@@ -334,7 +334,8 @@ impl Coordinator {
             let share = slot.local.machine().config().base_limit.get() as usize;
             slot.rejoin_cap = Some((Instant::now() + REJOIN_GRACE, share));
             let learned = slot.local.learned(self.clock.now_ms());
-            slot.local = LocalGate::with_budgets(slot.config.wave().clone(), slot.config.budgets()).with_learned(learned, 1);
+            slot.local =
+                LocalGate::with_budgets(slot.config.wave().clone(), slot.config.budgets()).with_learned(learned, 1);
             slot.pumping = false;
             slot.blocked_until = None;
             slot.cooldown_until = None;

@@ -83,7 +83,10 @@ pub struct LearnedLimits {
 impl LearnedLimits {
     /// What `signals` announce (see [`LearnedLimit::from_window`]).
     pub fn from_signals(signals: &ProviderSignals) -> Self {
-        Self { requests: LearnedLimit::from_window(&signals.requests), tokens: LearnedLimit::from_window(&signals.tokens) }
+        Self {
+            requests: LearnedLimit::from_window(&signals.requests),
+            tokens: LearnedLimit::from_window(&signals.tokens),
+        }
     }
 
     /// Whether nothing was announced.

@@ -793,7 +793,10 @@ mod tests {
         assert_eq!((s.requests.limit, s.requests.period), (Some(10), None), "no w=: no period");
         let s = read(&[("RateLimit-Policy", "\"p\";q=10;w=0")]);
         assert_eq!((s.requests.limit, s.requests.period), (Some(10), None), "w=0 is no window");
-        let s = read(&[("anthropic-ratelimit-output-tokens-limit", "8000"), ("anthropic-ratelimit-requests-remaining", "4")]);
+        let s = read(&[
+            ("anthropic-ratelimit-output-tokens-limit", "8000"),
+            ("anthropic-ratelimit-requests-remaining", "4"),
+        ]);
         assert_eq!((s.tokens.limit, s.tokens.period), (Some(8_000), Some(DOCUMENTED_PERIOD)));
         assert_eq!(s.requests.period, None, "no limit: nothing to learn");
     }

@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use redis::Value;
 use wavegate_core::{
-    Admission, BudgetStatus, Budgets, DenyReason, LearnedLimit, LearnedLimitStatus, LearnedStatus, ProviderWindows, RateBudget, RateLimitEffect, TrackedWindow,
-    Transition, UpstreamName, WaveConfig, WaveSignal, WaveState, WindowReport, duration_ms,
+    Admission, BudgetStatus, Budgets, DenyReason, LearnedLimit, LearnedLimitStatus, LearnedStatus, ProviderWindows,
+    RateBudget, RateLimitEffect, TrackedWindow, Transition, UpstreamName, WaveConfig, WaveSignal, WaveState,
+    WindowReport, duration_ms,
 };
 
 use wavegate_core::priority::PriorityClass;

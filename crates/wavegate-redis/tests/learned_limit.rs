@@ -43,15 +43,16 @@ fn case() -> impl Strategy<Value = CaseIn> {
     let rate = prop_oneof![1 => Just(0u32), 3 => 1u32..5_000];
     let limit = prop_oneof![1 => Just(0u64), 6 => 1u64..6_000, 1 => 4_000_000_000u64..6_000_000_000];
     let window = prop_oneof![3 => 1u64..5_000, 1 => 5_000u64..200_000];
-    (any::<bool>(), rate, 1u32..800, limit, window, 0u64..1_000_000, 0u64..4_000)
-        .prop_map(|(tokens, rate, burst, limit, window, at_ms, spread)| CaseIn {
+    (any::<bool>(), rate, 1u32..800, limit, window, 0u64..1_000_000, 0u64..4_000).prop_map(
+        |(tokens, rate, burst, limit, window, at_ms, spread)| CaseIn {
             tokens,
             configured: (rate, burst),
             learned: (limit, window),
             at_ms,
             // Read from just after the report to past the three windows it is kept.
             after_ms: spread * window / 1_000,
-        })
+        },
+    )
 }
 
 fn rust(case: &CaseIn) -> String {
@@ -128,7 +129,10 @@ fn one_line_mutants_of_the_learned_limits_are_caught() {
         // Creates no budget without a configured one.
         ("if b == nil then return budget(rate, burst) end", "if b == nil then return nil end"),
         // Never forgets, or keeps it one window too long.
-        ("if limit and window and ends and now < ends then\n      local rate", "if limit and window and ends then\n      local rate"),
+        (
+            "if limit and window and ends and now < ends then\n      local rate",
+            "if limit and window and ends then\n      local rate",
+        ),
         ("local LL_KEPT_WINDOWS = 3", "local LL_KEPT_WINDOWS = 4"),
         // Rounds the rate up (looser than the provider).
         ("math.floor(limit * 60000 / window)", "math.ceil(limit * 60000 / window)"),
