@@ -38,7 +38,7 @@ use wavegate_core::{
 
 use crate::error::Error;
 use crate::ids::PermitIds;
-use crate::messages::{Acquire, Drain, Finish, ReadMode, ReadStatus, Wake};
+use crate::messages::{Acquire, Drain, DrainReply, Finish, ReadMode, ReadStatus, Wake};
 use crate::metrics;
 use crate::status::{ClassStatus, Mode, UpstreamStatus};
 pub(crate) use headroom::ReadHeadroom;
@@ -160,7 +160,7 @@ pub(crate) struct Coordinator {
     /// Releases sent to the store whose reply has not come back.
     releases_in_flight: usize,
     /// Drains waiting for those replies.
-    drains: Vec<std::sync::mpsc::Sender<()>>,
+    drains: Vec<DrainReply>,
     #[cfg(feature = "redis")]
     probe_backoff: Duration,
     /// When a rejection of the store was last logged.
@@ -262,7 +262,7 @@ impl Coordinator {
         self.releases_in_flight = self.releases_in_flight.saturating_sub(1);
         if self.releases_in_flight == 0 {
             for drain in self.drains.drain(..) {
-                let _ = drain.send(());
+                drain.send();
             }
         }
     }
@@ -762,7 +762,7 @@ impl Handler<Drain> for Coordinator {
 
     fn handle(&mut self, drain: Drain, ctx: &mut Context<Self>) {
         if self.releases_in_flight == 0 && !self.reconciling {
-            let _ = drain.reply.send(());
+            drain.reply.send();
             return;
         }
         // Each release is bounded by the command timeout; a reconciliation replays the
@@ -770,7 +770,7 @@ impl Handler<Drain> for Coordinator {
         self.drains.push(drain.reply);
         ctx.run_later(DRAIN_BOUND, |act, _| {
             for drain in act.drains.drain(..) {
-                let _ = drain.send(());
+                drain.send();
             }
         });
     }
