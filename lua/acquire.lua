@@ -61,10 +61,21 @@ if classes and instance ~= '' then
   if not denial and not (config.tokens and ask.tokens > config.tokens.burst) then
     -- Room: which class gets it, fleet-wide; the ask waits if its classes are not reached.
     local asked = {}
-    for k, a in ipairs(asks) do asked[config.class_index[a.class] or config.default_class] = k end
-    local fleet = fleet_classes(config, s.limit, now)
-    local chosen = choose_class(fleet, s.limit - in_flight, asked)
-    if chosen then ask = asks[asked[chosen]] else denial, wait = 'at_limit', 0 end
+    for k, a in ipairs(asks) do
+      local c = config.class_index[a.class] or config.default_class
+      asked[c] = asked[c] or {}
+      asked[c][tenant_of(a.id)] = k
+    end
+    local fleet = fleet_classes(config, s.limit, now, true)
+    local turns = load_turns(config)
+    observe_turns(config, turns, fleet, true)
+    local k, chosen = choose_grant(fleet, s.limit - in_flight, asked)
+    if k then
+      ask = asks[k]
+      ask.turns, ask.class_index = turns, chosen
+    else
+      denial, wait = 'at_limit', 0
+    end
   end
 end
 local id, tokens = ask.id, ask.tokens
@@ -100,8 +111,9 @@ else
     redis.call('ZADD', KEYS[1], now + lease, id)
     redis.call('HSET', KEYS[3], id, s.wave)
     if pw_charge(windows, now, tokens) then pw_save(windows) end -- [provider windows]
+    if ask.turns then turns_granted(config, ask.turns, ask.class_index) end
     if classes and instance ~= '' then
-      granted_waiting(instance, ask.class, ask.demand, now)
+      granted_waiting(instance, ask, now)
     elseif instance ~= '' then
       redis.call('ZREM', KEYS[4], instance)
       redis.call('ZREM', KEYS[5], instance)

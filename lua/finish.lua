@@ -59,7 +59,7 @@ if held == 1 and channel ~= '' then
   for _, instance in ipairs(gone) do
     redis.call('ZREM', KEYS[4], instance)
     redis.call('ZREM', KEYS[5], instance)
-    redis.call('HDEL', KEYS[6], instance)
+    redis.call('HDEL', KEYS[6], instance, instance .. '>')
   end
   local wake = nil
   if #config.classes > 0 then

@@ -33,7 +33,7 @@ for _, name in ipairs({ 'requests', 'tokens' }) do
 end
 for _, field in ipairs(ll_status(now)) do table.insert(reply, field) end
 if #config.classes > 0 then
-  local classes = fleet_classes(config, s.limit, now)
+  local classes = fleet_classes(config, s.limit, now, false)
   for _, c in ipairs(classes) do
     table.insert(reply, c.in_flight)
     table.insert(reply, c.demand)

@@ -62,14 +62,21 @@ local function read_config(at)
   config.tokens = budget(to_int(ARGV[at + 7], 'tokens per minute'), to_int(ARGV[at + 8], 'tokens burst'))
   config.adaptive = ARGV[at + 9] == 'adaptive'
   -- Priority classes: '' for none, else 'name:weight:reserve%' joined by ',', the default
-  -- class marked with a leading '*' (see priority.lua).
-  config.classes, config.class_index, config.default_class = {}, {}, 1
+  -- class marked with a leading '*' (see priority.lua), and optionally '@<ms>': a permit counts
+  -- in its class's share only while its lease ends at least that far ahead (renewed lately).
+  config.classes, config.class_index, config.default_class, config.class_window = {}, {}, 1, 0
   for entry in string.gmatch(ARGV[at + 13], '[^,]+') do
-    local default, name, weight, reserve = string.match(entry, '^(%*?)([^:]+):(%d+):(%d+)$')
-    if name == nil then error({ err = 'ERR wavegate: bad priority class ' .. entry }) end
-    table.insert(config.classes, { name = name, weight = tonumber(weight), reserve = tonumber(reserve) })
-    config.class_index[name] = #config.classes
-    if default == '*' then config.default_class = #config.classes end
+    local window = string.match(entry, '^@(%d+)$')
+    local default, name, weight, reserve = string.match(entry, '^(%*?)([^:@]+):(%d+):(%d+)$')
+    if window then
+      config.class_window = tonumber(window)
+    elseif name == nil then
+      error({ err = 'ERR wavegate: bad priority class ' .. entry })
+    else
+      table.insert(config.classes, { name = name, weight = tonumber(weight), reserve = tonumber(reserve) })
+      config.class_index[name] = #config.classes
+      if default == '*' then config.default_class = #config.classes end
+    end
   end
   if not config.adaptive and ARGV[at + 9] ~= 'seed' then
     error({ err = 'ERR wavegate: recovery must be seed or adaptive, got ' .. tostring(ARGV[at + 9]) })

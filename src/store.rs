@@ -26,8 +26,11 @@ mod absent {
 #[cfg(feature = "redis")]
 pub(crate) fn shared_gate(store: &Store, config: &wavegate_core::UpstreamConfig, instance: &str) -> SharedGate {
     let gate = SharedGate::with_budgets(store.clone(), config.name(), config.wave(), config.budgets());
-    let gate =
-        if config.classes().is_empty() { gate } else { gate.with_classes(config.classes(), config.default_class()) };
+    let gate = if config.classes().is_empty() {
+        gate
+    } else {
+        gate.with_classes(config.classes(), config.default_class(), config.class_count_window())
+    };
     gate.for_instance(instance)
 }
 

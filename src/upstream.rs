@@ -161,11 +161,12 @@ impl<'u, C, M> RequestBuilder<'u, C, M> {
         self
     }
 
-    /// Names the request's tenant (a user, an API key): among the callers of one class
-    /// waiting in this process, the next permit goes to the tenant holding the fewest, first
-    /// in first out within a tenant, so one tenant's flood does not starve the others. The
-    /// key stays in the process (never in a metric label or in Redis) and is kept only while
-    /// its requests wait or hold permits.
+    /// Names the request's tenant (a user, an API key): among the tenants of the request's
+    /// class that wait, the next permit goes to the one holding the fewest permits — across
+    /// the fleet on an upstream with priority classes, in this process otherwise — first in
+    /// first out within a tenant, so one tenant's flood does not starve the others. The key
+    /// itself stays in the process: Redis sees a 64-bit hash of it in permit ids
+    /// (`wavegate_core::tenant::tenant_tag`), metrics see nothing.
     pub fn tenant(mut self, tenant: impl Into<Arc<str>>) -> Self {
         self.ask.tenant = Some(tenant.into());
         self

@@ -119,15 +119,13 @@ async fn local_mode_serves_interactive_first_and_batch_keeps_going() {
     assert_eq!(names, [("interactive", 3), ("batch", 1)]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn both_classes_flooding_share_the_limit_by_weight() {
-    let provider = mock();
-    let scheduler = Scheduler::builder().upstream(config()).build().expect("scheduler");
-    let llm = scheduler.upstream("llm").expect("configured");
+/// 40 callers of each class call again and again for `secs` through `handles` (the callers
+/// spread over them); returns the calls each class finished before the stop.
+async fn both_flooding(handles: &[Upstream], addr: SocketAddr, secs: u64) -> (f64, f64) {
     let stop = Arc::new(AtomicBool::new(false));
     let counts = [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
     let class_flood = |class: &'static str, done: Arc<AtomicU64>| {
-        let (llm, stop, addr) = (llm.clone(), stop.clone(), provider.addr());
+        let (handles, stop) = (handles.to_vec(), stop.clone());
         tokio::spawn(async move {
             let caller = |llm: Upstream| {
                 let (stop, done) = (stop.clone(), done.clone());
@@ -136,25 +134,79 @@ async fn both_classes_flooding_share_the_limit_by_weight() {
                         let reply =
                             llm.request().priority(class).call(|_| http_get(addr, "/", Duration::from_secs(5))).await;
                         assert_eq!(reply.expect("a call").status, 200);
-                        done.fetch_add(1, SeqCst);
+                        // Not the calls still queued at the stop: they drain one class alone.
+                        if !stop.load(SeqCst) {
+                            done.fetch_add(1, SeqCst);
+                        }
                     }
                 }
             };
-            join_all((0..40).map(|_| caller(llm.clone()))).await;
+            join_all((0..40).map(|n| caller(handles[n % handles.len()].clone()))).await;
         })
     };
     let floods = [class_flood("interactive", counts[0].clone()), class_flood("batch", counts[1].clone())];
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(Duration::from_secs(secs)).await;
     stop.store(true, SeqCst);
     for flood in floods {
         flood.await.expect("flood");
     }
-    let (interactive, batch) = (counts[0].load(SeqCst) as f64, counts[1].load(SeqCst) as f64);
+    (counts[0].load(SeqCst) as f64, counts[1].load(SeqCst) as f64)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_classes_flooding_share_the_limit_by_weight() {
+    let provider = mock();
+    let scheduler = Scheduler::builder().upstream(config()).build().expect("scheduler");
+    let llm = scheduler.upstream("llm").expect("configured");
+    let (interactive, batch) = both_flooding(&[llm], provider.addr(), 3).await;
     let share = interactive / (interactive + batch);
     eprintln!("both flooding: interactive {interactive} calls, batch {batch}");
     // Weights 3 : 1 over a limit of 4: three permits for interactive, one for batch.
     assert!((0.65..=0.85).contains(&share), "interactive had {share:.2} of {} calls", interactive + batch);
     assert!(provider.max_in_flight() <= LIMIT as usize);
+}
+
+/// Weights 10 : 1 over a limit of 2 (a small limit, or a fallback's share): batch is not starved.
+fn heavy_weights_small_limit() -> UpstreamConfig {
+    UpstreamConfig::builder("llm")
+        .limit(2)
+        .max_wait(Duration::from_secs(30))
+        .class("interactive", 10)
+        .class("batch", 1)
+        .build()
+        .expect("valid config")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_smaller_than_the_weights_starves_no_class() {
+    let provider = mock();
+    let scheduler = Scheduler::builder().upstream(heavy_weights_small_limit()).build().expect("scheduler");
+    let llm = scheduler.upstream("llm").expect("configured");
+    let (interactive, batch) = both_flooding(&[llm], provider.addr(), 2).await;
+    eprintln!("limit 2, weights 10 : 1: interactive {interactive} calls, batch {batch}");
+    // Its weighted share, 1 / 11 of the calls; comparing usage after a grant,
+    // (in flight + 1) / weight, gave batch nothing here.
+    let share = batch / (interactive + batch);
+    assert!((0.05..=0.2).contains(&share), "batch made {batch} of {} calls", interactive + batch);
+    assert!(provider.max_in_flight() <= 2);
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_smaller_than_the_weights_starves_no_class_across_the_fleet() {
+    let redis = wavegate_testkit::RedisServer::start().expect("redis-server");
+    let provider = mock();
+    let schedulers: Vec<Scheduler> = (0..2)
+        .map(|_| {
+            Scheduler::builder().upstream(heavy_weights_small_limit()).redis(redis.url()).build().expect("scheduler")
+        })
+        .collect();
+    let handles: Vec<Upstream> = schedulers.iter().map(|s| s.upstream("llm").expect("configured")).collect();
+    let (interactive, batch) = both_flooding(&handles, provider.addr(), 3).await;
+    eprintln!("shared, limit 2, weights 10 : 1: interactive {interactive} calls, batch {batch}");
+    let share = batch / (interactive + batch);
+    assert!((0.05..=0.2).contains(&share), "batch made {batch} of {} calls", interactive + batch);
+    assert!(provider.max_in_flight() <= 2, "the provider saw {} at once", provider.max_in_flight());
 }
 
 #[tokio::test]
@@ -237,4 +289,66 @@ async fn within_a_class_one_tenants_flood_does_not_starve_another_tenant() {
     assert!(provider.max_in_flight() <= 2);
     let status = scheduler.status("llm").await.expect("status");
     assert_eq!(status.queue_depth, 0, "every waiter answered");
+}
+
+/// Tenants are fair across the fleet: at limit 2, tenant "a" floods from two schedulers and
+/// tenant "b" from a third. Per process (each serving its own tenants, the processes of a class
+/// taking turns) "b" would get a third of the calls; fleet-wide (the permit goes to the tenant
+/// holding the fewest permits anywhere) it gets half.
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_are_fair_across_the_fleet() {
+    let redis = wavegate_testkit::RedisServer::start().expect("redis-server");
+    let provider = mock();
+    // Fleet-wide tenants take part in the choice of class, so the upstream has one.
+    let config = || {
+        UpstreamConfig::builder("llm")
+            .limit(2)
+            .max_wait(Duration::from_secs(30))
+            .class("all", 1)
+            .build()
+            .expect("valid")
+    };
+    let schedulers: Vec<Scheduler> = (0..3)
+        .map(|_| Scheduler::builder().upstream(config()).redis(redis.url()).build().expect("scheduler"))
+        .collect();
+    let addr = provider.addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    let counts = [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
+    let floods: Vec<_> = [(0, "a"), (1, "a"), (2, "b")]
+        .into_iter()
+        .map(|(n, tenant)| {
+            let llm = schedulers[n].upstream("llm").expect("configured");
+            let (stop, done) = (stop.clone(), counts[usize::from(tenant == "b")].clone());
+            tokio::spawn(async move {
+                let caller = |llm: Upstream| {
+                    let (stop, done) = (stop.clone(), done.clone());
+                    async move {
+                        while !stop.load(SeqCst) {
+                            let reply = llm
+                                .request()
+                                .tenant(tenant)
+                                .call(|_| http_get(addr, "/", Duration::from_secs(5)))
+                                .await;
+                            assert_eq!(reply.expect("a call").status, 200);
+                            if !stop.load(SeqCst) {
+                                done.fetch_add(1, SeqCst);
+                            }
+                        }
+                    }
+                };
+                join_all((0..20).map(|_| caller(llm.clone()))).await;
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, SeqCst);
+    for flood in floods {
+        flood.await.expect("flood");
+    }
+    let (a, b) = (counts[0].load(SeqCst) as f64, counts[1].load(SeqCst) as f64);
+    eprintln!("fleet-wide tenants: a (two schedulers) {a} calls, b (one) {b}");
+    let share = b / (a + b);
+    assert!((0.42..=0.58).contains(&share), "tenant b had {share:.2} of {} calls", a + b);
+    assert!(provider.max_in_flight() <= 2, "the provider saw {} at once", provider.max_in_flight());
 }

@@ -185,8 +185,9 @@ impl Coordinator {
 
     /// The class whose head this process's own gate (local mode, fallback) serves next: the
     /// same choice the shared store makes, over this process's permits and waiters.
-    fn next_local_class(&self, upstream: usize, heads: &[Head]) -> Option<usize> {
-        let slot = &self.slots[upstream];
+    fn next_local_class(&mut self, upstream: usize, heads: &[Head]) -> Option<usize> {
+        let now_ms = self.clock.now_ms();
+        let slot = &mut self.slots[upstream];
         let classes = slot.config.classes();
         let limit = slot.local.machine().snapshot().limit;
         let mut views: Vec<ClassView> = classes
@@ -197,6 +198,7 @@ impl Coordinator {
                 in_flight: 0,
                 demand: 0,
                 since_ms: 0,
+                pass: 0,
             })
             .collect();
         for id in slot.held.keys() {
@@ -206,12 +208,16 @@ impl Coordinator {
             }
         }
         // Ties go to the class whose head has waited longest, as in the store.
-        let (now, now_ms) = (Instant::now(), self.clock.now_ms());
+        let now = Instant::now();
         for head in heads {
+            // With tenants a class has a head per tenant: its demand is their sum, its wait the
+            // longest.
             let view = &mut views[head.class];
-            view.demand = u32::try_from(head.waiting).unwrap_or(u32::MAX);
-            view.since_ms = now_ms.saturating_sub(duration_ms(now.saturating_duration_since(head.since)));
+            let since_ms = now_ms.saturating_sub(duration_ms(now.saturating_duration_since(head.since)));
+            view.since_ms = if view.demand == 0 { since_ms } else { view.since_ms.min(since_ms) };
+            view.demand = view.demand.saturating_add(u32::try_from(head.waiting).unwrap_or(u32::MAX));
         }
+        slot.turns.observe(&mut views);
         next_class(&views)
     }
 
@@ -244,6 +250,10 @@ impl Coordinator {
                 }
                 slot.held.insert(id.clone(), wave);
                 slot.waiters.granted(&waiter);
+                if let Some(class) = slot.config.classes().get(waiter.class) {
+                    // The weighted turns of this process's own choice (local mode, fallback).
+                    slot.turns.granted(waiter.class, class.weight_value().get());
+                }
                 if !fallback {
                     slot.last_shared.state = Some((state, limit));
                     slot.last_shared.wave = wave;

@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use crate::store::StoreError;
 use crate::store::{SharedGate, Store};
 use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, MessageResult, SpawnHandle, WrapFuture};
+use wavegate_core::priority::ClassTurns;
 use wavegate_core::{
     Budgets, Clock, LocalGate, MonotonicClock, RateLimitEffect, UpstreamConfig, WaveSignal, WaveState, WindowReport,
     duration_ms,
@@ -133,6 +134,9 @@ struct Slot {
     /// Just back in shared mode: until then, hold at most this many permits (the fallback's
     /// share), while the other processes may still be in their fallback.
     rejoin_cap: Option<(Instant, usize)>,
+    /// The weighted turns of the priority classes for this process's own choice (local mode,
+    /// fallback); in shared mode the store keeps the fleet's.
+    turns: ClassTurns,
     /// This process's grants (when, tokens reserved) over the last minute, in any mode, when
     /// the upstream has rate budgets (configured or learned): a fallback gate starts with them charged, so each switch
     /// does not hand out a fresh burst.
@@ -176,6 +180,7 @@ impl Coordinator {
                 local: LocalGate::with_budgets(config.wave().clone(), config.budgets()),
                 shared: store.as_ref().map(|store| crate::store::shared_gate(store, &config, ids.instance())),
                 waiters: Waiters::new(config.classes().len()),
+                turns: ClassTurns::new(config.classes().len()),
                 config,
                 held: HashMap::new(),
                 pumping: false,
@@ -613,7 +618,7 @@ impl Actor for Coordinator {
         }
         for (upstream, slot) in self.slots.iter().enumerate() {
             if slot.config.renews_leases() {
-                let every = slot.config.permit_ttl() / 3;
+                let every = slot.config.renew_every();
                 ctx.run_interval(every, move |act, ctx| act.renew(upstream, ctx));
             }
         }
@@ -663,10 +668,15 @@ impl Handler<Acquire> for Coordinator {
         }
         let id = self.ids.next_id();
         let slot = &mut self.slots[upstream];
-        // With classes a permit id names its class, so the store counts each class's permits.
-        let id = match slot.config.classes().get(acquire.class) {
-            Some(class) => format!("{}|{id}", class.name()),
-            None => id,
+        // With classes a permit id names its class, and the tag of its tenant if it names one,
+        // so the store counts each class's and each tenant's permits (the key itself never
+        // leaves the process).
+        let id = match (slot.config.classes().get(acquire.class), &acquire.tenant) {
+            (Some(class), Some(tenant)) => {
+                format!("{}|{id}|{}", class.name(), wavegate_core::tenant::tenant_tag(tenant))
+            }
+            (Some(class), None) => format!("{}|{id}", class.name()),
+            (None, _) => id,
         };
         slot.waiters.push(Waiter {
             id,

@@ -41,9 +41,14 @@ pub(crate) struct Head {
     pub(crate) tokens: u64,
     /// When it started waiting.
     pub(crate) since: Instant,
-    /// The class's callers waiting in this process, the head included.
+    /// The callers waiting in this process that it stands for, itself included: its class's
+    /// (no tenants), or its tenant's within the class.
     pub(crate) waiting: usize,
 }
+
+/// At most how many tenants of a class a process offers the store in one ask (the rest wait
+/// for a later ask; the local order decides which come first).
+pub(crate) const TENANT_HEADS: usize = 4;
 
 /// A class and a tenant of it (`None`: the callers that named no tenant).
 type TenantKey = (usize, Option<Arc<str>>);
@@ -168,17 +173,44 @@ impl Waiters {
         self.head_of(class, now)
     }
 
-    /// The head of every class with a waiter, and how many of the class's callers wait
-    /// (callers that gave up are dropped first).
+    /// The heads of every class with a waiter (callers that gave up are dropped first): one
+    /// per class, with how many of its callers wait, when no waiter of the class names a
+    /// tenant; else one per tenant for up to [`TENANT_HEADS`] tenants (the next to serve here
+    /// first, then the tenants holding the fewest permits here), each with how many of that
+    /// tenant's callers wait, so the store can choose among the fleet's tenants.
     pub(crate) fn heads(&mut self, now: Instant) -> Vec<Head> {
-        (0..self.queues.len())
-            .filter_map(|class| {
-                self.retain_live(class);
-                let head = self.head_of(class, now)?;
-                let (id, tokens, since) = (head.id.clone(), head.tokens, head.enqueued);
-                Some(Head { class, id, tokens, since, waiting: self.queues[class].len() })
-            })
-            .collect()
+        let mut heads = Vec::new();
+        for class in 0..self.queues.len() {
+            self.retain_live(class);
+            let Some(first) = self.head_of(class, now) else { continue };
+            let (id, tokens, since) = (first.id.clone(), first.tokens, first.enqueued);
+            if self.with_tenant[class] == 0 {
+                heads.push(Head { class, id, tokens, since, waiting: self.queues[class].len() });
+                continue;
+            }
+            // Each tenant's oldest waiter and how many of its callers wait, in queue order.
+            let mut tenants: Vec<(Option<Arc<str>>, usize, usize)> = Vec::new();
+            for (at, waiter) in self.queues[class].iter().enumerate() {
+                match tenants.iter_mut().find(|(tenant, _, _)| *tenant == waiter.tenant) {
+                    Some((_, _, count)) => *count += 1,
+                    None => tenants.push((waiter.tenant.clone(), at, 1)),
+                }
+            }
+            let held = |tenant: &Option<Arc<str>>| self.held_by.get(&(class, tenant.clone())).copied().unwrap_or(0);
+            tenants.sort_by_key(|(tenant, at, _)| (self.queues[class][*at].id != id, held(tenant), *at));
+            for (_, at, count) in tenants.into_iter().take(TENANT_HEADS) {
+                let waiter = &mut self.queues[class][at];
+                waiter.at_head.get_or_insert(now);
+                heads.push(Head {
+                    class,
+                    id: waiter.id.clone(),
+                    tokens: waiter.tokens,
+                    since: waiter.enqueued,
+                    waiting: count,
+                });
+            }
+        }
+        heads
     }
 
     /// Answers and removes the waiter `id`; returns its deadline timer.
@@ -274,6 +306,33 @@ mod tests {
             waiters.released(id);
         }
         assert!(waiters.held_by.is_empty() && waiters.held.is_empty());
+    }
+
+    #[test]
+    fn heads_offer_one_waiter_per_tenant_the_next_first_and_at_most_four() {
+        let mut waiters = Waiters::new(1);
+        let mut answers = Vec::new();
+        let tenants = ["a", "a", "b", "c", "c", "c", "d", "e"];
+        for (n, tenant) in tenants.iter().enumerate() {
+            let (w, answer) = waiter(&format!("w{n}"), 0, Some(tenant));
+            answers.push(answer);
+            waiters.push(w);
+        }
+        // Tenant a holds a permit here: b is next, then the others by how few they hold.
+        let (held, _held) = waiter("h", 0, Some("a"));
+        waiters.granted(&held);
+        let heads = waiters.heads(Instant::now());
+        let offered: Vec<(&str, usize)> = heads.iter().map(|h| (h.id.as_str(), h.waiting)).collect();
+        assert_eq!(offered, [("w2", 1), ("w3", 3), ("w6", 1), ("w7", 1)]);
+        // Without tenants: one head for the class, with every waiter counted.
+        let mut plain = Waiters::new(1);
+        for n in 0..3 {
+            let (w, answer) = waiter(&format!("p{n}"), 0, None);
+            answers.push(answer);
+            plain.push(w);
+        }
+        let heads = plain.heads(Instant::now());
+        assert_eq!(heads.iter().map(|h| (h.id.as_str(), h.waiting)).collect::<Vec<_>>(), [("p0", 3)]);
     }
 
     #[test]

@@ -28,6 +28,11 @@
 
 use std::collections::HashSet;
 use std::fmt;
+
+/// With priority classes, the watchdog renews held permits at least this often (see
+/// [`UpstreamConfig::renew_every`]): the fleet's class shares count only recently renewed
+/// permits, so a killed process's permits stop skewing them within three of these.
+pub const CLASS_RENEWAL_EVERY: Duration = Duration::from_secs(1);
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::time::Duration;
 
@@ -332,6 +337,26 @@ impl UpstreamConfig {
     /// so a short lease is safe and a killed process's permits come back within one lease.
     pub fn renews_leases(&self) -> bool {
         self.renew_leases
+    }
+    /// How often the watchdog renews the permits a process holds (with
+    /// [`renews_leases`](Self::renews_leases)): every third of the lease, and with priority
+    /// classes at least every [`CLASS_RENEWAL_EVERY`], because the fleet's share of each class
+    /// is counted from the permits renewed lately (see [`class_count_window`](Self::class_count_window)).
+    pub fn renew_every(&self) -> Duration {
+        let third = self.permit_ttl / 3;
+        if self.classes.is_empty() { third } else { third.min(CLASS_RENEWAL_EVERY) }
+    }
+    /// With priority classes and renewed leases: a permit counts in its class's share of the
+    /// fleet only while its lease ends at least this far ahead, i.e. while it was renewed within
+    /// the last `lease - window` (three renewals). A permit of a process killed with `kill -9`
+    /// stops counting after that (≤ 3 s with the default lease), not when its lease ends (it
+    /// still holds its place under the limit until then). Zero (every permit counts) without
+    /// renewal or classes.
+    pub fn class_count_window(&self) -> Duration {
+        if !self.renew_leases || self.classes.is_empty() {
+            return Duration::ZERO;
+        }
+        self.permit_ttl.saturating_sub(self.renew_every() * 3)
     }
     /// The whole call's time budget: permit waits, attempts and retries included.
     pub fn total_timeout(&self) -> Duration {
@@ -863,6 +888,22 @@ mod tests {
         let renewed = UpstreamConfig::builder("img").renewed_lease(Duration::from_secs(2)).build().expect("valid");
         assert!(renewed.renews_leases(), "a renewed lease is not bounded by the call timeout");
         assert_eq!(renewed.permit_ttl(), Duration::from_secs(2));
+    }
+
+    #[test]
+    fn with_classes_permits_are_renewed_every_second_and_counted_while_renewed_lately() {
+        let plain = UpstreamConfig::builder("llm").build().expect("valid");
+        assert_eq!(plain.renew_every(), Duration::from_secs(10), "a third of the lease");
+        assert_eq!(plain.class_count_window(), Duration::ZERO, "no classes: every permit counts");
+        let classes = UpstreamConfig::builder("llm").class("interactive", 3).class("batch", 1);
+        let config = classes.clone().build().expect("valid");
+        assert_eq!(config.renew_every(), CLASS_RENEWAL_EVERY);
+        assert_eq!(config.class_count_window(), Duration::from_secs(27), "renewed within the last 3 s");
+        let short = classes.clone().renewed_lease(Duration::from_secs(3)).build().expect("valid");
+        assert_eq!(short.renew_every(), Duration::from_secs(1));
+        assert_eq!(short.class_count_window(), Duration::ZERO, "three renewals fill the lease: every permit counts");
+        let fixed = classes.permit_ttl(UpstreamConfig::DEFAULT_PERMIT_TTL).build().expect("valid");
+        assert_eq!(fixed.class_count_window(), Duration::ZERO, "a fixed TTL is never renewed: every permit counts");
     }
 
     #[test]

@@ -58,6 +58,7 @@ mod retry_after;
 mod retry_budget;
 mod signals;
 pub mod spec;
+pub mod tenant;
 mod wave;
 
 pub use backoff::Backoff;
@@ -65,7 +66,9 @@ pub use breaker::{
     BreakerConfig, BreakerOpen, BreakerState, BreakerTicket, BreakerTransition, CallResult, CircuitBreaker,
 };
 pub use clock::{Clock, ManualClock, MonotonicClock, duration_ms};
-pub use config::{ConfigError, UnknownUpstream, UpstreamConfig, UpstreamConfigBuilder, UpstreamName, UpstreamSet};
+pub use config::{
+    CLASS_RENEWAL_EVERY, ConfigError, UnknownUpstream, UpstreamConfig, UpstreamConfigBuilder, UpstreamName, UpstreamSet,
+};
 pub use cooldown::CooldownPolicy;
 pub use gate::{BudgetStatus, FinishReport, LocalGate, WaveSignal};
 pub use gcra::{Budgets, Gcra, RateBudget};

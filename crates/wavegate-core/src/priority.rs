@@ -6,9 +6,13 @@
 //!
 //! 1. classes below their reserve (in flight < `reserve_percent` of the current limit, rounded
 //!    down) come first, the one that has used the smallest part of its reserve first;
-//! 2. then the class with the smallest `(in flight + 1) / weight` — the usage it would have
-//!    after this grant, per unit of weight (a weighted fair share: with weights 3 and 1 and
-//!    both waiting, the limit is shared 3 : 1);
+//! 2. then weighted turns over the grants (stride scheduling): each class has a *pass*, a
+//!    virtual time that a grant advances by `STRIDE_SCALE / weight`, and the next permit goes
+//!    to the class whose pass after it would be smallest. With weights 3 and 1 and both
+//!    waiting, interactive gets three grants for each of batch's, at any limit (a limit of 1,
+//!    a fallback's share of 2): no class starves. A class that starts waiting is lifted to the
+//!    current virtual time, so an idle class banks no credit, and a heavier class that starts
+//!    waiting under a flood of a lighter one is served at the next free permit;
 //! 3. ties go to the class that has waited longest, then to the class listed first.
 //!
 //! Only classes with callers waiting take part, so an idle class's share is borrowed by the
@@ -20,20 +24,22 @@
 //! pass the same table, [`cases`].
 //!
 //! ```
-//! use wavegate_core::priority::{ClassView, choose_class};
+//! use wavegate_core::priority::{ClassTurns, ClassView, choose_class};
 //!
-//! // Limit 10, all in flight for batch (weight 1); interactive (weight 3) starts waiting.
-//! let mut classes = [
-//!     ClassView { weight: 3, reserved: 0, in_flight: 0, demand: 1, since_ms: 500 },
-//!     ClassView { weight: 1, reserved: 0, in_flight: 10, demand: 200, since_ms: 0 },
-//! ];
-//! // The next free permit goes to interactive, whoever asks.
-//! assert_eq!(choose_class(&mut classes, 1, |_| true), Some(0));
-//! // A batch caller asking for it is told to wait.
-//! let mut classes = [
-//!     ClassView { weight: 3, reserved: 0, in_flight: 0, demand: 1, since_ms: 500 },
-//!     ClassView { weight: 1, reserved: 0, in_flight: 10, demand: 200, since_ms: 0 },
-//! ];
+//! // Limit 10, all in flight for batch (weight 1), which has had 50 grants; interactive
+//! // (weight 3) starts waiting.
+//! let mut turns = ClassTurns::new(2);
+//! let view = |weight, in_flight, demand| ClassView { weight, reserved: 0, in_flight, demand, since_ms: 0, pass: 0 };
+//! let mut classes = [view(3, 0, 0), view(1, 10, 200)];
+//! for _ in 0..50 {
+//!     turns.observe(&mut classes);
+//!     turns.granted(1, 1);
+//! }
+//! classes[0].demand = 1;
+//! turns.observe(&mut classes); // interactive is lifted to the virtual time: no banked credit
+//! // The next free permit goes to interactive, whoever asks ...
+//! assert_eq!(choose_class(&mut classes.clone(), 1, |_| true), Some(0));
+//! // ... and a batch caller asking for it is told to wait.
 //! assert_eq!(choose_class(&mut classes, 1, |class| class == 1), None);
 //! ```
 
@@ -154,6 +160,15 @@ pub(crate) fn validate(upstream: &str, classes: &[PriorityClass]) -> Result<(), 
     Ok(())
 }
 
+/// The virtual time one grant costs a class of weight 1 (a class of weight `w` pays
+/// `STRIDE_SCALE / w`). Weights are at most 1000, so every stride is at least 1000.
+pub const STRIDE_SCALE: u64 = 1_000_000;
+
+/// What one grant advances the pass of a class of `weight` by.
+pub fn stride(weight: u32) -> u64 {
+    STRIDE_SCALE / u64::from(weight.max(1))
+}
+
 /// One class as the choice sees it, across the fleet (or in one process in local mode).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClassView {
@@ -167,6 +182,9 @@ pub struct ClassView {
     pub demand: u32,
     /// Since when its longest waiter waits (ms, any common clock): ties go to the earliest.
     pub since_ms: u64,
+    /// Its place in the weighted turns ([`ClassTurns`]): the virtual time of its last grant,
+    /// lifted to the current one when it started waiting.
+    pub pass: u64,
 }
 
 /// Whether class `a` comes before class `b` for the next permit (both waiting).
@@ -180,10 +198,8 @@ fn before(a: &ClassView, ia: usize, b: &ClassView, ib: usize) -> bool {
         (true, true) => (u64::from(a.in_flight) + 1)
             .saturating_mul(u64::from(b.reserved))
             .cmp(&(u64::from(b.in_flight) + 1).saturating_mul(u64::from(a.reserved))),
-        // The smaller usage per unit of weight after a grant, (in flight + 1) / weight.
-        (false, false) => (u64::from(a.in_flight) + 1)
-            .saturating_mul(u64::from(b.weight.max(1)))
-            .cmp(&(u64::from(b.in_flight) + 1).saturating_mul(u64::from(a.weight.max(1)))),
+        // Weighted turns: the smaller pass after this grant.
+        (false, false) => a.pass.saturating_add(stride(a.weight)).cmp(&b.pass.saturating_add(stride(b.weight))),
     };
     by_share.then(a.since_ms.cmp(&b.since_ms)).then(ia.cmp(&ib)) == Ordering::Less
 }
@@ -212,10 +228,52 @@ pub fn choose_class(classes: &mut [ClassView], room: u32, asked: impl Fn(usize) 
         if asked(class) {
             return Some(class);
         }
-        classes[class].in_flight += 1;
-        classes[class].demand -= 1;
+        let view = &mut classes[class];
+        view.in_flight += 1;
+        view.demand -= 1;
+        view.pass = view.pass.saturating_add(stride(view.weight));
     }
     None
+}
+
+/// The weighted turns of an upstream's classes, kept from one choice to the next (in the
+/// coordinator in local mode and fallback; its twin in Redis, in `lua/priority.lua`, for the
+/// fleet): each class's pass, whether it was waiting at the last choice, and the virtual time.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClassTurns {
+    passes: Vec<u64>,
+    waiting: Vec<bool>,
+    virtual_time: u64,
+}
+
+impl ClassTurns {
+    /// Turns for `classes` classes, all idle.
+    pub fn new(classes: usize) -> Self {
+        Self { passes: vec![0; classes], waiting: vec![false; classes], virtual_time: 0 }
+    }
+
+    /// Before a choice: a class that starts waiting is lifted to the virtual time (an idle
+    /// class banks no credit); a class that waits no more is marked idle. Sets each view's
+    /// pass.
+    pub fn observe(&mut self, views: &mut [ClassView]) {
+        for (i, view) in views.iter_mut().enumerate().take(self.passes.len()) {
+            let waits = view.demand > 0;
+            if waits && !self.waiting[i] {
+                self.passes[i] = self.passes[i].max(self.virtual_time);
+            }
+            self.waiting[i] = waits;
+            view.pass = self.passes[i];
+        }
+    }
+
+    /// After a grant to `class` (of `weight`): the virtual time moves to its pass, which
+    /// advances by its stride.
+    pub fn granted(&mut self, class: usize, weight: u32) {
+        if let Some(pass) = self.passes.get_mut(class) {
+            self.virtual_time = self.virtual_time.max(*pass);
+            *pass = pass.saturating_add(stride(weight));
+        }
+    }
 }
 
 /// One case of the class choice: the classes, the room, the asker's classes, the answer.
@@ -233,100 +291,132 @@ pub struct ChoiceCase {
     pub expect: Option<usize>,
 }
 
-/// The table both twins pass ([`choose_class`] and `lua/priority.lua`).
+/// The table both twins pass ([`choose_class`] and `lua/priority.lua`). Passes are in units
+/// of [`STRIDE_SCALE`] (`S`): a grant costs weight 1 `S`, weight 3 `S / 3`, weight 4 `S / 4`.
 pub fn cases() -> Vec<ChoiceCase> {
-    let class =
-        |weight, reserved, in_flight, demand, since_ms| ClassView { weight, reserved, in_flight, demand, since_ms };
+    const S: u64 = STRIDE_SCALE;
+    let class = |weight, reserved, in_flight, demand, since_ms, pass| ClassView {
+        weight,
+        reserved,
+        in_flight,
+        demand,
+        since_ms,
+        pass,
+    };
     vec![
         ChoiceCase {
             name: "one class: whoever asks gets the room",
-            classes: vec![class(1, 0, 3, 1, 0)],
+            classes: vec![class(1, 0, 3, 1, 0, 7 * S)],
             room: 1,
             asked: vec![0],
             expect: Some(0),
         },
         ChoiceCase {
             name: "no room: nobody",
-            classes: vec![class(1, 0, 10, 5, 0)],
+            classes: vec![class(1, 0, 10, 5, 0, 0)],
             room: 0,
             asked: vec![0],
             expect: None,
         },
         ChoiceCase {
-            name: "a batch flood holds every permit: interactive (weight 3) gets the next one, batch waits",
-            classes: vec![class(3, 0, 0, 1, 900), class(1, 0, 10, 200, 0)],
+            name: "a batch flood holds every permit: interactive (weight 3, lifted to batch's last start) gets the next one, batch waits",
+            // interactive: 9 S + S / 3 < batch: 10 S + S.
+            classes: vec![class(3, 0, 0, 1, 900, 9 * S), class(1, 0, 10, 200, 0, 10 * S)],
             room: 1,
             asked: vec![1],
             expect: None,
         },
         ChoiceCase {
             name: "... and interactive asking gets it",
-            classes: vec![class(3, 0, 0, 1, 900), class(1, 0, 10, 200, 0)],
+            classes: vec![class(3, 0, 0, 1, 900, 9 * S), class(1, 0, 10, 200, 0, 10 * S)],
             room: 1,
             asked: vec![0],
             expect: Some(0),
         },
         ChoiceCase {
-            name: "weights 3 : 1 both waiting: interactive until it holds three times batch's share",
-            // (5 + 1) / 3 = 2 < (2 + 1) / 1 = 3: interactive.
-            classes: vec![class(3, 0, 5, 9, 100), class(1, 0, 2, 9, 0)],
+            name: "weights 3 : 1 both waiting: interactive while its pass after the grant is the smaller",
+            // interactive 5 S + S / 3 < batch 5 S + S.
+            classes: vec![class(3, 0, 5, 9, 100, 5 * S), class(1, 0, 2, 9, 0, 5 * S)],
             room: 1,
             asked: vec![0, 1],
             expect: Some(0),
         },
         ChoiceCase {
-            name: "weights 3 : 1: batch once interactive is at its share",
-            // (6 + 1) / 3 = 2.33 > (1 + 1) / 1 = 2: batch.
-            classes: vec![class(3, 0, 6, 9, 0), class(1, 0, 1, 9, 100)],
+            name: "weights 3 : 1: batch once interactive's three turns are used",
+            // interactive 6 S + S / 3 > batch 5 S + S.
+            classes: vec![class(3, 0, 6, 9, 0, 6 * S), class(1, 0, 1, 9, 100, 5 * S)],
             room: 1,
             asked: vec![0, 1],
             expect: Some(1),
         },
         ChoiceCase {
-            name: "an idle class's share is borrowed: batch alone takes all the room",
-            classes: vec![class(3, 0, 0, 0, 0), class(1, 0, 9, 50, 0)],
+            name: "the turns count grants, not permits in flight: batch holding nothing waits its turn",
+            classes: vec![class(3, 0, 1, 9, 0, 4 * S), class(1, 0, 0, 9, 0, 5 * S)],
+            room: 1,
+            asked: vec![1],
+            expect: None,
+        },
+        ChoiceCase {
+            name: "limit 1, weights 10 : 1: batch still gets its turn (no starvation at a small limit)",
+            // interactive 12 S + S / 10 > batch 11 S + S.
+            classes: vec![class(10, 0, 0, 9, 50, 12 * S + S / 10), class(1, 0, 0, 9, 0, 11 * S)],
             room: 1,
             asked: vec![1],
             expect: Some(1),
         },
         ChoiceCase {
-            name: "equal usage per weight: the class that waited longest",
-            classes: vec![class(1, 0, 2, 1, 700), class(1, 0, 2, 1, 300)],
+            name: "an idle class's share is borrowed: batch alone takes all the room",
+            classes: vec![class(3, 0, 0, 0, 0, 0), class(1, 0, 9, 50, 0, 90 * S)],
+            room: 1,
+            asked: vec![1],
+            expect: Some(1),
+        },
+        ChoiceCase {
+            name: "the same pass after the grant: the class that waited longest",
+            classes: vec![class(1, 0, 2, 1, 700, 4 * S), class(1, 0, 2, 1, 300, 4 * S)],
             room: 1,
             asked: vec![0, 1],
             expect: Some(1),
         },
         ChoiceCase {
             name: "a full tie: the class listed first",
-            classes: vec![class(2, 0, 1, 1, 5), class(2, 0, 1, 1, 5)],
+            classes: vec![class(2, 0, 1, 1, 5, S), class(2, 0, 1, 1, 5, S)],
             room: 1,
             asked: vec![0, 1],
             expect: Some(0),
         },
         ChoiceCase {
             name: "room for two: the first goes to interactive's one waiter, the second to batch",
-            classes: vec![class(3, 0, 0, 1, 0), class(1, 0, 8, 100, 0)],
+            classes: vec![class(3, 0, 0, 1, 0, 8 * S), class(1, 0, 8, 100, 0, 8 * S)],
             room: 2,
             asked: vec![1],
             expect: Some(1),
         },
         ChoiceCase {
             name: "room for two, interactive waits for two: batch waits",
-            classes: vec![class(3, 0, 0, 2, 0), class(1, 0, 8, 100, 0)],
+            // interactive 8 S + S / 3, then 8 S + 2 S / 3, both before batch's 9 S.
+            classes: vec![class(3, 0, 0, 2, 0, 8 * S), class(1, 0, 8, 100, 0, 8 * S)],
             room: 2,
             asked: vec![1],
             expect: None,
         },
         ChoiceCase {
-            name: "below its reserve a class comes first, even with the smaller weight",
-            classes: vec![class(9, 0, 0, 5, 0), class(1, 2, 1, 5, 100)],
+            name: "room for two, equal weights, both flooding: the first to the longest wait, the second to the other class",
+            classes: vec![class(1, 0, 3, 5, 0, 2 * S), class(1, 0, 3, 5, 10, 2 * S)],
+            room: 2,
+            asked: vec![1],
+            expect: Some(1),
+        },
+        ChoiceCase {
+            name: "below its reserve a class comes first, even when it is not its turn",
+            classes: vec![class(9, 0, 0, 5, 0, 0), class(1, 2, 1, 5, 100, 50 * S)],
             room: 1,
             asked: vec![0],
             expect: None,
         },
         ChoiceCase {
             name: "a reserve is not kept for a class that does not wait",
-            classes: vec![class(1, 0, 8, 5, 0), class(1, 2, 0, 0, 0)],
+            classes: vec![class(1, 0, 8, 5, 0, 8 * S), class(1, 2, 0, 0, 0, 0)],
             room: 2,
             asked: vec![0],
             expect: Some(0),
@@ -334,7 +424,7 @@ pub fn cases() -> Vec<ChoiceCase> {
         ChoiceCase {
             name: "two classes below their reserves, the same used part of it: the longest wait",
             // (1 + 1) / 4 = (0 + 1) / 2: class 1 has waited longer.
-            classes: vec![class(1, 4, 1, 3, 50), class(1, 2, 0, 3, 10)],
+            classes: vec![class(1, 4, 1, 3, 50, 0), class(1, 2, 0, 3, 10, 5 * S)],
             room: 1,
             asked: vec![0, 1],
             expect: Some(1),
@@ -342,38 +432,38 @@ pub fn cases() -> Vec<ChoiceCase> {
         ChoiceCase {
             name: "two classes below their reserves: the smaller used part of it",
             // (2 + 1) / 4 < (1 + 1) / 2, although class 1 has waited longer.
-            classes: vec![class(1, 4, 2, 3, 50), class(1, 2, 1, 3, 10)],
+            classes: vec![class(1, 4, 2, 3, 50, 5 * S), class(1, 2, 1, 3, 10, 0)],
             room: 1,
             asked: vec![0, 1],
             expect: Some(0),
         },
         ChoiceCase {
-            name: "at its reserve a class competes by weight again",
-            // class 1: at its reserve of 2, (2 + 1) / 1 = 3; class 0: (3 + 1) / 2 = 2.
-            classes: vec![class(2, 0, 3, 5, 100), class(1, 2, 2, 5, 0)],
+            name: "at its reserve a class takes turns by weight again",
+            // class 1 at its reserve of 2: 3 S + S; class 0: 3 S + S / 2.
+            classes: vec![class(2, 0, 3, 5, 100, 3 * S), class(1, 2, 2, 5, 0, 3 * S)],
             room: 1,
             asked: vec![0, 1],
             expect: Some(0),
         },
         ChoiceCase {
-            name: "three classes, room for three: each permit to the furthest below its share",
-            // (in flight + 1) / weight before each permit: c0 1/4, c0 2/4 (ties c2's 1/2, listed
-            // first), c2 1/2, c0 3/4, then c1 3/1: c1 asks and gets none of the first three.
-            classes: vec![class(4, 0, 0, 3, 0), class(1, 0, 2, 5, 0), class(2, 0, 0, 1, 0)],
+            name: "three classes, room for three: each permit to the smallest pass after it",
+            // c0 (weight 4) S / 4, c2 (weight 2) S / 2 — c0 again at 2 S / 4 ties c2, listed
+            // first — then c2: c1 (weight 1, pass after: S) gets none of the first three.
+            classes: vec![class(4, 0, 0, 3, 0, 0), class(1, 0, 2, 5, 0, 0), class(2, 0, 0, 1, 0, 0)],
             room: 3,
             asked: vec![1],
             expect: None,
         },
         ChoiceCase {
-            name: "... nor the fourth (c0 at 3 / 4 before c1 at 3 / 1)",
-            classes: vec![class(4, 0, 0, 3, 0), class(1, 0, 2, 5, 0), class(2, 0, 0, 1, 0)],
+            name: "... nor the fourth (c0 at 3 S / 4 before c1 at S)",
+            classes: vec![class(4, 0, 0, 3, 0, 0), class(1, 0, 2, 5, 0, 0), class(2, 0, 0, 1, 0, 0)],
             room: 4,
             asked: vec![1],
             expect: None,
         },
         ChoiceCase {
-            name: "... and with room for five c1 gets the fifth (c0's demand of 3 is met)",
-            classes: vec![class(4, 0, 0, 3, 0), class(1, 0, 2, 5, 0), class(2, 0, 0, 1, 0)],
+            name: "... and with room for five c1 gets the fifth (c0's demand of 3 and c2's of 1 are met)",
+            classes: vec![class(4, 0, 0, 3, 0, 0), class(1, 0, 2, 5, 0, 0), class(2, 0, 0, 1, 0, 0)],
             room: 5,
             asked: vec![1],
             expect: Some(1),
@@ -394,33 +484,67 @@ mod tests {
         }
     }
 
-    #[test]
-    fn weights_share_a_saturated_limit_in_proportion() {
-        // Limit 12, both classes always waiting, every call as long: when the limit is full
-        // the oldest permit ends, and the freed permit is chosen again.
+    /// Both classes always waiting, every call as long, at `limit`: when the limit is full
+    /// the oldest permit ends, and the freed permit is chosen again. Interactive's share.
+    fn interactive_share(weights: [u32; 2], limit: usize) -> f64 {
         let mut held = std::collections::VecDeque::new();
         let mut in_flight = [0u32; 2];
         let mut granted = [0u32; 2];
+        let mut turns = ClassTurns::new(2);
         for _ in 0..1_200 {
-            if held.len() == 12 {
+            if held.len() == limit {
                 let done: usize = held.pop_front().expect("full");
                 in_flight[done] -= 1;
             }
-            let views = [0, 1].map(|i| ClassView {
-                weight: [3, 1][i],
+            let mut views = [0, 1].map(|i| ClassView {
+                weight: weights[i],
                 reserved: 0,
                 in_flight: in_flight[i],
                 demand: 100,
                 since_ms: 0,
+                pass: 0,
             });
+            turns.observe(&mut views);
             let class = next_class(&views).expect("both wait");
+            turns.granted(class, weights[class]);
             granted[class] += 1;
             in_flight[class] += 1;
             held.push_back(class);
         }
-        let share = f64::from(granted[0]) / f64::from(granted[0] + granted[1]);
-        assert!((share - 0.75).abs() < 0.01, "interactive got {share:.3} of the grants");
-        assert_eq!(in_flight, [9, 3], "the limit ends up shared 3 : 1");
+        f64::from(granted[0]) / f64::from(granted[0] + granted[1])
+    }
+
+    #[test]
+    fn weights_share_the_grants_in_proportion_at_any_limit() {
+        for limit in [1, 2, 4, 12] {
+            let share = interactive_share([3, 1], limit);
+            assert!((share - 0.75).abs() < 0.01, "limit {limit}: interactive got {share:.3} of the grants");
+            let share = interactive_share([10, 1], limit);
+            assert!((share - 10.0 / 11.0).abs() < 0.01, "limit {limit}, 10 : 1: interactive got {share:.3}");
+        }
+    }
+
+    #[test]
+    fn an_idle_class_banks_no_credit() {
+        let mut turns = ClassTurns::new(2);
+        let view = |demand| ClassView { weight: 1, reserved: 0, in_flight: 0, demand, since_ms: 0, pass: 0 };
+        // Batch alone for 100 grants.
+        for _ in 0..100 {
+            let mut views = [view(0), view(5)];
+            turns.observe(&mut views);
+            turns.granted(1, 1);
+        }
+        // Then both wait, weights equal: they alternate instead of class 0 taking 100 in a row.
+        let mut got = Vec::new();
+        for _ in 0..6 {
+            let mut views = [view(5), view(5)];
+            turns.observe(&mut views);
+            let class = next_class(&views).expect("both wait");
+            turns.granted(class, 1);
+            got.push(class);
+        }
+        assert!(got.iter().filter(|&&c| c == 0).count() <= 4, "{got:?}");
+        assert!(got.contains(&1), "{got:?}");
     }
 
     #[test]

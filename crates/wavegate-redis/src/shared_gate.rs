@@ -151,16 +151,24 @@ impl SharedGate {
 
     /// Shares the permits among priority `classes` (the upstream's, in configured order; the
     /// one at `default` takes permits whose id names no class): see [`acquire_among`](Self::acquire_among).
-    pub fn with_classes(mut self, classes: &[PriorityClass], default: usize) -> Self {
-        self.config_args[CONFIG_ARGS - 1] = classes
+    /// A permit counts in its class's share of the fleet only while its lease ends at least
+    /// `count_window` ahead (renewed lately: [`UpstreamConfig::class_count_window`]); zero counts
+    /// every permit.
+    ///
+    /// [`UpstreamConfig::class_count_window`]: wavegate_core::UpstreamConfig::class_count_window
+    pub fn with_classes(mut self, classes: &[PriorityClass], default: usize, count_window: Duration) -> Self {
+        let mut entries: Vec<String> = classes
             .iter()
             .enumerate()
             .map(|(i, c)| {
                 let mark = if i == default { "*" } else { "" };
                 format!("{mark}{}:{}:{}", c.name(), c.weight_value(), c.reserve_percent_value())
             })
-            .collect::<Vec<_>>()
-            .join(",");
+            .collect();
+        if !count_window.is_zero() {
+            entries.push(format!("@{}", duration_ms(count_window)));
+        }
+        self.config_args[CONFIG_ARGS - 1] = entries.join(",");
         self
     }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::runtime::Runtime;
 use wavegate_core::priority::{ChoiceCase, PriorityClass, cases, choose_class};
+use wavegate_core::tenant;
 use wavegate_core::{Admission, DenyReason, UpstreamConfig, WaveSignal};
 use wavegate_redis::{ClassAsk, SharedGate, Store, StoreConfig};
 use wavegate_testkit::RedisServer;
@@ -13,15 +14,16 @@ use wavegate_testkit::RedisServer;
 const PRIORITY_LUA: &str = include_str!("../../../lua/priority.lua");
 
 /// Runs `choose_class` of the Lua source on one case: ARGV = room, the asked classes
-/// (comma-separated, 1-based), then (weight, reserved, in flight, demand, since) per class.
+/// (comma-separated, 1-based), then (weight, reserved, in flight, demand, since, pass) per class.
 const DRIVER: &str = r"
 local room = tonumber(ARGV[1])
 local asked = {}
 for k in string.gmatch(ARGV[2], '[^,]+') do asked[tonumber(k)] = true end
 local classes = {}
-for i = 3, #ARGV, 5 do
+for i = 3, #ARGV, 6 do
   table.insert(classes, { weight = tonumber(ARGV[i]), reserved = tonumber(ARGV[i + 1]),
-    in_flight = tonumber(ARGV[i + 2]), demand = tonumber(ARGV[i + 3]), since = tonumber(ARGV[i + 4]) })
+    in_flight = tonumber(ARGV[i + 2]), demand = tonumber(ARGV[i + 3]), since = tonumber(ARGV[i + 4]),
+    pass = tonumber(ARGV[i + 5]) })
 end
 local chosen = choose_class(classes, room, asked)
 if chosen == nil then return -1 end
@@ -33,7 +35,7 @@ fn lua_choice(con: &mut redis::Connection, source: &str, case: &ChoiceCase) -> r
     command.arg(source).arg(0).arg(case.room);
     command.arg(case.asked.iter().map(|k| (k + 1).to_string()).collect::<Vec<_>>().join(","));
     for c in &case.classes {
-        command.arg(c.weight).arg(c.reserved).arg(c.in_flight).arg(c.demand).arg(c.since_ms);
+        command.arg(c.weight).arg(c.reserved).arg(c.in_flight).arg(c.demand).arg(c.since_ms).arg(c.pass);
     }
     let chosen: i64 = command.query(con)?;
     Ok(usize::try_from(chosen).ok())
@@ -70,7 +72,12 @@ fn one_line_mutants_of_the_lua_choice_are_caught() {
             "if a_reserved ~= b_reserved then return a_reserved end",
             "if a_reserved ~= b_reserved then return b_reserved end",
         ),
-        ("(a.in_flight + 1) * math.max(b.weight, 1)", "a.in_flight * math.max(b.weight, 1)"),
+        ("x, y = a.pass + stride(a.weight), b.pass", "x, y = a.pass, b.pass"),
+        ("b.pass + stride(b.weight)\n", "b.pass + stride(a.weight)\n"),
+        (
+            "return math.floor(STRIDE_SCALE / math.max(weight, 1))",
+            "return math.floor(STRIDE_SCALE * math.max(weight, 1))",
+        ),
         ("x, y = (a.in_flight + 1) * b.reserved", "x, y = (a.in_flight + 1) * b.weight"),
         (
             "if a.since ~= b.since then return a.since < b.since end",
@@ -78,7 +85,8 @@ fn one_line_mutants_of_the_lua_choice_are_caught() {
         ),
         ("return ia < ib", "return ia > ib"),
         ("if c.demand > 0 and", "if c.demand >= 0 and"),
-        ("classes[c].demand = classes[c].demand - 1\n  end\n  return nil", "\n  end\n  return nil"),
+        ("class.demand = class.demand - 1\n", "\n"),
+        ("class.pass = class.pass + stride(class.weight)\n", "\n"),
         (
             "for _ = 1, room do\n    local c = next_class(classes)\n    if c == nil then return nil end",
             "for _ = 1, room + 1 do\n    local c = next_class(classes)\n    if c == nil then return nil end",
@@ -91,6 +99,54 @@ fn one_line_mutants_of_the_lua_choice_are_caught() {
     }
 }
 
+/// Runs `next_tenant` of the Lua source on one case: ARGV = (in flight, demand, since) per tenant.
+const TENANT_DRIVER: &str = r"
+local tenants = {}
+for i = 1, #ARGV, 3 do
+  table.insert(tenants, { in_flight = tonumber(ARGV[i]), demand = tonumber(ARGV[i + 1]), since = tonumber(ARGV[i + 2]) })
+end
+local chosen = next_tenant(tenants)
+if chosen == nil then return -1 end
+return chosen - 1
+";
+
+/// The first case on which the Lua tenant choice disagrees with the table, if any.
+fn tenant_disagreement(con: &mut redis::Connection, priority_lua: &str) -> Option<String> {
+    let source = format!("{priority_lua}\n{TENANT_DRIVER}");
+    for case in tenant::cases() {
+        assert_eq!(tenant::next_tenant(&case.tenants), case.expect, "{}", case.name);
+        let mut command = redis::cmd("EVAL");
+        command.arg(&source).arg(0);
+        for t in &case.tenants {
+            command.arg(t.in_flight).arg(t.demand).arg(t.since_ms);
+        }
+        match command.query::<i64>(con) {
+            Ok(got) if usize::try_from(got).ok() == case.expect => {}
+            Ok(got) => return Some(format!("{}: Lua chose {got}, the table says {:?}", case.name, case.expect)),
+            Err(error) => return Some(format!("{}: {error}", case.name)),
+        }
+    }
+    None
+}
+
+#[test]
+fn the_lua_choice_of_tenant_passes_the_table_and_catches_its_mutants() {
+    let server = RedisServer::start().expect("redis-server");
+    let mut con = server.connection().expect("connection");
+    assert_eq!(tenant_disagreement(&mut con, PRIORITY_LUA), None);
+    let mutants = [
+        ("    if t.demand > 0 then", "    if t.demand >= 0 then"),
+        ("t.in_flight < b.in_flight or", "t.in_flight > b.in_flight or"),
+        ("and t.since < b.since)", "and t.since > b.since)"),
+        ("and t.since < b.since)", "and t.since <= b.since)"),
+    ];
+    for (original, mutant) in mutants {
+        assert_eq!(PRIORITY_LUA.matches(original).count(), 1, "the mutant's original line is not unique: {original}");
+        let mutated = PRIORITY_LUA.replacen(original, mutant, 1);
+        assert!(tenant_disagreement(&mut con, &mutated).is_some(), "the mutant `{mutant}` was not caught");
+    }
+}
+
 /// Two processes' gates of one upstream with classes `interactive` (weight 3) and `batch`.
 fn gates(runtime: &Runtime, server: &RedisServer, limit: u32) -> (SharedGate, SharedGate) {
     let store = runtime.block_on(Store::connect(StoreConfig::new(server.url()))).expect("store");
@@ -98,7 +154,7 @@ fn gates(runtime: &Runtime, server: &RedisServer, limit: u32) -> (SharedGate, Sh
         UpstreamConfig::builder("llm").limit(limit).class("interactive", 3).class("batch", 1).build().expect("valid");
     let gate = |instance: &str| {
         SharedGate::with_budgets(store.clone(), config.name(), config.wave(), config.budgets())
-            .with_classes(config.classes(), config.default_class())
+            .with_classes(config.classes(), config.default_class(), config.class_count_window())
             .for_instance(instance)
     };
     (gate("alpha"), gate("beta"))
@@ -156,29 +212,96 @@ fn a_freed_permit_goes_to_the_class_below_its_share_whoever_asks_first() {
 fn one_ask_for_several_classes_gets_the_one_the_fleet_reaches_and_a_dead_waiter_holds_nothing_for_long() {
     let server = RedisServer::start().expect("redis-server");
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-    let (alpha, beta) = gates(&runtime, &server, 1);
+    let (alpha, beta) = gates(&runtime, &server, 2);
     let both = [ask("batch", "batch|alpha:1", 5), ask("interactive", "interactive|alpha:2", 1)];
     let (acquired, granted) = runtime.block_on(alpha.acquire_among(&both, LEASE)).expect("acquire");
     assert!(matches!(acquired.admission, Admission::Granted { .. }));
-    assert_eq!(granted.as_deref(), Some("interactive|alpha:2"), "interactive comes first");
+    assert_eq!(granted.as_deref(), Some("interactive|alpha:2"), "a full tie: the class listed first");
+    let (acquired, granted) =
+        runtime.block_on(alpha.acquire_among(&[ask("batch", "batch|alpha:1", 5)], LEASE)).expect("acquire");
+    assert!(matches!(acquired.admission, Admission::Granted { .. }));
+    assert_eq!(granted.as_deref(), Some("batch|alpha:1"));
     // beta's interactive caller waits, then beta dies (never asks again).
     let (acquired, _) =
         runtime.block_on(beta.acquire_among(&[ask("interactive", "interactive|beta:1", 1)], LEASE)).expect("ask");
     assert!(matches!(acquired.admission, Admission::Denied { .. }));
     runtime.block_on(alpha.finish("interactive|alpha:2", 1, WaveSignal::Success, 0)).expect("finish");
-    let batch = [ask("batch", "batch|alpha:1", 5)];
+    // Interactive holds nothing, batch 1: the free permit is interactive's.
+    let batch = [ask("batch", "batch|alpha:3", 4)];
     let (acquired, _) = runtime.block_on(alpha.acquire_among(&batch, LEASE)).expect("acquire");
     assert!(matches!(acquired.admission, Admission::Denied { .. }), "kept for beta's waiting interactive caller");
     // Past the freshness bound (1.5 s) beta's place no longer holds the permit back.
     std::thread::sleep(Duration::from_millis(1_600));
     let (acquired, granted) = runtime.block_on(alpha.acquire_among(&batch, LEASE)).expect("acquire");
     assert!(matches!(acquired.admission, Admission::Granted { .. }), "{acquired:?}");
-    assert_eq!(granted.as_deref(), Some("batch|alpha:1"));
+    assert_eq!(granted.as_deref(), Some("batch|alpha:3"));
     // Asking again with the same id is granted again, not twice.
     let (acquired, granted) = runtime.block_on(alpha.acquire_among(&batch, LEASE)).expect("acquire");
     assert!(matches!(acquired.admission, Admission::Granted { .. }));
-    assert_eq!(granted.as_deref(), Some("batch|alpha:1"));
-    assert_eq!(acquired.in_flight, 1);
+    assert_eq!(granted.as_deref(), Some("batch|alpha:3"));
+    assert_eq!(acquired.in_flight, 2);
+}
+
+/// What a process killed with `kill -9` leaves in Redis: its permits, whose leases were last
+/// renewed `renewed_ago` before now and which nobody renews again.
+fn leave_dead_permits(server: &RedisServer, gate: &SharedGate, ids: &[&str], renewed_ago: Duration) {
+    let mut con = server.connection().expect("connection");
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut con).expect("TIME");
+    let now_ms = secs * 1_000 + micros / 1_000;
+    let ends = now_ms + u64::try_from((LEASE - renewed_ago).as_millis()).expect("ms");
+    for id in ids {
+        let _: () = redis::cmd("ZADD").arg(&gate.keys().permits).arg(ends).arg(*id).query(&mut con).expect("ZADD");
+    }
+}
+
+/// Limit 10, batch (weight 1) with 30 % reserved: alpha holds 7 interactive permits, a dead
+/// process 3 batch permits, beta's batch callers wait; alpha ends one call and asks for
+/// interactive again. Returns whether alpha got it (the free permit went to interactive, not to
+/// batch's reserve).
+fn interactive_takes_the_free_permit(renewed_ago: Duration) -> bool {
+    let server = RedisServer::start().expect("redis-server");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let store = runtime.block_on(Store::connect(StoreConfig::new(server.url()))).expect("store");
+    let config = UpstreamConfig::builder("llm")
+        .limit(10)
+        .class("interactive", 3)
+        .class("batch", 1)
+        .reserve("batch", 30)
+        .build()
+        .expect("valid");
+    let gate = |instance: &str| {
+        SharedGate::with_budgets(store.clone(), config.name(), config.wave(), config.budgets())
+            .with_classes(config.classes(), config.default_class(), config.class_count_window())
+            .for_instance(instance)
+    };
+    let (alpha, beta) = (gate("alpha"), gate("beta"));
+    for n in 1..=7 {
+        let id = format!("interactive|alpha:{n}");
+        let (acquired, _) =
+            runtime.block_on(alpha.acquire_among(&[ask("interactive", &id, 1)], LEASE)).expect("acquire");
+        assert!(matches!(acquired.admission, Admission::Granted { .. }), "{acquired:?}");
+    }
+    leave_dead_permits(&server, &alpha, &["batch|gamma:1", "batch|gamma:2", "batch|gamma:3"], renewed_ago);
+    let (acquired, _) =
+        runtime.block_on(beta.acquire_among(&[ask("batch", "batch|beta:1", 20)], LEASE)).expect("acquire");
+    assert!(matches!(acquired.admission, Admission::Denied { reason: DenyReason::AtLimit, .. }), "{acquired:?}");
+    runtime.block_on(alpha.finish("interactive|alpha:1", 1, WaveSignal::Success, 0)).expect("finish");
+    let (acquired, _) = runtime
+        .block_on(alpha.acquire_among(&[ask("interactive", "interactive|alpha:8", 20)], LEASE))
+        .expect("acquire");
+    matches!(acquired.admission, Admission::Granted { .. })
+}
+
+#[test]
+fn a_killed_process_permits_stop_counting_against_their_class_once_they_are_not_renewed() {
+    // Renewed lately (the process lives): batch holds its reserve of 3, and interactive's
+    // turn (its pass after the grant, 8 S / 3, before batch's 7 S / 3 + S) takes the permit.
+    assert!(interactive_takes_the_free_permit(Duration::ZERO));
+    // Not renewed for 4 s (with classes a live process renews every second, so the process is
+    // gone): batch's 3 dead permits no longer count for it, it is below its reserve, and the
+    // free permit is batch's. Before, batch's reserve was held by the dead permits until
+    // their lease ended.
+    assert!(!interactive_takes_the_free_permit(Duration::from_secs(4)));
 }
 
 #[test]
