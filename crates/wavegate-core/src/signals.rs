@@ -57,7 +57,7 @@ pub const MAX_RESET: Duration = Duration::from_secs(24 * 60 * 60);
 /// * Anthropic, "Rate limits" (<https://docs.anthropic.com/en/api/rate-limits>): limits are
 ///   "measured in requests per minute (RPM), input tokens per minute (ITPM), and output tokens
 ///   per minute (OTPM)", enforced as a token bucket; `anthropic-ratelimit-*-limit` is "the
-///   maximum number of requests [tokens] allowed within any rate limit period".
+///   maximum number of requests (tokens) allowed within any rate limit period".
 ///
 /// A limit per second read as per minute would throttle 60 ×: the IETF fields carry their own
 /// window (`w=`), and headers of other providers are not learned from.
