@@ -67,6 +67,12 @@ if classes and instance ~= '' then
       asked[c][tenant_of(a.id)] = k
     end
     local fleet = fleet_classes(config, s.limit, now, true)
+    local asked_tokens = {}
+    for _, a in ipairs(asks) do
+      local c = config.class_index[a.class] or config.default_class
+      asked_tokens[c] = math.max(asked_tokens[c] or 0, a.tokens)
+    end
+    cap_classes(config, fleet, now, asked_tokens)
     local turns = load_turns(config)
     observe_turns(config, turns, fleet, true)
     local k, chosen = choose_grant(fleet, s.limit - in_flight, asked)
@@ -108,6 +114,7 @@ else
   else
     if requests_tat then save_tat('requests_tat', requests_tat) end
     if tokens_tat then save_tat('tokens_tat', tokens_tat) end
+    if ask.class_index then charge_class(config, ask.class_index, now, tokens) end
     redis.call('ZADD', KEYS[1], now + lease, id)
     redis.call('HSET', KEYS[3], id, s.wave)
     if pw_charge(windows, now, tokens) then pw_save(windows) end -- [provider windows]

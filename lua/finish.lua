@@ -35,6 +35,7 @@ local now = now_ms()
 ll_apply(config, now)
 if config.tokens and token_delta ~= 0 then
   save_tat('tokens_tat', gcra_settle(config.tokens, load_tat('tokens_tat'), now * 1000, token_delta))
+  settle_class(config, id, now, token_delta)
 end
 
 purge(now)

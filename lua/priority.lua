@@ -203,6 +203,50 @@ local function fleet_classes(config, limit, now, renewed_only)
   return classes
 end
 
+-- A class with a budget of its own (a share of the upstream's, wave.lua) takes no part in the
+-- choice while that budget cannot take one more request (and, for the asker's classes, its
+-- token estimate; `tokens[c]`): its permit goes to another class that waits. Returns the
+-- shortest wait of the classes left out this way, or nil.
+local function cap_classes(config, classes, now, tokens)
+  local shortest = nil
+  for i, class in ipairs(classes) do
+    local own = config.classes[i]
+    if class.demand > 0 and own.share < 100 then
+      local wait = 0
+      if own.requests then wait = select(2, gcra_check(own.requests, load_tat('requests_tat|' .. own.name), now * 1000, 1)) end
+      if own.tokens then
+        local _, w = gcra_check(own.tokens, load_tat('tokens_tat|' .. own.name), now * 1000, tokens[i] or 1)
+        wait = math.max(wait, w)
+      end
+      if wait > 0 then
+        class.demand = 0
+        if shortest == nil or wait < shortest then shortest = wait end
+      end
+    end
+  end
+  return shortest
+end
+
+-- After a grant of class i reserving `tokens`: its own budgets are charged too.
+local function charge_class(config, i, now, tokens)
+  local own = config.classes[i]
+  if own == nil or own.share >= 100 then return end
+  if own.requests then
+    save_tat('requests_tat|' .. own.name, gcra_charge(own.requests, load_tat('requests_tat|' .. own.name), now * 1000, 1))
+  end
+  if own.tokens then
+    save_tat('tokens_tat|' .. own.name, gcra_charge(own.tokens, load_tat('tokens_tat|' .. own.name), now * 1000, tokens))
+  end
+end
+
+-- Settles a token reservation of permit `id` on its class's own tokens budget, if it has one.
+local function settle_class(config, id, now, delta)
+  local own = config.classes[config.class_index[class_of(id) or ''] or config.default_class]
+  if own and own.tokens and delta ~= 0 then
+    save_tat('tokens_tat|' .. own.name, gcra_settle(own.tokens, load_tat('tokens_tat|' .. own.name), now * 1000, delta))
+  end
+end
+
 -- Hands the next permit to class c's next tenant (as if granted): returns the member it goes
 -- to (the one of that tenant's that waited longest and is not served yet), or nil.
 local function hand_out(classes, c)
@@ -316,6 +360,7 @@ end
 -- when none waits.
 local function process_to_wake(config, limit, now)
   local classes = fleet_classes(config, limit, now, true)
+  cap_classes(config, classes, now, {})
   observe_turns(config, load_turns(config), classes, false)
   local room = limit - redis.call('ZCARD', KEYS[1])
   local last = nil

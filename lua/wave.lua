@@ -38,6 +38,12 @@ local function budget(rate, burst)
   return { rate = rate, interval = interval, tolerance = burst * interval, burst = burst }
 end
 
+-- `percent` of a budget's rate or burst, rounded down, at least 1 (a class's own share:
+-- wavegate_core::class_budget::class_share, the same table).
+local function class_share(units, percent)
+  return math.max(math.floor(units * math.min(percent, 100) / 100), 1)
+end
+
 -- The configuration, from CONFIG_ARGS ARGV entries starting at `at`: base limit, probe successes,
 -- cooldown ladder (comma-separated ms), min cooldown ms, max cooldown ms, requests per minute,
 -- requests burst, tokens per minute, tokens burst (a rate of 0: no such budget), recovery
@@ -61,19 +67,28 @@ local function read_config(at)
   config.requests = budget(to_int(ARGV[at + 5], 'requests per minute'), to_int(ARGV[at + 6], 'requests burst'))
   config.tokens = budget(to_int(ARGV[at + 7], 'tokens per minute'), to_int(ARGV[at + 8], 'tokens burst'))
   config.adaptive = ARGV[at + 9] == 'adaptive'
-  -- Priority classes: '' for none, else 'name:weight:reserve%' joined by ',', the default
-  -- class marked with a leading '*' (see priority.lua), and optionally '@<ms>': a permit counts
-  -- in its class's share only while its lease ends at least that far ahead (renewed lately).
+  -- Priority classes: '' for none, else 'name:weight:reserve%[:budget%]' joined by ',', the
+  -- default class marked with a leading '*' (see priority.lua), and optionally '@<ms>': a permit
+  -- counts in its class's share only while its lease ends at least that far ahead (renewed
+  -- lately). A class with a budget share below 100 % has budgets of its own, that share of the
+  -- upstream's (class_budget.rs; their TATs are 'requests_tat|<class>', 'tokens_tat|<class>').
   config.classes, config.class_index, config.default_class, config.class_window = {}, {}, 1, 0
   for entry in string.gmatch(ARGV[at + 13], '[^,]+') do
     local window = string.match(entry, '^@(%d+)$')
-    local default, name, weight, reserve = string.match(entry, '^(%*?)([^:@]+):(%d+):(%d+)$')
+    local default, name, weight, reserve, share = string.match(entry, '^(%*?)([^:@]+):(%d+):(%d+):?(%d*)$')
     if window then
       config.class_window = tonumber(window)
     elseif name == nil then
       error({ err = 'ERR wavegate: bad priority class ' .. entry })
     else
-      table.insert(config.classes, { name = name, weight = tonumber(weight), reserve = tonumber(reserve) })
+      local class = { name = name, weight = tonumber(weight), reserve = tonumber(reserve), share = tonumber(share) or 100 }
+      if class.share < 100 then
+        local rates = {}
+        for k = 5, 8 do rates[k] = to_int(ARGV[at + k], 'budget') end
+        if rates[5] > 0 then class.requests = budget(class_share(rates[5], class.share), class_share(rates[6], class.share)) end
+        if rates[7] > 0 then class.tokens = budget(class_share(rates[7], class.share), class_share(rates[8], class.share)) end
+      end
+      table.insert(config.classes, class)
       config.class_index[name] = #config.classes
       if default == '*' then config.default_class = #config.classes end
     end

@@ -196,6 +196,14 @@ pub struct ClassSetting {
     /// The part of the limit kept for it while it waits, in percent (default 0).
     #[serde(default)]
     pub reserve_percent: u8,
+    /// The most of the upstream's rate budgets it may use, in percent (default 100: no cap
+    /// of its own).
+    #[serde(default = "all_of_the_budget")]
+    pub budget_percent: u8,
+}
+
+fn all_of_the_budget() -> u8 {
+    100
 }
 
 /// How the limit recovers after a 429 (see [`Recovery`]).
@@ -356,6 +364,9 @@ impl UpstreamSettings {
             builder = builder.class(class.name.clone(), class.weight);
             if class.reserve_percent > 0 {
                 builder = builder.reserve(&class.name, class.reserve_percent);
+            }
+            if class.budget_percent != 100 {
+                builder = builder.class_budget(&class.name, class.budget_percent);
             }
         }
         if let Some(default) = &self.default_class {

@@ -91,6 +91,8 @@ pub struct ClassStatus {
     pub weight: u32,
     /// Its reserved share of the limit, in percent.
     pub reserve_percent: u8,
+    /// The most of the upstream's rate budgets it may use, in percent (100: no cap).
+    pub budget_percent: u8,
     /// Callers of this process waiting in it.
     pub waiting: usize,
     /// Permits of it this process holds.

@@ -352,3 +352,120 @@ async fn tenants_are_fair_across_the_fleet() {
     assert!((0.42..=0.58).contains(&share), "tenant b had {share:.2} of {} calls", a + b);
     assert!(provider.max_in_flight() <= 2, "the provider saw {} at once", provider.max_in_flight());
 }
+
+/// 600 requests a minute (10 a second, bursts of 6), batch capped at 25 % of it: 150 a minute,
+/// bursts of 1.
+fn batch_capped_at_a_quarter_of_the_budget() -> UpstreamConfig {
+    UpstreamConfig::builder("llm")
+        .limit(10)
+        .max_wait(Duration::from_secs(30))
+        .requests_per_minute(600, 6)
+        .class("interactive", 1)
+        .class("batch", 1)
+        .class_budget("batch", 25)
+        .build()
+        .expect("valid config")
+}
+
+/// `callers` callers of `class` through `handles` until `stop`; counts the calls that began
+/// (their permit granted) before it.
+fn class_flood(
+    handles: &[Upstream],
+    addr: SocketAddr,
+    class: &'static str,
+    callers: usize,
+    stop: Arc<AtomicBool>,
+    done: Arc<AtomicU64>,
+) -> tokio::task::JoinHandle<()> {
+    let handles = handles.to_vec();
+    tokio::spawn(async move {
+        let caller = |llm: Upstream| {
+            let (stop, done) = (stop.clone(), done.clone());
+            async move {
+                while !stop.load(SeqCst) {
+                    let reply = llm
+                        .request()
+                        .priority(class)
+                        .call(|_| {
+                            if !stop.load(SeqCst) {
+                                done.fetch_add(1, SeqCst);
+                            }
+                            http_get(addr, "/", Duration::from_secs(5))
+                        })
+                        .await;
+                    assert_eq!(reply.expect("a call").status, 200);
+                }
+            }
+        };
+        join_all((0..callers).map(|n| caller(handles[n % handles.len()].clone()))).await;
+    })
+}
+
+/// Batch alone for 2 s, then batch and interactive for 3 s: batch stays within its quarter
+/// of the budget throughout, and interactive gets the rest.
+async fn a_class_budget_caps_its_class(handles: &[Upstream], addr: SocketAddr) {
+    let (batch, interactive) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let stop = Arc::new(AtomicBool::new(false));
+    let batch_flood = class_flood(handles, addr, "batch", 20, stop.clone(), batch.clone());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let alone = batch.load(SeqCst);
+    let interactive_flood = class_flood(handles, addr, "interactive", 20, stop.clone(), interactive.clone());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, SeqCst);
+    batch_flood.await.expect("batch flood");
+    interactive_flood.await.expect("interactive flood");
+    let (batch, interactive) = (batch.load(SeqCst), interactive.load(SeqCst));
+    eprintln!(
+        "class budget: batch alone {alone} calls in 2 s; then batch {} and interactive {interactive} in 3 s",
+        batch - alone
+    );
+    // Batch: a burst of 1 and 2.5 a second. Without its cap it would take the whole budget
+    // (6 + 10 a second) while alone, and half of it with interactive.
+    assert!(alone <= 7, "batch made {alone} calls alone in 2 s");
+    assert!(batch - alone <= 9, "batch made {} calls in 3 s beside interactive", batch - alone);
+    // Interactive: what batch leaves of the 10 a second, and the burst batch did not spend.
+    assert!(interactive >= 20, "interactive made {interactive} calls in 3 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_class_budget_caps_its_class_in_local_mode() {
+    let provider = mock();
+    let scheduler =
+        Scheduler::builder().upstream(batch_capped_at_a_quarter_of_the_budget()).build().expect("scheduler");
+    a_class_budget_caps_its_class(&[scheduler.upstream("llm").expect("configured")], provider.addr()).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_class_budget_caps_its_class_across_the_fleet() {
+    let redis = wavegate_testkit::RedisServer::start().expect("redis-server");
+    let provider = mock();
+    let schedulers: Vec<Scheduler> = (0..2)
+        .map(|_| {
+            Scheduler::builder()
+                .upstream(batch_capped_at_a_quarter_of_the_budget())
+                .redis(redis.url())
+                .build()
+                .expect("scheduler")
+        })
+        .collect();
+    let handles: Vec<Upstream> = schedulers.iter().map(|s| s.upstream("llm").expect("configured")).collect();
+    a_class_budget_caps_its_class(&handles, provider.addr()).await;
+}
+
+#[test]
+fn a_class_budget_without_a_budget_is_refused_with_what_to_change() {
+    let error = UpstreamConfig::builder("llm")
+        .class("batch", 1)
+        .class_budget("batch", 50)
+        .build()
+        .expect_err("no budget to share");
+    assert!(error.to_string().contains("set requests_per_minute or tokens_per_minute"), "{error}");
+    let error = UpstreamConfig::builder("llm")
+        .requests_per_minute(60, 1)
+        .class("batch", 1)
+        .class_budget("batch", 0)
+        .build()
+        .expect_err("0 %");
+    assert!(error.to_string().contains("outside 1..=100"), "{error}");
+}

@@ -62,7 +62,10 @@ impl Coordinator {
                 (false, _) => self.slots[upstream].waiters.head(now).map(|head| (head.id.clone(), head.tokens)),
                 (true, true) => heads.first().map(|head| (head.id.clone(), head.tokens)),
                 (true, false) => {
-                    let class = self.next_local_class(upstream, &heads);
+                    let (class, capped_wait) = self.next_local_class(upstream, &heads);
+                    if let Some(wait) = capped_wait {
+                        self.retry_in(upstream, Duration::from_millis(wait), ctx);
+                    }
                     heads.iter().find(|head| Some(head.class) == class).map(|head| (head.id.clone(), head.tokens))
                 }
             };
@@ -185,7 +188,9 @@ impl Coordinator {
 
     /// The class whose head this process's own gate (local mode, fallback) serves next: the
     /// same choice the shared store makes, over this process's permits and waiters.
-    fn next_local_class(&mut self, upstream: usize, heads: &[Head]) -> Option<usize> {
+    /// Also says, when no class can be served only because of their own budgets, in how many
+    /// milliseconds the first of them can.
+    fn next_local_class(&mut self, upstream: usize, heads: &[Head]) -> (Option<usize>, Option<u64>) {
         let now_ms = self.clock.now_ms();
         let slot = &mut self.slots[upstream];
         let classes = slot.config.classes();
@@ -217,8 +222,21 @@ impl Coordinator {
             view.since_ms = if view.demand == 0 { since_ms } else { view.since_ms.min(since_ms) };
             view.demand = view.demand.saturating_add(u32::try_from(head.waiting).unwrap_or(u32::MAX));
         }
+        // A class whose own budget has nothing left takes no part; if that leaves none, ask
+        // again when the first of them has.
+        let mut capped_wait: Option<u64> = None;
+        for head in heads {
+            let view = &mut views[head.class];
+            if view.demand > 0
+                && let Some(wait) = slot.class_budgets.wait_ms(head.class, now_ms, head.tokens)
+            {
+                view.demand = 0;
+                capped_wait = Some(capped_wait.map_or(wait, |w| w.min(wait)));
+            }
+        }
         slot.turns.observe(&mut views);
-        next_class(&views)
+        let class = next_class(&views);
+        (class, if class.is_none() { capped_wait } else { None })
     }
 
     /// Applies an acquire's answer; returns whether the next waiter may be served now.
@@ -236,6 +254,9 @@ impl Coordinator {
         match admission {
             Admission::Granted { wave, state, limit } => {
                 let fallback = self.mode == Mode::Fallback;
+                // Granted by this process's own gate (local mode, fallback): the class budgets
+                // here are charged; in shared mode the store charged the fleet's.
+                let local_grant = self.mode != Mode::Shared;
                 let slot = &mut self.slots[upstream];
                 slot.cooldown_until = None;
                 slot.blocked_until = None;
@@ -253,6 +274,9 @@ impl Coordinator {
                 if let Some(class) = slot.config.classes().get(waiter.class) {
                     // The weighted turns of this process's own choice (local mode, fallback).
                     slot.turns.granted(waiter.class, class.weight_value().get());
+                }
+                if local_grant {
+                    slot.class_budgets.charge(waiter.class, self.clock.now_ms(), tokens);
                 }
                 if !fallback {
                     slot.last_shared.state = Some((state, limit));
@@ -310,7 +334,9 @@ impl Coordinator {
                 false
             }
             Admission::Denied { reason: DenyReason::TokensExceedBurst, .. } => {
-                let error = self.never_fits(upstream, tokens).unwrap_or_else(|| self.too_large(upstream, tokens));
+                let class = self.slots[upstream].waiters.class_of(&id).unwrap_or(0);
+                let error =
+                    self.never_fits(upstream, tokens, class).unwrap_or_else(|| self.too_large(upstream, tokens, class));
                 let slot = &mut self.slots[upstream];
                 if let Some(timer) = slot.waiters.fail_head(&id, error) {
                     ctx.cancel_future(timer);
@@ -368,27 +394,54 @@ impl Coordinator {
 }
 
 impl Coordinator {
-    /// The refusal of an estimate that can never fit the tokens burst in force: the
-    /// configured burst (in fallback this process's share of it), tightened by a tokens limit
-    /// the provider announced. The local gate knows both in every mode (it is told every
-    /// announcement); in shared mode the store checks again with the fleet's.
-    pub(super) fn never_fits(&self, upstream: usize, tokens: u64) -> Option<Error> {
-        let burst = self.slots[upstream].local.tokens_burst(self.clock.now_ms())?;
-        (tokens > burst).then(|| self.too_large(upstream, tokens))
-    }
-
-    fn too_large(&self, upstream: usize, tokens: u64) -> Error {
+    /// The tokens burst in force for `class`, and the budget it comes from: the upstream's
+    /// (configured, in fallback this process's share of it, tightened by a tokens limit the
+    /// provider announced: the local gate knows both in every mode, being told every
+    /// announcement; in shared mode the store checks again with the fleet's), or a class
+    /// with a budget share its share of the configured one, when that is smaller.
+    fn tokens_burst(&self, upstream: usize, class: usize) -> Option<(u64, &'static str)> {
         let slot = &self.slots[upstream];
-        let budget = match self.mode {
+        let label = match self.mode {
             Mode::Fallback | Mode::Rejected => crate::error::FALLBACK_SHARE,
             Mode::Local | Mode::Shared => "tokens_per_minute",
         };
-        let burst = slot.local.tokens_burst(self.clock.now_ms());
+        let burst = slot.local.tokens_burst(self.clock.now_ms())?;
+        let capped = slot.config.classes().get(class).is_some_and(|c| c.budget_percent_value() < 100);
+        let class_cap = slot.local.configured().tokens.map(|b| class_burst(slot, class, u64::from(b.burst())));
+        match class_cap {
+            Some(cap) if capped && cap < burst => Some((cap, "the class's share of tokens_per_minute")),
+            _ => Some((burst, label)),
+        }
+    }
+
+    /// The refusal of an estimate that can never fit the tokens burst in force for `class`
+    /// ([`tokens_burst`](Self::tokens_burst)).
+    pub(super) fn never_fits(&self, upstream: usize, tokens: u64, class: usize) -> Option<Error> {
+        let (burst, _) = self.tokens_burst(upstream, class)?;
+        (tokens > burst).then(|| self.too_large(upstream, tokens, class))
+    }
+
+    fn too_large(&self, upstream: usize, tokens: u64, class: usize) -> Error {
+        let slot = &self.slots[upstream];
+        let (burst, budget) =
+            self.tokens_burst(upstream, class).map_or((None, "tokens_per_minute"), |(b, l)| (Some(b), l));
         Error::InsufficientCapacity {
             upstream: slot.config.name().to_string(),
             budget,
             requested: tokens,
             burst: burst.unwrap_or(0),
         }
+    }
+}
+
+/// The tokens burst of `class` given the upstream's `burst`: its share of it, with a budget
+/// share ([`wavegate_core::class_budget::class_share`]).
+fn class_burst(slot: &super::Slot, class: usize, burst: u64) -> u64 {
+    match slot.config.classes().get(class).map(|c| c.budget_percent_value()) {
+        Some(percent) if percent < 100 => {
+            let share = |units: u64| (units * u64::from(percent) / 100).max(1);
+            share(burst)
+        }
+        _ => burst,
     }
 }

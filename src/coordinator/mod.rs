@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use crate::store::StoreError;
 use crate::store::{SharedGate, Store};
 use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, MessageResult, SpawnHandle, WrapFuture};
+use wavegate_core::class_budget::ClassBudgets;
 use wavegate_core::priority::ClassTurns;
 use wavegate_core::{
     Budgets, Clock, LocalGate, MonotonicClock, RateLimitEffect, UpstreamConfig, WaveSignal, WaveState, WindowReport,
@@ -137,6 +138,9 @@ struct Slot {
     /// The weighted turns of the priority classes for this process's own choice (local mode,
     /// fallback); in shared mode the store keeps the fleet's.
     turns: ClassTurns,
+    /// The budgets of the classes with a budget share, for this process's own gate (local
+    /// mode: the upstream's share; fallback: this process's part of it).
+    class_budgets: ClassBudgets,
     /// This process's grants (when, tokens reserved) over the last minute, in any mode, when
     /// the upstream has rate budgets (configured or learned): a fallback gate starts with them charged, so each switch
     /// does not hand out a fresh burst.
@@ -181,6 +185,7 @@ impl Coordinator {
                 shared: store.as_ref().map(|store| crate::store::shared_gate(store, &config, ids.instance())),
                 waiters: Waiters::new(config.classes().len()),
                 turns: ClassTurns::new(config.classes().len()),
+                class_budgets: ClassBudgets::new(config.classes(), config.budgets()),
                 config,
                 held: HashMap::new(),
                 pumping: false,
@@ -357,6 +362,10 @@ impl Coordinator {
         let now_ms = self.clock.now_ms();
         let slot = &mut self.slots[upstream];
         slot.local.settle_tokens(token_delta, now_ms);
+        if token_delta != 0 {
+            let class = id.split_once('|').and_then(|(name, _)| slot.config.class_index(name));
+            slot.class_budgets.settle(class.unwrap_or(slot.config.default_class()), token_delta, now_ms);
+        }
         let report = slot.local.finish(&id, wave, signal, now_ms);
         let name = slot.config.name().as_str();
         if !report.held && self.mode == Mode::Local {
@@ -587,6 +596,7 @@ impl Coordinator {
                 class: class.name().to_owned(),
                 weight: class.weight_value().get(),
                 reserve_percent: class.reserve_percent_value(),
+                budget_percent: class.budget_percent_value(),
                 waiting,
                 in_flight_local,
                 in_flight_fleet: None,
@@ -653,7 +663,7 @@ impl Handler<Acquire> for Coordinator {
     fn handle(&mut self, acquire: Acquire, ctx: &mut Context<Self>) {
         let upstream = acquire.upstream;
         let now = Instant::now();
-        if let Some(error) = self.never_fits(upstream, acquire.tokens) {
+        if let Some(error) = self.never_fits(upstream, acquire.tokens, acquire.class) {
             // Refused before any wait: it would only block those queued behind it.
             let _ = acquire.reply.send(Err(error));
             return;

@@ -18,6 +18,7 @@ use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use actix::{ActorFutureExt, AsyncContext, Context, Handler, WrapFuture};
+use wavegate_core::class_budget::ClassBudgets;
 use wavegate_core::{Clock, LocalGate, WaveSignal, WaveState, duration_ms};
 use wavegate_redis::{Reconciled, SharedGate, StoreError};
 
@@ -128,6 +129,7 @@ impl Coordinator {
             let learned = slot.local.learned(now_ms);
             let mut gate =
                 LocalGate::with_budgets(wave, slot.config.budgets().share(processes)).with_learned(learned, processes);
+            slot.class_budgets = ClassBudgets::new(slot.config.classes(), slot.config.budgets().share(processes));
             // What this process used lately is charged to its share, as it happened: a switch
             // (or a flapping store) does not hand out a fresh burst.
             for (at_ms, tokens) in &slot.recent_grants {
@@ -336,6 +338,7 @@ impl Coordinator {
             let learned = slot.local.learned(self.clock.now_ms());
             slot.local =
                 LocalGate::with_budgets(slot.config.wave().clone(), slot.config.budgets()).with_learned(learned, 1);
+            slot.class_budgets = ClassBudgets::new(slot.config.classes(), slot.config.budgets());
             slot.pumping = false;
             slot.blocked_until = None;
             slot.cooldown_until = None;

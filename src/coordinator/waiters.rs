@@ -213,6 +213,11 @@ impl Waiters {
         heads
     }
 
+    /// The class of the waiter `id`, if it waits.
+    pub(crate) fn class_of(&self, id: &str) -> Option<usize> {
+        self.queues.iter().position(|queue| queue.iter().any(|w| w.id == id))
+    }
+
     /// Answers and removes the waiter `id`; returns its deadline timer.
     pub(crate) fn fail_head(&mut self, id: &str, error: Error) -> Option<SpawnHandle> {
         let waiter = self.take(id)?;

@@ -450,7 +450,8 @@ pub struct UpstreamConfigBuilder {
     backoff: Backoff,
     quota_pause: Duration,
     /// (name, weight, reserve %), in order.
-    classes: Vec<(String, u32, u8)>,
+    /// (name, weight, reserve %, budget %).
+    classes: Vec<(String, u32, u8, u8)>,
     default_class: Option<String>,
 }
 
@@ -591,17 +592,31 @@ impl UpstreamConfigBuilder {
     /// fleet ([`priority`](crate::priority)). Requests choose theirs; those that do not are in
     /// the [`default_class`](Self::default_class). Without classes every caller is in one.
     pub fn class(mut self, name: impl Into<String>, weight: u32) -> Self {
-        self.classes.push((name.into(), weight, 0));
+        self.classes.push((name.into(), weight, 0, 100));
         self
     }
 
     /// Keeps `percent` of the current limit (rounded down to whole permits) for class `name`
     /// while it has callers waiting. The reserves of an upstream add up to at most 100 %.
     pub fn reserve(mut self, name: &str, percent: u8) -> Self {
-        match self.classes.iter_mut().find(|(class, _, _)| class == name) {
+        match self.classes.iter_mut().find(|(class, _, _, _)| class == name) {
             Some(class) => class.2 = percent,
             // Refused by `build()`: a reserve for a class that was not added.
-            None => self.classes.push((name.to_owned(), 0, percent)),
+            None => self.classes.push((name.to_owned(), 0, percent, 100)),
+        }
+        self
+    }
+
+    /// Lets class `name` use at most `percent` (1..=100) of the upstream's rate budgets
+    /// (requests and tokens per minute, rate and burst), across the fleet; the rest is left
+    /// for the other classes, even while this one is alone. Needs a budget
+    /// ([`requests_per_minute`](Self::requests_per_minute) or
+    /// [`tokens_per_minute`](Self::tokens_per_minute)).
+    pub fn class_budget(mut self, name: &str, percent: u8) -> Self {
+        match self.classes.iter_mut().find(|(class, _, _, _)| class == name) {
+            Some(class) => class.3 = percent,
+            // Refused by `build()`: a budget share for a class that was not added.
+            None => self.classes.push((name.to_owned(), 0, 0, percent)),
         }
         self
     }
@@ -623,18 +638,19 @@ impl UpstreamConfigBuilder {
             other => other,
         };
         let mut classes = Vec::with_capacity(self.classes.len());
-        for (class, weight, reserve) in &self.classes {
+        for (class, weight, reserve, budget) in &self.classes {
             if *weight == 0 {
                 return Err(in_upstream(ConfigError::InvalidClass {
                     class: class.clone(),
-                    reason: "it has a reserve or weight 0 but was never added; add it with `class(name, weight)` \
-                             (weight at least 1) before its reserve"
+                    reason: "it has a reserve, a budget share or weight 0 but was never added; add it with \
+                             `class(name, weight)` (weight at least 1) before its reserve or budget share"
                         .into(),
                 }));
             }
             let made = PriorityClass::new(class.clone())
                 .and_then(|c| c.weight(*weight))
                 .and_then(|c| c.reserve_percent(*reserve))
+                .and_then(|c| c.budget_percent(*budget))
                 .map_err(in_upstream)?;
             classes.push(made);
         }
@@ -673,6 +689,18 @@ impl UpstreamConfigBuilder {
             requests: budget("requests_per_minute (rate or burst)", self.requests_per_minute)?,
             tokens: budget("tokens_per_minute (rate or burst)", self.tokens_per_minute)?,
         };
+        if let Some(capped) = classes.iter().find(|c| c.budget_percent_value() < 100)
+            && budgets == Budgets::default()
+        {
+            return Err(ConfigError::InvalidClass {
+                class: capped.name().to_owned(),
+                reason: format!(
+                    "it may use {} % of upstream `{name}`'s rate budgets, but the upstream has none; set \
+                     requests_per_minute or tokens_per_minute, or remove its class_budget",
+                    capped.budget_percent_value()
+                ),
+            });
+        }
         for (field, value) in [
             ("call_timeout", self.call_timeout),
             ("max_wait", self.max_wait),

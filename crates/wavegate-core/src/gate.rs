@@ -115,6 +115,12 @@ impl LocalGate {
         self.learned.effective(self.configured, now_ms, self.learned_share)
     }
 
+    /// The configured budgets (in a fallback: this process's share of them), without what is
+    /// learned.
+    pub fn configured(&self) -> Budgets {
+        self.configured
+    }
+
     /// The learned limits kept at `now_ms` (undivided, as the provider said them).
     pub fn learned(&self, now_ms: u64) -> LearnedBudgets {
         self.learned.in_force(now_ms)

@@ -42,6 +42,7 @@
 
 mod backoff;
 mod breaker;
+pub mod class_budget;
 mod clock;
 mod config;
 mod cooldown;

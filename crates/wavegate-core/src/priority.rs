@@ -55,6 +55,7 @@ pub struct PriorityClass {
     name: UpstreamName,
     weight: NonZeroU32,
     reserve_percent: u8,
+    budget_percent: u8,
 }
 
 impl PriorityClass {
@@ -74,7 +75,7 @@ impl PriorityClass {
             }
             other => other,
         })?;
-        Ok(Self { name, weight: NonZeroU32::MIN, reserve_percent: 0 })
+        Ok(Self { name, weight: NonZeroU32::MIN, reserve_percent: 0, budget_percent: 100 })
     }
 
     /// Its weight: with several classes waiting, the limit is shared in proportion to the
@@ -106,6 +107,21 @@ impl PriorityClass {
         Ok(self)
     }
 
+    /// The most of the upstream's rate budgets (requests and tokens per minute, rate and
+    /// burst alike) this class may use, in percent, 1..=100 (100, the default: no cap of its
+    /// own). A cap holds even when the class is alone, so that the rest of the budget is there
+    /// when another class's callers arrive (rate budgets cannot be taken back).
+    pub fn budget_percent(mut self, percent: u8) -> Result<Self, ConfigError> {
+        if !(1..=100).contains(&percent) {
+            return Err(ConfigError::InvalidClass {
+                class: self.name.to_string(),
+                reason: format!("budget share {percent} % is outside 1..=100 %"),
+            });
+        }
+        self.budget_percent = percent;
+        Ok(self)
+    }
+
     /// The class's name.
     pub fn name(&self) -> &str {
         self.name.as_str()
@@ -121,6 +137,11 @@ impl PriorityClass {
         self.reserve_percent
     }
 
+    /// The most of the upstream's rate budgets the class may use, in percent (100: no cap).
+    pub fn budget_percent_value(&self) -> u8 {
+        self.budget_percent
+    }
+
     /// The permits reserved for it at `limit`.
     pub fn reserved_at(&self, limit: u32) -> u32 {
         reserved_at(limit, self.reserve_percent)
@@ -129,7 +150,11 @@ impl PriorityClass {
 
 impl fmt::Display for PriorityClass {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} (weight {}, reserve {} %)", self.name, self.weight, self.reserve_percent)
+        write!(f, "{} (weight {}, reserve {} %", self.name, self.weight, self.reserve_percent)?;
+        if self.budget_percent < 100 {
+            write!(f, ", at most {} % of the rate budgets", self.budget_percent)?;
+        }
+        write!(f, ")")
     }
 }
 

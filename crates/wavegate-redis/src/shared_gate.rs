@@ -162,7 +162,11 @@ impl SharedGate {
             .enumerate()
             .map(|(i, c)| {
                 let mark = if i == default { "*" } else { "" };
-                format!("{mark}{}:{}:{}", c.name(), c.weight_value(), c.reserve_percent_value())
+                let (name, weight, reserve) = (c.name(), c.weight_value(), c.reserve_percent_value());
+                match c.budget_percent_value() {
+                    100 => format!("{mark}{name}:{weight}:{reserve}"),
+                    share => format!("{mark}{name}:{weight}:{reserve}:{share}"),
+                }
             })
             .collect();
         if !count_window.is_zero() {

@@ -99,6 +99,28 @@ fn one_line_mutants_of_the_lua_choice_are_caught() {
     }
 }
 
+const WAVE_LUA: &str = include_str!("../../../lua/wave.lua");
+
+#[test]
+fn the_lua_class_share_of_a_budget_passes_the_table() {
+    let server = RedisServer::start().expect("redis-server");
+    let mut con = server.connection().expect("connection");
+    let driver =
+        "local p = tonumber(ARGV[3])\nreturn { class_share(tonumber(ARGV[1]), p), class_share(tonumber(ARGV[2]), p) }";
+    let source = format!("{WAVE_LUA}\n{driver}");
+    for case in wavegate_core::class_budget::cases() {
+        let got: (u64, u64) = redis::cmd("EVAL")
+            .arg(&source)
+            .arg(0)
+            .arg(case.budget.0)
+            .arg(case.budget.1)
+            .arg(case.percent)
+            .query(&mut con)
+            .expect("EVAL");
+        assert_eq!(got, (u64::from(case.expect.0), u64::from(case.expect.1)), "{case:?}");
+    }
+}
+
 /// Runs `next_tenant` of the Lua source on one case: ARGV = (in flight, demand, since) per tenant.
 const TENANT_DRIVER: &str = r"
 local tenants = {}

@@ -66,6 +66,8 @@ pub struct ClassView {
     pub weight: u32,
     /// Its reserved share of the limit, in percent.
     pub reserve_percent: u8,
+    /// The most of the upstream's rate budgets it may use, in percent (100: no cap).
+    pub budget_percent: u8,
     /// Callers of this process waiting in it.
     pub waiting: usize,
     /// Permits of it this process holds.
@@ -152,6 +154,7 @@ impl UpstreamView {
                     class: c.class,
                     weight: c.weight,
                     reserve_percent: c.reserve_percent,
+                    budget_percent: c.budget_percent,
                     waiting: c.waiting,
                     in_flight_local: c.in_flight_local,
                     in_flight_fleet: c.in_flight_fleet,
