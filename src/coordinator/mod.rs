@@ -34,8 +34,8 @@ use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, MessageResult
 use wavegate_core::class_budget::ClassBudgets;
 use wavegate_core::priority::ClassTurns;
 use wavegate_core::{
-    Budgets, Clock, LocalGate, MonotonicClock, RateLimitEffect, UpstreamConfig, WaveSignal, WaveState, WindowReport,
-    duration_ms,
+    Budgets, Clock, LearnedBudgets, LearnedStatus, LocalGate, MonotonicClock, RateLimitEffect, UpstreamConfig,
+    WaveSignal, WaveState, WindowReport, duration_ms,
 };
 
 use crate::error::Error;
@@ -145,6 +145,9 @@ struct Slot {
     /// the upstream has rate budgets (configured or learned): a fallback gate starts with them charged, so each switch
     /// does not hand out a fresh burst.
     recent_grants: VecDeque<(u64, u64)>,
+    /// Whether the learned-limit gauges were last set to a limit (so a forgotten one is
+    /// recorded as 0 once).
+    learned_recorded: bool,
 }
 
 /// The coordinator actor.
@@ -196,6 +199,7 @@ impl Coordinator {
                 last_shared: LastShared::default(),
                 outage: OutageBook::default(),
                 recent_grants: VecDeque::new(),
+                learned_recorded: false,
                 rejoin_cap: None,
             })
             .collect();
@@ -470,26 +474,40 @@ impl Coordinator {
         }
     }
 
-    /// Records what is left of each upstream's rate budgets (read from the store in shared
-    /// mode: one status call per upstream with budgets).
+    /// Records what is left of each upstream's rate budgets and the limits learned (read from
+    /// the store in shared mode: one status call per upstream with budgets, configured or
+    /// learned).
     fn record_budgets(&mut self, ctx: &mut Context<Self>) {
         let now_ms = self.clock.now_ms();
         for upstream in 0..self.slots.len() {
             let slot = &self.slots[upstream];
-            if slot.config.budgets() == Budgets::default() {
+            let learned = slot.local.learned(now_ms);
+            if slot.config.budgets() == Budgets::default() && learned == LearnedBudgets::default() {
+                if slot.learned_recorded {
+                    // Forgotten: the gauges say so once.
+                    metrics::learned(slot.config.name().as_str(), LearnedStatus::default());
+                    self.slots[upstream].learned_recorded = false;
+                }
                 continue;
             }
+            self.slots[upstream].learned_recorded = learned != LearnedBudgets::default();
+            let slot = &self.slots[upstream];
             match self.shared_gate(upstream) {
                 #[cfg(feature = "redis")]
                 Some(gate) => {
                     let call = async move { gate.status().await };
                     ctx.spawn(call.into_actor(self).map(move |result, act, _| {
                         if let Ok(status) = result {
-                            metrics::budgets(act.slots[upstream].config.name().as_str(), status.budgets);
+                            let name = act.slots[upstream].config.name().as_str();
+                            metrics::budgets(name, status.budgets);
+                            metrics::learned(name, status.learned);
                         }
                     }));
                 }
-                None => metrics::budgets(slot.config.name().as_str(), slot.local.budget_status(now_ms)),
+                None => {
+                    metrics::budgets(slot.config.name().as_str(), slot.local.budget_status(now_ms));
+                    metrics::learned(slot.config.name().as_str(), learned.status(now_ms));
+                }
             }
         }
     }
