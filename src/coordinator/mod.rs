@@ -669,9 +669,9 @@ impl Actor for Coordinator {
             ctx.run_interval(HEARTBEAT_EVERY, |act, ctx| act.heartbeat(ctx));
             ctx.run_interval(config_claims::CONFIG_CLAIM_EVERY, |act, ctx| act.claim_configs(ctx));
         }
-        if self.slots.iter().any(|s| s.config.budgets() != Budgets::default()) {
-            ctx.run_interval(BUDGET_GAUGES_EVERY, |act, ctx| act.record_budgets(ctx));
-        }
+        // Every upstream may come to have a budget: a learned limit is one. Those without any
+        // cost nothing here.
+        ctx.run_interval(BUDGET_GAUGES_EVERY, |act, ctx| act.record_budgets(ctx));
     }
 }
 
