@@ -75,10 +75,11 @@ if classes and instance ~= '' then
     cap_classes(config, fleet, now, asked_tokens)
     local turns = load_turns(config)
     observe_turns(config, turns, fleet, true)
-    local k, chosen = choose_grant(fleet, s.limit - in_flight, asked)
+    local k, chosen, by_reserve = choose_grant(fleet, s.limit - in_flight, asked)
     if k then
       ask = asks[k]
-      ask.turns, ask.class_index = turns, chosen
+      ask.class_index = chosen
+      if not by_reserve then ask.turns = turns end
     else
       denial, wait = 'at_limit', 0
     end

@@ -69,7 +69,7 @@ if held == 1 and channel ~= '' then
     local longest = redis.call('ZPOPMIN', KEYS[4])
     if #longest > 0 then
       redis.call('ZREM', KEYS[5], longest[1])
-      redis.call('HDEL', KEYS[6], longest[1])
+      redis.call('HDEL', KEYS[6], longest[1], longest[1] .. '>')
       -- A member of a process configured with classes ('<class>|<instance>'; every process
       -- of an upstream should have the same classes) is woken by its instance id all the same.
       wake = string.match(longest[1], '|(.*)$') or longest[1]

@@ -155,12 +155,19 @@ local function fleet_classes(config, limit, now, renewed_only)
     classes[i] = { weight = c.weight, reserved = math.floor(limit * c.reserve / 100), in_flight = 0, demand = 0,
                    since = 0, pass = 0, tenants = {}, tenant_index = {} }
   end
-  local counted_from = renewed_only and now + config.class_window or '-inf'
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], counted_from, '+inf')) do
-    local class = classes[config.class_index[class_of(id) or ''] or config.default_class]
-    class.in_flight = class.in_flight + 1
-    local tenant = tenant_entry(class, tenant_of(id))
-    tenant.in_flight = tenant.in_flight + 1
+  -- Only ids with a tenant field ('<c>|<instance>:<n>|<tag>', '-' for none) come from processes
+  -- that renew every second; an older process's ('<c>|<instance>:<n>', renewed every third of
+  -- its lease) always count.
+  local counted_from = renewed_only and now + config.class_window or nil
+  local permits = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+  for k = 1, #permits, 2 do
+    local id, ends = permits[k], tonumber(permits[k + 1])
+    if counted_from == nil or ends >= counted_from or string.match(id, '^[^|]*|[^|]*|') == nil then
+      local class = classes[config.class_index[class_of(id) or ''] or config.default_class]
+      class.in_flight = class.in_flight + 1
+      local tenant = tenant_entry(class, tenant_of(id))
+      tenant.in_flight = tenant.in_flight + 1
+    end
   end
   -- Only the members that asked lately (stale ones are never read).
   for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], now - PRIORITY_FRESH, '+inf')) do
@@ -251,9 +258,10 @@ end
 -- to (the one of that tenant's that waited longest and is not served yet), or nil.
 local function hand_out(classes, c)
   local class = classes[c]
+  -- A grant through the reserve is outside the turns (wavegate_core::priority::by_reserve).
+  if class.in_flight >= class.reserved then class.pass = class.pass + stride(class.weight) end
   class.in_flight = class.in_flight + 1
   class.demand = class.demand - 1
-  class.pass = class.pass + stride(class.weight)
   local t = next_tenant(class.tenants)
   if t == nil then return nil end
   local tenant = class.tenants[t]
@@ -269,15 +277,15 @@ local function hand_out(classes, c)
 end
 
 -- Hands out `room` permits one by one, to the next class and within it the next tenant; returns
--- the asker's ask the first of them reaches (`asked[class][tag]` is its index) and its class,
--- or nil when the room goes to others first.
+-- the asker's ask the first of them reaches (`asked[class][tag]` is its index), its class and
+-- whether it is granted through the class's reserve, or nil when the room goes to others first.
 local function choose_grant(classes, room, asked)
   for _ = 1, room do
     local c = next_class(classes)
     if c == nil then return nil end
     local t = next_tenant(classes[c].tenants)
     local tag = t and classes[c].tenants[t].name or NO_TENANT
-    if asked[c] and asked[c][tag] then return asked[c][tag], c end
+    if asked[c] and asked[c][tag] then return asked[c][tag], c, classes[c].in_flight < classes[c].reserved end
     hand_out(classes, c)
   end
   return nil

@@ -269,15 +269,20 @@ impl Coordinator {
                 if let Some(timer) = waiter.deadline_timer.take() {
                     ctx.cancel_future(timer);
                 }
-                slot.held.insert(id.clone(), wave);
-                slot.waiters.granted(&waiter);
-                if let Some(class) = slot.config.classes().get(waiter.class) {
-                    // The weighted turns of this process's own choice (local mode, fallback).
-                    slot.turns.granted(waiter.class, class.weight_value().get());
-                }
-                if local_grant {
+                if local_grant && let Some(class) = slot.config.classes().get(waiter.class) {
+                    // The weighted turns of this process's own choice (local mode, fallback),
+                    // unless the grant is through the class's reserve (outside the turns).
+                    let in_flight = slot
+                        .held
+                        .keys()
+                        .filter(|held| held.split_once('|').map(|(name, _)| name) == Some(class.name()));
+                    if in_flight.count() >= class.reserved_at(limit) as usize {
+                        slot.turns.granted(waiter.class, class.weight_value().get());
+                    }
                     slot.class_budgets.charge(waiter.class, self.clock.now_ms(), tokens);
                 }
+                slot.held.insert(id.clone(), wave);
+                slot.waiters.granted(&waiter);
                 if !fallback {
                     slot.last_shared.state = Some((state, limit));
                     slot.last_shared.wave = wave;

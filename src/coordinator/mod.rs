@@ -696,14 +696,16 @@ impl Handler<Acquire> for Coordinator {
         }
         let id = self.ids.next_id();
         let slot = &mut self.slots[upstream];
-        // With classes a permit id names its class, and the tag of its tenant if it names one,
-        // so the store counts each class's and each tenant's permits (the key itself never
-        // leaves the process).
+        // With classes a permit id names its class and the tag of its tenant, so the store
+        // counts each class's and each tenant's permits (the key itself never leaves the
+        // process).
         let id = match (slot.config.classes().get(acquire.class), &acquire.tenant) {
             (Some(class), Some(tenant)) => {
                 format!("{}|{id}|{}", class.name(), wavegate_core::tenant::tenant_tag(tenant))
             }
-            (Some(class), None) => format!("{}|{id}", class.name()),
+            // The third field, `-` when no tenant is named, also says that the permit's
+            // process renews it every second (see `UpstreamConfig::class_count_window`).
+            (Some(class), None) => format!("{}|{id}|{}", class.name(), wavegate_core::tenant::NO_TENANT),
             (None, _) => id,
         };
         slot.waiters.push(Waiter {

@@ -254,11 +254,23 @@ pub fn choose_class(classes: &mut [ClassView], room: u32, asked: impl Fn(usize) 
             return Some(class);
         }
         let view = &mut classes[class];
+        // A grant through the reserve is outside the turns (see [`by_reserve`]).
+        if !by_reserve(view) {
+            view.pass = view.pass.saturating_add(stride(view.weight));
+        }
         view.in_flight += 1;
         view.demand -= 1;
-        view.pass = view.pass.saturating_add(stride(view.weight));
     }
     None
+}
+
+/// Whether the next permit of `class` is granted through its reserve (it holds fewer than
+/// its reserve). Such a grant is outside the turns: it advances neither the class's pass nor
+/// the virtual time, so a class that keeps refilling its reserve does not run the turns ahead
+/// of the others (which would let a lighter class, far behind, take every permit from a
+/// heavier one that starts waiting).
+pub fn by_reserve(class: &ClassView) -> bool {
+    class.in_flight < class.reserved
 }
 
 /// The weighted turns of an upstream's classes, kept from one choice to the next (in the
@@ -291,8 +303,8 @@ impl ClassTurns {
         }
     }
 
-    /// After a grant to `class` (of `weight`): the virtual time moves to its pass, which
-    /// advances by its stride.
+    /// After a grant to `class` (of `weight`) by the turns (not one [`by_reserve`]): the
+    /// virtual time moves to its pass, which advances by its stride.
     pub fn granted(&mut self, class: usize, weight: u32) {
         if let Some(pass) = self.passes.get_mut(class) {
             self.virtual_time = self.virtual_time.max(*pass);
@@ -440,6 +452,15 @@ pub fn cases() -> Vec<ChoiceCase> {
             expect: None,
         },
         ChoiceCase {
+            name: "a grant through the reserve is outside the turns: it does not spend the class's turn",
+            // Room for two: class 0's reserve takes the first, its pass stays 0; the second is
+            // by turns, S against S, and class 0 has waited longer.
+            classes: vec![class(1, 1, 0, 5, 0, 0), class(1, 0, 3, 5, 10, 0)],
+            room: 2,
+            asked: vec![1],
+            expect: None,
+        },
+        ChoiceCase {
             name: "a reserve is not kept for a class that does not wait",
             classes: vec![class(1, 0, 8, 5, 0, 8 * S), class(1, 2, 0, 0, 0, 0)],
             room: 2,
@@ -496,6 +517,90 @@ pub fn cases() -> Vec<ChoiceCase> {
     ]
 }
 
+/// One case of the weighted turns kept from choice to choice ([`ClassTurns`]): the classes'
+/// weights and reserves, then steps, each the classes' demand and permits in flight; at each
+/// step the turns observe the classes, the next class is chosen and, unless it is granted
+/// through its reserve, charged its turn.
+#[derive(Debug, Clone)]
+pub struct TurnsCase {
+    /// What the case shows.
+    pub name: &'static str,
+    /// Each class's weight.
+    pub weights: Vec<u32>,
+    /// Each class's reserve, in permits.
+    pub reserved: Vec<u32>,
+    /// Each step: (demand, in flight) per class.
+    pub steps: Vec<(Vec<u32>, Vec<u32>)>,
+    /// The class chosen at each step.
+    pub expect: Vec<Option<usize>>,
+}
+
+impl TurnsCase {
+    /// Runs the case on [`ClassTurns`] and [`next_class`]: the class chosen at each step.
+    pub fn run(&self) -> Vec<Option<usize>> {
+        let mut turns = ClassTurns::new(self.weights.len());
+        self.steps
+            .iter()
+            .map(|(demand, in_flight)| {
+                let mut views: Vec<ClassView> = (0..self.weights.len())
+                    .map(|i| ClassView {
+                        weight: self.weights[i],
+                        reserved: self.reserved[i],
+                        in_flight: in_flight[i],
+                        demand: demand[i],
+                        since_ms: 0,
+                        pass: 0,
+                    })
+                    .collect();
+                turns.observe(&mut views);
+                let chosen = next_class(&views);
+                if let Some(c) = chosen
+                    && !by_reserve(&views[c])
+                {
+                    turns.granted(c, self.weights[c]);
+                }
+                chosen
+            })
+            .collect()
+    }
+}
+
+/// The table of turns both twins pass ([`ClassTurns`] and `lua/priority.lua`).
+pub fn turns_cases() -> Vec<TurnsCase> {
+    let repeat = |n: usize, demand: Vec<u32>, in_flight: Vec<u32>| vec![(demand, in_flight); n];
+    vec![
+        TurnsCase {
+            name: "weights 3 : 1 both waiting: three grants to one",
+            weights: vec![3, 1],
+            reserved: vec![0, 0],
+            steps: repeat(8, vec![5, 5], vec![0, 0]),
+            expect: [0, 0, 0, 1, 0, 0, 0, 1].map(Some).to_vec(),
+        },
+        TurnsCase {
+            name: "an idle class banks no credit: lifted to the virtual time when it starts waiting",
+            weights: vec![1, 1],
+            reserved: vec![0, 0],
+            steps: [repeat(3, vec![0, 5], vec![0, 0]), repeat(3, vec![5, 5], vec![0, 0])].concat(),
+            // Without the lift class 0 (pass 0) would take the last three.
+            expect: [1, 1, 1, 0, 0, 1].map(Some).to_vec(),
+        },
+        TurnsCase {
+            name: "grants through a reserve do not run the turns ahead: a heavier class that starts waiting is next",
+            weights: vec![3, 1, 10],
+            reserved: vec![2, 0, 0],
+            steps: [repeat(50, vec![5, 5, 0], vec![0, 8, 0]), vec![(vec![0, 5, 5], vec![2, 8, 0])]].concat(),
+            expect: [vec![Some(0); 50], vec![Some(2)]].concat(),
+        },
+        TurnsCase {
+            name: "nobody waits: no choice, no turn",
+            weights: vec![2, 1],
+            reserved: vec![0, 0],
+            steps: repeat(2, vec![0, 0], vec![1, 1]),
+            expect: vec![None, None],
+        },
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -546,6 +651,13 @@ mod tests {
             assert!((share - 0.75).abs() < 0.01, "limit {limit}: interactive got {share:.3} of the grants");
             let share = interactive_share([10, 1], limit);
             assert!((share - 10.0 / 11.0).abs() < 0.01, "limit {limit}, 10 : 1: interactive got {share:.3}");
+        }
+    }
+
+    #[test]
+    fn every_case_of_the_turns_table() {
+        for case in turns_cases() {
+            assert_eq!(case.run(), case.expect, "{}", case.name);
         }
     }
 

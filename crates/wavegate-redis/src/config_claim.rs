@@ -17,9 +17,15 @@ use crate::shared_gate::SharedGate;
 pub const CONFIG_CLAIM_TTL: Duration = Duration::from_secs(60);
 
 impl SharedGate {
-    /// The configuration as the scripts receive it, `|`-separated.
+    /// The configuration as the scripts receive it, `|`-separated — but for the classes'
+    /// counting window (`@<ms>`, derived from the lease and the release's renewal cadence,
+    /// which processes of the same configuration may differ in during a rolling deploy).
     pub fn config_fingerprint(&self) -> String {
-        self.config_args.join("|")
+        let mut args = self.config_args.clone();
+        if let Some(classes) = args.last_mut() {
+            *classes = classes.split(',').filter(|entry| !entry.starts_with('@')).collect::<Vec<_>>().join(",");
+        }
+        args.join("|")
     }
 
     /// Claims this upstream's configuration; returns the different configuration another

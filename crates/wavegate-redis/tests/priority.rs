@@ -86,7 +86,8 @@ fn one_line_mutants_of_the_lua_choice_are_caught() {
         ("return ia < ib", "return ia > ib"),
         ("if c.demand > 0 and", "if c.demand >= 0 and"),
         ("class.demand = class.demand - 1\n", "\n"),
-        ("class.pass = class.pass + stride(class.weight)\n", "\n"),
+        ("then class.pass = class.pass + stride(class.weight) end", "then end"),
+        ("if class.in_flight >= class.reserved then class.pass", "if true then class.pass"),
         (
             "for _ = 1, room do\n    local c = next_class(classes)\n    if c == nil then return nil end",
             "for _ = 1, room + 1 do\n    local c = next_class(classes)\n    if c == nil then return nil end",
@@ -100,6 +101,70 @@ fn one_line_mutants_of_the_lua_choice_are_caught() {
 }
 
 const WAVE_LUA: &str = include_str!("../../../lua/wave.lua");
+
+/// Runs the weighted turns of the Lua source (kept in KEYS[6], as in the scripts) on one case:
+/// ARGV = n, the weights, the reserves, then (demand, in flight) per class for each step.
+const TURNS_DRIVER: &str = r"
+local n = tonumber(ARGV[1])
+local config = { classes = {} }
+for i = 1, n do
+  config.classes[i] = { name = 'c' .. i, weight = tonumber(ARGV[1 + i]) }
+end
+local chosen = {}
+for at = 2 + 2 * n, #ARGV, 2 * n do
+  local classes = {}
+  for i = 1, n do
+    classes[i] = { weight = config.classes[i].weight, reserved = tonumber(ARGV[1 + n + i]),
+      demand = tonumber(ARGV[at + i - 1]), in_flight = tonumber(ARGV[at + n + i - 1]), since = 0, pass = 0 }
+  end
+  local turns = load_turns(config)
+  observe_turns(config, turns, classes, true)
+  local c = next_class(classes)
+  if c and classes[c].in_flight >= classes[c].reserved then turns_granted(config, turns, c) end
+  table.insert(chosen, c and c - 1 or -1)
+end
+return chosen
+";
+
+#[test]
+fn the_lua_turns_pass_the_table_and_catch_their_mutants() {
+    let server = RedisServer::start().expect("redis-server");
+    let mut con = server.connection().expect("connection");
+    let mut run = |priority_lua: &str| -> Option<String> {
+        let source = format!("{priority_lua}\n{TURNS_DRIVER}");
+        for (k, case) in wavegate_core::priority::turns_cases().into_iter().enumerate() {
+            assert_eq!(case.run(), case.expect, "{}", case.name);
+            let turns_key = format!("turns:{k}:{}", priority_lua.len());
+            let mut command = redis::cmd("EVAL");
+            command.arg(&source).arg(6).arg(&["k1", "k2", "k3", "k4", "k5", turns_key.as_str()][..]);
+            command.arg(case.weights.len()).arg(&case.weights).arg(&case.reserved);
+            for (demand, in_flight) in &case.steps {
+                command.arg(demand).arg(in_flight);
+            }
+            let got: Vec<i64> = match command.query(&mut con) {
+                Ok(got) => got,
+                Err(error) => return Some(format!("{}: {error}", case.name)),
+            };
+            let expect: Vec<i64> = case.expect.iter().map(|c| c.map_or(-1, |c| c as i64)).collect();
+            if got != expect {
+                return Some(format!("{}: Lua chose {got:?}, the table says {expect:?}", case.name));
+            }
+        }
+        None
+    };
+    assert_eq!(run(PRIORITY_LUA), None);
+    let mutants = [
+        ("if waits and not turns.waiting[i] and turns.passes[i] < turns.v then", "if false then"),
+        ("  if pass > turns.v then", "  if false then"),
+        ("turns.passes[i] = pass + stride(config.classes[i].weight)", "turns.passes[i] = pass"),
+        ("turns.waiting[i] = values[2 * i + 1] == '1'", "turns.waiting[i] = true"),
+    ];
+    for (original, mutant) in mutants {
+        assert_eq!(PRIORITY_LUA.matches(original).count(), 1, "the mutant's original line is not unique: {original}");
+        let mutated = PRIORITY_LUA.replacen(original, mutant, 1);
+        assert!(run(&mutated).is_some(), "the mutant `{mutant}` was not caught");
+    }
+}
 
 #[test]
 fn the_lua_class_share_of_a_budget_passes_the_table() {
@@ -280,7 +345,7 @@ fn leave_dead_permits(server: &RedisServer, gate: &SharedGate, ids: &[&str], ren
 /// process 3 batch permits, beta's batch callers wait; alpha ends one call and asks for
 /// interactive again. Returns whether alpha got it (the free permit went to interactive, not to
 /// batch's reserve).
-fn interactive_takes_the_free_permit(renewed_ago: Duration) -> bool {
+fn interactive_takes_the_free_permit(renewed_ago: Duration, dead: [&str; 3]) -> bool {
     let server = RedisServer::start().expect("redis-server");
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let store = runtime.block_on(Store::connect(StoreConfig::new(server.url()))).expect("store");
@@ -303,7 +368,7 @@ fn interactive_takes_the_free_permit(renewed_ago: Duration) -> bool {
             runtime.block_on(alpha.acquire_among(&[ask("interactive", &id, 1)], LEASE)).expect("acquire");
         assert!(matches!(acquired.admission, Admission::Granted { .. }), "{acquired:?}");
     }
-    leave_dead_permits(&server, &alpha, &["batch|gamma:1", "batch|gamma:2", "batch|gamma:3"], renewed_ago);
+    leave_dead_permits(&server, &alpha, &dead, renewed_ago);
     let (acquired, _) =
         runtime.block_on(beta.acquire_among(&[ask("batch", "batch|beta:1", 20)], LEASE)).expect("acquire");
     assert!(matches!(acquired.admission, Admission::Denied { reason: DenyReason::AtLimit, .. }), "{acquired:?}");
@@ -318,12 +383,17 @@ fn interactive_takes_the_free_permit(renewed_ago: Duration) -> bool {
 fn a_killed_process_permits_stop_counting_against_their_class_once_they_are_not_renewed() {
     // Renewed lately (the process lives): batch holds its reserve of 3, and interactive's
     // turn (its pass after the grant, 8 S / 3, before batch's 7 S / 3 + S) takes the permit.
-    assert!(interactive_takes_the_free_permit(Duration::ZERO));
+    let dead = ["batch|gamma:1|-", "batch|gamma:2|-", "batch|gamma:3|-"];
+    assert!(interactive_takes_the_free_permit(Duration::ZERO, dead));
     // Not renewed for 4 s (with classes a live process renews every second, so the process is
     // gone): batch's 3 dead permits no longer count for it, it is below its reserve, and the
     // free permit is batch's. Before, batch's reserve was held by the dead permits until
     // their lease ended.
-    assert!(!interactive_takes_the_free_permit(Duration::from_secs(4)));
+    assert!(!interactive_takes_the_free_permit(Duration::from_secs(4), dead));
+    // An older release's permits (no tenant field) are renewed every third of their lease, not
+    // every second: 4 s without a renewal says nothing about them, and they keep counting.
+    let older = ["batch|gamma:1", "batch|gamma:2", "batch|gamma:3"];
+    assert!(interactive_takes_the_free_permit(Duration::from_secs(4), older));
 }
 
 #[test]
