@@ -51,9 +51,9 @@ pub const MAX_RESET: Duration = Duration::from_secs(24 * 60 * 60);
 /// * OpenAI, "Rate limits" guide (<https://platform.openai.com/docs/guides/rate-limits>):
 ///   limits are measured as RPM, RPD, TPM, TPD (and IPM); the headers' example is
 ///   `x-ratelimit-limit-requests: 60` with `x-ratelimit-reset-requests: 1s` — 60 a minute,
-///   one back each second. The headers name no window, and some accounts see a per-day
-///   limit there: read as per minute it is a budget *looser* than the real one, never
-///   tighter, so the guess can only fail on the harmless side.
+///   one back each second. The headers name no window; should one carry a longer window's
+///   limit (a per-day one), read as per minute it is a budget *looser* than the real one,
+///   never tighter, so the guess can only fail on the harmless side.
 /// * Anthropic, "Rate limits" (<https://docs.anthropic.com/en/api/rate-limits>): limits are
 ///   "measured in requests per minute (RPM), input tokens per minute (ITPM), and output tokens
 ///   per minute (OTPM)", enforced as a token bucket; `anthropic-ratelimit-*-limit` is "the
