@@ -38,6 +38,7 @@ if n >= 6 then
 end
 local classes = #config.classes > 0 and n >= 6
 local now = now_ms()
+ll_apply(config, now) -- the learned limits tighten the budgets (learned_limit.lua)
 
 purge(now)
 local s = load_state(config)

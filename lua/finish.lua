@@ -32,6 +32,7 @@ if token_delta == nil or token_delta ~= math.floor(token_delta) then
   return fail('finish', 'token delta must be an integer, got ' .. tostring(ARGV[CONFIG_ARGS + 6]))
 end
 local now = now_ms()
+ll_apply(config, now)
 if config.tokens and token_delta ~= 0 then
   save_tat('tokens_tat', gcra_settle(config.tokens, load_tat('tokens_tat'), now * 1000, token_delta))
   settle_class(config, id, now, token_delta)

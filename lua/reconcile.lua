@@ -19,6 +19,7 @@ local used_tokens = to_int(ARGV[CONFIG_ARGS + 3], 'tokens used')
 local adopt = to_int(ARGV[CONFIG_ARGS + 4], 'adopt count')
 if #ARGV < FIRST_ID - 1 + adopt then return fail('reconcile', 'fewer ids than the adopt count') end
 local now = now_ms()
+ll_apply(config, now)
 if config.requests and used_requests > 0 then
   save_tat('requests_tat', gcra_charge(config.requests, load_tat('requests_tat'), now * 1000, used_requests))
 end

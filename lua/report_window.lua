@@ -6,10 +6,12 @@
 -- ARGV[5] tokens the reporting call reserved (the others in flight are assumed to as well)
 -- ARGV[6] the reporting call's permit id ('' for none): the other permits held are the calls the
 --         provider may not have counted yet; this one is not counted, held or already released.
--- See provider_window.lua for the rules.
+-- ARGV[7] the requests limit announced, or '' when none with a known window   ARGV[8] its window, ms
+-- ARGV[9] the tokens limit announced, or ''                                   ARGV[10] its window, ms
+-- See provider_window.lua and learned_limit.lua for the rules.
 -- Reply: {requests_left, requests_wait_ms, tokens_left, tokens_wait_ms} (a wait of 0: the
 --        window does not run)
-if #ARGV ~= 6 then return fail('report_window', 'expected 6 ARGV, got ' .. #ARGV) end
+if #ARGV ~= 10 then return fail('report_window', 'expected 10 ARGV, got ' .. #ARGV) end
 local now = now_ms()
 purge(now)
 local others = redis.call('ZCARD', KEYS[1])
@@ -23,4 +25,6 @@ if ARGV[3] ~= '' then
   pw_report_one(w.tokens, now, to_int(ARGV[3], 'tokens left'), to_int(ARGV[4], 'tokens reset'), others * tokens_each)
 end
 pw_save(w)
+if ARGV[7] ~= '' then ll_report(now, 'requests', to_int(ARGV[7], 'requests limit'), to_int(ARGV[8], 'requests window')) end
+if ARGV[9] ~= '' then ll_report(now, 'tokens', to_int(ARGV[9], 'tokens limit'), to_int(ARGV[10], 'tokens window')) end
 return { w.requests.left, math.max(0, w.requests['until'] - now), w.tokens.left, math.max(0, w.tokens['until'] - now) }

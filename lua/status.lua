@@ -4,12 +4,16 @@
 -- KEYS[4..6] the waiting list (see acquire.lua; read with priority classes only)
 -- ARGV[1..14] config (see read_config in wave.lua)
 -- Reply: {state, limit, wave, cooldown_ms, successes, step, threshold, in_flight,
---         requests_remaining, requests_next_ms, tokens_remaining, tokens_next_ms,
+--         requests_remaining, requests_next_ms, tokens_remaining, tokens_next_ms (of the budgets in
+--         force: the configured ones tightened by the learned limits),
+--         the learned limits kept: requests limit, window ms, ms until forgotten, the same for
+--         tokens (-1 each when none),
 --         then per priority class, in configured order: in_flight, callers waiting}
 --   (the budget fields are -1 when there is no such budget)
 if #ARGV ~= CONFIG_ARGS then return fail('status', 'expected ' .. CONFIG_ARGS .. ' ARGV, got ' .. #ARGV) end
 local config = read_config(1)
 local now = now_ms()
+ll_apply(config, now)
 purge(now)
 local s = load_state(config)
 if poll(s, now) then save_state(s, config) end
@@ -27,6 +31,7 @@ for _, name in ipairs({ 'requests', 'tokens' }) do
     table.insert(reply, -1)
   end
 end
+for _, field in ipairs(ll_status(now)) do table.insert(reply, field) end
 if #config.classes > 0 then
   local classes = fleet_classes(config, s.limit, now, false)
   for _, c in ipairs(classes) do

@@ -35,7 +35,7 @@ local function budget(rate, burst)
   if rate == 0 then return nil end
   if burst < 1 then error({ err = 'ERR wavegate: a budget needs a burst of at least 1' }) end
   local interval = 60000000 / rate
-  return { interval = interval, tolerance = burst * interval, burst = burst }
+  return { rate = rate, interval = interval, tolerance = burst * interval, burst = burst }
 end
 
 -- `percent` of a budget's rate or burst, rounded down, at least 1 (a class's own share:

@@ -120,12 +120,30 @@ pub(crate) struct ReadStatus {
 }
 
 /// Answered once no release is on its way to the shared store (at once in local mode, or
-/// after the coordinator's bound): the last handle's drop waits for it, so a process that
-/// exits right after its last call leaves no permit behind for a lease.
+/// after the coordinator's bound): the last handle's drop and `Scheduler::shutdown` wait for
+/// it, so a process that exits right after its last call leaves no permit behind for a lease.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub(crate) struct Drain {
-    pub(crate) reply: std::sync::mpsc::Sender<()>,
+    pub(crate) reply: DrainReply,
+}
+
+/// Where a [`Drain`]'s answer goes: a thread that blocks on it (the last handle's drop), or
+/// a task that awaits it (`Scheduler::shutdown`).
+#[derive(Debug)]
+pub(crate) enum DrainReply {
+    Blocking(std::sync::mpsc::Sender<()>),
+    Async(tokio::sync::oneshot::Sender<()>),
+}
+
+impl DrainReply {
+    /// Answers (a waiter that gave up is no matter).
+    pub(crate) fn send(self) {
+        match self {
+            DrainReply::Blocking(reply) => drop(reply.send(())),
+            DrainReply::Async(reply) => drop(reply.send(())),
+        }
+    }
 }
 
 /// The mode of one upstream, or (`None`) the process's: the least shared of its upstreams'.

@@ -97,6 +97,7 @@ pub const ALL: &[&str] = &[
     BUDGET_REMAINING,
     BUDGET_NEXT_REFILL_SECONDS,
     BUDGET_WAITS_TOTAL,
+    LEARNED_LIMIT_PER_MINUTE,
     RELEASED_AFTER_LEASE_TOTAL,
     REFUSALS_BY_KIND_TOTAL,
     UNREADABLE_SIGNALS_TOTAL,
@@ -115,6 +116,10 @@ pub const BUDGET_REMAINING: &str = "wavegate_budget_remaining";
 pub const BUDGET_NEXT_REFILL_SECONDS: &str = "wavegate_budget_next_refill_seconds";
 /// Times the head of the queue waited for a rate budget, by `budget`.
 pub const BUDGET_WAITS_TOTAL: &str = "wavegate_budget_waits_total";
+/// The limit the provider announced, as a budget per minute, by `budget` (`requests`,
+/// `tokens`); 0 when none is kept. The budget in force is the tighter of it and the
+/// configured one.
+pub const LEARNED_LIMIT_PER_MINUTE: &str = "wavegate_learned_limit_per_minute";
 
 /// Refusals (429, 529, 503 with `Retry-After`) by `kind`: `capacity`, `rate_window`,
 /// `quota_exhausted`, `overloaded`, `unknown`.
@@ -262,6 +267,13 @@ pub(crate) fn budgets(upstream: &str, status: BudgetStatus) {
             gauge!(BUDGET_NEXT_REFILL_SECONDS, "upstream" => upstream.to_owned(), "budget" => budget)
                 .set(next_refill_ms as f64 / 1000.0);
         }
+    }
+}
+
+pub(crate) fn learned(upstream: &str, learned: wavegate_core::LearnedStatus) {
+    for (budget, value) in [("requests", learned.requests), ("tokens", learned.tokens)] {
+        let per_minute = value.map_or(0.0, |l| f64::from(l.limit.budget().per_minute()));
+        gauge!(LEARNED_LIMIT_PER_MINUTE, "upstream" => upstream.to_owned(), "budget" => budget).set(per_minute);
     }
 }
 

@@ -59,6 +59,7 @@ impl Drop for Inner {
             return;
         }
         let (reply, drained) = std::sync::mpsc::channel();
+        let reply = crate::messages::DrainReply::Blocking(reply);
         if self.coordinator.try_send(crate::messages::Drain { reply }).is_ok() {
             let _ = drained.recv_timeout(DRAIN_BOUND + Duration::from_millis(200));
         }
@@ -248,6 +249,30 @@ impl Scheduler {
             all.push(self.status(upstream.name().as_str()).await?);
         }
         Ok(all)
+    }
+
+    /// Waits until the releases already on their way to the shared store have their replies,
+    /// at most 1 s more; at once in local mode or with none on their way.
+    ///
+    /// Call it before the process exits when the actors run on an actix arbiter of yours
+    /// (`#[actix::main]`, actix-web's workers): there the last handle's drop cannot block the
+    /// arbiter to wait, so a release sent just before the system stops would be lost and its
+    /// permit would hold a slot of the fleet's limit until its lease ends. (Without an actix
+    /// system the actors have their own thread and the last handle's drop waits by itself.)
+    /// Drop or finish the permits first: a permit still held is not released by this. The
+    /// scheduler stays usable afterwards.
+    ///
+    /// ```no_run
+    /// # async fn run(scheduler: wavegate::Scheduler) {
+    /// // ... the last calls are done ...
+    /// scheduler.shutdown().await;
+    /// # }
+    /// ```
+    pub async fn shutdown(&self) {
+        let (reply, drained) = oneshot::channel();
+        // Queued behind the releases this process's permits already sent (one mailbox).
+        self.inner.coordinator.do_send(crate::messages::Drain { reply: crate::messages::DrainReply::Async(reply) });
+        let _ = tokio::time::timeout(DRAIN_BOUND + Duration::from_millis(200), drained).await;
     }
 
     /// Where permits come from now, for the process: the least shared of its upstreams' modes.

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use wavegate_core::{BudgetStatus, WaveState};
+use wavegate_core::{BudgetStatus, LearnedStatus, WaveState};
 
 /// Where permits come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -64,8 +64,12 @@ pub struct UpstreamStatus {
     pub queue_depth: usize,
     /// The circuit breaker's state: `closed`, `open` or `half_open`.
     pub breaker: &'static str,
-    /// What is left of the requests and tokens budgets, if configured.
+    /// What is left of the requests and tokens budgets in force: the configured ones, tightened
+    /// by the limits the provider announced (a learned limit alone is a budget too).
     pub budgets: BudgetStatus,
+    /// The limits the provider announced with a known window, as kept (the fleet's in shared
+    /// mode; this process's otherwise), and how long until each is forgotten.
+    pub learned: LearnedStatus,
     /// How long a spent quota keeps the upstream refused in this process (`None`: it is not);
     /// see [`Error::QuotaExhausted`](crate::Error::QuotaExhausted).
     pub quota_exhausted_for: Option<Duration>,

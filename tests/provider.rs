@@ -175,3 +175,150 @@ async fn a_rate_limit_worded_as_a_quota_with_a_spent_window_is_a_rate_window() {
     assert!(started.elapsed() >= Duration::from_millis(150), "retried before the reset");
     assert_eq!(s.status("llm").await.expect("status").quota_exhausted_for, None);
 }
+
+/// A configured requests budget (`rpm` a minute, bursts of `burst`), nothing else but the limit.
+fn budgeted(limit: u32, rpm: u32, burst: u32) -> UpstreamConfig {
+    UpstreamConfig::builder("llm")
+        .limit(limit)
+        .requests_per_minute(rpm, burst)
+        .max_wait(Duration::from_secs(10))
+        .build()
+        .expect("valid")
+}
+
+/// The most calls the provider served in any span of `span`, from `skip` after its first call.
+fn densest(provider: &MockProvider, span: Duration, skip: Duration) -> usize {
+    let calls = provider.calls();
+    let Some(first) = calls.first().map(|(at, _)| *at) else { return 0 };
+    let served: Vec<Instant> =
+        calls.into_iter().filter(|(at, s)| *s == 200 && *at >= first + skip).map(|(at, _)| at).collect();
+    (0..served.len())
+        .map(|i| served[i..].iter().take_while(|at| at.duration_since(served[i]) < span).count())
+        .max()
+        .unwrap_or(0)
+}
+
+/// Keeps `callers` callers of each scheduler busy for `run`.
+async fn flood(schedulers: &[Scheduler], provider: &MockProvider, callers: usize, run: Duration) {
+    let started = Instant::now();
+    let all = schedulers.iter().flat_map(|s| (0..callers).map(move |_| s)).map(|s| async move {
+        while started.elapsed() < run {
+            call(s, provider, 0).await.expect("every call succeeds");
+        }
+    });
+    join_all(all).await;
+}
+
+#[cfg(feature = "redis")]
+#[actix::test]
+async fn an_announced_limit_tighter_than_the_configured_budget_holds_the_fleet_to_it() {
+    // Configured 1,000 a minute (bursts of 5); the provider announces 10 per 2 s window
+    // (IETF `RateLimit-Policy: q=10;w=2`: 300 a minute). Four schedulers on one Redis.
+    let redis = RedisServer::start().expect("redis-server");
+    let fleet: Vec<Scheduler> = (0..4)
+        .map(|_| Scheduler::builder().upstream(budgeted(20, 1_000, 5)).redis(redis.url()).build().expect("scheduler"))
+        .collect();
+    let window = Duration::from_secs(2);
+    let provider = MockProvider::start(limits(HeaderStyle::Ietf, 10, window), Duration::from_millis(5)).unwrap();
+    let run = Duration::from_secs(8);
+    let started = Instant::now();
+    flood(&fleet, &provider, 3, run).await;
+    let elapsed = started.elapsed();
+    let (served, refused) = (provider.served(), provider.rate_limited());
+    // The learned budget: 5 a second, bursts of 5. Spread like that, once learned (after the
+    // first window: its first calls went out at the configured rate), no 500 ms holds more
+    // than 5 + 2.5 (one more for the edges); at the configured 1,000 a minute each window's
+    // 10 calls went out within 300 ms (the test then fails).
+    let densest = densest(&provider, Duration::from_millis(500), window);
+    let allowed = 5.0 + 300.0 / 60.0 * elapsed.as_secs_f64();
+    eprintln!(
+        "learned 300/min under configured 1000/min: {served} served, {refused} 429s in {elapsed:?} ({:.0}/min, \
+         {:.0} % of the learned budget's {allowed:.0}); densest 500 ms: {densest}",
+        served as f64 * 60.0 / elapsed.as_secs_f64(),
+        served as f64 * 100.0 / allowed
+    );
+    assert!(refused <= 1, "{refused} 429s");
+    assert!(densest <= 8, "{densest} calls in 500 ms: the configured budget, not the learned one");
+    assert!(served as f64 <= allowed + 1.0, "{served} served, the learned budget allows {allowed:.0}");
+    // Below the budget: the window tracking pauses each spent window until its reset, and
+    // the IETF `t=` is in whole seconds (rounded up), each answer moving the known end a bit
+    // later (measured: 10 calls per ~2.9 s instead of per 2 s window; see the README).
+    assert!(served as f64 >= allowed * 0.6, "{served} served: the learned budget allows {allowed:.0}");
+    // The status shows the learned limit, and the budget in force.
+    let status = fleet[1].status("llm").await.expect("status");
+    let learned = status.learned.requests.expect("a learned requests limit");
+    assert_eq!((learned.limit.limit, learned.limit.window_ms), (10, 2_000));
+    assert!(learned.forgotten_in > Duration::from_secs(4) && learned.forgotten_in <= Duration::from_secs(6));
+    assert!(status.budgets.requests.is_some_and(|(remaining, _)| remaining <= 5), "{:?}", status.budgets);
+}
+
+#[actix::test]
+async fn an_announced_limit_looser_than_the_configured_budget_never_loosens_it() {
+    // Configured 100 a minute (bursts of 2); the provider announces 300 a minute.
+    let s = Scheduler::builder().upstream(budgeted(4, 100, 2)).build().expect("scheduler");
+    let window = Duration::from_secs(2);
+    let provider = MockProvider::start(limits(HeaderStyle::Ietf, 10, window), Duration::from_millis(5)).unwrap();
+    let run = Duration::from_secs(6);
+    let started = Instant::now();
+    flood(std::slice::from_ref(&s), &provider, 3, run).await;
+    let elapsed = started.elapsed();
+    let served = provider.served();
+    // The last call may start up to one interval (600 ms) before the run ends.
+    let allowed = 2.0 + 100.0 / 60.0 * elapsed.as_secs_f64();
+    eprintln!(
+        "learned 300/min over configured 100/min: {served} served, {} 429s in {elapsed:?} ({:.0}/min)",
+        provider.rate_limited(),
+        served as f64 * 60.0 / elapsed.as_secs_f64()
+    );
+    assert_eq!(provider.rate_limited(), 0);
+    assert!(served as f64 <= allowed + 1.0, "{served} served: the configured budget allows {allowed:.0}");
+    assert!(served as f64 >= allowed - 3.0, "{served} served: the configured budget allows {allowed:.0}");
+    let status = s.status("llm").await.expect("status");
+    assert_eq!(status.learned.requests.map(|l| l.limit.limit), Some(10), "learned, and shown");
+}
+
+#[actix::test]
+async fn without_a_configured_budget_an_announced_limit_is_the_budget() {
+    // Nothing configured but the concurrency limit; the provider announces 6 per 2 s window.
+    let s = Scheduler::builder().upstream(upstream(6)).build().expect("scheduler");
+    let provider =
+        MockProvider::start(limits(HeaderStyle::Ietf, 6, Duration::from_secs(2)), Duration::from_millis(5)).unwrap();
+    flood(std::slice::from_ref(&s), &provider, 6, Duration::from_secs(5)).await;
+    // 3 a second with bursts of 6. Without the learned budget there is no requests budget at
+    // all (only the window tracking holds each window's calls back).
+    let densest = densest(&provider, Duration::from_millis(1_000), Duration::ZERO);
+    eprintln!(
+        "learned 180/min, none configured: {} served, {} 429s, densest second {densest}",
+        provider.served(),
+        provider.rate_limited()
+    );
+    assert!(provider.rate_limited() <= 1);
+    let status = s.status("llm").await.expect("status");
+    assert!(status.budgets.requests.is_some(), "a learned limit is a budget");
+}
+
+#[cfg(feature = "redis")]
+#[actix::test]
+async fn a_fallback_goes_on_with_the_learned_limits() {
+    let mut redis = RedisServer::start().expect("redis-server");
+    let s = Scheduler::builder().upstream(upstream(6)).redis(redis.url()).build().expect("scheduler");
+    // 12 per 3 s window: 240 a minute, bursts of 12; nothing configured.
+    let provider =
+        MockProvider::start(limits(HeaderStyle::Ietf, 12, Duration::from_secs(3)), Duration::from_millis(5)).unwrap();
+    call(&s, &provider, 0).await.expect("a call that teaches the limit");
+    tokio::time::sleep(Duration::from_millis(150)).await; // the report and a heartbeat land
+    let shared = s.status("llm").await.expect("status");
+    assert_eq!(shared.mode, wavegate::Mode::Shared);
+    assert_eq!(shared.learned.requests.map(|l| l.limit.limit), Some(12), "kept in the store");
+    // The fleet's budget in force, full: the first call was granted before anything was known.
+    assert_eq!(shared.budgets.requests.map(|(remaining, _)| remaining), Some(12));
+
+    redis.kill().expect("kill -9");
+    call(&s, &provider, 0).await.expect("a call through the fallback");
+    let status = s.status("llm").await.expect("status");
+    assert_eq!(status.mode, wavegate::Mode::Fallback);
+    assert_eq!(status.learned.requests.map(|l| l.limit.limit), Some(12), "the fallback started knowing it");
+    // The only live process: its share is the whole learned budget, charged with the call.
+    let (remaining, _) = status.budgets.requests.expect("the learned budget is in force in the fallback");
+    assert_eq!(remaining, 11);
+}

@@ -185,3 +185,39 @@ async fn inside_an_actix_system_the_actors_run_on_its_arbiter() {
     permit.succeeded();
     assert_eq!(actor_threads().len(), before, "a thread was started inside an actix system");
 }
+
+/// On an actix system of the app's own (`#[actix::main]`, actix-web), the last handle's drop
+/// cannot block the arbiter to wait for the releases on their way: a release sent just before
+/// the system stops is lost, and its permit holds a slot of the fleet's limit until its lease
+/// ends, unless the app awaits `Scheduler::shutdown()` first.
+#[cfg(feature = "redis")]
+#[test]
+fn on_the_apps_actix_system_shutdown_lands_the_last_release_before_it_stops() {
+    use wavegate_testkit::RedisServer;
+    let redis = RedisServer::start().expect("redis-server");
+    let mut con = redis.connection().expect("direct connection");
+    let mut held_after = |shutdown: bool| -> (usize, Duration) {
+        let _: () = redis::cmd("DEL").arg("wavegate:{llm}:permits").query(&mut con).expect("DEL");
+        let url = redis.url();
+        let took = std::thread::spawn(move || {
+            actix::System::new().block_on(async move {
+                let scheduler = Scheduler::builder().upstream(config()).redis(url).build().expect("scheduler");
+                scheduler.acquire("llm").await.expect("a permit").succeeded();
+                let started = Instant::now();
+                if shutdown {
+                    scheduler.shutdown().await;
+                }
+                started.elapsed()
+            }) // the app's system stops here, its actors with it
+        })
+        .join()
+        .expect("the app's thread");
+        let held: usize = redis::cmd("ZCARD").arg("wavegate:{llm}:permits").query(&mut con).expect("ZCARD");
+        (held, took)
+    };
+    let (held, _) = held_after(false);
+    assert_eq!(held, 1, "without shutdown the release never left: the permit waits for its lease");
+    let (held, took) = held_after(true);
+    assert_eq!(held, 0, "shutdown waited for the release's reply");
+    assert!(took < Duration::from_millis(1_200), "bounded: {took:?}");
+}

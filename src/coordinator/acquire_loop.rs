@@ -287,8 +287,9 @@ impl Coordinator {
                     slot.last_shared.state = Some((state, limit));
                     slot.last_shared.wave = wave;
                 }
-                if slot.config.budgets() != wavegate_core::Budgets::default() {
-                    let now_ms = self.clock.now_ms();
+                let now_ms = self.clock.now_ms();
+                // The budgets in force: configured, or learned from the provider.
+                if slot.local.budgets(now_ms) != wavegate_core::Budgets::default() {
                     let (memory, most) = super::RECENT_GRANTS;
                     let since = now_ms.saturating_sub(duration_ms(memory));
                     while slot.recent_grants.front().is_some_and(|(at, _)| *at < since)
@@ -399,32 +400,37 @@ impl Coordinator {
 }
 
 impl Coordinator {
-    /// The refusal of an estimate that can never fit the tokens burst of the gate in charge:
-    /// the configured (shared) burst, or in fallback this process's share of it.
-    /// A class with a budget share has a smaller burst still: its share of that one.
-    pub(super) fn never_fits(&self, upstream: usize, tokens: u64, class: usize) -> Option<Error> {
+    /// The tokens burst in force for `class`, and the budget it comes from: the upstream's
+    /// (configured, in fallback this process's share of it, tightened by a tokens limit the
+    /// provider announced: the local gate knows both in every mode, being told every
+    /// announcement; in shared mode the store checks again with the fleet's), or a class
+    /// with a budget share its share of the configured one, when that is smaller.
+    fn tokens_burst(&self, upstream: usize, class: usize) -> Option<(u64, &'static str)> {
         let slot = &self.slots[upstream];
-        let burst = match self.mode_of(upstream) {
-            Mode::Fallback | Mode::Rejected => slot.local.tokens_burst()?,
-            Mode::Local | Mode::Shared => u64::from(slot.config.budgets().tokens?.burst()),
+        let label = match self.mode_of(upstream) {
+            Mode::Fallback | Mode::Rejected => crate::error::FALLBACK_SHARE,
+            Mode::Local | Mode::Shared => "tokens_per_minute",
         };
-        let burst = class_burst(slot, class, burst);
+        let burst = slot.local.tokens_burst(self.clock.now_ms())?;
+        let capped = slot.config.classes().get(class).is_some_and(|c| c.budget_percent_value() < 100);
+        let class_cap = slot.local.configured().tokens.map(|b| class_burst(slot, class, u64::from(b.burst())));
+        match class_cap {
+            Some(cap) if capped && cap < burst => Some((cap, "the class's share of tokens_per_minute")),
+            _ => Some((burst, label)),
+        }
+    }
+
+    /// The refusal of an estimate that can never fit the tokens burst in force for `class`
+    /// ([`tokens_burst`](Self::tokens_burst)).
+    pub(super) fn never_fits(&self, upstream: usize, tokens: u64, class: usize) -> Option<Error> {
+        let (burst, _) = self.tokens_burst(upstream, class)?;
         (tokens > burst).then(|| self.too_large(upstream, tokens, class))
     }
 
     fn too_large(&self, upstream: usize, tokens: u64, class: usize) -> Error {
         let slot = &self.slots[upstream];
-        let (budget, burst) = match self.mode_of(upstream) {
-            Mode::Fallback | Mode::Rejected => (crate::error::FALLBACK_SHARE, slot.local.tokens_burst()),
-            Mode::Local | Mode::Shared => {
-                ("tokens_per_minute", slot.config.budgets().tokens.map(|b| u64::from(b.burst())))
-            }
-        };
-        let capped = slot.config.classes().get(class).is_some_and(|c| c.budget_percent_value() < 100);
-        let (budget, burst) = match (capped, burst) {
-            (true, Some(burst)) => ("the class's share of tokens_per_minute", Some(class_burst(slot, class, burst))),
-            _ => (budget, burst),
-        };
+        let (burst, budget) =
+            self.tokens_burst(upstream, class).map_or((None, "tokens_per_minute"), |(b, l)| (Some(b), l));
         Error::InsufficientCapacity {
             upstream: slot.config.name().to_string(),
             budget,

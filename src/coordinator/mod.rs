@@ -36,13 +36,13 @@ use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, MessageResult
 use wavegate_core::class_budget::ClassBudgets;
 use wavegate_core::priority::ClassTurns;
 use wavegate_core::{
-    Budgets, Clock, LocalGate, MonotonicClock, RateLimitEffect, UpstreamConfig, WaveSignal, WaveState, WindowReport,
-    duration_ms,
+    Budgets, Clock, LearnedBudgets, LearnedStatus, LocalGate, MonotonicClock, RateLimitEffect, UpstreamConfig,
+    WaveSignal, WaveState, WindowReport, duration_ms,
 };
 
 use crate::error::Error;
 use crate::ids::PermitIds;
-use crate::messages::{Acquire, Drain, Finish, ReadMode, ReadStatus, Wake};
+use crate::messages::{Acquire, Drain, DrainReply, Finish, ReadMode, ReadStatus, Wake};
 use crate::metrics;
 use crate::status::{ClassStatus, Mode, UpstreamStatus};
 use domains::Domain;
@@ -147,9 +147,12 @@ struct Slot {
     /// mode: the upstream's share; fallback: this process's part of it).
     class_budgets: ClassBudgets,
     /// This process's grants (when, tokens reserved) over the last minute, in any mode, when
-    /// the upstream has rate budgets: a fallback gate starts with them charged, so each switch
+    /// the upstream has rate budgets (configured or learned): a fallback gate starts with them charged, so each switch
     /// does not hand out a fresh burst.
     recent_grants: VecDeque<(u64, u64)>,
+    /// Whether the learned-limit gauges were last set to a limit (so a forgotten one is
+    /// recorded as 0 once).
+    learned_recorded: bool,
 }
 
 /// The coordinator actor.
@@ -169,7 +172,7 @@ pub(crate) struct Coordinator {
     /// Releases sent to the store whose reply has not come back.
     releases_in_flight: usize,
     /// Drains waiting for those replies.
-    drains: Vec<std::sync::mpsc::Sender<()>>,
+    drains: Vec<DrainReply>,
     /// When a rejection of the store was last logged.
     rejection_logged: Option<Instant>,
     /// When a failed heartbeat that switches no mode (a Cluster's) was last logged.
@@ -201,6 +204,7 @@ impl Coordinator {
                 last_shared: LastShared::default(),
                 outage: OutageBook::default(),
                 recent_grants: VecDeque::new(),
+                learned_recorded: false,
                 rejoin_cap: None,
             })
             .collect();
@@ -299,7 +303,7 @@ impl Coordinator {
         self.releases_in_flight = self.releases_in_flight.saturating_sub(1);
         if self.releases_in_flight == 0 {
             for drain in self.drains.drain(..) {
-                let _ = drain.send(());
+                drain.send();
             }
         }
     }
@@ -498,26 +502,40 @@ impl Coordinator {
         }
     }
 
-    /// Records what is left of each upstream's rate budgets (read from the store in shared
-    /// mode: one status call per upstream with budgets).
+    /// Records what is left of each upstream's rate budgets and the limits learned (read from
+    /// the store in shared mode: one status call per upstream with budgets, configured or
+    /// learned).
     fn record_budgets(&mut self, ctx: &mut Context<Self>) {
         let now_ms = self.clock.now_ms();
         for upstream in 0..self.slots.len() {
             let slot = &self.slots[upstream];
-            if slot.config.budgets() == Budgets::default() {
+            let learned = slot.local.learned(now_ms);
+            if slot.config.budgets() == Budgets::default() && learned == LearnedBudgets::default() {
+                if slot.learned_recorded {
+                    // Forgotten: the gauges say so once.
+                    metrics::learned(slot.config.name().as_str(), LearnedStatus::default());
+                    self.slots[upstream].learned_recorded = false;
+                }
                 continue;
             }
+            self.slots[upstream].learned_recorded = learned != LearnedBudgets::default();
+            let slot = &self.slots[upstream];
             match self.shared_gate(upstream) {
                 #[cfg(feature = "redis")]
                 Some(gate) => {
                     let call = async move { gate.status().await };
                     ctx.spawn(call.into_actor(self).map(move |result, act, _| {
                         if let Ok(status) = result {
-                            metrics::budgets(act.slots[upstream].config.name().as_str(), status.budgets);
+                            let name = act.slots[upstream].config.name().as_str();
+                            metrics::budgets(name, status.budgets);
+                            metrics::learned(name, status.learned);
                         }
                     }));
                 }
-                None => metrics::budgets(slot.config.name().as_str(), slot.local.budget_status(now_ms)),
+                None => {
+                    metrics::budgets(slot.config.name().as_str(), slot.local.budget_status(now_ms));
+                    metrics::learned(slot.config.name().as_str(), learned.status(now_ms));
+                }
             }
         }
     }
@@ -627,6 +645,7 @@ impl Coordinator {
             queue_depth: slot.waiters.len(),
             breaker: "closed",
             budgets: slot.local.budget_status(now_ms),
+            learned: slot.local.learned(now_ms).status(now_ms),
             quota_exhausted_for: None,
             schedulers_in_process: 0,
             classes: self.class_statuses(upstream),
@@ -711,9 +730,9 @@ impl Actor for Coordinator {
             ctx.run_interval(HEARTBEAT_EVERY, |act, ctx| act.heartbeat(ctx));
             ctx.run_interval(config_claims::CONFIG_CLAIM_EVERY, |act, ctx| act.claim_configs(ctx));
         }
-        if self.slots.iter().any(|s| s.config.budgets() != Budgets::default()) {
-            ctx.run_interval(BUDGET_GAUGES_EVERY, |act, ctx| act.record_budgets(ctx));
-        }
+        // Every upstream may come to have a budget: a learned limit is one. Those without any
+        // cost nothing here.
+        ctx.run_interval(BUDGET_GAUGES_EVERY, |act, ctx| act.record_budgets(ctx));
     }
 }
 
@@ -831,6 +850,7 @@ impl Handler<ReadStatus> for Coordinator {
                         status.cooldown_remaining = shared.cooldown_remaining;
                         status.in_flight_fleet = Some(shared.in_flight);
                         status.budgets = shared.budgets;
+                        status.learned = shared.learned;
                     }
                     let _ = read.reply.send(status);
                 }));
@@ -844,7 +864,7 @@ impl Handler<Drain> for Coordinator {
 
     fn handle(&mut self, drain: Drain, ctx: &mut Context<Self>) {
         if self.releases_in_flight == 0 && !self.domains.iter().any(|d| d.reconciling) {
-            let _ = drain.reply.send(());
+            drain.reply.send();
             return;
         }
         // Each release is bounded by the command timeout; a reconciliation replays the
@@ -852,7 +872,7 @@ impl Handler<Drain> for Coordinator {
         self.drains.push(drain.reply);
         ctx.run_later(DRAIN_BOUND, |act, _| {
             for drain in act.drains.drain(..) {
-                let _ = drain.send(());
+                drain.send();
             }
         });
     }

@@ -149,7 +149,10 @@ impl Coordinator {
             };
             let mut wave = slot.config.wave().clone();
             wave.base_limit = share;
-            let mut gate = LocalGate::with_budgets(wave, slot.config.budgets().share(processes));
+            // The limits the provider announced go on here, this process's share of them.
+            let learned = slot.local.learned(now_ms);
+            let mut gate =
+                LocalGate::with_budgets(wave, slot.config.budgets().share(processes)).with_learned(learned, processes);
             slot.class_budgets = ClassBudgets::new(slot.config.classes(), slot.config.budgets().share(processes));
             // What this process used lately is charged to its share, as it happened: a switch
             // (or a flapping store) does not hand out a fresh burst.
@@ -371,7 +374,9 @@ impl Coordinator {
             leftovers.extend(late.into_iter().map(|id| (upstream, id)));
             let share = slot.local.machine().config().base_limit.get() as usize;
             slot.rejoin_cap = Some((Instant::now() + REJOIN_GRACE, share));
-            slot.local = LocalGate::with_budgets(slot.config.wave().clone(), slot.config.budgets());
+            let learned = slot.local.learned(self.clock.now_ms());
+            slot.local =
+                LocalGate::with_budgets(slot.config.wave().clone(), slot.config.budgets()).with_learned(learned, 1);
             slot.class_budgets = ClassBudgets::new(slot.config.classes(), slot.config.budgets());
             slot.pumping = false;
             slot.blocked_until = None;

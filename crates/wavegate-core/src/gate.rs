@@ -21,7 +21,8 @@
 
 use std::time::Duration;
 
-use crate::gcra::{Budgets, Gcra, RateBudget};
+use crate::gcra::{Budgets, Gcra};
+use crate::learned_limit::LearnedBudgets;
 use crate::ledger::{HeldPermit, PermitLedger};
 use crate::provider_window::{ProviderWindows, WindowReport};
 use crate::wave::{
@@ -62,20 +63,20 @@ pub struct BudgetStatus {
     pub tokens: Option<(u64, u64)>,
 }
 
-/// One budget's arithmetic and its theoretical arrival time.
-#[derive(Debug, Clone, Copy)]
-struct Budget {
-    gcra: Gcra,
-    tat_us: u64,
-}
-
 /// One upstream's permits, wave state and rate budgets, in process.
 #[derive(Debug, Clone)]
 pub struct LocalGate {
     machine: WaveMachine,
     ledger: PermitLedger,
-    requests: Option<Budget>,
-    tokens: Option<Budget>,
+    /// The configured budgets (this process's share of them in a fallback).
+    configured: Budgets,
+    /// The budgets' theoretical arrival times (µs); kept whichever budget is in force.
+    requests_tat: u64,
+    tokens_tat: u64,
+    /// The limits the provider announced, kept for a few of their windows.
+    learned: LearnedBudgets,
+    /// How many processes the learned limits are shared among here (1 but in a fallback).
+    learned_share: u32,
     /// What the provider said is left of its windows.
     windows: ProviderWindows,
 }
@@ -88,14 +89,41 @@ impl LocalGate {
 
     /// An empty gate in NORMAL with rate budgets, full.
     pub fn with_budgets(config: WaveConfig, budgets: Budgets) -> Self {
-        let budget = |b: Option<RateBudget>| b.map(|b| Budget { gcra: Gcra::new(b), tat_us: 0 });
         Self {
             machine: WaveMachine::new(config),
             ledger: PermitLedger::new(),
-            requests: budget(budgets.requests),
-            tokens: budget(budgets.tokens),
+            configured: budgets,
+            requests_tat: 0,
+            tokens_tat: 0,
+            learned: LearnedBudgets::default(),
+            learned_share: 1,
             windows: ProviderWindows::default(),
         }
+    }
+
+    /// Starts knowing the limits `learned` (e.g. another gate's, at a change of mode), this
+    /// gate holding `1 / share` of the fleet's budgets: the learned budgets are divided as
+    /// the configured ones were ([`Budgets::share`]), those learned later too.
+    pub fn with_learned(mut self, learned: LearnedBudgets, share: u32) -> Self {
+        self.learned = learned;
+        self.learned_share = share.max(1);
+        self
+    }
+
+    /// The budgets in force at `now_ms`: the configured ones tightened by the learned limits.
+    pub fn budgets(&self, now_ms: u64) -> Budgets {
+        self.learned.effective(self.configured, now_ms, self.learned_share)
+    }
+
+    /// The configured budgets (in a fallback: this process's share of them), without what is
+    /// learned.
+    pub fn configured(&self) -> Budgets {
+        self.configured
+    }
+
+    /// The learned limits kept at `now_ms` (undivided, as the provider said them).
+    pub fn learned(&self, now_ms: u64) -> LearnedBudgets {
+        self.learned.in_force(now_ms)
     }
 
     /// Asks for the permit `id` with a lease of `lease_ms` (no token estimate).
@@ -119,8 +147,10 @@ impl LocalGate {
             let s = self.machine.snapshot();
             return Admission::Granted { wave: held.wave, state: s.state, limit: s.limit };
         }
+        let budgets = self.budgets(now_ms);
+        let (requests_gcra, tokens_gcra) = (budgets.requests.map(Gcra::new), budgets.tokens.map(Gcra::new));
         // Never fits: refused before the wave and the limit, so it is not told to wait.
-        if self.tokens.is_some_and(|b| !b.gcra.fits_ever(tokens)) {
+        if tokens_gcra.is_some_and(|g| !g.fits_ever(tokens)) {
             return Admission::Denied { reason: DenyReason::TokensExceedBurst, retry_after_ms: 0 };
         }
         let in_flight = u32::try_from(self.ledger.len()).unwrap_or(u32::MAX);
@@ -131,15 +161,15 @@ impl LocalGate {
         }
         let estimate = tokens;
         let now_us = now_ms.saturating_mul(1000);
-        let requests = self.requests.map(|b| b.gcra.check(b.tat_us, now_us, 1)).transpose();
-        let tokens = self.tokens.map(|b| b.gcra.check(b.tat_us, now_us, tokens)).transpose();
+        let requests = requests_gcra.map(|g| g.check(self.requests_tat, now_us, 1)).transpose();
+        let tokens = tokens_gcra.map(|g| g.check(self.tokens_tat, now_us, tokens)).transpose();
         match (requests, tokens) {
             (Ok(requests_tat), Ok(tokens_tat)) => {
-                if let (Some(budget), Some(tat)) = (&mut self.requests, requests_tat) {
-                    budget.tat_us = tat;
+                if let Some(tat) = requests_tat {
+                    self.requests_tat = tat;
                 }
-                if let (Some(budget), Some(tat)) = (&mut self.tokens, tokens_tat) {
-                    budget.tat_us = tat;
+                if let Some(tat) = tokens_tat {
+                    self.tokens_tat = tat;
                 }
                 self.ledger.insert(id, HeldPermit { expires_ms, wave });
                 self.windows.charge(now_ms, estimate);
@@ -157,12 +187,14 @@ impl LocalGate {
     /// Takes in what a response to permit `id` said is left of the provider's windows: the
     /// other permits held are the calls the provider may not have counted yet, each assumed to
     /// reserve `tokens_each` tokens (see [`ProviderWindows::report`]). `id` itself is not
-    /// counted, whether it is still held or already finished.
+    /// counted, whether it is still held or already finished. The limits it announced are
+    /// learned ([`LearnedBudgets::report`]).
     pub fn report_window(&mut self, id: &str, report: WindowReport, now_ms: u64, tokens_each: u64) {
         self.ledger.purge_expired(now_ms);
         let held = self.ledger.len() - usize::from(self.ledger.get(id).is_some());
         let others = u32::try_from(held).unwrap_or(u32::MAX);
         self.windows.report(report, now_ms, others, tokens_each);
+        self.learned.report(report.limits, now_ms);
     }
 
     /// What the provider said is left of its windows, as kept here.
@@ -173,33 +205,36 @@ impl LocalGate {
     /// Settles a token reservation: `delta` more tokens (negative: fewer) were used than
     /// reserved at acquire.
     pub fn settle_tokens(&mut self, delta: i64, now_ms: u64) {
-        if let Some(budget) = &mut self.tokens {
-            budget.tat_us = budget.gcra.settle(budget.tat_us, now_ms.saturating_mul(1000), delta);
+        if let Some(budget) = self.budgets(now_ms).tokens {
+            self.tokens_tat = Gcra::new(budget).settle(self.tokens_tat, now_ms.saturating_mul(1000), delta);
         }
     }
 
     /// Charges usage counted elsewhere (e.g. while another gate was in charge) to the budgets.
     pub fn charge(&mut self, requests: u64, tokens: u64, now_ms: u64) {
         let now_us = now_ms.saturating_mul(1000);
-        if let Some(budget) = &mut self.requests {
-            budget.tat_us = budget.gcra.charge(budget.tat_us, now_us, requests);
+        let budgets = self.budgets(now_ms);
+        if let Some(budget) = budgets.requests {
+            self.requests_tat = Gcra::new(budget).charge(self.requests_tat, now_us, requests);
         }
-        if let Some(budget) = &mut self.tokens {
-            budget.tat_us = budget.gcra.charge(budget.tat_us, now_us, tokens);
+        if let Some(budget) = budgets.tokens {
+            self.tokens_tat = Gcra::new(budget).charge(self.tokens_tat, now_us, tokens);
         }
     }
 
-    /// The tokens budget's burst (the largest estimate that can ever fit), if there is one.
-    pub fn tokens_burst(&self) -> Option<u64> {
-        self.tokens.map(|b| b.gcra.burst())
+    /// The tokens budget's burst in force at `now_ms` (the largest estimate that can fit), if
+    /// there is a tokens budget.
+    pub fn tokens_burst(&self, now_ms: u64) -> Option<u64> {
+        self.budgets(now_ms).tokens.map(|b| u64::from(b.burst()))
     }
 
-    /// What is left of the rate budgets now.
+    /// What is left of the rate budgets in force now.
     pub fn budget_status(&self, now_ms: u64) -> BudgetStatus {
         let now_us = now_ms.saturating_mul(1000);
+        let budgets = self.budgets(now_ms);
         BudgetStatus {
-            requests: self.requests.map(|b| b.gcra.remaining(b.tat_us, now_us)),
-            tokens: self.tokens.map(|b| b.gcra.remaining(b.tat_us, now_us)),
+            requests: budgets.requests.map(|b| Gcra::new(b).remaining(self.requests_tat, now_us)),
+            tokens: budgets.tokens.map(|b| Gcra::new(b).remaining(self.tokens_tat, now_us)),
         }
     }
 

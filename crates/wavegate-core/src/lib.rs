@@ -48,6 +48,7 @@ mod config;
 mod cooldown;
 mod gate;
 mod gcra;
+mod learned_limit;
 mod ledger;
 mod outcome;
 mod pool;
@@ -72,6 +73,9 @@ pub use config::{
 pub use cooldown::CooldownPolicy;
 pub use gate::{BudgetStatus, FinishReport, LocalGate, WaveSignal};
 pub use gcra::{Budgets, Gcra, RateBudget};
+pub use learned_limit::{
+    KEPT_WINDOWS, KeptLimit, LearnedBudgets, LearnedLimit, LearnedLimitStatus, LearnedLimits, LearnedStatus, tightest,
+};
 pub use ledger::{HeldPermit, PermitLedger};
 pub use outcome::{Outcome, Transient, TransportError};
 pub use pool::{MemberView, PoolConfig, PoolConfigBuilder, PoolConfigError, PoolPolicy};
@@ -79,7 +83,7 @@ pub use provider_window::{ProviderWindows, SAME_WINDOW_MS, TrackedWindow, Window
 pub use rate_limit_kind::RateLimitKind;
 pub use retry_after::{RetryAfterError, parse_retry_after};
 pub use retry_budget::{RetryBudget, RetryBudgetConfig};
-pub use signals::{MAX_RESET, ProviderSignals, SignalKind, Unreadable, Window};
+pub use signals::{DOCUMENTED_PERIOD, MAX_RESET, ProviderSignals, SignalKind, Unreadable, Window};
 pub use wave::{
     Admission, DenyReason, RateLimitEffect, Recovery, Transition, WaveConfig, WaveMachine, WaveSnapshot, WaveState,
 };

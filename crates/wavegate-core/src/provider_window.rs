@@ -23,11 +23,11 @@
 //!   end has passed says nothing any more.
 //!
 //! ```
-//! use wavegate_core::{ProviderWindows, WindowLeft, WindowReport};
+//! use wavegate_core::{ProviderWindows, WindowReport};
 //!
 //! let mut windows = ProviderWindows::default();
 //! // "0 requests left, the window resets in 30 s", with nobody else in flight.
-//! let spent = WindowReport { requests: Some(WindowLeft { remaining: 0, reset_ms: 30_000 }), tokens: None };
+//! let spent = WindowReport::spent_for(std::time::Duration::from_secs(30));
 //! windows.report(spent, 1_000, 0, 0);
 //! assert_eq!(windows.wait_ms(2_000, 0), Some(29_000));
 //! assert_eq!(windows.wait_ms(31_000, 0), None);
@@ -36,6 +36,7 @@
 use std::time::Duration;
 
 use crate::clock::duration_ms;
+use crate::learned_limit::LearnedLimits;
 use crate::signals::ProviderSignals;
 
 /// How far a report's window end may lie past the known one and still be the same window:
@@ -59,27 +60,39 @@ pub struct WindowReport {
     pub requests: Option<WindowLeft>,
     /// The tokens window, likewise.
     pub tokens: Option<WindowLeft>,
+    /// The limits the response announced with a known window (they tighten the budgets; see
+    /// [`LearnedBudgets`](crate::LearnedBudgets)). Carried with the windows so one report
+    /// (one script call in shared mode) says all of it.
+    pub limits: LearnedLimits,
 }
 
 impl WindowReport {
-    /// What `signals` say is left: each window that came with both a remaining count and a
-    /// reset. `None` when neither did.
+    /// What `signals` say is left (each window that came with both a remaining count and a
+    /// reset) and the limits they announce. `None` when they said neither.
     pub fn from_signals(signals: &ProviderSignals) -> Option<Self> {
         let left = |w: crate::signals::Window| {
             w.left().map(|(remaining, reset)| WindowLeft { remaining, reset_ms: duration_ms(reset) })
         };
-        let report = Self { requests: left(signals.requests), tokens: left(signals.tokens) };
+        let report = Self {
+            requests: left(signals.requests),
+            tokens: left(signals.tokens),
+            limits: LearnedLimits::from_signals(signals),
+        };
         (!report.is_empty()).then_some(report)
     }
 
     /// A spent requests window for `reset` (a rate-window 429 that named no window).
     pub fn spent_for(reset: Duration) -> Self {
-        Self { requests: Some(WindowLeft { remaining: 0, reset_ms: duration_ms(reset) }), tokens: None }
+        Self {
+            requests: Some(WindowLeft { remaining: 0, reset_ms: duration_ms(reset) }),
+            tokens: None,
+            limits: LearnedLimits::default(),
+        }
     }
 
     /// Whether the report says nothing.
     pub const fn is_empty(&self) -> bool {
-        self.requests.is_none() && self.tokens.is_none()
+        self.requests.is_none() && self.tokens.is_none() && self.limits.is_empty()
     }
 }
 
@@ -169,7 +182,7 @@ mod tests {
     use super::*;
 
     fn requests(remaining: u64, reset_ms: u64) -> WindowReport {
-        WindowReport { requests: Some(WindowLeft { remaining, reset_ms }), tokens: None }
+        WindowReport { requests: Some(WindowLeft { remaining, reset_ms }), ..WindowReport::default() }
     }
 
     #[test]
@@ -198,7 +211,8 @@ mod tests {
     #[test]
     fn tokens_need_what_the_grant_reserves() {
         let mut w = ProviderWindows::default();
-        let report = WindowReport { requests: None, tokens: Some(WindowLeft { remaining: 1_000, reset_ms: 5_000 }) };
+        let tokens = Some(WindowLeft { remaining: 1_000, reset_ms: 5_000 });
+        let report = WindowReport { tokens, ..WindowReport::default() };
         w.report(report, 0, 2, 300);
         assert_eq!(w.tokens.left, 400);
         assert_eq!(w.wait_ms(0, 400), None);

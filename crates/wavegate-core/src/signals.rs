@@ -46,6 +46,23 @@ use crate::retry_after::parse_retry_after;
 /// to it (a daily window is the longest one the providers above document).
 pub const MAX_RESET: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// The window of OpenAI's and Anthropic's `…-limit-…` headers: one minute, as both document.
+///
+/// * OpenAI, "Rate limits" guide (<https://platform.openai.com/docs/guides/rate-limits>):
+///   limits are measured as RPM, RPD, TPM, TPD (and IPM); the headers' example is
+///   `x-ratelimit-limit-requests: 60` with `x-ratelimit-reset-requests: 1s` — 60 a minute,
+///   one back each second. The headers name no window; should one carry a longer window's
+///   limit (a per-day one), read as per minute it is a budget *looser* than the real one,
+///   never tighter, so the guess can only fail on the harmless side.
+/// * Anthropic, "Rate limits" (<https://docs.anthropic.com/en/api/rate-limits>): limits are
+///   "measured in requests per minute (RPM), input tokens per minute (ITPM), and output tokens
+///   per minute (OTPM)", enforced as a token bucket; `anthropic-ratelimit-*-limit` is "the
+///   maximum number of requests (tokens) allowed within any rate limit period".
+///
+/// A limit per second read as per minute would throttle 60 ×: the IETF fields carry their own
+/// window (`w=`), and headers of other providers are not learned from.
+pub const DOCUMENTED_PERIOD: Duration = Duration::from_secs(60);
+
 /// One rate window as a response reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub struct Window {
@@ -55,15 +72,26 @@ pub struct Window {
     pub remaining: Option<u64>,
     /// How long from the response until the window resets (at most [`MAX_RESET`]), when sent.
     pub reset: Option<Duration>,
+    /// The window's length, when known: the IETF policy's `w=`, or [`DOCUMENTED_PERIOD`] for
+    /// OpenAI's and Anthropic's limits. Only a limit with a known period is learned from
+    /// ([`LearnedLimit`](crate::LearnedLimit)).
+    pub period: Option<Duration>,
 }
 
 impl Window {
     /// A window nothing was said about.
-    pub const NONE: Window = Window { limit: None, remaining: None, reset: None };
+    pub const NONE: Window = Window { limit: None, remaining: None, reset: None, period: None };
 
     /// Whether the response said nothing about this window.
     pub const fn is_empty(&self) -> bool {
         self.limit.is_none() && self.remaining.is_none() && self.reset.is_none()
+    }
+
+    fn with_period(mut self, period: Option<Duration>) -> Self {
+        if self.limit.is_some() {
+            self.period = period;
+        }
+        self
     }
 
     /// Whether the window is spent: nothing remains.
@@ -252,6 +280,10 @@ struct Reader {
     retry_after: Option<Duration>,
     ietf: Window,
     policy_limit: Option<u64>,
+    /// The IETF policy's window (`w=`), when it gave one.
+    policy_window: Option<Duration>,
+    /// Whether an OpenAI or Anthropic header was read (their windows are one minute).
+    documented: bool,
     unreadable: Unreadable,
 }
 
@@ -281,12 +313,13 @@ impl Reader {
         }
         if name == "ratelimit-policy" {
             match parse_ietf_policy(text) {
-                Some(limit) => self.policy_limit = Some(limit),
+                Some((limit, window)) => (self.policy_limit, self.policy_window) = (Some(limit), window),
                 None => self.unreadable.insert(SignalKind::RateLimitPolicy),
             }
             return;
         }
         let Some((family, field, format, slot)) = classify_name(&name) else { return };
+        self.documented = true;
         let kind = signal_kind(family, field);
         let window = match family {
             Family::Requests => &mut self.requests,
@@ -330,19 +363,21 @@ impl Reader {
     }
 
     fn finish(self) -> ProviderSignals {
-        let mut requests = self.requests;
+        let documented = self.documented.then_some(DOCUMENTED_PERIOD);
+        let mut requests = self.requests.with_period(documented);
         if requests.is_empty() {
             requests = self.ietf;
             if requests.limit.is_none() {
                 requests.limit = self.policy_limit;
             }
+            requests = requests.with_period(self.policy_window);
         }
         // The tightest token window: the least remaining (a window without a remaining
         // count only when none has one).
         let tokens = self
             .tokens
             .into_iter()
-            .map(Window::clamped)
+            .map(|w| w.clamped().with_period(documented))
             .filter(|w| !w.is_empty())
             .min_by_key(|w| (w.remaining.unwrap_or(u64::MAX), std::cmp::Reverse(w.reset)))
             .unwrap_or_default();
@@ -607,20 +642,26 @@ fn parse_ietf_ratelimit(text: &str) -> Option<Window> {
 }
 
 /// `RateLimit-Policy`: the quota `q` of the first policy (draft 08+), or draft 07's leading
-/// integer (`100;w=60`). Its window `w` is not needed: the reset comes with `RateLimit`.
-fn parse_ietf_policy(text: &str) -> Option<u64> {
+/// integer (`100;w=60`), and the policy's window `w` in seconds when given (at least 1 s, at
+/// most [`MAX_RESET`]; a malformed or zero `w` is no window, the quota still read).
+fn parse_ietf_policy(text: &str) -> Option<(u64, Option<Duration>)> {
     let first = text.split(',').next()?.trim();
     let mut params = first.split(';');
     let head = params.next()?.trim();
-    if let Ok(limit) = head.parse::<u64>() {
-        return Some(limit);
-    }
+    let mut limit = head.parse::<u64>().ok();
+    let mut window = None;
     for param in params {
-        if let Some(("q", value)) = param.trim().split_once('=') {
-            return parse_seconds_or_count(value.trim());
+        match param.trim().split_once('=') {
+            Some(("q", value)) if limit.is_none() => limit = Some(parse_seconds_or_count(value.trim())?),
+            Some(("w", value)) => {
+                window = parse_seconds_or_count(value.trim())
+                    .filter(|w| *w > 0)
+                    .map(|w| Duration::from_secs(w).min(MAX_RESET));
+            }
+            _ => {}
         }
     }
-    None
+    Some((limit?, window))
 }
 
 fn parse_seconds_or_count(text: &str) -> Option<u64> {
@@ -687,11 +728,21 @@ mod tests {
         ]);
         assert_eq!(
             s.requests,
-            Window { limit: Some(600), remaining: Some(599), reset: Some(Duration::from_millis(100)) }
+            Window {
+                limit: Some(600),
+                remaining: Some(599),
+                reset: Some(Duration::from_millis(100)),
+                period: Some(DOCUMENTED_PERIOD)
+            }
         );
         assert_eq!(
             s.tokens,
-            Window { limit: Some(100_000), remaining: Some(99_000), reset: Some(Duration::from_millis(600)) }
+            Window {
+                limit: Some(100_000),
+                remaining: Some(99_000),
+                reset: Some(Duration::from_millis(600)),
+                period: Some(DOCUMENTED_PERIOD)
+            }
         );
         assert!(s.unreadable.is_empty());
         assert_eq!(s.exhausted_for(), None);
@@ -720,11 +771,34 @@ mod tests {
     #[test]
     fn ietf_fields_both_drafts() {
         let s = read(&[("RateLimit-Policy", "\"default\";q=100;w=60"), ("RateLimit", "\"default\";r=0;t=12")]);
-        assert_eq!(s.requests, Window { limit: Some(100), remaining: Some(0), reset: Some(Duration::from_secs(12)) });
+        let minute = Some(Duration::from_secs(60));
+        assert_eq!(
+            s.requests,
+            Window { limit: Some(100), remaining: Some(0), reset: Some(Duration::from_secs(12)), period: minute }
+        );
         let s = read(&[("ratelimit", "limit=100, remaining=7, reset=3"), ("ratelimit-policy", "100;w=60")]);
-        assert_eq!(s.requests, Window { limit: Some(100), remaining: Some(7), reset: Some(Duration::from_secs(3)) });
+        assert_eq!(
+            s.requests,
+            Window { limit: Some(100), remaining: Some(7), reset: Some(Duration::from_secs(3)), period: minute }
+        );
         let s = read(&[("ratelimit", "\"a\";r=9;t=1, \"b\";r=2;t=40")]);
         assert_eq!(s.requests.remaining, Some(2), "the tightest policy");
+    }
+
+    #[test]
+    fn a_limit_has_a_period_only_when_its_window_is_known() {
+        let s = read(&[("RateLimit-Policy", "\"burst\";q=10;w=2"), ("RateLimit", "\"burst\";r=3;t=1")]);
+        assert_eq!((s.requests.limit, s.requests.period), (Some(10), Some(Duration::from_secs(2))));
+        let s = read(&[("RateLimit-Policy", "\"p\";q=10"), ("RateLimit", "\"p\";r=3;t=1")]);
+        assert_eq!((s.requests.limit, s.requests.period), (Some(10), None), "no w=: no period");
+        let s = read(&[("RateLimit-Policy", "\"p\";q=10;w=0")]);
+        assert_eq!((s.requests.limit, s.requests.period), (Some(10), None), "w=0 is no window");
+        let s = read(&[
+            ("anthropic-ratelimit-output-tokens-limit", "8000"),
+            ("anthropic-ratelimit-requests-remaining", "4"),
+        ]);
+        assert_eq!((s.tokens.limit, s.tokens.period), (Some(8_000), Some(DOCUMENTED_PERIOD)));
+        assert_eq!(s.requests.period, None, "no limit: nothing to learn");
     }
 
     #[test]

@@ -24,6 +24,7 @@ use crate::clock::{Clock, ManualClock};
 use crate::cooldown::CooldownPolicy;
 use crate::gate::{LocalGate, WaveSignal};
 use crate::gcra::{Budgets, RateBudget};
+use crate::learned_limit::{LearnedLimit, LearnedLimits};
 use crate::provider_window::{WindowLeft, WindowReport};
 use crate::wave::{Admission, DenyReason, Recovery, WaveConfig, WaveState};
 
@@ -112,8 +113,9 @@ pub enum Step {
         /// How long, in milliseconds.
         ms: u64,
     },
-    /// A response said what is left of the provider's windows (`(remaining, reset in ms)`),
-    /// after its permit was finished; the calls it reserved `tokens_each` tokens.
+    /// A response said what is left of the provider's windows (`(remaining, reset in ms)`)
+    /// and announced its limits (`(limit, window in ms)`), after its permit was finished;
+    /// the calls it reserved `tokens_each` tokens.
     ReportWindow {
         /// The requests window.
         requests: Option<(u64, u64)>,
@@ -121,6 +123,10 @@ pub enum Step {
         tokens: Option<(u64, u64)>,
         /// Tokens the reporting call reserved (the others in flight are assumed to as well).
         tokens_each: u64,
+        /// The requests limit announced, with its window.
+        learned_requests: Option<(u64, u64)>,
+        /// The tokens limit announced, with its window.
+        learned_tokens: Option<(u64, u64)>,
     },
     /// Compare the model's status.
     Status {
@@ -285,9 +291,11 @@ pub fn run_case<M: WaveModel>(case: &SpecCase, model: &mut M) -> Result<(), Spec
                 }
             }
             Step::Advance { ms } => model.advance(*ms).map_err(io)?,
-            Step::ReportWindow { requests, tokens, tokens_each } => {
+            Step::ReportWindow { requests, tokens, tokens_each, learned_requests, learned_tokens } => {
                 let left = |w: &Option<(u64, u64)>| w.map(|(remaining, reset_ms)| WindowLeft { remaining, reset_ms });
-                let report = WindowReport { requests: left(requests), tokens: left(tokens) };
+                let learned = |l: &Option<(u64, u64)>| l.map(|(limit, window_ms)| LearnedLimit { limit, window_ms });
+                let limits = LearnedLimits { requests: learned(learned_requests), tokens: learned(learned_tokens) };
+                let report = WindowReport { requests: left(requests), tokens: left(tokens), limits };
                 model.report_window(report, *tokens_each).map_err(io)?;
             }
             Step::Status { state, limit, wave, in_flight } => {
@@ -387,7 +395,12 @@ fn settle(permit: &'static str, token_delta: i64) -> Step {
 }
 
 fn window(requests: Option<(u64, u64)>, tokens: Option<(u64, u64)>, tokens_each: u64) -> Step {
-    Step::ReportWindow { requests, tokens, tokens_each }
+    Step::ReportWindow { requests, tokens, tokens_each, learned_requests: None, learned_tokens: None }
+}
+
+/// A response announcing limits only: `(limit, window in ms)` for requests and tokens.
+fn learn(learned_requests: Option<(u64, u64)>, learned_tokens: Option<(u64, u64)>) -> Step {
+    Step::ReportWindow { requests: None, tokens: None, tokens_each: 0, learned_requests, learned_tokens }
 }
 
 fn denied_window(permit: &'static str, tokens: u64, max_ms: u64) -> Step {
@@ -839,6 +852,70 @@ pub fn cases() -> Vec<SpecCase> {
                 denied_window("D", 0, 300),
                 Step::Advance { ms: 350 },
                 with_tokens("D", 60),
+            ],
+        ),
+        SpecCase {
+            requests_per_minute: Some((6_000, 4)),
+            ..case(
+                "learned limit: a limit announced with its window tightens the configured budget",
+                vec![
+                    // 2 per 200 ms: 600 a minute, bursts of 2, under 6,000 a minute with bursts of 4.
+                    learn(Some((2, 200)), None),
+                    with_tokens("A", 0),
+                    with_tokens("B", 0),
+                    denied("C", 0, Expect::DeniedRequests),
+                    Step::Advance { ms: 120 },
+                    with_tokens("C", 0),
+                    denied("D", 0, Expect::DeniedRequests),
+                ],
+            )
+        },
+        SpecCase {
+            requests_per_minute: Some((600, 2)),
+            ..case(
+                "learned limit: a looser announced limit never loosens the configured budget",
+                vec![
+                    // 100 per second: 6,000 a minute, bursts of 100; the configuration stays.
+                    learn(Some((100, 1_000)), None),
+                    with_tokens("A", 0),
+                    with_tokens("B", 0),
+                    denied("C", 0, Expect::DeniedRequests),
+                    Step::Advance { ms: 50 },
+                    denied("C", 0, Expect::DeniedRequests),
+                    Step::Advance { ms: 60 },
+                    with_tokens("C", 0),
+                ],
+            )
+        },
+        case(
+            "learned limit: without a configured budget it is the budget, forgotten three windows after its report",
+            vec![
+                // 2 per 100 ms: one per 50 ms, bursts of 2, kept 300 ms.
+                learn(Some((2, 100)), None),
+                with_tokens("A", 0),
+                with_tokens("B", 0),
+                denied("C", 0, Expect::DeniedRequests),
+                Step::Advance { ms: 60 },
+                with_tokens("C", 0),
+                denied("D", 0, Expect::DeniedRequests),
+                Step::Advance { ms: 350 },
+                // Forgotten: no budget any more.
+                with_tokens("D", 0),
+                with_tokens("E", 0),
+                with_tokens("F", 0),
+            ],
+        ),
+        case(
+            "learned limit: a tokens limit sets the burst an estimate must fit; a later announcement replaces it",
+            vec![
+                // 1,000 tokens per second.
+                learn(None, Some((1_000, 1_000))),
+                denied("A", 1_001, Expect::DeniedTooLarge),
+                with_tokens("A", 800),
+                denied("B", 300, Expect::DeniedTokens),
+                // The provider raised it (a new tier): 10,000 per second.
+                learn(None, Some((10_000, 1_000))),
+                with_tokens("B", 300),
             ],
         ),
     ]

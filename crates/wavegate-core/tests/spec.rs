@@ -111,3 +111,36 @@ fn the_tables_catch_a_machine_deaf_to_the_providers_windows() {
         assert!(run_case(case, &mut DeafToWindows(GateModel::new(case))).is_err(), "{}", case.name);
     }
 }
+
+/// A wrong implementation: it listens to the windows but not to the limits announced.
+struct DeafToLimits(GateModel);
+
+impl WaveModel for DeafToLimits {
+    type Error = std::convert::Infallible;
+    fn acquire(&mut self, permit: &str, tokens: u64) -> Result<Admission, Self::Error> {
+        self.0.acquire(permit, tokens)
+    }
+    fn finish(&mut self, permit: &str, wave: u64, signal: WaveSignal, delta: i64) -> Result<bool, Self::Error> {
+        self.0.finish(permit, wave, signal, delta)
+    }
+    fn advance(&mut self, ms: u64) -> Result<(), Self::Error> {
+        self.0.advance(ms)
+    }
+    fn status(&mut self) -> Result<ModelStatus, Self::Error> {
+        self.0.status()
+    }
+    fn report_window(&mut self, report: WindowReport, tokens_each: u64) -> Result<(), Self::Error> {
+        self.0.report_window(WindowReport { limits: Default::default(), ..report }, tokens_each)
+    }
+}
+
+#[test]
+fn the_tables_catch_a_machine_deaf_to_the_announced_limits() {
+    let limit_cases: Vec<_> = cases().into_iter().filter(|case| case.name.starts_with("learned limit")).collect();
+    assert_eq!(limit_cases.len(), 4);
+    for case in &limit_cases {
+        // The looser announced limit changes nothing: a deaf machine passes that one.
+        let deaf_passes = case.name.contains("never loosens");
+        assert_eq!(run_case(case, &mut DeafToLimits(GateModel::new(case))).is_ok(), deaf_passes, "{}", case.name);
+    }
+}

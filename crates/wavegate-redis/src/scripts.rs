@@ -1,7 +1,8 @@
 //! The Lua scripts from `lua/`, compiled in and loaded once.
 //!
-//! Each upstream script is `lua/wave.lua` (the state machine, written once) and
-//! `lua/provider_window.lua` (the provider's announced windows) followed by the script's body;
+//! Each upstream script is `lua/wave.lua` (the state machine, written once),
+//! `lua/provider_window.lua` (the provider's announced windows) and `lua/learned_limit.lua`
+//! (the limits it announced) followed by the script's body;
 //! `heartbeat.lua` stands alone. [`redis::Script`] sends `EVALSHA` and on `NOSCRIPT` (a
 //! restarted or flushed server) loads the script and retries, so a script flush is never an
 //! outage. [`preload`] loads all of them at start so the first calls do not pay for it.
@@ -18,13 +19,15 @@ macro_rules! wave_script {
             "\n",
             include_str!("../../../lua/provider_window.lua"),
             "\n",
+            include_str!("../../../lua/learned_limit.lua"),
+            "\n",
             include_str!(concat!("../../../lua/", $body))
         )
     };
 }
 
 /// A script that also chooses among priority classes: `wave.lua`, `priority.lua`,
-/// `provider_window.lua`, the body.
+/// `provider_window.lua`, `learned_limit.lua`, the body.
 macro_rules! priority_script {
     ($body:literal) => {
         concat!(
@@ -33,6 +36,8 @@ macro_rules! priority_script {
             include_str!("../../../lua/priority.lua"),
             "\n",
             include_str!("../../../lua/provider_window.lua"),
+            "\n",
+            include_str!("../../../lua/learned_limit.lua"),
             "\n",
             include_str!(concat!("../../../lua/", $body))
         )

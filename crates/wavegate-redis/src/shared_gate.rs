@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use redis::Value;
 use wavegate_core::{
-    Admission, BudgetStatus, Budgets, DenyReason, ProviderWindows, RateBudget, RateLimitEffect, TrackedWindow,
-    Transition, UpstreamName, WaveConfig, WaveSignal, WaveState, WindowReport, duration_ms,
+    Admission, BudgetStatus, Budgets, DenyReason, LearnedLimit, LearnedLimitStatus, LearnedStatus, ProviderWindows,
+    RateBudget, RateLimitEffect, TrackedWindow, Transition, UpstreamName, WaveConfig, WaveSignal, WaveState,
+    WindowReport, duration_ms,
 };
 
 use wavegate_core::priority::PriorityClass;
@@ -72,8 +73,12 @@ pub struct SharedStatus {
     pub cooldown_remaining: Duration,
     /// Permits held across the fleet.
     pub in_flight: u32,
-    /// What is left of the rate budgets (filled by [`SharedGate::status`]; empty otherwise).
+    /// What is left of the rate budgets in force (filled by [`SharedGate::status`]; empty
+    /// otherwise).
     pub budgets: BudgetStatus,
+    /// The limits the provider announced, as the fleet keeps them (filled by
+    /// [`SharedGate::status`]; empty otherwise).
+    pub learned: LearnedStatus,
 }
 
 /// What a reconciliation left in the shared store.
@@ -285,6 +290,7 @@ impl SharedGate {
             cooldown_remaining: Duration::from_millis(r.uint(6)?),
             in_flight: r.u32(8)?,
             budgets: BudgetStatus::default(),
+            learned: LearnedStatus::default(),
         };
         let rate_limit = match r.string(1)?.as_str() {
             "cut" => Some(RateLimitEffect::Cut {
@@ -358,7 +364,8 @@ impl SharedGate {
     /// (`lua/report_window.lua`): the fleet's grants then wait for the window's reset once
     /// nothing is left. The other permits held count as calls the provider may not have
     /// counted yet, each reserving `tokens_each` (what the reporting call reserved). Returns
-    /// the windows as kept, their ends relative to now (an end of 0: no window runs).
+    /// the windows as kept, their ends relative to now (an end of 0: no window runs). The
+    /// limits it announced are kept for the fleet too (`lua/learned_limit.lua`).
     pub async fn report_window(
         &self,
         id: &str,
@@ -371,6 +378,11 @@ impl SharedGate {
         };
         let (requests, requests_reset) = side(report.requests);
         let (tokens, tokens_reset) = side(report.tokens);
+        let limit = |learned: Option<LearnedLimit>| {
+            learned.map_or((String::new(), String::new()), |l| (l.limit.to_string(), l.window_ms.to_string()))
+        };
+        let (requests_limit, requests_window) = limit(report.limits.requests);
+        let (tokens_limit, tokens_window) = limit(report.limits.tokens);
         let mut invocation = scripts().report_window.prepare_invoke();
         invocation
             .key(&self.keys.script_keys()[..])
@@ -379,7 +391,11 @@ impl SharedGate {
             .arg(tokens)
             .arg(tokens_reset)
             .arg(tokens_each)
-            .arg(id);
+            .arg(id)
+            .arg(requests_limit)
+            .arg(requests_window)
+            .arg(tokens_limit)
+            .arg(tokens_window);
         let reply: Vec<Value> = self.store.invoke(COMMAND, &invocation).await?;
         let r = Reply::new(COMMAND, &reply);
         r.expect_len(4)?;
@@ -419,10 +435,17 @@ impl SharedGate {
         invocation.key(&self.keys.waiting_script_keys()[..]).arg(&self.config_args[..]);
         let reply: Vec<Value> = self.store.invoke(COMMAND, &invocation).await?;
         let r = Reply::new(COMMAND, &reply);
-        if reply.len() < 12 || !reply.len().is_multiple_of(2) {
-            return Err(StoreError::unexpected(COMMAND, format!("{} fields, expected 12 and pairs", reply.len())));
+        if reply.len() < 18 || !reply.len().is_multiple_of(2) {
+            return Err(StoreError::unexpected(COMMAND, format!("{} fields, expected 18 and pairs", reply.len())));
         }
-        let classes = (12..reply.len())
+        let learned = |at: usize| -> Result<Option<LearnedLimitStatus>, StoreError> {
+            if r.int(at)? < 0 {
+                return Ok(None);
+            }
+            let limit = LearnedLimit { limit: r.uint(at)?, window_ms: r.uint(at + 1)? };
+            Ok(Some(LearnedLimitStatus { limit, forgotten_in: Duration::from_millis(r.uint(at + 2)?) }))
+        };
+        let classes = (18..reply.len())
             .step_by(2)
             .map(|at| Ok((r.u32(at)?, r.u32(at + 1)?)))
             .collect::<Result<Vec<_>, StoreError>>()?;
@@ -436,6 +459,7 @@ impl SharedGate {
             cooldown_remaining: Duration::from_millis(r.uint(3)?),
             in_flight: r.u32(7)?,
             budgets: BudgetStatus { requests: budget(8)?, tokens: budget(10)? },
+            learned: LearnedStatus { requests: learned(12)?, tokens: learned(15)? },
         };
         Ok((status, classes))
     }

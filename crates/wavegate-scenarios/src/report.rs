@@ -418,7 +418,7 @@ fn notes(scenario: &Scenario, result: &RunResult) -> Vec<String> {
     }
     if let Some(announced) = scenario.announced {
         let served = served_per_window(&result.requests, 60_000_000);
-        let allowed = u64::from(announced.calls_per_minute());
+        let allowed = u64::from(announced.budget_per_minute());
         // The last window is the run's tail (fewer jobs left than the budget): not counted.
         let full = &served[..served.len().saturating_sub(1)];
         let share = |n: u64| 100.0 * n as f64 / allowed as f64;

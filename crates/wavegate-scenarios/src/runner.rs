@@ -271,6 +271,7 @@ fn run_one(scenario: &Scenario, strategy: &'static Strategy, sizes: &Sizes) -> R
             oracle_rate: scenario.rate_window(),
             tokens: scenario.announced.map_or(0, |a| a.tokens_per_job),
             keys: scenario.announced.map_or(1, |a| a.keys),
+            rpm: scenario.announced.and_then(|a| a.configured_rpm).unwrap_or(0),
         };
         let proc = Proc::spawn("worker", &env.to_env(), index, tx.clone())?;
         let pid = proc.pid();

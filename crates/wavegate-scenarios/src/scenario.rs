@@ -30,6 +30,9 @@ pub(crate) struct Announced {
     /// API keys, each with these budgets of its own; more than one: wavegate pools them (one
     /// upstream per key) and the provider counts each key's windows apart.
     pub(crate) keys: u32,
+    /// A requests-per-minute budget configured in wavegate (bursts of a two-second's worth),
+    /// which the announced limit tightens and never loosens; `None`: wavegate has none.
+    pub(crate) configured_rpm: Option<u32>,
 }
 
 impl Announced {
@@ -38,6 +41,17 @@ impl Announced {
     pub(crate) fn calls_per_minute(&self) -> u32 {
         let by_tokens = u64::from(self.tpm) / self.tokens_per_job.max(1);
         self.rpm.min(u32::try_from(by_tokens).unwrap_or(u32::MAX)).saturating_mul(self.keys.max(1))
+    }
+
+    /// The calls a minute wavegate should let through: what the provider allows, or less
+    /// when wavegate's configured budget is tighter.
+    pub(crate) fn budget_per_minute(&self) -> u32 {
+        self.calls_per_minute().min(self.configured_rpm.unwrap_or(u32::MAX))
+    }
+
+    /// The configured budget's burst: two seconds' worth (at least 1).
+    pub(crate) fn configured_burst(rpm: u32) -> u32 {
+        (rpm / 30).max(1)
     }
 }
 
@@ -183,7 +197,14 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
         title: "600 requests/min and 100k tokens/min (200 tokens a call: 500 calls/min) announced only in OpenAI's \
                 x-ratelimit-* headers; no concurrency cap; wavegate configured without budgets",
         capacity: 0,
-        announced: Some(Announced { style: "openai", rpm: 600, tpm: 100_000, tokens_per_job: 200, keys: 1 }),
+        announced: Some(Announced {
+            style: "openai",
+            rpm: 600,
+            tpm: 100_000,
+            tokens_per_job: 200,
+            keys: 1,
+            configured_rpm: None,
+        }),
         jobs: Some(2_000),
         service_ms: Some((20, 20)),
         compare: &["oracle", "wavegate-adaptive"],
@@ -193,7 +214,14 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
         name: "provider-headers-anthropic",
         title: "the same budgets announced only in Anthropic's anthropic-ratelimit-* headers (resets in whole seconds)",
         capacity: 0,
-        announced: Some(Announced { style: "anthropic", rpm: 600, tpm: 100_000, tokens_per_job: 200, keys: 1 }),
+        announced: Some(Announced {
+            style: "anthropic",
+            rpm: 600,
+            tpm: 100_000,
+            tokens_per_job: 200,
+            keys: 1,
+            configured_rpm: None,
+        }),
         jobs: Some(2_000),
         service_ms: Some((20, 20)),
         compare: &["wavegate-adaptive"],
@@ -204,8 +232,51 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
         title: "three API keys, each with the budgets of provider-headers (OpenAI headers), pooled by wavegate: one \
                 upstream per key, a request to the key with the most headroom",
         capacity: 0,
-        announced: Some(Announced { style: "openai", rpm: 600, tpm: 100_000, tokens_per_job: 200, keys: 3 }),
+        announced: Some(Announced {
+            style: "openai",
+            rpm: 600,
+            tpm: 100_000,
+            tokens_per_job: 200,
+            keys: 3,
+            configured_rpm: None,
+        }),
         jobs: Some(6_000),
+        service_ms: Some((20, 20)),
+        compare: &["wavegate-adaptive"],
+        ..BASE
+    },
+    Scenario {
+        name: "learned-tighter",
+        title: "wavegate configured for 1000 requests/min (bursts of 33); the provider allows 300/min and says so \
+                only in OpenAI's x-ratelimit-* headers: the learned limit tightens the budget",
+        capacity: 0,
+        announced: Some(Announced {
+            style: "openai",
+            rpm: 300,
+            tpm: 10_000_000,
+            tokens_per_job: 1,
+            keys: 1,
+            configured_rpm: Some(1_000),
+        }),
+        jobs: Some(900),
+        service_ms: Some((20, 20)),
+        compare: &["wavegate-adaptive"],
+        ..BASE
+    },
+    Scenario {
+        name: "learned-looser",
+        title: "wavegate configured for 100 requests/min (bursts of 3); the provider allows 300/min and says so in \
+                OpenAI's headers: the configured budget stays (never loosened)",
+        capacity: 0,
+        announced: Some(Announced {
+            style: "openai",
+            rpm: 300,
+            tpm: 10_000_000,
+            tokens_per_job: 1,
+            keys: 1,
+            configured_rpm: Some(100),
+        }),
+        jobs: Some(300),
         service_ms: Some((20, 20)),
         compare: &["wavegate-adaptive"],
         ..BASE
@@ -232,7 +303,7 @@ impl Scenario {
     /// The rate window the provider enforces, as (calls, seconds): its own, or the announced
     /// budgets' (the tighter of requests and tokens, per minute).
     pub(crate) fn rate_window(&self) -> Option<(u32, u64)> {
-        self.rate.or(self.announced.map(|a| (a.calls_per_minute(), 60)))
+        self.rate.or(self.announced.map(|a| (a.budget_per_minute(), 60)))
     }
 
     /// The capacity phases the provider itself enforces (none when nginx does).

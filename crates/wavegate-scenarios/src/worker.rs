@@ -53,6 +53,8 @@ pub(crate) struct WorkerEnv {
     pub(crate) tokens: u64,
     /// API keys (more than one: wavegate pools them, one upstream per key).
     pub(crate) keys: u32,
+    /// A requests-per-minute budget configured in wavegate (0: none).
+    pub(crate) rpm: u32,
 }
 
 impl WorkerEnv {
@@ -71,6 +73,7 @@ impl WorkerEnv {
             ("WORKER_ORACLE_RATE", self.oracle_rate.map_or(String::new(), |(calls, s)| format!("{calls}/{s}"))),
             ("WORKER_TOKENS", self.tokens.to_string()),
             ("WORKER_KEYS", self.keys.to_string()),
+            ("WORKER_RPM", self.rpm.to_string()),
         ]
     }
 
@@ -96,6 +99,7 @@ impl WorkerEnv {
             oracle_capacity: parsed("WORKER_ORACLE_CAPACITY")? as usize,
             tokens: parsed("WORKER_TOKENS")?,
             keys: parsed("WORKER_KEYS")?.max(1) as u32,
+            rpm: parsed("WORKER_RPM")? as u32,
             oracle_rate: {
                 let rate = var("WORKER_ORACLE_RATE")?;
                 match rate.split_once('/') {
@@ -303,8 +307,11 @@ async fn run(
             Runner::Wavegate(scheduler)
         }
         Kind::Wavegate { recovery } => {
-            let config =
-                strategy::configure(*recovery, env.limit, env.lease).build().map_err(|e| format!("config: {e}"))?;
+            let mut config = strategy::configure(*recovery, env.limit, env.lease);
+            if env.rpm > 0 {
+                config = config.requests_per_minute(env.rpm, crate::scenario::Announced::configured_burst(env.rpm));
+            }
+            let config = config.build().map_err(|e| format!("config: {e}"))?;
             let url = env.redis_url.clone().ok_or("wavegate needs WORKER_REDIS_URL")?;
             let scheduler = Scheduler::builder().upstream(config).redis(url).build().map_err(|e| e.to_string())?;
             wait_until_shared(&scheduler).await?;
@@ -565,6 +572,7 @@ mod tests {
             oracle_rate: Some((500, 10)),
             tokens: 200,
             keys: 3,
+            rpm: 1_000,
         };
         let vars = env.to_env();
         let get = |k: &str| vars.iter().find(|(name, _)| *name == k).map(|(_, v)| v.as_str());

@@ -12,6 +12,16 @@
 //! * Anthropic ([`HeaderStyle::Anthropic`]) sends `anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset}`,
 //!   the reset an RFC 3339 date-time in whole seconds (rounded up); a refused call's body has
 //!   the error `type` `rate_limit_error`, as Anthropic's "Rate limits" and "Errors" pages do.
+//! * The IETF draft ([`HeaderStyle::Ietf`], draft-ietf-httpapi-ratelimit-headers 08 and later)
+//!   sends `RateLimit-Policy: "default";q=<limit>;w=<window s>` and
+//!   `RateLimit: "default";r=<left>;t=<reset s, rounded up>` for the requests window (the
+//!   fields carry no unit; a tokens budget is enforced but not announced). Its window is in
+//!   whole seconds.
+//!
+//! OpenAI and Anthropic document their limits per minute and their headers do not name the
+//! window, so the mock sends their `…-limit-…` headers only for one-minute windows: a shorter
+//! window (for quick tests) is announced by what is left and the reset only, as a provider
+//! that told its limit would be read as per minute.
 //!
 //! A refusal also carries `retry-after` (whole seconds, rounded up) and costs nothing.
 
@@ -24,6 +34,8 @@ pub enum HeaderStyle {
     OpenAi,
     /// Anthropic's `anthropic-ratelimit-*`.
     Anthropic,
+    /// The IETF draft's `RateLimit` and `RateLimit-Policy` (requests only).
+    Ietf,
 }
 
 impl HeaderStyle {
@@ -32,15 +44,17 @@ impl HeaderStyle {
         match name {
             "openai" => Some(HeaderStyle::OpenAi),
             "anthropic" => Some(HeaderStyle::Anthropic),
+            "ietf" => Some(HeaderStyle::Ietf),
             _ => None,
         }
     }
 
-    /// `openai` or `anthropic`.
+    /// `openai`, `anthropic` or `ietf`.
     pub const fn as_str(self) -> &'static str {
         match self {
             HeaderStyle::OpenAi => "openai",
             HeaderStyle::Anthropic => "anthropic",
+            HeaderStyle::Ietf => "ietf",
         }
     }
 }
@@ -102,6 +116,9 @@ impl WindowCounter {
         }
         let mut headers = Vec::new();
         let at = SystemTime::now() + reset;
+        // The providers document their limits per minute: a limit header for a shorter window
+        // would be read as per minute (see the module docs).
+        let tell_limit = window == Duration::from_secs(60);
         for (family, limit, used) in
             [("requests", limits.requests, self.requests), ("tokens", limits.tokens, self.tokens)]
         {
@@ -109,15 +126,26 @@ impl WindowCounter {
             let left = limit.saturating_sub(used);
             match limits.style {
                 HeaderStyle::OpenAi => {
-                    headers.push((format!("x-ratelimit-limit-{family}"), limit.to_string()));
+                    if tell_limit {
+                        headers.push((format!("x-ratelimit-limit-{family}"), limit.to_string()));
+                    }
                     headers.push((format!("x-ratelimit-remaining-{family}"), left.to_string()));
                     headers.push((format!("x-ratelimit-reset-{family}"), go_duration(reset)));
                 }
                 HeaderStyle::Anthropic => {
-                    headers.push((format!("anthropic-ratelimit-{family}-limit"), limit.to_string()));
+                    if tell_limit {
+                        headers.push((format!("anthropic-ratelimit-{family}-limit"), limit.to_string()));
+                    }
                     headers.push((format!("anthropic-ratelimit-{family}-remaining"), left.to_string()));
                     headers.push((format!("anthropic-ratelimit-{family}-reset"), rfc3339_ceil(at)));
                 }
+                HeaderStyle::Ietf if family == "requests" => {
+                    let window_s = window.as_secs_f64().ceil().max(1.0);
+                    headers.push(("ratelimit-policy".to_string(), format!("\"default\";q={limit};w={window_s}")));
+                    let reset_s = reset.as_secs_f64().ceil();
+                    headers.push(("ratelimit".to_string(), format!("\"default\";r={left};t={reset_s}")));
+                }
+                HeaderStyle::Ietf => {}
             }
         }
         if admitted {
@@ -132,10 +160,10 @@ impl WindowCounter {
             (HeaderStyle::OpenAi, false) => {
                 r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#
             }
-            (HeaderStyle::Anthropic, true) => {
+            (HeaderStyle::Anthropic | HeaderStyle::Ietf, true) => {
                 r#"{"type":"error","error":{"type":"insufficient_quota","message":"quota exhausted"}}"#
             }
-            (HeaderStyle::Anthropic, false) => {
+            (HeaderStyle::Anthropic | HeaderStyle::Ietf, false) => {
                 r#"{"type":"error","error":{"type":"rate_limit_error","message":"rate limited"}}"#
             }
         };
@@ -243,6 +271,20 @@ mod tests {
         limits.style = HeaderStyle::OpenAi;
         assert_eq!(error_code(&counter.answer(&limits, Instant::now(), 1).body), Some("insufficient_quota"));
         assert_eq!(error_code(r#"{"type":"error","error":{"type":"overloaded_error"}}"#), Some("overloaded_error"));
+    }
+
+    #[test]
+    fn ietf_fields_name_their_window_and_short_windows_hide_the_providers_limits() {
+        let mut limits = limits(HeaderStyle::Ietf);
+        limits.window = Duration::from_secs(2);
+        let (mut counter, t0) = (WindowCounter::default(), Instant::now());
+        let answer = counter.answer(&limits, t0, 0);
+        assert_eq!(header(&answer, "ratelimit-policy"), Some("\"default\";q=2;w=2"));
+        assert_eq!(header(&answer, "ratelimit"), Some("\"default\";r=1;t=2"));
+        limits.style = HeaderStyle::OpenAi;
+        let answer = counter.answer(&limits, t0, 0);
+        assert_eq!(header(&answer, "x-ratelimit-limit-requests"), None, "not a one-minute window");
+        assert_eq!(header(&answer, "x-ratelimit-remaining-requests"), Some("0"));
     }
 
     #[test]

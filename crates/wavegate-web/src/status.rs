@@ -38,6 +38,11 @@ pub struct UpstreamView {
     pub requests_budget: Option<BudgetView>,
     /// The tokens-per-minute budget, if configured.
     pub tokens_budget: Option<BudgetView>,
+    /// The requests limit the provider announced with a known window, as kept (the budget
+    /// above is the configured one tightened by it); null when none is.
+    pub learned_requests: Option<LearnedView>,
+    /// The tokens limit the provider announced, likewise.
+    pub learned_tokens: Option<LearnedView>,
     /// Milliseconds this process still refuses the upstream because the provider said its
     /// quota is exhausted (null when it does not).
     pub quota_exhausted_for_ms: Option<u64>,
@@ -84,6 +89,30 @@ pub struct BudgetView {
     pub next_refill_ms: u64,
 }
 
+/// A limit the provider announced, as kept.
+#[derive(Debug, Serialize)]
+pub struct LearnedView {
+    /// Units (requests or tokens) per window.
+    pub limit: u64,
+    /// The window, in milliseconds.
+    pub window_ms: u64,
+    /// The budget it means, per minute (before the configuration's ceiling).
+    pub per_minute: u32,
+    /// Milliseconds until it is forgotten unless the provider says it again.
+    pub forgotten_in_ms: u64,
+}
+
+impl LearnedView {
+    fn new(value: Option<wavegate::core::LearnedLimitStatus>) -> Option<Self> {
+        value.map(|s| Self {
+            limit: s.limit.limit,
+            window_ms: s.limit.window_ms,
+            per_minute: s.limit.budget().per_minute(),
+            forgotten_in_ms: s.forgotten_in.as_millis() as u64,
+        })
+    }
+}
+
 impl BudgetView {
     fn new(value: Option<(u64, u64)>) -> Option<Self> {
         value.map(|(remaining, next_refill_ms)| Self { remaining, next_refill_ms })
@@ -106,6 +135,8 @@ impl UpstreamView {
             breaker: status.breaker,
             requests_budget: BudgetView::new(status.budgets.requests),
             tokens_budget: BudgetView::new(status.budgets.tokens),
+            learned_requests: LearnedView::new(status.learned.requests),
+            learned_tokens: LearnedView::new(status.learned.tokens),
             quota_exhausted_for_ms: status.quota_exhausted_for.map(|left| left.as_millis() as u64),
             schedulers_in_process: status.schedulers_in_process,
             warning: (status.schedulers_in_process > 1).then(|| {

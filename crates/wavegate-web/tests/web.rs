@@ -203,3 +203,36 @@ fn value_after(metrics: &metrics_exporter_prometheus::PrometheusHandle, series: 
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no series {series} in:\n{text}"))
 }
+
+#[actix_web::test]
+async fn a_learned_limit_is_in_the_status_and_its_gauge() {
+    let metrics = install_prometheus().expect("recorder");
+    let scheduler =
+        Scheduler::builder().upstream(UpstreamConfig::builder("learning").build().unwrap()).build().unwrap();
+    // A 2xx that announces 10 requests per 2 s window (IETF fields): 300 a minute.
+    let headers = [("ratelimit-policy", "\"default\";q=10;w=2"), ("ratelimit", "\"default\";r=9;t=2")];
+    let signals =
+        wavegate::ProviderSignals::from_headers(headers.iter().map(|(n, v)| (*n, v.as_bytes())), SystemTime::now());
+    scheduler
+        .upstream("learning")
+        .expect("configured")
+        .request()
+        .classify(move |_: &Result<(), std::io::Error>| Outcome::from_signals(200, None, signals))
+        .call(|_| async { Ok(()) })
+        .await
+        .expect("served");
+    let status = wavegate_web::status(&scheduler).await.expect("status");
+    let body = serde_json::to_value(&status.upstreams[0]).expect("JSON");
+    let learned = &body["learned_requests"];
+    assert_eq!((learned["limit"].as_u64(), learned["window_ms"].as_u64()), (Some(10), Some(2_000)), "{body}");
+    assert_eq!(learned["per_minute"].as_u64(), Some(300));
+    assert!(learned["forgotten_in_ms"].as_u64().is_some_and(|ms| ms > 5_000 && ms <= 6_000), "{learned}");
+    assert!(body["requests_budget"]["remaining"].as_u64().is_some(), "a learned limit is a budget: {body}");
+    assert!(body["learned_tokens"].is_null());
+    // The gauges are refreshed every second.
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    assert_eq!(
+        value_after(&metrics, r#"wavegate_learned_limit_per_minute{upstream="learning",budget="requests"}"#),
+        300.0
+    );
+}
