@@ -56,9 +56,22 @@ end
 local in_flight = redis.call('ZCARD', KEYS[1])
 local denial, wait = wave_denial(s, now, in_flight)
 local ask = asks[1]
+-- A process not on the waiting list yet that asks with room to spare is granted at once in the
+-- common case: its offers join the choice in memory, and it is put on the list only if it
+-- still waits afterwards (no writes to add and remove it again).
+local deferred = false
 if classes and instance ~= '' then
-  register_waiting(config, instance, asks, now)
-  if not denial and not (config.tokens and ask.tokens > config.tokens.burst) then
+  local choosing = not denial and not (config.tokens and ask.tokens > config.tokens.burst)
+  if choosing then
+    local members = {}
+    for _, c in ipairs(config.classes) do table.insert(members, c.name .. '|' .. instance) end
+    deferred = true
+    for _, since in ipairs(redis.call('ZMSCORE', KEYS[5], unpack(members))) do
+      if since then deferred = false end
+    end
+  end
+  if not deferred then register_waiting(config, instance, asks, now, true) end
+  if choosing then
     -- Room: which class gets it, fleet-wide; the ask waits if its classes are not reached.
     local asked = {}
     for k, a in ipairs(asks) do
@@ -67,6 +80,7 @@ if classes and instance ~= '' then
       asked[c][tenant_of(a.id)] = k
     end
     local fleet = fleet_classes(config, s.limit, now, true)
+    if deferred then add_offers(config, fleet, instance, asks, now) end
     local asked_tokens = {}
     for _, a in ipairs(asks) do
       local c = config.class_index[a.class] or config.default_class
@@ -120,7 +134,16 @@ else
     redis.call('HSET', KEYS[3], id, s.wave)
     if pw_charge(windows, now, tokens) then pw_save(windows) end -- [provider windows]
     if ask.turns then turns_granted(config, ask.turns, ask.class_index) end
-    if classes and instance ~= '' then
+    if deferred then
+      -- Only what still waits goes on the list.
+      local left = {}
+      for _, a in ipairs(asks) do
+        local demand = a.demand - (a == ask and 1 or 0)
+        if demand > 0 then table.insert(left, { class = a.class, id = a.id, demand = demand }) end
+      end
+      if #left > 0 then register_waiting(config, instance, left, now, false) end
+      deferred = false
+    elseif classes and instance ~= '' then
       granted_waiting(instance, ask, asks, now)
     elseif instance ~= '' then
       redis.call('ZREM', KEYS[4], instance)
@@ -129,5 +152,7 @@ else
     result = { 1, s.wave, s.state, s.limit, in_flight + 1, id }
   end
 end
+-- Not granted after all (the provider's window, a budget): the asks wait, on the list.
+if deferred then register_waiting(config, instance, asks, now, false) end
 if changed or redis.call('HEXISTS', KEYS[2], 'state') == 0 then save_state(s, config) end
 return result

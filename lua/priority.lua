@@ -95,12 +95,13 @@ end
 -- After a grant to class i: the virtual time moves to its pass, which advances by its stride.
 local function turns_granted(config, turns, i)
   local pass = turns.passes[i]
+  turns.passes[i] = pass + stride(config.classes[i].weight)
   if pass > turns.v then
     turns.v = pass
-    redis.call('HSET', KEYS[6], '~v', pass)
+    redis.call('HSET', KEYS[6], '~v', pass, '~p|' .. config.classes[i].name, turns.passes[i])
+  else
+    redis.call('HSET', KEYS[6], '~p|' .. config.classes[i].name, turns.passes[i])
   end
-  turns.passes[i] = pass + stride(config.classes[i].weight)
-  redis.call('HSET', KEYS[6], '~p|' .. config.classes[i].name, turns.passes[i])
 end
 
 -- The tag of the callers that name no tenant (wavegate_core::tenant::NO_TENANT).
@@ -304,9 +305,9 @@ local function choose_class(classes, room, asked)
 end
 
 -- Puts process `instance` on the waiting list for each class it asks for (keeping the place
--- of one that already waits), with how many of its callers of each tenant wait, and takes it
--- off for the classes it no longer asks for.
-local function register_waiting(config, instance, asks, now)
+-- of one that already waits), with how many of its callers of each tenant wait, and (with
+-- `clear_others`) takes it off for the classes it no longer asks for.
+local function register_waiting(config, instance, asks, now, clear_others)
   local by_member, order = {}, {}
   for _, ask in ipairs(asks) do
     local member = ask.class .. '|' .. instance
@@ -324,12 +325,29 @@ local function register_waiting(config, instance, asks, now)
     redis.call('ZADD', KEYS[5], now, member)
     redis.call('HSET', KEYS[6], member, by_member[member].demand, member .. '>', table.concat(by_member[member].offers, ','))
   end
+  if not clear_others then return end
   for _, c in ipairs(config.classes) do
     local member = c.name .. '|' .. instance
     if not by_member[member] then
       redis.call('ZREM', KEYS[4], member)
       redis.call('ZREM', KEYS[5], member)
       redis.call('HDEL', KEYS[6], member, member .. '>')
+    end
+  end
+end
+
+-- A process not on the waiting list yet joins the choice in memory: its asks, as
+-- register_waiting would put them, added to the fleet's classes from fleet_classes.
+local function add_offers(config, classes, instance, asks, now)
+  for _, ask in ipairs(asks) do
+    local class = classes[config.class_index[ask.class] or config.default_class]
+    if class and ask.demand > 0 then
+      if class.demand == 0 or now < class.since then class.since = now end
+      class.demand = class.demand + ask.demand
+      local tenant = tenant_entry(class, tenant_of(ask.id))
+      tenant.demand = tenant.demand + ask.demand
+      if now < tenant.since then tenant.since = now end
+      table.insert(tenant.owners, { member = ask.class .. '|' .. instance, demand = ask.demand, since = now })
     end
   end
 end
