@@ -124,33 +124,70 @@ async fn local_mode_serves_interactive_first_and_batch_keeps_going() {
 async fn both_flooding(handles: &[Upstream], addr: SocketAddr, secs: u64) -> (f64, f64) {
     let stop = Arc::new(AtomicBool::new(false));
     let counts = [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
-    let class_flood = |class: &'static str, done: Arc<AtomicU64>| {
-        let (handles, stop) = (handles.to_vec(), stop.clone());
-        tokio::spawn(async move {
-            let caller = |llm: Upstream| {
-                let (stop, done) = (stop.clone(), done.clone());
-                async move {
-                    while !stop.load(SeqCst) {
-                        let reply =
-                            llm.request().priority(class).call(|_| http_get(addr, "/", Duration::from_secs(5))).await;
-                        assert_eq!(reply.expect("a call").status, 200);
-                        // Not the calls still queued at the stop: they drain one class alone.
-                        if !stop.load(SeqCst) {
-                            done.fetch_add(1, SeqCst);
-                        }
-                    }
-                }
-            };
-            join_all((0..40).map(|n| caller(handles[n % handles.len()].clone()))).await;
-        })
-    };
-    let floods = [class_flood("interactive", counts[0].clone()), class_flood("batch", counts[1].clone())];
+    let floods = [("interactive", &counts[0]), ("batch", &counts[1])]
+        .map(|(class, done)| flood_with(handles, addr, Who::class(class), 40, stop.clone(), done.clone()));
     tokio::time::sleep(Duration::from_secs(secs)).await;
     stop.store(true, SeqCst);
     for flood in floods {
         flood.await.expect("flood");
     }
     (counts[0].load(SeqCst) as f64, counts[1].load(SeqCst) as f64)
+}
+
+/// Who a flooding caller is: its class and its tenant (`None`: the upstream's defaults).
+#[derive(Debug, Clone, Copy)]
+struct Who {
+    class: Option<&'static str>,
+    tenant: Option<&'static str>,
+}
+
+impl Who {
+    fn class(class: &'static str) -> Self {
+        Self { class: Some(class), tenant: None }
+    }
+    fn tenant(tenant: &'static str) -> Self {
+        Self { class: None, tenant: Some(tenant) }
+    }
+}
+
+/// `callers` callers of `who` through `handles` (spread over them), each calling again as soon
+/// as its call is done, until `stop`; counts in `done` the calls whose permit came before the
+/// stop (not those still queued then: they drain one kind of caller alone).
+fn flood_with(
+    handles: &[Upstream],
+    addr: SocketAddr,
+    who: Who,
+    callers: usize,
+    stop: Arc<AtomicBool>,
+    done: Arc<AtomicU64>,
+) -> tokio::task::JoinHandle<()> {
+    let handles = handles.to_vec();
+    tokio::spawn(async move {
+        let caller = |llm: Upstream| {
+            let (stop, done) = (stop.clone(), done.clone());
+            async move {
+                while !stop.load(SeqCst) {
+                    let mut request = llm.request();
+                    if let Some(class) = who.class {
+                        request = request.priority(class);
+                    }
+                    if let Some(tenant) = who.tenant {
+                        request = request.tenant(tenant);
+                    }
+                    let reply = request
+                        .call(|_| {
+                            if !stop.load(SeqCst) {
+                                done.fetch_add(1, SeqCst);
+                            }
+                            http_get(addr, "/", Duration::from_secs(5))
+                        })
+                        .await;
+                    assert_eq!(reply.expect("a call").status, 200);
+                }
+            }
+        };
+        join_all((0..callers).map(|n| caller(handles[n % handles.len()].clone()))).await;
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -319,26 +356,8 @@ async fn tenants_are_fair_across_the_fleet() {
         .into_iter()
         .map(|(n, tenant)| {
             let llm = schedulers[n].upstream("llm").expect("configured");
-            let (stop, done) = (stop.clone(), counts[usize::from(tenant == "b")].clone());
-            tokio::spawn(async move {
-                let caller = |llm: Upstream| {
-                    let (stop, done) = (stop.clone(), done.clone());
-                    async move {
-                        while !stop.load(SeqCst) {
-                            let reply = llm
-                                .request()
-                                .tenant(tenant)
-                                .call(|_| http_get(addr, "/", Duration::from_secs(5)))
-                                .await;
-                            assert_eq!(reply.expect("a call").status, 200);
-                            if !stop.load(SeqCst) {
-                                done.fetch_add(1, SeqCst);
-                            }
-                        }
-                    }
-                };
-                join_all((0..20).map(|_| caller(llm.clone()))).await;
-            })
+            let done = counts[usize::from(tenant == "b")].clone();
+            flood_with(&[llm], addr, Who::tenant(tenant), 20, stop.clone(), done)
         })
         .collect();
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -367,49 +386,15 @@ fn batch_capped_at_a_quarter_of_the_budget() -> UpstreamConfig {
         .expect("valid config")
 }
 
-/// `callers` callers of `class` through `handles` until `stop`; counts the calls that began
-/// (their permit granted) before it.
-fn class_flood(
-    handles: &[Upstream],
-    addr: SocketAddr,
-    class: &'static str,
-    callers: usize,
-    stop: Arc<AtomicBool>,
-    done: Arc<AtomicU64>,
-) -> tokio::task::JoinHandle<()> {
-    let handles = handles.to_vec();
-    tokio::spawn(async move {
-        let caller = |llm: Upstream| {
-            let (stop, done) = (stop.clone(), done.clone());
-            async move {
-                while !stop.load(SeqCst) {
-                    let reply = llm
-                        .request()
-                        .priority(class)
-                        .call(|_| {
-                            if !stop.load(SeqCst) {
-                                done.fetch_add(1, SeqCst);
-                            }
-                            http_get(addr, "/", Duration::from_secs(5))
-                        })
-                        .await;
-                    assert_eq!(reply.expect("a call").status, 200);
-                }
-            }
-        };
-        join_all((0..callers).map(|n| caller(handles[n % handles.len()].clone()))).await;
-    })
-}
-
 /// Batch alone for 2 s, then batch and interactive for 3 s: batch stays within its quarter
 /// of the budget throughout, and interactive gets the rest.
 async fn a_class_budget_caps_its_class(handles: &[Upstream], addr: SocketAddr) {
     let (batch, interactive) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let stop = Arc::new(AtomicBool::new(false));
-    let batch_flood = class_flood(handles, addr, "batch", 20, stop.clone(), batch.clone());
+    let batch_flood = flood_with(handles, addr, Who::class("batch"), 20, stop.clone(), batch.clone());
     tokio::time::sleep(Duration::from_secs(2)).await;
     let alone = batch.load(SeqCst);
-    let interactive_flood = class_flood(handles, addr, "interactive", 20, stop.clone(), interactive.clone());
+    let interactive_flood = flood_with(handles, addr, Who::class("interactive"), 20, stop.clone(), interactive.clone());
     tokio::time::sleep(Duration::from_secs(3)).await;
     stop.store(true, SeqCst);
     batch_flood.await.expect("batch flood");

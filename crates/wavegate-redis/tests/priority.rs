@@ -56,6 +56,15 @@ fn disagreement(con: &mut redis::Connection, priority_lua: &str) -> Option<Strin
     None
 }
 
+/// Each one-line mutant of `lua/priority.lua` (its original line must be unique) makes `caught`
+/// say so.
+fn assert_mutants_caught(mutants: &[(&str, &str)], mut caught: impl FnMut(&str) -> bool) {
+    for (original, mutant) in mutants {
+        assert_eq!(PRIORITY_LUA.matches(original).count(), 1, "the mutant's original line is not unique: {original}");
+        assert!(caught(&PRIORITY_LUA.replacen(original, mutant, 1)), "the mutant `{mutant}` was not caught");
+    }
+}
+
 #[test]
 fn the_lua_choice_of_class_passes_the_table() {
     let server = RedisServer::start().expect("redis-server");
@@ -93,11 +102,7 @@ fn one_line_mutants_of_the_lua_choice_are_caught() {
             "for _ = 1, room + 1 do\n    local c = next_class(classes)\n    if c == nil then return nil end",
         ),
     ];
-    for (original, mutant) in mutants {
-        assert_eq!(PRIORITY_LUA.matches(original).count(), 1, "the mutant's original line is not unique: {original}");
-        let mutated = PRIORITY_LUA.replacen(original, mutant, 1);
-        assert!(disagreement(&mut con, &mutated).is_some(), "the mutant `{mutant}` was not caught");
-    }
+    assert_mutants_caught(&mutants, |mutated| disagreement(&mut con, mutated).is_some());
 }
 
 const WAVE_LUA: &str = include_str!("../../../lua/wave.lua");
@@ -159,11 +164,7 @@ fn the_lua_turns_pass_the_table_and_catch_their_mutants() {
         ("turns.passes[i] = pass + stride(config.classes[i].weight)", "turns.passes[i] = pass"),
         ("turns.waiting[i] = values[2 * i + 1] == '1'", "turns.waiting[i] = true"),
     ];
-    for (original, mutant) in mutants {
-        assert_eq!(PRIORITY_LUA.matches(original).count(), 1, "the mutant's original line is not unique: {original}");
-        let mutated = PRIORITY_LUA.replacen(original, mutant, 1);
-        assert!(run(&mutated).is_some(), "the mutant `{mutant}` was not caught");
-    }
+    assert_mutants_caught(&mutants, |mutated| run(mutated).is_some());
 }
 
 #[test]
@@ -227,11 +228,7 @@ fn the_lua_choice_of_tenant_passes_the_table_and_catches_its_mutants() {
         ("and t.since < b.since)", "and t.since > b.since)"),
         ("and t.since < b.since)", "and t.since <= b.since)"),
     ];
-    for (original, mutant) in mutants {
-        assert_eq!(PRIORITY_LUA.matches(original).count(), 1, "the mutant's original line is not unique: {original}");
-        let mutated = PRIORITY_LUA.replacen(original, mutant, 1);
-        assert!(tenant_disagreement(&mut con, &mutated).is_some(), "the mutant `{mutant}` was not caught");
-    }
+    assert_mutants_caught(&mutants, |mutated| tenant_disagreement(&mut con, mutated).is_some());
 }
 
 /// Two processes' gates of one upstream with classes `interactive` (weight 3) and `batch`.
