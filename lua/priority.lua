@@ -213,10 +213,9 @@ end
 
 -- A class with a budget of its own (a share of the upstream's, wave.lua) takes no part in the
 -- choice while that budget cannot take one more request (and, for the asker's classes, its
--- token estimate; `tokens[c]`): its permit goes to another class that waits. Returns the
--- shortest wait of the classes left out this way, or nil.
+-- token estimate; `tokens[c]`): its permit goes to another class that waits, and its own
+-- callers ask again at their next poll.
 local function cap_classes(config, classes, now, tokens)
-  local shortest = nil
   for i, class in ipairs(classes) do
     local own = config.classes[i]
     if class.demand > 0 and own.share < 100 then
@@ -226,13 +225,9 @@ local function cap_classes(config, classes, now, tokens)
         local _, w = gcra_check(own.tokens, load_tat('tokens_tat|' .. own.name), now * 1000, tokens[i] or 1)
         wait = math.max(wait, w)
       end
-      if wait > 0 then
-        class.demand = 0
-        if shortest == nil or wait < shortest then shortest = wait end
-      end
+      if wait > 0 then class.demand = 0 end
     end
   end
-  return shortest
 end
 
 -- After a grant of class i reserving `tokens`: its own budgets are charged too.
