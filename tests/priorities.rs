@@ -145,6 +145,7 @@ impl Who {
     fn class(class: &'static str) -> Self {
         Self { class: Some(class), tenant: None }
     }
+    #[cfg(feature = "redis")]
     fn tenant(tenant: &'static str) -> Self {
         Self { class: None, tenant: Some(tenant) }
     }
