@@ -6,16 +6,14 @@
 //! variables; run normally it starts the servers and the workers and checks what the mock
 //! provider saw. (`harness = false`: it prints `N passed, M failed` itself.)
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use wavegate::{Scheduler, UpstreamConfig};
 use wavegate_testkit::{MockUpstream, MockUpstreamConfig, RedisServer};
 
 mod common;
-use common::{call_mock, env, field, run_scenarios};
+use common::{Worker, call_mock, env, field, run_scenarios};
 
 const ROLE: &str = "WAVEGATE_FLEET_ROLE";
 
@@ -38,45 +36,6 @@ fn main() {
 
 // ------------------------------------------------------------------------------------------
 // The orchestrator's side.
-
-/// A worker process; killed on drop if still running.
-struct Worker {
-    child: Child,
-    lines: std::sync::mpsc::Receiver<String>,
-}
-
-impl Worker {
-    fn spawn(envs: &[(&str, String)]) -> Worker {
-        let mut command = Command::new(std::env::current_exe().expect("own path"));
-        command.env(ROLE, "worker").stdout(Stdio::piped()).stderr(Stdio::inherit());
-        for (key, value) in envs {
-            command.env(key, value);
-        }
-        let mut child = command.spawn().expect("spawn worker");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Worker { child, lines }
-    }
-
-    /// The first line starting with `prefix`, within `timeout`.
-    fn expect_line(&self, prefix: &str, timeout: Duration) -> String {
-        common::expect_line(&self.lines, self.child.id(), prefix, timeout)
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// The settings every worker needs; scenarios add their own after them.
 fn worker_env(
@@ -108,7 +67,7 @@ fn four_processes_never_exceed_the_shared_limit() {
         .map(|_| {
             let mut env = worker_env(&redis, &mock, "calls", LIMIT, 30_000);
             env.extend([("CALLERS", CALLERS.to_string()), ("CALLS", CALLS.to_string())]);
-            Worker::spawn(&env)
+            Worker::spawn(ROLE, &env)
         })
         .collect();
     let mut ok = 0;
@@ -159,7 +118,7 @@ fn kill_9_of_a_holder_frees_its_permits_within_two_leases() {
         redis::cmd("ZCARD").arg("wavegate:{mock}:permits").query(con).expect("ZCARD")
     };
 
-    let mut holder = Worker::spawn(&common("hold"));
+    let mut holder = Worker::spawn(ROLE, &common("hold"));
     holder.expect_line("HOLDING", Duration::from_secs(20));
     assert_eq!(held(&mut con), LIMIT);
     // The watchdog keeps the permits past their lease while the holder lives.
@@ -169,7 +128,7 @@ fn kill_9_of_a_holder_frees_its_permits_within_two_leases() {
     // Another process waits for a permit; none is free.
     let mut envs = common("calls");
     envs.extend([("CALLERS", "2".to_string()), ("CALLS", "20".to_string())]);
-    let other = Worker::spawn(&envs);
+    let other = Worker::spawn(ROLE, &envs);
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(mock.served(), 0, "nothing can be served while the holder holds every permit");
 
@@ -203,9 +162,9 @@ fn redis_killed_under_load_fails_open_to_fair_shares() {
         env.extend([("HOLD", HELD.to_string()), ("CALLERS", "12".to_string()), ("CALLS", "600".to_string())]);
         env
     };
-    let holder = Worker::spawn(&common("hold"));
+    let holder = Worker::spawn(ROLE, &common("hold"));
     holder.expect_line("HOLDING", Duration::from_secs(20));
-    let callers: Vec<Worker> = (0..CALLERS_PROCESSES).map(|_| Worker::spawn(&common("calls"))).collect();
+    let callers: Vec<Worker> = (0..CALLERS_PROCESSES).map(|_| Worker::spawn(ROLE, &common("calls"))).collect();
     // Let every process heartbeat so each knows there are four of them.
     std::thread::sleep(Duration::from_millis(1_500));
     assert!(mock.max_in_flight() <= LIMIT - HELD, "healthy: {} > {}", mock.max_in_flight(), LIMIT - HELD);
@@ -265,7 +224,7 @@ fn four_processes_stay_within_the_requests_budget() {
                 ("DURATION_MS", (SECONDS * 1000).to_string()),
                 ("RPM", format!("{PER_MINUTE},{BURST}")),
             ]);
-            Worker::spawn(&env)
+            Worker::spawn(ROLE, &env)
         })
         .collect();
     for worker in &workers {

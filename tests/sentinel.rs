@@ -11,16 +11,14 @@
 //!
 //! This binary is its own worker (`WAVEGATE_SENTINEL_ROLE=worker`); `harness = false`.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use wavegate::{Scheduler, UpstreamConfig};
 use wavegate_testkit::{MockUpstream, MockUpstreamConfig, SentinelGroup};
 
 mod common;
-use common::{call_mock, env, field, run_scenarios};
+use common::{Worker, call_mock, env, field, run_scenarios};
 
 const ROLE: &str = "WAVEGATE_SENTINEL_ROLE";
 const PROCESSES: usize = 4;
@@ -80,51 +78,6 @@ fn a_dead_and_a_hung_sentinel_delay_nothing() {
     });
 }
 
-/// A worker process; killed on drop if still running.
-struct Worker {
-    child: Child,
-    lines: std::sync::mpsc::Receiver<String>,
-}
-
-impl Worker {
-    fn spawn(envs: &[(&str, String)]) -> Worker {
-        let mut command = Command::new(std::env::current_exe().expect("own path"));
-        command.env(ROLE, "worker").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
-        for (key, value) in envs {
-            command.env(key, value);
-        }
-        let mut child = command.spawn().expect("spawn worker");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Worker { child, lines }
-    }
-
-    fn expect_line(&self, prefix: &str, timeout: Duration) -> String {
-        common::expect_line(&self.lines, self.child.id(), prefix, timeout)
-    }
-
-    /// Sends the worker a line on its stdin.
-    fn tell(&mut self, line: &str) {
-        use std::io::Write;
-        let stdin = self.child.stdin.as_mut().expect("piped stdin");
-        writeln!(stdin, "{line}").and_then(|()| stdin.flush()).expect("write to the worker");
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// The most calls the mock served at once at any instant of `[from, to)`.
 fn max_in_flight(spans: &[(Instant, Instant)], from: Instant, to: Instant) -> usize {
     let mut events: Vec<(Instant, i32)> = spans.iter().flat_map(|(start, end)| [(*start, 1), (*end, -1)]).collect();
@@ -153,9 +106,9 @@ fn kill_9_of_the_primary_under_load_fails_over_without_over_admitting() {
         ("CALLERS", "8".to_string()),
         ("DURATION_MS", "14000".to_string()),
     ];
-    let mut holder = Worker::spawn(&[&envs[..], &[("WORK", "hold".to_string())]].concat());
+    let mut holder = Worker::spawn(ROLE, &[&envs[..], &[("WORK", "hold".to_string())]].concat());
     let workers: Vec<Worker> =
-        (1..PROCESSES).map(|_| Worker::spawn(&[&envs[..], &[("WORK", "calls".to_string())]].concat())).collect();
+        (1..PROCESSES).map(|_| Worker::spawn(ROLE, &[&envs[..], &[("WORK", "calls".to_string())]].concat())).collect();
     for worker in workers.iter().chain([&holder]) {
         worker.expect_line("MODE shared", Duration::from_secs(10));
     }

@@ -1,7 +1,9 @@
 //! Helpers shared by the whole-system tests (each test file that needs them says `mod common;`).
 #![allow(dead_code)] // each test file uses only some of them
 
+use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -82,4 +84,51 @@ pub(crate) fn field(line: &str, name: &str) -> u64 {
         .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no {name}= in {line:?}"))
+}
+
+/// A worker process: this test binary run again with `role_var=worker`, its stdout read line by
+/// line on a thread; killed on drop if still running.
+pub(crate) struct Worker {
+    pub(crate) child: Child,
+    lines: Receiver<String>,
+}
+
+impl Worker {
+    /// Starts a worker with `envs`, its stdin piped (see [`tell`](Self::tell)).
+    pub(crate) fn spawn(role_var: &str, envs: &[(&str, String)]) -> Worker {
+        let mut command = Command::new(std::env::current_exe().expect("own path"));
+        command.env(role_var, "worker").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+        for (key, value) in envs {
+            command.env(key, value);
+        }
+        let mut child = command.spawn().expect("spawn worker");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Worker { child, lines }
+    }
+
+    /// The first line starting with `prefix`, within `timeout`.
+    pub(crate) fn expect_line(&self, prefix: &str, timeout: Duration) -> String {
+        expect_line(&self.lines, self.child.id(), prefix, timeout)
+    }
+
+    /// Sends the worker a line on its stdin.
+    pub(crate) fn tell(&mut self, line: &str) {
+        let stdin = self.child.stdin.as_mut().expect("piped stdin");
+        writeln!(stdin, "{line}").and_then(|()| stdin.flush()).expect("write to the worker");
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
