@@ -40,6 +40,7 @@
 //! # Ok::<(), wavegate_core::ConfigError>(())
 //! ```
 
+mod ask;
 mod backoff;
 mod breaker;
 pub mod class_budget;
@@ -51,6 +52,7 @@ mod gcra;
 mod learned_limit;
 mod ledger;
 mod outcome;
+mod permit_id;
 mod pool;
 pub mod priority;
 mod provider_window;
@@ -62,6 +64,7 @@ pub mod spec;
 pub mod tenant;
 mod wave;
 
+pub use ask::{Ask, Decision};
 pub use backoff::Backoff;
 pub use breaker::{
     BreakerConfig, BreakerOpen, BreakerState, BreakerTicket, BreakerTransition, CallResult, CircuitBreaker,
@@ -78,6 +81,7 @@ pub use learned_limit::{
 };
 pub use ledger::{HeldPermit, PermitLedger};
 pub use outcome::{Outcome, Transient, TransportError};
+pub use permit_id::{BadPermitId, Instance, PermitId, TenantTag};
 pub use pool::{MemberView, PoolConfig, PoolConfigBuilder, PoolConfigError, PoolPolicy};
 pub use provider_window::{ProviderWindows, SAME_WINDOW_MS, TrackedWindow, WindowLeft, WindowReport};
 pub use rate_limit_kind::RateLimitKind;

@@ -27,12 +27,17 @@
 pub const NO_TENANT: &str = "-";
 
 /// How a tenant key appears outside the process: 16 hex digits of its 64-bit FNV-1a hash
-/// (stable across processes, builds and Rust versions; never [`NO_TENANT`]).
+/// (stable across processes, builds and Rust versions; never [`NO_TENANT`]). The typed form
+/// is [`TenantTag`](crate::TenantTag).
 pub fn tenant_tag(key: &str) -> String {
+    format!("{:016x}", tenant_hash(key))
+}
+
+/// The 64-bit FNV-1a hash of a tenant key, which [`tenant_tag`] writes in hex.
+pub fn tenant_hash(key: &str) -> u64 {
     const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
-    let hash = key.bytes().fold(OFFSET, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(PRIME));
-    format!("{hash:016x}")
+    key.bytes().fold(OFFSET, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(PRIME))
 }
 
 /// One tenant of a class as the choice sees it.

@@ -1,0 +1,70 @@
+//! What a process asks a gate for, and the gate's answer, which names the ask it answers.
+//!
+//! A process asks for one permit at a time on behalf of its waiting callers: one [`Ask`] per
+//! head it offers (one per priority class, or per tenant within a class), each carrying the
+//! waiter's [`PermitId`] (which names its class and tenant), its token estimate and how many of
+//! the process's callers it stands for. Both gates — the in-process one
+//! ([`LocalGate`](crate::LocalGate)) and the Redis scripts — take the same asks and give the
+//! same [`Decision`]: a grant names the ask it grants; a denial names the ask it refuses (the
+//! one the fleet-wide choice reached, else the first), so a waiter is only ever failed by a
+//! reply that names it.
+
+use crate::permit_id::PermitId;
+use crate::wave::{DenyReason, WaveState};
+
+/// One head of a process's waiting callers, as a gate is asked for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ask {
+    /// The waiter's permit id (its class and tenant inside).
+    pub id: PermitId,
+    /// Tokens to reserve from the tokens budget (0 without one).
+    pub tokens: u64,
+    /// How many of the process's callers it stands for, itself included (its class's callers
+    /// without tenants, its tenant's callers within the class with them); at least 1.
+    pub waiting: u32,
+}
+
+/// A gate's answer to an acquire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// The permit of ask `id` is granted, in `wave`.
+    Granted {
+        /// The ask granted.
+        id: PermitId,
+        /// The wave the permit is issued in; its outcome is reported against it.
+        wave: u64,
+        /// The state at the grant.
+        state: WaveState,
+        /// The limit at the grant.
+        limit: u32,
+        /// Permits held after the grant (across the fleet in shared mode).
+        in_flight: u32,
+    },
+    /// Not now, or (for [`DenyReason::TokensExceedBurst`]) never, for ask `id`.
+    Denied {
+        /// The ask refused: the one the choice reached, else the first asked.
+        id: PermitId,
+        /// Why.
+        reason: DenyReason,
+        /// How long until asking again can succeed (0: only a release can make room).
+        retry_after_ms: u64,
+        /// Permits held (across the fleet in shared mode).
+        in_flight: u32,
+    },
+}
+
+impl Decision {
+    /// The ask it answers.
+    pub fn id(&self) -> &PermitId {
+        match self {
+            Decision::Granted { id, .. } | Decision::Denied { id, .. } => id,
+        }
+    }
+
+    /// Permits held after it.
+    pub fn in_flight(&self) -> u32 {
+        match self {
+            Decision::Granted { in_flight, .. } | Decision::Denied { in_flight, .. } => *in_flight,
+        }
+    }
+}
