@@ -17,32 +17,19 @@
 //! * anything else ends the call at once, with the caller's result as it came.
 
 use std::future::Future;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tracing::Instrument;
 use wavegate_core::{Outcome, RateLimitKind, TransportError};
 
+use crate::attempt::{Attempt, acquire_permit};
 use crate::classify::{Classify, Meter};
+use crate::engine::clock::{self, Instant};
+use crate::engine::request::{AttemptKind, Request};
 use crate::error::Error;
-use crate::messages::AttemptKind;
+use crate::handle::Inner;
 use crate::metrics;
 use crate::permit::Permit;
-use crate::request::{Attempt, acquire_permit};
-use crate::scheduler::Inner;
-
-/// What a request asks for beyond its upstream.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Ask {
-    /// Tokens to reserve from the tokens budget for each attempt (0 without one).
-    pub(crate) tokens: u64,
-    /// When the whole call must be over; never later than the upstream's total timeout.
-    pub(crate) deadline: Option<Instant>,
-    /// Its priority class (index in the upstream's classes; 0 without classes).
-    pub(crate) class: usize,
-    /// Its tenant within the class, if it names one.
-    pub(crate) tenant: Option<Arc<str>>,
-}
 
 impl Error {
     /// An error that holds no caller's error, as an `Error<E>` of any `E`.
@@ -51,37 +38,20 @@ impl Error {
     }
 }
 
-/// An estimate larger than the configured tokens burst can never fit: refused before the
-/// breaker, the queue and any wait (the coordinator also checks a fallback share's burst).
-fn never_fits(config: &wavegate_core::UpstreamConfig, tokens: u64) -> Option<Error> {
-    let burst = u64::from(config.budgets().tokens?.burst());
-    (tokens > burst).then(|| Error::InsufficientCapacity {
-        upstream: config.name().to_string(),
-        budget: "tokens_per_minute",
-        requested: tokens,
-        burst,
-    })
-}
-
 /// A permit for a caller that makes the call itself: waits at most the upstream's `max_wait`,
-/// and not past the ask's deadline.
-pub(crate) async fn acquire(inner: &Inner, upstream: usize, ask: Ask) -> Result<Permit, Error> {
+/// and not past the request's deadline.
+pub(crate) async fn acquire(inner: &Inner, upstream: usize, request: Request) -> Result<Permit, Error> {
     let config = &inner.upstreams[upstream];
     let now = Instant::now();
-    let max_wait = now + config.max_wait();
-    if let Some(error) = never_fits(config, ask.tokens) {
-        return Err(error);
-    }
+    let max_wait = clock::after(now, config.max_wait());
     let deadline_passed = || Error::DeadlinePassed { upstream: config.name().to_string(), attempts: 0 };
-    let wait_until = match ask.deadline {
+    let wait_until = match request.deadline {
         Some(deadline) if deadline <= now => return Err(deadline_passed()),
         Some(deadline) => deadline.min(max_wait),
         None => max_wait,
     };
-    match acquire_permit(inner, upstream, AttemptKind::First, wait_until, ask.tokens, ask.class, ask.tenant.clone())
-        .await
-    {
-        Err(Error::WaitedTooLong { .. }) if ask.deadline.is_some_and(|deadline| Instant::now() >= deadline) => {
+    match acquire_permit(inner, upstream, &request, AttemptKind::First, wait_until).await {
+        Err(Error::WaitedTooLong { .. }) if request.deadline.is_some_and(|deadline| Instant::now() >= deadline) => {
             Err(deadline_passed())
         }
         result => result,
@@ -92,7 +62,7 @@ pub(crate) async fn acquire(inner: &Inner, upstream: usize, ask: Ask) -> Result<
 pub(crate) async fn call<F, Fut, T, E, C, M>(
     inner: &Inner,
     upstream: usize,
-    ask: Ask,
+    request: Request,
     classify: &C,
     meter: &M,
     f: F,
@@ -115,7 +85,7 @@ where
         outcome = tracing::field::Empty,
     );
     let mut log = CallLog::default();
-    let result = attempts(inner, upstream, ask, classify, meter, f, &mut log).instrument(span.clone()).await;
+    let result = attempts(inner, upstream, request, classify, meter, f, &mut log).instrument(span.clone()).await;
     let outcome = match &result {
         Ok(_) => log.last.unwrap_or("success"),
         Err(Error::Upstream { outcome, .. }) => outcome.label(),
@@ -162,7 +132,7 @@ struct CallLog {
 async fn attempts<F, Fut, T, E, C, M>(
     inner: &Inner,
     upstream: usize,
-    ask: Ask,
+    request: Request,
     classify: &C,
     meter: &M,
     mut f: F,
@@ -176,11 +146,8 @@ where
 {
     let config = &inner.upstreams[upstream];
     let name = || config.name().to_string();
-    let total = Instant::now() + config.total_timeout();
-    let deadline = ask.deadline.map_or(total, |deadline| deadline.min(total));
-    if let Some(error) = never_fits(config, ask.tokens) {
-        return Err(error.widen());
-    }
+    let total = clock::after(Instant::now(), config.total_timeout());
+    let deadline = request.deadline.map_or(total, |deadline| deadline.min(total));
     let mut transient_retries = 0u32;
     let mut kind = AttemptKind::First;
     loop {
@@ -188,21 +155,20 @@ where
         if now >= deadline {
             return Err(Error::DeadlinePassed { upstream: name(), attempts: log.attempts });
         }
-        let wait_until = deadline.min(now + config.max_wait());
-        let permit =
-            match acquire_permit(inner, upstream, kind, wait_until, ask.tokens, ask.class, ask.tenant.clone()).await {
-                Ok(permit) => permit,
-                Err(Error::WaitedTooLong { .. }) if Instant::now() >= deadline => {
-                    return Err(Error::DeadlinePassed { upstream: name(), attempts: log.attempts });
-                }
-                Err(Error::RetryBudgetSpent { upstream, .. }) => {
-                    return Err(Error::RetryBudgetSpent { upstream, attempts: log.attempts, last: "transient" });
-                }
-                Err(Error::QuotaExhausted { upstream, retry_after, .. }) => {
-                    return Err(Error::QuotaExhausted { upstream, attempts: log.attempts, retry_after });
-                }
-                Err(error) => return Err(error.widen()),
-            };
+        let wait_until = deadline.min(clock::after(now, config.max_wait()));
+        let mut permit = match acquire_permit(inner, upstream, &request, kind, wait_until).await {
+            Ok(permit) => permit,
+            Err(Error::WaitedTooLong { .. }) if Instant::now() >= deadline => {
+                return Err(Error::DeadlinePassed { upstream: name(), attempts: log.attempts });
+            }
+            Err(Error::RetryBudgetSpent { upstream, .. }) => {
+                return Err(Error::RetryBudgetSpent { upstream, attempts: log.attempts, last: "transient" });
+            }
+            Err(Error::QuotaExhausted { upstream, retry_after, .. }) => {
+                return Err(Error::QuotaExhausted { upstream, attempts: log.attempts, retry_after });
+            }
+            Err(error) => return Err(error.widen()),
+        };
         log.attempts += 1;
         log.wave = permit.wave();
         log.queue_wait += permit.queue_wait();
@@ -211,6 +177,9 @@ where
         let timeout = config.call_timeout().min(remaining);
         let attempt = Attempt { number: log.attempts, wave: permit.wave(), timeout, waited: permit.waited() };
         let started = Instant::now();
+        // From here on the request is the provider's: a cancelled call keeps its permit until
+        // the provider has plausibly finished with it.
+        permit.request_sent();
         let answer = tokio::time::timeout(timeout, f(attempt)).await;
         log.call += started.elapsed();
         let (outcome, result) = match answer {
@@ -225,7 +194,7 @@ where
         log.last = Some(outcome.label());
         match (&outcome, &result) {
             (Outcome::Success { .. }, Some(Ok(value))) => {
-                let used = meter.tokens_used(value, ask.tokens);
+                let used = meter.tokens_used(value, request.tokens);
                 permit.report_usage(outcome, used);
             }
             _ => permit.report(outcome),
@@ -273,12 +242,12 @@ where
         // Not the last answer: let go of it (and of what it holds) before waiting.
         drop(result);
         if let Some(delay) = delay {
-            let until = Instant::now() + delay;
+            let until = clock::after(Instant::now(), delay);
             if until >= deadline {
                 return Err(Error::DeadlinePassed { upstream: name(), attempts: log.attempts });
             }
             metrics::retry(config.name().as_str(), reason);
-            tokio::time::sleep_until(until.into()).await;
+            tokio::time::sleep_until(until).await;
         } else {
             metrics::retry(config.name().as_str(), reason);
         }

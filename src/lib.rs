@@ -65,12 +65,12 @@
 //! # Ok(()) }
 //! ```
 
+mod attempt;
 mod call;
 pub mod classify;
-mod coordinator;
+mod engine;
 mod error;
-mod ids;
-mod messages;
+mod handle;
 pub mod metrics;
 pub mod middleware;
 mod permit;
@@ -78,23 +78,19 @@ mod pool;
 mod provider_signals;
 mod quota;
 mod registry;
-mod request;
-mod runtime;
 mod scheduler;
 #[cfg(feature = "config")]
 pub mod settings;
 #[cfg(feature = "redis")]
 mod startup_check;
 mod status;
-mod store;
-mod supervisor;
 mod upstream;
 
+pub use attempt::Attempt;
 pub use classify::{ByError, ByStatus, Classify, Meter, Reserved, UpstreamError};
 pub use error::Error;
 pub use permit::Permit;
 pub use pool::{Pool, PoolRequest};
-pub use request::Attempt;
 pub use scheduler::{BuildError, Scheduler, SchedulerBuilder};
 pub use status::{ClassStatus, Mode, UpstreamStatus};
 pub use upstream::{RequestBuilder, Upstream};

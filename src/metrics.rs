@@ -246,12 +246,10 @@ pub(crate) fn upstream_mode(upstream: &str, from: Option<Mode>, to: Mode) {
     }
 }
 
-#[cfg(feature = "redis")]
 pub(crate) fn redis_error(command: &'static str, kind: &'static str) {
     counter!(REDIS_ERRORS_TOTAL, "command" => command, "kind" => kind).increment(1);
 }
 
-#[cfg(feature = "redis")]
 pub(crate) fn reconciled(upstream: &str, adopted: usize, dropped: usize, granted_during_outage: u64) {
     counter!(RECONCILED_PERMITS_TOTAL, "upstream" => upstream.to_owned(), "action" => "adopted")
         .increment(adopted as u64);

@@ -33,17 +33,17 @@
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use wavegate_core::{MemberView, Outcome, PoolConfig, TransportError, UnknownUpstream};
 
+use crate::attempt::{Attempt, acquire_permit};
 use crate::classify::{ByError, Classify, Meter, Reserved};
-use crate::coordinator::ReadHeadroom;
+use crate::engine::clock::{self, Instant};
+use crate::engine::request::{AttemptKind, Request};
 use crate::error::Error;
-use crate::messages::AttemptKind;
+use crate::handle::Inner;
 use crate::metrics;
-use crate::request::{Attempt, acquire_permit};
-use crate::scheduler::Inner;
 use crate::status::UpstreamStatus;
 
 /// The shortest wait when every member refused a request in a round and none said when to
@@ -112,7 +112,7 @@ impl Pool {
     pub async fn status(&self) -> Result<Vec<UpstreamStatus>, Error> {
         let mut all = Vec::with_capacity(self.slot().members.len());
         for &member in &self.slot().members {
-            all.push(crate::scheduler::status(&self.inner, member).await?);
+            all.push(self.inner.status(member).await?);
         }
         Ok(all)
     }
@@ -144,8 +144,8 @@ impl<'p, C, M> PoolRequest<'p, C, M> {
 
     /// When the whole request must be over (moves between members included). Default: the
     /// longest total timeout of the members.
-    pub fn deadline(mut self, deadline: Instant) -> Self {
-        self.deadline = Some(deadline);
+    pub fn deadline(mut self, deadline: std::time::Instant) -> Self {
+        self.deadline = Some(clock::from_std(deadline));
         self
     }
 
@@ -175,7 +175,7 @@ impl<'p, C, M> PoolRequest<'p, C, M> {
         let pool_name = pool.name();
         let members = &slot.members;
         let longest = members.iter().map(|&m| inner.upstreams[m].total_timeout()).max().unwrap_or_default();
-        let deadline = self.deadline.unwrap_or_else(|| Instant::now() + longest);
+        let deadline = self.deadline.unwrap_or_else(|| clock::after(Instant::now(), longest));
         let mut refused = vec![false; members.len()];
         let mut told_wait: Option<Duration> = None;
         let mut attempts = 0u32;
@@ -206,11 +206,7 @@ impl<'p, C, M> PoolRequest<'p, C, M> {
                 told_wait = None;
                 rounds += 1;
             }
-            let rooms = inner
-                .coordinator
-                .send(ReadHeadroom { upstreams: members.clone() })
-                .await
-                .map_err(|_| Error::Stopped)?;
+            let rooms = inner.engine.headroom(members).await.map_err(Error::widen)?;
             let views: Vec<MemberView> = members
                 .iter()
                 .enumerate()
@@ -229,18 +225,9 @@ impl<'p, C, M> PoolRequest<'p, C, M> {
             let member_name = config.name().as_str();
             slot.picked[pick].fetch_add(1, Ordering::Relaxed);
             metrics::pool_pick(pool_name, member_name);
-            let wait_until = deadline.min(Instant::now() + config.max_wait());
-            let permit = match acquire_permit(
-                inner,
-                member,
-                kind,
-                wait_until,
-                self.tokens,
-                config.default_class(),
-                None,
-            )
-            .await
-            {
+            let wait_until = deadline.min(clock::after(Instant::now(), config.max_wait()));
+            let request = Request { tokens: self.tokens, ..Request::new(config.default_class()) };
+            let mut permit = match acquire_permit(inner, member, &request, kind, wait_until).await {
                 Ok(permit) => permit,
                 Err(error) => {
                     // A refusal of this member (breaker, quota, retry budget, no permit in
@@ -258,6 +245,7 @@ impl<'p, C, M> PoolRequest<'p, C, M> {
             let remaining = deadline.saturating_duration_since(Instant::now());
             let timeout = config.call_timeout().min(remaining);
             let attempt = Attempt { number: attempts, wave: permit.wave(), timeout, waited: permit.waited() };
+            permit.request_sent();
             let answer = tokio::time::timeout(timeout, f(member_name, attempt)).await;
             let (outcome, result) = match answer {
                 Ok(result) => (self.classify.classify(&result), Some(result)),

@@ -2,69 +2,23 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
-use crate::store::Store;
 #[cfg(feature = "redis")]
-use crate::store::{StoreConfig, StoreError};
-use actix::Addr;
-use tokio::sync::oneshot;
+use crate::engine::store::StoreError;
 use wavegate_core::{ConfigError, Outcome, PoolConfig, PoolConfigError, UnknownUpstream, UpstreamConfig, UpstreamSet};
 #[cfg(feature = "redis")]
-use wavegate_redis::{Keyspace, StoreHealth};
+use wavegate_redis::{Keyspace, StoreConfig, StoreHealth};
 
-use crate::call::Ask;
-use crate::coordinator::{Coordinator, DRAIN_BOUND};
+use crate::attempt::Attempt;
+use crate::engine::Engine;
+use crate::engine::store::Store;
 use crate::error::Error;
-use crate::messages::{ReadBreaker, ReadMode, ReadStatus};
+use crate::handle::Inner;
 use crate::permit::Permit;
 use crate::pool::{Pool, PoolSlot};
-use crate::quota::QuotaBlock;
-use crate::registry::{self, Registration};
-use crate::request::Attempt;
-use crate::runtime::{ActorThread, Actors};
+use crate::registry::Registration;
 use crate::status::{Mode, UpstreamStatus};
-use crate::supervisor::UpstreamSupervisor;
 use crate::upstream::{RequestBuilder, Upstream};
-
-/// What the handles share.
-#[derive(Debug)]
-pub(crate) struct Inner {
-    pub(crate) upstreams: Vec<UpstreamConfig>,
-    pub(crate) set: UpstreamSet,
-    pub(crate) coordinator: Addr<Coordinator>,
-    pub(crate) supervisors: Vec<Addr<UpstreamSupervisor>>,
-    /// Each upstream's spent quota, if any (see `quota.rs`).
-    pub(crate) quota: Vec<Arc<QuotaBlock>>,
-    /// The pools over the upstreams (see `pool.rs`).
-    pub(crate) pools: Vec<PoolSlot>,
-    /// The actors' own thread, when `build()` found no actix system; it stops with the last
-    /// handle.
-    pub(crate) _thread: Option<ActorThread>,
-    /// Counted among the process's local schedulers (local mode only).
-    pub(crate) registration: Option<Registration>,
-    /// The shared store, if any (for its health).
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    pub(crate) store: Option<Store>,
-}
-
-impl Drop for Inner {
-    /// The last handle is gone: before the actors' own thread stops, the releases already on
-    /// their way to the shared store get there (at most [`DRAIN_BOUND`] more), so a process
-    /// that exits right after its last call does not leave its permits to their leases.
-    fn drop(&mut self) {
-        let own_thread = self._thread.is_some();
-        let on_actor_thread = std::thread::current().name() == Some(crate::runtime::ACTOR_THREAD);
-        if !own_thread || on_actor_thread || self.store.is_none() {
-            return;
-        }
-        let (reply, drained) = std::sync::mpsc::channel();
-        let reply = crate::messages::DrainReply::Blocking(reply);
-        if self.coordinator.try_send(crate::messages::Drain { reply }).is_ok() {
-            let _ = drained.recv_timeout(DRAIN_BOUND + Duration::from_millis(200));
-        }
-    }
-}
 
 /// Why a scheduler could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -223,23 +177,12 @@ impl Scheduler {
     /// real usage with [`Permit::report_usage`]. A shorthand for
     /// `request().tokens(estimated_tokens).acquire()`.
     pub async fn acquire_tokens(&self, upstream: &str, estimated_tokens: u64) -> Result<Permit, Error> {
-        let index = self.index(upstream)?;
-        crate::call::acquire(
-            &self.inner,
-            index,
-            Ask {
-                tokens: estimated_tokens,
-                deadline: None,
-                class: self.inner.upstreams[index].default_class(),
-                tenant: None,
-            },
-        )
-        .await
+        self.request(upstream)?.tokens(estimated_tokens).acquire().await
     }
 
     /// The upstream's state as this process sees it.
     pub async fn status(&self, upstream: &str) -> Result<UpstreamStatus, Error> {
-        status(&self.inner, self.index(upstream)?).await
+        self.inner.status(self.index(upstream)?).await
     }
 
     /// The status of every upstream, in configuration order.
@@ -269,10 +212,8 @@ impl Scheduler {
     /// # }
     /// ```
     pub async fn shutdown(&self) {
-        let (reply, drained) = oneshot::channel();
-        // Queued behind the releases this process's permits already sent (one mailbox).
-        self.inner.coordinator.do_send(crate::messages::Drain { reply: crate::messages::DrainReply::Async(reply) });
-        let _ = tokio::time::timeout(DRAIN_BOUND + Duration::from_millis(200), drained).await;
+        // Queued behind the releases this process's permits already sent (one mailbox a lane).
+        self.inner.engine.drain().await;
     }
 
     /// Where permits come from now, for the process: the least shared of its upstreams' modes.
@@ -281,13 +222,12 @@ impl Scheduler {
     /// together, on a Cluster only the upstreams of a lost master do (see
     /// [`upstream_mode`](Self::upstream_mode)).
     pub async fn mode(&self) -> Result<Mode, Error> {
-        self.inner.coordinator.send(ReadMode { upstream: None }).await.map_err(|_| Error::Stopped)
+        self.inner.engine.mode(None).await
     }
 
     /// Where `upstream`'s permits come from now (no Redis round trip).
     pub async fn upstream_mode(&self, upstream: &str) -> Result<Mode, Error> {
-        let upstream = Some(self.index(upstream)?);
-        self.inner.coordinator.send(ReadMode { upstream }).await.map_err(|_| Error::Stopped)
+        self.inner.engine.mode(Some(self.index(upstream)?)).await
     }
 
     /// What the scheduler knows about its shared store (`None` in local mode): how it is found,
@@ -429,35 +369,11 @@ impl SchedulerBuilder {
         }
         let health = store.clone();
         let local = store.is_none();
-        let Actors { coordinator, supervisors, thread } =
-            Actors::start(&self.upstreams, store).map_err(BuildError::Runtime)?;
+        let quota: Vec<_> = self.upstreams.iter().map(|_| Arc::default()).collect();
+        let engine = Engine::start(&self.upstreams, store, &quota).map_err(BuildError::Runtime)?;
         let registration = local.then(|| Registration::new(self.upstreams.iter().map(|u| u.name().to_string())));
-        let quota = self.upstreams.iter().map(|_| Arc::default()).collect();
-        let inner = Inner {
-            upstreams: self.upstreams,
-            set,
-            coordinator,
-            supervisors,
-            quota,
-            pools,
-            _thread: thread,
-            registration,
-            store: health,
-        };
+        let names = self.upstreams.iter().map(|u| Arc::from(u.name().as_str())).collect();
+        let inner = Inner { upstreams: self.upstreams, names, set, engine, quota, pools, registration, store: health };
         Ok(Scheduler { inner: Arc::new(inner) })
     }
-}
-
-/// One upstream's status: the coordinator's part, then the supervisor's breaker.
-pub(crate) async fn status(inner: &Inner, index: usize) -> Result<UpstreamStatus, Error> {
-    let (reply, answer) = oneshot::channel();
-    inner.coordinator.do_send(ReadStatus { upstream: index, reply });
-    let mut status = answer.await.map_err(|_| Error::Stopped)?;
-    let breaker = inner.supervisors[index].send(ReadBreaker).await.map_err(|_| Error::Stopped)?;
-    status.breaker = breaker.as_str();
-    status.quota_exhausted_for = inner.quota[index].remaining();
-    if inner.registration.is_some() {
-        status.schedulers_in_process = registry::live(&status.upstream);
-    }
-    Ok(status)
 }

@@ -52,12 +52,14 @@ use std::time::{Duration, Instant};
 
 use wavegate_core::UpstreamConfig;
 
-use crate::call::{self, Ask};
+use crate::attempt::Attempt;
+use crate::call;
 use crate::classify::{ByError, Classify, Meter, Reserved};
+use crate::engine::clock;
+use crate::engine::request::{ClassRef, Request};
 use crate::error::Error;
+use crate::handle::Inner;
 use crate::permit::Permit;
-use crate::request::Attempt;
-use crate::scheduler::Inner;
 use crate::status::UpstreamStatus;
 
 /// One configured upstream of a [`Scheduler`](crate::Scheduler), resolved once.
@@ -93,7 +95,7 @@ impl Upstream {
 
     /// The upstream's state as this process sees it.
     pub async fn status(&self) -> Result<UpstreamStatus, Error> {
-        crate::scheduler::status(&self.inner, self.index).await
+        self.inner.status(self.index).await
     }
 }
 
@@ -112,17 +114,15 @@ impl Upstream {
 pub struct RequestBuilder<'u, C = ByError, M = Reserved> {
     inner: &'u Inner,
     index: usize,
-    ask: Ask,
+    request: Request,
     classify: C,
     meter: M,
-    /// A class asked for that the upstream does not have: refused when the request runs.
-    unknown_class: Option<String>,
 }
 
 impl<'u> RequestBuilder<'u> {
     pub(crate) fn new(inner: &'u Inner, index: usize) -> Self {
-        let ask = Ask { class: inner.upstreams[index].default_class(), ..Ask::default() };
-        Self { inner, index, ask, classify: ByError, meter: Reserved, unknown_class: None }
+        let request = Request::new(inner.upstreams[index].default_class());
+        Self { inner, index, request, classify: ByError, meter: Reserved }
     }
 }
 
@@ -132,7 +132,7 @@ impl<'u, C, M> RequestBuilder<'u, C, M> {
     /// [`Permit::report_usage`]). An estimate that can never fit the budget's burst is refused
     /// at once with [`Error::InsufficientCapacity`].
     pub fn tokens(mut self, estimate: u64) -> Self {
-        self.ask.tokens = estimate;
+        self.request.tokens = estimate;
         self
     }
 
@@ -141,7 +141,7 @@ impl<'u, C, M> RequestBuilder<'u, C, M> {
     /// first. For [`acquire`](Self::acquire) the wait ends at the deadline or after
     /// `max_wait`, whichever comes first.
     pub fn deadline(mut self, deadline: Instant) -> Self {
-        self.ask.deadline = Some(deadline);
+        self.request.deadline = Some(clock::from_std(deadline));
         self
     }
 
@@ -151,13 +151,10 @@ impl<'u, C, M> RequestBuilder<'u, C, M> {
     /// weighted share, first in first out within a class. A class the upstream does not have
     /// is refused when the request runs ([`Error::UnknownClass`]), before any wait.
     pub fn priority(mut self, class: &str) -> Self {
-        match self.inner.upstreams[self.index].class_index(class) {
-            Some(index) => {
-                self.ask.class = index;
-                self.unknown_class = None;
-            }
-            None => self.unknown_class = Some(class.to_owned()),
-        }
+        self.request.class = match self.inner.upstreams[self.index].class_index(class) {
+            Some(index) => ClassRef::Known(index),
+            None => ClassRef::Unknown(class.into()),
+        };
         self
     }
 
@@ -168,41 +165,28 @@ impl<'u, C, M> RequestBuilder<'u, C, M> {
     /// itself stays in the process: Redis sees a 64-bit hash of it in permit ids
     /// (`wavegate_core::tenant::tenant_tag`), metrics see nothing.
     pub fn tenant(mut self, tenant: impl Into<Arc<str>>) -> Self {
-        self.ask.tenant = Some(tenant.into());
+        self.request.tenant = Some(wavegate_core::TenantTag::of(&tenant.into()));
         self
     }
 
     /// [`deadline`](Self::deadline) `timeout` from now.
-    pub fn timeout(self, timeout: Duration) -> Self {
-        self.deadline(Instant::now() + timeout)
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.request.deadline = Some(clock::after(clock::Instant::now(), timeout));
+        self
     }
 
     /// Classifies each attempt's result with `classify` (a [`Classify`], e.g. a
     /// `|result: &Result<T, E>| -> Outcome` closure, or [`ByStatus`](crate::ByStatus) for HTTP
     /// responses) instead of [`ByError`].
     pub fn classify<C2>(self, classify: C2) -> RequestBuilder<'u, C2, M> {
-        RequestBuilder {
-            inner: self.inner,
-            index: self.index,
-            ask: self.ask,
-            classify,
-            meter: self.meter,
-            unknown_class: self.unknown_class,
-        }
+        RequestBuilder { inner: self.inner, index: self.index, request: self.request, classify, meter: self.meter }
     }
 
     /// Reads the tokens a successful call really used from its value (a [`Meter`], e.g.
     /// `|reply: &Reply| reply.usage.total_tokens`), so the tokens budget is settled: the
     /// difference with the estimate is refunded or charged.
     pub fn meter<M2>(self, meter: M2) -> RequestBuilder<'u, C, M2> {
-        RequestBuilder {
-            inner: self.inner,
-            index: self.index,
-            ask: self.ask,
-            classify: self.classify,
-            meter,
-            unknown_class: self.unknown_class,
-        }
+        RequestBuilder { inner: self.inner, index: self.index, request: self.request, classify: self.classify, meter }
     }
 
     /// Runs `f` with everything wavegate does: admission by the circuit breaker, a permit
@@ -226,27 +210,13 @@ impl<'u, C, M> RequestBuilder<'u, C, M> {
         C: Classify<T, E>,
         M: Meter<T>,
     {
-        if let Some(error) = self.class_refusal() {
-            return Err(error.widen());
-        }
-        call::call(self.inner, self.index, self.ask, &self.classify, &self.meter, f).await
+        call::call(self.inner, self.index, self.request, &self.classify, &self.meter, f).await
     }
 
     /// A permit for one call that the caller makes itself; report the outcome on it
     /// ([`Permit::report`], [`Permit::report_usage`]). Waits at most the upstream's
     /// `max_wait` (and not past the deadline).
     pub async fn acquire(self) -> Result<Permit, Error> {
-        if let Some(error) = self.class_refusal() {
-            return Err(error);
-        }
-        call::acquire(self.inner, self.index, self.ask).await
-    }
-
-    /// The refusal of a class the upstream does not have.
-    fn class_refusal(&self) -> Option<Error> {
-        let class = self.unknown_class.clone()?;
-        let config = &self.inner.upstreams[self.index];
-        let known = config.classes().iter().map(|c| c.name()).collect::<Vec<_>>().join(", ");
-        Some(Error::UnknownClass { upstream: config.name().to_string(), class, known })
+        call::acquire(self.inner, self.index, self.request).await
     }
 }

@@ -459,7 +459,10 @@ async fn the_seed_walk_through() {
 #[actix::test]
 async fn every_call_ends_by_its_deadline() {
     let total = ms(300);
-    let s = scheduler(x().limit(5).total_timeout(total));
+    // A call cut short by its deadline leaves its request at the provider: its permit stays held
+    // for the hold (short here), then nothing is left behind.
+    let hold = ms(200);
+    let s = scheduler(x().limit(5).total_timeout(total).cancelled_call_hold(hold));
     let invoked = Arc::new(AtomicUsize::new(0));
     let calls = (0..50).map(|_| {
         let (s, invoked) = (s.clone(), invoked.clone());
@@ -478,6 +481,7 @@ async fn every_call_ends_by_its_deadline() {
     }
     let invoked = invoked.load(SeqCst);
     assert!((5..=50).contains(&invoked), "{invoked} attempts");
+    tokio::time::sleep(hold).await;
     let st = status(&s).await;
     assert_eq!((st.in_flight_local, st.queue_depth), (0, 0), "nothing left behind");
 }
@@ -561,8 +565,11 @@ async fn invalid_configuration_is_refused_with_what_to_change() {
 
 // 12
 #[actix::test]
-async fn dropping_a_call_while_its_closure_runs_releases_the_permit() {
-    let s = scheduler(x().limit(1).max_wait(ms(300)));
+async fn dropping_a_call_while_its_request_is_at_the_provider_holds_its_permit_until_the_hold() {
+    // The provider goes on serving a request whose caller is gone: its slot stays taken until
+    // the provider has plausibly finished (the hold; by default the call timeout).
+    let hold = ms(250);
+    let s = scheduler(x().limit(1).max_wait(ms(600)).cancelled_call_hold(hold));
     let started = Arc::new(AtomicBool::new(false));
     let cancelled = Arc::new(AtomicBool::new(false));
     let (started2, cancelled2) = (started.clone(), cancelled.clone());
@@ -575,15 +582,27 @@ async fn dropping_a_call_while_its_closure_runs_releases_the_permit() {
             std::future::pending::<Result<(), Outcome>>().await
         }
     });
+    let dropped_at = Instant::now();
     assert!(tokio::time::timeout(ms(50), call).await.is_err(), "the closure never finishes");
     assert!(started.load(SeqCst), "the closure was running when the call was dropped");
-
-    let (permit, elapsed) = timed(s.acquire("x")).await;
-    let permit = permit.expect("the dropped call's permit came back");
-    assert!(elapsed < ms(100), "capacity came back after {elapsed:?}");
     assert!(cancelled.load(SeqCst), "the upstream future was dropped too");
+    assert_eq!(status(&s).await.in_flight_local, 1, "held while the provider may still serve it");
+
+    let (permit, _) = timed(s.acquire("x")).await;
+    let permit = permit.expect("the dropped call's permit came back after the hold");
+    let waited = dropped_at.elapsed();
+    assert!(waited >= hold && waited < hold + ms(300), "capacity came back after {waited:?}");
     assert_eq!(status(&s).await.in_flight_local, 1);
     permit.succeeded();
+
+    // A call dropped before its request was sent gives its permit back at once.
+    let holder = s.acquire("x").await.expect("permit");
+    let queued = s.call("x", |_| async { Ok::<_, Outcome>(()) });
+    assert!(tokio::time::timeout(ms(50), queued).await.is_err(), "it waits behind the holder");
+    drop(holder);
+    let (again, elapsed) = timed(s.acquire("x")).await;
+    assert!(elapsed < ms(100), "{elapsed:?}");
+    again.expect("nothing held by the call that never sent").succeeded();
 }
 
 // 13

@@ -102,7 +102,8 @@ impl Middleware for WavegateMiddleware {
         };
         let Some(template) = request.try_clone() else {
             // A streaming body cannot be replayed: one permit, one attempt.
-            let permit = upstream.request().acquire().await.map_err(reqwest_middleware::Error::middleware)?;
+            let mut permit = upstream.request().acquire().await.map_err(reqwest_middleware::Error::middleware)?;
+            permit.request_sent();
             let result = next.run(request, extensions).await;
             permit.report(ByStatus.classify(&result));
             return result;

@@ -111,9 +111,12 @@ where
         let mut inner = std::mem::replace(&mut self.inner, inner);
         let (upstream, classify) = (self.upstream.clone(), self.classify.clone());
         Box::pin(async move {
-            let permit = upstream.request().acquire().await.map_err(Error::widen)?;
+            let mut permit = upstream.request().acquire().await.map_err(Error::widen)?;
             let result = match std::future::poll_fn(|cx| inner.poll_ready(cx)).await {
-                Ok(()) => inner.call(request).await,
+                Ok(()) => {
+                    permit.request_sent();
+                    inner.call(request).await
+                }
                 Err(error) => Err(error),
             };
             let outcome = classify.classify(&result);

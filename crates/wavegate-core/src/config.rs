@@ -258,6 +258,8 @@ pub struct UpstreamConfig {
     quota_pause: Duration,
     classes: Vec<PriorityClass>,
     default_class: usize,
+    /// How long a permit stays held after its call was cancelled at the provider.
+    cancelled_call_hold: Duration,
 }
 
 impl UpstreamConfig {
@@ -307,6 +309,7 @@ impl UpstreamConfig {
             quota_pause: Self::DEFAULT_QUOTA_PAUSE,
             classes: Vec::new(),
             default_class: None,
+            cancelled_call_hold: None,
         }
     }
 
@@ -369,6 +372,11 @@ impl UpstreamConfig {
     /// How long a caller may wait for a permit.
     pub fn max_wait(&self) -> Duration {
         self.max_wait
+    }
+    /// How long a permit stays held after its call was cancelled while its request was at the
+    /// provider (the provider goes on serving it): the call timeout, unless configured shorter.
+    pub fn cancelled_call_hold(&self) -> Duration {
+        self.cancelled_call_hold
     }
     /// The limit this process uses while the shared store is down, when set; otherwise its
     /// fair share, `max(1, limit ÷ live processes last seen)`.
@@ -453,6 +461,7 @@ pub struct UpstreamConfigBuilder {
     /// (name, weight, reserve %, budget %).
     classes: Vec<(String, u32, u8, u8)>,
     default_class: Option<String>,
+    cancelled_call_hold: Option<Duration>,
 }
 
 impl UpstreamConfigBuilder {
@@ -514,6 +523,15 @@ impl UpstreamConfigBuilder {
     /// How long a caller may wait for a permit. Default 25 s.
     pub fn max_wait(mut self, wait: Duration) -> Self {
         self.max_wait = wait;
+        self
+    }
+    /// How long a permit stays held after its call was cancelled while its request was at the
+    /// provider (a client hung up and the handler was dropped): the provider goes on serving
+    /// the request, so its slot under the limit stays taken until the provider has plausibly
+    /// finished. Default: the call timeout; at most the call timeout. Zero gives the permit
+    /// back at once (only for providers that stop work when the connection closes).
+    pub fn cancelled_call_hold(mut self, hold: Duration) -> Self {
+        self.cancelled_call_hold = Some(hold);
         self
     }
     /// The limit this process uses while Redis is down. Default: its fair share,
@@ -717,6 +735,7 @@ impl UpstreamConfigBuilder {
                 return Err(zero_duration(field));
             }
         }
+        let cancelled_call_hold = self.cancelled_call_hold.unwrap_or(self.call_timeout).min(self.call_timeout);
         let total_timeout = self.total_timeout.unwrap_or(self.max_wait.saturating_add(self.call_timeout));
         if total_timeout.is_zero() {
             return Err(zero_duration("total_timeout"));
@@ -836,6 +855,7 @@ impl UpstreamConfigBuilder {
             quota_pause: self.quota_pause,
             classes,
             default_class,
+            cancelled_call_hold,
         })
     }
 }

@@ -162,7 +162,8 @@ impl StoreError {
         StoreError::Invalid { detail: detail.into() }
     }
 
-    pub(crate) fn unexpected(command: &'static str, detail: impl Into<String>) -> Self {
+    /// A reply of `command` that does not have the shape its script promises.
+    pub fn unexpected(command: &'static str, detail: impl Into<String>) -> Self {
         StoreError::UnexpectedReply { command, detail: detail.into() }
     }
 }

@@ -2,44 +2,43 @@
 //!
 //! A release anywhere in the fleet is announced on the upstream's channel, naming the process
 //! that has waited longest at the limit; when that is this process, the listener turns it into
-//! a [`Wake`] for the coordinator, which asks again at once instead of polling. The
+//! a [`Wake`] for the upstream's lane, which asks again at once instead of polling. The
 //! listener resubscribes with backoff when the server goes away, and ends when the coordinator
 //! stops. Polling at the limit remains as a safety net, so a lost message costs latency only.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use actix::Addr;
+use actix::WeakAddr;
 use wavegate_redis::{ReleaseSubscription, Store};
 
-use super::Coordinator;
-use crate::messages::Wake;
+use crate::engine::lane::{Lane, Wake};
 
 const RESUBSCRIBE_MIN: Duration = Duration::from_millis(100);
 const RESUBSCRIBE_MAX: Duration = Duration::from_secs(2);
 
-pub(super) fn spawn_listener(
-    store: Store,
-    instance: String,
-    channels: Vec<(String, usize)>,
-    coordinator: Addr<Coordinator>,
-) {
+/// Listens on `channels` (each a lane's release channel) for wake-ups naming `instance`,
+/// until every lane has stopped (it holds them weakly, so it keeps none alive).
+pub(super) fn spawn_listener(store: Store, instance: String, channels: Vec<(String, WeakAddr<Lane>)>) {
     if channels.is_empty() {
         return;
     }
     actix::spawn(async move {
-        let routes: HashMap<String, usize> = channels.into_iter().collect();
+        let routes: HashMap<String, WeakAddr<Lane>> = channels.into_iter().collect();
+        let connected = || routes.values().any(|lane| lane.upgrade().is_some());
         let mut backoff = RESUBSCRIBE_MIN;
-        while coordinator.connected() {
+        while connected() {
             match ReleaseSubscription::subscribe(&store, routes.keys().map(String::as_str)).await {
                 Ok(mut subscription) => {
                     backoff = RESUBSCRIBE_MIN;
                     while let Some((channel, wake)) = subscription.next().await {
-                        if !coordinator.connected() {
+                        if !connected() {
                             return;
                         }
-                        if let Some(&upstream) = routes.get(&channel).filter(|_| wake == instance) {
-                            coordinator.do_send(Wake { upstream });
+                        if let Some(lane) =
+                            routes.get(&channel).filter(|_| wake == instance).and_then(WeakAddr::upgrade)
+                        {
+                            lane.do_send(Wake);
                         }
                     }
                     tracing::debug!("release subscription closed; resubscribing");

@@ -21,12 +21,7 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::store::Store;
-use actix::{Actor, Addr, Arbiter, ArbiterHandle, System};
-use wavegate_core::{MonotonicClock, UpstreamConfig};
-
-use crate::coordinator::Coordinator;
-use crate::supervisor::UpstreamSupervisor;
+use actix::{Arbiter, ArbiterHandle, System};
 
 /// The name of the thread that runs the actors when there is no actix system around.
 pub(crate) const ACTOR_THREAD: &str = "wavegate-actors";
@@ -66,44 +61,14 @@ impl Drop for ActorThread {
     }
 }
 
-/// The actors of one scheduler and, when it owns one, the thread they run on.
-#[derive(Debug)]
-pub(crate) struct Actors {
-    pub(crate) coordinator: Addr<Coordinator>,
-    pub(crate) supervisors: Vec<Addr<UpstreamSupervisor>>,
-    pub(crate) thread: Option<ActorThread>,
-}
-
-impl Actors {
-    /// Starts the coordinator and one supervisor per upstream: on the current thread's actix
-    /// arbiter if there is one, else on a new actor thread.
-    pub(crate) fn start(upstreams: &[UpstreamConfig], store: Option<Store>) -> std::io::Result<Self> {
-        let (arbiter, thread) = match Arbiter::try_current() {
-            Some(arbiter) => (arbiter, None),
-            None => {
-                let thread = ActorThread::spawn()?;
-                (thread.system.arbiter().clone(), Some(thread))
-            }
-        };
-        let (coordinator, supervisors) = start_on(&arbiter, upstreams, store);
-        Ok(Self { coordinator, supervisors, thread })
-    }
-}
-
-fn start_on(
-    arbiter: &ArbiterHandle,
-    upstreams: &[UpstreamConfig],
-    store: Option<Store>,
-) -> (Addr<Coordinator>, Vec<Addr<UpstreamSupervisor>>) {
-    let clock = MonotonicClock::new();
-    let supervisors = upstreams
-        .iter()
-        .map(|upstream| {
-            let upstream = upstream.clone();
-            UpstreamSupervisor::start_in_arbiter(arbiter, move |_| UpstreamSupervisor::new(&upstream, clock))
-        })
-        .collect();
-    let upstreams = upstreams.to_vec();
-    let coordinator = Coordinator::start_in_arbiter(arbiter, move |_| Coordinator::new(upstreams, store));
-    (coordinator, supervisors)
+/// The arbiter the actors start on: the current thread's, if it has one, else a new actor
+/// thread's (returned too: it stops when dropped).
+pub(crate) fn arbiter() -> std::io::Result<(ArbiterHandle, Option<ActorThread>)> {
+    Ok(match Arbiter::try_current() {
+        Some(arbiter) => (arbiter, None),
+        None => {
+            let thread = ActorThread::spawn()?;
+            (thread.system.arbiter().clone(), Some(thread))
+        }
+    })
 }

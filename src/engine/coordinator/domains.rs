@@ -10,11 +10,10 @@
 
 use std::time::Duration;
 
-use crate::messages::Finish;
 use crate::status::Mode;
 
 /// The first probe after a switch comes this soon; each failed one doubles the wait (see
-/// `outage.rs`).
+/// `modes.rs`).
 pub(super) const PROBE_MIN: Duration = Duration::from_millis(100);
 
 /// One failure domain's mode and the book-keeping of its switches.
@@ -24,11 +23,9 @@ pub(super) struct Domain {
     pub(super) mode: Mode,
     /// Bumped at every change of its mode: replies to calls made before it are stale.
     pub(super) epoch: u64,
-    /// A reconciliation of its upstreams is in flight: their waiters wait, their finishes are
-    /// deferred.
+    /// A reconciliation of its upstreams is in flight (their lanes hold their waiters and defer
+    /// their releases meanwhile).
     pub(super) reconciling: bool,
-    /// Finishes of its upstreams deferred while it reconciles.
-    pub(super) deferred: Vec<Finish>,
     /// The wait before its next probe.
     pub(super) probe_backoff: Duration,
     /// Its upstreams (indexes into the coordinator's slots).
@@ -37,7 +34,7 @@ pub(super) struct Domain {
 
 impl Domain {
     fn new(mode: Mode, upstreams: Vec<usize>) -> Self {
-        Self { mode, epoch: 0, reconciling: false, deferred: Vec::new(), probe_backoff: PROBE_MIN, upstreams }
+        Self { mode, epoch: 0, reconciling: false, probe_backoff: PROBE_MIN, upstreams }
     }
 }
 

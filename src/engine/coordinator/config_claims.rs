@@ -8,6 +8,7 @@ use std::time::Duration;
 use actix::{ActorFutureExt, AsyncContext, Context, WrapFuture};
 
 use super::Coordinator;
+use crate::engine::store;
 use crate::status::Mode;
 
 /// How often each upstream's configuration is claimed (the claim stands for a minute).
@@ -16,20 +17,16 @@ pub(super) const CONFIG_CLAIM_EVERY: Duration = Duration::from_secs(10);
 impl Coordinator {
     /// Claims the configuration of every upstream in shared mode (one command per upstream).
     pub(super) fn claim_configs(&mut self, ctx: &mut Context<Self>) {
-        for upstream in 0..self.slots.len() {
-            if self.mode_of(upstream) != Mode::Shared {
+        for upstream in 0..self.gates.len() {
+            if self.domains[self.domain_of[upstream]].mode != Mode::Shared {
                 continue;
             }
-            let Some(gate) = self.slots[upstream].shared.clone() else { continue };
-            let call = async move {
-                let theirs = gate.claim_config().await;
-                (gate, theirs)
-            };
-            ctx.spawn(call.into_actor(self).map(|(gate, theirs), _, _| match theirs {
-                Ok(Some(theirs)) => tracing::error!(
-                    upstream = %gate.keys().config,
-                    ours = %gate.config_fingerprint(),
-                    %theirs,
+            let Some(gate) = &self.gates[upstream] else { continue };
+            ctx.spawn(store::claim_config(gate).into_actor(self).map(|result, _, _| match result {
+                Ok(Some(conflict)) => tracing::error!(
+                    upstream = %conflict.upstream,
+                    ours = %conflict.ours,
+                    theirs = %conflict.theirs,
                     "another process shares this upstream's keys with another configuration; \
                      give each application its own key prefix"
                 ),

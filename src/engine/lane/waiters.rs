@@ -5,19 +5,21 @@
 //! one tenant), so first in first out when no tenant is named.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use actix::SpawnHandle;
 use tokio::sync::oneshot;
+use wavegate_core::{Ask, BreakerTicket, PermitId, TenantTag};
 
+use crate::engine::clock::Instant;
+use crate::engine::grant::Grant;
 use crate::error::Error;
-use crate::messages::Grant;
 
 /// A caller waiting for a permit.
 #[derive(Debug)]
 pub(crate) struct Waiter {
-    pub(crate) id: String,
+    /// The permit id it will hold (its class and tenant inside).
+    pub(crate) id: PermitId,
     pub(crate) enqueued: Instant,
     pub(crate) deadline: Instant,
     pub(crate) reply: oneshot::Sender<Result<Grant, Error>>,
@@ -26,24 +28,13 @@ pub(crate) struct Waiter {
     /// Its priority class (index in the upstream's classes; 0 without classes).
     pub(crate) class: usize,
     /// Its tenant within the class, if it names one.
-    pub(crate) tenant: Option<Arc<str>>,
+    pub(crate) tenant: Option<TenantTag>,
+    /// Its breaker ticket (given back as "ignored" if no permit comes).
+    pub(crate) ticket: Option<BreakerTicket>,
     /// When it first reached the head of the queue.
     pub(crate) at_head: Option<Instant>,
     /// The timer that answers it at its deadline; cancelled when it is answered before.
     pub(crate) deadline_timer: Option<SpawnHandle>,
-}
-
-/// The head of one class's queue, as an ask to the shared store names it.
-#[derive(Debug, Clone)]
-pub(crate) struct Head {
-    pub(crate) class: usize,
-    pub(crate) id: String,
-    pub(crate) tokens: u64,
-    /// When it started waiting.
-    pub(crate) since: Instant,
-    /// The callers waiting in this process that it stands for, itself included: its class's
-    /// (no tenants), or its tenant's within the class.
-    pub(crate) waiting: usize,
 }
 
 /// At most how many tenants of a class a process offers the store in one ask (the rest wait
@@ -51,7 +42,7 @@ pub(crate) struct Head {
 pub(crate) const TENANT_HEADS: usize = 4;
 
 /// A class and a tenant of it (`None`: the callers that named no tenant).
-type TenantKey = (usize, Option<Arc<str>>);
+type TenantKey = (usize, Option<TenantTag>);
 
 /// The waiters, one queue per priority class, and the permits held per tenant.
 #[derive(Debug)]
@@ -61,7 +52,7 @@ pub(crate) struct Waiters {
     with_tenant: Vec<usize>,
     /// Permits held by this process's callers: id → (class, tenant; `None` for callers that
     /// named none, who count as one tenant).
-    held: HashMap<String, TenantKey>,
+    held: HashMap<PermitId, TenantKey>,
     /// How many of them each (class, tenant) holds; entries go when they reach 0.
     held_by: HashMap<TenantKey, u32>,
 }
@@ -100,7 +91,7 @@ impl Waiters {
         if self.with_tenant[class] == 0 {
             return (!queue.is_empty()).then_some(0);
         }
-        let held = |tenant: &Option<Arc<str>>| self.held_by.get(&(class, tenant.clone())).copied().unwrap_or(0);
+        let held = |tenant: &Option<TenantTag>| self.held_by.get(&(class, *tenant)).copied().unwrap_or(0);
         queue
             .iter()
             .enumerate()
@@ -112,13 +103,13 @@ impl Waiters {
     /// A permit was granted to `waiter`: counted for its tenant (or for the callers that
     /// named none).
     pub(crate) fn granted(&mut self, waiter: &Waiter) {
-        let key = (waiter.class, waiter.tenant.clone());
-        self.held.insert(waiter.id.clone(), key.clone());
+        let key = (waiter.class, waiter.tenant);
+        self.held.insert(waiter.id.clone(), key);
         *self.held_by.entry(key).or_default() += 1;
     }
 
     /// The permit `id` was released.
-    pub(crate) fn released(&mut self, id: &str) {
+    pub(crate) fn released(&mut self, id: &PermitId) {
         if let Some(key) = self.held.remove(id)
             && let Some(count) = self.held_by.get_mut(&key)
         {
@@ -166,74 +157,56 @@ impl Waiters {
         Some(head)
     }
 
-    /// The head of the only queue (an upstream without classes), or of the first class with
-    /// a waiter.
-    pub(crate) fn head(&mut self, now: Instant) -> Option<&Waiter> {
-        let class = (0..self.queues.len()).find(|&class| self.head_of(class, now).is_some())?;
-        self.head_of(class, now)
-    }
-
-    /// The heads of every class with a waiter (callers that gave up are dropped first): one
-    /// per class, with how many of its callers wait, when no waiter of the class names a
-    /// tenant; else one per tenant for up to [`TENANT_HEADS`] tenants (the next to serve here
-    /// first, then the tenants holding the fewest permits here), each with how many of that
-    /// tenant's callers wait, so the store can choose among the fleet's tenants.
-    pub(crate) fn heads(&mut self, now: Instant) -> Vec<Head> {
+    /// The heads of every class with a waiter, as asks (callers that gave up are dropped
+    /// first): one per class, with how many of its callers wait, when no waiter of the class
+    /// names a tenant; else one per tenant for up to [`TENANT_HEADS`] tenants (the next to serve
+    /// here first, then the tenants holding the fewest permits here), each with how many of that
+    /// tenant's callers wait, so the gate can choose among the fleet's tenants.
+    pub(crate) fn heads(&mut self, now: Instant) -> Vec<Ask> {
         let mut heads = Vec::new();
+        let ask = |waiter: &Waiter, waiting: usize| Ask {
+            id: waiter.id.clone(),
+            tokens: waiter.tokens,
+            waiting: u32::try_from(waiting).unwrap_or(u32::MAX),
+        };
         for class in 0..self.queues.len() {
             self.retain_live(class);
             let Some(first) = self.head_of(class, now) else { continue };
-            let (id, tokens, since) = (first.id.clone(), first.tokens, first.enqueued);
+            let first = ask(first, 1);
             if self.with_tenant[class] == 0 {
-                heads.push(Head { class, id, tokens, since, waiting: self.queues[class].len() });
+                let waiting = u32::try_from(self.queues[class].len()).unwrap_or(u32::MAX);
+                heads.push(Ask { waiting, ..first });
                 continue;
             }
+            let id = first.id;
             // Each tenant's oldest waiter and how many of its callers wait, in queue order.
-            let mut tenants: Vec<(Option<Arc<str>>, usize, usize)> = Vec::new();
+            let mut tenants: Vec<(Option<TenantTag>, usize, usize)> = Vec::new();
             for (at, waiter) in self.queues[class].iter().enumerate() {
                 match tenants.iter_mut().find(|(tenant, _, _)| *tenant == waiter.tenant) {
                     Some((_, _, count)) => *count += 1,
-                    None => tenants.push((waiter.tenant.clone(), at, 1)),
+                    None => tenants.push((waiter.tenant, at, 1)),
                 }
             }
-            let held = |tenant: &Option<Arc<str>>| self.held_by.get(&(class, tenant.clone())).copied().unwrap_or(0);
+            let held = |tenant: &Option<TenantTag>| self.held_by.get(&(class, *tenant)).copied().unwrap_or(0);
             tenants.sort_by_key(|(tenant, at, _)| (self.queues[class][*at].id != id, held(tenant), *at));
             for (_, at, count) in tenants.into_iter().take(TENANT_HEADS) {
                 let waiter = &mut self.queues[class][at];
                 waiter.at_head.get_or_insert(now);
-                heads.push(Head {
-                    class,
-                    id: waiter.id.clone(),
-                    tokens: waiter.tokens,
-                    since: waiter.enqueued,
-                    waiting: count,
-                });
+                heads.push(ask(waiter, count));
             }
         }
         heads
     }
 
-    /// The class of the waiter `id`, if it waits.
-    pub(crate) fn class_of(&self, id: &str) -> Option<usize> {
-        self.queues.iter().position(|queue| queue.iter().any(|w| w.id == id))
-    }
-
-    /// Answers and removes the waiter `id`; returns its deadline timer.
-    pub(crate) fn fail_head(&mut self, id: &str, error: Error) -> Option<SpawnHandle> {
-        let waiter = self.take(id)?;
-        let _ = waiter.reply.send(Err(error));
-        waiter.deadline_timer
-    }
-
     /// Removes the waiter `id`, wherever it is (the one a grant names: with tenants, the next
     /// of its class may have changed while the store was asked).
-    pub(crate) fn take(&mut self, id: &str) -> Option<Waiter> {
+    pub(crate) fn take(&mut self, id: &PermitId) -> Option<Waiter> {
         let (class, at) = self.queues.iter().enumerate().find_map(|(class, queue)| {
             // Nearly always the front: look there first.
-            if queue.front().is_some_and(|w| w.id == id) {
+            if queue.front().is_some_and(|w| w.id == *id) {
                 return Some((class, 0));
             }
-            queue.iter().position(|w| w.id == id).map(|at| (class, at))
+            queue.iter().position(|w| w.id == *id).map(|at| (class, at))
         })?;
         let waiter = self.queues[class].remove(at)?;
         self.with_tenant[class] -= usize::from(waiter.tenant.is_some());
@@ -258,10 +231,10 @@ impl Waiters {
         expired
     }
 
-    /// Answers a waiter that timed out.
-    pub(crate) fn time_out(waiter: Waiter, upstream: &str, now: Instant, retry_after: Option<Duration>) {
+    /// The error of a waiter that timed out at `now`.
+    pub(crate) fn timed_out(waiter: &Waiter, upstream: &str, now: Instant, retry_after: Option<Duration>) -> Error {
         let waited = now.saturating_duration_since(waiter.enqueued);
-        let _ = waiter.reply.send(Err(Error::WaitedTooLong { upstream: upstream.to_owned(), waited, retry_after }));
+        Error::WaitedTooLong { upstream: upstream.to_owned(), waited, retry_after }
     }
 }
 
@@ -269,17 +242,23 @@ impl Waiters {
 mod tests {
     use super::*;
 
+    /// A permit id named `name` (its instance), for readable assertions.
+    fn pid(name: &str) -> PermitId {
+        PermitId::new(None, &wavegate_core::Instance::new(name).unwrap(), 1, None)
+    }
+
     fn waiter(id: &str, class: usize, tenant: Option<&str>) -> (Waiter, oneshot::Receiver<Result<Grant, Error>>) {
         let (reply, answer) = oneshot::channel();
         let now = Instant::now();
         let waiter = Waiter {
-            id: id.to_owned(),
+            id: pid(id),
             enqueued: now,
             deadline: now + Duration::from_secs(60),
             reply,
             tokens: 0,
             class,
-            tenant: tenant.map(Arc::from),
+            tenant: tenant.map(TenantTag::of),
+            ticket: None,
             at_head: None,
             deadline_timer: None,
         };
@@ -305,7 +284,8 @@ mod tests {
         }
         // a, then the untagged callers (holding none), then b, then a again (each holds 1),
         // then the second untagged caller.
-        assert_eq!(served, ["a1", "n1", "b1", "a2", "n2"]);
+        let names: Vec<&str> = served.iter().map(PermitId::instance).collect();
+        assert_eq!(names, ["a1", "n1", "b1", "a2", "n2"]);
         assert_eq!(waiters.len(), 0);
         for id in &served {
             waiters.released(id);
@@ -327,7 +307,7 @@ mod tests {
         let (held, _held) = waiter("h", 0, Some("a"));
         waiters.granted(&held);
         let heads = waiters.heads(Instant::now());
-        let offered: Vec<(&str, usize)> = heads.iter().map(|h| (h.id.as_str(), h.waiting)).collect();
+        let offered: Vec<(&str, u32)> = heads.iter().map(|h| (h.id.instance(), h.waiting)).collect();
         assert_eq!(offered, [("w2", 1), ("w3", 3), ("w6", 1), ("w7", 1)]);
         // Without tenants: one head for the class, with every waiter counted.
         let mut plain = Waiters::new(1);
@@ -337,7 +317,7 @@ mod tests {
             plain.push(w);
         }
         let heads = plain.heads(Instant::now());
-        assert_eq!(heads.iter().map(|h| (h.id.as_str(), h.waiting)).collect::<Vec<_>>(), [("p0", 3)]);
+        assert_eq!(heads.iter().map(|h| (h.id.instance(), h.waiting)).collect::<Vec<_>>(), [("p0", 3)]);
     }
 
     #[test]
@@ -347,16 +327,16 @@ mod tests {
         let (a0, _a0) = waiter("a0", 1, Some("a"));
         waiters.push(a0);
         let now = Instant::now();
-        let granted = waiters.take("a0").expect("a0");
+        let granted = waiters.take(&pid("a0")).expect("a0");
         waiters.granted(&granted);
         waiters.push(a1);
         // Asked for a1; meanwhile tenant b's first caller arrives and becomes the next.
-        assert_eq!(waiters.head_of(1, now).map(|w| w.id.clone()).as_deref(), Some("a1"));
+        assert_eq!(waiters.head_of(1, now).map(|w| w.id.clone()), Some(pid("a1")));
         let (b1, _b1) = waiter("b1", 1, Some("b"));
         waiters.push(b1);
-        assert_eq!(waiters.head_of(1, now).map(|w| w.id.clone()).as_deref(), Some("b1"));
+        assert_eq!(waiters.head_of(1, now).map(|w| w.id.clone()), Some(pid("b1")));
         // The store's grant names a1: it is taken wherever it is, and the counts stay right.
-        assert_eq!(waiters.take("a1").map(|w| w.id), Some("a1".to_owned()));
+        assert_eq!(waiters.take(&pid("a1")).map(|w| w.id), Some(pid("a1")));
         assert_eq!(waiters.with_tenant[1], 1);
         assert_eq!(waiters.lens(), [0, 1]);
     }

@@ -1,0 +1,107 @@
+//! The gate in charge of an upstream's permits: the in-process one or the shared store's.
+//!
+//! Both answer the same operations with the same types, as an [`Answer`]: now (the in-process
+//! gate) or later (a script call), so a lane has one path for acquire, release, renewal and
+//! reports, whichever mode it is in.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use futures_util::future::ready;
+use wavegate_core::{Ask, Decision, PermitId, WaveSignal, WindowReport, duration_ms};
+
+use super::process_gate::ProcessGate;
+use super::store::{self, GateFuture, Released, SharedGate, StoreError};
+
+/// A gate's answer: now (the in-process gate), or later (a script call in flight).
+pub(crate) enum Answer<T> {
+    Now(Result<T, StoreError>),
+    Later(GateFuture<T>),
+}
+
+impl<T: 'static> Answer<T> {
+    /// The answer as a future, whichever it is.
+    pub(crate) fn into_future(self) -> GateFuture<T> {
+        match self {
+            Answer::Now(result) => ready(result).boxed_local(),
+            Answer::Later(future) => future,
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Answer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Answer::Now(_) => "Answer::Now",
+            Answer::Later(_) => "Answer::Later",
+        })
+    }
+}
+
+/// Where an upstream's permits come from now.
+#[derive(Debug, Clone)]
+pub(crate) enum Gate {
+    /// This process's own gate (local mode, fallback).
+    Local(Arc<ProcessGate>),
+    /// The shared store.
+    Shared(Arc<SharedGate>),
+}
+
+impl Gate {
+    /// One permit for the first of `asks` the choice reaches (or a denial naming the ask it
+    /// answers); `None` when there is nothing to ask for. `classes`: the upstream has priority
+    /// classes.
+    pub(crate) fn acquire(
+        &self,
+        asks: Vec<Ask>,
+        lease: Duration,
+        classes: bool,
+        now_ms: u64,
+    ) -> Option<Answer<Decision>> {
+        Some(match self {
+            Gate::Local(gate) => Answer::Now(Ok(gate.acquire(&asks, duration_ms(lease), now_ms)?)),
+            Gate::Shared(gate) if !asks.is_empty() => Answer::Later(store::acquire(gate, asks, lease, classes)),
+            Gate::Shared(_) => return None,
+        })
+    }
+
+    /// Releases `id` and reports its outcome for `wave`, settling `token_delta` tokens.
+    pub(crate) fn release(
+        &self,
+        id: PermitId,
+        wave: u64,
+        signal: WaveSignal,
+        token_delta: i64,
+        now_ms: u64,
+    ) -> Answer<Released> {
+        match self {
+            Gate::Local(gate) => Answer::Now(Ok(gate.release(&id, wave, signal, token_delta, now_ms))),
+            Gate::Shared(gate) => Answer::Later(store::finish(gate, id, wave, signal, token_delta)),
+        }
+    }
+
+    /// Extends the leases of `ids`; answers those that had to be registered again.
+    pub(crate) fn renew(&self, ids: Vec<PermitId>, lease: Duration, now_ms: u64) -> Answer<Vec<PermitId>> {
+        match self {
+            Gate::Local(gate) => Answer::Now(Ok(gate.renew(&ids, now_ms, duration_ms(lease)))),
+            Gate::Shared(gate) => Answer::Later(store::renew(gate, ids, lease)),
+        }
+    }
+
+    /// Hands what a response to `id` said is left of the provider's windows to this gate.
+    pub(crate) fn report_window(&self, id: PermitId, report: WindowReport, tokens: u64, now_ms: u64) -> Answer<()> {
+        match self {
+            Gate::Local(gate) => {
+                gate.report_window(&id, report, now_ms, tokens);
+                Answer::Now(Ok(()))
+            }
+            Gate::Shared(gate) => Answer::Later(store::report_window(gate, id, report, tokens)),
+        }
+    }
+
+    /// Whether this is the shared store's gate.
+    pub(crate) fn is_shared(&self) -> bool {
+        matches!(self, Gate::Shared(_))
+    }
+}

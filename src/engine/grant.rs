@@ -1,0 +1,138 @@
+//! A granted permit as the engine hands it out: a guard that goes back to its lane however its
+//! caller ends.
+//!
+//! The lane sends the [`Grant`] itself to the waiting caller. If the caller is gone by then (its
+//! future dropped while it waited, or between the grant and its next poll), the grant is
+//! dropped with the channel, and its `Drop` gives the permit back at once: no grant is ever
+//! lost in a channel. Once the caller has sent its request to the provider
+//! ([`mark_in_service`](Grant::mark_in_service)), a grant dropped without an outcome (the
+//! caller's future was cancelled mid-call) keeps its permit until the provider has plausibly
+//! finished — its call timeout, or the upstream's `cancelled_call_hold` — because the limit
+//! protects what the provider is serving, not what the caller still waits for.
+
+use std::time::Duration;
+
+use actix::{Message, Recipient};
+use wavegate_core::{BreakerTicket, CallResult, PermitId, WaveSignal, WaveState, WindowReport};
+
+use super::clock::{self, Instant};
+
+/// Release permit `id` and report its outcome (to the wave, the budgets, the breaker).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct Finish {
+    pub(crate) id: PermitId,
+    pub(crate) wave: u64,
+    pub(crate) signal: WaveSignal,
+    /// The breaker's ticket of the attempt and how the attempt went.
+    pub(crate) breaker: Option<(BreakerTicket, CallResult)>,
+    /// Tokens used beyond the reservation (negative: fewer).
+    pub(crate) token_delta: i64,
+    /// What the response said is left of the provider's windows, if anything.
+    pub(crate) window: Option<WindowReport>,
+    /// Tokens the call reserved (the others in flight are assumed to reserve as much).
+    pub(crate) tokens_reserved: u64,
+    /// The call was cancelled while its request was at the provider: the permit stays held
+    /// until then.
+    pub(crate) hold_until: Option<Instant>,
+}
+
+/// What a grant says about the permit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GrantInfo {
+    pub(crate) id: PermitId,
+    pub(crate) wave: u64,
+    pub(crate) state: WaveState,
+    pub(crate) limit: u32,
+    /// Time in the local queue behind other waiters.
+    pub(crate) queue_wait: Duration,
+    /// Time at the head of the queue until the limit (or a cooldown) let it through.
+    pub(crate) permit_wait: Duration,
+    /// Tokens reserved.
+    pub(crate) tokens: u64,
+}
+
+/// A granted permit: released when finished or dropped (see the module docs).
+#[derive(Debug)]
+#[must_use = "a grant holds a permit until it is finished or dropped"]
+pub(crate) struct Grant {
+    info: GrantInfo,
+    lane: Recipient<Finish>,
+    ticket: Option<BreakerTicket>,
+    /// How long a permit whose request was sent stays held after its call was cancelled.
+    hold: Duration,
+    /// The caller has it (a grant dropped before gives its whole reservation back).
+    received: bool,
+    /// When the caller sent its request, if it has.
+    in_service_since: Option<Instant>,
+    done: bool,
+}
+
+impl Grant {
+    pub(crate) fn new(info: GrantInfo, lane: Recipient<Finish>, ticket: Option<BreakerTicket>, hold: Duration) -> Self {
+        Self { info, lane, ticket, hold, received: false, in_service_since: None, done: false }
+    }
+
+    /// The caller has taken the grant out of its channel.
+    pub(crate) fn mark_received(&mut self) {
+        self.received = true;
+    }
+
+    pub(crate) fn info(&self) -> &GrantInfo {
+        &self.info
+    }
+
+    /// The caller is sending its request to the provider now: from here on, a cancelled
+    /// call keeps its permit until the provider has plausibly finished.
+    pub(crate) fn mark_in_service(&mut self) {
+        self.in_service_since.get_or_insert_with(Instant::now);
+    }
+
+    /// Releases the permit with the call's outcome.
+    pub(crate) fn finish(
+        mut self,
+        signal: WaveSignal,
+        result: CallResult,
+        tokens_used: u64,
+        window: Option<WindowReport>,
+    ) {
+        self.send(signal, result, tokens_used, window, None);
+    }
+
+    fn send(
+        &mut self,
+        signal: WaveSignal,
+        result: CallResult,
+        tokens_used: u64,
+        window: Option<WindowReport>,
+        hold_until: Option<Instant>,
+    ) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
+        }
+        let used = i64::try_from(tokens_used).unwrap_or(i64::MAX);
+        let token_delta = used - i64::try_from(self.info.tokens).unwrap_or(i64::MAX);
+        // The lane is gone only when the scheduler stopped: nothing is left to give back to.
+        self.lane.do_send(Finish {
+            id: self.info.id.clone(),
+            wave: self.info.wave,
+            signal,
+            breaker: self.ticket.take().map(|ticket| (ticket, result)),
+            token_delta,
+            window,
+            tokens_reserved: self.info.tokens,
+            hold_until,
+        });
+    }
+}
+
+impl Drop for Grant {
+    fn drop(&mut self) {
+        // No outcome: nothing learned. A grant its caller never took gives its reservation
+        // back; otherwise the reservation stands (usage unknown). A request at the provider
+        // keeps its permit until it has plausibly finished there.
+        let hold_until = self.in_service_since.map(|since| clock::after(since, self.hold));
+        let used = if self.received { self.info.tokens } else { 0 };
+        self.send(WaveSignal::Neutral, CallResult::Ignored, used, None, hold_until);
+    }
+}

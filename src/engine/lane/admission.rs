@@ -1,0 +1,155 @@
+//! The one admission check: every attempt is checked here, once, before it waits.
+//!
+//! In order: a class the upstream does not have, an estimate that can never fit the tokens
+//! burst in force, a spent quota, a full queue, the retry budget (a retry after a transient
+//! failure), the circuit breaker. A request refused here never waits and never costs a gate
+//! call; one admitted takes its breaker ticket into the queue (given back as "ignored" if no
+//! permit comes).
+
+use actix::{AsyncContext, Context};
+use wavegate_core::{BreakerTicket, Clock, PermitId};
+
+use super::waiters::Waiter;
+use super::{Acquire, Lane};
+use crate::engine::clock::Instant;
+use crate::engine::request::{AttemptKind, ClassRef, Request};
+use crate::error::Error;
+use crate::metrics;
+use crate::status::Mode;
+
+impl Lane {
+    /// Checks `acquire` and queues it, or answers it with the refusal.
+    pub(super) fn admit(&mut self, acquire: Acquire, ctx: &mut Context<Self>) {
+        let Acquire { request, kind, wait_until, reply } = acquire;
+        let (class, ticket) = match self.check(&request, kind) {
+            Ok(admitted) => admitted,
+            Err(error) => {
+                let _ = reply.send(Err(error));
+                return;
+            }
+        };
+        self.sequence += 1;
+        let class_name = self.config.classes().get(class).map(|c| c.name());
+        // Without classes a tenant is fair in this process only, and not part of the id.
+        let tenant = request.tenant.filter(|_| class_name.is_some());
+        let id = PermitId::new(class_name, &self.instance, self.sequence, tenant);
+        let now = Instant::now();
+        let timer = ctx.run_later(wait_until.saturating_duration_since(now), |act, ctx| act.expire(ctx));
+        self.waiters.push(Waiter {
+            id,
+            enqueued: now,
+            deadline: wait_until,
+            reply,
+            tokens: request.tokens,
+            class,
+            tenant: request.tenant,
+            ticket: Some(ticket),
+            at_head: None,
+            deadline_timer: Some(timer),
+        });
+        let depth = self.waiters.len();
+        metrics::queue_depth(self.name(), depth);
+        self.record_classes();
+        self.pump(ctx);
+    }
+
+    /// The class an admitted request waits in, and its breaker ticket; or why it is refused.
+    #[allow(clippy::result_large_err)] // until `Error` is one boxed struct
+    fn check(&mut self, request: &Request, kind: AttemptKind) -> Result<(usize, BreakerTicket), Error> {
+        let class = match &request.class {
+            ClassRef::Known(class) if *class < self.config.classes().len().max(1) => *class,
+            ClassRef::Known(_) => self.config.default_class(),
+            ClassRef::Unknown(class) => {
+                let known = self.config.classes().iter().map(|c| c.name()).collect::<Vec<_>>().join(", ");
+                return Err(Error::UnknownClass {
+                    upstream: self.config.name().to_string(),
+                    class: class.to_string(),
+                    known,
+                });
+            }
+        };
+        // Refused before any wait: it would only block those queued behind it.
+        if let Some(error) = self.never_fits(request.tokens, class) {
+            return Err(error);
+        }
+        if let Some(retry_after) = self.quota.remaining() {
+            return Err(Error::QuotaExhausted { upstream: self.config.name().to_string(), attempts: 0, retry_after });
+        }
+        let capacity = self.config.queue_capacity().get();
+        if self.waiters.len() >= capacity {
+            metrics::overload_refused(self.name(), "queue_full");
+            return Err(Error::QueueFull { upstream: self.config.name().to_string(), capacity });
+        }
+        let now = self.clock.now_ms();
+        // The budget before the breaker, so a refused retry does not take a half-open probe slot.
+        if kind == AttemptKind::AfterTransient && self.retry_budget.remaining(now) < 1.0 {
+            metrics::retry_budget_refused(self.name());
+            metrics::overload_refused(self.name(), "retry_budget_spent");
+            return Err(Error::RetryBudgetSpent {
+                upstream: self.config.name().to_string(),
+                attempts: 0,
+                last: "transient",
+            });
+        }
+        let ticket = self.observe_breaker(|breaker| breaker.admit(now)).map_err(|open| {
+            metrics::overload_refused(self.name(), "breaker_open");
+            let retry_after = std::time::Duration::from_millis(open.retry_at_ms.saturating_sub(now));
+            Error::BreakerOpen { upstream: self.config.name().to_string(), retry_after }
+        })?;
+        match kind {
+            AttemptKind::First => self.retry_budget.deposit(now),
+            AttemptKind::AfterTransient => {
+                self.retry_budget.try_withdraw(now);
+            }
+            AttemptKind::AfterRateLimit => {}
+        }
+        Ok((class, ticket))
+    }
+
+    /// Runs `change` on the breaker and records the state change it made, if any.
+    pub(super) fn observe_breaker<T>(&mut self, change: impl FnOnce(&mut wavegate_core::CircuitBreaker) -> T) -> T {
+        let before = self.breaker.state().as_str();
+        let result = change(&mut self.breaker);
+        let after = self.breaker.state().as_str();
+        if before != after {
+            tracing::info!(upstream = %self.name(), from = before, to = after, "circuit breaker");
+            metrics::breaker(self.name(), Some(before), after);
+        }
+        result
+    }
+
+    /// The tokens burst in force for `class`, and the budget it comes from: the upstream's
+    /// (configured, in fallback this process's share of it, tightened by a tokens limit the
+    /// provider announced), or a capped class's share of the configured one when smaller.
+    fn tokens_burst(&self, class: usize) -> Option<(u64, &'static str)> {
+        let label = match self.mode {
+            Mode::Fallback | Mode::Rejected => crate::error::FALLBACK_SHARE,
+            Mode::Local | Mode::Shared => "tokens_per_minute",
+        };
+        let burst = self.local.tokens_burst(self.clock.now_ms())?;
+        let percent = self.config.classes().get(class).map_or(100, |c| c.budget_percent_value());
+        let class_cap = self
+            .local
+            .configured()
+            .tokens
+            .filter(|_| percent < 100)
+            .map(|budget| (u64::from(budget.burst()) * u64::from(percent) / 100).max(1));
+        match class_cap {
+            Some(cap) if cap < burst => Some((cap, "the class's share of tokens_per_minute")),
+            _ => Some((burst, label)),
+        }
+    }
+
+    /// The refusal of an estimate that can never fit: above the configured tokens burst (in
+    /// any mode), or above the burst in force for `class` now.
+    pub(super) fn never_fits(&self, tokens: u64, class: usize) -> Option<Error> {
+        let configured = self.config.budgets().tokens.map(|b| (u64::from(b.burst()), "tokens_per_minute"));
+        let (burst, budget) = configured.filter(|(burst, _)| tokens > *burst).or_else(|| self.tokens_burst(class))?;
+        (tokens > burst).then(|| Error::InsufficientCapacity {
+            upstream: self.config.name().to_string(),
+            budget,
+            requested: tokens,
+            burst,
+        })
+    }
+}

@@ -1,0 +1,328 @@
+//! The lane's side of a Redis outage: fail open to a fair local share, then reconcile before
+//! going back. The coordinator decides when (it owns the failure domains and the probe); the
+//! lane does what its own permits need.
+//!
+//! * **Fallback** ([`Switch::Fallback`]): the lane's gate becomes this process's share of the
+//!   limit (`ProcessGate::fallback`), which starts out holding every permit the lane holds and
+//!   carries a shared cooldown in force. Waiters go on locally; calls in progress are not
+//!   disturbed.
+//! * **Reconcile** ([`Reconcile`]): the permits still in flight here are registered in the
+//!   shared set with fresh leases, registrations of permits that finished during the outage
+//!   are dropped, the usage of the outage is charged to the shared budgets, and a 429 seen
+//!   during the outage is carried into the shared wave when the shared state is NORMAL. While
+//!   it runs, waiters wait and releases are deferred.
+//! * **Back** ([`Switch::Shared`]), or not ([`Switch::Abort`]): the deferred releases are
+//!   replayed with the gate then in charge.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::{ActorFutureExt, Context, Handler, Message, ResponseActFuture, WrapFuture};
+use wavegate_core::{Clock, PermitId, WaveSignal, WaveState};
+
+use super::Lane;
+use super::release::Release;
+use crate::engine::clock::Instant;
+use crate::engine::gate::Gate;
+use crate::engine::process_gate::{FallbackStart, ProcessGate};
+use crate::engine::store::{self, StoreError};
+use crate::metrics;
+use crate::status::Mode;
+
+/// How long a lane back in shared mode stays within its fallback share: the other processes'
+/// probes find the store within one probe interval, plus their reconciliation.
+const REJOIN_GRACE: Duration = Duration::from_millis(1_500);
+
+/// Book-keeping of one upstream during a fallback, for the reconciliation.
+#[derive(Debug, Default)]
+pub(super) struct OutageBook {
+    /// Permits held when the outage began: they are registered in the shared store.
+    pub(super) registered: HashSet<PermitId>,
+    /// Registrations to drop when the store is back: permits of `registered` that finished
+    /// during the outage, releases that failed, grants whose reply came too late. (Any of them
+    /// still held by then is adopted instead.)
+    pub(super) unreleased: HashSet<PermitId>,
+    /// The fallback gate's wave when the outage began: the local number of the shared wave
+    /// then in force.
+    pub(super) entry_wave: u64,
+    /// A 429 cut the local wave during the outage, with the cooldown it asked for.
+    pub(super) rate_limited: Option<Option<Duration>>,
+    /// 429s whose report to the store failed before the switch: (their wave, Retry-After).
+    pub(super) unreported_429s: Vec<(u64, Option<Duration>)>,
+    /// Permits granted locally during the outage (usage to hand to the shared budgets).
+    pub(super) granted: u64,
+    /// Tokens used during the outage: reservations plus settlements.
+    pub(super) tokens: i64,
+}
+
+/// The coordinator tells a lane which gate is in charge from now on, under `epoch`.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) enum Switch {
+    /// The store is out of reach: this process's fair share of the limit.
+    Fallback {
+        epoch: u64,
+        /// Processes live at the last heartbeat, if one succeeded.
+        live: Option<u32>,
+    },
+    /// Reconciled: the shared store again.
+    Shared { epoch: u64 },
+    /// The reconciliation failed: still in fallback.
+    Abort,
+}
+
+/// Reconcile this lane's permits with the store (its domain's probe found it back).
+#[derive(Debug, Message)]
+#[rtype(result = "Result<ReconcileReport, StoreError>")]
+pub(crate) struct Reconcile;
+
+/// What a lane's reconciliation did, for the coordinator's log.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ReconcileReport {
+    pub(crate) adopted: usize,
+    pub(crate) dropped: usize,
+    pub(crate) granted: u64,
+    pub(crate) carried_429: bool,
+    pub(crate) shared_in_flight: u32,
+}
+
+/// What a reconciliation sends.
+struct Plan {
+    adopt: Vec<PermitId>,
+    drop: Vec<PermitId>,
+    lease: Duration,
+    /// Requests and tokens used during the outage.
+    usage: (u64, u64),
+    /// A 429 or a cooldown to carry into the shared wave: the cooldown still to run here, and
+    /// whether it is carried even when the store's state is not NORMAL (a 429 seen here, unless
+    /// a shared cooldown runs) or only when the store forgot it (a shared cooldown carried into
+    /// the fallback).
+    carry: Option<(Option<Duration>, bool)>,
+}
+
+impl Handler<Switch> for Lane {
+    type Result = ();
+
+    fn handle(&mut self, switch: Switch, ctx: &mut Context<Self>) {
+        self.switching = false;
+        match switch {
+            Switch::Fallback { epoch, live } => self.enter_fallback(epoch, live),
+            Switch::Shared { epoch } => self.back_to_shared(epoch),
+            Switch::Abort => self.reconciling = false,
+        }
+        self.replay_deferred(ctx);
+        self.pump(ctx);
+    }
+}
+
+impl Handler<Reconcile> for Lane {
+    type Result = ResponseActFuture<Self, Result<ReconcileReport, StoreError>>;
+
+    fn handle(&mut self, _: Reconcile, _: &mut Context<Self>) -> Self::Result {
+        self.reconciling = true;
+        let Some(gate) = self.shared.clone() else {
+            return Box::pin(futures_util::future::ready(Ok(ReconcileReport::default())).into_actor(self));
+        };
+        let plan = self.plan();
+        // Whatever happens to the call, these may be registered in the store from now on.
+        let sent = plan.adopt.clone();
+        let carrier = PermitId::new(None, &self.instance, 0, None);
+        let granted = plan.usage.0;
+        let call = async move {
+            let reconciled =
+                store::reconcile(&gate, plan.adopt.clone(), plan.drop.clone(), plan.lease, plan.usage).await?;
+            let carried_429 = match plan.carry {
+                Some((retry_after, always))
+                    if reconciled.state != WaveState::Cooldown && (always || reconciled.state == WaveState::Normal) =>
+                {
+                    let signal = WaveSignal::RateLimited { retry_after };
+                    store::finish(&gate, carrier, reconciled.wave, signal, 0).await?;
+                    true
+                }
+                _ => false,
+            };
+            Ok((reconciled, plan.adopt.len(), plan.drop, carried_429))
+        };
+        Box::pin(call.into_actor(self).map(move |result, act, _| {
+            act.outage.registered.extend(sent);
+            let (reconciled, adopted, dropped, carried_429) = result?;
+            // Reconciled: later attempts must not adopt, charge or cut again for this outage.
+            for id in &dropped {
+                act.outage.unreleased.remove(id);
+            }
+            act.outage.granted = 0;
+            act.outage.tokens = 0;
+            act.outage.rate_limited = None;
+            act.reconciled = Some(reconciled);
+            let report = ReconcileReport {
+                adopted,
+                dropped: dropped.len(),
+                granted,
+                carried_429,
+                shared_in_flight: reconciled.in_flight,
+            };
+            metrics::reconciled(act.name(), adopted, dropped.len(), granted);
+            Ok(report)
+        }))
+    }
+}
+
+impl Lane {
+    /// Switches from shared mode to this process's fallback share.
+    fn enter_fallback(&mut self, epoch: u64, live: Option<u32>) {
+        self.epoch = epoch;
+        if self.mode != Mode::Shared {
+            return;
+        }
+        self.set_mode(Mode::Fallback);
+        let now = Instant::now();
+        let now_ms = self.clock.now_ms();
+        let (_, _, learned) = self.local.budgets(now_ms);
+        let start = FallbackStart {
+            live,
+            cooldown_remaining: self.last_shared.cooldown_until.filter(|until| *until > now).map(|until| until - now),
+            state: self.last_shared.state,
+            wave: self.last_shared.wave,
+            learned,
+            recent_grants: self.recent_grants.iter().copied().collect(),
+        };
+        let mut held: Vec<(PermitId, u64)> = self.held.iter().map(|(id, held)| (id.clone(), held.wave)).collect();
+        let (gate, share, entry_wave) = ProcessGate::fallback(&self.config, &start, &mut held, now_ms);
+        for (id, wave) in held {
+            if let Some(held) = self.held.get_mut(&id) {
+                held.wave = wave;
+            }
+        }
+        let gate = Arc::new(gate);
+        // 429s whose report failed before the switch still cool this process down, once per
+        // shared wave (a 429 of an older shared wave is late and cuts nothing).
+        let unreported = std::mem::take(&mut self.outage.unreported_429s);
+        let mut rate_limited = None;
+        for (wave, retry_after) in unreported {
+            if wave >= self.last_shared.wave {
+                let carrier = PermitId::new(None, &self.instance, 0, None);
+                let released = gate.release(&carrier, entry_wave, WaveSignal::RateLimited { retry_after }, 0, now_ms);
+                if matches!(released.rate_limit, Some(wavegate_core::RateLimitEffect::Cut { .. })) {
+                    rate_limited = Some(retry_after);
+                }
+            }
+        }
+        // Keep what a failed call just recorded (a release or an acquire whose reply was lost).
+        let unreleased = std::mem::take(&mut self.outage.unreleased);
+        self.outage = OutageBook {
+            registered: self.held.keys().cloned().collect(),
+            unreleased,
+            entry_wave,
+            rate_limited,
+            ..OutageBook::default()
+        };
+        self.local = gate.clone();
+        self.gate = Gate::Local(gate);
+        self.pumping = false;
+        self.wake_pending = false;
+        self.blocked_until = None;
+        tracing::warn!(upstream = %self.name(), fallback_limit = share, held = self.held.len(), "fallback share");
+    }
+
+    /// A 429 whose report to the store failed: it cools this process's fallback down once it
+    /// has one.
+    pub(super) fn pending_429(&mut self, release: Release) {
+        let WaveSignal::RateLimited { retry_after } = release.signal else { return };
+        if self.mode == Mode::Fallback {
+            let now_ms = self.clock.now_ms();
+            if release.wave >= self.last_shared.wave {
+                let signal = WaveSignal::RateLimited { retry_after };
+                let released = self.local.release(&release.id, self.outage.entry_wave, signal, 0, now_ms);
+                if matches!(released.rate_limit, Some(wavegate_core::RateLimitEffect::Cut { .. })) {
+                    self.outage.rate_limited = Some(retry_after);
+                }
+            }
+        } else {
+            self.outage.unreported_429s.push((release.wave, retry_after));
+        }
+    }
+
+    /// What this lane's reconciliation sends.
+    fn plan(&mut self) -> Plan {
+        let now_ms = self.clock.now_ms();
+        let local = self.local.snapshot(now_ms);
+        let cooling = (local.state == WaveState::Cooldown).then_some(local.cooldown_remaining);
+        let carry = match self.outage.rate_limited {
+            // A 429 seen here during the outage.
+            Some(_) if local.state != WaveState::Normal => Some((cooling, true)),
+            // A shared cooldown carried into the fallback, still running: the store must not
+            // have forgotten it (an empty restart does).
+            _ => cooling.map(|rest| (Some(rest), false)),
+        };
+        Plan {
+            adopt: self.held.keys().cloned().collect(),
+            drop: self.outage.unreleased.iter().filter(|id| !self.held.contains_key(*id)).cloned().collect(),
+            lease: self.config.permit_ttl(),
+            usage: (self.outage.granted, u64::try_from(self.outage.tokens).unwrap_or(0)),
+            carry,
+        }
+    }
+
+    /// Back in shared mode after a reconciliation (or without one, when the store refused it:
+    /// the lease watchdog registers the permits again).
+    fn back_to_shared(&mut self, epoch: u64) {
+        self.epoch = epoch;
+        self.reconciling = false;
+        let Some(shared) = self.shared.clone() else { return };
+        self.set_mode(Mode::Shared);
+        match self.reconciled.take() {
+            Some(reconciled) => {
+                for held in self.held.values_mut() {
+                    held.wave = reconciled.adopted_wave;
+                }
+            }
+            None => tracing::error!(upstream = %self.name(), "back in shared mode without a reconciliation"),
+        }
+        // Registrations recorded while the reconciliation ran (a stale reply that came in then)
+        // were not in its plan: dropped once shared (`replay_deferred` runs after this).
+        let mut late = std::mem::take(&mut self.outage).unreleased;
+        late.retain(|id| !self.held.contains_key(id));
+        self.late_drops = late.into_iter().collect();
+        let share = self.local.base_limit() as usize;
+        self.rejoin_cap = Some((Instant::now() + REJOIN_GRACE, share));
+        let (_, _, learned) = self.local.budgets(self.clock.now_ms());
+        self.local = Arc::new(ProcessGate::after_fallback(&self.config, learned));
+        self.gate = Gate::Shared(shared);
+        self.pumping = false;
+        self.blocked_until = None;
+        self.cooldown_until = None;
+    }
+
+    /// Records a change of mode.
+    fn set_mode(&mut self, to: Mode) {
+        let from = std::mem::replace(&mut self.mode, to);
+        metrics::upstream_mode(self.config.name().as_str(), Some(from), to);
+    }
+
+    /// Replays the releases deferred while reconciling, and drops the late registrations.
+    fn replay_deferred(&mut self, ctx: &mut Context<Self>) {
+        if self.reconciling {
+            return;
+        }
+        for id in std::mem::take(&mut self.late_drops) {
+            self.drop_registration(id, 0, ctx);
+        }
+        for finish in std::mem::take(&mut self.deferred) {
+            self.finish(finish, ctx);
+        }
+        if self.releases_in_flight == 0 {
+            for drain in self.drains.drain(..) {
+                drain.send();
+            }
+        }
+    }
+
+    /// The mode as reported: a fallback the store caused by rejecting wavegate is `Rejected`.
+    pub(super) fn reported_mode(&self) -> Mode {
+        match (&self.store, self.mode) {
+            (Some(store), Mode::Fallback) if store::rejected(store) => Mode::Rejected,
+            (_, mode) => mode,
+        }
+    }
+}

@@ -1,0 +1,361 @@
+//! The acquire loop: serve the heads of the queue, one gate call at a time.
+//!
+//! A denial says why, and the loop sleeps accordingly: until the end of a COOLDOWN (plus a
+//! little jitter, so the fleet does not ask at one instant), until a budget has room, or at the
+//! limit until a release wakes it, with a slow poll as a safety net. A grant goes to the waiter
+//! it names; a denial that can never turn into a grant (an estimate above the burst) fails the
+//! waiter it names, and only that one.
+
+use std::time::Duration;
+
+use actix::{ActorFutureExt, AsyncContext, Context, WrapFuture};
+use rand::Rng;
+use wavegate_core::{Ask, Clock, Decision, DenyReason, PermitId, duration_ms};
+
+use super::waiters::{Waiter, Waiters};
+use super::{Held, Lane};
+use crate::engine::clock::Instant;
+use crate::engine::gate::Answer;
+use crate::engine::grant::{Grant, GrantInfo};
+use crate::engine::store::StoreError;
+use crate::error::Error;
+use crate::metrics;
+use crate::status::Mode;
+
+/// How long to wait before asking again at the limit when no release is announced.
+pub(super) const AT_LIMIT_POLL: (Duration, Duration) = (Duration::from_millis(250), Duration::from_millis(500));
+/// How long to wait before asking again after a store error that is not an outage.
+pub(super) const STORE_ERROR_RETRY: (Duration, Duration) = (Duration::from_millis(50), Duration::from_millis(150));
+/// The longest a lane waits for the coordinator's switch after reporting an outage.
+pub(super) const SWITCH_BOUND: Duration = Duration::from_secs(1);
+/// Spread added to a budget's exact wait, so processes do not ask at one instant.
+const BUDGET_JITTER: (Duration, Duration) = (Duration::ZERO, Duration::from_millis(5));
+/// The most jitter added to the end of a cooldown.
+const COOLDOWN_JITTER: Duration = Duration::from_millis(50);
+/// How far back this process's own grants are remembered for its next fallback's budgets (the
+/// budgets are per minute), and at most how many.
+const RECENT_GRANTS: (Duration, usize) = (Duration::from_secs(60), 4_096);
+
+/// A duration drawn uniformly from `[low, high]`.
+pub(super) fn jittered((low, high): (Duration, Duration)) -> Duration {
+    low + (high - low).mul_f64(rand::rng().random::<f64>())
+}
+
+impl Lane {
+    /// Serves the heads of the queue: in a loop while the gate answers at once, else with one
+    /// gate call in flight.
+    pub(super) fn pump(&mut self, ctx: &mut Context<Self>) {
+        loop {
+            self.expire(ctx);
+            if self.reconciling || self.switching {
+                return;
+            }
+            if self.pumping {
+                self.wake_pending = true;
+                return;
+            }
+            let now = Instant::now();
+            if self.blocked_until.is_some_and(|until| until > now) {
+                // The retry timer fires then; asking before would only be refused.
+                return;
+            }
+            if self.over_rejoin_cap(now, ctx) {
+                return;
+            }
+            let classes = !self.config.classes().is_empty();
+            let asks: Vec<Ask> = if classes {
+                // The gate chooses among the heads of every class (and tenant).
+                self.waiters.heads(now)
+            } else {
+                let head = self.waiters.head_of(0, now);
+                head.map(|w| Ask { id: w.id.clone(), tokens: w.tokens, waiting: 1 }).into_iter().collect()
+            };
+            let asked: Vec<(PermitId, u64)> = asks.iter().map(|a| (a.id.clone(), a.tokens)).collect();
+            let lease = self.config.permit_ttl();
+            let Some(answer) = self.gate.acquire(asks, lease, classes, self.clock.now_ms()) else { return };
+            if let Some(timer) = self.retry_timer.take() {
+                ctx.cancel_future(timer);
+            }
+            match answer {
+                Answer::Now(result) => {
+                    if !self.on_acquired(result, &asked, ctx) {
+                        return;
+                    }
+                }
+                Answer::Later(call) => {
+                    let epoch = self.epoch;
+                    self.pumping = true;
+                    self.wake_pending = false;
+                    ctx.spawn(call.into_actor(self).map(move |result, act, ctx| {
+                        if epoch != act.epoch {
+                            act.stale_acquire(result, asked, ctx);
+                            return;
+                        }
+                        act.pumping = false;
+                        if act.on_acquired(result, &asked, ctx) || act.wake_pending {
+                            act.pump(ctx);
+                        }
+                    }));
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Just back in shared mode: the shared set does not hold the permits of processes still
+    /// in their fallback yet, so this process stays within its fallback share until they are
+    /// back too. A release here, or the end of it, asks again.
+    fn over_rejoin_cap(&mut self, now: Instant, ctx: &mut Context<Self>) -> bool {
+        let Some((until, share)) = self.rejoin_cap else { return false };
+        if now >= until || !self.gate.is_shared() {
+            self.rejoin_cap = None;
+            return false;
+        }
+        if self.held.len() < share {
+            return false;
+        }
+        self.retry_in(until - now, ctx);
+        true
+    }
+
+    /// A reply that came after a change of mode: the loop already went on without it. Unless it
+    /// is a denial, the store may hold a registration of an asked id (a grant, or a script that
+    /// ran after its reply was given up on): drop it once the store is back, unless the waiter
+    /// holds the same id by then.
+    fn stale_acquire(
+        &mut self,
+        result: Result<Decision, StoreError>,
+        asked: Vec<(PermitId, u64)>,
+        ctx: &mut Context<Self>,
+    ) {
+        match result {
+            Ok(Decision::Denied { .. }) => {}
+            Ok(Decision::Granted { id, .. }) => {
+                let tokens = asked.iter().find(|(asked, _)| *asked == id).map_or(0, |(_, t)| *t);
+                self.drop_registration(id, tokens, ctx);
+            }
+            Err(_) => {
+                // At most one of several heads asked for can have been charged, and which is
+                // unknown: refund none rather than all.
+                let several = asked.len() > 1;
+                for (id, tokens) in asked {
+                    self.drop_registration(id, if several { 0 } else { tokens }, ctx);
+                }
+            }
+        }
+    }
+
+    /// Applies a gate's answer to an acquire; returns whether the next waiter may be served now.
+    fn on_acquired(
+        &mut self,
+        result: Result<Decision, StoreError>,
+        asked: &[(PermitId, u64)],
+        ctx: &mut Context<Self>,
+    ) -> bool {
+        match result {
+            Ok(decision) => self.on_decision(decision, asked, ctx),
+            Err(error) => {
+                // In an outage the script may have run although its reply was lost: drop the
+                // registration when the store is back, unless the waiter holds the same id by
+                // then (then it is adopted). Any other error is asked again with the same id,
+                // which is idempotent.
+                if error.is_outage() {
+                    self.outage.unreleased.extend(asked.iter().map(|(id, _)| id.clone()));
+                }
+                self.on_store_error(self.epoch, "acquire", error, ctx);
+                false
+            }
+        }
+    }
+
+    fn on_decision(&mut self, decision: Decision, asked: &[(PermitId, u64)], ctx: &mut Context<Self>) -> bool {
+        let now = Instant::now();
+        match decision {
+            Decision::Granted { id, wave, state, limit, .. } => {
+                self.cooldown_until = None;
+                self.blocked_until = None;
+                let tokens = asked.iter().find(|(asked, _)| *asked == id).map_or(0, |(_, tokens)| *tokens);
+                self.grant(
+                    GrantInfo {
+                        id,
+                        wave,
+                        state,
+                        limit,
+                        queue_wait: Duration::ZERO,
+                        permit_wait: Duration::ZERO,
+                        tokens,
+                    },
+                    ctx,
+                );
+                true
+            }
+            Decision::Denied { reason: DenyReason::Cooldown, retry_after_ms, .. } => {
+                let rest = Duration::from_millis(retry_after_ms);
+                self.cooldown_until = Some(now + rest);
+                if self.mode == Mode::Shared {
+                    self.last_shared.cooldown_until = Some(now + rest);
+                }
+                let jitter = COOLDOWN_JITTER.mul_f64(rand::rng().random::<f64>());
+                self.block_until(rest + jitter, ctx);
+                false
+            }
+            Decision::Denied { reason: DenyReason::AtLimit, retry_after_ms, .. } => {
+                // A release wakes the loop; the poll is a safety net (or, when the gate said
+                // when a capped class has room, that time).
+                let after = if retry_after_ms > 0 {
+                    Duration::from_millis(retry_after_ms) + jittered(BUDGET_JITTER)
+                } else {
+                    jittered(AT_LIMIT_POLL)
+                };
+                self.retry_in(after, ctx);
+                false
+            }
+            Decision::Denied { id, reason: DenyReason::TokensExceedBurst, .. } => {
+                // Only the waiter it names: its estimate does not fit the burst in force now
+                // (e.g. a limit learned since it was admitted).
+                if let Some(waiter) = self.waiters.take(&id) {
+                    let error =
+                        self.never_fits(waiter.tokens, waiter.class).unwrap_or_else(|| Error::InsufficientCapacity {
+                            upstream: self.config.name().to_string(),
+                            budget: "tokens_per_minute",
+                            requested: waiter.tokens,
+                            burst: 0,
+                        });
+                    self.fail(waiter, error, ctx);
+                }
+                true
+            }
+            Decision::Denied { reason, retry_after_ms, .. } => {
+                // A rate budget or the provider's window says exactly when there is room.
+                let wait = Duration::from_millis(retry_after_ms) + jittered(BUDGET_JITTER);
+                tracing::trace!(upstream = self.name(), reason = reason.as_str(), ?wait, "budget");
+                metrics::budget_wait(self.name(), reason.as_str());
+                self.block_until(wait, ctx);
+                false
+            }
+        }
+    }
+
+    /// Hands the permit of `info` to its waiter (or back, when the waiter is gone).
+    fn grant(&mut self, mut info: GrantInfo, ctx: &mut Context<Self>) {
+        let now = Instant::now();
+        let now_ms = self.clock.now_ms();
+        let class = self.class_of(&info.id);
+        // Held from now on, whoever takes it: a waiter gone meanwhile releases it through its
+        // grant's drop, like any other.
+        self.held.insert(info.id.clone(), Held { wave: info.wave, class, holding: None });
+        if self.mode == Mode::Shared {
+            self.last_shared.state = Some((info.state, info.limit));
+            self.last_shared.wave = info.wave;
+        }
+        self.remember_grant(now_ms, info.tokens);
+        if self.mode == Mode::Fallback {
+            self.outage.granted += 1;
+            self.outage.tokens += i64::try_from(info.tokens).unwrap_or(i64::MAX);
+        }
+        let me = ctx.address().recipient();
+        let Some(mut waiter) = self.waiters.take(&info.id) else {
+            // The caller gave up while the gate was asked: its grant goes straight back.
+            drop(Grant::new(info, me, None, Duration::ZERO));
+            return;
+        };
+        if let Some(timer) = waiter.deadline_timer.take() {
+            ctx.cancel_future(timer);
+        }
+        self.waiters.granted(&waiter);
+        let at_head = waiter.at_head.unwrap_or(now);
+        info.queue_wait = at_head.saturating_duration_since(waiter.enqueued);
+        info.permit_wait = now.saturating_duration_since(at_head);
+        let name = self.config.name().as_str();
+        metrics::permit_granted(name, info.queue_wait, info.permit_wait);
+        if let Some(class) = self.config.classes().get(waiter.class) {
+            metrics::class_granted(name, class.name(), info.queue_wait + info.permit_wait);
+        }
+        metrics::permits_in_flight(name, "local", self.held.len());
+        metrics::queue_depth(name, self.waiters.len());
+        metrics::wave(name, info.state, info.limit, info.wave);
+        let hold = self.config.cancelled_call_hold();
+        let grant = Grant::new(info, me, waiter.ticket.take(), hold);
+        if let Some(retry_after) = self.quota.remaining() {
+            // The quota ran out while this caller waited: the permit goes back unused.
+            drop(grant);
+            let error = Error::QuotaExhausted { upstream: self.config.name().to_string(), attempts: 0, retry_after };
+            let _ = waiter.reply.send(Err(error));
+        } else {
+            // A caller that is gone by now drops the grant with the channel: it comes back.
+            let _ = waiter.reply.send(Ok(grant));
+        }
+        self.record_classes();
+    }
+
+    /// Remembers a grant for the next fallback's budgets (when there are rate budgets).
+    fn remember_grant(&mut self, now_ms: u64, tokens: u64) {
+        let (budgets, _, _) = self.local.budgets(now_ms);
+        if budgets == wavegate_core::Budgets::default() {
+            return;
+        }
+        let (memory, most) = RECENT_GRANTS;
+        let since = now_ms.saturating_sub(duration_ms(memory));
+        while self.recent_grants.front().is_some_and(|(at, _)| *at < since) || self.recent_grants.len() >= most {
+            self.recent_grants.pop_front();
+        }
+        self.recent_grants.push_back((now_ms, tokens));
+    }
+
+    /// Answers a waiter with `error`; its breaker ticket goes back unused.
+    pub(super) fn fail(&mut self, mut waiter: Waiter, error: Error, ctx: &mut Context<Self>) {
+        if let Some(timer) = waiter.deadline_timer.take() {
+            ctx.cancel_future(timer);
+        }
+        self.give_back_ticket(&mut waiter);
+        let _ = waiter.reply.send(Err(error));
+    }
+
+    fn give_back_ticket(&mut self, waiter: &mut Waiter) {
+        if let Some(ticket) = waiter.ticket.take() {
+            let now = self.clock.now_ms();
+            self.observe_breaker(|breaker| breaker.record(ticket, wavegate_core::CallResult::Ignored, now));
+        }
+    }
+
+    /// Asks again in `after`, and not before: nothing can be admitted until then.
+    fn block_until(&mut self, after: Duration, ctx: &mut Context<Self>) {
+        self.blocked_until = Some(crate::engine::clock::after(Instant::now(), after));
+        self.retry_in(after, ctx);
+    }
+
+    pub(super) fn retry_in(&mut self, after: Duration, ctx: &mut Context<Self>) {
+        if let Some(timer) = self.retry_timer.take() {
+            ctx.cancel_future(timer);
+        }
+        self.retry_timer = Some(ctx.run_later(after, |act, ctx| {
+            act.retry_timer = None;
+            act.blocked_until = None;
+            act.switching = false;
+            act.pump(ctx);
+        }));
+    }
+
+    /// Answers the waiters whose deadline has passed.
+    pub(super) fn expire(&mut self, ctx: &mut Context<Self>) {
+        let now = Instant::now();
+        let expired = self.waiters.take_expired(now);
+        if expired.is_empty() {
+            return;
+        }
+        let retry_after = self.cooldown_until.filter(|until| *until > now).map(|until| until - now);
+        let depth = self.waiters.len();
+        metrics::queue_depth(self.name(), depth);
+        for mut waiter in expired {
+            if !waiter.reply.is_closed() {
+                metrics::overload_refused(self.name(), "waited_too_long");
+            }
+            let error = Waiters::timed_out(&waiter, self.name(), now, retry_after);
+            if let Some(timer) = waiter.deadline_timer.take() {
+                ctx.cancel_future(timer);
+            }
+            self.give_back_ticket(&mut waiter);
+            let _ = waiter.reply.send(Err(error));
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! Releases: a permit's outcome goes to the gate in charge; the lease watchdog renews the
+//! permits still held; provider reports reach the gate.
+//!
+//! A call cancelled while its request was at the provider keeps its permit until the provider
+//! has plausibly finished ([`Finish::hold_until`]); then it is released like any other.
+
+use std::time::Duration;
+
+use actix::{ActorFutureExt, AsyncContext, Context, WrapFuture};
+use wavegate_core::{Clock, PermitId, RateLimitEffect, WaveSignal, WindowReport};
+
+use super::Lane;
+use crate::engine::clock::Instant;
+use crate::engine::gate::{Answer, Gate};
+use crate::engine::grant::Finish;
+use crate::engine::store::{Released, StoreError};
+use crate::metrics;
+use crate::status::Mode;
+
+/// How long to wait before each new attempt at a release that failed for a reason other than
+/// an outage (after the last, the permit's lease ends it).
+const RELEASE_RETRIES: [Duration; 3] =
+    [Duration::from_millis(100), Duration::from_millis(400), Duration::from_millis(1_600)];
+
+/// A release to send (or send again).
+#[derive(Debug)]
+pub(super) struct Release {
+    pub(super) id: PermitId,
+    pub(super) wave: u64,
+    pub(super) signal: WaveSignal,
+    pub(super) token_delta: i64,
+    /// Only a registration that may exist (no call ran under it here): finding nothing to
+    /// release is then no news.
+    pub(super) registration_only: bool,
+}
+
+impl Lane {
+    /// A permit's outcome: recorded by the breaker, then the permit goes back (or, for a call
+    /// cancelled at the provider, stays held until it has plausibly finished there).
+    pub(super) fn finish(&mut self, mut finish: Finish, ctx: &mut Context<Self>) {
+        if let Some((ticket, result)) = finish.breaker.take() {
+            let now = self.clock.now_ms();
+            self.observe_breaker(|breaker| breaker.record(ticket, result, now));
+        }
+        let now = Instant::now();
+        if let Some(until) = finish.hold_until.take().filter(|until| *until > now)
+            && let Some(held) = self.held.get_mut(&finish.id)
+        {
+            tracing::debug!(upstream = %self.config.name(), permit = %finish.id, hold = ?(until - now), "call cancelled at the provider: its permit stays held");
+            held.holding = Some(ctx.run_later(until - now, move |act, ctx| act.finish(finish, ctx)));
+            return;
+        }
+        if self.reconciling {
+            // Replayed once the reconciliation decides which gate is in charge.
+            self.deferred.push(finish);
+            return;
+        }
+        // The lane's own record of the wave wins: it follows the permit across modes.
+        let held = self.held.remove(&finish.id);
+        if let Some(timer) = held.as_ref().and_then(|held| held.holding) {
+            ctx.cancel_future(timer);
+        }
+        let wave = held.map_or(finish.wave, |held| held.wave);
+        self.waiters.released(&finish.id);
+        metrics::permits_in_flight(self.name(), "local", self.held.len());
+        if let Some(report) = finish.window {
+            // Before the release, so the grants its release makes room for already see it.
+            self.report_window(finish.id.clone(), report, finish.tokens_reserved, ctx);
+        }
+        self.record_classes();
+        let release = Release {
+            id: finish.id,
+            wave,
+            signal: finish.signal,
+            token_delta: finish.token_delta,
+            registration_only: false,
+        };
+        self.release(release, 0, ctx);
+    }
+
+    /// One attempt at a release with the gate in charge.
+    pub(super) fn release(&mut self, release: Release, attempt: u32, ctx: &mut Context<Self>) {
+        let Release { id, wave, signal, token_delta, .. } = &release;
+        let answer = self.gate.release(id.clone(), *wave, *signal, *token_delta, self.clock.now_ms());
+        match answer {
+            Answer::Now(result) => self.on_released(result, release, attempt, self.epoch, ctx),
+            Answer::Later(call) => {
+                let epoch = self.epoch;
+                self.releases_in_flight += 1;
+                ctx.spawn(call.into_actor(self).map(move |result, act, ctx| {
+                    act.release_done();
+                    act.on_released(result, release, attempt, epoch, ctx);
+                }));
+            }
+        }
+    }
+
+    /// What a release's answer (or its failure) does.
+    fn on_released(
+        &mut self,
+        result: Result<Released, StoreError>,
+        release: Release,
+        attempt: u32,
+        epoch: u64,
+        ctx: &mut Context<Self>,
+    ) {
+        match result {
+            Ok(released) => {
+                let after = released.after;
+                if self.mode == Mode::Shared && self.gate.is_shared() {
+                    // Every reply says whether a shared cooldown runs, whoever started it (a
+                    // late 429's reply too): a fallback must carry it on.
+                    if after.state == wavegate_core::WaveState::Cooldown {
+                        self.last_shared.cooldown_until = Some(Instant::now() + after.cooldown_remaining);
+                    }
+                    self.last_shared.state = Some((after.state, after.limit));
+                    self.last_shared.wave = after.wave;
+                    metrics::permits_in_flight(self.name(), "fleet", after.in_flight as usize);
+                }
+                if !released.held && !release.registration_only && self.mode != Mode::Fallback {
+                    // Its lease ended while the call ran: for a while the fleet could admit one
+                    // more than the limit.
+                    tracing::warn!(upstream = %self.name(), permit = %release.id, "permit released after its lease ended");
+                    metrics::released_after_lease(self.name());
+                }
+                if self.mode == Mode::Local {
+                    metrics::permits_in_flight(self.name(), "fleet", after.in_flight as usize);
+                }
+                if self.mode == Mode::Fallback {
+                    self.outage.tokens += release.token_delta;
+                    if let (Some(RateLimitEffect::Cut { .. }), WaveSignal::RateLimited { retry_after }) =
+                        (released.rate_limit, release.signal)
+                    {
+                        self.outage.rate_limited = Some(retry_after);
+                    }
+                    if self.outage.registered.remove(&release.id) {
+                        self.outage.unreleased.insert(release.id);
+                    }
+                }
+                record_rate_limit(self.name(), released.rate_limit);
+                metrics::wave(self.name(), after.state, after.limit, after.wave);
+                self.pump(ctx);
+            }
+            Err(error) if !error.is_outage() => {
+                metrics::redis_error("finish", error.label());
+                if let Some(&delay) = RELEASE_RETRIES.get(attempt as usize) {
+                    tracing::warn!(upstream = %self.name(), permit = %release.id, %error, attempt, "release failed; trying again");
+                    ctx.run_later(delay, move |act, ctx| {
+                        if act.gate.is_shared() {
+                            act.release(release, attempt + 1, ctx);
+                        } else {
+                            // The store went away meanwhile: the reconciliation drops it.
+                            act.outage.unreleased.insert(release.id);
+                        }
+                    });
+                } else {
+                    tracing::error!(upstream = %self.name(), permit = %release.id, %error, "release failed; its lease will end it");
+                }
+            }
+            Err(error) => {
+                // The release may not have happened: drop the registration when the store is
+                // back.
+                self.outage.unreleased.insert(release.id.clone());
+                self.on_store_error(epoch, "finish", error, ctx);
+                if let WaveSignal::RateLimited { .. } = release.signal {
+                    self.pending_429(release);
+                }
+            }
+        }
+    }
+
+    /// The store may hold a registration of `id` that nobody here holds (a grant whose reply
+    /// came after a change of mode, a script that ran after its reply was given up on): in
+    /// fallback it goes on the list of registrations the reconciliation drops; in shared mode it
+    /// is released at once (giving back `tokens` reserved with it). A permit held here under the
+    /// same id is left alone (the reconciliation adopts it; its release removes it).
+    pub(super) fn drop_registration(&mut self, id: PermitId, tokens: u64, ctx: &mut Context<Self>) {
+        if self.gate.is_shared() && !self.reconciling {
+            if !self.held.contains_key(&id) {
+                let token_delta = -i64::try_from(tokens).unwrap_or(i64::MAX);
+                let release =
+                    Release { id, wave: 0, signal: WaveSignal::Neutral, token_delta, registration_only: true };
+                self.release(release, 0, ctx);
+            }
+        } else {
+            self.outage.unreleased.insert(id);
+        }
+    }
+
+    /// Hands what a response said is left of the provider's windows to the gate in charge;
+    /// the in-process gate keeps it too, so a fallback starts knowing it.
+    pub(super) fn report_window(&mut self, id: PermitId, report: WindowReport, tokens: u64, ctx: &mut Context<Self>) {
+        let now_ms = self.clock.now_ms();
+        metrics::provider_window_report(self.name());
+        let local = Gate::Local(self.local.clone());
+        // The in-process gate answers at once.
+        let _ = local.report_window(id.clone(), report, tokens, now_ms);
+        if let Gate::Shared(_) = &self.gate {
+            let call = self.gate.report_window(id, report, tokens, now_ms).into_future();
+            ctx.spawn(call.into_actor(self).map(|result, act, _| {
+                if let Err(error) = result {
+                    // The release behind it meets the same error and handles the outage; the
+                    // report is only lost (the provider will say it again).
+                    metrics::redis_error("report_window", error.label());
+                    tracing::debug!(upstream = %act.name(), %error, "provider window report failed");
+                }
+            }));
+        }
+    }
+
+    /// The lease watchdog: renews every permit this process holds.
+    pub(super) fn renew(&mut self, ctx: &mut Context<Self>) {
+        if self.held.is_empty() {
+            return;
+        }
+        let ids: Vec<PermitId> = self.held.keys().cloned().collect();
+        let epoch = self.epoch;
+        let answer = self.gate.renew(ids.clone(), self.config.permit_ttl(), self.clock.now_ms());
+        let call = match answer {
+            // The in-process gate registers again whatever it had lost, silently.
+            Answer::Now(_) => return,
+            Answer::Later(call) => call,
+        };
+        ctx.spawn(call.into_actor(self).map(move |result, act, ctx| match result {
+            Ok(again) => {
+                // Registered again because the store no longer listed them: either it lost them
+                // while their calls run, or their release reached it first (a NOSCRIPT reload
+                // resends the renewal behind it). The latter must not hold a slot for a lease.
+                let (running, ended): (Vec<PermitId>, Vec<PermitId>) =
+                    again.into_iter().partition(|id| act.held.contains_key(id));
+                if !running.is_empty() {
+                    tracing::warn!(
+                        upstream = %act.name(),
+                        again = running.len(),
+                        "the store had lost permits whose calls still run; registered them again"
+                    );
+                }
+                for id in ended {
+                    act.drop_registration(id, 0, ctx);
+                }
+            }
+            Err(error) => {
+                // The renewal may still run (a hung server resumes): any permit of it that has
+                // ended by then would be registered again.
+                let outage = error.is_outage();
+                act.on_store_error(epoch, "renew", error, ctx);
+                if outage {
+                    let ended: Vec<PermitId> = ids.into_iter().filter(|id| !act.held.contains_key(id)).collect();
+                    for id in ended {
+                        act.drop_registration(id, 0, ctx);
+                    }
+                }
+            }
+        }));
+    }
+}
+
+/// Counts a reported 429 and what it did to the wave.
+fn record_rate_limit(upstream: &str, effect: Option<RateLimitEffect>) {
+    match effect {
+        Some(RateLimitEffect::Cut { .. }) => metrics::rate_limited(upstream, Some(true)),
+        Some(RateLimitEffect::Late { .. }) => metrics::rate_limited(upstream, Some(false)),
+        None => {}
+    }
+}

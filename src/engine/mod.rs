@@ -1,0 +1,172 @@
+//! The engine (crate-private): one lane actor per upstream over one gate interface, and a
+//! coordinator actor for what is fleet-wide.
+//!
+//! ```text
+//! handle ── Acquire(Request) ──► Lane           admission once; queue; the gate in charge:
+//!                                 │                 Gate::Local (in process) or Gate::Shared
+//!        ◄── Grant | Error ─────── │                 (the Lua scripts), one Ask, one Decision
+//! Grant ─── Finish ─────────────► Lane           release to the same gate; breaker; budgets
+//! Lane ──── StoreTrouble ───────► Coordinator    an outage switches the failure domain
+//! Coordinator ── Switch / Reconcile ──► Lanes    which gate is in charge, under which epoch
+//! ```
+//!
+//! Time is tokio's everywhere (`clock.rs`), so tokio's paused time drives the engine in tests.
+
+pub(crate) mod clock;
+mod coordinator;
+mod gate;
+pub(crate) mod grant;
+pub(crate) mod lane;
+mod process_gate;
+pub(crate) mod request;
+mod runtime;
+pub(crate) mod store;
+
+use std::sync::Arc;
+
+use actix::{Actor, Addr, Context};
+use tokio::sync::oneshot;
+use wavegate_core::{Instance, UpstreamConfig};
+
+use self::clock::Instant;
+use self::coordinator::Coordinator;
+use self::grant::Grant;
+use self::lane::{Acquire, Drain, DrainReply, Lane, LaneSetup, ReadHeadroom, ReadMode, ReadStatus};
+use self::request::{AttemptKind, Request};
+use self::store::Store;
+use crate::error::Error;
+use crate::quota::QuotaBlock;
+use crate::status::{Mode, UpstreamStatus};
+pub(crate) use lane::{DRAIN_BOUND, Headroom};
+pub(crate) use runtime::{ACTOR_THREAD, ActorThread};
+
+/// The engine of one scheduler: its actors, and the thread they run on when it owns one.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    coordinator: Addr<Coordinator>,
+    lanes: Vec<Addr<Lane>>,
+    /// The actors' own thread, when `build()` found no actix system; it stops with the engine.
+    _thread: Option<ActorThread>,
+}
+
+impl Engine {
+    /// Starts a lane per upstream and the coordinator: on the current thread's actix arbiter if
+    /// there is one (actix-web, `#[actix::main]`), else on a thread of their own.
+    pub(crate) fn start(
+        upstreams: &[UpstreamConfig],
+        store: Option<Store>,
+        quotas: &[Arc<QuotaBlock>],
+    ) -> std::io::Result<Self> {
+        let (arbiter, thread) = runtime::arbiter()?;
+        let instance = Instance::random();
+        // The coordinator's mailbox first, so the lanes can be given its address (as actix's
+        // `start_in_arbiter` does, with the actor made afterwards).
+        let (sender, receiver) = actix::dev::channel::channel(16);
+        let coordinator = Addr::new(sender);
+        let gates: Vec<_> = upstreams
+            .iter()
+            .map(|config| store.as_ref().map(|store| store::shared_gate(store, config, instance.as_str())))
+            .collect();
+        let lanes: Vec<Addr<Lane>> = upstreams
+            .iter()
+            .enumerate()
+            .map(|(upstream, config)| {
+                let setup = LaneSetup {
+                    upstream,
+                    config: config.clone(),
+                    instance: instance.clone(),
+                    shared: gates[upstream].clone(),
+                    store: store.clone(),
+                    quota: quotas[upstream].clone(),
+                    coordinator: coordinator.clone().recipient(),
+                };
+                Lane::start_in_arbiter(&arbiter, move |_| Lane::new(setup))
+            })
+            .collect();
+        let weak = lanes.iter().map(Addr::downgrade).collect();
+        let actor = Coordinator::new(store, instance, weak, gates);
+        arbiter.spawn_fn(move || {
+            let context = Context::with_receiver(receiver);
+            actix::spawn(context.into_future(actor));
+        });
+        Ok(Self { coordinator, lanes, _thread: thread })
+    }
+
+    /// A permit of `upstream` for `request`, waiting at most until `wait_until`.
+    pub(crate) async fn acquire(
+        &self,
+        upstream: usize,
+        request: Request,
+        kind: AttemptKind,
+        wait_until: Instant,
+    ) -> Result<Grant, Error> {
+        let (reply, granted) = oneshot::channel();
+        self.lanes[upstream].do_send(Acquire { request, kind, wait_until, reply });
+        let mut grant = granted.await.map_err(|_| Error::Stopped)??;
+        grant.mark_received();
+        Ok(grant)
+    }
+
+    /// `upstream`'s status as this process sees it (the shared store's part read in shared
+    /// mode).
+    pub(crate) async fn status(&self, upstream: usize) -> Result<UpstreamStatus, Error> {
+        let (reply, answer) = oneshot::channel();
+        self.lanes[upstream].do_send(ReadStatus { reply });
+        answer.await.map_err(|_| Error::Stopped)
+    }
+
+    /// Where `upstream`'s permits come from now, or (`None`) the process's least shared mode.
+    pub(crate) async fn mode(&self, upstream: Option<usize>) -> Result<Mode, Error> {
+        match upstream {
+            Some(upstream) => self.lanes[upstream].send(ReadMode).await,
+            None => self.coordinator.send(ReadMode).await,
+        }
+        .map_err(|_| Error::Stopped)
+    }
+
+    /// What this process sees of each of `upstreams`' room (no Redis round trip).
+    pub(crate) async fn headroom(&self, upstreams: &[usize]) -> Result<Vec<Headroom>, Error> {
+        let reads = upstreams.iter().map(|&u| self.lanes[u].send(ReadHeadroom));
+        let rooms = futures_util::future::join_all(reads).await;
+        if rooms.iter().any(Result::is_err) {
+            return Err(Error::Stopped);
+        }
+        Ok(rooms.into_iter().flatten().collect())
+    }
+
+    /// Waits (at most [`DRAIN_BOUND`] and a little) until no release is on its way to the
+    /// shared store.
+    pub(crate) async fn drain(&self) {
+        let answers = self.lanes.iter().map(|lane| {
+            let (reply, drained) = oneshot::channel();
+            lane.do_send(Drain { reply: DrainReply::Async(reply) });
+            drained
+        });
+        let all = futures_util::future::join_all(answers);
+        let _ = tokio::time::timeout(DRAIN_BOUND + DRAIN_SLACK, all).await;
+    }
+
+    /// [`drain`](Self::drain) from a thread that may block (the last handle's drop): only when
+    /// the actors run on a thread of their own, and not from it.
+    pub(crate) fn drain_blocking(&self) {
+        if self._thread.is_none() || std::thread::current().name() == Some(ACTOR_THREAD) {
+            return;
+        }
+        let (reply, drained) = std::sync::mpsc::channel();
+        let asked = self
+            .lanes
+            .iter()
+            .filter(|lane| lane.try_send(Drain { reply: DrainReply::Blocking(reply.clone()) }).is_ok());
+        let asked = asked.count();
+        let until = std::time::Instant::now() + DRAIN_BOUND + DRAIN_SLACK;
+        for _ in 0..asked {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if drained.recv_timeout(left).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// How much longer than [`DRAIN_BOUND`] a drain waits for the lanes' answers.
+const DRAIN_SLACK: std::time::Duration = std::time::Duration::from_millis(200);

@@ -1,0 +1,378 @@
+//! The shared store as the engine sees it: each script call as a future answering in the
+//! engine's types, so the rest of the engine has no `cfg(feature = "redis")`.
+//!
+//! With the `redis` feature (on by default) these call `wavegate-redis`. Without it, [`Store`],
+//! [`SharedGate`] and [`StoreError`] are types with no values: an `Option` of them is always
+//! `None` and a `Gate::Shared` can never be made, so every shared-mode path is statically
+//! unreachable (the compiler drops it) and a local-only build neither compiles nor links redis.
+
+use std::time::Duration;
+
+use futures_util::future::LocalBoxFuture;
+use wavegate_core::{BudgetStatus, LearnedStatus, RateLimitEffect, WaveState};
+
+#[cfg(feature = "redis")]
+pub(crate) use wavegate_redis::{SharedGate, Store, StoreError};
+
+#[cfg(not(feature = "redis"))]
+pub(crate) use absent::{SharedGate, Store, StoreError};
+
+/// A gate's answer, now (the in-process gate) or later (a script call).
+pub(crate) type GateFuture<T> = LocalBoxFuture<'static, Result<T, StoreError>>;
+
+/// An upstream's wave and permits, as a gate answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Snapshot {
+    pub(crate) state: WaveState,
+    pub(crate) limit: u32,
+    pub(crate) wave: u64,
+    /// The rest of the cooldown (zero outside COOLDOWN).
+    pub(crate) cooldown_remaining: Duration,
+    /// Permits held (across the fleet in shared mode).
+    pub(crate) in_flight: u32,
+}
+
+/// What a release did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Released {
+    /// Whether the permit was still held (its lease had not ended).
+    pub(crate) held: bool,
+    /// What its 429 did, if it reported one.
+    pub(crate) rate_limit: Option<RateLimitEffect>,
+    /// The state after it.
+    pub(crate) after: Snapshot,
+}
+
+/// What a reconciliation left in the shared store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Reconciled {
+    /// The shared wave now.
+    pub(crate) wave: u64,
+    /// The wave the adopted permits report against.
+    pub(crate) adopted_wave: u64,
+    pub(crate) state: WaveState,
+    pub(crate) in_flight: u32,
+}
+
+/// An upstream's state as the shared store keeps it, for the status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SharedView {
+    pub(crate) now: Snapshot,
+    pub(crate) budgets: BudgetStatus,
+    pub(crate) learned: LearnedStatus,
+    /// Per class, in configured order: the fleet's permits in flight and callers waiting.
+    pub(crate) classes: Vec<(u32, u32)>,
+}
+
+/// Another process claimed an upstream's keys with another configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ConfigConflict {
+    /// The upstream's configuration key.
+    pub(crate) upstream: String,
+    pub(crate) ours: String,
+    pub(crate) theirs: String,
+}
+
+#[cfg(feature = "redis")]
+mod present {
+    use std::time::Duration;
+
+    use futures_util::FutureExt;
+    use wavegate_core::{Admission, Ask, Decision, PermitId, UpstreamConfig, WaveSignal, WindowReport};
+    use wavegate_redis::{ClassAsk, SharedGate, Store, StoreError};
+
+    use super::{ConfigConflict, GateFuture, Reconciled, Released, SharedView, Snapshot};
+
+    /// The shared gate of one upstream, for this process's `instance`.
+    pub(crate) fn shared_gate(store: &Store, config: &UpstreamConfig, instance: &str) -> SharedGate {
+        let gate = SharedGate::with_budgets(store.clone(), config.name(), config.wave(), config.budgets());
+        let gate = if config.classes().is_empty() {
+            gate
+        } else {
+            gate.with_classes(config.classes(), config.default_class(), config.class_count_window())
+        };
+        gate.for_instance(instance)
+    }
+
+    /// One permit for the first of `asks` the fleet-wide choice reaches.
+    pub(crate) fn acquire(gate: &SharedGate, asks: Vec<Ask>, lease: Duration, classes: bool) -> GateFuture<Decision> {
+        let gate = gate.clone();
+        async move {
+            let first = asks.first().ok_or_else(|| StoreError::unexpected("acquire", "nothing to ask for"))?.clone();
+            let (acquired, granted) = if classes {
+                let names: Vec<String> = asks.iter().map(|a| a.id.class().unwrap_or_default().to_owned()).collect();
+                let class_asks: Vec<ClassAsk<'_>> = asks
+                    .iter()
+                    .zip(&names)
+                    .map(|(ask, class)| ClassAsk {
+                        class,
+                        id: ask.id.as_str(),
+                        tokens: ask.tokens,
+                        waiting: ask.waiting,
+                    })
+                    .collect();
+                gate.acquire_among(&class_asks, lease).await?
+            } else {
+                let acquired = gate.acquire(first.id.as_str(), lease, first.tokens).await?;
+                (acquired, Some(first.id.as_str().to_owned()))
+            };
+            let asked = |text: &str| asks.iter().find(|a| a.id.as_str() == text).map(|a| a.id.clone());
+            Ok(match acquired.admission {
+                Admission::Granted { wave, state, limit } => {
+                    let id = granted.as_deref().and_then(asked).ok_or_else(|| {
+                        StoreError::unexpected("acquire", format!("granted {granted:?}, which was not asked for"))
+                    })?;
+                    Decision::Granted { id, wave, state, limit, in_flight: acquired.in_flight }
+                }
+                Admission::Denied { reason, retry_after_ms } => {
+                    Decision::Denied { id: first.id, reason, retry_after_ms, in_flight: acquired.in_flight }
+                }
+            })
+        }
+        .boxed_local()
+    }
+
+    pub(crate) fn finish(
+        gate: &SharedGate,
+        id: PermitId,
+        wave: u64,
+        signal: WaveSignal,
+        token_delta: i64,
+    ) -> GateFuture<Released> {
+        let gate = gate.clone();
+        async move {
+            let finished = gate.finish(id.as_str(), wave, signal, token_delta).await?;
+            let s = finished.status;
+            let after = Snapshot {
+                state: s.state,
+                limit: s.limit,
+                wave: s.wave,
+                cooldown_remaining: s.cooldown_remaining,
+                in_flight: s.in_flight,
+            };
+            Ok(Released { held: finished.held, rate_limit: finished.rate_limit, after })
+        }
+        .boxed_local()
+    }
+
+    pub(crate) fn renew(gate: &SharedGate, ids: Vec<PermitId>, lease: Duration) -> GateFuture<Vec<PermitId>> {
+        let gate = gate.clone();
+        async move {
+            let texts: Vec<String> = ids.iter().map(|id| id.as_str().to_owned()).collect();
+            let again = gate.renew(&texts, lease).await?;
+            // The store answers with ids it was sent: map them back (an id it made up is no matter).
+            Ok(again.iter().filter_map(|text| ids.iter().find(|id| id.as_str() == text).cloned()).collect())
+        }
+        .boxed_local()
+    }
+
+    pub(crate) fn report_window(gate: &SharedGate, id: PermitId, report: WindowReport, tokens: u64) -> GateFuture<()> {
+        let gate = gate.clone();
+        async move { gate.report_window(id.as_str(), report, tokens).await.map(|_| ()) }.boxed_local()
+    }
+
+    pub(crate) fn reconcile(
+        gate: &SharedGate,
+        adopt: Vec<PermitId>,
+        drop: Vec<PermitId>,
+        lease: Duration,
+        usage: (u64, u64),
+    ) -> GateFuture<Reconciled> {
+        let gate = gate.clone();
+        async move {
+            let text = |ids: &[PermitId]| ids.iter().map(|id| id.as_str().to_owned()).collect::<Vec<_>>();
+            let r = gate.reconcile(&text(&adopt), &text(&drop), lease, usage).await?;
+            Ok(Reconciled { wave: r.wave, adopted_wave: r.adopted_wave, state: r.state, in_flight: r.in_flight })
+        }
+        .boxed_local()
+    }
+
+    pub(crate) fn status(gate: &SharedGate) -> GateFuture<SharedView> {
+        let gate = gate.clone();
+        async move {
+            let (s, classes) = gate.status_with_classes().await?;
+            let now = Snapshot {
+                state: s.state,
+                limit: s.limit,
+                wave: s.wave,
+                cooldown_remaining: s.cooldown_remaining,
+                in_flight: s.in_flight,
+            };
+            Ok(SharedView { now, budgets: s.budgets, learned: s.learned, classes })
+        }
+        .boxed_local()
+    }
+
+    pub(crate) fn probe(gate: &SharedGate) -> GateFuture<()> {
+        let gate = gate.clone();
+        async move { gate.probe().await }.boxed_local()
+    }
+
+    /// Whether `store` is a Redis Cluster (each upstream a failure domain of its own).
+    pub(crate) fn is_cluster(store: &Store) -> bool {
+        store.config().topology() == "cluster"
+    }
+
+    /// The channel a release of `gate`'s upstream is announced on.
+    pub(crate) fn release_channel(gate: &SharedGate) -> String {
+        gate.keys().released.clone()
+    }
+
+    /// Whether the store rejects wavegate now (credentials, rights, version).
+    pub(crate) fn rejected(store: &Store) -> bool {
+        store.health().rejected.is_some()
+    }
+
+    /// Why `error` is a rejection of wavegate, and what to change, if it is one.
+    pub(crate) fn rejection(error: &StoreError) -> Option<(&'static str, &'static str)> {
+        error.rejection().map(|reason| (reason.as_str(), reason.advice()))
+    }
+
+    /// Records this process's heartbeat; answers how many processes are live.
+    pub(crate) fn heartbeat(store: &Store, instance: String, ttl: Duration) -> GateFuture<u32> {
+        let store = store.clone();
+        async move { store.heartbeat(&instance, ttl).await }.boxed_local()
+    }
+
+    pub(crate) fn ping(store: &Store) -> GateFuture<()> {
+        let store = store.clone();
+        async move { store.ping().await }.boxed_local()
+    }
+
+    /// Loads the scripts ahead of their first use.
+    pub(crate) fn preload(store: &Store) -> GateFuture<()> {
+        let store = store.clone();
+        async move { store.preload_scripts().await }.boxed_local()
+    }
+
+    /// Claims the upstream's configuration; answers another process's, if it differs.
+    pub(crate) fn claim_config(gate: &SharedGate) -> GateFuture<Option<ConfigConflict>> {
+        let gate = gate.clone();
+        async move {
+            let theirs = gate.claim_config().await?;
+            Ok(theirs.map(|theirs| ConfigConflict {
+                upstream: gate.keys().config.clone(),
+                ours: gate.config_fingerprint(),
+                theirs,
+            }))
+        }
+        .boxed_local()
+    }
+}
+
+#[cfg(feature = "redis")]
+pub(crate) use present::*;
+
+#[cfg(not(feature = "redis"))]
+mod absent {
+    //! No shared store in a build without the `redis` feature: these types have no values,
+    //! and the functions over them cannot be called.
+
+    use std::time::Duration;
+
+    use wavegate_core::{Ask, Decision, PermitId, UpstreamConfig, WaveSignal, WindowReport};
+
+    use super::{ConfigConflict, GateFuture, Reconciled, Released, SharedView};
+
+    /// No store.
+    #[derive(Debug, Clone)]
+    pub(crate) enum Store {}
+
+    /// No shared gate.
+    #[derive(Debug, Clone)]
+    pub(crate) enum SharedGate {}
+
+    /// No store error is ever made in this build. (A type with a value, unlike the two
+    /// above, so that code matching on a result of the store stays the same in both builds.)
+    #[derive(Debug, Clone)]
+    #[allow(dead_code)] // never made: there is no store
+    pub(crate) struct StoreError(());
+
+    impl StoreError {
+        pub(crate) fn is_outage(&self) -> bool {
+            false
+        }
+
+        pub(crate) fn label(&self) -> &'static str {
+            "none"
+        }
+    }
+
+    impl std::fmt::Display for StoreError {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("no shared store in this build")
+        }
+    }
+
+    pub(crate) fn shared_gate(store: &Store, _: &UpstreamConfig, _: &str) -> SharedGate {
+        match *store {}
+    }
+
+    pub(crate) fn acquire(gate: &SharedGate, _: Vec<Ask>, _: Duration, _: bool) -> GateFuture<Decision> {
+        match *gate {}
+    }
+
+    pub(crate) fn finish(gate: &SharedGate, _: PermitId, _: u64, _: WaveSignal, _: i64) -> GateFuture<Released> {
+        match *gate {}
+    }
+
+    pub(crate) fn renew(gate: &SharedGate, _: Vec<PermitId>, _: Duration) -> GateFuture<Vec<PermitId>> {
+        match *gate {}
+    }
+
+    pub(crate) fn report_window(gate: &SharedGate, _: PermitId, _: WindowReport, _: u64) -> GateFuture<()> {
+        match *gate {}
+    }
+
+    pub(crate) fn reconcile(
+        gate: &SharedGate,
+        _: Vec<PermitId>,
+        _: Vec<PermitId>,
+        _: Duration,
+        _: (u64, u64),
+    ) -> GateFuture<Reconciled> {
+        match *gate {}
+    }
+
+    pub(crate) fn status(gate: &SharedGate) -> GateFuture<SharedView> {
+        match *gate {}
+    }
+
+    pub(crate) fn probe(gate: &SharedGate) -> GateFuture<()> {
+        match *gate {}
+    }
+
+    pub(crate) fn is_cluster(store: &Store) -> bool {
+        match *store {}
+    }
+
+    pub(crate) fn rejected(store: &Store) -> bool {
+        match *store {}
+    }
+
+    pub(crate) fn rejection(_: &StoreError) -> Option<(&'static str, &'static str)> {
+        None
+    }
+
+    pub(crate) fn heartbeat(store: &Store, _: String, _: Duration) -> GateFuture<u32> {
+        match *store {}
+    }
+
+    pub(crate) fn ping(store: &Store) -> GateFuture<()> {
+        match *store {}
+    }
+
+    pub(crate) fn preload(store: &Store) -> GateFuture<()> {
+        match *store {}
+    }
+
+    pub(crate) fn claim_config(gate: &SharedGate) -> GateFuture<Option<ConfigConflict>> {
+        match *gate {}
+    }
+}
+
+#[cfg(not(feature = "redis"))]
+pub(crate) use absent::{
+    acquire, claim_config, finish, heartbeat, is_cluster, ping, preload, probe, reconcile, rejected, rejection, renew,
+    report_window, shared_gate, status,
+};

@@ -1,0 +1,55 @@
+//! What the handles ([`Scheduler`](crate::Scheduler), [`Upstream`](crate::Upstream),
+//! [`Pool`](crate::Pool)) share: the configuration, the engine, the spent quotas.
+
+use std::sync::Arc;
+
+use wavegate_core::{UpstreamConfig, UpstreamSet};
+
+use crate::engine::Engine;
+use crate::engine::store::Store;
+use crate::error::Error;
+use crate::pool::PoolSlot;
+use crate::quota::QuotaBlock;
+use crate::registry::{self, Registration};
+use crate::status::UpstreamStatus;
+
+/// What the handles share.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) upstreams: Vec<UpstreamConfig>,
+    /// The upstreams' names, shared with their permits.
+    pub(crate) names: Vec<Arc<str>>,
+    pub(crate) set: UpstreamSet,
+    pub(crate) engine: Engine,
+    /// Each upstream's spent quota, if any (see `quota.rs`).
+    pub(crate) quota: Vec<Arc<QuotaBlock>>,
+    /// The pools over the upstreams (see `pool.rs`).
+    pub(crate) pools: Vec<PoolSlot>,
+    /// Counted among the process's local schedulers (local mode only).
+    pub(crate) registration: Option<Registration>,
+    /// The shared store, if any (for its health).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) store: Option<Store>,
+}
+
+impl Drop for Inner {
+    /// The last handle is gone: before the actors' own thread stops, the releases already on
+    /// their way to the shared store get there (at most `DRAIN_BOUND` more), so a process
+    /// that exits right after its last call does not leave its permits to their leases.
+    fn drop(&mut self) {
+        if self.store.is_some() {
+            self.engine.drain_blocking();
+        }
+    }
+}
+
+impl Inner {
+    /// One upstream's status: the lane's, with the process's count of local schedulers.
+    pub(crate) async fn status(&self, upstream: usize) -> Result<UpstreamStatus, Error> {
+        let mut status = self.engine.status(upstream).await?;
+        if self.registration.is_some() {
+            status.schedulers_in_process = registry::live(&status.upstream);
+        }
+        Ok(status)
+    }
+}
