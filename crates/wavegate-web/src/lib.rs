@@ -7,6 +7,16 @@
 //!   in flight, queue depth, breaker and cooldown;
 //! * [`configure`]: mounts both.
 //!
+//! # Features
+//!
+//! None is on by default; wavegate's own defaults are off too, so an app that does not ask for
+//! Redis does not compile it.
+//!
+//! * `redis`: shared mode (wavegate's `redis` feature, `SchedulerBuilder::redis`) and the
+//!   shared store in the status body (`store`). An app that turns on `wavegate/redis` itself
+//!   gets shared mode but no `store` in the status (each upstream's `warning` then says to
+//!   turn this one on).
+//!
 //! Embedding (`examples/embed.rs`, also in the README):
 //!
 //! ```no_run

@@ -145,22 +145,6 @@ async fn the_status_endpoint_describes_each_upstream() {
 }
 
 #[actix_web::test]
-async fn the_status_endpoint_shows_the_shared_store() {
-    let redis = wavegate_testkit::RedisServer::start().expect("redis-server");
-    let upstream = UpstreamConfig::builder("llm").limit(2).build().expect("config");
-    let scheduler =
-        Scheduler::builder().upstream(upstream).redis(redis.url()).key_prefix("billing").build().expect("scheduler");
-    let body = serde_json::to_value(wavegate_web::status(&scheduler).await.expect("status").store).expect("JSON");
-    assert_eq!(body["topology"], "single");
-    assert_eq!(body["key_prefix"], "billing");
-    assert!(body["server"].as_str().is_some_and(|s| s.starts_with("redis ")), "{body}");
-    assert!(body.get("rejected").is_none(), "{body}");
-    let local = Scheduler::builder().upstream(UpstreamConfig::builder("llm").build().expect("config")).build();
-    let local = wavegate_web::status(&local.expect("scheduler")).await.expect("status");
-    assert!(local.store.is_none());
-}
-
-#[actix_web::test]
 async fn unreadable_signals_and_kinds_of_429_are_counted() {
     let metrics = install_prometheus().expect("recorder");
     let upstream = UpstreamConfig::builder("signalled").min_cooldown(Duration::from_millis(10)).build().unwrap();
