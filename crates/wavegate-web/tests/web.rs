@@ -83,6 +83,23 @@ async fn an_upstream_client_error_is_not_turned_into_a_503() {
 }
 
 #[actix_web::test]
+async fn a_call_timeout_is_a_504_that_says_it_timed_out() {
+    let upstream = UpstreamConfig::builder("slow")
+        .call_timeout(Duration::from_millis(50))
+        .renewed_lease(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let addr = serve(upstream).await;
+    let reply = get(addr, "/call/slow/200/400").await;
+    assert_eq!(reply.status, 504, "{reply:?}");
+    assert_eq!(reply.retry_after, None);
+    let body = json(&reply);
+    assert_eq!(body["code"], "upstream_timeout");
+    let message = body["message"].as_str().expect("message");
+    assert!(message.starts_with("upstream `slow` timed out"), "{message}");
+}
+
+#[actix_web::test]
 async fn metrics_hold_the_named_series_and_they_move() {
     let upstream = UpstreamConfig::builder("metered")
         .limit(4)
