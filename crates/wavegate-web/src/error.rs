@@ -1,21 +1,4 @@
-//! wavegate's errors as HTTP responses.
-//!
-//! | error | status | `Retry-After` |
-//! |---|---|---|
-//! | waited too long, queue full, breaker open, retry budget spent (overload) | 503 | yes |
-//! | deadline passed | 504 | yes |
-//! | the upstream call timed out (the call timeout, or the client's own) | 504 | no |
-//! | the provider's quota is exhausted | 503 | yes (until the refusal ends) |
-//! | other upstream failures (4xx, 5xx — a provider's own 504 too —, connect, reset) | 502 | no |
-//! | unknown upstream (a bug in the app), scheduler stopped | 500, 503 | no |
-//!
-//! The body is a small JSON object with a stable machine-readable `code`, a human `message`
-//! and, when known, `retry_after_seconds` and the `upstream_status`:
-//!
-//! ```json
-//! {"code":"waited_too_long","message":"upstream `llm`: no permit within 25s","retry_after_seconds":3}
-//! {"code":"upstream_timeout","message":"upstream `llm` timed out: no answer in time (after 4 attempts)"}
-//! ```
+//! wavegate's errors as HTTP responses (the table is on [`WebError`]).
 
 use std::fmt;
 
@@ -26,8 +9,25 @@ use serde::Serialize;
 use wavegate::Error;
 use wavegate::core::{Outcome, Transient, TransportError};
 
-/// A [`wavegate::Error`] that actix-web renders as a response. Handlers return
-/// `Result<_, WebError>` and use `?` on scheduler calls.
+/// A [`wavegate::Error`] that actix-web (and axum, feature `axum`) renders as a response.
+/// Handlers return `Result<_, WebError>` and use `?` on scheduler calls.
+///
+/// | error | status | `Retry-After` |
+/// |---|---|---|
+/// | waited too long, queue full, breaker open, retry budget spent (overload) | 503 | yes |
+/// | deadline passed | 504 | yes |
+/// | the upstream call timed out (the call timeout, or the client's own) | 504 | no |
+/// | the provider's quota is exhausted | 503 | yes (until the refusal ends) |
+/// | other upstream failures (4xx, 5xx — a provider's own 504 too —, connect, reset) | 502 | no |
+/// | unknown upstream (a bug in the app), scheduler stopped | 500, 503 | no |
+///
+/// The body is a small JSON object with a stable machine-readable `code`, a human `message`
+/// and, when known, `retry_after_seconds` and the `upstream_status`:
+///
+/// ```json
+/// {"code":"waited_too_long","message":"upstream `llm`: no permit within 25s","retry_after_seconds":3}
+/// {"code":"upstream_timeout","message":"upstream `llm` timed out: no answer in time (after 4 attempts)"}
+/// ```
 ///
 /// The caller's own error inside an [`Error::Upstream`] (an `Error<E>`) is not part of the
 /// response (it may hold internal details): `?` keeps its outcome and drops it. Handle it
@@ -82,7 +82,7 @@ impl WebError {
         }
     }
 
-    /// The HTTP status of the response (see the [module's table](self)), for any framework.
+    /// The HTTP status of the response (the table above), for any framework.
     pub fn status(&self) -> u16 {
         match &self.0 {
             error if error.is_overload() => 503,

@@ -5,7 +5,9 @@
 //! * [`metrics_handler`] (`/metrics`) with [`install_prometheus`]: the Prometheus text;
 //! * [`status_handler`] (`/wavegate/status`): each upstream's mode, state, limit, wave, permits
 //!   in flight, queue depth, breaker and cooldown;
-//! * [`configure`]: mounts both.
+//! * [`configure`]: mounts both;
+//! * with the `axum` feature, `axum::router`: both for axum (the same bodies), and
+//!   [`WebError`] as an axum response.
 //!
 //! # Features
 //!
@@ -16,6 +18,7 @@
 //!   shared store in the status body (`store`). An app that turns on `wavegate/redis` itself
 //!   gets shared mode but no `store` in the status (each upstream's `warning` then says to
 //!   turn this one on).
+//! * `axum`: `axum::router` (axum 0.8, routing only: the app brings its server).
 //!
 //! Embedding (`examples/embed.rs`, also in the README):
 //!
@@ -23,6 +26,8 @@
 #![doc = include_str!("../examples/embed.rs")]
 //! ```
 
+#[cfg(feature = "axum")]
+pub mod axum;
 mod error;
 mod prometheus;
 mod status;

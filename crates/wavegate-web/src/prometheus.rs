@@ -38,9 +38,17 @@ pub async fn metrics_handler(handle: Option<web::Data<PrometheusHandle>>) -> Htt
     let Some(handle) = handle else {
         return HttpResponse::InternalServerError().content_type("text/plain; charset=utf-8").body(MISSING);
     };
-    handle.run_upkeep();
-    HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(handle.render())
+    HttpResponse::Ok().content_type(CONTENT_TYPE).body(render(&handle))
 }
+
+/// The Prometheus text of every metric of the process (what `/metrics` answers).
+pub(crate) fn render(handle: &PrometheusHandle) -> String {
+    handle.run_upkeep();
+    handle.render()
+}
+
+/// The content type of the Prometheus text format.
+pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// What `/metrics` says when it has no recorder to render.
 pub(crate) const MISSING: &str = "wavegate: /metrics is mounted but the app holds no web::Data<PrometheusHandle>, and \
