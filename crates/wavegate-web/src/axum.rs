@@ -3,7 +3,7 @@
 //!
 //! The status body and the error responses are the actix-web ones (the same JSON, status
 //! codes and `Retry-After`), built by the same code. [`router`] installs the Prometheus
-//! recorder as [`configure`](crate::configure) does; an app that has its own Prometheus
+//! recorder as actix-web's `configure` does; an app that has its own Prometheus
 //! recorder passes its handle to [`router_with_handle`] instead.
 //!
 //! The router can be merged into an app's router whatever its state, since it carries its own:

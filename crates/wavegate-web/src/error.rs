@@ -2,14 +2,12 @@
 
 use std::fmt;
 
-use actix_web::http::StatusCode;
-use actix_web::http::header::{self, HeaderValue};
-use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 use wavegate::Error;
 use wavegate::core::{Outcome, Transient, TransportError};
 
-/// A [`wavegate::Error`] that actix-web (and axum, feature `axum`) renders as a response.
+/// A [`wavegate::Error`] that actix-web (feature `actix-web`) and axum (feature `axum`) render
+/// as a response.
 /// Handlers return `Result<_, WebError>` and use `?` on scheduler calls.
 ///
 /// | error | status | `Retry-After` |
@@ -131,20 +129,6 @@ fn upstream_timed_out(error: &Error) -> Option<(&str, u32)> {
     }
 }
 
-impl ResponseError for WebError {
-    fn status_code(&self) -> StatusCode {
-        StatusCode::from_u16(self.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
-    }
-
-    fn error_response(&self) -> HttpResponse {
-        let mut response = HttpResponse::build(self.status_code());
-        if let Some(seconds) = self.retry_after_seconds() {
-            response.insert_header((header::RETRY_AFTER, HeaderValue::from(seconds)));
-        }
-        response.json(self.body())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, SystemTime};
@@ -216,7 +200,6 @@ mod tests {
         };
         let (status, body, retry_after) = rendered(waited);
         assert_eq!((status, body.code, retry_after), (503, "waited_too_long", Some(3)));
-        let stopped = WebError(Error::Stopped);
-        assert_eq!((stopped.status(), stopped.status_code()), (503, StatusCode::SERVICE_UNAVAILABLE));
+        assert_eq!(WebError(Error::Stopped).status(), 503);
     }
 }

@@ -3,11 +3,10 @@
 //! refusal, and the shared store's health (how it is found, the key prefix, the server, a
 //! rejection, configuration conflicts), as JSON.
 
-use actix_web::{HttpResponse, web};
 use serde::Serialize;
 use wavegate::{Mode, Scheduler, UpstreamStatus};
 
-use crate::error::{ErrorBody, WebError};
+use crate::error::WebError;
 
 /// One upstream in the status body.
 #[derive(Debug, Serialize)]
@@ -260,22 +259,6 @@ fn store(scheduler: &Scheduler) -> Option<StoreView> {
 #[cfg(not(feature = "redis"))]
 fn store(_: &Scheduler) -> Option<StoreView> {
     None
-}
-
-/// The status handler. Needs the scheduler in `web::Data<Scheduler>`; without it, it answers
-/// 500 with a body that says what to add (not actix's bare 500).
-pub async fn status_handler(scheduler: Option<web::Data<Scheduler>>) -> Result<HttpResponse, WebError> {
-    let Some(scheduler) = scheduler else {
-        return Ok(HttpResponse::InternalServerError().json(ErrorBody {
-            code: "scheduler_missing",
-            message: "wavegate: /wavegate/status is mounted but the app holds no web::Data<Scheduler>; add \
-                      .app_data(web::Data::new(scheduler.clone())) to the App"
-                .to_string(),
-            retry_after_seconds: None,
-            upstream_status: None,
-        }));
-    };
-    Ok(HttpResponse::Ok().json(status(&scheduler).await?))
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 
 use wavegate::{Scheduler, UpstreamConfig};
 
-#[actix_web::test]
+#[tokio::test]
 async fn the_status_endpoint_shows_the_shared_store() {
     let redis = wavegate_testkit::RedisServer::start().expect("redis-server");
     let upstream = UpstreamConfig::builder("llm").limit(2).build().expect("config");
