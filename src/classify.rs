@@ -46,6 +46,21 @@ use wavegate_core::{Outcome, TransportError};
 ///
 /// Implemented for every `Fn(&Result<T, E>) -> Outcome`, for [`ByError`] and (features `http`,
 /// `reqwest`) for [`ByStatus`].
+///
+/// `ByStatus` knows two response types: http 1's `http::Response<B>` and reqwest 0.13's
+/// `reqwest::Response`. A `reqwest::Response` from another version of reqwest (0.12, say) is
+/// another type with the same name; classify it with a closure (its status and headers are
+/// http 1's, so `Outcome::from_head` reads them).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot classify a call that returns `Result<{T}, {E}>`",
+    label = "`{Self}` is not a `Classify<{T}, {E}>`",
+    note = "`ByStatus` classifies `http::Response<B>` (http 1, feature `http`) and reqwest 0.13's `reqwest::Response` \
+            (feature `reqwest`); a `reqwest::Response` from another reqwest version (0.12, say) is a different type \
+            with the same name",
+    note = "classify it with a closure, any `Fn(&Result<T, E>) -> Outcome`: `Ok(response)` as \
+            `Outcome::from_head(response.status(), response.headers())` (feature `http`), an error as \
+            `Outcome::from_transport(..)`"
+)]
 pub trait Classify<T, E> {
     /// The outcome of one attempt.
     fn classify(&self, result: &Result<T, E>) -> Outcome;
@@ -73,6 +88,15 @@ where
 /// }
 /// assert!(Refused.outcome().is_retryable());
 /// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` does not tell wavegate what a failed attempt means (it is not an `UpstreamError`)",
+    label = "not an `UpstreamError`",
+    note = "the default classifier (`ByError`, and `ByStatus` for errors) asks the error: `UpstreamError` is implemented \
+            for `Outcome`, `std::io::Error` and reqwest 0.13's `reqwest::Error` (feature `reqwest`; a `reqwest::Error` \
+            from another reqwest version is a different type with the same name)",
+    note = "implement `UpstreamError` for your error, or classify the result with a closure, any \
+            `Fn(&Result<T, E>) -> Outcome`, through `.classify(..)`"
+)]
 pub trait UpstreamError {
     /// The outcome of an attempt that failed with this error.
     fn outcome(&self) -> Outcome;

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use wavegate_core::{BudgetStatus, LearnedStatus, WaveState};
 
-/// Where permits come from.
+/// Where permits come from. Serialized (feature `serde`) as [`as_str`](Mode::as_str) says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize), serde(rename_all = "lowercase"))]
 #[non_exhaustive]
 pub enum Mode {
     /// In-process only: no Redis configured (the embedded default).
@@ -41,8 +42,14 @@ impl fmt::Display for Mode {
     }
 }
 
-/// One upstream's state as this process sees it.
+/// One upstream's state as this process sees it (from `Scheduler::statuses`).
+///
+/// With the `serde` feature it is `Serialize`: the names as here, the durations as serde writes
+/// a `Duration` (`{"secs": .., "nanos": ..}`), the state as `NORMAL`, `COOLDOWN`, ..., the mode as
+/// `local`, `shared`, ... (`wavegate-web`'s status body is a flatter view of it, in milliseconds).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
 pub struct UpstreamStatus {
     /// The upstream's name.
     pub upstream: String,
@@ -82,8 +89,11 @@ pub struct UpstreamStatus {
     pub classes: Vec<ClassStatus>,
 }
 
-/// One priority class of an upstream, as this process sees it.
+/// One priority class of an upstream, as this process sees it (`Serialize` with the `serde`
+/// feature).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
 pub struct ClassStatus {
     /// The class's name.
     pub class: String,

@@ -56,6 +56,7 @@ pub struct FinishReport {
 
 /// What is left of an upstream's rate budgets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct BudgetStatus {
     /// Requests available now and milliseconds until one more is, if there is a budget.
     pub requests: Option<(u64, u64)>,

@@ -45,6 +45,7 @@ pub const KEPT_WINDOWS: u64 = 3;
 
 /// A limit the provider announced: `limit` units per window of `window_ms`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct LearnedLimit {
     /// Units (requests or tokens) per window, at least 1.
     pub limit: u64,
@@ -160,6 +161,7 @@ impl LearnedBudgets {
 
 /// A learned limit as the status shows it: the limit, and how long until it is forgotten.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct LearnedLimitStatus {
     /// The limit the provider announced, with its window.
     pub limit: LearnedLimit,
@@ -169,6 +171,7 @@ pub struct LearnedLimitStatus {
 
 /// The learned limits in force, for the status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct LearnedStatus {
     /// The requests limit, if one is kept.
     pub requests: Option<LearnedLimitStatus>,

@@ -47,6 +47,7 @@ use crate::cooldown::CooldownPolicy;
 
 /// One of the four states of an upstream's wave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize), serde(rename_all = "SCREAMING_SNAKE_CASE"))]
 pub enum WaveState {
     /// Full limit; no recent 429.
     Normal,

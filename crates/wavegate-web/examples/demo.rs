@@ -3,11 +3,12 @@
 //! ```text
 //! cargo run -p wavegate-web --example demo                 # a burst of requests, then a summary
 //! cargo run -p wavegate-web --example demo -- --serve      # keep serving on 127.0.0.1:8080
+//! REDIS_URL=redis://127.0.0.1:6379/ cargo run -p wavegate-web --features redis --example demo   # shared mode
 //! ```
 //!
 //! Options: `--requests N` (300), `--concurrency N` (60), `--capacity N` (the provider's hidden
-//! capacity, 6), `--limit N` (the configured limit, 10), `--recovery seed|adaptive` (adaptive). With `REDIS_URL` set the scheduler runs
-//! in shared mode; without it, in local mode (the embedded default).
+//! capacity, 6), `--limit N` (the configured limit, 10), `--recovery seed|adaptive` (adaptive). With `REDIS_URL` set (and
+//! `--features redis`) the scheduler runs in shared mode; without it, in local mode (the embedded default).
 //!
 //! The provider answers 429 with `Retry-After: 1` whenever more calls than its capacity arrive
 //! at once; the scheduler absorbs them (a step back of the limit, a retry through a new permit) so the
@@ -20,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime};
 use actix_web::{App, HttpResponse, HttpServer, web};
 use rand::Rng;
 use wavegate::core::Recovery;
-use wavegate::{Outcome, Scheduler, Upstream, UpstreamConfig};
+use wavegate::{Outcome, Scheduler, SchedulerBuilder, Upstream, UpstreamConfig};
 use wavegate_testkit::http_get;
 use wavegate_web::{METRICS_PATH, STATUS_PATH, WebError, configure, install_prometheus};
 
@@ -110,6 +111,19 @@ fn options() -> Result<Options, String> {
     Ok(options)
 }
 
+/// Shared mode through the Redis at `url` (feature `redis`).
+#[cfg(feature = "redis")]
+fn shared(builder: SchedulerBuilder, url: &str) -> std::io::Result<SchedulerBuilder> {
+    Ok(builder.redis(url))
+}
+
+#[cfg(not(feature = "redis"))]
+fn shared(_: SchedulerBuilder, _: &str) -> std::io::Result<SchedulerBuilder> {
+    Err(std::io::Error::other(
+        "REDIS_URL is set but this build has no Redis: run the demo with `--features redis` (or unset REDIS_URL)",
+    ))
+}
+
 #[actix_web::main]
 async fn main() -> std::io::Result<()> {
     let options = options().map_err(std::io::Error::other)?;
@@ -125,7 +139,7 @@ async fn main() -> std::io::Result<()> {
             .map_err(std::io::Error::other)?,
     );
     if let Some(url) = &redis {
-        builder = builder.redis(url.clone());
+        builder = shared(builder, url)?;
     }
     let scheduler = builder.build().map_err(std::io::Error::other)?;
     let provider = Arc::new(SimulatedProvider { capacity: options.capacity, ..SimulatedProvider::default() });

@@ -7,7 +7,6 @@
 
 use std::sync::OnceLock;
 
-use actix_web::{HttpResponse, web};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 /// The recorder could not be installed (another `metrics` recorder is installed already).
@@ -31,18 +30,13 @@ pub fn install_prometheus() -> Result<PrometheusHandle, InstallError> {
         .clone()
 }
 
-/// The `/metrics` handler: renders every metric of the process. Needs the handle in
-/// `web::Data<PrometheusHandle>`, which [`configure`](crate::configure) provides; without it,
-/// it answers 500 with a message that says what to add (not actix's bare 500).
-pub async fn metrics_handler(handle: Option<web::Data<PrometheusHandle>>) -> HttpResponse {
-    let Some(handle) = handle else {
-        return HttpResponse::InternalServerError().content_type("text/plain; charset=utf-8").body(MISSING);
-    };
+/// The Prometheus text of every metric of the process (what `/metrics` answers).
+#[cfg(any(feature = "actix-web", feature = "axum"))]
+pub(crate) fn render(handle: &PrometheusHandle) -> String {
     handle.run_upkeep();
-    HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(handle.render())
+    handle.render()
 }
 
-/// What `/metrics` says when it has no recorder to render.
-pub(crate) const MISSING: &str = "wavegate: /metrics is mounted but the app holds no web::Data<PrometheusHandle>, and \
-    the Prometheus recorder could not be installed (another metrics recorder is installed): add \
-    .app_data(web::Data::new(handle)) with the handle of the Prometheus recorder in use\n";
+/// The content type of the Prometheus text format.
+#[cfg(any(feature = "actix-web", feature = "axum"))]
+pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";

@@ -3,11 +3,10 @@
 //! refusal, and the shared store's health (how it is found, the key prefix, the server, a
 //! rejection, configuration conflicts), as JSON.
 
-use actix_web::{HttpResponse, web};
 use serde::Serialize;
-use wavegate::{Scheduler, UpstreamStatus};
+use wavegate::{Mode, Scheduler, UpstreamStatus};
 
-use crate::error::{ErrorBody, WebError};
+use crate::error::WebError;
 
 /// One upstream in the status body.
 #[derive(Debug, Serialize)]
@@ -121,6 +120,7 @@ impl BudgetView {
 
 impl UpstreamView {
     fn new(status: UpstreamStatus, base_limit: u32) -> Self {
+        let warning = warning(status.mode, status.schedulers_in_process);
         Self {
             upstream: status.upstream,
             mode: status.mode.as_str(),
@@ -139,14 +139,7 @@ impl UpstreamView {
             learned_tokens: LearnedView::new(status.learned.tokens),
             quota_exhausted_for_ms: status.quota_exhausted_for.map(|left| left.as_millis() as u64),
             schedulers_in_process: status.schedulers_in_process,
-            warning: (status.schedulers_in_process > 1).then(|| {
-                format!(
-                    "{} local-mode schedulers in this process name this upstream: each has a limit of its own and \
-                     the provider sees their sum (built inside HttpServer::new's factory?). Build the scheduler once \
-                     and clone it, or configure Redis",
-                    status.schedulers_in_process
-                )
-            }),
+            warning,
             classes: status
                 .classes
                 .into_iter()
@@ -165,12 +158,32 @@ impl UpstreamView {
     }
 }
 
+/// What is wrong with the setup of one upstream, if something is.
+fn warning(mode: Mode, schedulers_in_process: usize) -> Option<String> {
+    if schedulers_in_process > 1 {
+        return Some(format!(
+            "{} local-mode schedulers in this process name this upstream: each has a limit of its own and the \
+             provider sees their sum (built inside HttpServer::new's factory?). Build the scheduler once and clone \
+             it, or configure Redis",
+            schedulers_in_process
+        ));
+    }
+    if cfg!(not(feature = "redis")) && mode != Mode::Local {
+        return Some(
+            "the scheduler uses Redis but wavegate-web was built without its `redis` feature, so this status leaves \
+             out the shared store (`store`): enable wavegate-web's `redis` feature"
+                .to_string(),
+        );
+    }
+    None
+}
+
 /// The status body.
 #[derive(Debug, Serialize)]
 pub struct StatusBody {
     /// Every configured upstream, in configuration order.
     pub upstreams: Vec<UpstreamView>,
-    /// The shared store (left out in local mode).
+    /// The shared store (left out in local mode, and without this crate's `redis` feature).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub store: Option<StoreView>,
 }
@@ -207,6 +220,7 @@ pub struct RejectionView {
     pub advice: &'static str,
 }
 
+#[cfg(feature = "redis")]
 impl StoreView {
     fn new(health: wavegate::StoreHealth) -> Self {
         Self {
@@ -232,21 +246,33 @@ pub async fn status(scheduler: &Scheduler) -> Result<StatusBody, WebError> {
         .zip(scheduler.upstreams())
         .map(|(status, config)| UpstreamView::new(status, config.limit().get()))
         .collect();
-    Ok(StatusBody { upstreams, store: scheduler.store_health().map(StoreView::new) })
+    Ok(StatusBody { upstreams, store: store(scheduler) })
 }
 
-/// The status handler. Needs the scheduler in `web::Data<Scheduler>`; without it, it answers
-/// 500 with a body that says what to add (not actix's bare 500).
-pub async fn status_handler(scheduler: Option<web::Data<Scheduler>>) -> Result<HttpResponse, WebError> {
-    let Some(scheduler) = scheduler else {
-        return Ok(HttpResponse::InternalServerError().json(ErrorBody {
-            code: "scheduler_missing",
-            message: "wavegate: /wavegate/status is mounted but the app holds no web::Data<Scheduler>; add \
-                      .app_data(web::Data::new(scheduler.clone())) to the App"
-                .to_string(),
-            retry_after_seconds: None,
-            upstream_status: None,
-        }));
-    };
-    Ok(HttpResponse::Ok().json(status(&scheduler).await?))
+#[cfg(feature = "redis")]
+fn store(scheduler: &Scheduler) -> Option<StoreView> {
+    scheduler.store_health().map(StoreView::new)
+}
+
+/// Without the `redis` feature this crate cannot read the store (a scheduler in shared mode
+/// then says so in its upstreams' `warning`).
+#[cfg(not(feature = "redis"))]
+fn store(_: &Scheduler) -> Option<StoreView> {
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shared_scheduler_without_the_redis_feature_is_a_warning() {
+        assert_eq!(warning(Mode::Local, 1), None);
+        assert_eq!(warning(Mode::Shared, 0).is_some(), cfg!(not(feature = "redis")));
+        assert_eq!(warning(Mode::Fallback, 0).is_some(), cfg!(not(feature = "redis")));
+        if let Some(warning) = warning(Mode::Shared, 0) {
+            assert!(warning.contains("`redis` feature"), "{warning}");
+        }
+        assert!(warning(Mode::Local, 2).is_some_and(|w| w.starts_with("2 local-mode schedulers")));
+    }
 }

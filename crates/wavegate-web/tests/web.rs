@@ -83,6 +83,23 @@ async fn an_upstream_client_error_is_not_turned_into_a_503() {
 }
 
 #[actix_web::test]
+async fn a_call_timeout_is_a_504_that_says_it_timed_out() {
+    let upstream = UpstreamConfig::builder("slow")
+        .call_timeout(Duration::from_millis(50))
+        .renewed_lease(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let addr = serve(upstream).await;
+    let reply = get(addr, "/call/slow/200/400").await;
+    assert_eq!(reply.status, 504, "{reply:?}");
+    assert_eq!(reply.retry_after, None);
+    let body = json(&reply);
+    assert_eq!(body["code"], "upstream_timeout");
+    let message = body["message"].as_str().expect("message");
+    assert!(message.starts_with("upstream `slow` timed out"), "{message}");
+}
+
+#[actix_web::test]
 async fn metrics_hold_the_named_series_and_they_move() {
     let upstream = UpstreamConfig::builder("metered")
         .limit(4)
@@ -142,22 +159,6 @@ async fn the_status_endpoint_describes_each_upstream() {
     assert_eq!(upstream["queue_depth"], 0);
     assert_eq!(upstream["breaker"], "closed");
     assert_eq!(upstream["cooldown_remaining_ms"], 0);
-}
-
-#[actix_web::test]
-async fn the_status_endpoint_shows_the_shared_store() {
-    let redis = wavegate_testkit::RedisServer::start().expect("redis-server");
-    let upstream = UpstreamConfig::builder("llm").limit(2).build().expect("config");
-    let scheduler =
-        Scheduler::builder().upstream(upstream).redis(redis.url()).key_prefix("billing").build().expect("scheduler");
-    let body = serde_json::to_value(wavegate_web::status(&scheduler).await.expect("status").store).expect("JSON");
-    assert_eq!(body["topology"], "single");
-    assert_eq!(body["key_prefix"], "billing");
-    assert!(body["server"].as_str().is_some_and(|s| s.starts_with("redis ")), "{body}");
-    assert!(body.get("rejected").is_none(), "{body}");
-    let local = Scheduler::builder().upstream(UpstreamConfig::builder("llm").build().expect("config")).build();
-    let local = wavegate_web::status(&local.expect("scheduler")).await.expect("status");
-    assert!(local.store.is_none());
 }
 
 #[actix_web::test]
@@ -229,10 +230,39 @@ async fn a_learned_limit_is_in_the_status_and_its_gauge() {
     assert!(learned["forgotten_in_ms"].as_u64().is_some_and(|ms| ms > 5_000 && ms <= 6_000), "{learned}");
     assert!(body["requests_budget"]["remaining"].as_u64().is_some(), "a learned limit is a budget: {body}");
     assert!(body["learned_tokens"].is_null());
+    // wavegate's own status, serialized (feature `serde`): the core types nest as they are.
+    let own = serde_json::to_value(&scheduler.statuses().await.expect("statuses")[0]).expect("JSON");
+    let kept = &own["learned"]["requests"];
+    assert_eq!(
+        (kept["limit"]["limit"].as_u64(), kept["limit"]["window_ms"].as_u64()),
+        (Some(10), Some(2_000)),
+        "{own}"
+    );
+    assert!(kept["forgotten_in"]["secs"].as_u64().is_some(), "{own}");
+    assert!(own["budgets"]["requests"][0].as_u64().is_some(), "(remaining, next refill in ms): {own}");
     // The gauges are refreshed every second.
     tokio::time::sleep(Duration::from_millis(1_300)).await;
     assert_eq!(
         value_after(&metrics, r#"wavegate_learned_limit_per_minute{upstream="learning",budget="requests"}"#),
         300.0
+    );
+}
+
+#[actix_web::test]
+async fn the_scheduler_status_types_serialize() {
+    let upstream = UpstreamConfig::builder("serialized").limit(3).class("interactive", 3).build().unwrap();
+    let scheduler = Scheduler::builder().upstream(upstream).build().expect("scheduler");
+    let statuses = scheduler.statuses().await.expect("statuses");
+    let body = serde_json::to_value(&statuses).expect("JSON");
+    let status = &body[0];
+    assert_eq!((status["upstream"].as_str(), status["mode"].as_str()), (Some("serialized"), Some("local")), "{body}");
+    assert_eq!((status["state"].as_str(), status["limit"].as_u64()), (Some("NORMAL"), Some(3)));
+    assert_eq!(status["cooldown_remaining"], serde_json::json!({"secs": 0, "nanos": 0}));
+    assert_eq!(status["breaker"], "closed");
+    assert_eq!(status["budgets"], serde_json::json!({"requests": null, "tokens": null}));
+    assert_eq!(status["learned"], serde_json::json!({"requests": null, "tokens": null}));
+    assert_eq!(
+        (status["classes"][0]["class"].as_str(), status["classes"][0]["weight"].as_u64()),
+        (Some("interactive"), Some(3))
     );
 }
