@@ -3,12 +3,13 @@
 
 use std::sync::Arc;
 
-use wavegate_core::{UpstreamConfig, UpstreamSet};
+use std::sync::atomic::AtomicU64;
+
+use wavegate_core::{PoolConfig, UpstreamConfig, UpstreamSet};
 
 use crate::engine::Engine;
 use crate::engine::store::Store;
 use crate::error::Error;
-use crate::pool::PoolSlot;
 use crate::quota::QuotaBlock;
 use crate::registry::{self, Registration};
 use crate::status::UpstreamStatus;
@@ -51,5 +52,21 @@ impl Inner {
             status.schedulers_in_process = registry::live(&status.upstream);
         }
         Ok(status)
+    }
+}
+
+/// A pool as the scheduler keeps it: its configuration, its members' indices, and how many
+/// requests this process sent each member.
+#[derive(Debug)]
+pub(crate) struct PoolSlot {
+    pub(crate) config: PoolConfig,
+    pub(crate) members: Vec<usize>,
+    pub(crate) picked: Vec<AtomicU64>,
+}
+
+impl PoolSlot {
+    pub(crate) fn new(config: PoolConfig, members: Vec<usize>) -> Self {
+        let picked = members.iter().map(|_| AtomicU64::new(0)).collect();
+        Self { config, members, picked }
     }
 }

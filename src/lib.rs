@@ -66,6 +66,7 @@
 //! ```
 
 mod attempt;
+mod build_error;
 mod call;
 pub mod classify;
 mod engine;
@@ -87,11 +88,12 @@ mod status;
 mod upstream;
 
 pub use attempt::Attempt;
+pub use build_error::BuildError;
 pub use classify::{ByError, ByStatus, Classify, Meter, Reserved, UpstreamError};
 pub use error::Error;
 pub use permit::Permit;
 pub use pool::{Pool, PoolRequest};
-pub use scheduler::{BuildError, Scheduler, SchedulerBuilder};
+pub use scheduler::{Scheduler, SchedulerBuilder};
 pub use status::{ClassStatus, Mode, UpstreamStatus};
 pub use upstream::{RequestBuilder, Upstream};
 pub use wavegate_core as core;

@@ -32,39 +32,23 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use wavegate_core::{MemberView, Outcome, PoolConfig, TransportError, UnknownUpstream};
+use wavegate_core::{MemberView, Outcome, TransportError, UnknownUpstream};
 
 use crate::attempt::{Attempt, acquire_permit};
 use crate::classify::{ByError, Classify, Meter, Reserved};
 use crate::engine::clock::{self, Instant};
 use crate::engine::request::{AttemptKind, Request};
 use crate::error::Error;
-use crate::handle::Inner;
+use crate::handle::{Inner, PoolSlot};
 use crate::metrics;
 use crate::status::UpstreamStatus;
 
 /// The shortest wait when every member refused a request in a round and none said when to
 /// come back.
 const ROUND_WAIT_MIN: Duration = Duration::from_millis(50);
-
-/// A pool as the scheduler keeps it: its configuration, its members' indices, and how many
-/// requests this process sent each member.
-#[derive(Debug)]
-pub(crate) struct PoolSlot {
-    pub(crate) config: PoolConfig,
-    pub(crate) members: Vec<usize>,
-    picked: Vec<AtomicU64>,
-}
-
-impl PoolSlot {
-    pub(crate) fn new(config: PoolConfig, members: Vec<usize>) -> Self {
-        let picked = members.iter().map(|_| AtomicU64::new(0)).collect();
-        Self { config, members, picked }
-    }
-}
 
 /// The handle of one pool, resolved once ([`Scheduler::pool`](crate::Scheduler::pool)).
 #[derive(Clone)]

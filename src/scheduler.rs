@@ -3,58 +3,22 @@
 use std::future::Future;
 use std::sync::Arc;
 
-#[cfg(feature = "redis")]
-use crate::engine::store::StoreError;
-use wavegate_core::{ConfigError, Outcome, PoolConfig, PoolConfigError, UnknownUpstream, UpstreamConfig, UpstreamSet};
+use wavegate_core::{Outcome, PoolConfig, PoolConfigError, UnknownUpstream, UpstreamConfig, UpstreamSet};
 #[cfg(feature = "redis")]
 use wavegate_redis::{Keyspace, StoreConfig, StoreHealth};
 
 use crate::attempt::Attempt;
+use crate::build_error::BuildError;
 use crate::engine::Engine;
 use crate::engine::store::Store;
 use crate::error::Error;
 use crate::handle::Inner;
+use crate::handle::PoolSlot;
 use crate::permit::Permit;
-use crate::pool::{Pool, PoolSlot};
+use crate::pool::Pool;
 use crate::registry::Registration;
 use crate::status::{Mode, UpstreamStatus};
 use crate::upstream::{RequestBuilder, Upstream};
-
-/// Why a scheduler could not be built.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum BuildError {
-    /// The configuration cannot work; the message says what to change.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// The Redis URL cannot be used.
-    #[cfg(feature = "redis")]
-    #[error("the Redis configuration cannot be used: {0}")]
-    Store(#[from] StoreError),
-    /// The Redis server answers but rejects wavegate: wrong credentials, an ACL user without
-    /// the rights the scripts need, a server older than 6.2, an untrusted TLS certificate. The
-    /// message says which ([`StoreError::rejection`]).
-    #[cfg(feature = "redis")]
-    #[error("Redis rejects wavegate: {0}")]
-    Rejected(#[source] StoreError),
-    /// A Redis URL was configured (in the settings) but this build of wavegate has no `redis`
-    /// feature.
-    #[error(
-        "a Redis URL is configured ({url}) but wavegate was built without its `redis` feature: enable the feature \
-         (it is on by default) or remove the URL to run in local mode"
-    )]
-    RedisNotBuilt {
-        /// The configured URL.
-        url: String,
-    },
-    /// A pool cannot work (no members, a member that is not an upstream, ...).
-    #[error(transparent)]
-    Pool(#[from] PoolConfigError),
-    /// There was no actix system on this thread and the actors' own thread could not be
-    /// started.
-    #[error("cannot start wavegate's actor thread: {0}")]
-    Runtime(#[source] std::io::Error),
-}
 
 /// A cheap-to-clone handle on the scheduler: build it once per process, put it in
 /// `web::Data` (or your app's state) and call it from handlers.

@@ -47,7 +47,8 @@ use wavegate_core::{Recovery, UpstreamConfig};
 #[cfg(feature = "redis")]
 use wavegate_redis::{StoreConfig, StoreError};
 
-use crate::scheduler::{BuildError, Scheduler, SchedulerBuilder};
+use crate::build_error::BuildError;
+use crate::scheduler::{Scheduler, SchedulerBuilder};
 
 /// The prefix of the environment variables read by [`Settings::from_sources`].
 pub const ENV_PREFIX: &str = "WAVEGATE__";

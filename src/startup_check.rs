@@ -11,7 +11,7 @@
 use wavegate_core::UpstreamConfig;
 use wavegate_redis::{SharedGate, Store, StoreError};
 
-use crate::scheduler::BuildError;
+use crate::build_error::BuildError;
 
 /// Runs [`Store::check`] for `upstreams` and decides what `build()` does with its answer.
 pub(crate) fn check_store(store: &Store, upstreams: &[UpstreamConfig]) -> Result<(), BuildError> {

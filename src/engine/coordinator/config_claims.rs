@@ -3,16 +3,11 @@
 //! configuration: see `wavegate_redis::SharedGate::claim_config`. A conflict is logged as an
 //! error at every claim while it lasts and shown by `Scheduler::store_health`.
 
-use std::time::Duration;
-
 use actix::{ActorFutureExt, AsyncContext, Context, WrapFuture};
 
-use super::Coordinator;
+use super::actor::Coordinator;
 use crate::engine::store;
 use crate::status::Mode;
-
-/// How often each upstream's configuration is claimed (the claim stands for a minute).
-pub(super) const CONFIG_CLAIM_EVERY: Duration = Duration::from_secs(10);
 
 impl Coordinator {
     /// Claims the configuration of every upstream in shared mode (one command per upstream).

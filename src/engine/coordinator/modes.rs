@@ -16,8 +16,8 @@ use actix::{ActorFutureExt, AsyncContext, Context, WrapFuture};
 use futures_util::FutureExt;
 use futures_util::future::join_all;
 
-use super::domains::PROBE_MIN;
-use super::{Coordinator, HEARTBEAT_TTL};
+use super::actor::{Coordinator, HEARTBEAT_TTL};
+use super::domains::{self, PROBE_MIN};
 use crate::engine::lane::{Reconcile, Switch};
 use crate::engine::store::{self, StoreError};
 use crate::metrics;
@@ -33,7 +33,7 @@ impl Coordinator {
         d.mode = to;
         d.epoch += 1;
         d.probe_backoff = PROBE_MIN;
-        metrics::mode(super::domains::least_shared(&self.domains));
+        metrics::mode(domains::least_shared(&self.domains));
         self.domains[domain].epoch
     }
 

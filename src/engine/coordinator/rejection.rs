@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use super::Coordinator;
+use super::actor::Coordinator;
 use crate::engine::clock::Instant;
 use crate::engine::store::{self, StoreError};
 

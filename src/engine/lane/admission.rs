@@ -9,8 +9,9 @@
 use actix::{AsyncContext, Context};
 use wavegate_core::{BreakerTicket, Clock, PermitId};
 
+use super::actor::Lane;
+use super::messages::Acquire;
 use super::waiters::Waiter;
-use super::{Acquire, Lane};
 use crate::engine::clock::Instant;
 use crate::engine::request::{AttemptKind, ClassRef, Request};
 use crate::error::Error;

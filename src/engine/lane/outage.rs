@@ -14,14 +14,14 @@
 //! * **Back** ([`Switch::Shared`]), or not ([`Switch::Abort`]): the deferred releases are
 //!   replayed with the gate then in charge.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix::{ActorFutureExt, Context, Handler, Message, ResponseActFuture, WrapFuture};
 use wavegate_core::{Clock, PermitId, WaveSignal, WaveState};
 
-use super::Lane;
+use super::actor::Lane;
+use super::book::OutageBook;
 use super::release::Release;
 use crate::engine::clock::Instant;
 use crate::engine::gate::Gate;
@@ -33,28 +33,6 @@ use crate::status::Mode;
 /// How long a lane back in shared mode stays within its fallback share: the other processes'
 /// probes find the store within one probe interval, plus their reconciliation.
 const REJOIN_GRACE: Duration = Duration::from_millis(1_500);
-
-/// Book-keeping of one upstream during a fallback, for the reconciliation.
-#[derive(Debug, Default)]
-pub(super) struct OutageBook {
-    /// Permits held when the outage began: they are registered in the shared store.
-    pub(super) registered: HashSet<PermitId>,
-    /// Registrations to drop when the store is back: permits of `registered` that finished
-    /// during the outage, releases that failed, grants whose reply came too late. (Any of them
-    /// still held by then is adopted instead.)
-    pub(super) unreleased: HashSet<PermitId>,
-    /// The fallback gate's wave when the outage began: the local number of the shared wave
-    /// then in force.
-    pub(super) entry_wave: u64,
-    /// A 429 cut the local wave during the outage, with the cooldown it asked for.
-    pub(super) rate_limited: Option<Option<Duration>>,
-    /// 429s whose report to the store failed before the switch: (their wave, Retry-After).
-    pub(super) unreported_429s: Vec<(u64, Option<Duration>)>,
-    /// Permits granted locally during the outage (usage to hand to the shared budgets).
-    pub(super) granted: u64,
-    /// Tokens used during the outage: reservations plus settlements.
-    pub(super) tokens: i64,
-}
 
 /// The coordinator tells a lane which gate is in charge from now on, under `epoch`.
 #[derive(Debug, Message)]

@@ -12,8 +12,9 @@ use actix::{ActorFutureExt, AsyncContext, Context, WrapFuture};
 use rand::Rng;
 use wavegate_core::{Ask, Clock, Decision, DenyReason, PermitId, duration_ms};
 
+use super::actor::{Held, Lane};
+use super::messages::StoreTrouble;
 use super::waiters::{Waiter, Waiters};
-use super::{Held, Lane};
 use crate::engine::clock::Instant;
 use crate::engine::gate::Answer;
 use crate::engine::grant::{Grant, GrantInfo};
@@ -23,11 +24,11 @@ use crate::metrics;
 use crate::status::Mode;
 
 /// How long to wait before asking again at the limit when no release is announced.
-pub(super) const AT_LIMIT_POLL: (Duration, Duration) = (Duration::from_millis(250), Duration::from_millis(500));
+const AT_LIMIT_POLL: (Duration, Duration) = (Duration::from_millis(250), Duration::from_millis(500));
 /// How long to wait before asking again after a store error that is not an outage.
-pub(super) const STORE_ERROR_RETRY: (Duration, Duration) = (Duration::from_millis(50), Duration::from_millis(150));
+const STORE_ERROR_RETRY: (Duration, Duration) = (Duration::from_millis(50), Duration::from_millis(150));
 /// The longest a lane waits for the coordinator's switch after reporting an outage.
-pub(super) const SWITCH_BOUND: Duration = Duration::from_secs(1);
+const SWITCH_BOUND: Duration = Duration::from_secs(1);
 /// Spread added to a budget's exact wait, so processes do not ask at one instant.
 const BUDGET_JITTER: (Duration, Duration) = (Duration::ZERO, Duration::from_millis(5));
 /// The most jitter added to the end of a cooldown.
@@ -37,7 +38,7 @@ const COOLDOWN_JITTER: Duration = Duration::from_millis(50);
 const RECENT_GRANTS: (Duration, usize) = (Duration::from_secs(60), 4_096);
 
 /// A duration drawn uniformly from `[low, high]`.
-pub(super) fn jittered((low, high): (Duration, Duration)) -> Duration {
+fn jittered((low, high): (Duration, Duration)) -> Duration {
     low + (high - low).mul_f64(rand::rng().random::<f64>())
 }
 
@@ -334,6 +335,31 @@ impl Lane {
             act.switching = false;
             act.pump(ctx);
         }));
+    }
+
+    /// A store call made under `epoch` failed: an outage is the coordinator's to switch (this
+    /// lane stops asking the store until it has); anything else is logged and asked again later.
+    pub(super) fn on_store_error(
+        &mut self,
+        epoch: u64,
+        command: &'static str,
+        error: StoreError,
+        ctx: &mut Context<Self>,
+    ) {
+        if epoch != self.epoch {
+            return;
+        }
+        metrics::redis_error(command, error.label());
+        if error.is_outage() {
+            self.switching = true;
+            let trouble = StoreTrouble { upstream: self.upstream, epoch, command, error };
+            self.coordinator.do_send(trouble);
+            // Should the switch never come (a coordinator that is gone), ask again anyway.
+            self.retry_in(SWITCH_BOUND, ctx);
+        } else {
+            tracing::error!(upstream = %self.name(), command, %error, "shared store error");
+            self.retry_in(jittered(STORE_ERROR_RETRY), ctx);
+        }
     }
 
     /// Answers the waiters whose deadline has passed.

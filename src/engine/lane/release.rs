@@ -9,7 +9,7 @@ use std::time::Duration;
 use actix::{ActorFutureExt, AsyncContext, Context, WrapFuture};
 use wavegate_core::{Clock, PermitId, RateLimitEffect, WaveSignal, WindowReport};
 
-use super::Lane;
+use super::actor::Lane;
 use crate::engine::clock::Instant;
 use crate::engine::gate::{Answer, Gate};
 use crate::engine::grant::Finish;
@@ -165,6 +165,16 @@ impl Lane {
                 if let WaveSignal::RateLimited { .. } = release.signal {
                     self.pending_429(release);
                 }
+            }
+        }
+    }
+
+    /// One release fewer on its way to the store: drains waiting for none are answered.
+    fn release_done(&mut self) {
+        self.releases_in_flight = self.releases_in_flight.saturating_sub(1);
+        if self.releases_in_flight == 0 && !self.reconciling {
+            for drain in self.drains.drain(..) {
+                drain.send();
             }
         }
     }

@@ -4,7 +4,8 @@
 use actix::{ActorFutureExt, AsyncContext, Context, Handler, Message, MessageResult, WrapFuture};
 use wavegate_core::{Budgets, Clock, LearnedBudgets, LearnedStatus};
 
-use super::{Lane, ReadStatus};
+use super::actor::Lane;
+use super::messages::ReadStatus;
 use crate::engine::clock::Instant;
 use crate::engine::gate::Gate;
 use crate::engine::store;

@@ -1,0 +1,244 @@
+//! The lane actor's state, its start, and the messages it answers directly.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::{Actor, AsyncContext, Context, Handler, MessageResult, Recipient, SpawnHandle};
+use wavegate_core::{CircuitBreaker, Instance, PermitId, RetryBudget, UpstreamConfig, WaveState};
+
+use super::book::OutageBook;
+use super::messages::{Acquire, DRAIN_BOUND, Drain, DrainReply, ReadMode, StoreTrouble, Wake};
+use super::waiters::Waiters;
+use crate::engine::clock::{EngineClock, Instant};
+use crate::engine::gate::Gate;
+use crate::engine::grant::Finish;
+use crate::engine::process_gate::ProcessGate;
+use crate::engine::store::{Reconciled, SharedGate, Store};
+use crate::metrics;
+use crate::quota::QuotaBlock;
+use crate::status::Mode;
+
+/// How often the budget gauges are refreshed.
+const BUDGET_GAUGES_EVERY: Duration = Duration::from_secs(1);
+
+/// What this process knows of an upstream's shared state, from the last script replies.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct LastShared {
+    /// When a shared cooldown ends, if one was seen.
+    pub(super) cooldown_until: Option<Instant>,
+    /// The last state and limit seen, if any.
+    pub(super) state: Option<(WaveState, u32)>,
+    /// The last shared wave seen (0: none yet).
+    pub(super) wave: u64,
+}
+
+/// A permit this process holds.
+#[derive(Debug)]
+pub(super) struct Held {
+    /// Its wave, in the numbering of the gate in charge.
+    pub(super) wave: u64,
+    /// Its class (index; 0 without classes).
+    pub(super) class: usize,
+    /// Its call was cancelled while at the provider: released when this timer fires.
+    pub(super) holding: Option<SpawnHandle>,
+}
+
+/// One upstream's lane (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Lane {
+    pub(super) upstream: usize,
+    pub(super) config: UpstreamConfig,
+    pub(super) instance: Instance,
+    /// The sequence number of the last permit id made here.
+    pub(super) sequence: u64,
+    pub(super) clock: EngineClock,
+    /// The gate in charge.
+    pub(super) gate: Gate,
+    /// The in-process gate: in charge in local mode and fallback; in shared mode it still hears
+    /// every provider report and learned limit, so a fallback starts knowing them.
+    pub(super) local: Arc<ProcessGate>,
+    /// The shared store's gate (kept in fallback, for the reconciliation), and the store (for
+    /// its health).
+    pub(super) shared: Option<Arc<SharedGate>>,
+    pub(super) store: Option<Store>,
+    pub(super) mode: Mode,
+    /// Bumped at every change of mode (told by the coordinator): replies to calls made under
+    /// another epoch are stale.
+    pub(super) epoch: u64,
+    /// An outage was reported to the coordinator and its switch has not arrived yet.
+    pub(super) switching: bool,
+    /// Reconciling with the store: waiters wait, finishes are deferred.
+    pub(super) reconciling: bool,
+    pub(super) deferred: Vec<Finish>,
+    /// What the last reconciliation left in the store, until the switch back uses it.
+    pub(super) reconciled: Option<Reconciled>,
+    /// Registrations to drop once back in shared mode.
+    pub(super) late_drops: Vec<PermitId>,
+    pub(super) waiters: Waiters,
+    pub(super) held: HashMap<PermitId, Held>,
+    /// A gate call of the acquire loop is in flight.
+    pub(super) pumping: bool,
+    /// A wake arrived while one was in flight: ask again as soon as it returns.
+    pub(super) wake_pending: bool,
+    pub(super) retry_timer: Option<SpawnHandle>,
+    /// Nobody can be admitted before this (a cooldown, a budget).
+    pub(super) blocked_until: Option<Instant>,
+    pub(super) cooldown_until: Option<Instant>,
+    pub(super) last_shared: LastShared,
+    pub(super) outage: OutageBook,
+    /// Just back in shared mode: until then hold at most this many permits (the fallback's
+    /// share), while the other processes may still be in their fallback.
+    pub(super) rejoin_cap: Option<(Instant, usize)>,
+    /// This process's grants (when, tokens) over the last minute, when there are rate budgets:
+    /// a fallback gate starts with them charged.
+    pub(super) recent_grants: VecDeque<(u64, u64)>,
+    /// Whether the learned-limit gauges were last set to a limit.
+    pub(super) learned_recorded: bool,
+    pub(super) breaker: CircuitBreaker,
+    pub(super) retry_budget: RetryBudget,
+    pub(super) quota: Arc<QuotaBlock>,
+    /// Releases sent to the store whose reply has not come back, and drains waiting for them.
+    pub(super) releases_in_flight: usize,
+    pub(super) drains: Vec<DrainReply>,
+    pub(super) coordinator: Recipient<StoreTrouble>,
+}
+
+/// What a lane starts with.
+#[derive(Debug)]
+pub(crate) struct LaneSetup {
+    pub(crate) upstream: usize,
+    pub(crate) config: UpstreamConfig,
+    pub(crate) instance: Instance,
+    pub(crate) shared: Option<SharedGate>,
+    pub(crate) store: Option<Store>,
+    pub(crate) quota: Arc<QuotaBlock>,
+    pub(crate) coordinator: Recipient<StoreTrouble>,
+}
+
+impl Lane {
+    pub(crate) fn new(setup: LaneSetup) -> Self {
+        let LaneSetup { upstream, config, instance, shared, store, quota, coordinator } = setup;
+        let shared = shared.map(Arc::new);
+        let local = Arc::new(ProcessGate::new(&config));
+        let (gate, mode) = match &shared {
+            Some(shared) => (Gate::Shared(shared.clone()), Mode::Shared),
+            None => (Gate::Local(local.clone()), Mode::Local),
+        };
+        Self {
+            upstream,
+            waiters: Waiters::new(config.classes().len()),
+            breaker: CircuitBreaker::new(*config.breaker()),
+            retry_budget: RetryBudget::new(*config.retry_budget()),
+            config,
+            instance,
+            sequence: 0,
+            clock: EngineClock::new(),
+            gate,
+            local,
+            shared,
+            store,
+            mode,
+            epoch: 0,
+            switching: false,
+            reconciling: false,
+            deferred: Vec::new(),
+            reconciled: None,
+            late_drops: Vec::new(),
+            held: HashMap::new(),
+            pumping: false,
+            wake_pending: false,
+            retry_timer: None,
+            blocked_until: None,
+            cooldown_until: None,
+            last_shared: LastShared::default(),
+            outage: OutageBook::default(),
+            rejoin_cap: None,
+            recent_grants: VecDeque::new(),
+            learned_recorded: false,
+            quota,
+            releases_in_flight: 0,
+            drains: Vec::new(),
+            coordinator,
+        }
+    }
+
+    pub(super) fn name(&self) -> &str {
+        self.config.name().as_str()
+    }
+
+    /// The class of a permit of this upstream (0 without classes; the default class for an id
+    /// that names none or one this process does not know).
+    pub(super) fn class_of(&self, id: &PermitId) -> usize {
+        id.class().and_then(|name| self.config.class_index(name)).unwrap_or(self.config.default_class())
+    }
+}
+
+impl Actor for Lane {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let name = self.config.name().as_str();
+        metrics::upstream_mode(name, None, self.mode);
+        metrics::wave(name, WaveState::Normal, self.config.limit().get(), 1);
+        metrics::permits_in_flight(name, "local", 0);
+        metrics::queue_depth(name, 0);
+        metrics::breaker(name, None, self.breaker.state().as_str());
+        if self.config.renews_leases() {
+            ctx.run_interval(self.config.renew_every(), |act, ctx| act.renew(ctx));
+        }
+        // Every upstream may come to have a budget: a learned limit is one.
+        ctx.run_interval(BUDGET_GAUGES_EVERY, |act, ctx| act.record_budgets(ctx));
+    }
+}
+
+impl Handler<Acquire> for Lane {
+    type Result = ();
+
+    fn handle(&mut self, acquire: Acquire, ctx: &mut Context<Self>) {
+        self.admit(acquire, ctx);
+    }
+}
+
+impl Handler<Finish> for Lane {
+    type Result = ();
+
+    fn handle(&mut self, finish: Finish, ctx: &mut Context<Self>) {
+        self.finish(finish, ctx);
+    }
+}
+
+impl Handler<Wake> for Lane {
+    type Result = ();
+
+    fn handle(&mut self, _: Wake, ctx: &mut Context<Self>) {
+        self.pump(ctx);
+    }
+}
+
+impl Handler<ReadMode> for Lane {
+    type Result = MessageResult<ReadMode>;
+
+    fn handle(&mut self, _: ReadMode, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.reported_mode())
+    }
+}
+
+impl Handler<Drain> for Lane {
+    type Result = ();
+
+    fn handle(&mut self, drain: Drain, ctx: &mut Context<Self>) {
+        if self.releases_in_flight == 0 && !self.reconciling {
+            drain.reply.send();
+            return;
+        }
+        // Each release is bounded by the command timeout; a reconciliation replays the
+        // releases it deferred once done. Past the bound the caller goes on anyway.
+        self.drains.push(drain.reply);
+        ctx.run_later(DRAIN_BOUND, |act, _| {
+            for drain in act.drains.drain(..) {
+                drain.send();
+            }
+        });
+    }
+}

@@ -1,0 +1,28 @@
+//! What a lane keeps of an outage, for its reconciliation.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use wavegate_core::PermitId;
+
+/// Book-keeping of one upstream during a fallback, for the reconciliation.
+#[derive(Debug, Default)]
+pub(super) struct OutageBook {
+    /// Permits held when the outage began: they are registered in the shared store.
+    pub(super) registered: HashSet<PermitId>,
+    /// Registrations to drop when the store is back: permits of `registered` that finished
+    /// during the outage, releases that failed, grants whose reply came too late. (Any of them
+    /// still held by then is adopted instead.)
+    pub(super) unreleased: HashSet<PermitId>,
+    /// The fallback gate's wave when the outage began: the local number of the shared wave
+    /// then in force.
+    pub(super) entry_wave: u64,
+    /// A 429 cut the local wave during the outage, with the cooldown it asked for.
+    pub(super) rate_limited: Option<Option<Duration>>,
+    /// 429s whose report to the store failed before the switch: (their wave, Retry-After).
+    pub(super) unreported_429s: Vec<(u64, Option<Duration>)>,
+    /// Permits granted locally during the outage (usage to hand to the shared budgets).
+    pub(super) granted: u64,
+    /// Tokens used during the outage: reservations plus settlements.
+    pub(super) tokens: i64,
+}
