@@ -30,6 +30,7 @@ pub fn class_share(budget: RateBudget, percent: u8) -> RateBudget {
 }
 
 /// One case of [`class_share`]: (per minute, burst, percent) → (per minute, burst).
+#[cfg(any(test, feature = "spec"))]
 #[derive(Debug, Clone, Copy)]
 pub struct ShareCase {
     /// The upstream's budget.
@@ -41,6 +42,7 @@ pub struct ShareCase {
 }
 
 /// The table both twins pass.
+#[cfg(any(test, feature = "spec"))]
 pub fn cases() -> Vec<ShareCase> {
     let case = |budget, percent, expect| ShareCase { budget, percent, expect };
     vec![

@@ -3,7 +3,7 @@
 //! [`LocalGate`] answers the same four questions as the Lua scripts do in shared mode:
 //! acquire a permit by id, finish it with an outcome (release + report), renew leases and read
 //! the status. Local mode and the Redis-outage fallback run it; the spec tables in
-//! [`spec`](crate::spec) check that it and the scripts agree.
+//! `wavegate_core::spec` (the `spec` feature) check that it and the scripts agree.
 //!
 //! ```
 //! use std::num::NonZeroU32;

@@ -3,7 +3,8 @@
 //! Everything here is a pure state machine or function; time comes in as milliseconds from a
 //! [`Clock`] and randomness as an [`rand::Rng`], so every rule can be tested exactly and the
 //! same rules can be reimplemented (in Lua, for Redis) and checked against the tables in
-//! [`spec`].
+//! `spec` (with the `spec` feature: the tables are test material, not part of the API users
+//! build against).
 //!
 //! | concept | where |
 //! |---|---|
@@ -60,6 +61,7 @@ mod rate_limit_kind;
 mod retry_after;
 mod retry_budget;
 mod signals;
+#[cfg(feature = "spec")]
 pub mod spec;
 pub mod tenant;
 mod wave;

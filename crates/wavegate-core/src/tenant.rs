@@ -63,6 +63,7 @@ pub fn next_tenant(tenants: &[TenantView]) -> Option<usize> {
 }
 
 /// One case of the tenant choice.
+#[cfg(any(test, feature = "spec"))]
 #[derive(Debug, Clone)]
 pub struct TenantCase {
     /// What the case shows.
@@ -74,6 +75,7 @@ pub struct TenantCase {
 }
 
 /// The table both twins pass ([`next_tenant`] and `lua/priority.lua`).
+#[cfg(any(test, feature = "spec"))]
 pub fn cases() -> Vec<TenantCase> {
     let t = |in_flight, demand, since_ms| TenantView { in_flight, demand, since_ms };
     vec![
