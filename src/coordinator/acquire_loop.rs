@@ -112,7 +112,7 @@ impl Coordinator {
                 let call = async move {
                     if class_names.is_empty() {
                         let (id, tokens) = &sent[0];
-                        gate.acquire(id, lease, *tokens).await.map(|acquired| (acquired, Some(id.clone())))
+                        gate.acquire_text(id, lease, *tokens).await.map(|acquired| (acquired, Some(id.clone())))
                     } else {
                         let asks: Vec<ClassAsk<'_>> = sent
                             .iter()
@@ -155,7 +155,7 @@ impl Coordinator {
                     act.slots[upstream].pumping = false;
                     match result {
                         Ok((acquired, granted)) => {
-                            // A grant is for the head it names; a denial answers the first.
+                            // The reply names the head it answers, granted or denied.
                             let (id, tokens) = granted
                                 .and_then(|granted| asked.iter().find(|(id, _)| *id == granted).cloned())
                                 .unwrap_or((id, tokens));

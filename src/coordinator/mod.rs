@@ -280,7 +280,7 @@ impl Coordinator {
             Some(gate) => {
                 let epoch = self.epoch_of(upstream);
                 let call_id = id.clone();
-                let call = async move { gate.finish(&call_id, wave, signal, token_delta).await };
+                let call = async move { gate.finish_text(&call_id, wave, signal, token_delta).await };
                 self.releases_in_flight += 1;
                 ctx.spawn(call.into_actor(self).map(move |result, act, ctx| {
                     act.release_done();
@@ -460,7 +460,7 @@ impl Coordinator {
             Some(gate) => {
                 let epoch = self.epoch_of(upstream);
                 let sent = ids.clone();
-                let call = async move { gate.renew(&ids, lease).await };
+                let call = async move { gate.renew_text(&ids, lease).await };
                 ctx.spawn(call.into_actor(self).map(move |result, act, ctx| match result {
                     Ok(again) => {
                         // Registered again because the store no longer listed them: either it

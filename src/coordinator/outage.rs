@@ -72,7 +72,7 @@ async fn reconcile_one(plan: Plan, carrier: &str) -> Result<Outcome, (usize, Sto
             if reconciled.state != WaveState::Cooldown && (always || reconciled.state == WaveState::Normal) =>
         {
             let signal = WaveSignal::RateLimited { retry_after };
-            plan.gate.finish(carrier, reconciled.wave, signal, 0).await.map_err(|e| (upstream, e))?;
+            plan.gate.finish_text(carrier, reconciled.wave, signal, 0).await.map_err(|e| (upstream, e))?;
             true
         }
         _ => false,

@@ -19,11 +19,11 @@ impl WaveModel for LuaModel {
     type Error = StoreError;
 
     fn acquire(&mut self, permit: &str, tokens: u64) -> Result<Admission, StoreError> {
-        self.runtime.block_on(self.gate.acquire(permit, self.lease, tokens)).map(|a| a.admission)
+        self.runtime.block_on(self.gate.acquire_text(permit, self.lease, tokens)).map(|a| a.admission)
     }
 
     fn finish(&mut self, permit: &str, wave: u64, signal: WaveSignal, delta: i64) -> Result<bool, StoreError> {
-        self.runtime.block_on(self.gate.finish(permit, wave, signal, delta)).map(|f| f.held)
+        self.runtime.block_on(self.gate.finish_text(permit, wave, signal, delta)).map(|f| f.held)
     }
 
     fn advance(&mut self, ms: u64) -> Result<(), StoreError> {
