@@ -376,7 +376,7 @@ impl Coordinator {
                     let slot = &mut act.slots[upstream];
                     if wave >= slot.last_shared.wave {
                         let local_wave = slot.outage.entry_wave;
-                        let report = slot.local.finish(&id, local_wave, signal, now_ms);
+                        let report = slot.local.finish_text(&id, local_wave, signal, now_ms);
                         if let (Some(RateLimitEffect::Cut { .. }), WaveSignal::RateLimited { retry_after }) =
                             (report.rate_limit, signal)
                         {
@@ -398,7 +398,7 @@ impl Coordinator {
             let class = id.split_once('|').and_then(|(name, _)| slot.config.class_index(name));
             slot.class_budgets.settle(class.unwrap_or(slot.config.default_class()), token_delta, now_ms);
         }
-        let report = slot.local.finish(&id, wave, signal, now_ms);
+        let report = slot.local.finish_text(&id, wave, signal, now_ms);
         let name = slot.config.name().as_str();
         if !report.held && mode == Mode::Local {
             metrics::released_after_lease(name);
@@ -497,7 +497,7 @@ impl Coordinator {
             }
             None => {
                 let now_ms = self.clock.now_ms();
-                self.slots[upstream].local.renew(ids.iter().map(String::as_str), now_ms, duration_ms(lease));
+                self.slots[upstream].local.renew_text(ids.iter().map(String::as_str), now_ms, duration_ms(lease));
             }
         }
     }

@@ -115,6 +115,15 @@ impl ClassBudgets {
         (wait > 0).then_some(wait)
     }
 
+    /// The tokens burst of class `class`'s own budget (the largest estimate it can ever
+    /// take), if it has one.
+    pub fn tokens_burst(&self, class: usize) -> Option<u64> {
+        match self.classes.get(class) {
+            Some(Some(ClassBudget { tokens: Some(held), .. })) => Some(held.gcra.burst()),
+            _ => None,
+        }
+    }
+
     /// Charges a grant of one request reserving `tokens` to class `class` (after
     /// [`wait_ms`](Self::wait_ms) said it fits).
     pub fn charge(&mut self, class: usize, now_ms: u64, tokens: u64) {

@@ -342,7 +342,7 @@ impl WaveModel for GateModel {
     fn finish(&mut self, permit: &str, wave: u64, signal: WaveSignal, token_delta: i64) -> Result<bool, Self::Error> {
         let now_ms = self.clock.now_ms();
         self.gate.settle_tokens(token_delta, now_ms);
-        Ok(self.gate.finish(permit, wave, signal, now_ms).held)
+        Ok(self.gate.finish_text(permit, wave, signal, now_ms).held)
     }
 
     fn advance(&mut self, ms: u64) -> Result<(), Self::Error> {
