@@ -19,13 +19,12 @@
 //! shared wave when the shared state is NORMAL. While it does, waiters wait and releases are
 //! deferred; then it switches back to shared mode and replays them.
 
-use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use actix::{ActorFutureExt, AsyncContext, Context, Handler, WrapFuture};
 use futures_util::FutureExt;
 use wavegate_core::class_budget::ClassBudgets;
-use wavegate_core::{Clock, LocalGate, WaveSignal, WaveState, duration_ms};
+use wavegate_core::{Clock, FallbackStart, LocalGate, WaveSignal, WaveState, duration_ms};
 use wavegate_redis::{Reconciled, SharedGate, StoreError};
 
 use super::domains::{self, PROBE_MIN};
@@ -140,46 +139,28 @@ impl Coordinator {
         let now_ms = self.clock.now_ms();
         for &upstream in &upstreams {
             let slot = &mut self.slots[upstream];
-            let base = slot.config.limit().get();
-            // Until a heartbeat has told how many processes share the limit, assume the worst:
-            // as many as the limit, so each takes one (or the configured fallback limit).
-            let (share, processes) = match self.live_instances {
-                Some(live) => (slot.config.fallback_share(live), live),
-                None => (slot.config.fallback_limit().unwrap_or(NonZeroU32::MIN), base),
+            // This process's share, the store's last state carried, the held permits adopted
+            // (the rules and their table: wavegate_core::LocalGate::fallback).
+            let start = FallbackStart {
+                live: self.live_instances,
+                last_shared: wavegate_core::LastShared {
+                    state: slot.last_shared.state,
+                    wave: slot.last_shared.wave,
+                    cooldown_left_ms: slot
+                        .last_shared
+                        .cooldown_until
+                        .filter(|until| *until > now)
+                        .map(|until| duration_ms(until - now)),
+                },
+                recent_grants: slot.recent_grants.iter().copied().collect(),
+                learned: slot.local.learned(now_ms),
+                held: slot.held.drain().collect(),
             };
-            let mut wave = slot.config.wave().clone();
-            wave.base_limit = share;
-            // The limits the provider announced go on here, this process's share of them.
-            let learned = slot.local.learned(now_ms);
-            let mut gate =
-                LocalGate::with_budgets(wave, slot.config.budgets().share(processes)).with_learned(learned, processes);
-            slot.class_budgets = ClassBudgets::new(slot.config.classes(), slot.config.budgets().share(processes));
-            // What this process used lately is charged to its share, as it happened: a switch
-            // (or a flapping store) does not hand out a fresh burst.
-            for (at_ms, tokens) in &slot.recent_grants {
-                gate.charge(1, *tokens, *at_ms);
-            }
-            let mut snapshot = gate.machine().snapshot();
-            if let Some(until) = slot.last_shared.cooldown_until.filter(|until| *until > now) {
-                // A shared cooldown in force goes on here.
-                snapshot.state = WaveState::Cooldown;
-                snapshot.limit = (share.get() / 2).max(1);
-                snapshot.threshold = snapshot.limit;
-                snapshot.cooldown_until_ms = now_ms + duration_ms(until - now);
-                gate.machine_mut().restore(snapshot);
-            } else if let Some((state @ (WaveState::Probe | WaveState::Degraded), limit)) = slot.last_shared.state {
-                // A recovery in progress goes on here, at this process's share of its limit.
-                snapshot.state = state;
-                snapshot.limit = (u64::from(limit) * u64::from(share.get()) / u64::from(base)).max(1) as u32;
-                gate.machine_mut().restore(snapshot);
-            }
-            let lease_ms = duration_ms(slot.config.permit_ttl());
-            let shared_wave = slot.last_shared.wave;
-            for (id, wave) in &mut slot.held {
-                let local = gate.adopt(id, now_ms, lease_ms);
-                // A permit of an older shared wave stays older: its 429 is late here too.
-                *wave = if *wave < shared_wave { local.saturating_sub(1) } else { local };
-            }
+            let fallback = LocalGate::fallback(&slot.config, start, now_ms);
+            let (gate, share) = (fallback.gate, fallback.share);
+            slot.held = fallback.held.into_iter().collect();
+            slot.class_budgets =
+                ClassBudgets::new(slot.config.classes(), slot.config.budgets().share(fallback.processes));
             // Keep what a failed call just recorded (a release or an acquire whose reply was lost).
             let unreleased = std::mem::take(&mut slot.outage.unreleased);
             slot.outage = OutageBook {

@@ -316,7 +316,7 @@ impl LocalGate {
                 let own = classes
                     .then(|| self.class_budgets.tokens_burst(self.class_config().index_or_default(Some(head.class))))
                     .flatten();
-                let burst = own.map_or(u64::from(tokens.burst()), |own| own.min(u64::from(tokens.burst())));
+                let burst = tightest_burst(u64::from(tokens.burst()), own);
                 if head.tokens > burst {
                     let denied = Admission::Denied { reason: DenyReason::TokensExceedBurst, retry_after_ms: 0 };
                     return (k, denied, in_flight);
@@ -546,6 +546,15 @@ impl LocalGate {
         self.budgets(now_ms).tokens.map(|b| u64::from(b.burst()))
     }
 
+    /// The largest estimate an ask of class `class` (an index in [`classes`](Self::classes))
+    /// can ever reserve at `now_ms`: the tokens burst in force, or for a class with a budget
+    /// share the smaller of it and the class's own burst; `None` without a tokens budget. An
+    /// ask above it is refused [`DenyReason::TokensExceedBurst`] by [`acquire`](Self::acquire).
+    pub fn tokens_burst_for(&self, class: usize, now_ms: u64) -> Option<u64> {
+        let upstream = self.tokens_burst(now_ms)?;
+        Some(tightest_burst(upstream, self.class_budgets.tokens_burst(class)))
+    }
+
     /// What is left of the rate budgets in force now.
     pub fn budget_status(&self, now_ms: u64) -> BudgetStatus {
         let now_us = now_ms.saturating_mul(1000);
@@ -703,4 +712,9 @@ impl LocalGate {
     pub fn ledger(&self) -> &PermitLedger {
         &self.ledger
     }
+}
+
+/// The burst in force for a class's asks: the upstream's, or the class's own when smaller.
+fn tightest_burst(upstream: u64, own: Option<u64>) -> u64 {
+    own.map_or(upstream, |own| own.min(upstream))
 }

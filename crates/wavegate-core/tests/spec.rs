@@ -184,3 +184,11 @@ fn the_tables_catch_a_gate_whose_denials_or_wakes_name_the_wrong_one() {
     fails(&|case| run_case(case, &mut Wrong(GateModel::new(case), WakesNobody)).is_err(), "waited longest");
     fails(&|case| run_case(case, &mut Wrong(GateModel::new(case), WakesNobody)).is_err(), "weights 3 : 1");
 }
+
+#[test]
+fn the_fallback_starts_as_its_table_says() {
+    let cases = wavegate_core::spec::fallback_cases();
+    assert!(cases.len() >= 15, "the fallback's table lost cases");
+    let failures: Vec<String> = cases.iter().filter_map(|case| case.check().err()).collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
