@@ -358,3 +358,231 @@ impl<'a> Reply<'a> {
         WaveState::parse(&name).ok_or_else(|| StoreError::unexpected(self.command, format!("unknown state {name:?}")))
     }
 }
+
+/// The numbers that tie the two sides: what the Rust side sends each script, against what
+/// the script checks and uses.
+#[cfg(test)]
+mod tests {
+    use wavegate_core::{LearnedLimits, UpstreamConfig, WindowLeft};
+    use wavegate_testkit::RedisServer;
+
+    use super::*;
+    use crate::connection::{Store, StoreConfig};
+    use crate::scripts::{scripts, source};
+    use crate::shared_gate::SharedGate;
+
+    /// Runs `call` of `script`; the error's text if the script refused it.
+    fn run(con: &mut redis::Connection, script: &Script, call: &Call<'_>) -> Result<Value, String> {
+        call.invocation(script).invoke::<Value>(con).map_err(|e| e.to_string())
+    }
+
+    fn refused_for_its_arguments(result: &Result<Value, String>) -> bool {
+        matches!(result, Err(e) if e.contains("expected"))
+    }
+
+    /// `call` with one argument fewer, and with one more.
+    fn off_by_one<'a>(call: &Call<'a>) -> [Call<'a>; 2] {
+        let mut fewer = call.clone();
+        fewer.args.pop();
+        let mut more = call.clone();
+        more.args.push("0".into());
+        [fewer, more]
+    }
+
+    /// An upstream with budgets and classes, as a process configures it.
+    fn gate(store: &Store) -> SharedGate {
+        let config = UpstreamConfig::builder("contract")
+            .limit(4)
+            .requests_per_minute(600, 10)
+            .tokens_per_minute(60_000, 1_000)
+            .class("interactive", 3)
+            .class("batch", 1)
+            .class_budget("batch", 50)
+            .build()
+            .expect("valid");
+        SharedGate::with_budgets(store.clone(), config.name(), config.wave(), config.budgets())
+            .with_classes(config.classes(), config.default_class(), config.class_count_window())
+            .for_instance("alpha")
+    }
+
+    #[test]
+    fn every_script_takes_exactly_the_arguments_the_rust_side_sends() {
+        let server = RedisServer::start().expect("redis-server");
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let store = runtime.block_on(Store::connect(StoreConfig::new(server.url()))).expect("store");
+        let gate = gate(&store);
+        let mut con = server.connection().expect("connection");
+        let (keys, config) = (&gate.keys, &gate.config_args[..]);
+        assert_eq!(config.len(), CONFIG_ARGS);
+        let lease = Duration::from_secs(30);
+        let heads = [
+            Head { class: "interactive", id: "interactive|alpha:1|-", tokens: 10, waiting: 2 },
+            Head { class: "batch", id: "batch|alpha:2|-", tokens: 10, waiting: 1 },
+        ];
+        let report = WindowReport {
+            requests: Some(WindowLeft { remaining: 5, reset_ms: 1_000 }),
+            tokens: None,
+            limits: LearnedLimits::default(),
+        };
+        let instances = store.config().keyspace.instances();
+        let s = scripts();
+        // (script, a call as the Rust side sends it, whether the script takes a fixed count);
+        // for the scripts that take a list of ids, the call without any.
+        let calls = [
+            ("acquire, one head", &s.acquire, acquire(keys, config, "alpha", lease, &heads[..1], false), true),
+            ("acquire, class form", &s.acquire, acquire(keys, config, "alpha", lease, &heads[..1], true), true),
+            ("acquire, two classes", &s.acquire, acquire(keys, config, "alpha", lease, &heads, true), true),
+            (
+                "finish",
+                &s.finish,
+                finish(keys, config, "x", 1, WaveSignal::RateLimited { retry_after: None }, -3),
+                true,
+            ),
+            ("status", &s.status, status(keys, config), true),
+            ("report_window", &s.report_window, report_window(keys, "x", report, 10), true),
+            ("heartbeat", &s.heartbeat, heartbeat(&instances, "alpha", lease), true),
+            ("renew", &s.renew, renew(keys, lease, []), false),
+            ("reconcile", &s.reconcile, reconcile(keys, config, &[], &[], lease, (1, 2)), false),
+        ];
+        for (name, script, call, fixed) in &calls {
+            let sent = run(&mut con, script, call);
+            assert!(sent.is_ok(), "{name}: the script refused what the Rust side sends: {sent:?}");
+            let [fewer, more] = off_by_one(call);
+            let fewer = run(&mut con, script, &fewer);
+            assert!(refused_for_its_arguments(&fewer), "{name}: one argument fewer was taken: {fewer:?}");
+            if *fixed {
+                let more = run(&mut con, script, &more);
+                assert!(refused_for_its_arguments(&more), "{name}: one argument more was taken: {more:?}");
+            }
+        }
+        // The lists: renew takes any number of ids, reconcile as many as it is told to adopt
+        // and then the ones to drop.
+        assert!(run(&mut con, &s.renew, &renew(keys, lease, ["x", "y"])).is_ok());
+        let adopt = ["a".to_owned(), "b".to_owned()];
+        let full = reconcile(keys, config, &adopt, &["c".to_owned()], lease, (1, 2));
+        assert!(run(&mut con, &s.reconcile, &full).is_ok());
+        let mut short = reconcile(keys, config, &adopt, &[], lease, (1, 2));
+        short.args.pop();
+        let short = run(&mut con, &s.reconcile, &short);
+        assert!(matches!(&short, Err(e) if e.contains("fewer ids than the adopt count")), "{short:?}");
+    }
+
+    /// The highest `KEYS[n]` the code of `source` reads (comments left out).
+    fn keys_used(source: &str) -> usize {
+        source
+            .lines()
+            .map(|line| line.split("--").next().unwrap_or(""))
+            .flat_map(|code| code.match_indices("KEYS[").map(move |(at, _)| &code[at + 5..]))
+            .filter_map(|rest| rest.split(']').next()?.parse::<usize>().ok())
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// How many keys the script's opening contract lists (`KEYS[n]` in its leading comments).
+    fn keys_documented(source: &str) -> usize {
+        source
+            .lines()
+            .skip_while(|line| !line.starts_with("-- ") || line.contains("wave.lua"))
+            .take_while(|line| line.starts_with("--"))
+            .flat_map(|line| line.match_indices("KEYS[").map(move |(at, _)| &line[at + 5..]))
+            .filter_map(|rest| rest.split(']').next()?.split("..").last()?.parse::<usize>().ok())
+            .max()
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn every_script_is_sent_the_keys_it_uses_and_documents() {
+        let keys = crate::keys::Keyspace::default().upstream(&wavegate_core::UpstreamName::new("k").expect("valid"));
+        let config = vec![String::new(); CONFIG_ARGS];
+        let lease = Duration::from_secs(1);
+        let head = [Head { class: "", id: "x", tokens: 0, waiting: 1 }];
+        let report = WindowReport { requests: None, tokens: None, limits: LearnedLimits::default() };
+        // (the script's own body, its whole source, the keys the Rust side sends)
+        let scripts = [
+            (
+                include_str!("../../../lua/acquire.lua"),
+                source::ACQUIRE,
+                acquire(&keys, &config, "", lease, &head, false).keys.len(),
+            ),
+            (
+                include_str!("../../../lua/finish.lua"),
+                source::FINISH,
+                finish(&keys, &config, "x", 1, WaveSignal::Neutral, 0).keys.len(),
+            ),
+            (include_str!("../../../lua/status.lua"), source::STATUS, status(&keys, &config).keys.len()),
+            (include_str!("../../../lua/renew.lua"), source::RENEW, renew(&keys, lease, ["x"]).keys.len()),
+            (
+                include_str!("../../../lua/reconcile.lua"),
+                source::RECONCILE,
+                reconcile(&keys, &config, &[], &[], lease, (0, 0)).keys.len(),
+            ),
+            (
+                include_str!("../../../lua/report_window.lua"),
+                source::REPORT_WINDOW,
+                report_window(&keys, "x", report, 0).keys.len(),
+            ),
+            (source::HEARTBEAT, source::HEARTBEAT, heartbeat("instances", "x", lease).keys.len()),
+        ];
+        for (body, whole, sent) in scripts {
+            let name = body.lines().next().unwrap_or("");
+            assert!(keys_used(whole) <= sent, "{name}: reads KEYS[{}] but is sent {sent}", keys_used(whole));
+            assert!(
+                keys_documented(body) <= sent,
+                "{name}: documents KEYS[{}] but is sent {sent}",
+                keys_documented(body)
+            );
+            assert!(keys_documented(body) >= keys_used(body), "{name}: reads keys its contract does not list");
+        }
+        // What each contract lists: the scripts that keep the waiting list all six, the others
+        // the permits, the state and the waves (and are sent the fourth too), the heartbeat
+        // its own key.
+        let documented: Vec<usize> = [
+            include_str!("../../../lua/acquire.lua"),
+            include_str!("../../../lua/finish.lua"),
+            include_str!("../../../lua/status.lua"),
+            include_str!("../../../lua/renew.lua"),
+            include_str!("../../../lua/reconcile.lua"),
+            include_str!("../../../lua/report_window.lua"),
+            source::HEARTBEAT,
+        ]
+        .into_iter()
+        .map(keys_documented)
+        .collect();
+        assert_eq!(documented, [6, 6, 6, 3, 3, 3, 1]);
+        assert_eq!(keys_used(source::ACQUIRE), 6);
+        assert_eq!(keys_used(source::FINISH), 6);
+    }
+}
+
+/// The constants both twins keep: one Rust constant each, its Lua value read from the script.
+#[cfg(test)]
+mod constants {
+    use super::CONFIG_ARGS;
+
+    /// The value of `local <name> = <value>` in `source`.
+    fn lua_constant<'a>(source: &'a str, name: &str) -> &'a str {
+        let line = format!("local {name} = ");
+        let at = source.find(&line).unwrap_or_else(|| panic!("no `{line}` in the script"));
+        source[at + line.len()..].lines().next().unwrap_or("").trim()
+    }
+
+    fn lua_number(source: &str, name: &str) -> u64 {
+        lua_constant(source, name).parse().unwrap_or_else(|_| panic!("{name} is not a number"))
+    }
+
+    #[test]
+    fn the_twins_keep_the_same_constants() {
+        let wave = include_str!("../../../lua/wave.lua");
+        let priority = include_str!("../../../lua/priority.lua");
+        let windows = include_str!("../../../lua/provider_window.lua");
+        let learned = include_str!("../../../lua/learned_limit.lua");
+        assert_eq!(lua_number(wave, "CONFIG_ARGS"), CONFIG_ARGS as u64);
+        assert_eq!(lua_number(wave, "WAITING_TTL"), wavegate_core::WAITING_TTL_MS);
+        assert_eq!(lua_number(priority, "PRIORITY_FRESH"), wavegate_core::PRIORITY_FRESH_MS);
+        assert_eq!(lua_number(priority, "STRIDE_SCALE"), wavegate_core::priority::STRIDE_SCALE);
+        assert_eq!(lua_constant(priority, "NO_TENANT"), format!("'{}'", wavegate_core::tenant::NO_TENANT));
+        assert_eq!(lua_number(windows, "PW_SAME_WINDOW"), wavegate_core::SAME_WINDOW_MS);
+        assert_eq!(lua_number(learned, "LL_KEPT_WINDOWS"), wavegate_core::KEPT_WINDOWS);
+        assert_eq!(lua_number(learned, "LL_MAX"), u64::from(u32::MAX));
+    }
+}
