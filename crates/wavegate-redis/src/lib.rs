@@ -38,6 +38,8 @@
 //! # Ok(()) }
 //! ```
 
+#[cfg(test)]
+mod agreement;
 mod calls;
 mod cluster;
 mod config_claim;
