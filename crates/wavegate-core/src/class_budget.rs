@@ -7,7 +7,7 @@
 //! batch flood capped at 50 % leaves the other half of the budget for interactive calls even
 //! while no interactive caller waits yet — rate budgets cannot be taken back once spent.
 //!
-//! [`class_share`] has a twin in `lua/wave.lua` (`class_share`); both pass [`cases`]. In shared
+//! [`class_share`] has a twin in `lua/wave.lua` (`class_share`); both pass `cases` (the `spec` feature). In shared
 //! mode the class budgets live in Redis beside the upstream's (`requests_tat|<class>`,
 //! `tokens_tat|<class>` in the wave hash); in local mode and fallback, in [`ClassBudgets`].
 //!

@@ -21,7 +21,7 @@
 //!
 //! The choice is one pure function, [`choose_class`], with a twin in `lua/priority.lua` that
 //! the shared-mode scripts run inside Redis (so the choice is atomic across the fleet); both
-//! pass the same table, [`cases`].
+//! pass the same table, `cases` (the `spec` feature).
 //!
 //! ```
 //! use wavegate_core::priority::{ClassTurns, ClassView, choose_class};

@@ -10,7 +10,7 @@
 //! The key never leaves the process as such: permit ids and the waiting list in Redis carry
 //! [`tenant_tag`], a 64-bit FNV-1a hash of it in hex, and metrics carry no tenant at all.
 //!
-//! [`next_tenant`] has a twin in `lua/priority.lua`; both pass [`cases`].
+//! [`next_tenant`] has a twin in `lua/priority.lua`; both pass `cases` (the `spec` feature).
 //!
 //! ```
 //! use wavegate_core::tenant::{TenantView, next_tenant};

@@ -16,8 +16,10 @@
 //! * Deployments: one server (`redis://`, `rediss://` with the `tls` feature) or a primary
 //!   found through Sentinel ([`StoreConfig::sentinel`]).
 //!
-//! The scripts implement the same wave machine as [`wavegate_core::LocalGate`] and pass the
-//! same tables ([`wavegate_core::spec`]); this crate's tests run them against a real server.
+//! The scripts are the shared twin of [`wavegate_core::LocalGate`] and pass the same tables
+//! (`wavegate_core::spec`, the `spec` feature); this crate's tests run them against a real
+//! server, check that the twins agree on random scenarios of several processes, and tie the
+//! argument counts and constants the two sides share.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
