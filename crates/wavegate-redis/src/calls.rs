@@ -7,6 +7,7 @@
 //! checks (`tests` below, on a real server), and the twins' agreement tests can drive a
 //! script with exactly what the gate would send.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use redis::{Script, ScriptInvocation, Value};
@@ -26,7 +27,8 @@ pub(crate) const CONFIG_ARGS: usize = 14;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Call<'a> {
     pub(crate) keys: Vec<&'a str>,
-    pub(crate) args: Vec<String>,
+    /// The arguments; the configuration's are borrowed, not copied.
+    pub(crate) args: Vec<Cow<'a, str>>,
 }
 
 impl<'a> Call<'a> {
@@ -34,15 +36,25 @@ impl<'a> Call<'a> {
         Self { keys: keys.to_vec(), args: Vec::new() }
     }
 
+    /// The call with the configuration arguments first.
+    fn with_config(keys: &[&'a str], config: &'a [String]) -> Self {
+        let mut call = Self::new(keys);
+        call.args.extend(config.iter().map(|arg| Cow::Borrowed(arg.as_str())));
+        call
+    }
+
     fn arg(mut self, arg: impl ToString) -> Self {
-        self.args.push(arg.to_string());
+        self.args.push(Cow::Owned(arg.to_string()));
         self
     }
 
     /// The call as an invocation of `script`.
     pub(crate) fn invocation<'s>(&self, script: &'s Script) -> ScriptInvocation<'s> {
         let mut invocation = script.prepare_invoke();
-        invocation.key(&self.keys[..]).arg(&self.args[..]);
+        invocation.key(&self.keys[..]);
+        for arg in &self.args {
+            invocation.arg(arg.as_ref());
+        }
         invocation
     }
 }
@@ -62,14 +74,13 @@ pub(crate) struct Head<'a> {
 /// for each other head. Without classes only the first head is sent.
 pub(crate) fn acquire<'a>(
     keys: &'a UpstreamKeys,
-    config: &[String],
+    config: &'a [String],
     instance: &str,
     lease: Duration,
     heads: &[Head<'_>],
     classes: bool,
 ) -> Call<'a> {
-    let mut call = Call::new(&keys.waiting_script_keys());
-    call.args.extend(config.iter().cloned());
+    let mut call = Call::with_config(&keys.waiting_script_keys(), config);
     let Some((first, rest)) = heads.split_first() else { return call };
     call = call.arg(first.id).arg(duration_ms(lease)).arg(first.tokens).arg(instance);
     if classes {
@@ -111,7 +122,7 @@ pub(crate) fn read_acquire(reply: &[Value], heads: &[Head<'_>]) -> Result<(usize
 /// channel and the token delta.
 pub(crate) fn finish<'a>(
     keys: &'a UpstreamKeys,
-    config: &[String],
+    config: &'a [String],
     id: &str,
     wave: u64,
     signal: WaveSignal,
@@ -124,9 +135,13 @@ pub(crate) fn finish<'a>(
         }
         WaveSignal::Neutral => ("neutral", String::new()),
     };
-    let mut call = Call::new(&keys.waiting_script_keys());
-    call.args.extend(config.iter().cloned());
-    call.arg(id).arg(wave).arg(outcome).arg(retry_after).arg(&keys.released).arg(token_delta)
+    Call::with_config(&keys.waiting_script_keys(), config)
+        .arg(id)
+        .arg(wave)
+        .arg(outcome)
+        .arg(retry_after)
+        .arg(&keys.released)
+        .arg(token_delta)
 }
 
 /// What finishing a permit did.
@@ -189,15 +204,13 @@ pub(crate) fn read_finish(reply: &[Value], wave: u64) -> Result<Finished, StoreE
 /// `renew.lua`: the lease, then the ids.
 pub(crate) fn renew<'a>(keys: &'a UpstreamKeys, lease: Duration, ids: impl IntoIterator<Item = &'a str>) -> Call<'a> {
     let mut call = Call::new(&keys.script_keys()).arg(duration_ms(lease));
-    call.args.extend(ids.into_iter().map(str::to_owned));
+    call.args.extend(ids.into_iter().map(Cow::Borrowed));
     call
 }
 
 /// `status.lua`: the config.
-pub(crate) fn status<'a>(keys: &'a UpstreamKeys, config: &[String]) -> Call<'a> {
-    let mut call = Call::new(&keys.waiting_script_keys());
-    call.args.extend(config.iter().cloned());
-    call
+pub(crate) fn status<'a>(keys: &'a UpstreamKeys, config: &'a [String]) -> Call<'a> {
+    Call::with_config(&keys.waiting_script_keys(), config)
 }
 
 /// The shared state of one upstream, as read with Redis time applied.
@@ -258,16 +271,18 @@ pub(crate) fn read_status(reply: &[Value]) -> Result<(SharedStatus, Vec<(u32, u3
 /// the ids to drop.
 pub(crate) fn reconcile<'a>(
     keys: &'a UpstreamKeys,
-    config: &[String],
-    adopt: &[String],
-    drop: &[String],
+    config: &'a [String],
+    adopt: &'a [String],
+    drop: &'a [String],
     lease: Duration,
     (requests, tokens): (u64, u64),
 ) -> Call<'a> {
-    let mut call = Call::new(&keys.script_keys());
-    call.args.extend(config.iter().cloned());
-    let mut call = call.arg(duration_ms(lease)).arg(requests).arg(tokens).arg(adopt.len());
-    call.args.extend(adopt.iter().chain(drop).cloned());
+    let mut call = Call::with_config(&keys.script_keys(), config)
+        .arg(duration_ms(lease))
+        .arg(requests)
+        .arg(tokens)
+        .arg(adopt.len());
+    call.args.extend(adopt.iter().chain(drop).map(|id| Cow::Borrowed(id.as_str())));
     call
 }
 
@@ -459,7 +474,8 @@ mod tests {
         // and then the ones to drop.
         assert!(run(&mut con, &s.renew, &renew(keys, lease, ["x", "y"])).is_ok());
         let adopt = ["a".to_owned(), "b".to_owned()];
-        let full = reconcile(keys, config, &adopt, &["c".to_owned()], lease, (1, 2));
+        let dropped = ["c".to_owned()];
+        let full = reconcile(keys, config, &adopt, &dropped, lease, (1, 2));
         assert!(run(&mut con, &s.reconcile, &full).is_ok());
         let mut short = reconcile(keys, config, &adopt, &[], lease, (1, 2));
         short.args.pop();
