@@ -483,6 +483,37 @@ mod tests {
         assert!(matches!(&short, Err(e) if e.contains("fewer ids than the adopt count")), "{short:?}");
     }
 
+    #[test]
+    fn a_reply_is_mapped_back_to_the_ask_it_names_and_an_unknown_one_is_unexpected() {
+        let text = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let heads = [
+            Head { class: "interactive", id: "interactive|a:1|-", tokens: 100, waiting: 1 },
+            Head { class: "batch", id: "batch|a:2|-", tokens: 5_000, waiting: 1 },
+        ];
+        let denial =
+            |id: &str| vec![Value::Int(0), text("tokens_exceed_burst"), Value::Int(0), Value::Int(3), text(id)];
+        let (index, admission, in_flight) = read_acquire(&denial("batch|a:2|-"), &heads).expect("a denial of batch");
+        assert_eq!(index, 1, "the denial answers the head it names, not the first");
+        assert_eq!(admission, Admission::Denied { reason: DenyReason::TokensExceedBurst, retry_after_ms: 0 });
+        assert_eq!(in_flight, 3);
+        let granted = vec![
+            Value::Int(1),
+            Value::Int(4),
+            text("NORMAL"),
+            Value::Int(10),
+            Value::Int(4),
+            text("interactive|a:1|-"),
+        ];
+        assert_eq!(read_acquire(&granted, &heads).expect("a grant").0, 0);
+        for reply in [denial("batch|b:9|-"), denial("")] {
+            let error = read_acquire(&reply, &heads).expect_err("an id that was not asked for");
+            assert!(matches!(error, StoreError::UnexpectedReply { .. }), "{error:?}");
+        }
+        // An older script's denial, naming nothing, is not read as the first head's.
+        let unnamed = vec![Value::Int(0), text("at_limit"), Value::Int(0), Value::Int(3)];
+        assert!(matches!(read_acquire(&unnamed, &heads), Err(StoreError::UnexpectedReply { .. })));
+    }
+
     /// The highest `KEYS[n]` the code of `source` reads (comments left out).
     fn keys_used(source: &str) -> usize {
         source
