@@ -173,11 +173,11 @@ fn shared(c: &mut Criterion) {
                 for _ in 0..iters {
                     next_id += 1;
                     let id = format!("raw:{next_id}");
-                    let acquired = gate.acquire(&id, lease, 0).await.expect("acquire");
+                    let acquired = gate.acquire_text(&id, lease, 0).await.expect("acquire");
                     let Admission::Granted { wave, .. } = acquired.admission else {
                         panic!("denied: {:?}", acquired.admission)
                     };
-                    gate.finish(&id, wave, WaveSignal::Success, 0).await.expect("finish");
+                    gate.finish_text(&id, wave, WaveSignal::Success, 0).await.expect("finish");
                 }
                 start.elapsed()
             });

@@ -108,7 +108,7 @@ fn main() {
         let (done, running): (Vec<_>, Vec<_>) = in_flight.drain(..).partition(|call| call.ends_ms <= now_ms);
         in_flight = running;
         for call in done {
-            let report = gate.finish(&call.permit, call.wave, call.outcome.wave_signal(), now_ms);
+            let report = gate.finish_text(&call.permit, call.wave, call.outcome.wave_signal(), now_ms);
             match report.rate_limit {
                 Some(RateLimitEffect::Late { .. }) => late += 1,
                 Some(RateLimitEffect::Cut { .. }) | None => {}
@@ -131,7 +131,7 @@ fn main() {
             while let Some(&job) = waiting.front() {
                 attempts += 1;
                 let permit = format!("job{job}-attempt{attempts}");
-                match gate.acquire(&permit, now_ms, lease_ms) {
+                match gate.acquire_text(&permit, now_ms, lease_ms) {
                     Admission::Granted { wave, .. } => {
                         waiting.pop_front();
                         let busy = in_flight.len() + 1;

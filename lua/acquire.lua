@@ -16,11 +16,16 @@
 -- groups of four (class, permit id, tokens, callers waiting) for its other classes. The
 -- permit goes to the first of them the fleet-wide choice of class reaches.
 -- Reply: {1, wave, state, limit, in_flight, id}    granted (id: which ask)
---        {0, reason, wait_ms, in_flight}           denied: reason 'cooldown', 'at_limit',
+--        {0, reason, wait_ms, in_flight, id}       denied: reason 'cooldown', 'at_limit',
 --                                                  'requests', 'tokens', 'tokens_exceed_burst'
---                                                  or 'provider_window'
--- An estimate above the tokens burst is refused first (it can never fit); then the wave and the
--- limit (and the class) are checked, then the budgets; all are charged together or not at all.
+--                                                  or 'provider_window'; id: the ask it answers
+--                                                  (the one the choice reached, else the first)
+-- An ask whose estimate is above the tokens burst in force (for a class with a budget share,
+-- the smaller of it and the class's own burst) can never fit: the first such ask is refused
+-- before anything else, naming it, and nothing is written. It fails only itself: the process
+-- asks again at once with its other heads, which the refusal did not make wait. Then the
+-- wave and the limit (and the class) are checked, then the budgets; all are charged together
+-- or not at all. (wavegate_core::LocalGate::acquire is the Rust twin.)
 local n = #ARGV - CONFIG_ARGS
 if n ~= 4 and (n < 6 or (n - 6) % 4 ~= 0) then
   return fail('acquire', 'expected ' .. (CONFIG_ARGS + 4) .. ' ARGV, or classes after them, got ' .. #ARGV)
@@ -54,6 +59,18 @@ for _, ask in ipairs(asks) do
 end
 
 local in_flight = redis.call('ZCARD', KEYS[1])
+-- Never fits: refused first, naming the ask, so neither it nor the others are told to wait.
+if config.tokens then
+  for _, a in ipairs(asks) do
+    local burst = config.tokens.burst
+    local own = classes and config.classes[config.class_index[a.class] or config.default_class]
+    if own and own.tokens then burst = math.min(burst, own.tokens.burst) end
+    if a.tokens > burst then
+      if changed then save_state(s, config) end
+      return { 0, 'tokens_exceed_burst', 0, in_flight, a.id }
+    end
+  end
+end
 local denial, wait = wave_denial(s, now, in_flight)
 local ask = asks[1]
 -- A process not on the waiting list yet that asks with room to spare is granted at once in the
@@ -61,7 +78,7 @@ local ask = asks[1]
 -- still waits afterwards (no writes to add and remove it again).
 local deferred = false
 if classes and instance ~= '' then
-  local choosing = not denial and not (config.tokens and ask.tokens > config.tokens.burst)
+  local choosing = not denial
   if choosing then
     local members = {}
     for _, c in ipairs(config.classes) do table.insert(members, c.name .. '|' .. instance) end
@@ -105,18 +122,15 @@ local windows = pw_load()
 local window_wait = pw_wait(windows, now, tokens)
 -- [/provider windows]
 local result
-if config.tokens and tokens > config.tokens.burst then
-  -- Never fits: refused before the wave and the limit, so it is not told to wait.
-  result = { 0, 'tokens_exceed_burst', 0, in_flight }
-elseif denial then
+if denial then
   if denial == 'at_limit' and instance ~= '' and not classes then
     -- The place is kept from the first ask (NX); asking again says the process still waits.
     redis.call('ZADD', KEYS[4], 'NX', now, instance)
     redis.call('ZADD', KEYS[5], now, instance)
   end
-  result = { 0, denial, wait, in_flight }
+  result = { 0, denial, wait, in_flight, id }
 elseif window_wait then -- [provider windows]
-  result = { 0, 'provider_window', window_wait, in_flight }
+  result = { 0, 'provider_window', window_wait, in_flight, id }
 else
   local now_us = now * 1000
   local requests_tat, requests_wait, tokens_tat, tokens_wait = nil, 0, nil, 0
@@ -125,7 +139,7 @@ else
   if requests_wait > 0 or tokens_wait > 0 then
     local reason = 'requests'
     if tokens_wait > requests_wait then reason = 'tokens' end
-    result = { 0, reason, math.max(requests_wait, tokens_wait), in_flight }
+    result = { 0, reason, math.max(requests_wait, tokens_wait), in_flight, id }
   else
     if requests_tat then save_tat('requests_tat', requests_tat) end
     if tokens_tat then save_tat('tokens_tat', tokens_tat) end

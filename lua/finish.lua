@@ -16,9 +16,12 @@
 --          priority classes it is the process the fleet-wide choice of class reaches
 --          (priority.lua), and it keeps its place until it is granted
 -- ARGV[20] tokens used beyond the reservation (negative: a refund), settled on the tokens budget
--- Reply: {held, effect, limit_before, limit, wave, state, cooldown_ms, changed_from, in_flight}
+-- Reply: {held, effect, limit_before, limit, wave, state, cooldown_ms, changed_from, in_flight,
+--         woken}
 --   held: 1 if the id was held; effect: 'cut', 'late' or 'none';
---   changed_from: the state a success moved the machine out of, or ''.
+--   changed_from: the state a success moved the machine out of, or '';
+--   woken: the instance id published on ARGV[19] (the one to wake), or '' for none.
+-- (wavegate_core::LocalGate::finish is the Rust twin.)
 if #ARGV ~= CONFIG_ARGS + 6 then return fail('finish', 'expected ' .. (CONFIG_ARGS + 6) .. ' ARGV, got ' .. #ARGV) end
 local config = read_config(1)
 local id = ARGV[CONFIG_ARGS + 1]
@@ -55,6 +58,7 @@ save_state(s, config)
 
 local held = redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[3], id)
+local woken = nil
 if held == 1 and channel ~= '' then
   local gone = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now - WAITING_TTL)
   for _, instance in ipairs(gone) do
@@ -62,9 +66,8 @@ if held == 1 and channel ~= '' then
     redis.call('ZREM', KEYS[5], instance)
     redis.call('HDEL', KEYS[6], instance, instance .. '>')
   end
-  local wake = nil
   if #config.classes > 0 then
-    wake = process_to_wake(config, s.limit, now)
+    woken = process_to_wake(config, s.limit, now)
   else
     local longest = redis.call('ZPOPMIN', KEYS[4])
     if #longest > 0 then
@@ -72,14 +75,14 @@ if held == 1 and channel ~= '' then
       redis.call('HDEL', KEYS[6], longest[1], longest[1] .. '>')
       -- A member of a process configured with classes ('<class>|<instance>'; every process
       -- of an upstream should have the same classes) is woken by its instance id all the same.
-      wake = string.match(longest[1], '|(.*)$') or longest[1]
+      woken = string.match(longest[1], '|(.*)$') or longest[1]
     end
   end
   -- The announcement is a courtesy: a user without channel rights (NOPERM) must not turn the
   -- release into an error (the ZREM above has happened; the waiter's poll finds the slot).
-  if wake then redis.pcall('PUBLISH', channel, wake) end
+  if woken then redis.pcall('PUBLISH', channel, woken) end
 end
 local cooldown_ms = 0
 if s.state == 'COOLDOWN' then cooldown_ms = math.max(0, s.cooldown_until - now) end
 return { held, effect, limit_before, s.limit, s.wave, s.state, cooldown_ms, changed_from,
-         redis.call('ZCARD', KEYS[1]) }
+         redis.call('ZCARD', KEYS[1]), woken or '' }

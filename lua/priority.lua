@@ -18,7 +18,8 @@
 --   at least every 500 ms, so one that died or stopped waiting holds nothing back for longer
 --   than that bound; finish.lua removes members that have not asked for WAITING_TTL.
 
--- How recently a waiting process must have asked to take part in the choice (ms).
+-- How recently a waiting process must have asked to take part in the choice (ms;
+-- wavegate_core::PRIORITY_FRESH_MS, checked equal by wavegate-redis's tests).
 local PRIORITY_FRESH = 1500
 
 -- The virtual time one grant costs a class of weight 1 (wavegate_core::priority::STRIDE_SCALE).

@@ -49,6 +49,8 @@ end
 -- requests burst, tokens per minute, tokens burst (a rate of 0: no such budget), recovery
 -- ('seed' or 'adaptive'), the first and the longest re-test spacing in ms and the most rounds
 -- between re-tests ('adaptive'), and the priority classes ('' for none).
+-- (The Rust side sends exactly this many: wavegate-redis's calls.rs, whose tests run each script
+-- with what it sends, one argument fewer and one more.)
 local CONFIG_ARGS = 14
 local function read_config(at)
   local config = {
@@ -332,7 +334,8 @@ local function gcra_remaining(b, tat, now)
   return remaining, math.ceil(math.max(next_us, 0) / 1000)
 end
 
--- How long a process stays on the waiting list without asking again (ms).
+-- How long a process stays on the waiting list without asking again (ms;
+-- wavegate_core::WAITING_TTL_MS, checked equal by wavegate-redis's tests).
 local WAITING_TTL = 10000
 
 local function load_tat(field)

@@ -64,8 +64,8 @@ fn code_of(text: &str) -> String {
             previous = c;
         }
         let trimmed = kept.trim_start();
-        let opens_module = (trimmed.starts_with("mod ") || trimmed.starts_with("pub mod "))
-            && trimmed.trim_end().ends_with('{');
+        let opens_module =
+            (trimmed.starts_with("mod ") || trimmed.starts_with("pub mod ")) && trimmed.trim_end().ends_with('{');
         if opens_module {
             inline.push(depth);
         }

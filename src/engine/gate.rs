@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 use futures_util::future::ready;
-use wavegate_core::{Ask, Decision, PermitId, WaveSignal, WindowReport, duration_ms};
+use wavegate_core::{Ask, Decision, Instance, PermitId, WaveSignal, WindowReport, duration_ms};
 
 use super::process_gate::ProcessGate;
 use super::store::{self, GateFuture, Released, SharedGate, StoreError};
@@ -49,26 +49,29 @@ pub(crate) enum Gate {
 }
 
 impl Gate {
-    /// One permit for the first of `asks` the choice reaches (or a denial naming the ask it
-    /// answers); `None` when there is nothing to ask for. `classes`: the upstream has priority
-    /// classes.
+    /// One permit for the first of `instance`'s `asks` the choice reaches (or a denial naming
+    /// the ask it answers); `None` when there is nothing to ask for.
     pub(crate) fn acquire(
         &self,
+        instance: &Instance,
         asks: Vec<Ask>,
         lease: Duration,
-        classes: bool,
         now_ms: u64,
     ) -> Option<Answer<Decision>> {
+        if asks.is_empty() {
+            return None;
+        }
         Some(match self {
-            Gate::Local(gate) => Answer::Now(Ok(gate.acquire(&asks, duration_ms(lease), now_ms)?)),
-            Gate::Shared(gate) if !asks.is_empty() => Answer::Later(store::acquire(gate, asks, lease, classes)),
-            Gate::Shared(_) => return None,
+            Gate::Local(gate) => Answer::Now(Ok(gate.acquire(instance, &asks, duration_ms(lease), now_ms))),
+            Gate::Shared(gate) => Answer::Later(store::acquire(gate, asks, lease)),
         })
     }
 
-    /// Releases `id` and reports its outcome for `wave`, settling `token_delta` tokens.
+    /// Releases `id` (held by `instance`) and reports its outcome for `wave`, settling
+    /// `token_delta` tokens.
     pub(crate) fn release(
         &self,
+        instance: &Instance,
         id: PermitId,
         wave: u64,
         signal: WaveSignal,
@@ -76,7 +79,7 @@ impl Gate {
         now_ms: u64,
     ) -> Answer<Released> {
         match self {
-            Gate::Local(gate) => Answer::Now(Ok(gate.release(&id, wave, signal, token_delta, now_ms))),
+            Gate::Local(gate) => Answer::Now(Ok(gate.release(instance, &id, wave, signal, token_delta, now_ms))),
             Gate::Shared(gate) => Answer::Later(store::finish(gate, id, wave, signal, token_delta)),
         }
     }

@@ -24,7 +24,7 @@ pub(crate) mod store;
 
 use std::sync::Arc;
 
-use actix::{Actor, Addr, Context};
+use actix::{Actor, Addr, AsyncContext, Context};
 use tokio::sync::oneshot;
 use wavegate_core::{Instance, UpstreamConfig};
 
@@ -80,7 +80,7 @@ impl Engine {
                     quota: quotas[upstream].clone(),
                     coordinator: coordinator.clone().recipient(),
                 };
-                Lane::start_in_arbiter(&arbiter, move |_| Lane::new(setup))
+                Lane::start_in_arbiter(&arbiter, move |ctx| Lane::new(setup, ctx.address().downgrade().recipient()))
             })
             .collect();
         let weak = lanes.iter().map(Addr::downgrade).collect();

@@ -78,8 +78,8 @@ mod present {
     use std::time::Duration;
 
     use futures_util::FutureExt;
-    use wavegate_core::{Admission, Ask, Decision, PermitId, UpstreamConfig, WaveSignal, WindowReport};
-    use wavegate_redis::{ClassAsk, SharedGate, Store, StoreError};
+    use wavegate_core::{Ask, Decision, PermitId, UpstreamConfig, WaveSignal, WindowReport};
+    use wavegate_redis::{SharedGate, Store, StoreError};
 
     use super::{ConfigConflict, GateFuture, Reconciled, Released, SharedView, Snapshot};
 
@@ -95,41 +95,9 @@ mod present {
     }
 
     /// One permit for the first of `asks` the fleet-wide choice reaches.
-    pub(crate) fn acquire(gate: &SharedGate, asks: Vec<Ask>, lease: Duration, classes: bool) -> GateFuture<Decision> {
+    pub(crate) fn acquire(gate: &SharedGate, asks: Vec<Ask>, lease: Duration) -> GateFuture<Decision> {
         let gate = gate.clone();
-        async move {
-            let first = asks.first().ok_or_else(|| StoreError::unexpected("acquire", "nothing to ask for"))?.clone();
-            let (acquired, granted) = if classes {
-                let names: Vec<String> = asks.iter().map(|a| a.id.class().unwrap_or_default().to_owned()).collect();
-                let class_asks: Vec<ClassAsk<'_>> = asks
-                    .iter()
-                    .zip(&names)
-                    .map(|(ask, class)| ClassAsk {
-                        class,
-                        id: ask.id.as_str(),
-                        tokens: ask.tokens,
-                        waiting: ask.waiting,
-                    })
-                    .collect();
-                gate.acquire_among(&class_asks, lease).await?
-            } else {
-                let acquired = gate.acquire(first.id.as_str(), lease, first.tokens).await?;
-                (acquired, Some(first.id.as_str().to_owned()))
-            };
-            let asked = |text: &str| asks.iter().find(|a| a.id.as_str() == text).map(|a| a.id.clone());
-            Ok(match acquired.admission {
-                Admission::Granted { wave, state, limit } => {
-                    let id = granted.as_deref().and_then(asked).ok_or_else(|| {
-                        StoreError::unexpected("acquire", format!("granted {granted:?}, which was not asked for"))
-                    })?;
-                    Decision::Granted { id, wave, state, limit, in_flight: acquired.in_flight }
-                }
-                Admission::Denied { reason, retry_after_ms } => {
-                    Decision::Denied { id: first.id, reason, retry_after_ms, in_flight: acquired.in_flight }
-                }
-            })
-        }
-        .boxed_local()
+        async move { gate.acquire(&asks, lease).await }.boxed_local()
     }
 
     pub(crate) fn finish(
@@ -141,7 +109,7 @@ mod present {
     ) -> GateFuture<Released> {
         let gate = gate.clone();
         async move {
-            let finished = gate.finish(id.as_str(), wave, signal, token_delta).await?;
+            let finished = gate.finish(&id, wave, signal, token_delta).await?;
             let s = finished.status;
             let after = Snapshot {
                 state: s.state,
@@ -157,13 +125,7 @@ mod present {
 
     pub(crate) fn renew(gate: &SharedGate, ids: Vec<PermitId>, lease: Duration) -> GateFuture<Vec<PermitId>> {
         let gate = gate.clone();
-        async move {
-            let texts: Vec<String> = ids.iter().map(|id| id.as_str().to_owned()).collect();
-            let again = gate.renew(&texts, lease).await?;
-            // The store answers with ids it was sent: map them back (an id it made up is no matter).
-            Ok(again.iter().filter_map(|text| ids.iter().find(|id| id.as_str() == text).cloned()).collect())
-        }
-        .boxed_local()
+        async move { gate.renew(&ids, lease).await }.boxed_local()
     }
 
     pub(crate) fn report_window(gate: &SharedGate, id: PermitId, report: WindowReport, tokens: u64) -> GateFuture<()> {
@@ -308,7 +270,7 @@ mod absent {
         match *store {}
     }
 
-    pub(crate) fn acquire(gate: &SharedGate, _: Vec<Ask>, _: Duration, _: bool) -> GateFuture<Decision> {
+    pub(crate) fn acquire(gate: &SharedGate, _: Vec<Ask>, _: Duration) -> GateFuture<Decision> {
         match *gate {}
     }
 

@@ -10,7 +10,7 @@
 //! reply that names it.
 
 use crate::permit_id::PermitId;
-use crate::wave::{DenyReason, WaveState};
+use crate::wave::{Admission, DenyReason, WaveState};
 
 /// One head of a process's waiting callers, as a gate is asked for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +54,32 @@ pub enum Decision {
 }
 
 impl Decision {
+    /// The answer `admission` to ask `id`, with `in_flight` permits held after it.
+    pub fn new(id: PermitId, admission: Admission, in_flight: u32) -> Self {
+        match admission {
+            Admission::Granted { wave, state, limit } => Decision::Granted { id, wave, state, limit, in_flight },
+            Admission::Denied { reason, retry_after_ms } => Decision::Denied { id, reason, retry_after_ms, in_flight },
+        }
+    }
+
+    /// A denial of ask `id`.
+    pub fn denied_for(id: PermitId, reason: DenyReason, retry_after_ms: u64, in_flight: u32) -> Self {
+        Decision::Denied { id, reason, retry_after_ms, in_flight }
+    }
+
+    /// The answer without the id: granted in which wave, or denied why.
+    pub fn admission(&self) -> Admission {
+        match *self {
+            Decision::Granted { wave, state, limit, .. } => Admission::Granted { wave, state, limit },
+            Decision::Denied { reason, retry_after_ms, .. } => Admission::Denied { reason, retry_after_ms },
+        }
+    }
+
+    /// Whether it grants the permit.
+    pub fn is_granted(&self) -> bool {
+        matches!(self, Decision::Granted { .. })
+    }
+
     /// The ask it answers.
     pub fn id(&self) -> &PermitId {
         match self {

@@ -7,7 +7,7 @@
 //! batch flood capped at 50 % leaves the other half of the budget for interactive calls even
 //! while no interactive caller waits yet — rate budgets cannot be taken back once spent.
 //!
-//! [`class_share`] has a twin in `lua/wave.lua` (`class_share`); both pass [`cases`]. In shared
+//! [`class_share`] has a twin in `lua/wave.lua` (`class_share`); both pass `cases` (the `spec` feature). In shared
 //! mode the class budgets live in Redis beside the upstream's (`requests_tat|<class>`,
 //! `tokens_tat|<class>` in the wave hash); in local mode and fallback, in [`ClassBudgets`].
 //!
@@ -30,6 +30,7 @@ pub fn class_share(budget: RateBudget, percent: u8) -> RateBudget {
 }
 
 /// One case of [`class_share`]: (per minute, burst, percent) → (per minute, burst).
+#[cfg(any(test, feature = "spec"))]
 #[derive(Debug, Clone, Copy)]
 pub struct ShareCase {
     /// The upstream's budget.
@@ -41,6 +42,7 @@ pub struct ShareCase {
 }
 
 /// The table both twins pass.
+#[cfg(any(test, feature = "spec"))]
 pub fn cases() -> Vec<ShareCase> {
     let case = |budget, percent, expect| ShareCase { budget, percent, expect };
     vec![
@@ -111,6 +113,15 @@ impl ClassBudgets {
             |held: Option<Held>, cost: u64| held.map_or(0, |h| h.gcra.check(h.tat_us, now_us, cost).err().unwrap_or(0));
         let wait = wait(budget.requests, 1).max(wait(budget.tokens, tokens));
         (wait > 0).then_some(wait)
+    }
+
+    /// The tokens burst of class `class`'s own budget (the largest estimate it can ever
+    /// take), if it has one.
+    pub fn tokens_burst(&self, class: usize) -> Option<u64> {
+        match self.classes.get(class) {
+            Some(Some(ClassBudget { tokens: Some(held), .. })) => Some(held.gcra.burst()),
+            _ => None,
+        }
     }
 
     /// Charges a grant of one request reserving `tokens` to class `class` (after

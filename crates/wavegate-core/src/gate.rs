@@ -1,33 +1,63 @@
-//! The in-process twin of the Redis scripts: permits plus the wave machine for one upstream.
+//! The in-process twin of the Redis scripts: permits, the wave machine, rate budgets,
+//! priority classes and the waiting list of one upstream.
 //!
-//! [`LocalGate`] answers the same four questions as the Lua scripts do in shared mode:
-//! acquire a permit by id, finish it with an outcome (release + report), renew leases and read
-//! the status. Local mode and the Redis-outage fallback run it; the spec tables in
-//! [`spec`](crate::spec) check that it and the scripts agree.
+//! [`LocalGate`] answers the same questions as the Lua scripts do in shared mode, with the
+//! same rules: [`acquire`](LocalGate::acquire) is `lua/acquire.lua` as a whole (purge, time,
+//! an id already held granted again, a never-fitting estimate refused, the wave, the
+//! fleet-wide choice of class and tenant among every instance waiting at this gate, the
+//! provider's windows, the budgets, the charges), [`finish`](LocalGate::finish) is
+//! `lua/finish.lua` (release, report, settle, and which instance to wake),
+//! [`renew`](LocalGate::renew), [`report_window`](LocalGate::report_window) and
+//! [`status_with_classes`](LocalGate::status_with_classes) the others. Local mode and the
+//! Redis-outage fallback run it; several schedulers of one process may share one gate, each an
+//! [`Instance`] at it, as a fleet shares Redis. Time is the caller's (a monotonic clock).
+//! The spec tables in `wavegate_core::spec` (the `spec` feature) run both twins.
 //!
 //! ```
 //! use std::num::NonZeroU32;
-//! use wavegate_core::{Admission, LocalGate, WaveConfig, WaveSignal};
+//! use wavegate_core::{Ask, Decision, Instance, LocalGate, PermitId, WaveConfig, WaveSignal};
 //!
 //! let mut gate = LocalGate::new(WaveConfig::new(NonZeroU32::new(1).unwrap()));
-//! let first = gate.acquire("a", 0, 30_000);
-//! assert!(matches!(first, Admission::Granted { .. }));
-//! assert_eq!(gate.acquire("a", 0, 30_000), first); // a resent acquire: still one permit
-//! assert!(matches!(gate.acquire("b", 0, 30_000), Admission::Denied { .. }));
-//! let Admission::Granted { wave, .. } = first else { unreachable!() };
-//! assert!(gate.finish("a", wave, WaveSignal::Success, 10).held);
-//! assert!(!gate.finish("a", wave, WaveSignal::Success, 10).held); // idempotent
+//! let (alpha, beta) = (Instance::new("alpha").unwrap(), Instance::new("beta").unwrap());
+//! let ask = |instance: &Instance, n| Ask { id: PermitId::new(None, instance, n, None), tokens: 0, waiting: 1 };
+//! let first = gate.acquire(&alpha, &[ask(&alpha, 1)], 30_000, 0);
+//! assert!(first.is_granted());
+//! assert_eq!(gate.acquire(&alpha, &[ask(&alpha, 1)], 30_000, 0), first); // sent again: still one permit
+//! let Decision::Denied { id, .. } = gate.acquire(&beta, &[ask(&beta, 1)], 30_000, 5) else { unreachable!() };
+//! assert_eq!(id, ask(&beta, 1).id); // a denial names the ask it answers
+//! let Decision::Granted { wave, id, .. } = first else { unreachable!() };
+//! let report = gate.finish(&id, wave, WaveSignal::Success, 0, 10);
+//! assert!(report.held);
+//! assert_eq!(report.wake, Some(beta)); // the release wakes the instance that waits
+//! assert!(!gate.finish(&id, wave, WaveSignal::Success, 0, 10).held); // idempotent
 //! ```
 
+use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::ask::{Ask, Decision};
+use crate::class_budget::ClassBudgets;
+use crate::clock::duration_ms;
+use crate::config::UpstreamConfig;
 use crate::gcra::{Budgets, Gcra};
 use crate::learned_limit::LearnedBudgets;
 use crate::ledger::{HeldPermit, PermitLedger};
+use crate::permit_id::text::{class_of, member_instance, tenant_of};
+use crate::permit_id::{Instance, PermitId};
+use crate::priority::{ClassTurns, PriorityClass};
 use crate::provider_window::{ProviderWindows, WindowReport};
 use crate::wave::{
     Admission, DenyReason, RateLimitEffect, Transition, WaveConfig, WaveMachine, WaveSnapshot, WaveState,
 };
+
+mod fallback;
+mod fleet;
+mod waiting;
+
+pub use fallback::{Fallback, FallbackStart, LastShared};
+use fleet::{Head, member};
+use waiting::{Offers, WaitingList};
+pub use waiting::{PRIORITY_FRESH_MS, WAITING_TTL_MS};
 
 /// What a finished call tells the wave machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,8 +73,8 @@ pub enum WaveSignal {
     Neutral,
 }
 
-/// What [`LocalGate::finish`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What [`LocalGate::finish`] did (the twin of `lua/finish.lua`'s reply).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FinishReport {
     /// Whether the permit was still held (false for an unknown or expired id).
     pub held: bool,
@@ -52,6 +82,15 @@ pub struct FinishReport {
     pub rate_limit: Option<RateLimitEffect>,
     /// A state change caused by a success, if any.
     pub transition: Option<Transition>,
+    /// The wave state after it.
+    pub after: WaveSnapshot,
+    /// Permits held after it.
+    pub in_flight: u32,
+    /// The instance to wake for the freed permit: with classes the one the fleet-wide choice
+    /// reaches, else the one that has waited longest (taken off the list); `None` when the id
+    /// was not held or nobody waits. Members that have not asked for [`WAITING_TTL_MS`] are
+    /// dropped first.
+    pub wake: Option<Instance>,
 }
 
 /// What is left of an upstream's rate budgets.
@@ -64,7 +103,7 @@ pub struct BudgetStatus {
     pub tokens: Option<(u64, u64)>,
 }
 
-/// One upstream's permits, wave state and rate budgets, in process.
+/// One upstream's permits, wave state, rate budgets, classes and waiting list, in process.
 #[derive(Debug, Clone)]
 pub struct LocalGate {
     machine: WaveMachine,
@@ -80,15 +119,28 @@ pub struct LocalGate {
     learned_share: u32,
     /// What the provider said is left of its windows.
     windows: ProviderWindows,
+    /// The priority classes, in configured order (none: no choice of class).
+    classes: Vec<PriorityClass>,
+    /// The class that takes permits whose id names no known class.
+    default_class: usize,
+    /// A permit in the three-field form counts in its class's share only while its lease ends
+    /// at least this far ahead (ms; 0: always).
+    class_window_ms: u64,
+    /// The classes' weighted turns.
+    turns: ClassTurns,
+    /// The classes' own budgets (a share of the configured ones).
+    class_budgets: ClassBudgets,
+    /// The instances waiting at the limit.
+    waiting: WaitingList,
 }
 
 impl LocalGate {
-    /// An empty gate in NORMAL, without rate budgets.
+    /// An empty gate in NORMAL, without rate budgets or classes.
     pub fn new(config: WaveConfig) -> Self {
         Self::with_budgets(config, Budgets::default())
     }
 
-    /// An empty gate in NORMAL with rate budgets, full.
+    /// An empty gate in NORMAL with rate budgets, full, without classes.
     pub fn with_budgets(config: WaveConfig, budgets: Budgets) -> Self {
         Self {
             machine: WaveMachine::new(config),
@@ -99,7 +151,38 @@ impl LocalGate {
             learned: LearnedBudgets::default(),
             learned_share: 1,
             windows: ProviderWindows::default(),
+            classes: Vec::new(),
+            default_class: 0,
+            class_window_ms: 0,
+            turns: ClassTurns::default(),
+            class_budgets: ClassBudgets::default(),
+            waiting: WaitingList::default(),
         }
+    }
+
+    /// The gate of `config`'s upstream: its wave, its budgets and its classes, as
+    /// [`SharedGate`](https://docs.rs/wavegate-redis) is configured for it.
+    pub fn for_upstream(config: &UpstreamConfig) -> Self {
+        Self::with_budgets(config.wave().clone(), config.budgets()).with_classes(
+            config.classes(),
+            config.default_class(),
+            config.class_count_window(),
+        )
+    }
+
+    /// Shares the permits among priority `classes` (in configured order; the one at `default`
+    /// takes permits whose id names no class) by the fleet-wide choice of
+    /// [`acquire`](Self::acquire). A permit counts in its class's share only while its lease
+    /// ends at least `count_window` ahead ([`UpstreamConfig::class_count_window`]); zero
+    /// counts every permit. The classes' own budgets are their shares of the configured
+    /// budgets (call it after those are set). Mirrors `SharedGate::with_classes`.
+    pub fn with_classes(mut self, classes: &[PriorityClass], default: usize, count_window: Duration) -> Self {
+        self.classes = classes.to_vec();
+        self.default_class = if default < classes.len() { default } else { 0 };
+        self.class_window_ms = duration_ms(count_window);
+        self.turns = ClassTurns::new(classes.len());
+        self.class_budgets = ClassBudgets::new(classes, self.configured);
+        self
     }
 
     /// Starts knowing the limits `learned` (e.g. another gate's, at a change of mode), this
@@ -127,61 +210,295 @@ impl LocalGate {
         self.learned.in_force(now_ms)
     }
 
-    /// Asks for the permit `id` with a lease of `lease_ms` (no token estimate).
-    pub fn acquire(&mut self, id: &str, now_ms: u64, lease_ms: u64) -> Admission {
+    /// The priority classes, in configured order (empty without classes).
+    pub fn classes(&self) -> &[PriorityClass] {
+        &self.classes
+    }
+
+    /// Asks for one permit on behalf of `instance`'s waiting callers: one [`Ask`] per head it
+    /// offers (one per class, or per tenant within a class), exactly as `lua/acquire.lua`
+    /// decides, with `now_ms` from the caller's clock:
+    ///
+    /// 1. expired leases are purged and a cooldown past its end becomes PROBE;
+    /// 2. an ask whose id is held already is granted again in its own wave, its lease
+    ///    extended, nothing charged again (a resent acquire never makes a second permit);
+    /// 3. **never fits**: the first ask whose estimate is above the tokens burst in force (for
+    ///    a class with a budget share, the smaller of it and the class's own burst) is refused
+    ///    with [`DenyReason::TokensExceedBurst`], naming it, before anything else and without
+    ///    touching the waiting list. It fails only itself: the other heads were not told to
+    ///    wait, and the caller asks again at once without it;
+    /// 4. the wave: refused in COOLDOWN (with the rest of it) or at the limit;
+    /// 5. with classes, the choice: `instance` joins the waiting list with its asks (or, not on
+    ///    it yet, joins the choice in memory and is listed only if it still waits), and the
+    ///    free permits are handed out one by one across **every instance waiting at this
+    ///    gate** — below-reserve classes first, then weighted turns, then the tenant with the
+    ///    fewest permits, then the longest wait; a class whose own budget cannot take the
+    ///    request takes no part. The first of them to reach one of `instance`'s asks grants
+    ///    it; if none does, the first ask is refused [`DenyReason::AtLimit`];
+    /// 6. the provider's windows, then the requests and tokens budgets (configured and
+    ///    learned): all are charged together (the class's own budgets too), or none.
+    ///
+    /// Without classes only the first ask counts (a process has one head), and an instance
+    /// refused at the limit keeps its place on the waiting list until granted, so a release
+    /// wakes the one that waited longest ([`FinishReport::wake`]).
+    ///
+    /// # Panics
+    ///
+    /// If `asks` is empty: there is nothing to answer.
+    pub fn acquire(&mut self, instance: &Instance, asks: &[Ask], lease_ms: u64, now_ms: u64) -> Decision {
+        assert!(!asks.is_empty(), "LocalGate::acquire: nothing to ask for");
+        let classed = !self.classes.is_empty();
+        let asks = if classed { asks } else { &asks[..1] };
+        let default = self.classes.get(self.default_class).map(|c| c.name().to_owned()).unwrap_or_default();
+        let heads: Vec<Head<'_>> = asks
+            .iter()
+            .map(|ask| Head {
+                id: ask.id.as_str(),
+                class: if classed { ask.id.class().unwrap_or(&default) } else { "" },
+                tokens: ask.tokens,
+                waiting: ask.waiting,
+            })
+            .collect();
+        let (index, admission, in_flight) = self.acquire_heads(instance.as_str(), &heads, classed, lease_ms, now_ms);
+        Decision::new(asks[index].id.clone(), admission, in_flight)
+    }
+
+    /// Asks for the permit `id` by its text, without classes, instance or tokens (kept until
+    /// the engine moves to [`acquire`](Self::acquire)).
+    #[doc(hidden)]
+    pub fn acquire_text(&mut self, id: &str, now_ms: u64, lease_ms: u64) -> Admission {
         self.acquire_with(id, now_ms, lease_ms, 0)
     }
 
-    /// Asks for the permit `id` with a lease of `lease_ms`, reserving `tokens` of the tokens
-    /// budget. An estimate larger than the tokens burst is refused first (it can never fit);
-    /// then the wave and the limit are checked, then the budgets: a request is admitted only
-    /// if all of them have room, and then all are charged together.
-    ///
-    /// An id already held is granted again in its own wave (its lease extended, nothing
-    /// charged again), so a resent acquire never creates a second permit.
+    /// Asks for the permit `id` by its text, reserving `tokens`, without classes or instance:
+    /// [`acquire`](Self::acquire) with one ask (kept until the engine moves to it).
+    #[doc(hidden)]
     pub fn acquire_with(&mut self, id: &str, now_ms: u64, lease_ms: u64, tokens: u64) -> Admission {
+        let head = Head { id, class: "", tokens, waiting: 1 };
+        self.acquire_heads("", &[head], false, lease_ms, now_ms).1
+    }
+
+    fn in_flight(&self) -> u32 {
+        u32::try_from(self.ledger.len()).unwrap_or(u32::MAX)
+    }
+
+    fn class_config(&self) -> fleet::Config<'_> {
+        fleet::Config { classes: &self.classes, default: self.default_class, count_window_ms: self.class_window_ms }
+    }
+
+    /// `lua/acquire.lua`: which head the answer is for, the answer, and the permits held
+    /// after it. `instance` is `''` for none (no waiting list); `classed`: the heads carry
+    /// classes (the script's class form).
+    fn acquire_heads(
+        &mut self,
+        instance: &str,
+        heads: &[Head<'_>],
+        classed: bool,
+        lease_ms: u64,
+        now_ms: u64,
+    ) -> (usize, Admission, u32) {
+        let classes = classed && !self.classes.is_empty();
         self.ledger.purge_expired(now_ms);
         self.machine.poll(now_ms);
         let expires_ms = now_ms.saturating_add(lease_ms);
-        if let Some(held) = self.ledger.get(id) {
-            self.ledger.renew(id, expires_ms);
-            let s = self.machine.snapshot();
-            return Admission::Granted { wave: held.wave, state: s.state, limit: s.limit };
+        for (k, head) in heads.iter().enumerate() {
+            if let Some(held) = self.ledger.get(head.id) {
+                self.ledger.renew(head.id, expires_ms);
+                let s = self.machine.snapshot();
+                return (k, Admission::Granted { wave: held.wave, state: s.state, limit: s.limit }, self.in_flight());
+            }
         }
+        let in_flight = self.in_flight();
         let budgets = self.budgets(now_ms);
-        let (requests_gcra, tokens_gcra) = (budgets.requests.map(Gcra::new), budgets.tokens.map(Gcra::new));
-        // Never fits: refused before the wave and the limit, so it is not told to wait.
-        if tokens_gcra.is_some_and(|g| !g.fits_ever(tokens)) {
-            return Admission::Denied { reason: DenyReason::TokensExceedBurst, retry_after_ms: 0 };
-        }
-        let in_flight = u32::try_from(self.ledger.len()).unwrap_or(u32::MAX);
-        let admission = self.machine.admit(now_ms, in_flight);
-        let Admission::Granted { wave, .. } = admission else { return admission };
-        if let Some(wait) = self.windows.wait_ms(now_ms, tokens) {
-            return Admission::Denied { reason: DenyReason::ProviderWindow, retry_after_ms: wait };
-        }
-        let estimate = tokens;
-        let now_us = now_ms.saturating_mul(1000);
-        let requests = requests_gcra.map(|g| g.check(self.requests_tat, now_us, 1)).transpose();
-        let tokens = tokens_gcra.map(|g| g.check(self.tokens_tat, now_us, tokens)).transpose();
-        match (requests, tokens) {
-            (Ok(requests_tat), Ok(tokens_tat)) => {
-                if let Some(tat) = requests_tat {
-                    self.requests_tat = tat;
+        // Never fits: refused first, naming the ask, so neither it nor the others are told
+        // to wait.
+        if let Some(tokens) = budgets.tokens {
+            for (k, head) in heads.iter().enumerate() {
+                let own = classes
+                    .then(|| self.class_budgets.tokens_burst(self.class_config().index_or_default(Some(head.class))))
+                    .flatten();
+                let burst = tightest_burst(u64::from(tokens.burst()), own);
+                if head.tokens > burst {
+                    let denied = Admission::Denied { reason: DenyReason::TokensExceedBurst, retry_after_ms: 0 };
+                    return (k, denied, in_flight);
                 }
-                if let Some(tat) = tokens_tat {
-                    self.tokens_tat = tat;
+            }
+        }
+        let mut denial = match self.machine.admit(now_ms, in_flight) {
+            Admission::Denied { reason, retry_after_ms } => Some((reason, retry_after_ms)),
+            Admission::Granted { .. } => None,
+        };
+        let limit = self.machine.snapshot().limit;
+        let mut answered = 0;
+        let mut chosen: Option<(usize, bool)> = None;
+        let mut deferred = false;
+        if classes && !instance.is_empty() {
+            let choosing = denial.is_none();
+            if choosing {
+                deferred = !self.classes.iter().any(|c| self.waiting.has_asked(&member(c.name(), instance)));
+            }
+            if !deferred {
+                self.register_waiting(instance, heads, now_ms, true);
+            }
+            if choosing {
+                let config = self.class_config();
+                let mut asked: HashMap<(usize, &str), usize> = HashMap::new();
+                let mut asked_tokens: HashMap<usize, u64> = HashMap::new();
+                for (k, head) in heads.iter().enumerate() {
+                    let c = config.index_or_default(Some(head.class));
+                    asked.insert((c, tenant_of(head.id)), k);
+                    let most = asked_tokens.entry(c).or_insert(0);
+                    *most = (*most).max(head.tokens);
                 }
-                self.ledger.insert(id, HeldPermit { expires_ms, wave });
-                self.windows.charge(now_ms, estimate);
-                admission
+                let mut fleet = fleet::classes(config, limit, now_ms, true, &self.ledger, &self.waiting);
+                if deferred {
+                    fleet::add_offers(config, &mut fleet, instance, heads, now_ms);
+                }
+                fleet::cap(&mut fleet, &self.class_budgets, now_ms, |c| asked_tokens.get(&c).copied().unwrap_or(1));
+                fleet::observe(&mut self.turns, &mut fleet);
+                let room = limit.saturating_sub(in_flight);
+                match fleet::choose_grant(&mut fleet, room, |c, tag| asked.get(&(c, tag)).copied()) {
+                    Some((k, c, by_reserve)) => {
+                        answered = k;
+                        chosen = Some((c, by_reserve));
+                    }
+                    None => denial = Some((DenyReason::AtLimit, 0)),
+                }
             }
-            (requests, tokens) => {
-                let (requests_wait, tokens_wait) = (requests.err().unwrap_or(0), tokens.err().unwrap_or(0));
-                let reason =
-                    if requests_wait >= tokens_wait { DenyReason::RequestBudget } else { DenyReason::TokenBudget };
-                Admission::Denied { reason, retry_after_ms: requests_wait.max(tokens_wait) }
+        }
+        let head = heads[answered];
+        let window_wait = self.windows.wait_ms(now_ms, head.tokens);
+        let result = if let Some((reason, retry_after_ms)) = denial {
+            if reason == DenyReason::AtLimit && !instance.is_empty() && !classes {
+                // The place is kept from the first ask; asking again says the process still waits.
+                self.waiting.join(instance, now_ms);
+                self.waiting.saw(instance, now_ms);
             }
+            (answered, Admission::Denied { reason, retry_after_ms }, in_flight)
+        } else if let Some(wait) = window_wait {
+            (answered, Admission::Denied { reason: DenyReason::ProviderWindow, retry_after_ms: wait }, in_flight)
+        } else {
+            let now_us = now_ms.saturating_mul(1000);
+            let requests = budgets.requests.map(|b| Gcra::new(b).check(self.requests_tat, now_us, 1)).transpose();
+            let tokens = budgets.tokens.map(|b| Gcra::new(b).check(self.tokens_tat, now_us, head.tokens)).transpose();
+            match (requests, tokens) {
+                (Ok(requests_tat), Ok(tokens_tat)) => {
+                    if let Some(tat) = requests_tat {
+                        self.requests_tat = tat;
+                    }
+                    if let Some(tat) = tokens_tat {
+                        self.tokens_tat = tat;
+                    }
+                    let s = self.machine.snapshot();
+                    if let Some((class, _)) = chosen {
+                        self.class_budgets.charge(class, now_ms, head.tokens);
+                    }
+                    self.ledger.insert(head.id, HeldPermit { expires_ms, wave: s.wave });
+                    self.windows.charge(now_ms, head.tokens);
+                    if let Some((class, false)) = chosen {
+                        self.turns.granted(class, self.classes[class].weight_value().get());
+                    }
+                    if deferred {
+                        // Only what still waits goes on the list.
+                        let left: Vec<Head<'_>> = heads
+                            .iter()
+                            .enumerate()
+                            .filter_map(|(k, h)| {
+                                let waiting = h.waiting.saturating_sub(u32::from(k == answered));
+                                (waiting > 0).then_some(Head { waiting, ..*h })
+                            })
+                            .collect();
+                        if !left.is_empty() {
+                            self.register_waiting(instance, &left, now_ms, false);
+                        }
+                        deferred = false;
+                    } else if classes && !instance.is_empty() {
+                        self.granted_waiting(instance, head, heads, now_ms);
+                    } else if !instance.is_empty() {
+                        self.waiting.remove(instance);
+                    }
+                    (answered, Admission::Granted { wave: s.wave, state: s.state, limit: s.limit }, in_flight + 1)
+                }
+                (requests, tokens) => {
+                    let (requests_wait, tokens_wait) = (requests.err().unwrap_or(0), tokens.err().unwrap_or(0));
+                    let reason =
+                        if tokens_wait > requests_wait { DenyReason::TokenBudget } else { DenyReason::RequestBudget };
+                    let denied = Admission::Denied { reason, retry_after_ms: requests_wait.max(tokens_wait) };
+                    (answered, denied, in_flight)
+                }
+            }
+        };
+        // Not granted after all (the provider's window, a budget): the asks wait, on the list.
+        if deferred {
+            self.register_waiting(instance, heads, now_ms, false);
+        }
+        result
+    }
+
+    /// Puts `instance` on the waiting list for each class it asks for (keeping the place of
+    /// one that already waits), with how many of its callers of each tenant wait, and (with
+    /// `clear_others`) takes it off for the classes it no longer asks for
+    /// (`register_waiting`).
+    fn register_waiting(&mut self, instance: &str, heads: &[Head<'_>], now_ms: u64, clear_others: bool) {
+        let mut members: Vec<(String, Offers)> = Vec::new();
+        for head in heads {
+            let name = member(head.class, instance);
+            let at = match members.iter().position(|(m, _)| *m == name) {
+                Some(at) => at,
+                None => {
+                    members.push((name, Offers { count: 0, by_tenant: Vec::new() }));
+                    members.len() - 1
+                }
+            };
+            let offers = &mut members[at].1;
+            offers.count += head.waiting;
+            offers.by_tenant.push((tenant_of(head.id).to_owned(), head.waiting));
+        }
+        for (name, offers) in &members {
+            self.waiting.join(name, now_ms);
+            self.waiting.saw(name, now_ms);
+            self.waiting.offer(name, offers.clone());
+        }
+        if clear_others {
+            for class in &self.classes {
+                let name = member(class.name(), instance);
+                if !members.iter().any(|(m, _)| *m == name) {
+                    self.waiting.remove(&name);
+                }
+            }
+        }
+    }
+
+    /// After a grant of `head` (one of `heads`) to `instance`: one caller fewer of its class
+    /// and tenant waits there; its next caller waits from now, at the back of its class's
+    /// line (`granted_waiting`).
+    fn granted_waiting(&mut self, instance: &str, head: Head<'_>, heads: &[Head<'_>], now_ms: u64) {
+        let name = member(head.class, instance);
+        let waiting: u64 = heads.iter().filter(|h| h.class == head.class).map(|h| u64::from(h.waiting)).sum();
+        let listed = if waiting > 1 {
+            self.waiting.offers(&name).map(|o| o.by_tenant.clone()).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let mut granted = Some(tenant_of(head.id));
+        let (mut left, mut offers) = (0u32, Vec::new());
+        for (tag, count) in listed {
+            let mut count = i64::from(count);
+            if Some(tag.as_str()) == granted {
+                count -= 1;
+                granted = None;
+            }
+            if count > 0 {
+                let count = u32::try_from(count).unwrap_or(u32::MAX);
+                left += count;
+                offers.push((tag, count));
+            }
+        }
+        if left == 0 {
+            self.waiting.remove(&name);
+        } else {
+            self.waiting.move_to_back(&name, now_ms);
+            self.waiting.offer(&name, Offers { count: left, by_tenant: offers });
         }
     }
 
@@ -189,7 +506,7 @@ impl LocalGate {
     /// other permits held are the calls the provider may not have counted yet, each assumed to
     /// reserve `tokens_each` tokens (see [`ProviderWindows::report`]). `id` itself is not
     /// counted, whether it is still held or already finished. The limits it announced are
-    /// learned ([`LearnedBudgets::report`]).
+    /// learned ([`LearnedBudgets::report`]). (`lua/report_window.lua`.)
     pub fn report_window(&mut self, id: &str, report: WindowReport, now_ms: u64, tokens_each: u64) {
         self.ledger.purge_expired(now_ms);
         let held = self.ledger.len() - usize::from(self.ledger.get(id).is_some());
@@ -203,8 +520,9 @@ impl LocalGate {
         self.windows
     }
 
-    /// Settles a token reservation: `delta` more tokens (negative: fewer) were used than
-    /// reserved at acquire.
+    /// Settles a token reservation on the upstream's tokens budget: `delta` more tokens
+    /// (negative: fewer) were used than reserved at acquire. ([`finish`](Self::finish) does it,
+    /// the class's budget too.)
     pub fn settle_tokens(&mut self, delta: i64, now_ms: u64) {
         if let Some(budget) = self.budgets(now_ms).tokens {
             self.tokens_tat = Gcra::new(budget).settle(self.tokens_tat, now_ms.saturating_mul(1000), delta);
@@ -227,6 +545,15 @@ impl LocalGate {
     /// there is a tokens budget.
     pub fn tokens_burst(&self, now_ms: u64) -> Option<u64> {
         self.budgets(now_ms).tokens.map(|b| u64::from(b.burst()))
+    }
+
+    /// The largest estimate an ask of class `class` (an index in [`classes`](Self::classes))
+    /// can ever reserve at `now_ms`: the tokens burst in force, or for a class with a budget
+    /// share the smaller of it and the class's own burst; `None` without a tokens budget. An
+    /// ask above it is refused [`DenyReason::TokensExceedBurst`] by [`acquire`](Self::acquire).
+    pub fn tokens_burst_for(&self, class: usize, now_ms: u64) -> Option<u64> {
+        let upstream = self.tokens_burst(now_ms)?;
+        Some(tightest_burst(upstream, self.class_budgets.tokens_burst(class)))
     }
 
     /// What is left of the rate budgets in force now.
@@ -253,31 +580,90 @@ impl LocalGate {
         wave
     }
 
-    /// Reports the outcome of permit `id` (issued in `wave`) and releases it.
-    ///
-    /// The report counts even when the permit's lease already ended (`held` is then false):
-    /// a 429 is news about the wave whoever holds the permit.
-    pub fn finish(&mut self, id: &str, wave: u64, signal: WaveSignal, now_ms: u64) -> FinishReport {
+    /// Reports the outcome of permit `id` (issued in `wave`), settles its token reservation
+    /// (`token_delta` more tokens than reserved, negative for fewer, on the upstream's tokens
+    /// budget and its class's) and releases it, exactly as `lua/finish.lua` does. Idempotent:
+    /// a second finish finds nothing held. The report counts even when the permit's lease
+    /// already ended (`held` is then false): a 429 is news about the wave whoever holds the
+    /// permit. A release of a held permit says which instance to wake
+    /// ([`FinishReport::wake`]).
+    pub fn finish(
+        &mut self,
+        id: &PermitId,
+        wave: u64,
+        signal: WaveSignal,
+        token_delta: i64,
+        now_ms: u64,
+    ) -> FinishReport {
+        if token_delta != 0 && self.budgets(now_ms).tokens.is_some() {
+            self.settle_tokens(token_delta, now_ms);
+            if !self.classes.is_empty() {
+                let class = self.class_config().index_or_default(class_of(id.as_str()));
+                self.class_budgets.settle(class, token_delta, now_ms);
+            }
+        }
+        self.finish_text(id.as_str(), wave, signal, now_ms)
+    }
+
+    /// Reports the outcome of permit `id` by its text and releases it, settling nothing (kept
+    /// until the engine moves to [`finish`](Self::finish)).
+    #[doc(hidden)]
+    pub fn finish_text(&mut self, id: &str, wave: u64, signal: WaveSignal, now_ms: u64) -> FinishReport {
         self.ledger.purge_expired(now_ms);
         self.machine.poll(now_ms);
         let (rate_limit, transition) = match signal {
-            WaveSignal::Success => {
-                let in_flight = u32::try_from(self.ledger.len()).unwrap_or(u32::MAX);
-                (None, self.machine.on_success(wave, in_flight, now_ms))
-            }
+            WaveSignal::Success => (None, self.machine.on_success(wave, self.in_flight(), now_ms)),
             WaveSignal::RateLimited { retry_after } => {
                 (Some(self.machine.on_rate_limited(wave, now_ms, retry_after)), None)
             }
             WaveSignal::Neutral => (None, None),
         };
         let held = self.ledger.remove(id).is_some();
-        FinishReport { held, rate_limit, transition }
+        let mut wake = None;
+        if held {
+            self.waiting.drop_stale(now_ms);
+            let woken = if self.classes.is_empty() {
+                self.waiting.pop_longest().map(|member| member_instance(&member).to_owned())
+            } else {
+                self.to_wake(now_ms)
+            };
+            wake = woken.and_then(|name| Instance::new(name).ok());
+        }
+        FinishReport { held, rate_limit, transition, after: self.machine.snapshot(), in_flight: self.in_flight(), wake }
     }
 
-    /// Extends the leases of permits whose calls are still running; returns how many were no
-    /// longer held and were registered again (their lease had ended, or the store lost them):
-    /// a running call counts against the limit whatever happened to its registration.
-    pub fn renew<'a>(&mut self, ids: impl IntoIterator<Item = &'a str>, now_ms: u64, lease_ms: u64) -> usize {
+    /// The instance the fleet-wide choice reaches with the permits free now
+    /// (`process_to_wake`): nobody when no member asked lately.
+    fn to_wake(&self, now_ms: u64) -> Option<String> {
+        self.waiting.fresh(now_ms).next()?;
+        let limit = self.machine.snapshot().limit;
+        let mut fleet = fleet::classes(self.class_config(), limit, now_ms, true, &self.ledger, &self.waiting);
+        fleet::cap(&mut fleet, &self.class_budgets, now_ms, |_| 1);
+        fleet::observe(&mut self.turns.clone(), &mut fleet);
+        fleet::to_wake(&mut fleet, i64::from(limit) - i64::from(self.in_flight()))
+    }
+
+    /// Extends the leases of permits whose calls are still running (`lua/renew.lua`); an id no
+    /// longer held (its lease ended) is registered again, as [`adopt`](Self::adopt) does:
+    /// a running call counts against the limit whatever happened to its registration. Returns
+    /// the ids registered again (the caller releases any whose call ended meanwhile).
+    pub fn renew(&mut self, ids: &[PermitId], now_ms: u64, lease_ms: u64) -> Vec<PermitId> {
+        self.ledger.purge_expired(now_ms);
+        let expires_ms = now_ms.saturating_add(lease_ms);
+        let mut again = Vec::new();
+        for id in ids {
+            if !self.ledger.renew(id.as_str(), expires_ms) {
+                self.adopt(id.as_str(), now_ms, lease_ms);
+                again.push(id.clone());
+            }
+        }
+        again
+    }
+
+    /// [`renew`](Self::renew) by the ids' texts; returns how many were registered again (kept
+    /// until the engine moves to [`renew`](Self::renew)).
+    #[doc(hidden)]
+    pub fn renew_text<'a>(&mut self, ids: impl IntoIterator<Item = &'a str>, now_ms: u64, lease_ms: u64) -> usize {
         self.ledger.purge_expired(now_ms);
         let expires_ms = now_ms.saturating_add(lease_ms);
         let mut registered_again = 0;
@@ -297,6 +683,22 @@ impl LocalGate {
         (self.machine.snapshot(), self.ledger.len())
     }
 
+    /// [`status`](Self::status), and for each priority class (in configured order) its
+    /// permits in flight and its callers waiting (those of instances that asked within
+    /// [`PRIORITY_FRESH_MS`]), as `lua/status.lua` counts them.
+    pub fn status_with_classes(&mut self, now_ms: u64) -> (WaveSnapshot, usize, Vec<(u32, u32)>) {
+        let (snapshot, in_flight) = self.status(now_ms);
+        let classes = if self.classes.is_empty() {
+            Vec::new()
+        } else {
+            fleet::classes(self.class_config(), snapshot.limit, now_ms, false, &self.ledger, &self.waiting)
+                .iter()
+                .map(|c| (c.view.in_flight, c.view.demand))
+                .collect()
+        };
+        (snapshot, in_flight, classes)
+    }
+
     /// The wave machine, e.g. to carry its state across a change of mode.
     pub fn machine(&self) -> &WaveMachine {
         &self.machine
@@ -311,4 +713,9 @@ impl LocalGate {
     pub fn ledger(&self) -> &PermitLedger {
         &self.ledger
     }
+}
+
+/// The burst in force for a class's asks: the upstream's, or the class's own when smaller.
+fn tightest_burst(upstream: u64, own: Option<u64>) -> u64 {
+    own.map_or(upstream, |own| own.min(upstream))
 }

@@ -3,13 +3,15 @@
 //! Everything here is a pure state machine or function; time comes in as milliseconds from a
 //! [`Clock`] and randomness as an [`rand::Rng`], so every rule can be tested exactly and the
 //! same rules can be reimplemented (in Lua, for Redis) and checked against the tables in
-//! [`spec`].
+//! `spec` (with the `spec` feature: the tables are test material, not part of the API users
+//! build against).
 //!
 //! | concept | where |
 //! |---|---|
 //! | the 429 wave: NORMAL / COOLDOWN / PROBE / DEGRADED | [`WaveMachine`] |
 //! | cooldown length: `Retry-After`, else the ladder | [`CooldownPolicy`], [`parse_retry_after`] |
-//! | permits by client id with leases | [`PermitLedger`], [`LocalGate`] |
+//! | permits by client id with leases; the in-process twin of the scripts | [`PermitLedger`], [`LocalGate`] |
+//! | what a process asks a gate for, and its answer | [`Ask`], [`Decision`], [`PermitId`] |
 //! | what a result means, and which layer owns it | [`Outcome`] |
 //! | what the provider says: rate-limit headers, kinds of 429 | [`ProviderSignals`], [`RateLimitKind`] |
 //! | the provider's windows as the fleet keeps them ("R left until T") | [`ProviderWindows`] |
@@ -21,20 +23,22 @@
 //! | configuration, validated at build time | [`UpstreamConfig`], [`UpstreamSet`] |
 //!
 //! ```
-//! use wavegate_core::{Admission, LocalGate, UpstreamConfig, WaveSignal, WaveState};
+//! use wavegate_core::{Ask, Decision, Instance, LocalGate, PermitId, UpstreamConfig, WaveSignal, WaveState};
 //!
 //! let config = UpstreamConfig::builder("images").limit(10).build()?;
-//! let mut gate = LocalGate::new(config.wave().clone());
+//! let mut gate = LocalGate::for_upstream(&config);
 //! let lease = config.permit_ttl().as_millis() as u64;
+//! let me = Instance::new("worker-1").unwrap();
+//! let ask = |n| [Ask { id: PermitId::new(None, &me, n, None), tokens: 0, waiting: 1 }];
 //!
-//! let Admission::Granted { wave, .. } = gate.acquire("req-1", 0, lease) else { unreachable!() };
+//! let Decision::Granted { id, wave, .. } = gate.acquire(&me, &ask(1), lease, 0) else { unreachable!() };
 //! // The first 429: the limit steps back by half; nobody else stops.
-//! gate.finish("req-1", wave, WaveSignal::RateLimited { retry_after: None }, 10);
+//! gate.finish(&id, wave, WaveSignal::RateLimited { retry_after: None }, 0, 10);
 //! let (status, in_flight) = gate.status(10);
 //! assert_eq!((status.state, status.limit, in_flight), (WaveState::Degraded, 5, 0));
-//! let Admission::Granted { wave, .. } = gate.acquire("req-2", 10, lease) else { unreachable!() };
+//! let Decision::Granted { id, wave, .. } = gate.acquire(&me, &ask(2), lease, 10) else { unreachable!() };
 //! // Another 429 before any call succeeded at 5: a burst; the whole fleet cools down.
-//! gate.finish("req-2", wave, WaveSignal::RateLimited { retry_after: None }, 20);
+//! gate.finish(&id, wave, WaveSignal::RateLimited { retry_after: None }, 0, 20);
 //! let (status, _) = gate.status(20);
 //! assert_eq!((status.state, status.limit), (WaveState::Cooldown, 2));
 //! # Ok::<(), wavegate_core::ConfigError>(())
@@ -60,6 +64,7 @@ mod rate_limit_kind;
 mod retry_after;
 mod retry_budget;
 mod signals;
+#[cfg(feature = "spec")]
 pub mod spec;
 pub mod tenant;
 mod wave;
@@ -74,7 +79,10 @@ pub use config::{
     CLASS_RENEWAL_EVERY, ConfigError, UnknownUpstream, UpstreamConfig, UpstreamConfigBuilder, UpstreamName, UpstreamSet,
 };
 pub use cooldown::CooldownPolicy;
-pub use gate::{BudgetStatus, FinishReport, LocalGate, WaveSignal};
+pub use gate::{
+    BudgetStatus, Fallback, FallbackStart, FinishReport, LastShared, LocalGate, PRIORITY_FRESH_MS, WAITING_TTL_MS,
+    WaveSignal,
+};
 pub use gcra::{Budgets, Gcra, RateBudget};
 pub use learned_limit::{
     KEPT_WINDOWS, KeptLimit, LearnedBudgets, LearnedLimit, LearnedLimitStatus, LearnedLimits, LearnedStatus, tightest,

@@ -252,6 +252,40 @@ impl fmt::Display for PermitId {
     }
 }
 
+/// How the store reads an id's text, typed or not (the twins of `class_of` and `tenant_of` in
+/// `lua/priority.lua`, so that both gates count the same permits for the same classes and
+/// tenants whatever the text): what [`PermitId::new`] writes reads back as its class, its
+/// tag (or [`NO_TENANT`]) and the three-field form; a text of another shape (an older
+/// release's id, a test's name) counts for the default class and no tenant.
+pub(crate) mod text {
+    use crate::tenant::NO_TENANT;
+
+    /// The class an id or a waiting member (`<class>|...`) names: the text before its first
+    /// `|`, if it has one.
+    pub(crate) fn class_of(text: &str) -> Option<&str> {
+        text.split_once('|').map(|(class, _)| class)
+    }
+
+    /// The tenant tag of an id (`<class>|<instance>:<n>|<tag>`: all after the second `|`), or
+    /// [`NO_TENANT`].
+    pub(crate) fn tenant_of(text: &str) -> &str {
+        match text.split_once('|').and_then(|(_, rest)| rest.split_once('|')) {
+            Some((_, tag)) if !tag.is_empty() => tag,
+            _ => NO_TENANT,
+        }
+    }
+
+    /// Whether an id has the third field, so its process renews it every second.
+    pub(crate) fn renewed_every_second(text: &str) -> bool {
+        text.split_once('|').is_some_and(|(_, rest)| rest.contains('|'))
+    }
+
+    /// The instance of a waiting member (`<class>|<instance>`, or the instance alone).
+    pub(crate) fn member_instance(member: &str) -> &str {
+        member.split_once('|').map_or(member, |(_, instance)| instance)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -278,6 +312,19 @@ mod tests {
         for bad in ["", "7-ab", "7-ab:x", "|7-ab:1", "a|7-ab:1|zz", "a|b|c|d", "a|:1|-"] {
             assert!(PermitId::parse(bad).is_err(), "{bad:?} parsed");
         }
+        // The store's reading agrees with the typed one on every id this module makes.
+        for id in [
+            PermitId::new(None, &instance, 1, None),
+            PermitId::new(Some("batch"), &instance, 2, None),
+            PermitId::new(Some("batch"), &instance, 3, Some(TenantTag::of("t"))),
+            old,
+        ] {
+            assert_eq!(text::class_of(id.as_str()), id.class());
+            let tag = id.tenant().map_or(NO_TENANT.to_owned(), |t| t.to_string());
+            assert_eq!(text::tenant_of(id.as_str()), tag);
+            assert_eq!(text::renewed_every_second(id.as_str()), id.renewed_every_second());
+        }
+        assert_eq!((text::class_of("A"), text::tenant_of("A"), text::member_instance("b|7-ab")), (None, "-", "7-ab"));
         assert!(Instance::new("a|b").is_err() && Instance::new("").is_err() && Instance::new("a b").is_err());
     }
 }

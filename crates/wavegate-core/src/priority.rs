@@ -21,7 +21,7 @@
 //!
 //! The choice is one pure function, [`choose_class`], with a twin in `lua/priority.lua` that
 //! the shared-mode scripts run inside Redis (so the choice is atomic across the fleet); both
-//! pass the same table, [`cases`].
+//! pass the same table, `cases` (the `spec` feature).
 //!
 //! ```
 //! use wavegate_core::priority::{ClassTurns, ClassView, choose_class};
@@ -314,6 +314,7 @@ impl ClassTurns {
 }
 
 /// One case of the class choice: the classes, the room, the asker's classes, the answer.
+#[cfg(any(test, feature = "spec"))]
 #[derive(Debug, Clone)]
 pub struct ChoiceCase {
     /// What the case shows.
@@ -330,6 +331,7 @@ pub struct ChoiceCase {
 
 /// The table both twins pass ([`choose_class`] and `lua/priority.lua`). Passes are in units
 /// of [`STRIDE_SCALE`] (`S`): a grant costs weight 1 `S`, weight 3 `S / 3`, weight 4 `S / 4`.
+#[cfg(any(test, feature = "spec"))]
 pub fn cases() -> Vec<ChoiceCase> {
     const S: u64 = STRIDE_SCALE;
     let class = |weight, reserved, in_flight, demand, since_ms, pass| ClassView {
@@ -521,6 +523,7 @@ pub fn cases() -> Vec<ChoiceCase> {
 /// weights and reserves, then steps, each the classes' demand and permits in flight; at each
 /// step the turns observe the classes, the next class is chosen and, unless it is granted
 /// through its reserve, charged its turn.
+#[cfg(any(test, feature = "spec"))]
 #[derive(Debug, Clone)]
 pub struct TurnsCase {
     /// What the case shows.
@@ -535,6 +538,7 @@ pub struct TurnsCase {
     pub expect: Vec<Option<usize>>,
 }
 
+#[cfg(any(test, feature = "spec"))]
 impl TurnsCase {
     /// Runs the case on [`ClassTurns`] and [`next_class`]: the class chosen at each step.
     pub fn run(&self) -> Vec<Option<usize>> {
@@ -566,6 +570,7 @@ impl TurnsCase {
 }
 
 /// The table of turns both twins pass ([`ClassTurns`] and `lua/priority.lua`).
+#[cfg(any(test, feature = "spec"))]
 pub fn turns_cases() -> Vec<TurnsCase> {
     let repeat = |n: usize, demand: Vec<u32>, in_flight: Vec<u32>| vec![(demand, in_flight); n];
     vec![

@@ -10,7 +10,7 @@
 //! The key never leaves the process as such: permit ids and the waiting list in Redis carry
 //! [`tenant_tag`], a 64-bit FNV-1a hash of it in hex, and metrics carry no tenant at all.
 //!
-//! [`next_tenant`] has a twin in `lua/priority.lua`; both pass [`cases`].
+//! [`next_tenant`] has a twin in `lua/priority.lua`; both pass `cases` (the `spec` feature).
 //!
 //! ```
 //! use wavegate_core::tenant::{TenantView, next_tenant};
@@ -63,6 +63,7 @@ pub fn next_tenant(tenants: &[TenantView]) -> Option<usize> {
 }
 
 /// One case of the tenant choice.
+#[cfg(any(test, feature = "spec"))]
 #[derive(Debug, Clone)]
 pub struct TenantCase {
     /// What the case shows.
@@ -74,6 +75,7 @@ pub struct TenantCase {
 }
 
 /// The table both twins pass ([`next_tenant`] and `lua/priority.lua`).
+#[cfg(any(test, feature = "spec"))]
 pub fn cases() -> Vec<TenantCase> {
     let t = |in_flight, demand, since_ms| TenantView { in_flight, demand, since_ms };
     vec![

@@ -19,7 +19,7 @@
 //! limit that held step the limit back without a cooldown; see its documentation.
 //!
 //! The same machine runs in Lua (shared mode, inside Redis) and here (local mode); both are
-//! checked against the tables in [`spec`](crate::spec) and against each other on random
+//! checked against the tables in `wavegate_core::spec` (the `spec` feature) and against each other on random
 //! sequences (`crates/wavegate-redis/tests/twins.rs`).
 //!
 //! ```

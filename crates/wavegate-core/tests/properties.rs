@@ -5,8 +5,8 @@ use std::time::{Duration, SystemTime};
 
 use proptest::prelude::*;
 use wavegate_core::{
-    Admission, BreakerConfig, BreakerState, CallResult, CircuitBreaker, LocalGate, Outcome, RateLimitEffect,
-    WaveConfig, WaveSignal, WaveState, parse_retry_after,
+    Ask, BreakerConfig, BreakerState, CallResult, CircuitBreaker, Decision, Instance, LocalGate, Outcome, PermitId,
+    RateLimitEffect, WaveConfig, WaveSignal, WaveState, parse_retry_after,
 };
 
 #[derive(Debug, Clone)]
@@ -34,6 +34,15 @@ fn config(base: u32) -> WaveConfig {
     WaveConfig::new(NonZeroU32::new(base).expect("base >= 1"))
 }
 
+/// Permit `n` of the one process these properties run.
+fn permit(n: u64) -> PermitId {
+    PermitId::new(None, &Instance::new("prop").expect("valid"), n, None)
+}
+
+fn ask(id: &PermitId) -> [Ask; 1] {
+    [Ask { id: id.clone(), tokens: 0, waiting: 1 }]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
@@ -42,6 +51,7 @@ proptest! {
     #[test]
     fn wave_invariants_hold(base in 1u32..=16, ops in proptest::collection::vec(op(), 1..300)) {
         let mut gate = LocalGate::new(config(base));
+        let instance = Instance::new("prop").expect("valid");
         let lease = 30_000;
         let mut now = 0u64;
         let mut last_wave = 1;
@@ -49,11 +59,11 @@ proptest! {
         for op in ops {
             match op {
                 Op::Acquire(p) => {
-                    let id = p.to_string();
+                    let id = permit(p.into());
                     let (before, in_flight) = gate.status(now);
-                    let already_held = gate.ledger().get(&id).is_some();
-                    let answer = gate.acquire(&id, now, lease);
-                    if let Admission::Granted { wave, .. } = answer
+                    let already_held = gate.ledger().get(id.as_str()).is_some();
+                    let answer = gate.acquire(&instance, &ask(&id), lease, now);
+                    if let Decision::Granted { wave, .. } = answer
                         && !already_held
                     {
                         prop_assert!(before.state != WaveState::Cooldown, "admitted during COOLDOWN");
@@ -62,19 +72,19 @@ proptest! {
                     }
                 }
                 Op::Success(p) | Op::Neutral(p) | Op::RateLimited(p, _) => {
-                    let id = p.to_string();
+                    let id = permit(p.into());
                     let Some(wave) = waves.remove(&id) else { continue };
                     let signal = match op {
                         Op::Success(_) => WaveSignal::Success,
                         Op::RateLimited(_, r) => WaveSignal::RateLimited { retry_after: r.map(|s| Duration::from_secs(s.into())) },
                         _ => WaveSignal::Neutral,
                     };
-                    gate.finish(&id, wave, signal, now);
+                    gate.finish(&id, wave, signal, 0, now);
                 }
                 Op::StaleRateLimited(back) => {
                     let current = gate.status(now).0.wave;
                     let stale = current.saturating_sub(u64::from(back) + 1);
-                    let report = gate.finish("stale", stale, WaveSignal::RateLimited { retry_after: None }, now);
+                    let report = gate.finish(&permit(999), stale, WaveSignal::RateLimited { retry_after: None }, 0, now);
                     let is_late = matches!(report.rate_limit, Some(RateLimitEffect::Late { .. }));
                     prop_assert!(is_late);
                 }
@@ -97,11 +107,12 @@ proptest! {
         gaps in proptest::collection::vec(0u64..500, 64),
     ) {
         let mut gate = LocalGate::new(config(base));
+        let instance = Instance::new("prop").expect("valid");
         let mut now = 0;
-        let held: Vec<(String, u64)> = (0..burst.len().min(base as usize))
+        let held: Vec<(PermitId, u64)> = (0..burst.len().min(base as usize))
             .map(|i| {
-                let id = format!("p{i}");
-                let Admission::Granted { wave, .. } = gate.acquire(&id, now, 60_000) else { unreachable!() };
+                let id = permit(i as u64);
+                let Decision::Granted { wave, .. } = gate.acquire(&instance, &ask(&id), 60_000, now) else { unreachable!() };
                 (id, wave)
             })
             .collect();
@@ -109,7 +120,7 @@ proptest! {
         for (i, retry_after) in burst.iter().enumerate() {
             now += gaps[i];
             let (id, wave) = &held[i % held.len()];
-            let report = gate.finish(id, *wave, WaveSignal::RateLimited { retry_after: retry_after.map(Duration::from_millis) }, now);
+            let report = gate.finish(id, *wave, WaveSignal::RateLimited { retry_after: retry_after.map(Duration::from_millis) }, 0, now);
             if matches!(report.rate_limit, Some(RateLimitEffect::Cut { .. })) { cuts += 1; }
         }
         let (s, _) = gate.status(now);

@@ -1,8 +1,8 @@
-//! The wave machine's specification tables, run against the Rust implementation, and a check
-//! that the tables catch an implementation that gets the rules wrong.
+//! The gates' specification tables, run against the Rust twin, and a check that the tables
+//! catch an implementation that gets the rules wrong.
 
-use wavegate_core::spec::{GateModel, ModelStatus, Step, WaveModel, cases, run_case};
-use wavegate_core::{Admission, WaveSignal, WindowReport};
+use wavegate_core::spec::{GateModel, ModelStatus, Released, Step, WaveModel, cases, run_case};
+use wavegate_core::{Ask, Decision, Instance, PermitId, WaveSignal, WindowReport};
 
 #[test]
 fn local_gate_passes_every_case() {
@@ -16,48 +16,56 @@ fn local_gate_passes_every_case() {
     }
 }
 
-/// A wrong implementation: it treats every 429 as news, whatever its wave.
-struct CutsOnLate429s(GateModel);
+/// A gate model with one thing wrong: `Wrong` changes what the model is told or answers.
+struct Wrong<W>(GateModel, W);
 
-impl WaveModel for CutsOnLate429s {
-    type Error = std::convert::Infallible;
-    fn acquire(&mut self, permit: &str, tokens: u64) -> Result<Admission, Self::Error> {
-        self.0.acquire(permit, tokens)
+/// What a wrong model changes (each method: the right model's behaviour by default).
+trait Mistake {
+    fn acquire(&mut self, model: &mut GateModel, instance: &Instance, asks: &[Ask]) -> Decision {
+        model.acquire(instance, asks).unwrap_or_else(|e| match e {})
     }
-    fn finish(&mut self, permit: &str, _wave: u64, signal: WaveSignal, delta: i64) -> Result<bool, Self::Error> {
-        let current = self.0.status()?.wave;
-        self.0.finish(permit, current, signal, delta)
+    fn finish(&mut self, model: &mut GateModel, id: &PermitId, wave: u64, signal: WaveSignal, delta: i64) -> Released {
+        model.finish(id, wave, signal, delta).unwrap_or_else(|e| match e {})
     }
-    fn advance(&mut self, ms: u64) -> Result<(), Self::Error> {
-        self.0.advance(ms)
+    fn advance(&mut self, model: &mut GateModel, ms: u64) {
+        model.advance(ms).unwrap_or_else(|e| match e {});
     }
-    fn status(&mut self) -> Result<ModelStatus, Self::Error> {
-        self.0.status()
-    }
-    fn report_window(&mut self, report: WindowReport, tokens_each: u64) -> Result<(), Self::Error> {
-        self.0.report_window(report, tokens_each)
+    fn report_window(&mut self, model: &mut GateModel, report: WindowReport, tokens_each: u64) {
+        model.report_window(report, tokens_each).unwrap_or_else(|e| match e {});
     }
 }
 
-/// A wrong implementation: its clock stands still, so cooldowns and leases never end.
-struct ClockStandsStill(GateModel);
-
-impl WaveModel for ClockStandsStill {
+impl<W: Mistake> WaveModel for Wrong<W> {
     type Error = std::convert::Infallible;
-    fn acquire(&mut self, permit: &str, tokens: u64) -> Result<Admission, Self::Error> {
-        self.0.acquire(permit, tokens)
+    fn acquire(&mut self, instance: &Instance, asks: &[Ask]) -> Result<Decision, Self::Error> {
+        Ok(self.1.acquire(&mut self.0, instance, asks))
     }
-    fn finish(&mut self, permit: &str, wave: u64, signal: WaveSignal, delta: i64) -> Result<bool, Self::Error> {
-        self.0.finish(permit, wave, signal, delta)
+    fn finish(&mut self, id: &PermitId, wave: u64, signal: WaveSignal, delta: i64) -> Result<Released, Self::Error> {
+        Ok(self.1.finish(&mut self.0, id, wave, signal, delta))
     }
-    fn advance(&mut self, _ms: u64) -> Result<(), Self::Error> {
+    fn renew(&mut self, ids: &[PermitId]) -> Result<Vec<PermitId>, Self::Error> {
+        self.0.renew(ids)
+    }
+    fn advance(&mut self, ms: u64) -> Result<(), Self::Error> {
+        self.1.advance(&mut self.0, ms);
         Ok(())
     }
     fn status(&mut self) -> Result<ModelStatus, Self::Error> {
         self.0.status()
     }
     fn report_window(&mut self, report: WindowReport, tokens_each: u64) -> Result<(), Self::Error> {
-        self.0.report_window(report, tokens_each)
+        self.1.report_window(&mut self.0, report, tokens_each);
+        Ok(())
+    }
+}
+
+/// Treats every 429 as news, whatever its wave.
+struct CutsOnLate429s;
+
+impl Mistake for CutsOnLate429s {
+    fn finish(&mut self, model: &mut GateModel, id: &PermitId, _: u64, signal: WaveSignal, delta: i64) -> Released {
+        let current = model.status().unwrap_or_else(|e| match e {}).wave;
+        model.finish(id, current, signal, delta).unwrap_or_else(|e| match e {})
     }
 }
 
@@ -65,44 +73,43 @@ impl WaveModel for ClockStandsStill {
 fn the_tables_catch_a_machine_that_cuts_on_late_429s() {
     let failing: Vec<&str> = cases()
         .iter()
-        .filter(|case| run_case(case, &mut CutsOnLate429s(GateModel::new(case))).is_err())
+        .filter(|case| run_case(case, &mut Wrong(GateModel::new(case), CutsOnLate429s)).is_err())
         .map(|case| case.name)
         .collect();
     assert!(failing.iter().any(|name| name.contains("seed walk-through")), "{failing:?}");
     assert!(failing.iter().any(|name| name.contains("late 429")), "{failing:?}");
 }
 
+/// Its clock stands still, so cooldowns, leases and budgets never end.
+struct ClockStandsStill;
+
+impl Mistake for ClockStandsStill {
+    fn advance(&mut self, _: &mut GateModel, _: u64) {}
+}
+
 #[test]
 fn the_tables_catch_a_machine_whose_clock_stands_still() {
     for case in cases() {
         let uses_time = case.steps.iter().any(|step| matches!(step, Step::Advance { .. }));
-        let failed = run_case(&case, &mut ClockStandsStill(GateModel::new(&case))).is_err();
-        assert_eq!(failed, uses_time, "case `{}`", case.name);
+        let failed = run_case(&case, &mut Wrong(GateModel::new(&case), ClockStandsStill)).is_err();
+        // The cases of several processes also advance only to order their asks.
+        let processes = case.steps.iter().any(|step| matches!(step, Step::AcquireAmong { .. }));
+        if !processes {
+            assert_eq!(failed, uses_time, "case `{}`", case.name);
+        } else if !uses_time {
+            assert!(!failed, "case `{}`", case.name);
+        }
     }
 }
 
-/// A wrong implementation: it mishears what the provider says, passing each window report
-/// through `hear` first (`None`: it does not listen at all).
-struct Mishears(GateModel, fn(WindowReport) -> Option<WindowReport>);
+/// Mishears what the provider says, passing each window report through `hear` first (`None`:
+/// it does not listen at all).
+struct Mishears(fn(WindowReport) -> Option<WindowReport>);
 
-impl WaveModel for Mishears {
-    type Error = std::convert::Infallible;
-    fn acquire(&mut self, permit: &str, tokens: u64) -> Result<Admission, Self::Error> {
-        self.0.acquire(permit, tokens)
-    }
-    fn finish(&mut self, permit: &str, wave: u64, signal: WaveSignal, delta: i64) -> Result<bool, Self::Error> {
-        self.0.finish(permit, wave, signal, delta)
-    }
-    fn advance(&mut self, ms: u64) -> Result<(), Self::Error> {
-        self.0.advance(ms)
-    }
-    fn status(&mut self) -> Result<ModelStatus, Self::Error> {
-        self.0.status()
-    }
-    fn report_window(&mut self, report: WindowReport, tokens_each: u64) -> Result<(), Self::Error> {
-        match (self.1)(report) {
-            Some(heard) => self.0.report_window(heard, tokens_each),
-            None => Ok(()),
+impl Mistake for Mishears {
+    fn report_window(&mut self, model: &mut GateModel, report: WindowReport, tokens_each: u64) {
+        if let Some(heard) = (self.0)(report) {
+            model.report_window(heard, tokens_each).unwrap_or_else(|e| match e {});
         }
     }
 }
@@ -122,7 +129,7 @@ fn the_tables_catch_a_machine_deaf_to_the_providers_windows() {
     let window_cases: Vec<_> = cases().into_iter().filter(|case| case.name.starts_with("provider window")).collect();
     assert_eq!(window_cases.len(), 4);
     for case in &window_cases {
-        assert!(run_case(case, &mut Mishears(GateModel::new(case), deaf_to_windows)).is_err(), "{}", case.name);
+        assert!(run_case(case, &mut Wrong(GateModel::new(case), Mishears(deaf_to_windows))).is_err(), "{}", case.name);
     }
 }
 
@@ -134,10 +141,54 @@ fn the_tables_catch_a_machine_deaf_to_the_announced_limits() {
         // The looser announced limit changes nothing: a deaf machine passes that one.
         let deaf_passes = case.name.contains("never loosens");
         assert_eq!(
-            run_case(case, &mut Mishears(GateModel::new(case), deaf_to_limits)).is_ok(),
+            run_case(case, &mut Wrong(GateModel::new(case), Mishears(deaf_to_limits))).is_ok(),
             deaf_passes,
             "{}",
             case.name
         );
     }
+}
+
+/// Blames the first head for every denial (the bug of issue 20: a denial that names no id
+/// charged to the first head).
+struct BlamesTheFirstHead;
+
+impl Mistake for BlamesTheFirstHead {
+    fn acquire(&mut self, model: &mut GateModel, instance: &Instance, asks: &[Ask]) -> Decision {
+        match model.acquire(instance, asks).unwrap_or_else(|e| match e {}) {
+            Decision::Denied { reason, retry_after_ms, in_flight, .. } => {
+                Decision::denied_for(asks[0].id.clone(), reason, retry_after_ms, in_flight)
+            }
+            granted => granted,
+        }
+    }
+}
+
+/// Wakes nobody: every waiter must wait for its poll.
+struct WakesNobody;
+
+impl Mistake for WakesNobody {
+    fn finish(&mut self, model: &mut GateModel, id: &PermitId, wave: u64, signal: WaveSignal, delta: i64) -> Released {
+        Released { wake: None, ..model.finish(id, wave, signal, delta).unwrap_or_else(|e| match e {}) }
+    }
+}
+
+#[test]
+fn the_tables_catch_a_gate_whose_denials_or_wakes_name_the_wrong_one() {
+    let fails = |mistake: &dyn Fn(&wavegate_core::spec::SpecCase) -> bool, part: &str| {
+        let failing: Vec<&str> = cases().iter().filter(|c| mistake(c)).map(|c| c.name).collect();
+        assert!(failing.iter().any(|name| name.contains(part)), "{part}: {failing:?}");
+    };
+    fails(&|case| run_case(case, &mut Wrong(GateModel::new(case), BlamesTheFirstHead)).is_err(), "oversized head");
+    fails(&|case| run_case(case, &mut Wrong(GateModel::new(case), BlamesTheFirstHead)).is_err(), "denial names");
+    fails(&|case| run_case(case, &mut Wrong(GateModel::new(case), WakesNobody)).is_err(), "waited longest");
+    fails(&|case| run_case(case, &mut Wrong(GateModel::new(case), WakesNobody)).is_err(), "weights 3 : 1");
+}
+
+#[test]
+fn the_fallback_starts_as_its_table_says() {
+    let cases = wavegate_core::spec::fallback_cases();
+    assert!(cases.len() >= 15, "the fallback's table lost cases");
+    let failures: Vec<String> = cases.iter().filter_map(|case| case.check().err()).collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -203,9 +203,9 @@ impl Store {
     /// live (this one included).
     pub async fn heartbeat(&self, instance: &str, ttl: Duration) -> Result<u32, StoreError> {
         const COMMAND: &str = "heartbeat";
-        let mut invocation = crate::scripts::scripts().heartbeat.prepare_invoke();
-        invocation.key(self.config.keyspace.instances()).arg(instance).arg(wavegate_core::duration_ms(ttl).max(1));
-        let live: i64 = self.invoke(COMMAND, &invocation).await?;
+        let instances = self.config.keyspace.instances();
+        let call = crate::calls::heartbeat(&instances, instance, ttl);
+        let live: i64 = self.invoke(COMMAND, &call.invocation(&crate::scripts::scripts().heartbeat)).await?;
         u32::try_from(live).map_err(|_| StoreError::unexpected(COMMAND, format!("instance count {live}")))
     }
 

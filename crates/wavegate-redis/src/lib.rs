@@ -6,8 +6,9 @@
 //!   status), compiled in, preloaded, reloaded on `NOSCRIPT`.
 //! * [`Store`]: the connection, with a connect timeout, a command timeout and no slow
 //!   reconnect loop, so a dead or hung server costs one bounded command.
-//! * [`SharedGate`]: the four script calls for one upstream, answering in wavegate-core's
-//!   types; [`StoreError::is_outage`] tells the caller when to fail open, and
+//! * [`SharedGate`]: the script calls for one upstream, taking and answering in
+//!   wavegate-core's types ([`Ask`](wavegate_core::Ask) → [`Decision`](wavegate_core::Decision));
+//!   [`StoreError::is_outage`] tells the caller when to fail open, and
 //!   [`StoreError::rejection`] when the server rejects wavegate (credentials, ACL rights,
 //!   version) rather than being out of reach.
 //! * [`Store::check`]: the startup check (version ≥ 6.2, scripts, rights, configuration
@@ -15,26 +16,33 @@
 //! * Deployments: one server (`redis://`, `rediss://` with the `tls` feature) or a primary
 //!   found through Sentinel ([`StoreConfig::sentinel`]).
 //!
-//! The scripts implement the same wave machine as [`wavegate_core::LocalGate`] and pass the
-//! same tables ([`wavegate_core::spec`]); this crate's tests run them against a real server.
+//! The scripts are the shared twin of [`wavegate_core::LocalGate`] and pass the same tables
+//! (`wavegate_core::spec`, the `spec` feature); this crate's tests run them against a real
+//! server, check that the twins agree on random scenarios of several processes, and tie the
+//! argument counts and constants the two sides share.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
-//! use wavegate_core::{Admission, UpstreamConfig, WaveSignal};
+//! use wavegate_core::{Ask, Decision, Instance, PermitId, UpstreamConfig, WaveSignal};
 //! use wavegate_redis::{SharedGate, Store, StoreConfig};
 //!
 //! let upstream = UpstreamConfig::builder("openai").build()?;
 //! let store = Store::connect(StoreConfig::new("redis://127.0.0.1:6379/")).await?;
-//! let gate = SharedGate::new(store, upstream.name(), upstream.wave());
-//! let acquired = gate.acquire("worker-1:req-42", Duration::from_secs(30), 0).await?;
-//! if let Admission::Granted { wave, .. } = acquired.admission {
+//! let instance = Instance::random();
+//! let gate = SharedGate::new(store, upstream.name(), upstream.wave()).for_instance(instance.as_str());
+//! let id = PermitId::new(None, &instance, 42, None);
+//! let asked = [Ask { id: id.clone(), tokens: 0, waiting: 1 }];
+//! if let Decision::Granted { wave, .. } = gate.acquire(&asked, Duration::from_secs(30)).await? {
 //!     // ... call the provider ...
-//!     gate.finish("worker-1:req-42", wave, WaveSignal::Success, 0).await?;
+//!     gate.finish(&id, wave, WaveSignal::Success, 0).await?;
 //! }
 //! # Ok(()) }
 //! ```
 
+#[cfg(test)]
+mod agreement;
+mod calls;
 mod cluster;
 mod config_claim;
 mod connection;

@@ -56,17 +56,28 @@ pub(crate) struct Scripts {
     pub(crate) report_window: Script,
 }
 
+/// Each script's source, as it is sent.
+pub(crate) mod source {
+    pub(crate) const ACQUIRE: &str = priority_script!("acquire.lua");
+    pub(crate) const FINISH: &str = priority_script!("finish.lua");
+    pub(crate) const RENEW: &str = wave_script!("renew.lua");
+    pub(crate) const STATUS: &str = priority_script!("status.lua");
+    pub(crate) const RECONCILE: &str = wave_script!("reconcile.lua");
+    pub(crate) const HEARTBEAT: &str = include_str!("../../../lua/heartbeat.lua");
+    pub(crate) const REPORT_WINDOW: &str = wave_script!("report_window.lua");
+}
+
 /// The scripts, built on first use.
 pub(crate) fn scripts() -> &'static Scripts {
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
-        acquire: Script::new(priority_script!("acquire.lua")),
-        finish: Script::new(priority_script!("finish.lua")),
-        renew: Script::new(wave_script!("renew.lua")),
-        status: Script::new(priority_script!("status.lua")),
-        reconcile: Script::new(wave_script!("reconcile.lua")),
-        heartbeat: Script::new(include_str!("../../../lua/heartbeat.lua")),
-        report_window: Script::new(wave_script!("report_window.lua")),
+        acquire: Script::new(source::ACQUIRE),
+        finish: Script::new(source::FINISH),
+        renew: Script::new(source::RENEW),
+        status: Script::new(source::STATUS),
+        reconcile: Script::new(source::RECONCILE),
+        heartbeat: Script::new(source::HEARTBEAT),
+        report_window: Script::new(source::REPORT_WINDOW),
     })
 }
 

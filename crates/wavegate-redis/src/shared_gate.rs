@@ -9,20 +9,18 @@ use std::time::Duration;
 
 use redis::Value;
 use wavegate_core::{
-    Admission, BudgetStatus, Budgets, DenyReason, LearnedLimit, LearnedLimitStatus, LearnedStatus, ProviderWindows,
-    RateBudget, RateLimitEffect, TrackedWindow, Transition, UpstreamName, WaveConfig, WaveSignal, WaveState,
-    WindowReport, duration_ms,
+    Admission, Ask, Budgets, Decision, PermitId, ProviderWindows, RateBudget, TrackedWindow, UpstreamName, WaveConfig,
+    WaveSignal, WaveState, WindowReport, duration_ms,
 };
 
 use wavegate_core::priority::PriorityClass;
 
+use crate::calls::{self, CONFIG_ARGS, Head, Reply};
+pub use crate::calls::{Finished, SharedStatus};
 use crate::connection::Store;
 use crate::error::StoreError;
 use crate::keys::UpstreamKeys;
 use crate::scripts::scripts;
-
-/// How many config arguments every script but renew takes (`CONFIG_ARGS` in `lua/wave.lua`).
-const CONFIG_ARGS: usize = 14;
 
 /// One priority class's part of an [`acquire_among`](SharedGate::acquire_among): the head of
 /// this process's callers of the class.
@@ -45,40 +43,6 @@ pub struct Acquired {
     pub admission: Admission,
     /// Permits held across the fleet after the call.
     pub in_flight: u32,
-}
-
-/// What finishing a permit did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Finished {
-    /// Whether the permit was still held.
-    pub held: bool,
-    /// The effect of a 429, if the outcome was one.
-    pub rate_limit: Option<RateLimitEffect>,
-    /// A state change caused by a success, if any.
-    pub transition: Option<Transition>,
-    /// The state after the call.
-    pub status: SharedStatus,
-}
-
-/// The shared state of one upstream, as read with Redis time applied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SharedStatus {
-    /// The state.
-    pub state: WaveState,
-    /// The current limit.
-    pub limit: u32,
-    /// The current wave id.
-    pub wave: u64,
-    /// The rest of the cooldown (zero outside COOLDOWN).
-    pub cooldown_remaining: Duration,
-    /// Permits held across the fleet.
-    pub in_flight: u32,
-    /// What is left of the rate budgets in force (filled by [`SharedGate::status`]; empty
-    /// otherwise).
-    pub budgets: BudgetStatus,
-    /// The limits the provider announced, as the fleet keeps them (filled by
-    /// [`SharedGate::status`]; empty otherwise).
-    pub learned: LearnedStatus,
 }
 
 /// What a reconciliation left in the shared store.
@@ -107,6 +71,8 @@ pub struct SharedGate {
     pub(crate) config_args: [String; CONFIG_ARGS],
     /// This process's instance id, put on the waiting list at the limit ('' for none).
     instance: String,
+    /// The name of the class that takes permits whose id names none (with classes).
+    default_class: Option<String>,
 }
 
 impl SharedGate {
@@ -138,7 +104,7 @@ impl SharedGate {
             wave.retest_rounds_max.to_string(),
             String::new(),
         ];
-        Self { store, name: name.as_str().to_owned(), keys, config_args, instance: String::new() }
+        Self { store, name: name.as_str().to_owned(), keys, config_args, instance: String::new(), default_class: None }
     }
 
     /// Acquires on behalf of process `instance`: when the limit is reached it joins the
@@ -173,6 +139,7 @@ impl SharedGate {
             entries.push(format!("@{}", duration_ms(count_window)));
         }
         self.config_args[CONFIG_ARGS - 1] = entries.join(",");
+        self.default_class = classes.get(default).or(classes.first()).map(|c| c.name().to_owned());
         self
     }
 
@@ -181,81 +148,90 @@ impl SharedGate {
         &self.keys
     }
 
-    /// Asks for permit `id` with a lease of `lease`, reserving `tokens` of the tokens budget.
-    /// Sending the same id again (after a lost reply) grants the same permit, never a second
-    /// one, and charges nothing again.
-    pub async fn acquire(&self, id: &str, lease: Duration, tokens: u64) -> Result<Acquired, StoreError> {
-        let mut invocation = scripts().acquire.prepare_invoke();
-        invocation
-            .key(&self.keys.waiting_script_keys()[..])
-            .arg(&self.config_args[..])
-            .arg(id)
-            .arg(duration_ms(lease))
-            .arg(tokens)
-            .arg(&self.instance);
-        self.acquire_reply(&invocation).await.map(|(acquired, _)| acquired)
+    /// Asks for one permit on behalf of this process's waiting callers (the twin of
+    /// [`LocalGate::acquire`](wavegate_core::LocalGate::acquire); `lua/acquire.lua`): one
+    /// [`Ask`] per head it offers. With classes (after [`with_classes`](Self::with_classes))
+    /// the fleet-wide choice of class and tenant decides which head, if any, is granted;
+    /// without classes a process has one head, and only the first ask is sent. The decision
+    /// names the ask it answers: the one granted, or the one refused (an estimate that can
+    /// never fit is refused first, naming its ask; otherwise the one the choice reached, else
+    /// the first). A reply naming an id that was not asked for is a
+    /// [`StoreError::UnexpectedReply`]. Sending an id already held grants it again (never a
+    /// second permit) and charges nothing again.
+    pub async fn acquire(&self, asks: &[Ask], lease: Duration) -> Result<Decision, StoreError> {
+        let classes = self.default_class.is_some();
+        let asks = if classes { asks } else { &asks[..asks.len().min(1)] };
+        let heads: Vec<Head<'_>> = asks
+            .iter()
+            .map(|ask| Head {
+                class: ask.id.class().or(self.default_class.as_deref()).unwrap_or(""),
+                id: ask.id.as_str(),
+                tokens: ask.tokens,
+                waiting: ask.waiting,
+            })
+            .collect();
+        let (index, admission, in_flight) = self.acquire_heads(&heads, lease, classes).await?;
+        Ok(Decision::new(asks[index].id.clone(), admission, in_flight))
     }
 
-    /// Asks for one permit for this process's callers of several priority classes at once
-    /// (upstreams with classes, after [`with_classes`](Self::with_classes)): one `ask` per
-    /// class with callers waiting, its head's permit id (which must start with `<class>|`),
-    /// tokens, and how many of its callers wait. The fleet-wide choice of class decides which
-    /// of them, if any, is granted; the reply names its id. Idempotent like
-    /// [`acquire`](Self::acquire).
+    /// Sends an acquire of `heads` and reads its reply: which head it answers, and how.
+    async fn acquire_heads(
+        &self,
+        heads: &[Head<'_>],
+        lease: Duration,
+        classes: bool,
+    ) -> Result<(usize, Admission, u32), StoreError> {
+        const COMMAND: &str = "acquire";
+        if heads.is_empty() {
+            return Err(StoreError::unexpected(COMMAND, "nothing to ask for"));
+        }
+        let call = calls::acquire(&self.keys, &self.config_args, &self.instance, lease, heads, classes);
+        let reply: Vec<Value> = self.store.invoke(COMMAND, &call.invocation(&scripts().acquire)).await?;
+        calls::read_acquire(&reply, heads)
+    }
+
+    /// Asks for permit `id` by its text, without classes (kept until the engine moves to
+    /// [`acquire`](Self::acquire)).
+    #[doc(hidden)]
+    pub async fn acquire_text(&self, id: &str, lease: Duration, tokens: u64) -> Result<Acquired, StoreError> {
+        let head = Head { class: "", id, tokens, waiting: 1 };
+        let (_, admission, in_flight) = self.acquire_heads(&[head], lease, false).await?;
+        Ok(Acquired { admission, in_flight })
+    }
+
+    /// Asks for one permit for several priority classes' heads by their texts (kept until the
+    /// engine moves to [`acquire`](Self::acquire)). The id returned is the ask the reply
+    /// answers, granted or denied.
+    #[doc(hidden)]
     pub async fn acquire_among(
         &self,
         asks: &[ClassAsk<'_>],
         lease: Duration,
     ) -> Result<(Acquired, Option<String>), StoreError> {
-        const COMMAND: &str = "acquire";
-        let Some((first, rest)) = asks.split_first() else {
-            return Err(StoreError::unexpected(COMMAND, "nothing to ask for"));
-        };
-        let mut invocation = scripts().acquire.prepare_invoke();
-        invocation
-            .key(&self.keys.waiting_script_keys()[..])
-            .arg(&self.config_args[..])
-            .arg(first.id)
-            .arg(duration_ms(lease))
-            .arg(first.tokens)
-            .arg(&self.instance)
-            .arg(first.class)
-            .arg(first.waiting);
-        for ask in rest {
-            invocation.arg(ask.class).arg(ask.id).arg(ask.tokens).arg(ask.waiting);
-        }
-        self.acquire_reply(&invocation).await
-    }
-
-    /// Sends an acquire and reads its reply: the answer and, for a grant, the id granted.
-    async fn acquire_reply(
-        &self,
-        invocation: &redis::ScriptInvocation<'_>,
-    ) -> Result<(Acquired, Option<String>), StoreError> {
-        const COMMAND: &str = "acquire";
-        let reply: Vec<Value> = self.store.invoke(COMMAND, invocation).await?;
-        let r = Reply::new(COMMAND, &reply);
-        match r.int(0)? {
-            1 => {
-                r.expect_len(6)?;
-                let admission = Admission::Granted { wave: r.uint(1)?, state: r.state(2)?, limit: r.u32(3)? };
-                Ok((Acquired { admission, in_flight: r.u32(4)? }, Some(r.string(5)?)))
-            }
-            0 => {
-                r.expect_len(4)?;
-                let name = r.string(1)?;
-                let reason = DenyReason::parse(&name)
-                    .ok_or_else(|| StoreError::unexpected(COMMAND, format!("unknown denial reason {name:?}")))?;
-                let admission = Admission::Denied { reason, retry_after_ms: r.uint(2)? };
-                Ok((Acquired { admission, in_flight: r.u32(3)? }, None))
-            }
-            other => Err(StoreError::unexpected(COMMAND, format!("first field is {other}, not 0 or 1"))),
-        }
+        let heads: Vec<Head<'_>> =
+            asks.iter().map(|a| Head { class: a.class, id: a.id, tokens: a.tokens, waiting: a.waiting }).collect();
+        let (index, admission, in_flight) = self.acquire_heads(&heads, lease, true).await?;
+        Ok((Acquired { admission, in_flight }, Some(heads[index].id.to_owned())))
     }
 
     /// Releases permit `id` (idempotent), reports its outcome for `wave` and settles its
-    /// token reservation: `token_delta` more tokens (negative: fewer) than reserved.
+    /// token reservation: `token_delta` more tokens (negative: fewer) than reserved, on the
+    /// upstream's tokens budget and its class's. Says which process the release woke (the
+    /// twin of [`LocalGate::finish`](wavegate_core::LocalGate::finish); `lua/finish.lua`).
     pub async fn finish(
+        &self,
+        id: &PermitId,
+        wave: u64,
+        signal: WaveSignal,
+        token_delta: i64,
+    ) -> Result<Finished, StoreError> {
+        self.finish_text(id.as_str(), wave, signal, token_delta).await
+    }
+
+    /// [`finish`](Self::finish) by the id's text (kept until the engine moves to
+    /// [`finish`](Self::finish)).
+    #[doc(hidden)]
+    pub async fn finish_text(
         &self,
         id: &str,
         wave: u64,
@@ -263,68 +239,45 @@ impl SharedGate {
         token_delta: i64,
     ) -> Result<Finished, StoreError> {
         const COMMAND: &str = "finish";
-        let (outcome, retry_after) = match signal {
-            WaveSignal::Success => ("success", String::new()),
-            WaveSignal::RateLimited { retry_after } => {
-                ("rate_limited", retry_after.map(|d| duration_ms(d).to_string()).unwrap_or_default())
-            }
-            WaveSignal::Neutral => ("neutral", String::new()),
-        };
-        let mut invocation = scripts().finish.prepare_invoke();
-        invocation
-            .key(&self.keys.waiting_script_keys()[..])
-            .arg(&self.config_args[..])
-            .arg(id)
-            .arg(wave)
-            .arg(outcome)
-            .arg(retry_after)
-            .arg(&self.keys.released)
-            .arg(token_delta);
-        let reply: Vec<Value> = self.store.invoke(COMMAND, &invocation).await?;
-        let r = Reply::new(COMMAND, &reply);
-        r.expect_len(9)?;
-        let status = SharedStatus {
-            limit: r.u32(3)?,
-            wave: r.uint(4)?,
-            state: r.state(5)?,
-            cooldown_remaining: Duration::from_millis(r.uint(6)?),
-            in_flight: r.u32(8)?,
-            budgets: BudgetStatus::default(),
-            learned: LearnedStatus::default(),
-        };
-        let rate_limit = match r.string(1)?.as_str() {
-            "cut" => Some(RateLimitEffect::Cut {
-                from: r.u32(2)?,
-                to: status.limit,
-                wave: status.wave,
-                cooldown: status.cooldown_remaining,
-            }),
-            "late" => Some(RateLimitEffect::Late { reported: wave, current: status.wave }),
-            "none" => None,
-            other => return Err(StoreError::unexpected(COMMAND, format!("unknown effect {other:?}"))),
-        };
-        let changed_from = r.string(7)?;
-        let transition = if changed_from.is_empty() {
-            None
-        } else {
-            let from = WaveState::parse(&changed_from)
-                .ok_or_else(|| StoreError::unexpected(COMMAND, format!("unknown state {changed_from:?}")))?;
-            Some(Transition { from, to: status.state, limit: status.limit })
-        };
-        Ok(Finished { held: r.int(0)? == 1, rate_limit, transition, status })
+        let call = calls::finish(&self.keys, &self.config_args, id, wave, signal, token_delta);
+        let reply: Vec<Value> = self.store.invoke(COMMAND, &call.invocation(&scripts().finish)).await?;
+        calls::read_finish(&reply, wave)
     }
 
     /// Extends the leases of `ids`, permits whose calls are still running (one call for the
     /// batch); an id the store no longer lists is registered again. Returns the ids that were
-    /// (the caller releases any whose call ended while the renewal was on its way).
-    pub async fn renew(&self, ids: &[String], lease: Duration) -> Result<Vec<String>, StoreError> {
+    /// (the caller releases any whose call ended while the renewal was on its way); an id in
+    /// the reply that was not sent is a [`StoreError::UnexpectedReply`].
+    pub async fn renew(&self, ids: &[PermitId], lease: Duration) -> Result<Vec<PermitId>, StoreError> {
+        let again = self.renew_ids(ids.iter().map(PermitId::as_str), lease).await?;
+        again
+            .into_iter()
+            .map(|text| {
+                ids.iter().find(|id| id.as_str() == text).cloned().ok_or_else(|| {
+                    StoreError::unexpected("renew", format!("the reply names {text:?}, which was not sent"))
+                })
+            })
+            .collect()
+    }
+
+    /// [`renew`](Self::renew) by the ids' texts (kept until the engine moves to
+    /// [`renew`](Self::renew)).
+    #[doc(hidden)]
+    pub async fn renew_text(&self, ids: &[String], lease: Duration) -> Result<Vec<String>, StoreError> {
+        self.renew_ids(ids.iter().map(String::as_str), lease).await
+    }
+
+    async fn renew_ids<'a>(
+        &'a self,
+        ids: impl ExactSizeIterator<Item = &'a str>,
+        lease: Duration,
+    ) -> Result<Vec<String>, StoreError> {
         const COMMAND: &str = "renew";
-        if ids.is_empty() {
+        if ids.len() == 0 {
             return Ok(Vec::new());
         }
-        let mut invocation = scripts().renew.prepare_invoke();
-        invocation.key(&self.keys.script_keys()[..]).arg(duration_ms(lease)).arg(ids);
-        self.store.invoke(COMMAND, &invocation).await
+        let call = calls::renew(&self.keys, lease, ids);
+        self.store.invoke(COMMAND, &call.invocation(&scripts().renew)).await
     }
 
     /// After an outage: registers `adopt` (permits still in flight here) in the current wave
@@ -338,17 +291,8 @@ impl SharedGate {
         (requests, tokens): (u64, u64),
     ) -> Result<Reconciled, StoreError> {
         const COMMAND: &str = "reconcile";
-        let mut invocation = scripts().reconcile.prepare_invoke();
-        invocation
-            .key(&self.keys.script_keys()[..])
-            .arg(&self.config_args[..])
-            .arg(duration_ms(lease))
-            .arg(requests)
-            .arg(tokens)
-            .arg(adopt.len())
-            .arg(adopt)
-            .arg(drop);
-        let reply: Vec<Value> = self.store.invoke(COMMAND, &invocation).await?;
+        let call = calls::reconcile(&self.keys, &self.config_args, adopt, drop, lease, (requests, tokens));
+        let reply: Vec<Value> = self.store.invoke(COMMAND, &call.invocation(&scripts().reconcile)).await?;
         let r = Reply::new(COMMAND, &reply);
         r.expect_len(5)?;
         Ok(Reconciled {
@@ -373,30 +317,8 @@ impl SharedGate {
         tokens_each: u64,
     ) -> Result<ProviderWindows, StoreError> {
         const COMMAND: &str = "report_window";
-        let side = |left: Option<wavegate_core::WindowLeft>| {
-            left.map_or((String::new(), String::new()), |l| (l.remaining.to_string(), l.reset_ms.to_string()))
-        };
-        let (requests, requests_reset) = side(report.requests);
-        let (tokens, tokens_reset) = side(report.tokens);
-        let limit = |learned: Option<LearnedLimit>| {
-            learned.map_or((String::new(), String::new()), |l| (l.limit.to_string(), l.window_ms.to_string()))
-        };
-        let (requests_limit, requests_window) = limit(report.limits.requests);
-        let (tokens_limit, tokens_window) = limit(report.limits.tokens);
-        let mut invocation = scripts().report_window.prepare_invoke();
-        invocation
-            .key(&self.keys.script_keys()[..])
-            .arg(requests)
-            .arg(requests_reset)
-            .arg(tokens)
-            .arg(tokens_reset)
-            .arg(tokens_each)
-            .arg(id)
-            .arg(requests_limit)
-            .arg(requests_window)
-            .arg(tokens_limit)
-            .arg(tokens_window);
-        let reply: Vec<Value> = self.store.invoke(COMMAND, &invocation).await?;
+        let call = calls::report_window(&self.keys, id, report, tokens_each);
+        let reply: Vec<Value> = self.store.invoke(COMMAND, &call.invocation(&scripts().report_window)).await?;
         let r = Reply::new(COMMAND, &reply);
         r.expect_len(4)?;
         Ok(ProviderWindows {
@@ -431,93 +353,8 @@ impl SharedGate {
     /// (those of processes that asked within the last 1.5 s).
     pub async fn status_with_classes(&self) -> Result<(SharedStatus, Vec<(u32, u32)>), StoreError> {
         const COMMAND: &str = "status";
-        let mut invocation = scripts().status.prepare_invoke();
-        invocation.key(&self.keys.waiting_script_keys()[..]).arg(&self.config_args[..]);
-        let reply: Vec<Value> = self.store.invoke(COMMAND, &invocation).await?;
-        let r = Reply::new(COMMAND, &reply);
-        if reply.len() < 18 || !reply.len().is_multiple_of(2) {
-            return Err(StoreError::unexpected(COMMAND, format!("{} fields, expected 18 and pairs", reply.len())));
-        }
-        let learned = |at: usize| -> Result<Option<LearnedLimitStatus>, StoreError> {
-            if r.int(at)? < 0 {
-                return Ok(None);
-            }
-            let limit = LearnedLimit { limit: r.uint(at)?, window_ms: r.uint(at + 1)? };
-            Ok(Some(LearnedLimitStatus { limit, forgotten_in: Duration::from_millis(r.uint(at + 2)?) }))
-        };
-        let classes = (18..reply.len())
-            .step_by(2)
-            .map(|at| Ok((r.u32(at)?, r.u32(at + 1)?)))
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        let budget = |at: usize| -> Result<Option<(u64, u64)>, StoreError> {
-            if r.int(at)? < 0 { Ok(None) } else { Ok(Some((r.uint(at)?, r.uint(at + 1)?))) }
-        };
-        let status = SharedStatus {
-            state: r.state(0)?,
-            limit: r.u32(1)?,
-            wave: r.uint(2)?,
-            cooldown_remaining: Duration::from_millis(r.uint(3)?),
-            in_flight: r.u32(7)?,
-            budgets: BudgetStatus { requests: budget(8)?, tokens: budget(10)? },
-            learned: LearnedStatus { requests: learned(12)?, tokens: learned(15)? },
-        };
-        Ok((status, classes))
-    }
-}
-
-/// A script's array reply, read field by field with typed errors.
-struct Reply<'a> {
-    command: &'static str,
-    fields: &'a [Value],
-}
-
-impl<'a> Reply<'a> {
-    fn new(command: &'static str, fields: &'a [Value]) -> Self {
-        Self { command, fields }
-    }
-
-    fn expect_len(&self, len: usize) -> Result<(), StoreError> {
-        if self.fields.len() == len {
-            Ok(())
-        } else {
-            Err(StoreError::unexpected(self.command, format!("{} fields, expected {len}", self.fields.len())))
-        }
-    }
-
-    fn field(&self, index: usize) -> Result<&'a Value, StoreError> {
-        self.fields.get(index).ok_or_else(|| {
-            StoreError::unexpected(self.command, format!("missing field {index} of {}", self.fields.len()))
-        })
-    }
-
-    fn int(&self, index: usize) -> Result<i64, StoreError> {
-        match self.field(index)? {
-            Value::Int(n) => Ok(*n),
-            other => Err(StoreError::unexpected(self.command, format!("field {index} is {other:?}, not an integer"))),
-        }
-    }
-
-    fn uint(&self, index: usize) -> Result<u64, StoreError> {
-        let n = self.int(index)?;
-        u64::try_from(n).map_err(|_| StoreError::unexpected(self.command, format!("field {index} is negative: {n}")))
-    }
-
-    fn u32(&self, index: usize) -> Result<u32, StoreError> {
-        let n = self.int(index)?;
-        u32::try_from(n).map_err(|_| StoreError::unexpected(self.command, format!("field {index} out of range: {n}")))
-    }
-
-    fn string(&self, index: usize) -> Result<String, StoreError> {
-        match self.field(index)? {
-            Value::BulkString(bytes) => String::from_utf8(bytes.clone())
-                .map_err(|_| StoreError::unexpected(self.command, format!("field {index} is not UTF-8"))),
-            Value::SimpleString(s) => Ok(s.clone()),
-            other => Err(StoreError::unexpected(self.command, format!("field {index} is {other:?}, not a string"))),
-        }
-    }
-
-    fn state(&self, index: usize) -> Result<WaveState, StoreError> {
-        let name = self.string(index)?;
-        WaveState::parse(&name).ok_or_else(|| StoreError::unexpected(self.command, format!("unknown state {name:?}")))
+        let call = calls::status(&self.keys, &self.config_args);
+        let reply: Vec<Value> = self.store.invoke(COMMAND, &call.invocation(&scripts().status)).await?;
+        calls::read_status(&reply)
     }
 }

@@ -274,7 +274,7 @@ fn a_freed_permit_goes_to_the_class_below_its_share_whoever_asks_first() {
     let (_, classes) = runtime.block_on(alpha.status_with_classes()).expect("status");
     assert_eq!(classes, [(0, 1), (2, 48)]);
     // A batch permit ends: beta asks again at once, but the permit is interactive's.
-    runtime.block_on(beta.finish("batch|beta:1", 1, WaveSignal::Success, 0)).expect("finish");
+    runtime.block_on(beta.finish_text("batch|beta:1", 1, WaveSignal::Success, 0)).expect("finish");
     let (acquired, granted) =
         runtime.block_on(beta.acquire_among(&[ask("batch", "batch|beta:3", 48)], LEASE)).expect("acquire");
     assert!(
@@ -286,7 +286,7 @@ fn a_freed_permit_goes_to_the_class_below_its_share_whoever_asks_first() {
     assert!(matches!(acquired.admission, Admission::Granted { .. }), "{acquired:?}");
     assert_eq!(granted.as_deref(), Some("interactive|alpha:1"));
     // Interactive waits no more: the next free permit is batch's again.
-    runtime.block_on(beta.finish("batch|beta:2", 1, WaveSignal::Success, 0)).expect("finish");
+    runtime.block_on(beta.finish_text("batch|beta:2", 1, WaveSignal::Success, 0)).expect("finish");
     let (acquired, _) =
         runtime.block_on(beta.acquire_among(&[ask("batch", "batch|beta:3", 48)], LEASE)).expect("acquire");
     assert!(matches!(acquired.admission, Admission::Granted { .. }), "{acquired:?}");
@@ -309,7 +309,7 @@ fn one_ask_for_several_classes_gets_the_one_the_fleet_reaches_and_a_dead_waiter_
     let (acquired, _) =
         runtime.block_on(beta.acquire_among(&[ask("interactive", "interactive|beta:1", 1)], LEASE)).expect("ask");
     assert!(matches!(acquired.admission, Admission::Denied { .. }));
-    runtime.block_on(alpha.finish("interactive|alpha:2", 1, WaveSignal::Success, 0)).expect("finish");
+    runtime.block_on(alpha.finish_text("interactive|alpha:2", 1, WaveSignal::Success, 0)).expect("finish");
     // Interactive holds nothing, batch 1: the free permit is interactive's.
     let batch = [ask("batch", "batch|alpha:3", 4)];
     let (acquired, _) = runtime.block_on(alpha.acquire_among(&batch, LEASE)).expect("acquire");
@@ -369,7 +369,7 @@ fn interactive_takes_the_free_permit(renewed_ago: Duration, dead: [&str; 3]) -> 
     let (acquired, _) =
         runtime.block_on(beta.acquire_among(&[ask("batch", "batch|beta:1", 20)], LEASE)).expect("acquire");
     assert!(matches!(acquired.admission, Admission::Denied { reason: DenyReason::AtLimit, .. }), "{acquired:?}");
-    runtime.block_on(alpha.finish("interactive|alpha:1", 1, WaveSignal::Success, 0)).expect("finish");
+    runtime.block_on(alpha.finish_text("interactive|alpha:1", 1, WaveSignal::Success, 0)).expect("finish");
     let (acquired, _) = runtime
         .block_on(alpha.acquire_among(&[ask("interactive", "interactive|alpha:8", 20)], LEASE))
         .expect("acquire");

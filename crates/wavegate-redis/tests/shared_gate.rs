@@ -37,8 +37,8 @@ fn granted_wave(admission: Admission) -> u64 {
 async fn a_resent_acquire_is_the_same_permit() {
     let server = RedisServer::start().expect("redis-server");
     let gate = gate(&server, "resend", 2).await;
-    let first = gate.acquire("req-1", LEASE, 0).await.expect("acquire");
-    let again = gate.acquire("req-1", LEASE, 0).await.expect("acquire again");
+    let first = gate.acquire_text("req-1", LEASE, 0).await.expect("acquire");
+    let again = gate.acquire_text("req-1", LEASE, 0).await.expect("acquire again");
     assert_eq!(first.admission, again.admission);
     assert_eq!(again.in_flight, 1, "the resent acquire must not add a second permit");
     let mut con = server.connection().expect("connection");
@@ -50,16 +50,16 @@ async fn a_resent_acquire_is_the_same_permit() {
 async fn releasing_an_unknown_id_breaks_nothing() {
     let server = RedisServer::start().expect("redis-server");
     let gate = gate(&server, "unknown", 1).await;
-    let wave = granted_wave(gate.acquire("held", LEASE, 0).await.expect("acquire").admission);
-    let ghost = gate.finish("never-acquired", wave, WaveSignal::Neutral, 0).await.expect("finish ghost");
+    let wave = granted_wave(gate.acquire_text("held", LEASE, 0).await.expect("acquire").admission);
+    let ghost = gate.finish_text("never-acquired", wave, WaveSignal::Neutral, 0).await.expect("finish ghost");
     assert!(!ghost.held);
     assert_eq!(ghost.status.in_flight, 1, "the held permit is still held");
-    let done = gate.finish("held", wave, WaveSignal::Success, 0).await.expect("finish");
+    let done = gate.finish_text("held", wave, WaveSignal::Success, 0).await.expect("finish");
     assert!(done.held);
-    let twice = gate.finish("held", wave, WaveSignal::Success, 0).await.expect("finish twice");
+    let twice = gate.finish_text("held", wave, WaveSignal::Success, 0).await.expect("finish twice");
     assert!(!twice.held);
     assert_eq!(twice.status.in_flight, 0);
-    assert!(matches!(gate.acquire("next", LEASE, 0).await.expect("acquire").admission, Admission::Granted { .. }));
+    assert!(matches!(gate.acquire_text("next", LEASE, 0).await.expect("acquire").admission, Admission::Granted { .. }));
 }
 
 #[tokio::test]
@@ -68,7 +68,7 @@ async fn fifty_simultaneous_429s_of_one_wave_cut_once() {
     let gate = seed_gate(&server, "burst", 50).await;
     let mut waves = Vec::new();
     for i in 0..50 {
-        waves.push(granted_wave(gate.acquire(&format!("p{i}"), LEASE, 0).await.expect("acquire").admission));
+        waves.push(granted_wave(gate.acquire_text(&format!("p{i}"), LEASE, 0).await.expect("acquire").admission));
     }
     let reports = futures_join_all(&gate, &waves).await;
     let cuts =
@@ -79,7 +79,7 @@ async fn fifty_simultaneous_429s_of_one_wave_cut_once() {
     let status = gate.status().await.expect("status");
     assert_eq!((status.state, status.limit, status.wave, status.in_flight), (WaveState::Cooldown, 25, 2, 0));
     // Nothing is issued during the cooldown.
-    match gate.acquire("during", LEASE, 0).await.expect("acquire").admission {
+    match gate.acquire_text("during", LEASE, 0).await.expect("acquire").admission {
         Admission::Denied { reason: DenyReason::Cooldown, retry_after_ms } => {
             assert!(retry_after_ms > 4_000 && retry_after_ms <= 5_000, "{retry_after_ms}");
         }
@@ -93,7 +93,9 @@ async fn futures_join_all(gate: &SharedGate, waves: &[u64]) -> Vec<wavegate_redi
     for (i, wave) in waves.iter().copied().enumerate() {
         let gate = gate.clone();
         tasks.spawn(async move {
-            gate.finish(&format!("p{i}"), wave, WaveSignal::RateLimited { retry_after: None }, 0).await.expect("finish")
+            gate.finish_text(&format!("p{i}"), wave, WaveSignal::RateLimited { retry_after: None }, 0)
+                .await
+                .expect("finish")
         });
     }
     tasks.join_all().await
@@ -104,15 +106,15 @@ async fn leases_end_and_renewals_extend_them() {
     let server = RedisServer::start().expect("redis-server");
     let gate = gate(&server, "lease", 3).await;
     let short = Duration::from_millis(300);
-    gate.acquire("kept", short, 0).await.expect("acquire");
-    gate.acquire("dropped", short, 0).await.expect("acquire");
-    gate.acquire("lost", short, 0).await.expect("acquire");
+    gate.acquire_text("kept", short, 0).await.expect("acquire");
+    gate.acquire_text("dropped", short, 0).await.expect("acquire");
+    gate.acquire_text("lost", short, 0).await.expect("acquire");
     let mut con = server.connection().expect("connection");
     // The store loses one registration (a failover to a lagging replica, an eviction, ...).
     let _: () = redis::cmd("ZREM").arg(&gate.keys().permits).arg("lost").query(&mut con).expect("ZREM");
     tokio::time::sleep(Duration::from_millis(200)).await;
     let ids = ["kept".to_string(), "lost".to_string()];
-    let again = gate.renew(&ids, Duration::from_millis(600)).await.expect("renew");
+    let again = gate.renew_text(&ids, Duration::from_millis(600)).await.expect("renew");
     assert_eq!(again, vec!["lost".to_string()], "the lost permit's call is still running: it is registered again");
     tokio::time::sleep(Duration::from_millis(200)).await;
     let status = gate.status().await.expect("status");
@@ -120,7 +122,7 @@ async fn leases_end_and_renewals_extend_them() {
     let mut waves: Vec<String> = redis::cmd("HKEYS").arg(&gate.keys().permit_waves).query(&mut con).expect("HKEYS");
     waves.sort();
     assert_eq!(waves, vec!["kept".to_string(), "lost".to_string()], "expired permits leave no wave tag behind");
-    assert!(gate.renew(&[], short).await.expect("empty renew").is_empty());
+    assert!(gate.renew_text(&[], short).await.expect("empty renew").is_empty());
 }
 
 #[tokio::test]
@@ -131,12 +133,12 @@ async fn a_release_wakes_the_process_that_waited_longest() {
     let second = gate(&server, "pubsub", 1).await.for_instance("second-waiter");
     let mut pubsub = server.client().get_async_pubsub().await.expect("pubsub");
     pubsub.subscribe(&holder.keys().released).await.expect("subscribe");
-    let wave = granted_wave(holder.acquire("a", LEASE, 0).await.expect("acquire").admission);
-    assert!(matches!(first.acquire("f", LEASE, 0).await.expect("acquire").admission, Admission::Denied { .. }));
+    let wave = granted_wave(holder.acquire_text("a", LEASE, 0).await.expect("acquire").admission);
+    assert!(matches!(first.acquire_text("f", LEASE, 0).await.expect("acquire").admission, Admission::Denied { .. }));
     tokio::time::sleep(Duration::from_millis(5)).await;
-    assert!(matches!(second.acquire("s", LEASE, 0).await.expect("acquire").admission, Admission::Denied { .. }));
-    holder.finish("ghost", wave, WaveSignal::Neutral, 0).await.expect("finish ghost");
-    holder.finish("a", wave, WaveSignal::Success, 0).await.expect("finish");
+    assert!(matches!(second.acquire_text("s", LEASE, 0).await.expect("acquire").admission, Admission::Denied { .. }));
+    holder.finish_text("ghost", wave, WaveSignal::Neutral, 0).await.expect("finish ghost");
+    holder.finish_text("a", wave, WaveSignal::Success, 0).await.expect("finish");
     let mut messages = pubsub.on_message();
     let message = tokio::time::timeout(Duration::from_secs(2), messages.next())
         .await
@@ -145,8 +147,8 @@ async fn a_release_wakes_the_process_that_waited_longest() {
     let payload: String = message.get_payload().expect("payload");
     assert_eq!(payload, "first-waiter", "the process that waited longest is woken, and only on a real release");
     // It takes the slot and leaves the list; the next release wakes the second one.
-    let wave = granted_wave(first.acquire("f", LEASE, 0).await.expect("acquire").admission);
-    first.finish("f", wave, WaveSignal::Success, 0).await.expect("finish");
+    let wave = granted_wave(first.acquire_text("f", LEASE, 0).await.expect("acquire").admission);
+    first.finish_text("f", wave, WaveSignal::Success, 0).await.expect("finish");
     let message = tokio::time::timeout(Duration::from_secs(2), messages.next()).await.expect("message").expect("open");
     assert_eq!(message.get_payload::<String>().expect("payload"), "second-waiter");
 }
@@ -155,9 +157,9 @@ async fn a_release_wakes_the_process_that_waited_longest() {
 async fn a_script_flush_is_not_an_outage() {
     let server = RedisServer::start().expect("redis-server");
     let gate = gate(&server, "flush", 3).await;
-    gate.acquire("a", LEASE, 0).await.expect("acquire");
+    gate.acquire_text("a", LEASE, 0).await.expect("acquire");
     server.flush_scripts().expect("SCRIPT FLUSH");
-    let acquired = gate.acquire("b", LEASE, 0).await.expect("acquire after a flush reloads the script");
+    let acquired = gate.acquire_text("b", LEASE, 0).await.expect("acquire after a flush reloads the script");
     assert_eq!(acquired.in_flight, 2);
 }
 
@@ -230,30 +232,30 @@ async fn scripts_check_their_arguments() {
 async fn outages_are_reported_fast_and_recovered_from() {
     let mut server = RedisServer::start().expect("redis-server");
     let gate = gate(&server, "outage", 3).await;
-    gate.acquire("a", LEASE, 0).await.expect("acquire");
+    gate.acquire_text("a", LEASE, 0).await.expect("acquire");
 
     // A hang: the command timeout (250 ms) bounds the call.
     server.pause().expect("SIGSTOP");
     let started = Instant::now();
-    let err = gate.acquire("b", LEASE, 0).await.expect_err("a paused server cannot answer");
+    let err = gate.acquire_text("b", LEASE, 0).await.expect_err("a paused server cannot answer");
     let took = started.elapsed();
     assert!(err.is_outage() && err.is_timeout(), "{err:?}");
     assert!(took < Duration::from_millis(600), "took {took:?}");
     server.resume().expect("SIGCONT");
-    gate.acquire("b", LEASE, 0).await.expect("works again after SIGCONT");
+    gate.acquire_text("b", LEASE, 0).await.expect("works again after SIGCONT");
 
     // A death: refused connections are outages too, and quick.
     server.kill().expect("kill -9");
     for _ in 0..3 {
         let started = Instant::now();
-        let err = gate.acquire("c", LEASE, 0).await.expect_err("a dead server cannot answer");
+        let err = gate.acquire_text("c", LEASE, 0).await.expect_err("a dead server cannot answer");
         assert!(err.is_outage(), "{err:?}");
         assert!(started.elapsed() < Duration::from_millis(800), "took {:?}", started.elapsed());
     }
     server.restart().expect("restart");
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        match gate.acquire("c", LEASE, 0).await {
+        match gate.acquire_text("c", LEASE, 0).await {
             Ok(acquired) => {
                 assert_eq!(acquired.in_flight, 1, "a restarted server has no data");
                 break;
@@ -271,8 +273,8 @@ async fn outages_are_reported_fast_and_recovered_from() {
 async fn reconcile_adopts_what_is_in_flight_and_drops_what_finished() {
     let server = RedisServer::start().expect("redis-server");
     let gate = gate(&server, "reconcile", 2).await;
-    gate.acquire("finished-during-outage", LEASE, 0).await.expect("acquire");
-    gate.acquire("still-running", LEASE, 0).await.expect("acquire");
+    gate.acquire_text("finished-during-outage", LEASE, 0).await.expect("acquire");
+    gate.acquire_text("still-running", LEASE, 0).await.expect("acquire");
     let adopt = vec!["still-running".to_string(), "granted-during-outage".to_string()];
     let reconciled =
         gate.reconcile(&adopt, &["finished-during-outage".to_string()], LEASE, (0, 0)).await.expect("reconcile");
@@ -283,8 +285,9 @@ async fn reconcile_adopts_what_is_in_flight_and_drops_what_finished() {
     members.sort();
     assert_eq!(members, vec!["granted-during-outage".to_string(), "still-running".to_string()]);
     // Adopted permits are ordinary permits afterwards: over the limit now, so nothing new is granted.
-    assert!(matches!(gate.acquire("new", LEASE, 0).await.expect("acquire").admission, Admission::Denied { .. }));
-    let done = gate.finish("granted-during-outage", reconciled.wave, WaveSignal::Success, 0).await.expect("finish");
+    assert!(matches!(gate.acquire_text("new", LEASE, 0).await.expect("acquire").admission, Admission::Denied { .. }));
+    let done =
+        gate.finish_text("granted-during-outage", reconciled.wave, WaveSignal::Success, 0).await.expect("finish");
     assert!(done.held);
 }
 
@@ -303,11 +306,11 @@ async fn heartbeats_count_live_instances() {
 async fn a_raised_configured_limit_takes_effect() {
     let server = RedisServer::start().expect("redis-server");
     let small = gate(&server, "grown", 2).await;
-    small.acquire("a", LEASE, 0).await.expect("acquire");
-    small.finish("a", 1, WaveSignal::Success, 0).await.expect("finish");
+    small.acquire_text("a", LEASE, 0).await.expect("acquire");
+    small.finish_text("a", 1, WaveSignal::Success, 0).await.expect("finish");
     let large = gate(&server, "grown", 20).await;
     for i in 0..20 {
-        let acquired = large.acquire(&format!("p{i}"), LEASE, 0).await.expect("acquire");
+        let acquired = large.acquire_text(&format!("p{i}"), LEASE, 0).await.expect("acquire");
         assert!(matches!(acquired.admission, Admission::Granted { limit: 20, .. }), "{i}: {acquired:?}");
     }
 }
@@ -316,12 +319,12 @@ async fn a_raised_configured_limit_takes_effect() {
 async fn permits_adopted_during_a_cooldown_cannot_cut_the_same_burst_again() {
     let server = RedisServer::start().expect("redis-server");
     let gate = seed_gate(&server, "adopted", 10).await;
-    let wave = granted_wave(gate.acquire("a", LEASE, 0).await.expect("acquire").admission);
-    gate.finish("a", wave, WaveSignal::RateLimited { retry_after: None }, 0).await.expect("429");
+    let wave = granted_wave(gate.acquire_text("a", LEASE, 0).await.expect("acquire").admission);
+    gate.finish_text("a", wave, WaveSignal::RateLimited { retry_after: None }, 0).await.expect("429");
     let reconciled = gate.reconcile(&["x".to_string()], &[], LEASE, (0, 0)).await.expect("reconcile");
     assert_eq!((reconciled.state, reconciled.wave, reconciled.adopted_wave), (WaveState::Cooldown, 2, 1));
     let late = gate
-        .finish("x", reconciled.adopted_wave, WaveSignal::RateLimited { retry_after: None }, 0)
+        .finish_text("x", reconciled.adopted_wave, WaveSignal::RateLimited { retry_after: None }, 0)
         .await
         .expect("a late 429 of the adopted call");
     assert!(matches!(late.rate_limit, Some(wavegate_core::RateLimitEffect::Late { .. })), "{late:?}");

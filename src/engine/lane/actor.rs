@@ -4,7 +4,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::{Actor, AsyncContext, Context, Handler, MessageResult, Recipient, SpawnHandle};
+use actix::{Actor, AsyncContext, Context, Handler, MessageResult, Recipient, SpawnHandle, WeakRecipient};
 use wavegate_core::{CircuitBreaker, Instance, PermitId, RetryBudget, UpstreamConfig, WaveState};
 
 use super::book::OutageBook;
@@ -102,6 +102,8 @@ pub(crate) struct Lane {
     pub(super) releases_in_flight: usize,
     pub(super) drains: Vec<DrainReply>,
     pub(super) coordinator: Recipient<StoreTrouble>,
+    /// This lane, to be woken by the in-process gate's releases.
+    pub(super) me: WeakRecipient<Wake>,
 }
 
 /// What a lane starts with.
@@ -117,10 +119,13 @@ pub(crate) struct LaneSetup {
 }
 
 impl Lane {
-    pub(crate) fn new(setup: LaneSetup) -> Self {
+    /// The lane `setup` describes; `me` is its own address (from its context).
+    pub(crate) fn new(setup: LaneSetup, me: WeakRecipient<Wake>) -> Self {
         let LaneSetup { upstream, config, instance, shared, store, quota, coordinator } = setup;
         let shared = shared.map(Arc::new);
-        let local = Arc::new(ProcessGate::new(&config));
+        let local = ProcessGate::new(&config);
+        local.join(instance.clone(), me.clone());
+        let local = Arc::new(local);
         let (gate, mode) = match &shared {
             Some(shared) => (Gate::Shared(shared.clone()), Mode::Shared),
             None => (Gate::Local(local.clone()), Mode::Local),
@@ -160,6 +165,7 @@ impl Lane {
             releases_in_flight: 0,
             drains: Vec::new(),
             coordinator,
+            me,
         }
     }
 
@@ -176,6 +182,10 @@ impl Lane {
 
 impl Actor for Lane {
     type Context = Context<Self>;
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        self.local.leave(&self.instance);
+    }
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         let name = self.config.name().as_str();

@@ -121,23 +121,17 @@ impl Lane {
 
     /// The tokens burst in force for `class`, and the budget it comes from: the upstream's
     /// (configured, in fallback this process's share of it, tightened by a tokens limit the
-    /// provider announced), or a capped class's share of the configured one when smaller.
+    /// provider announced), or a capped class's own share when smaller (the gate's rule).
     fn tokens_burst(&self, class: usize) -> Option<(u64, &'static str)> {
+        let now_ms = self.clock.now_ms();
         let label = match self.mode {
             Mode::Fallback | Mode::Rejected => crate::error::FALLBACK_SHARE,
             Mode::Local | Mode::Shared => "tokens_per_minute",
         };
-        let burst = self.local.tokens_burst(self.clock.now_ms())?;
-        let percent = self.config.classes().get(class).map_or(100, |c| c.budget_percent_value());
-        let class_cap = self
-            .local
-            .configured()
-            .tokens
-            .filter(|_| percent < 100)
-            .map(|budget| (u64::from(budget.burst()) * u64::from(percent) / 100).max(1));
-        match class_cap {
-            Some(cap) if cap < burst => Some((cap, "the class's share of tokens_per_minute")),
-            _ => Some((burst, label)),
+        let upstream = self.local.tokens_burst(None, now_ms)?;
+        match self.local.tokens_burst(Some(class), now_ms) {
+            Some(own) if own < upstream => Some((own, "the class's share of tokens_per_minute")),
+            _ => Some((upstream, label)),
         }
     }
 

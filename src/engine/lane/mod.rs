@@ -16,7 +16,7 @@
 mod actor;
 mod admission;
 mod book;
-mod messages;
+pub(crate) mod messages;
 mod outage;
 mod pump;
 mod release;

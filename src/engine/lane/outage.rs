@@ -18,14 +18,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::{ActorFutureExt, Context, Handler, Message, ResponseActFuture, WrapFuture};
-use wavegate_core::{Clock, PermitId, WaveSignal, WaveState};
+use wavegate_core::{Clock, FallbackStart, LastShared, PermitId, WaveSignal, WaveState, duration_ms};
 
 use super::actor::Lane;
 use super::book::OutageBook;
 use super::release::Release;
 use crate::engine::clock::Instant;
 use crate::engine::gate::Gate;
-use crate::engine::process_gate::{FallbackStart, ProcessGate};
+use crate::engine::process_gate::ProcessGate;
 use crate::engine::store::{self, StoreError};
 use crate::metrics;
 use crate::status::Mode;
@@ -157,21 +157,26 @@ impl Lane {
         let now = Instant::now();
         let now_ms = self.clock.now_ms();
         let (_, _, learned) = self.local.budgets(now_ms);
+        let cooldown_left = self.last_shared.cooldown_until.filter(|until| *until > now).map(|until| until - now);
         let start = FallbackStart {
             live,
-            cooldown_remaining: self.last_shared.cooldown_until.filter(|until| *until > now).map(|until| until - now),
-            state: self.last_shared.state,
-            wave: self.last_shared.wave,
-            learned,
+            last_shared: LastShared {
+                state: self.last_shared.state,
+                wave: self.last_shared.wave,
+                cooldown_left_ms: cooldown_left.map(duration_ms),
+            },
             recent_grants: self.recent_grants.iter().copied().collect(),
+            learned,
+            held: self.held.iter().map(|(id, held)| (id.clone(), held.wave)).collect(),
         };
-        let mut held: Vec<(PermitId, u64)> = self.held.iter().map(|(id, held)| (id.clone(), held.wave)).collect();
-        let (gate, share, entry_wave) = ProcessGate::fallback(&self.config, &start, &mut held, now_ms);
+        let (gate, share, held) = ProcessGate::fallback(&self.config, start, now_ms);
         for (id, wave) in held {
             if let Some(held) = self.held.get_mut(&id) {
                 held.wave = wave;
             }
         }
+        let entry_wave = gate.wave().wave;
+        gate.join(self.instance.clone(), self.me.clone());
         let gate = Arc::new(gate);
         // 429s whose report failed before the switch still cool this process down, once per
         // shared wave (a 429 of an older shared wave is late and cuts nothing).
@@ -180,7 +185,8 @@ impl Lane {
         for (wave, retry_after) in unreported {
             if wave >= self.last_shared.wave {
                 let carrier = PermitId::new(None, &self.instance, 0, None);
-                let released = gate.release(&carrier, entry_wave, WaveSignal::RateLimited { retry_after }, 0, now_ms);
+                let signal = WaveSignal::RateLimited { retry_after };
+                let released = gate.release(&self.instance, &carrier, entry_wave, signal, 0, now_ms);
                 if matches!(released.rate_limit, Some(wavegate_core::RateLimitEffect::Cut { .. })) {
                     rate_limited = Some(retry_after);
                 }
@@ -200,7 +206,7 @@ impl Lane {
         self.pumping = false;
         self.wake_pending = false;
         self.blocked_until = None;
-        tracing::warn!(upstream = %self.name(), fallback_limit = share, held = self.held.len(), "fallback share");
+        tracing::warn!(upstream = %self.name(), fallback_limit = share.get(), held = self.held.len(), "fallback share");
     }
 
     /// A 429 whose report to the store failed: it cools this process's fallback down once it
@@ -211,7 +217,8 @@ impl Lane {
             let now_ms = self.clock.now_ms();
             if release.wave >= self.last_shared.wave {
                 let signal = WaveSignal::RateLimited { retry_after };
-                let released = self.local.release(&release.id, self.outage.entry_wave, signal, 0, now_ms);
+                let entry_wave = self.outage.entry_wave;
+                let released = self.local.release(&self.instance, &release.id, entry_wave, signal, 0, now_ms);
                 if matches!(released.rate_limit, Some(wavegate_core::RateLimitEffect::Cut { .. })) {
                     self.outage.rate_limited = Some(retry_after);
                 }
@@ -265,7 +272,9 @@ impl Lane {
         let share = self.local.base_limit() as usize;
         self.rejoin_cap = Some((Instant::now() + REJOIN_GRACE, share));
         let (_, _, learned) = self.local.budgets(self.clock.now_ms());
-        self.local = Arc::new(ProcessGate::after_fallback(&self.config, learned));
+        let local = ProcessGate::after_fallback(&self.config, learned);
+        local.join(self.instance.clone(), self.me.clone());
+        self.local = Arc::new(local);
         self.gate = Gate::Shared(shared);
         self.pumping = false;
         self.blocked_until = None;

@@ -73,7 +73,7 @@ impl Lane {
             };
             let asked: Vec<(PermitId, u64)> = asks.iter().map(|a| (a.id.clone(), a.tokens)).collect();
             let lease = self.config.permit_ttl();
-            let Some(answer) = self.gate.acquire(asks, lease, classes, self.clock.now_ms()) else { return };
+            let Some(answer) = self.gate.acquire(&self.instance, asks, lease, self.clock.now_ms()) else { return };
             if let Some(timer) = self.retry_timer.take() {
                 ctx.cancel_future(timer);
             }

@@ -81,7 +81,7 @@ impl Lane {
     /// One attempt at a release with the gate in charge.
     pub(super) fn release(&mut self, release: Release, attempt: u32, ctx: &mut Context<Self>) {
         let Release { id, wave, signal, token_delta, .. } = &release;
-        let answer = self.gate.release(id.clone(), *wave, *signal, *token_delta, self.clock.now_ms());
+        let answer = self.gate.release(&self.instance, id.clone(), *wave, *signal, *token_delta, self.clock.now_ms());
         match answer {
             Answer::Now(result) => self.on_released(result, release, attempt, self.epoch, ctx),
             Answer::Later(call) => {

@@ -87,7 +87,7 @@ impl Lane {
         let snapshot = self.local.snapshot(now_ms);
         let (_, budgets, learned) = self.local.budgets(now_ms);
         let mode = self.reported_mode();
-        UpstreamStatus {
+        let mut status = UpstreamStatus {
             upstream: self.config.name().to_string(),
             mode,
             state: snapshot.state,
@@ -103,7 +103,16 @@ impl Lane {
             quota_exhausted_for: self.quota.remaining(),
             schedulers_in_process: 0,
             classes: self.class_statuses(),
+        };
+        if mode == Mode::Local {
+            // The in-process gate is the whole fleet's: every scheduler of this process that
+            // shares it.
+            for (class, (in_flight, waiting)) in status.classes.iter_mut().zip(self.local.classes(now_ms)) {
+                class.in_flight_fleet = Some(in_flight);
+                class.waiting_fleet = Some(waiting);
+            }
         }
+        status
     }
 
     /// This process's callers waiting and permits held in each priority class.

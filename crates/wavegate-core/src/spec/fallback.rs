@@ -1,0 +1,329 @@
+//! The fallback's table: the gate [`LocalGate::fallback`] starts with, one rule a case.
+
+use crate::config::{UpstreamConfig, UpstreamConfigBuilder};
+use crate::gate::{FallbackStart, LastShared, LocalGate};
+use crate::gcra::{Budgets, RateBudget};
+use crate::learned_limit::{LearnedBudgets, LearnedLimit, LearnedLimits};
+use crate::wave::WaveState;
+
+/// One case of [`LocalGate::fallback`]: the upstream, what the process knew at the switch,
+/// what the gate must be.
+#[derive(Debug, Clone)]
+pub struct FallbackCase {
+    /// The rule the case pins down.
+    pub name: &'static str,
+    /// The upstream's configuration.
+    pub config: UpstreamConfig,
+    /// What the process knew (held permits by name, with their shared waves).
+    pub start: FallbackStart<&'static str>,
+    /// When the switch happens (the gate's clock, ms).
+    pub now_ms: u64,
+    /// What the gate must be.
+    pub expect: FallbackExpect,
+}
+
+/// What a [`FallbackCase`] expects of the gate, read at the switch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FallbackExpect {
+    /// Its limit: the share.
+    pub share: u32,
+    /// How many processes the budgets are divided among.
+    pub processes: u32,
+    /// The state it starts in.
+    pub state: WaveState,
+    /// The current limit.
+    pub limit: u32,
+    /// The threshold (the limit a cut left).
+    pub threshold: u32,
+    /// The rest of a cooldown (0 outside COOLDOWN).
+    pub cooldown_left_ms: u64,
+    /// The budgets in force: configured and learned, shared.
+    pub budgets: Budgets,
+    /// Requests and tokens available now, when there are such budgets.
+    pub available: (Option<u64>, Option<u64>),
+    /// Per class, the largest estimate its asks can reserve.
+    pub class_bursts: Vec<Option<u64>>,
+    /// The held permits with their waves in the gate's numbering, by name.
+    pub held: Vec<(&'static str, u64)>,
+}
+
+impl FallbackCase {
+    /// Runs [`LocalGate::fallback`] on the case: the differences from the expectation, if any.
+    pub fn check(&self) -> Result<(), String> {
+        let fallback = LocalGate::fallback(&self.config, self.start.clone(), self.now_ms);
+        let mut gate = fallback.gate;
+        let now = self.now_ms;
+        let (s, in_flight) = gate.status(now);
+        let available = gate.budget_status(now);
+        let mut held = fallback.held;
+        held.sort();
+        let got = FallbackExpect {
+            share: fallback.share.get(),
+            processes: fallback.processes,
+            state: s.state,
+            limit: s.limit,
+            threshold: s.threshold,
+            cooldown_left_ms: if s.state == WaveState::Cooldown { s.cooldown_until_ms.saturating_sub(now) } else { 0 },
+            budgets: gate.budgets(now),
+            available: (available.requests.map(|r| r.0), available.tokens.map(|t| t.0)),
+            class_bursts: (0..gate.classes().len()).map(|c| gate.tokens_burst_for(c, now)).collect(),
+            held,
+        };
+        let mut expect = self.expect.clone();
+        expect.held.sort();
+        if got != expect {
+            return Err(format!("case `{}`:\nexpected {expect:?}\n     got {got:?}", self.name));
+        }
+        if in_flight != self.start.held.len() {
+            return Err(format!(
+                "case `{}`: {in_flight} permits in flight, not the {} held",
+                self.name,
+                self.start.held.len()
+            ));
+        }
+        Ok(())
+    }
+}
+
+const NOW: u64 = 1_000_000;
+
+fn upstream(builder: UpstreamConfigBuilder) -> UpstreamConfig {
+    builder.build().expect("the table's configurations are valid")
+}
+
+fn budget(per_minute: u32, burst: u32) -> Option<RateBudget> {
+    RateBudget::new(per_minute, burst)
+}
+
+/// A case of limit 10 and `live` processes, nothing else known: NORMAL at the share.
+fn case(name: &'static str, live: Option<u32>, share: u32, processes: u32) -> FallbackCase {
+    FallbackCase {
+        name,
+        config: upstream(UpstreamConfig::builder("llm").limit(10)),
+        start: FallbackStart { live, ..FallbackStart::default() },
+        now_ms: NOW,
+        expect: FallbackExpect {
+            share,
+            processes,
+            state: WaveState::Normal,
+            limit: share,
+            threshold: share,
+            cooldown_left_ms: 0,
+            budgets: Budgets::default(),
+            available: (None, None),
+            class_bursts: Vec::new(),
+            held: Vec::new(),
+        },
+    }
+}
+
+/// The table of [`LocalGate::fallback`]'s rules.
+pub fn fallback_cases() -> Vec<FallbackCase> {
+    let last = |state: Option<(WaveState, u32)>, wave: u64, cooldown_left_ms: Option<u64>| LastShared {
+        state,
+        wave,
+        cooldown_left_ms,
+    };
+    let mut learned = LearnedBudgets::default();
+    // 100 requests a minute announced a second ago: kept three windows.
+    learned.report(
+        LearnedLimits { requests: Some(LearnedLimit { limit: 100, window_ms: 60_000 }), tokens: None },
+        NOW - 1_000,
+    );
+    let budgets =
+        UpstreamConfig::builder("llm").limit(10).requests_per_minute(600, 20).tokens_per_minute(60_000, 10_000);
+    vec![
+        case("the share of the limit: limit ÷ live processes, rounded down", Some(3), 3, 3),
+        case("the share of the limit: at least 1", Some(40), 1, 40),
+        case("no heartbeat yet: as many processes as the limit, one permit each", None, 1, 10),
+        FallbackCase {
+            config: upstream(UpstreamConfig::builder("llm").limit(10).fallback_limit(4)),
+            ..case(
+                "no heartbeat yet, a configured fallback limit: that limit, the budgets divided by the limit",
+                None,
+                4,
+                10,
+            )
+        },
+        FallbackCase {
+            config: upstream(UpstreamConfig::builder("llm").limit(10).fallback_limit(4)),
+            ..case("a configured fallback limit holds with live processes known too", Some(2), 4, 2)
+        },
+        FallbackCase {
+            config: upstream(budgets.clone()),
+            expect: FallbackExpect {
+                budgets: Budgets { requests: budget(150, 5), tokens: budget(15_000, 2_500) },
+                available: (Some(5), Some(2_500)),
+                ..case("", Some(4), 2, 4).expect
+            },
+            ..case("the budgets' share: rate and burst each divided by the live processes", Some(4), 2, 4)
+        },
+        FallbackCase {
+            start: FallbackStart { live: Some(4), learned, ..FallbackStart::default() },
+            expect: FallbackExpect {
+                // 100 a minute learned, a quarter of it: 25 a minute, bursts of 25.
+                budgets: Budgets { requests: budget(25, 25), tokens: None },
+                available: (Some(25), None),
+                ..case("", Some(4), 2, 4).expect
+            },
+            ..case("the learned limits' share: divided as the configured budgets are", Some(4), 2, 4)
+        },
+        FallbackCase {
+            config: upstream(budgets.clone()),
+            start: FallbackStart {
+                live: Some(4),
+                recent_grants: vec![(NOW - 100, 1_000), (NOW - 50, 500), (NOW - 10, 0)],
+                ..FallbackStart::default()
+            },
+            expect: FallbackExpect {
+                budgets: Budgets { requests: budget(150, 5), tokens: budget(15_000, 2_500) },
+                // Charged as they happened: 3 requests (100 ms at 2.5 a second gave none
+                // back) and 1,500 tokens (100 ms at 250 a second gave 25 back).
+                available: (Some(2), Some(1_025)),
+                ..case("", Some(4), 2, 4).expect
+            },
+            ..case(
+                "recent grants are charged to the share as they happened: a switch hands out no fresh burst",
+                Some(4),
+                2,
+                4,
+            )
+        },
+        FallbackCase {
+            config: upstream(budgets.clone()),
+            start: FallbackStart {
+                live: Some(4),
+                recent_grants: vec![(NOW - 61_000, 2_500), (NOW - 60_500, 0)],
+                ..FallbackStart::default()
+            },
+            expect: FallbackExpect {
+                budgets: Budgets { requests: budget(150, 5), tokens: budget(15_000, 2_500) },
+                available: (Some(5), Some(2_500)),
+                ..case("", Some(4), 2, 4).expect
+            },
+            ..case("grants of more than a minute ago have come back", Some(4), 2, 4)
+        },
+        FallbackCase {
+            start: FallbackStart {
+                live: Some(2),
+                last_shared: last(Some((WaveState::Cooldown, 5)), 3, Some(3_000)),
+                ..FallbackStart::default()
+            },
+            expect: FallbackExpect {
+                state: WaveState::Cooldown,
+                limit: 2,
+                threshold: 2,
+                cooldown_left_ms: 3_000,
+                ..case("", Some(2), 5, 2).expect
+            },
+            ..case("a shared cooldown in force goes on, at half the share, for the rest of it", Some(2), 5, 2)
+        },
+        FallbackCase {
+            start: FallbackStart {
+                live: Some(10),
+                last_shared: last(Some((WaveState::Cooldown, 5)), 3, Some(3_000)),
+                ..FallbackStart::default()
+            },
+            expect: FallbackExpect {
+                state: WaveState::Cooldown,
+                limit: 1,
+                threshold: 1,
+                cooldown_left_ms: 3_000,
+                ..case("", Some(10), 1, 10).expect
+            },
+            ..case("a shared cooldown at a share of 1: limit 1", Some(10), 1, 10)
+        },
+        FallbackCase {
+            start: FallbackStart {
+                live: Some(2),
+                last_shared: last(Some((WaveState::Cooldown, 5)), 3, Some(0)),
+                ..FallbackStart::default()
+            },
+            ..case("a cooldown that has ended is not carried (and its state says nothing more)", Some(2), 5, 2)
+        },
+        FallbackCase {
+            start: FallbackStart {
+                live: Some(2),
+                last_shared: last(Some((WaveState::Degraded, 4)), 3, None),
+                ..FallbackStart::default()
+            },
+            expect: FallbackExpect {
+                state: WaveState::Degraded,
+                limit: 2,
+                threshold: 5,
+                ..case("", Some(2), 5, 2).expect
+            },
+            ..case("a recovery in progress goes on at the share of its limit (4 of 10, share 5: 2)", Some(2), 5, 2)
+        },
+        FallbackCase {
+            start: FallbackStart {
+                live: Some(2),
+                last_shared: last(Some((WaveState::Probe, 1)), 3, None),
+                ..FallbackStart::default()
+            },
+            expect: FallbackExpect {
+                state: WaveState::Probe,
+                limit: 1,
+                threshold: 5,
+                ..case("", Some(2), 5, 2).expect
+            },
+            ..case("PROBE goes on at limit 1", Some(2), 5, 2)
+        },
+        FallbackCase {
+            start: FallbackStart {
+                live: Some(2),
+                last_shared: last(Some((WaveState::Normal, 10)), 3, None),
+                ..FallbackStart::default()
+            },
+            ..case("NORMAL is NORMAL at the share", Some(2), 5, 2)
+        },
+        FallbackCase {
+            start: FallbackStart {
+                live: Some(2),
+                last_shared: last(Some((WaveState::Normal, 10)), 7, None),
+                held: vec![("current", 7), ("older", 6)],
+                ..FallbackStart::default()
+            },
+            expect: FallbackExpect { held: vec![("current", 1), ("older", 0)], ..case("", Some(2), 5, 2).expect },
+            ..case(
+                "held permits are adopted in NORMAL's wave; one of an older shared wave stays older (its 429 is late)",
+                Some(2),
+                5,
+                2,
+            )
+        },
+        FallbackCase {
+            start: FallbackStart {
+                live: Some(2),
+                last_shared: last(Some((WaveState::Cooldown, 5)), 7, Some(2_000)),
+                held: vec![("current", 7), ("older", 6)],
+                ..FallbackStart::default()
+            },
+            expect: FallbackExpect {
+                state: WaveState::Cooldown,
+                limit: 2,
+                threshold: 2,
+                cooldown_left_ms: 2_000,
+                held: vec![("current", 0), ("older", 0)],
+                ..case("", Some(2), 5, 2).expect
+            },
+            ..case(
+                "held permits in a carried cooldown report against the wave before: a 429 of theirs cuts nothing again",
+                Some(2),
+                5,
+                2,
+            )
+        },
+        FallbackCase {
+            config: upstream(budgets.clone().class("interactive", 3).class("batch", 1).class_budget("batch", 50)),
+            expect: FallbackExpect {
+                budgets: Budgets { requests: budget(150, 5), tokens: budget(15_000, 2_500) },
+                available: (Some(5), Some(2_500)),
+                // The class's share of the process's share: half of 2,500.
+                class_bursts: vec![Some(2_500), Some(1_250)],
+                ..case("", Some(4), 2, 4).expect
+            },
+            ..case("a class's own budget is its share of the process's share", Some(4), 2, 4)
+        },
+    ]
+}

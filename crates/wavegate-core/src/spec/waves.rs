@@ -1,0 +1,592 @@
+//! The wave machine's tables: one upstream, one process, one ask at a time.
+
+use super::{Expect, SpecCase, SpecSignal, Step, Wakes};
+use crate::wave::{Recovery, WaveState};
+
+pub(super) const LEASE_MS: u64 = 60_000;
+
+fn granted(permit: &'static str, wave: u64, state: WaveState, limit: u32) -> Step {
+    Step::Acquire { permit, tokens: 0, expect: Expect::Granted { wave, state, limit } }
+}
+
+fn denied_cooldown(permit: &'static str) -> Step {
+    Step::Acquire { permit, tokens: 0, expect: Expect::DeniedCooldown }
+}
+
+fn denied_at_limit(permit: &'static str) -> Step {
+    Step::Acquire { permit, tokens: 0, expect: Expect::DeniedAtLimit }
+}
+
+fn denied(permit: &'static str, tokens: u64, expect: Expect) -> Step {
+    Step::Acquire { permit, tokens, expect }
+}
+
+fn with_tokens(permit: &'static str, tokens: u64) -> Step {
+    Step::Acquire { permit, tokens, expect: Expect::Granted { wave: 1, state: WaveState::Normal, limit: 10 } }
+}
+
+fn finish(permit: &'static str, signal: SpecSignal) -> Step {
+    Step::Finish { permit, wave: None, signal, token_delta: 0, held: true, wakes: Wakes::Unchecked }
+}
+
+fn settle(permit: &'static str, token_delta: i64) -> Step {
+    Step::Finish { permit, wave: None, signal: SpecSignal::Success, token_delta, held: true, wakes: Wakes::Unchecked }
+}
+
+fn window(requests: Option<(u64, u64)>, tokens: Option<(u64, u64)>, tokens_each: u64) -> Step {
+    Step::ReportWindow { requests, tokens, tokens_each, learned_requests: None, learned_tokens: None }
+}
+
+/// A response announcing limits only: `(limit, window in ms)` for requests and tokens.
+fn learn(learned_requests: Option<(u64, u64)>, learned_tokens: Option<(u64, u64)>) -> Step {
+    Step::ReportWindow { requests: None, tokens: None, tokens_each: 0, learned_requests, learned_tokens }
+}
+
+fn denied_window(permit: &'static str, tokens: u64, max_ms: u64) -> Step {
+    Step::Acquire { permit, tokens, expect: Expect::DeniedProviderWindow { max_ms } }
+}
+
+pub(super) fn status(state: WaveState, limit: u32, wave: u64, in_flight: usize) -> Step {
+    Step::Status { state, limit, wave, in_flight }
+}
+
+const PERMITS: [&str; 16] =
+    ["p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8", "p9", "p10", "p11", "p12", "p13", "p14", "p15"];
+
+/// `count` permits granted together in `state`, then all finished with success.
+fn round(count: usize, wave: u64, state: WaveState, limit: u32) -> Vec<Step> {
+    let mut steps: Vec<Step> = PERMITS[..count].iter().map(|p| granted(p, wave, state, limit)).collect();
+    if count == limit as usize {
+        steps.push(denied_at_limit("over"));
+    }
+    steps.extend(PERMITS[..count].iter().map(|p| finish(p, SpecSignal::Success)));
+    steps
+}
+
+/// From PROBE at `wave` (limit 1), successes up to NORMAL at `base` = 10 with 3 probes.
+fn recover_from_probe(wave: u64) -> Vec<Step> {
+    let mut steps = Vec::new();
+    for _ in 0..3 {
+        steps.extend(round(1, wave, WaveState::Probe, 1));
+    }
+    steps.push(status(WaveState::Degraded, 2, wave, 0));
+    steps.extend(round(2, wave, WaveState::Degraded, 2));
+    steps.push(status(WaveState::Degraded, 4, wave, 0));
+    steps.extend(round(4, wave, WaveState::Degraded, 4));
+    steps.push(status(WaveState::Degraded, 8, wave, 0));
+    steps.extend(round(8, wave, WaveState::Degraded, 8));
+    steps.push(status(WaveState::Normal, 10, wave, 0));
+    steps
+}
+
+pub(super) fn case(name: &'static str, steps: Vec<Step>) -> SpecCase {
+    SpecCase {
+        name,
+        base_limit: 10,
+        probe_successes: 3,
+        ladder_ms: vec![100, 200, 400, 600],
+        min_cooldown_ms: 20,
+        max_cooldown_ms: 1_000,
+        lease_ms: LEASE_MS,
+        requests_per_minute: None,
+        tokens_per_minute: None,
+        recovery: Recovery::Seed,
+        retest_ms: (200, 800),
+        classes: Vec::new(),
+        default_class: 0,
+        class_window_ms: 0,
+        steps,
+    }
+}
+
+/// With permits `p0 .. p{n-1}` held in `wave` at limit `n`, each finishes with success and is
+/// granted again at once, so the limit stays fully used: a round. The last grant sees the
+/// limit the round left, `after`, in `state` (the others see `state` too when the limit stays,
+/// DEGRADED when it grows).
+fn busy_round(n: usize, wave: u64, state: WaveState, after: u32) -> Vec<Step> {
+    let mut steps = Vec::new();
+    for (i, permit) in PERMITS[..n].iter().enumerate() {
+        steps.push(finish(permit, SpecSignal::Success));
+        let during = if after == n as u32 { state } else { WaveState::Degraded };
+        let (state, limit) = if i + 1 == n { (state, after) } else { (during, n as u32) };
+        steps.push(granted(permit, wave, state, limit));
+    }
+    steps
+}
+
+/// The cases of one process asking for one permit at a time.
+pub(super) fn cases() -> Vec<SpecCase> {
+    use SpecSignal::{Neutral, RateLimited, Success};
+    use WaveState::{Cooldown, Degraded, Normal, Probe};
+
+    let mut walkthrough = vec![
+        // 1. A and B get permits in wave 1.
+        granted("A", 1, Normal, 10),
+        granted("B", 1, Normal, 10),
+        // 2. A gets 429: limit 10 → 5, wave 2, COOLDOWN.
+        finish("A", RateLimited(None)),
+        status(Cooldown, 5, 2, 1),
+        // 3. B's 429 arrives late, still tagged wave 1: no further cut.
+        finish("B", RateLimited(None)),
+        status(Cooldown, 5, 2, 0),
+        denied_cooldown("C"),
+        Step::Advance { ms: 50 },
+        denied_cooldown("C"),
+        // 4. The cooldown (100 ms, the first ladder step) ends: PROBE at limit 1.
+        Step::Advance { ms: 60 },
+        status(Probe, 1, 2, 0),
+    ];
+    walkthrough.extend(recover_from_probe(2));
+
+    let mut ladder = vec![
+        granted("A", 1, Normal, 10),
+        finish("A", RateLimited(None)),
+        Step::Advance { ms: 110 },
+        // 5. A 429 in PROBE starts a new wave, one ladder step up (200 ms).
+        granted("B", 2, Probe, 1),
+        finish("B", RateLimited(None)),
+        status(Cooldown, 1, 3, 0),
+        Step::Advance { ms: 150 },
+        denied_cooldown("C"),
+        Step::Advance { ms: 60 },
+    ];
+    for _ in 0..3 {
+        ladder.extend(round(1, 3, Probe, 1));
+    }
+    ladder.extend([
+        // A 429 in DEGRADED: wave 4, the third step (400 ms), limit 2 → 1.
+        granted("D", 3, Degraded, 2),
+        finish("D", RateLimited(None)),
+        status(Cooldown, 1, 4, 0),
+        Step::Advance { ms: 350 },
+        denied_cooldown("E"),
+        Step::Advance { ms: 60 },
+        status(Probe, 1, 4, 0),
+    ]);
+    ladder.extend(recover_from_probe(4));
+    // Back in NORMAL the ladder starts again from its first step (100 ms).
+    ladder.extend([
+        granted("F", 4, Normal, 10),
+        finish("F", RateLimited(None)),
+        status(Cooldown, 5, 5, 0),
+        Step::Advance { ms: 110 },
+        status(Probe, 1, 5, 0),
+    ]);
+
+    vec![
+        case("seed walk-through: 10 → 5 → PROBE 1 → 2 → 4 → 8 → 10", walkthrough),
+        case("cooldown ladder climbs per wave before NORMAL and resets in NORMAL", ladder),
+        case(
+            "Retry-After comes first, clamped to [min, max]",
+            vec![
+                granted("A", 1, Normal, 10),
+                finish("A", RateLimited(Some(300))),
+                Step::Advance { ms: 250 },
+                denied_cooldown("B"),
+                Step::Advance { ms: 60 },
+                granted("B", 2, Probe, 1),
+                finish("B", RateLimited(Some(0))),
+                status(Cooldown, 1, 3, 0),
+                Step::Advance { ms: 25 },
+                granted("C", 3, Probe, 1),
+                finish("C", RateLimited(Some(86_400_000))),
+                Step::Advance { ms: 900 },
+                denied_cooldown("D"),
+                Step::Advance { ms: 110 },
+                granted("D", 4, Probe, 1),
+            ],
+        ),
+        case(
+            "only successes of the current wave count towards recovery",
+            vec![
+                granted("old", 1, Normal, 10),
+                granted("A", 1, Normal, 10),
+                finish("A", RateLimited(None)),
+                Step::Advance { ms: 110 },
+                status(Probe, 1, 2, 1),
+                // The old wave's call still holds its permit, so PROBE has no room yet.
+                denied_at_limit("B"),
+                finish("old", Success),
+                granted("B", 2, Probe, 1),
+                finish("B", Success),
+                granted("C", 2, Probe, 1),
+                finish("C", Success),
+                status(Probe, 1, 2, 0),
+                granted("D", 2, Probe, 1),
+                finish("D", Success),
+                status(Degraded, 2, 2, 0),
+            ],
+        ),
+        case(
+            "a late 429 from an older wave cuts nothing in any state",
+            vec![
+                granted("A", 1, Normal, 10),
+                granted("B", 1, Normal, 10),
+                granted("C", 1, Normal, 10),
+                finish("A", RateLimited(None)),
+                finish("B", RateLimited(None)),
+                status(Cooldown, 5, 2, 1),
+                Step::Advance { ms: 110 },
+                status(Probe, 1, 2, 1),
+                finish("C", RateLimited(Some(500))),
+                status(Probe, 1, 2, 0),
+                granted("P", 2, Probe, 1),
+                Step::Finish {
+                    permit: "P",
+                    wave: Some(1),
+                    signal: RateLimited(None),
+                    token_delta: 0,
+                    held: true,
+                    wakes: Wakes::Unchecked,
+                },
+                status(Probe, 1, 2, 0),
+            ],
+        ),
+        case(
+            "limits, neutral outcomes and idempotent ids",
+            vec![
+                granted("A", 1, Normal, 10),
+                // A resent acquire (its reply was lost) is the same permit.
+                granted("A", 1, Normal, 10),
+                status(Normal, 10, 1, 1),
+                Step::Finish {
+                    permit: "ghost",
+                    wave: Some(1),
+                    signal: Neutral,
+                    token_delta: 0,
+                    held: false,
+                    wakes: Wakes::Unchecked,
+                },
+                finish("A", Neutral),
+                Step::Finish {
+                    permit: "A",
+                    wave: None,
+                    signal: Neutral,
+                    token_delta: 0,
+                    held: false,
+                    wakes: Wakes::Unchecked,
+                },
+                status(Normal, 10, 1, 0),
+            ]
+            .into_iter()
+            .chain((0..10).map(|i| granted(PERMITS[i], 1, Normal, 10)))
+            .chain([denied_at_limit("K"), finish("p3", Neutral), granted("K", 1, Normal, 10), denied_at_limit("L")])
+            .collect(),
+        ),
+        SpecCase {
+            lease_ms: 100,
+            ..case(
+                "an expired lease frees its permit, and its late report still counts",
+                vec![
+                    granted("A", 1, Normal, 10),
+                    Step::Advance { ms: 60 },
+                    status(Normal, 10, 1, 1),
+                    Step::Advance { ms: 60 },
+                    status(Normal, 10, 1, 0),
+                    Step::Finish {
+                        permit: "A",
+                        wave: None,
+                        signal: RateLimited(None),
+                        token_delta: 0,
+                        held: false,
+                        wakes: Wakes::Unchecked,
+                    },
+                    status(Cooldown, 5, 2, 0),
+                ],
+            )
+        },
+        SpecCase {
+            requests_per_minute: Some((600, 2)),
+            ..case(
+                "requests per minute: a burst, then one per interval, with the exact wait",
+                vec![
+                    with_tokens("A", 0),
+                    with_tokens("B", 0),
+                    denied("C", 0, Expect::DeniedRequests),
+                    finish("A", Success),
+                    // Releasing a permit gives back concurrency, not the request budget.
+                    denied("C", 0, Expect::DeniedRequests),
+                    Step::Advance { ms: 50 },
+                    denied("C", 0, Expect::DeniedRequests),
+                    Step::Advance { ms: 60 },
+                    with_tokens("C", 0),
+                    denied("D", 0, Expect::DeniedRequests),
+                    Step::Advance { ms: 110 },
+                    with_tokens("D", 0),
+                ],
+            )
+        },
+        SpecCase {
+            requests_per_minute: Some((600, 2)),
+            base_limit: 1,
+            ..case(
+                "budgets are charged only when everything admits, and never twice for one id",
+                vec![
+                    granted("A", 1, Normal, 1),
+                    granted("A", 1, Normal, 1),
+                    denied_at_limit("B"),
+                    denied_at_limit("B"),
+                    denied_at_limit("B"),
+                    finish("A", Success),
+                    granted("B", 1, Normal, 1),
+                    finish("B", Success),
+                    denied("C", 0, Expect::DeniedRequests),
+                ],
+            )
+        },
+        SpecCase {
+            tokens_per_minute: Some((60_000, 1_000)),
+            ..case(
+                "tokens: reserved at acquire, refunded or charged extra when settled",
+                vec![
+                    with_tokens("A", 800),
+                    denied("B", 300, Expect::DeniedTokens),
+                    // A used 300 of its 800: 500 come back.
+                    settle("A", -500),
+                    with_tokens("B", 300),
+                    denied("C", 500, Expect::DeniedTokens),
+                    // B used 500 of its 300: 200 more are charged.
+                    settle("B", 200),
+                    denied("C", 500, Expect::DeniedTokens),
+                    denied("D", 1_001, Expect::DeniedTooLarge),
+                    Step::Advance { ms: 320 },
+                    with_tokens("C", 500),
+                ],
+            )
+        },
+        SpecCase {
+            tokens_per_minute: Some((60_000, 1_000)),
+            base_limit: 1,
+            ..case(
+                "tokens: an estimate that can never fit is refused before the limit and the cooldown",
+                vec![
+                    granted("A", 1, Normal, 1),
+                    // At the limit: still refused as too large, not told to wait.
+                    denied("B", 1_001, Expect::DeniedTooLarge),
+                    finish("A", RateLimited(None)),
+                    status(Cooldown, 1, 2, 0),
+                    // In a cooldown: the same.
+                    denied("B", 1_001, Expect::DeniedTooLarge),
+                    denied_cooldown("C"),
+                    status(Cooldown, 1, 2, 0),
+                ],
+            )
+        },
+        SpecCase {
+            base_limit: 4,
+            recovery: Recovery::Adaptive,
+            ..case(
+                "adaptive: the first 429 halves the limit and stops nobody; a 429 before any success there stops all",
+                vec![
+                    granted("A", 1, Normal, 4),
+                    granted("B", 1, Normal, 4),
+                    // Nothing held yet: step back by half, a new wave, no cooldown.
+                    finish("A", RateLimited(None)),
+                    status(Degraded, 2, 2, 1),
+                    // The same burst's 429 is late.
+                    finish("B", RateLimited(Some(50))),
+                    status(Degraded, 2, 2, 0),
+                    granted("C", 2, Degraded, 2),
+                    granted("D", 2, Degraded, 2),
+                    denied_at_limit("E"),
+                    // A 429 at the stepped-back limit before any call succeeded there: a burst,
+                    // so the fleet stops for the provider's Retry-After (300 ms).
+                    finish("C", RateLimited(Some(300))),
+                    status(Cooldown, 1, 3, 1),
+                    denied_cooldown("E"),
+                    Step::Advance { ms: 250 },
+                    denied_cooldown("E"),
+                    finish("D", Success),
+                    Step::Advance { ms: 60 },
+                    status(Probe, 1, 3, 0),
+                ],
+            )
+        },
+        SpecCase {
+            base_limit: 8,
+            recovery: Recovery::Adaptive,
+            ..case("adaptive: back to what held, re-tests spaced and backed off, a 429 at what held stops all", {
+                let mut steps: Vec<Step> = PERMITS[..8].iter().map(|p| granted(p, 1, Normal, 8)).collect();
+                // 8 is too many: half (nothing held yet), threshold 4, ceiling 8, re-test in 200 ms.
+                steps.push(finish("p0", RateLimited(None)));
+                steps.push(status(Degraded, 4, 2, 7));
+                steps.extend(PERMITS[1..8].iter().map(|p| finish(p, Neutral)));
+                steps.extend(PERMITS[..4].iter().map(|p| granted(p, 2, Degraded, 4)));
+                steps.push(denied_at_limit("over"));
+                // Fully used rounds: 4, 5 and 6 hold; growth by one from the threshold.
+                steps.extend(busy_round(4, 2, Degraded, 5));
+                steps.push(granted("p4", 2, Degraded, 5));
+                steps.extend(busy_round(5, 2, Degraded, 6));
+                steps.push(granted("p5", 2, Degraded, 6));
+                steps.extend(busy_round(6, 2, Degraded, 7));
+                steps.push(granted("p6", 2, Degraded, 7));
+                // One below the ceiling, before its re-test time: held at 7.
+                steps.extend(busy_round(7, 2, Degraded, 7));
+                steps.push(status(Degraded, 7, 2, 7));
+                steps.push(Step::Advance { ms: 210 });
+                // Re-test time: 8 is tried (the base: NORMAL, the ceiling still remembered).
+                steps.extend(busy_round(7, 2, Normal, 8));
+                steps.push(granted("p7", 2, Normal, 8));
+                // The test fails: back to 7, what held; no cooldown; spacing doubled (400 ms).
+                steps.push(finish("p7", RateLimited(Some(50))));
+                steps.push(status(Degraded, 7, 3, 7));
+                steps.push(denied_at_limit("over"));
+                // The calls of wave 2 end; wave 3's take their places.
+                for permit in &PERMITS[..7] {
+                    steps.push(finish(permit, Neutral));
+                    steps.push(granted(permit, 3, Degraded, 7));
+                }
+                steps.extend(busy_round(7, 3, Degraded, 7));
+                steps.push(Step::Advance { ms: 210 });
+                steps.extend(busy_round(7, 3, Degraded, 7));
+                steps.push(Step::Advance { ms: 200 });
+                steps.extend(busy_round(7, 3, Normal, 8));
+                steps.push(granted("p7", 3, Normal, 8));
+                // 8 holds a fully used round: what held is 8, the ceiling forgotten.
+                steps.extend(busy_round(8, 3, Normal, 8));
+                // A 429 at a limit that held: the provider says wait; everyone stops.
+                steps.push(finish("p0", RateLimited(None)));
+                steps.push(status(Cooldown, 4, 4, 7));
+                steps.push(denied_cooldown("over"));
+                steps
+            })
+        },
+        SpecCase {
+            base_limit: 1,
+            ..case(
+                "limit 1 stays 1 through a cut and recovers straight to NORMAL",
+                vec![
+                    granted("A", 1, Normal, 1),
+                    denied_at_limit("B"),
+                    finish("A", RateLimited(None)),
+                    status(Cooldown, 1, 2, 0),
+                    Step::Advance { ms: 110 },
+                    granted("B", 2, Probe, 1),
+                    finish("B", Success),
+                    granted("C", 2, Probe, 1),
+                    finish("C", Success),
+                    granted("D", 2, Probe, 1),
+                    finish("D", Success),
+                    status(Normal, 1, 2, 0),
+                ],
+            )
+        },
+        case(
+            "provider window: 0 left until T pauses every grant until T, and cuts nothing",
+            vec![
+                granted("A", 1, Normal, 10),
+                finish("A", Success),
+                window(Some((0, 300)), None, 0),
+                denied_window("B", 0, 300),
+                status(Normal, 10, 1, 0),
+                Step::Advance { ms: 350 },
+                granted("B", 1, Normal, 10),
+                status(Normal, 10, 1, 1),
+            ],
+        ),
+        case(
+            "provider window: what is left counts the calls in flight and each grant",
+            vec![
+                granted("A", 1, Normal, 10),
+                granted("B", 1, Normal, 10),
+                finish("A", Success),
+                // 2 left, B still in flight and maybe not counted yet: 1 may go.
+                window(Some((2, 400)), None, 0),
+                granted("C", 1, Normal, 10),
+                denied_window("D", 0, 400),
+                Step::Advance { ms: 450 },
+                granted("D", 1, Normal, 10),
+            ],
+        ),
+        case(
+            "provider window: an older answer of the same window never raises what is left",
+            vec![
+                window(Some((1, 400)), None, 0),
+                window(Some((5, 350)), None, 0),
+                granted("A", 1, Normal, 10),
+                denied_window("B", 0, 400),
+                // A later window replaces it.
+                window(Some((3, 5_000)), None, 0),
+                granted("B", 1, Normal, 10),
+            ],
+        ),
+        case(
+            "provider window: tokens are counted with the estimate; a spent one refuses every grant",
+            vec![
+                granted("A", 1, Normal, 10),
+                finish("A", Success),
+                window(None, Some((100, 300)), 0),
+                with_tokens("B", 60),
+                denied_window("C", 60, 300),
+                with_tokens("C", 40),
+                denied_window("D", 0, 300),
+                Step::Advance { ms: 350 },
+                with_tokens("D", 60),
+            ],
+        ),
+        SpecCase {
+            requests_per_minute: Some((6_000, 4)),
+            ..case(
+                "learned limit: a limit announced with its window tightens the configured budget",
+                vec![
+                    // 2 per 200 ms: 600 a minute, bursts of 2, under 6,000 a minute with bursts of 4.
+                    learn(Some((2, 200)), None),
+                    with_tokens("A", 0),
+                    with_tokens("B", 0),
+                    denied("C", 0, Expect::DeniedRequests),
+                    Step::Advance { ms: 120 },
+                    with_tokens("C", 0),
+                    denied("D", 0, Expect::DeniedRequests),
+                ],
+            )
+        },
+        SpecCase {
+            requests_per_minute: Some((600, 2)),
+            ..case(
+                "learned limit: a looser announced limit never loosens the configured budget",
+                vec![
+                    // 100 per second: 6,000 a minute, bursts of 100; the configuration stays.
+                    learn(Some((100, 1_000)), None),
+                    with_tokens("A", 0),
+                    with_tokens("B", 0),
+                    denied("C", 0, Expect::DeniedRequests),
+                    Step::Advance { ms: 50 },
+                    denied("C", 0, Expect::DeniedRequests),
+                    Step::Advance { ms: 60 },
+                    with_tokens("C", 0),
+                ],
+            )
+        },
+        case(
+            "learned limit: without a configured budget it is the budget, forgotten three windows after its report",
+            vec![
+                // 2 per 100 ms: one per 50 ms, bursts of 2, kept 300 ms.
+                learn(Some((2, 100)), None),
+                with_tokens("A", 0),
+                with_tokens("B", 0),
+                denied("C", 0, Expect::DeniedRequests),
+                Step::Advance { ms: 60 },
+                with_tokens("C", 0),
+                denied("D", 0, Expect::DeniedRequests),
+                Step::Advance { ms: 350 },
+                // Forgotten: no budget any more.
+                with_tokens("D", 0),
+                with_tokens("E", 0),
+                with_tokens("F", 0),
+            ],
+        ),
+        case(
+            "learned limit: a tokens limit sets the burst an estimate must fit; a later announcement replaces it",
+            vec![
+                // 1,000 tokens per second.
+                learn(None, Some((1_000, 1_000))),
+                denied("A", 1_001, Expect::DeniedTooLarge),
+                with_tokens("A", 800),
+                denied("B", 300, Expect::DeniedTokens),
+                // The provider raised it (a new tier): 10,000 per second.
+                learn(None, Some((10_000, 1_000))),
+                with_tokens("B", 300),
+            ],
+        ),
+    ]
+}
