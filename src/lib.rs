@@ -21,6 +21,9 @@
 //!
 //! The pure policy (wave machine, breaker, budget, config) is [`core`] (`wavegate-core`).
 //!
+//! The guide, every example in it a doc test, is [`_guide`]; the guarantees and their bounds
+//! are in `docs/guarantees.md`.
+//!
 //! Cargo features (all but `redis` off by default), each built alone in CI:
 //! * `redis` (default) — shared mode through Redis ([`SchedulerBuilder::redis`]); without it
 //!   the scheduler is local-only and redis is not compiled;
@@ -100,6 +103,9 @@ pub use wavegate_core as core;
 pub use wavegate_core::{Outcome, ProviderSignals, RateLimitKind, TransportError, UpstreamConfig, WaveState};
 #[cfg(feature = "redis")]
 pub use wavegate_redis::{Keyspace, Rejection, SentinelConfig, StoreConfig, StoreError, StoreHealth};
+
+#[doc = include_str!("../docs/guide.md")]
+pub mod _guide {}
 
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]

@@ -1,4 +1,4 @@
-//! The examples run, as the README says they do (each with its feature: CI runs
+//! The examples run, as the guide (docs/guide.md) says they do (each with its feature: CI runs
 //! `cargo test -p wavegate --features "reqwest-middleware tower" --test examples`).
 
 #[cfg(feature = "reqwest")]

@@ -10,7 +10,7 @@
 //! * with every process in shared mode (and no change of mode within 300 ms) at most `limit`
 //!   calls at once; with every process in fallback at most the sum of their shares, and the
 //!   shares sum to at most the limit; with some in fallback, at most the limit plus their
-//!   shares; within 300 ms of a change of mode, the README's bound: the limit plus the shares
+//!   shares; within 300 ms of a change of mode, docs/guarantees.md's bound: the limit plus the shares
 //!   of every process in fallback in that window;
 //! * no call lost: each process that ran to the end submitted exactly ok + typed errors;
 //! * after a quiet period the permits set holds exactly what the processes hold (besides the

@@ -242,7 +242,7 @@ async fn an_announced_limit_tighter_than_the_configured_budget_holds_the_fleet_t
     assert!(served as f64 <= allowed + 1.0, "{served} served, the learned budget allows {allowed:.0}");
     // Below the budget: the window tracking pauses each spent window until its reset, and
     // the IETF `t=` is in whole seconds (rounded up), each answer moving the known end a bit
-    // later (measured: 10 calls per ~2.9 s instead of per 2 s window; see the README).
+    // later (measured: 10 calls per ~2.9 s instead of per 2 s window; see docs/guide.md).
     assert!(served as f64 >= allowed * 0.6, "{served} served: the learned budget allows {allowed:.0}");
     // The status shows the learned limit, and the budget in force.
     let status = fleet[1].status("llm").await.expect("status");

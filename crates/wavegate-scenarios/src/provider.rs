@@ -1,14 +1,13 @@
 //! The provider role: a mock rate-limited API on loopback, in its own process.
 //!
-//! `GET /job/<id>` is served after the job's service time (see
-//! [`service_ms`](crate::protocol::service_ms)) while fewer than `capacity` calls are being
-//! served and the requests-per-window budget (if any) allows it; otherwise it answers
-//! `429 Too Many Requests` at once, with a `Retry-After` unless configured without one (as
-//! nginx's `limit_conn` and many gateways answer). The capacity may change after a number of
-//! calls served (phases). The capacity is hidden from wavegate: only the oracle strategy reads
-//! the `X-Capacity` header every answer carries. Every request is recorded (start, end,
-//! status) and written out when the runner says `DUMP path=FILE` on stdin; the process ends
-//! when its stdin closes.
+//! `GET /job/<id>` is served after the job's service time (see [`service_ms`]) while fewer than
+//! `capacity` calls are being served and the requests-per-window budget (if any) allows it;
+//! otherwise it answers `429 Too Many Requests` at once, with a `Retry-After` unless configured
+//! without one (as nginx's `limit_conn` and many gateways answer). The capacity may change after a
+//! number of calls served (phases). The capacity is hidden from wavegate: only the oracle strategy
+//! reads the `X-Capacity` header every answer carries. Every request is recorded (start, end,
+//! status) and written out when the runner says `DUMP path=FILE` on stdin; the process ends when
+//! its stdin closes.
 
 use std::collections::VecDeque;
 use std::io::{BufRead, Write};

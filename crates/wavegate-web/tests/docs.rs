@@ -1,5 +1,5 @@
 //! The documentation stays true: the Grafana dashboard charts every metric and only metrics
-//! that exist; the README's actix-web example is the compiled `examples/embed.rs`.
+//! that exist; the guide's actix-web example is the compiled `examples/embed.rs`.
 
 use std::collections::BTreeSet;
 
@@ -27,11 +27,11 @@ fn the_dashboard_charts_every_metric_and_nothing_else() {
 }
 
 #[test]
-fn the_readme_embedding_example_is_the_compiled_one() {
-    let readme = include_str!("../../../README.md");
+fn the_guide_embedding_example_is_the_compiled_one() {
+    let guide = include_str!("../../../docs/guide.md");
     let example = include_str!("../examples/embed.rs");
-    let start = readme.find("```rust,ignore\n//! Embedding wavegate").expect("the README shows examples/embed.rs");
-    let body = &readme[start + "```rust,ignore\n".len()..];
+    let start = guide.find("```rust,ignore\n//! Embedding wavegate").expect("docs/guide.md shows examples/embed.rs");
+    let body = &guide[start + "```rust,ignore\n".len()..];
     let shown = &body[..body.find("```").expect("closing fence")];
-    assert_eq!(shown, example, "README.md's embedding example differs from crates/wavegate-web/examples/embed.rs");
+    assert_eq!(shown, example, "docs/guide.md's embedding example differs from crates/wavegate-web/examples/embed.rs");
 }
