@@ -334,7 +334,7 @@ impl SchedulerBuilder {
         let health = store.clone();
         let local = store.is_none();
         let quota: Vec<_> = self.upstreams.iter().map(|_| Arc::default()).collect();
-        let engine = Engine::start(&self.upstreams, store, &quota).map_err(BuildError::Runtime)?;
+        let engine = Engine::start(&self.upstreams, store, None, &quota).map_err(BuildError::Runtime)?;
         let registration = local.then(|| Registration::new(self.upstreams.iter().map(|u| u.name().to_string())));
         let names = self.upstreams.iter().map(|u| Arc::from(u.name().as_str())).collect();
         let inner = Inner { upstreams: self.upstreams, names, set, engine, quota, pools, registration, store: health };

@@ -52,11 +52,15 @@ pub(crate) struct Engine {
 impl Engine {
     /// Starts a lane per upstream and the coordinator: on the current thread's actix arbiter if
     /// there is one (actix-web, `#[actix::main]`), else on a thread of their own.
+    /// In local mode, the lanes share the process's in-process gates of `namespace` (`None`:
+    /// gates of their own).
     pub(crate) fn start(
         upstreams: &[UpstreamConfig],
         store: Option<Store>,
+        namespace: Option<&str>,
         quotas: &[Arc<QuotaBlock>],
     ) -> std::io::Result<Self> {
+        let namespace: Option<Arc<str>> = namespace.map(Arc::from);
         let (arbiter, thread) = runtime::arbiter()?;
         let instance = Instance::random();
         // The coordinator's mailbox first, so the lanes can be given its address (as actix's
@@ -77,6 +81,7 @@ impl Engine {
                     instance: instance.clone(),
                     shared: gates[upstream].clone(),
                     store: store.clone(),
+                    namespace: namespace.clone(),
                     quota: quotas[upstream].clone(),
                     coordinator: coordinator.clone().recipient(),
                 };

@@ -161,3 +161,41 @@ fn snapshot(wave: WaveSnapshot, in_flight: u32, now_ms: u64) -> Snapshot {
         in_flight,
     }
 }
+
+/// The in-process gates of this process shared by name: local-mode schedulers that name one
+/// upstream in one namespace share one gate — one limit, one wave, one set of budgets — as
+/// processes share them through Redis. (Built inside actix-web's `HttpServer::new` factory, a
+/// scheduler per worker would otherwise send the provider the limit times the workers.)
+static SHARED: Mutex<Vec<Shared>> = Mutex::new(Vec::new());
+
+/// One shared gate, held weakly: it lives as long as the lanes that ask at it.
+#[derive(Debug)]
+struct Shared {
+    namespace: String,
+    config: UpstreamConfig,
+    gate: std::sync::Weak<ProcessGate>,
+}
+
+/// The in-process gate of `config`'s upstream in `namespace`: the one another local scheduler
+/// of this process already uses, if it has the same configuration; otherwise a new one
+/// (another configuration of the same upstream gets a gate of its own, and an error in the
+/// log, since two limits then add up at the provider).
+pub(crate) fn shared(namespace: &str, config: &UpstreamConfig) -> std::sync::Arc<ProcessGate> {
+    let mut shared = SHARED.lock();
+    shared.retain(|entry| entry.gate.strong_count() > 0);
+    let same_name = |entry: &&Shared| entry.namespace == namespace && entry.config.name() == config.name();
+    if let Some(gate) = shared.iter().filter(same_name).find(|e| e.config == *config).and_then(|e| e.gate.upgrade()) {
+        return gate;
+    }
+    if shared.iter().any(|entry| same_name(&entry)) {
+        tracing::error!(
+            upstream = %config.name(),
+            namespace,
+            "another local scheduler of this process names this upstream with another configuration: each has a \
+             limit of its own and the provider sees their sum; configure it once, or give each its own key prefix"
+        );
+    }
+    let gate = std::sync::Arc::new(ProcessGate::new(config));
+    shared.push(Shared { namespace: namespace.to_owned(), config: config.clone(), gate: std::sync::Arc::downgrade(&gate) });
+    gate
+}

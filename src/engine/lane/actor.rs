@@ -13,7 +13,7 @@ use super::waiters::Waiters;
 use crate::engine::clock::{EngineClock, Instant};
 use crate::engine::gate::Gate;
 use crate::engine::grant::Finish;
-use crate::engine::process_gate::ProcessGate;
+use crate::engine::process_gate::{self, ProcessGate};
 use crate::engine::store::{Reconciled, SharedGate, Store};
 use crate::metrics;
 use crate::quota::QuotaBlock;
@@ -114,6 +114,9 @@ pub(crate) struct LaneSetup {
     pub(crate) instance: Instance,
     pub(crate) shared: Option<SharedGate>,
     pub(crate) store: Option<Store>,
+    /// In local mode, the namespace whose in-process gate of this upstream the lane shares
+    /// with the process's other local schedulers (`None`: a gate of its own).
+    pub(crate) namespace: Option<Arc<str>>,
     pub(crate) quota: Arc<QuotaBlock>,
     pub(crate) coordinator: Recipient<StoreTrouble>,
 }
@@ -121,11 +124,13 @@ pub(crate) struct LaneSetup {
 impl Lane {
     /// The lane `setup` describes; `me` is its own address (from its context).
     pub(crate) fn new(setup: LaneSetup, me: WeakRecipient<Wake>) -> Self {
-        let LaneSetup { upstream, config, instance, shared, store, quota, coordinator } = setup;
+        let LaneSetup { upstream, config, instance, shared, store, namespace, quota, coordinator } = setup;
         let shared = shared.map(Arc::new);
-        let local = ProcessGate::new(&config);
+        let local = match (&shared, &namespace) {
+            (None, Some(namespace)) => process_gate::shared(namespace, &config),
+            _ => Arc::new(ProcessGate::new(&config)),
+        };
         local.join(instance.clone(), me.clone());
-        let local = Arc::new(local);
         let (gate, mode) = match &shared {
             Some(shared) => (Gate::Shared(shared.clone()), Mode::Shared),
             None => (Gate::Local(local.clone()), Mode::Local),
