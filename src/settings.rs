@@ -150,6 +150,9 @@ pub struct UpstreamSettings {
     /// A whole call's timeout, retries included.
     #[serde(default, deserialize_with = "duration::deserialize")]
     pub total_timeout: Option<Duration>,
+    /// How long a permit stays held after its call was cancelled while at the provider.
+    #[serde(default, deserialize_with = "duration::deserialize")]
+    pub cancelled_call_hold: Option<Duration>,
     /// A permit's lease, renewed while the call runs.
     #[serde(default, deserialize_with = "duration::deserialize")]
     pub renewed_lease: Option<Duration>,
@@ -324,6 +327,9 @@ impl UpstreamSettings {
         }
         if let Some(timeout) = self.total_timeout {
             builder = builder.total_timeout(timeout);
+        }
+        if let Some(hold) = self.cancelled_call_hold {
+            builder = builder.cancelled_call_hold(hold);
         }
         if let Some(lease) = self.renewed_lease {
             builder = builder.renewed_lease(lease);
