@@ -196,6 +196,10 @@ pub(crate) fn shared(namespace: &str, config: &UpstreamConfig) -> std::sync::Arc
         );
     }
     let gate = std::sync::Arc::new(ProcessGate::new(config));
-    shared.push(Shared { namespace: namespace.to_owned(), config: config.clone(), gate: std::sync::Arc::downgrade(&gate) });
+    shared.push(Shared {
+        namespace: namespace.to_owned(),
+        config: config.clone(),
+        gate: std::sync::Arc::downgrade(&gate),
+    });
     gate
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use actix::{ActorFutureExt, AsyncContext, Context, WrapFuture};
 use rand::Rng;
-use wavegate_core::{Ask, Clock, Decision, DenyReason, PermitId, duration_ms};
+use wavegate_core::{Ask, Clock, Decision, DenyReason, duration_ms};
 
 use super::actor::{Held, Lane};
 use super::messages::StoreTrouble;
@@ -71,7 +71,7 @@ impl Lane {
                 let head = self.waiters.head_of(0, now);
                 head.map(|w| Ask { id: w.id.clone(), tokens: w.tokens, waiting: 1 }).into_iter().collect()
             };
-            let asked: Vec<(PermitId, u64)> = asks.iter().map(|a| (a.id.clone(), a.tokens)).collect();
+            let asked = asks.clone();
             let lease = self.config.permit_ttl();
             let Some(answer) = self.gate.acquire(&self.instance, asks, lease, self.clock.now_ms()) else { return };
             if let Some(timer) = self.retry_timer.take() {
@@ -123,36 +123,26 @@ impl Lane {
     /// is a denial, the store may hold a registration of an asked id (a grant, or a script that
     /// ran after its reply was given up on): drop it once the store is back, unless the waiter
     /// holds the same id by then.
-    fn stale_acquire(
-        &mut self,
-        result: Result<Decision, StoreError>,
-        asked: Vec<(PermitId, u64)>,
-        ctx: &mut Context<Self>,
-    ) {
+    fn stale_acquire(&mut self, result: Result<Decision, StoreError>, asked: Vec<Ask>, ctx: &mut Context<Self>) {
         match result {
             Ok(Decision::Denied { .. }) => {}
             Ok(Decision::Granted { id, .. }) => {
-                let tokens = asked.iter().find(|(asked, _)| *asked == id).map_or(0, |(_, t)| *t);
+                let tokens = asked.iter().find(|ask| ask.id == id).map_or(0, |ask| ask.tokens);
                 self.drop_registration(id, tokens, ctx);
             }
             Err(_) => {
                 // At most one of several heads asked for can have been charged, and which is
                 // unknown: refund none rather than all.
                 let several = asked.len() > 1;
-                for (id, tokens) in asked {
-                    self.drop_registration(id, if several { 0 } else { tokens }, ctx);
+                for ask in asked {
+                    self.drop_registration(ask.id, if several { 0 } else { ask.tokens }, ctx);
                 }
             }
         }
     }
 
     /// Applies a gate's answer to an acquire; returns whether the next waiter may be served now.
-    fn on_acquired(
-        &mut self,
-        result: Result<Decision, StoreError>,
-        asked: &[(PermitId, u64)],
-        ctx: &mut Context<Self>,
-    ) -> bool {
+    fn on_acquired(&mut self, result: Result<Decision, StoreError>, asked: &[Ask], ctx: &mut Context<Self>) -> bool {
         match result {
             Ok(decision) => self.on_decision(decision, asked, ctx),
             Err(error) => {
@@ -161,7 +151,7 @@ impl Lane {
                 // then (then it is adopted). Any other error is asked again with the same id,
                 // which is idempotent.
                 if error.is_outage() {
-                    self.outage.unreleased.extend(asked.iter().map(|(id, _)| id.clone()));
+                    self.outage.unreleased.extend(asked.iter().map(|ask| ask.id.clone()));
                 }
                 self.on_store_error(self.epoch, "acquire", error, ctx);
                 false
@@ -169,13 +159,13 @@ impl Lane {
         }
     }
 
-    fn on_decision(&mut self, decision: Decision, asked: &[(PermitId, u64)], ctx: &mut Context<Self>) -> bool {
+    fn on_decision(&mut self, decision: Decision, asked: &[Ask], ctx: &mut Context<Self>) -> bool {
         let now = Instant::now();
         match decision {
             Decision::Granted { id, wave, state, limit, .. } => {
                 self.cooldown_until = None;
                 self.blocked_until = None;
-                let tokens = asked.iter().find(|(asked, _)| *asked == id).map_or(0, |(_, tokens)| *tokens);
+                let tokens = asked.iter().find(|ask| ask.id == id).map_or(0, |ask| ask.tokens);
                 self.grant(
                     GrantInfo {
                         id,
