@@ -12,7 +12,9 @@
 //! it from its own first attempt, and an operator's reset of one process never needs the
 //! shared store.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::engine::clock::Instant;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
