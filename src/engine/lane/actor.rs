@@ -8,6 +8,7 @@ use actix::{Actor, AsyncContext, Context, Handler, MessageResult, Recipient, Spa
 use wavegate_core::{CircuitBreaker, Instance, PermitId, RetryBudget, UpstreamConfig, WaveState};
 
 use super::book::OutageBook;
+use super::gauges::Gauges;
 use super::messages::{Acquire, DRAIN_BOUND, Drain, DrainReply, ReadMode, StoreTrouble, Wake};
 use super::waiters::Waiters;
 use crate::engine::clock::{EngineClock, Instant};
@@ -93,6 +94,8 @@ pub(crate) struct Lane {
     /// This process's grants (when, tokens) over the last minute, when there are rate budgets:
     /// a fallback gate starts with them charged.
     pub(super) recent_grants: VecDeque<(u64, u64)>,
+    /// The gauges, as last written.
+    pub(super) gauges: Gauges,
     /// Whether the learned-limit gauges were last set to a limit.
     pub(super) learned_recorded: bool,
     pub(super) breaker: CircuitBreaker,
@@ -165,6 +168,7 @@ impl Lane {
             outage: OutageBook::default(),
             rejoin_cap: None,
             recent_grants: VecDeque::new(),
+            gauges: Gauges::default(),
             learned_recorded: false,
             quota,
             releases_in_flight: 0,
@@ -195,9 +199,9 @@ impl Actor for Lane {
     fn started(&mut self, ctx: &mut Context<Self>) {
         let name = self.config.name().as_str();
         metrics::upstream_mode(name, None, self.mode);
-        metrics::wave(name, WaveState::Normal, self.config.limit().get(), 1);
-        metrics::permits_in_flight(name, "local", 0);
-        metrics::queue_depth(name, 0);
+        self.gauges.wave(name, WaveState::Normal, self.config.limit().get(), 1);
+        self.gauges.local(name, 0);
+        self.gauges.queue(name, 0);
         metrics::breaker(name, None, self.breaker.state().as_str());
         if self.config.renews_leases() {
             ctx.run_interval(self.config.renew_every(), |act, ctx| act.renew(ctx));

@@ -35,9 +35,8 @@ impl Lane {
         let tenant = request.tenant.filter(|_| class_name.is_some());
         let id = PermitId::new(class_name, &self.instance, self.sequence, tenant);
         let now = Instant::now();
-        let timer = ctx.run_later(wait_until.saturating_duration_since(now), |act, ctx| act.expire(ctx));
         self.waiters.push(Waiter {
-            id,
+            id: id.clone(),
             enqueued: now,
             deadline: wait_until,
             reply,
@@ -46,12 +45,17 @@ impl Lane {
             tenant: request.tenant,
             ticket: Some(ticket),
             at_head: None,
-            deadline_timer: Some(timer),
+            deadline_timer: None,
         });
         let depth = self.waiters.len();
-        metrics::queue_depth(self.name(), depth);
+        self.gauges.queue(self.config.name().as_str(), depth);
         self.record_classes();
         self.pump(ctx);
+        // Still waiting (not granted at once): answered at its deadline at the latest.
+        if let Some(waiter) = self.waiters.get_mut(&id) {
+            let after = wait_until.saturating_duration_since(Instant::now());
+            waiter.deadline_timer = Some(ctx.run_later(after, |act, ctx| act.expire(ctx)));
+        }
     }
 
     /// The class an admitted request waits in, and its breaker ticket; or why it is refused.

@@ -16,6 +16,7 @@
 mod actor;
 mod admission;
 mod book;
+mod gauges;
 pub(crate) mod messages;
 mod outage;
 mod pump;

@@ -262,9 +262,9 @@ impl Lane {
         if let Some(class) = self.config.classes().get(waiter.class) {
             metrics::class_granted(name, class.name(), info.queue_wait + info.permit_wait);
         }
-        metrics::permits_in_flight(name, "local", self.held.len());
-        metrics::queue_depth(name, self.waiters.len());
-        metrics::wave(name, info.state, info.limit, info.wave);
+        self.gauges.local(name, self.held.len());
+        self.gauges.queue(name, self.waiters.len());
+        self.gauges.wave(name, info.state, info.limit, info.wave);
         let hold = self.config.cancelled_call_hold();
         let grant = Grant::new(info, me, waiter.ticket.take(), hold);
         if let Some(retry_after) = self.quota.remaining() {
@@ -361,7 +361,7 @@ impl Lane {
         }
         let retry_after = self.cooldown_until.filter(|until| *until > now).map(|until| until - now);
         let depth = self.waiters.len();
-        metrics::queue_depth(self.name(), depth);
+        self.gauges.queue(self.config.name().as_str(), depth);
         for mut waiter in expired {
             if !waiter.reply.is_closed() {
                 metrics::overload_refused(self.name(), "waited_too_long");

@@ -62,7 +62,7 @@ impl Lane {
         }
         let wave = held.map_or(finish.wave, |held| held.wave);
         self.waiters.released(&finish.id);
-        metrics::permits_in_flight(self.name(), "local", self.held.len());
+        self.gauges.local(self.config.name().as_str(), self.held.len());
         if let Some(report) = finish.window {
             // Before the release, so the grants its release makes room for already see it.
             self.report_window(finish.id.clone(), report, finish.tokens_reserved, ctx);
@@ -115,7 +115,7 @@ impl Lane {
                     }
                     self.last_shared.state = Some((after.state, after.limit));
                     self.last_shared.wave = after.wave;
-                    metrics::permits_in_flight(self.name(), "fleet", after.in_flight as usize);
+                    self.gauges.fleet(self.config.name().as_str(), after.in_flight as usize);
                 }
                 if !released.held && !release.registration_only && self.mode != Mode::Fallback {
                     // Its lease ended while the call ran: for a while the fleet could admit one
@@ -124,7 +124,7 @@ impl Lane {
                     metrics::released_after_lease(self.name());
                 }
                 if self.mode == Mode::Local {
-                    metrics::permits_in_flight(self.name(), "fleet", after.in_flight as usize);
+                    self.gauges.fleet(self.config.name().as_str(), after.in_flight as usize);
                 }
                 if self.mode == Mode::Fallback {
                     self.outage.tokens += release.token_delta;
@@ -138,7 +138,7 @@ impl Lane {
                     }
                 }
                 record_rate_limit(self.name(), released.rate_limit);
-                metrics::wave(self.name(), after.state, after.limit, after.wave);
+                self.gauges.wave(self.config.name().as_str(), after.state, after.limit, after.wave);
                 self.pump(ctx);
             }
             Err(error) if !error.is_outage() => {

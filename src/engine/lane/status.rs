@@ -155,6 +155,18 @@ impl Lane {
     /// shared mode: one status call, for an upstream with budgets, configured or learned).
     pub(super) fn record_budgets(&mut self, ctx: &mut Context<Self>) {
         let now_ms = self.clock.now_ms();
+        // Every gauge is written again at its next value (a recorder installed late gets them).
+        self.gauges.forget();
+        let depth = self.waiters.len();
+        self.gauges.queue(self.config.name().as_str(), depth);
+        self.gauges.local(self.config.name().as_str(), self.held.len());
+        let wave = match self.mode {
+            Mode::Shared => self.last_shared.state.map(|(state, limit)| (state, limit, self.last_shared.wave)),
+            _ => Some(self.local.snapshot(now_ms)).map(|s| (s.state, s.limit, s.wave)),
+        };
+        if let Some((state, limit, wave)) = wave {
+            self.gauges.wave(self.config.name().as_str(), state, limit, wave);
+        }
         let (_, budgets, learned) = self.local.budgets(now_ms);
         let name = self.config.name().as_str();
         if self.config.budgets() == Budgets::default() && learned == LearnedBudgets::default() {

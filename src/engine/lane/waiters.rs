@@ -198,6 +198,12 @@ impl Waiters {
         heads
     }
 
+    /// The waiter `id`, if it waits (looked for from the back: this is asked right after its
+    /// push).
+    pub(crate) fn get_mut(&mut self, id: &PermitId) -> Option<&mut Waiter> {
+        self.queues.iter_mut().find_map(|queue| queue.iter_mut().rev().find(|w| w.id == *id))
+    }
+
     /// Removes the waiter `id`, wherever it is (the one a grant names: with tenants, the next
     /// of its class may have changed while the store was asked).
     pub(crate) fn take(&mut self, id: &PermitId) -> Option<Waiter> {
