@@ -75,7 +75,7 @@ async fn scheduler_pairs(scheduler: &Scheduler, upstream: &str, iters: u64) -> D
         let permit = loop {
             match scheduler.acquire(upstream).await {
                 Ok(permit) => break permit,
-                Err(wavegate::Error::WaitedTooLong { .. }) => {
+                Err(error) if error.kind() == wavegate::ErrorKind::WaitedTooLong => {
                     GAVE_UP.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(error) => panic!("acquire: {error}"),

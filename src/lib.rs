@@ -43,7 +43,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use wavegate::{Error, Outcome, Scheduler, UpstreamConfig};
+//! use wavegate::{ErrorKind, Outcome, Scheduler, UpstreamConfig};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -56,12 +56,13 @@
 //! let first = images.request().acquire().await?;
 //! let second = images.request().acquire().await?;
 //! // ...the limit is 2, so a third caller waits and gives up after max_wait.
-//! assert!(matches!(images.request().acquire().await, Err(Error::WaitedTooLong { .. })));
+//! let refused = images.request().acquire().await.unwrap_err();
+//! assert_eq!(refused.kind(), ErrorKind::WaitedTooLong);
 //! first.report(Outcome::from_status(200, None, std::time::SystemTime::now()));
 //! drop(second); // released as a neutral outcome
 //! assert!(images.request().acquire().await.is_ok());
 //! // The string shorthands resolve the name on every call.
-//! assert!(matches!(scheduler.acquire("nope").await, Err(Error::UnknownUpstream(_))));
+//! assert_eq!(scheduler.acquire("nope").await.unwrap_err().kind(), ErrorKind::UnknownUpstream);
 //! # Ok(()) }
 //! ```
 
@@ -91,7 +92,7 @@ mod supervisor;
 mod upstream;
 
 pub use classify::{ByError, ByStatus, Classify, Meter, Reserved, UpstreamError};
-pub use error::Error;
+pub use error::{Budget, Error, ErrorKind};
 pub use permit::Permit;
 pub use pool::{Pool, PoolRequest};
 pub use request::Attempt;

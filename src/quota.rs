@@ -4,7 +4,7 @@
 //! A 429 of kind [`QuotaExhausted`](wavegate_core::RateLimitKind::QuotaExhausted) (OpenAI's
 //! `insufficient_quota`) is a billing state, not a rate limit: retrying it only repeats the
 //! refusal (langchainjs #1929). The call that met it ends with
-//! [`Error::QuotaExhausted`](crate::Error::QuotaExhausted) after that one attempt, and every
+//! [`ErrorKind::QuotaExhausted`](crate::ErrorKind::QuotaExhausted) after that one attempt, and every
 //! later call of this process is refused before it asks for a permit, for the upstream's
 //! [`quota_pause`](wavegate_core::UpstreamConfigBuilder::quota_pause) or until
 //! [`Scheduler::reset_quota`](crate::Scheduler::reset_quota). So a spent quota costs one

@@ -39,27 +39,27 @@ pub(crate) async fn acquire_permit(
     let name = || inner.upstreams[upstream].name().to_string();
     if let Some(retry_after) = inner.quota[upstream].remaining() {
         // A spent quota: refused before the breaker, the queue and any wait.
-        return Err(Error::QuotaExhausted { upstream: name(), attempts: 0, retry_after });
+        return Err(Error::quota_exhausted(name(), 0, retry_after));
     }
     let supervisor = inner.supervisors[upstream].clone();
     let admission = match supervisor.send(Admit { kind }).await {
         Ok(Ok(admission)) => admission,
-        Ok(Err(Refusal::BreakerOpen(retry_after))) => return Err(Error::BreakerOpen { upstream: name(), retry_after }),
+        Ok(Err(Refusal::BreakerOpen(retry_after))) => return Err(Error::breaker_open(name(), retry_after)),
         Ok(Err(Refusal::BudgetSpent)) => {
-            return Err(Error::RetryBudgetSpent { upstream: name(), attempts: 0, last: "transient" });
+            return Err(Error::retry_budget_spent(name(), 0, "transient"));
         }
-        Err(_) => return Err(Error::Stopped),
+        Err(_) => return Err(Error::stopped()),
     };
     let (reply, granted) = oneshot::channel();
     inner.coordinator.do_send(Acquire { upstream, tokens, class, tenant, deadline: wait_until, reply });
-    let grant = granted.await.map_err(|_| Error::Stopped)??;
+    let grant = granted.await.map_err(|_| Error::stopped())??;
     let quota = QuotaRef { block: inner.quota[upstream].clone(), pause: inner.upstreams[upstream].quota_pause() };
     let owners = Owners { coordinator: inner.coordinator.clone(), supervisor, quota };
     let permit = Permit::new(upstream, name(), grant, tokens, admission.into_ticket(), owners);
     if let Some(retry_after) = inner.quota[upstream].remaining() {
         // The quota ran out while this caller waited: the permit goes back unused.
         drop(permit);
-        return Err(Error::QuotaExhausted { upstream: name(), attempts: 0, retry_after });
+        return Err(Error::quota_exhausted(name(), 0, retry_after));
     }
     Ok(permit)
 }

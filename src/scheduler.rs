@@ -281,13 +281,13 @@ impl Scheduler {
     /// together, on a Cluster only the upstreams of a lost master do (see
     /// [`upstream_mode`](Self::upstream_mode)).
     pub async fn mode(&self) -> Result<Mode, Error> {
-        self.inner.coordinator.send(ReadMode { upstream: None }).await.map_err(|_| Error::Stopped)
+        self.inner.coordinator.send(ReadMode { upstream: None }).await.map_err(|_| Error::stopped())
     }
 
     /// Where `upstream`'s permits come from now (no Redis round trip).
     pub async fn upstream_mode(&self, upstream: &str) -> Result<Mode, Error> {
         let upstream = Some(self.index(upstream)?);
-        self.inner.coordinator.send(ReadMode { upstream }).await.map_err(|_| Error::Stopped)
+        self.inner.coordinator.send(ReadMode { upstream }).await.map_err(|_| Error::stopped())
     }
 
     /// What the scheduler knows about its shared store (`None` in local mode): how it is found,
@@ -305,7 +305,7 @@ impl Scheduler {
 
     /// Lifts the refusal a spent quota put on `upstream` in this process (an operator's reset,
     /// e.g. after paying the bill); says whether there was one. See
-    /// [`Error::QuotaExhausted`].
+    /// [`ErrorKind::QuotaExhausted`](crate::ErrorKind::QuotaExhausted).
     pub fn reset_quota(&self, upstream: &str) -> Result<bool, UnknownUpstream> {
         let index = self.index(upstream)?;
         let lifted = self.inner.quota[index].reset();
@@ -452,8 +452,8 @@ impl SchedulerBuilder {
 pub(crate) async fn status(inner: &Inner, index: usize) -> Result<UpstreamStatus, Error> {
     let (reply, answer) = oneshot::channel();
     inner.coordinator.do_send(ReadStatus { upstream: index, reply });
-    let mut status = answer.await.map_err(|_| Error::Stopped)?;
-    let breaker = inner.supervisors[index].send(ReadBreaker).await.map_err(|_| Error::Stopped)?;
+    let mut status = answer.await.map_err(|_| Error::stopped())?;
+    let breaker = inner.supervisors[index].send(ReadBreaker).await.map_err(|_| Error::stopped())?;
     status.breaker = breaker.as_str();
     status.quota_exhausted_for = inner.quota[index].remaining();
     if inner.registration.is_some() {

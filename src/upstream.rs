@@ -130,16 +130,16 @@ impl<'u, C, M> RequestBuilder<'u, C, M> {
     /// Reserves `estimate` tokens of the upstream's tokens-per-minute budget for each attempt;
     /// the real usage is settled with the [`meter`](Self::meter) (or
     /// [`Permit::report_usage`]). An estimate that can never fit the budget's burst is refused
-    /// at once with [`Error::InsufficientCapacity`].
+    /// at once ([`ErrorKind::InsufficientCapacity`](crate::ErrorKind::InsufficientCapacity)).
     pub fn tokens(mut self, estimate: u64) -> Self {
         self.ask.tokens = estimate;
         self
     }
 
     /// The whole request (waiting, every attempt and retry) ends by `deadline`
-    /// ([`Error::DeadlinePassed`]); the upstream's `total_timeout` still applies if it comes
-    /// first. For [`acquire`](Self::acquire) the wait ends at the deadline or after
-    /// `max_wait`, whichever comes first.
+    /// ([`ErrorKind::DeadlinePassed`](crate::ErrorKind::DeadlinePassed)); the upstream's
+    /// `total_timeout` still applies if it comes first. For [`acquire`](Self::acquire) the wait
+    /// ends at the deadline or after `max_wait`, whichever comes first.
     pub fn deadline(mut self, deadline: Instant) -> Self {
         self.ask.deadline = Some(deadline);
         self
@@ -149,7 +149,8 @@ impl<'u, C, M> RequestBuilder<'u, C, M> {
     /// [`class`](crate::core::UpstreamConfigBuilder::class)): when callers of several classes
     /// wait, anywhere in the fleet, a free permit goes to the class furthest below its
     /// weighted share, first in first out within a class. A class the upstream does not have
-    /// is refused when the request runs ([`Error::UnknownClass`]), before any wait.
+    /// is refused when the request runs, before any wait
+    /// ([`ErrorKind::UnknownClass`](crate::ErrorKind::UnknownClass)).
     pub fn priority(mut self, class: &str) -> Self {
         match self.inner.upstreams[self.index].class_index(class) {
             Some(index) => {
@@ -212,8 +213,8 @@ impl<'u, C, M> RequestBuilder<'u, C, M> {
     ///
     /// `f` is called once per attempt and returns the caller's own `Result<T, E>`; the
     /// classifier says what it means. The last result comes back untouched: `Ok(value)` as
-    /// `Ok(value)`, `Err(e)` as [`Error::Upstream`] with `source: Some(e)` (see
-    /// [`classify`](crate::classify) for the rules). The future runs in the caller's task, so
+    /// `Ok(value)`, `Err(e)` as an [`ErrorKind::Upstream`](crate::ErrorKind::Upstream) error
+    /// holding `e` (see [`classify`](crate::classify) for the rules). The future runs in the caller's task, so
     /// `f`, its futures and `T` may borrow; dropping it cancels the call and releases its
     /// permit.
     ///
@@ -246,7 +247,7 @@ impl<'u, C, M> RequestBuilder<'u, C, M> {
     fn class_refusal(&self) -> Option<Error> {
         let class = self.unknown_class.clone()?;
         let config = &self.inner.upstreams[self.index];
-        let known = config.classes().iter().map(|c| c.name()).collect::<Vec<_>>().join(", ");
-        Some(Error::UnknownClass { upstream: config.name().to_string(), class, known })
+        let known = config.classes().iter().map(|c| c.name().to_string()).collect();
+        Some(Error::unknown_class(config.name().as_str(), class, known))
     }
 }

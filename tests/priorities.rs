@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
-use wavegate::{Error, Scheduler, Upstream, UpstreamConfig};
+use wavegate::{ErrorKind, Scheduler, Upstream, UpstreamConfig};
 use wavegate_testkit::{MockUpstream, MockUpstreamConfig, http_get};
 
 const LIMIT: u32 = 4;
@@ -252,7 +252,8 @@ async fn an_unknown_class_is_refused_before_any_wait() {
     let scheduler = Scheduler::builder().upstream(config()).build().expect("scheduler");
     let llm = scheduler.upstream("llm").expect("configured");
     let refused = llm.request().priority("urgent").acquire().await.expect_err("no such class");
-    assert!(matches!(refused, Error::UnknownClass { ref class, .. } if class == "urgent"), "{refused:?}");
+    assert_eq!((refused.kind(), refused.class()), (ErrorKind::UnknownClass, Some("urgent")), "{refused:?}");
+    assert_eq!(refused.known_classes().map(<[String]>::len), Some(2), "{refused:?}");
     assert!(refused.to_string().contains("interactive, batch"), "{refused}");
 }
 

@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::future::join_all;
-use wavegate::{Error, Outcome, ProviderSignals, RateLimitKind, Scheduler, UpstreamConfig, WaveState};
+use wavegate::{Error, ErrorKind, Outcome, ProviderSignals, RateLimitKind, Scheduler, UpstreamConfig, WaveState};
 #[cfg(feature = "redis")]
 use wavegate_testkit::RedisServer;
 use wavegate_testkit::{HeaderStyle, HttpReply, MockProvider, ProviderLimits, error_code, http_get};
@@ -124,8 +124,9 @@ async fn a_spent_quota_costs_one_attempt_per_process_then_refuses_at_once_until_
     let mut attempts = 0;
     for result in results {
         match result {
-            Err(Error::QuotaExhausted { attempts: made, retry_after, .. }) => {
-                attempts += made;
+            Err(error) if error.kind() == ErrorKind::QuotaExhausted => {
+                attempts += error.attempts().expect("counted");
+                let retry_after = error.retry_after().expect("refused until a reset");
                 assert!(retry_after > Duration::from_secs(590), "{retry_after:?}");
             }
             other => panic!("{other:?}"),
@@ -134,7 +135,8 @@ async fn a_spent_quota_costs_one_attempt_per_process_then_refuses_at_once_until_
     assert_eq!(attempts, 1);
     // Refused at once, without a call, and visible in the status.
     let refused_at = Instant::now();
-    assert!(matches!(call(&s, &provider, 0).await, Err(Error::QuotaExhausted { attempts: 0, .. })));
+    let refused = call(&s, &provider, 0).await.expect_err("refused at once");
+    assert_eq!((refused.kind(), refused.attempts()), (ErrorKind::QuotaExhausted, Some(0)), "{refused:?}");
     assert!(refused_at.elapsed() < Duration::from_millis(50));
     assert_eq!(provider.rate_limited(), 1);
     let status = s.status("llm").await.expect("status");

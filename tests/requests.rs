@@ -7,7 +7,7 @@ use std::io;
 use std::time::{Duration, Instant, SystemTime};
 
 use wavegate::core::{Backoff, UnknownUpstream};
-use wavegate::{Error, Outcome, Scheduler, UpstreamConfig, UpstreamError};
+use wavegate::{Error, ErrorKind, Outcome, Scheduler, UpstreamConfig, UpstreamError};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -78,11 +78,13 @@ async fn the_callers_error_comes_back_typed_and_untouched() {
         .call(|_| async { Err::<(), _>(AppError::Status { code: 400, body: "prompt too long".to_string() }) })
         .await
         .expect_err("a 400");
-    let Error::Upstream { outcome, attempts, source: Some(AppError::Status { code, body }), .. } = &error else {
+    let (Some(outcome), Some(attempts), Some(AppError::Status { code, body })) =
+        (error.outcome(), error.attempts(), error.source_error())
+    else {
         panic!("expected the caller's error, got {error:?}");
     };
     assert_eq!(
-        (*outcome, *attempts, *code, body.as_str()),
+        (*outcome, attempts, *code, body.as_str()),
         (Outcome::ClientError { status: 400 }, 1, 400, "prompt too long")
     );
     assert_eq!(error.code(), "upstream_error");
@@ -103,7 +105,7 @@ async fn a_transient_error_is_retried_then_comes_back_typed() {
         .await
         .expect_err("resets only");
     assert_eq!(invoked.get(), 3, "one attempt and max_retries = 2 retries");
-    let Error::Upstream { attempts: 3, source: Some(AppError::Network(io)), .. } = &error else {
+    let (Some(3), Some(AppError::Network(io))) = (error.attempts(), error.source_error()) else {
         panic!("expected the caller's io::Error after 3 attempts, got {error:?}");
     };
     assert_eq!(io.kind(), io::ErrorKind::ConnectionReset);
@@ -166,7 +168,8 @@ async fn a_deadline_bounds_the_wait_and_the_whole_request() {
     let held = upstream.request().acquire().await.expect("the only permit");
     let start = Instant::now();
     let error = upstream.request().timeout(ms(80)).acquire().await.expect_err("no permit before the deadline");
-    assert!(matches!(error, Error::DeadlinePassed { .. }), "{error:?}");
+    assert_eq!(error.kind(), ErrorKind::DeadlinePassed, "{error:?}");
+    assert!(error.is_timeout() && error.to_string().contains("timed out"), "{error}");
     let waited = start.elapsed();
     assert!(waited >= ms(75) && waited < ms(1_000), "acquire gave up after {waited:?} (deadline 80 ms, max_wait 5 s)");
     let start = Instant::now();
@@ -176,12 +179,12 @@ async fn a_deadline_bounds_the_wait_and_the_whole_request() {
         .call(|_| async { Ok::<_, Outcome>(()) })
         .await
         .expect_err("no permit before the deadline");
-    assert!(matches!(error, Error::DeadlinePassed { attempts: 0, .. }), "{error:?}");
+    assert_eq!((error.kind(), error.attempts()), (ErrorKind::DeadlinePassed, Some(0)), "{error:?}");
     assert!(start.elapsed() < ms(1_000));
     held.succeeded();
     // With room, a deadline in the past is refused before any wait.
     let error = upstream.request().deadline(Instant::now()).acquire().await.expect_err("past");
-    assert!(matches!(error, Error::DeadlinePassed { .. }), "{error:?}");
+    assert_eq!(error.kind(), ErrorKind::DeadlinePassed, "{error:?}");
 }
 
 #[tokio::test]
@@ -203,7 +206,11 @@ async fn tokens_are_reserved_and_settled_with_the_meter() {
     assert!((900..=910).contains(&left), "{left} tokens left after using 100 of 1000");
     // An estimate above the burst can never fit.
     let error = upstream.request().tokens(1_001).acquire().await.expect_err("never fits");
-    assert!(matches!(error, Error::InsufficientCapacity { requested: 1_001, burst: 1_000, .. }), "{error:?}");
+    assert_eq!(
+        (error.kind(), error.requested(), error.burst()),
+        (ErrorKind::InsufficientCapacity, Some(1_001), Some(1_000)),
+        "{error:?}"
+    );
 }
 
 #[tokio::test]

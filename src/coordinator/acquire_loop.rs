@@ -13,7 +13,7 @@ use wavegate_core::{Admission, Clock, DenyReason, WaveSignal, duration_ms};
 
 use super::Coordinator;
 use super::waiters::{Head, Waiters};
-use crate::error::Error;
+use crate::error::{Budget, Error};
 use crate::messages::Grant;
 use crate::metrics;
 use crate::status::Mode;
@@ -405,17 +405,17 @@ impl Coordinator {
     /// provider announced: the local gate knows both in every mode, being told every
     /// announcement; in shared mode the store checks again with the fleet's), or a class
     /// with a budget share its share of the configured one, when that is smaller.
-    fn tokens_burst(&self, upstream: usize, class: usize) -> Option<(u64, &'static str)> {
+    fn tokens_burst(&self, upstream: usize, class: usize) -> Option<(u64, Budget)> {
         let slot = &self.slots[upstream];
         let label = match self.mode_of(upstream) {
-            Mode::Fallback | Mode::Rejected => crate::error::FALLBACK_SHARE,
-            Mode::Local | Mode::Shared => "tokens_per_minute",
+            Mode::Fallback | Mode::Rejected => Budget::FallbackShare,
+            Mode::Local | Mode::Shared => Budget::TokensPerMinute,
         };
         let burst = slot.local.tokens_burst(self.clock.now_ms())?;
         let capped = slot.config.classes().get(class).is_some_and(|c| c.budget_percent_value() < 100);
         let class_cap = slot.local.configured().tokens.map(|b| class_burst(slot, class, u64::from(b.burst())));
         match class_cap {
-            Some(cap) if capped && cap < burst => Some((cap, "the class's share of tokens_per_minute")),
+            Some(cap) if capped && cap < burst => Some((cap, Budget::ClassShare)),
             _ => Some((burst, label)),
         }
     }
@@ -430,13 +430,8 @@ impl Coordinator {
     fn too_large(&self, upstream: usize, tokens: u64, class: usize) -> Error {
         let slot = &self.slots[upstream];
         let (burst, budget) =
-            self.tokens_burst(upstream, class).map_or((None, "tokens_per_minute"), |(b, l)| (Some(b), l));
-        Error::InsufficientCapacity {
-            upstream: slot.config.name().to_string(),
-            budget,
-            requested: tokens,
-            burst: burst.unwrap_or(0),
-        }
+            self.tokens_burst(upstream, class).map_or((None, Budget::TokensPerMinute), |(b, l)| (Some(b), l));
+        Error::insufficient_capacity(slot.config.name().as_str(), budget, tokens, burst.unwrap_or(0))
     }
 }
 

@@ -752,7 +752,7 @@ impl Handler<Acquire> for Coordinator {
         if slot.waiters.len() >= capacity {
             let name = slot.config.name().to_string();
             metrics::overload_refused(&name, "queue_full");
-            let _ = acquire.reply.send(Err(Error::QueueFull { upstream: name, capacity }));
+            let _ = acquire.reply.send(Err(Error::queue_full(name, capacity)));
             return;
         }
         let id = self.ids.next_id();

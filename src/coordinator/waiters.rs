@@ -261,7 +261,7 @@ impl Waiters {
     /// Answers a waiter that timed out.
     pub(crate) fn time_out(waiter: Waiter, upstream: &str, now: Instant, retry_after: Option<Duration>) {
         let waited = now.saturating_duration_since(waiter.enqueued);
-        let _ = waiter.reply.send(Err(Error::WaitedTooLong { upstream: upstream.to_owned(), waited, retry_after }));
+        let _ = waiter.reply.send(Err(Error::waited_too_long(upstream, waited, retry_after)));
     }
 }
 

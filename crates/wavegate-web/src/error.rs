@@ -21,14 +21,14 @@ use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
-use wavegate::Error;
+use wavegate::{Error, ErrorKind};
 
 /// A [`wavegate::Error`] that actix-web renders as a response. Handlers return
 /// `Result<_, WebError>` and use `?` on scheduler calls.
 ///
-/// The caller's own error inside an [`Error::Upstream`] (an `Error<E>`) is not part of the
-/// response (it may hold internal details): `?` keeps its outcome and drops it. Handle it
-/// before `?` if the end user should see it.
+/// The caller's own error inside an [`ErrorKind::Upstream`] error (an `Error<E>`) is not part
+/// of the response (it may hold internal details): `?` keeps its outcome and drops it. Handle
+/// it before `?` if the end user should see it.
 #[derive(Debug)]
 pub struct WebError(pub Error);
 
@@ -71,7 +71,7 @@ impl WebError {
         match &self.0 {
             error
                 if error.is_overload()
-                    || matches!(error, Error::DeadlinePassed { .. } | Error::QuotaExhausted { .. }) =>
+                    || matches!(error.kind(), ErrorKind::DeadlinePassed | ErrorKind::QuotaExhausted) =>
             {
                 error.retry_after().map(|after| after.as_secs() + u64::from(after.subsec_nanos() > 0)).map(|s| s.max(1))
             }
@@ -92,11 +92,11 @@ impl WebError {
 
 impl ResponseError for WebError {
     fn status_code(&self) -> StatusCode {
-        match &self.0 {
-            error if error.is_overload() => StatusCode::SERVICE_UNAVAILABLE,
-            Error::DeadlinePassed { .. } => StatusCode::GATEWAY_TIMEOUT,
-            Error::Upstream { .. } => StatusCode::BAD_GATEWAY,
-            Error::Stopped | Error::QuotaExhausted { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        match self.0.kind() {
+            kind if kind.is_overload() => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::DeadlinePassed => StatusCode::GATEWAY_TIMEOUT,
+            ErrorKind::Upstream => StatusCode::BAD_GATEWAY,
+            ErrorKind::Stopped | ErrorKind::QuotaExhausted => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

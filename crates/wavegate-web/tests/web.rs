@@ -178,7 +178,8 @@ async fn unreadable_signals_and_kinds_of_429_are_counted() {
             async move { Err::<(), _>(outcome) }
         })
         .await;
-    assert!(matches!(result, Err(wavegate::Error::QuotaExhausted { attempts: 2, .. })), "{result:?}");
+    let error = result.expect_err("the quota is spent");
+    assert_eq!((error.kind(), error.attempts()), (wavegate::ErrorKind::QuotaExhausted, Some(2)), "{error:?}");
     let text = metrics.render();
     let value = |series: &str| -> f64 {
         text.lines()
