@@ -70,10 +70,11 @@ static GAVE_UP: AtomicU64 = AtomicU64::new(0);
 /// Times `iters` acquire + release pairs through the scheduler. An acquire that gives up
 /// (possible with the 20 ms `max_wait`) is counted and asked again, its time included.
 async fn scheduler_pairs(scheduler: &Scheduler, upstream: &str, iters: u64) -> Duration {
+    let upstream = scheduler.upstream(upstream).expect("configured");
     let start = Instant::now();
     for _ in 0..iters {
         let permit = loop {
-            match scheduler.acquire(upstream).await {
+            match upstream.request().acquire().await {
                 Ok(permit) => break permit,
                 Err(error) if error.kind() == wavegate::ErrorKind::WaitedTooLong => {
                     GAVE_UP.fetch_add(1, Ordering::Relaxed);
@@ -133,8 +134,9 @@ fn shared(c: &mut Criterion) {
             let scheduler =
                 Scheduler::builder().upstream(upstream(name)).redis(redis.url()).build().expect("a shared scheduler");
             // Wait until it has reached the store (scripts loaded, shared mode).
+            let handle = scheduler.upstream(name).expect("configured");
             for _ in 0..100 {
-                if scheduler.status(name).await.is_ok_and(|s| s.in_flight_fleet.is_some()) {
+                if handle.status().await.is_ok_and(|s| s.in_flight_fleet.is_some()) {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;

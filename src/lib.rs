@@ -61,8 +61,9 @@
 //! first.report(Outcome::from_status(200, None, std::time::SystemTime::now()));
 //! drop(second); // released as a neutral outcome
 //! assert!(images.request().acquire().await.is_ok());
-//! // The string shorthands resolve the name on every call.
-//! assert_eq!(scheduler.acquire("nope").await.unwrap_err().kind(), ErrorKind::UnknownUpstream);
+//! // A name that is not configured is refused when it is resolved.
+//! let unknown = scheduler.upstream("nope").unwrap_err();
+//! assert_eq!(unknown.name, "nope");
 //! # Ok(()) }
 //! ```
 

@@ -55,10 +55,11 @@ use wavegate_core::UpstreamConfig;
 use crate::call::{self, Ask};
 use crate::classify::{ByError, Classify, Meter, Reserved};
 use crate::error::Error;
+use crate::messages::ReadMode;
 use crate::permit::Permit;
 use crate::request::Attempt;
 use crate::scheduler::Inner;
-use crate::status::UpstreamStatus;
+use crate::status::{Mode, UpstreamStatus};
 
 /// One configured upstream of a [`Scheduler`](crate::Scheduler), resolved once.
 ///
@@ -94,6 +95,26 @@ impl Upstream {
     /// The upstream's state as this process sees it.
     pub async fn status(&self) -> Result<UpstreamStatus, Error> {
         crate::scheduler::status(&self.inner, self.index).await
+    }
+
+    /// Where the upstream's permits come from now (no Redis round trip); see
+    /// [`Scheduler::mode`](crate::Scheduler::mode) for the process as a whole.
+    pub async fn mode(&self) -> Result<Mode, Error> {
+        let read = ReadMode { upstream: Some(self.index) };
+        self.inner.coordinator.send(read).await.map_err(|_| Error::stopped())
+    }
+
+    /// Lifts the refusal a spent quota put on the upstream in this process (an operator's
+    /// reset, e.g. after paying the bill); says whether there was one. See
+    /// [`ErrorKind::QuotaExhausted`](crate::ErrorKind::QuotaExhausted).
+    pub fn reset_quota(&self) -> bool {
+        let lifted = self.inner.quota[self.index].reset();
+        if lifted {
+            let upstream = self.name();
+            tracing::info!(upstream, "quota refusal lifted by an operator");
+            crate::metrics::quota_exhausted(upstream, false);
+        }
+        lifted
     }
 }
 

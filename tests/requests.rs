@@ -64,7 +64,8 @@ async fn a_closure_may_borrow_a_local_client_and_a_str_and_return_borrowed_value
     let (base, got) = upstream.request().call(|_attempt| client.get(path)).await.expect("a call");
     assert_eq!((base, got), ("http://provider", "/v1/complete"));
     assert_eq!(client.calls.get(), 1);
-    // The old shorthand takes borrowing closures too.
+    // The deprecated by-name shorthand takes borrowing closures too.
+    #[allow(deprecated)]
     let base = scheduler.call("llm", |_| async { Ok::<_, Outcome>(client.base.as_str()) }).await.expect("a call");
     assert_eq!(base, "http://provider");
 }
@@ -110,13 +111,8 @@ async fn a_transient_error_is_retried_then_comes_back_typed() {
     };
     assert_eq!(io.kind(), io::ErrorKind::ConnectionReset);
     // std's error chain reaches the caller's error.
-    let io_error = scheduler
-        .upstream("llm")
-        .expect("configured")
-        .request()
-        .call(|_| async { Err::<(), _>(io::Error::other("bad data")) })
-        .await
-        .expect_err("fails");
+    let io_error =
+        upstream.request().call(|_| async { Err::<(), _>(io::Error::other("bad data")) }).await.expect_err("fails");
     let source = std::error::Error::source(&io_error).expect("a source");
     assert_eq!(source.to_string(), "bad data");
 }
@@ -228,7 +224,7 @@ async fn several_local_schedulers_for_one_upstream_are_counted_while_they_live()
     let first = build();
     let count = |s: &Scheduler| {
         let s = s.clone();
-        async move { s.status("twice").await.expect("status").schedulers_in_process }
+        async move { s.upstream("twice").expect("configured").status().await.expect("status").schedulers_in_process }
     };
     assert_eq!(count(&first).await, 1);
     let second = build();

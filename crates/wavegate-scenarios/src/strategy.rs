@@ -28,7 +28,7 @@ pub(crate) enum Kind {
     /// the call; a failed call is retried after `backoffs[i]` × a jitter factor uniform in
     /// [0.5, 1.5], so `backoffs.len() + 1` attempts in all.
     Semaphore { per_process: usize, backoffs: &'static [Duration] },
-    /// `wavegate::Scheduler::call` in shared mode (one Redis for the fleet).
+    /// `wavegate::RequestBuilder::call` in shared mode (one Redis for the fleet).
     Wavegate { recovery: Recovery },
     /// Knows the truth, no Redis: each process takes its static share of the provider's
     /// capacity (and of its rate window), follows the capacity the provider announces in
