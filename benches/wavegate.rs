@@ -26,8 +26,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
-use wavegate::core::{Admission, WaveSignal};
 use wavegate::{Scheduler, UpstreamConfig};
+use wavegate_core::{Admission, WaveSignal};
 use wavegate_redis::{SharedGate, Store, StoreConfig};
 use wavegate_testkit::RedisServer;
 

@@ -19,7 +19,18 @@
 //!
 //! With no Redis configured, the same API runs in-process (local mode, the embedded default).
 //!
-//! The pure policy (wave machine, breaker, budget, config) is [`core`] (`wavegate-core`).
+//! Every type the API uses is named here, so an application depends on `wavegate` alone:
+//! * the root holds what programs name: the [`Scheduler`] and its handles ([`Upstream`],
+//!   [`Pool`], [`Permit`]), [`UpstreamConfig`] and [`PoolConfig`], the [`Error`] (one struct
+//!   with an [`ErrorKind`]), the [`Outcome`] of a call and how a result becomes one
+//!   ([`classify`]), the status ([`UpstreamStatus`], [`Mode`]) and, with Redis, the store's
+//!   configuration and health (`StoreConfig`, `StoreHealth`);
+//! * [`config`] holds the parts of a configuration (builders, their arguments, their errors);
+//! * [`dev`] holds the lower-level types that the values above are made of, for libraries
+//!   built on wavegate.
+//!
+//! The policy itself (wave machine, breaker, budgets) lives in the `wavegate-core` crate, which
+//! applications need not depend on.
 //!
 //! Cargo features (all but `redis` off by default), each built alone in CI:
 //! * `redis` (default) — shared mode through Redis ([`SchedulerBuilder::redis`]); without it
@@ -69,7 +80,9 @@
 
 mod call;
 pub mod classify;
+pub mod config;
 mod coordinator;
+pub mod dev;
 mod error;
 mod ids;
 mod messages;
@@ -92,16 +105,22 @@ mod store;
 mod supervisor;
 mod upstream;
 
-pub use classify::{ByError, ByStatus, Classify, Meter, Reserved, UpstreamError};
-pub use error::{Budget, Error, ErrorKind};
+// The scheduler and its handles.
 pub use permit::Permit;
 pub use pool::{Pool, PoolRequest};
 pub use request::Attempt;
 pub use scheduler::{BuildError, Scheduler, SchedulerBuilder};
-pub use status::{ClassStatus, Mode, UpstreamStatus};
 pub use upstream::{RequestBuilder, Upstream};
-pub use wavegate_core as core;
-pub use wavegate_core::{Outcome, ProviderSignals, RateLimitKind, TransportError, UpstreamConfig, WaveState};
+// What a request ends with.
+pub use classify::{ByError, ByStatus, Classify, Meter, Reserved, UpstreamError};
+pub use error::{Budget, Error, ErrorKind};
+pub use wavegate_core::{Outcome, ProviderSignals, RateLimitKind, TransportError, UnknownUpstream};
+// Configuration (its parts are in `config`).
+pub use wavegate_core::{PoolConfig, UpstreamConfig};
+// Status.
+pub use status::{ClassStatus, Mode, UpstreamStatus};
+pub use wavegate_core::{BudgetStatus, LearnedStatus, WaveState};
+// The shared store.
 #[cfg(feature = "redis")]
 pub use wavegate_redis::{Keyspace, Rejection, SentinelConfig, StoreConfig, StoreError, StoreHealth};
 

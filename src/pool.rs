@@ -13,7 +13,7 @@
 //! `wavegate_pool_moves_total{pool, member, reason}`.
 //!
 //! ```
-//! use wavegate::core::PoolConfig;
+//! use wavegate::PoolConfig;
 //! use wavegate::{Outcome, Scheduler, UpstreamConfig};
 //!
 //! # #[tokio::main(flavor = "current_thread")]

@@ -41,7 +41,7 @@
 //!
 //! let permit = llm.request().acquire().await?;
 //! permit.succeeded();
-//! assert!(matches!(scheduler.upstream("nope"), Err(wavegate::core::UnknownUpstream { .. })));
+//! assert!(matches!(scheduler.upstream("nope"), Err(wavegate::UnknownUpstream { .. })));
 //! # let _: Option<Error> = None;
 //! # Ok(()) }
 //! ```
@@ -167,7 +167,7 @@ impl<'u, C, M> RequestBuilder<'u, C, M> {
     }
 
     /// Puts the request in priority class `class` (configured with
-    /// [`class`](crate::core::UpstreamConfigBuilder::class)): when callers of several classes
+    /// [`class`](crate::config::UpstreamConfigBuilder::class)): when callers of several classes
     /// wait, anywhere in the fleet, a free permit goes to the class furthest below its
     /// weighted share, first in first out within a class. A class the upstream does not have
     /// is refused when the request runs, before any wait

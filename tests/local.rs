@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::future::join_all;
-use wavegate::core::{Backoff, BreakerConfig, ConfigError, Recovery, RetryBudgetConfig, UpstreamConfigBuilder};
+use wavegate::config::{Backoff, BreakerConfig, ConfigError, Recovery, RetryBudgetConfig, UpstreamConfigBuilder};
 use wavegate::{
     Attempt, BuildError, Error, ErrorKind, Outcome, Permit, Scheduler, UpstreamConfig, UpstreamStatus, WaveState,
 };
@@ -434,7 +434,7 @@ async fn succeed_at_limit(s: &Scheduler, n: usize) {
 async fn the_seed_walk_through() {
     let cooldown = ms(100);
     // The walk-through is the seed's recovery (the default is the adaptive one).
-    let s = scheduler(x().limit(10).cooldown_ladder([cooldown]).recovery(wavegate::core::Recovery::Seed));
+    let s = scheduler(x().limit(10).cooldown_ladder([cooldown]).recovery(Recovery::Seed));
     let upstream = s.upstream("x").expect("configured");
     let now = SystemTime::now;
 

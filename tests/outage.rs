@@ -131,7 +131,7 @@ async fn a_429_seen_during_the_outage_reaches_the_shared_wave() {
         .renewed_lease(Duration::from_secs(3))
         .max_wait(Duration::from_secs(5))
         .cooldown_ladder([Duration::from_secs(2)])
-        .recovery(wavegate::core::Recovery::Seed)
+        .recovery(wavegate::config::Recovery::Seed)
         .build()
         .expect("valid config");
     let scheduler = Scheduler::builder().upstream(seed).redis(redis.url()).build().expect("scheduler");

@@ -3,8 +3,8 @@
 
 use std::time::{Duration, SystemTime};
 
-use wavegate::core::{PoolConfig, PoolConfigError, PoolPolicy};
-use wavegate::{BuildError, Error, ErrorKind, Outcome, ProviderSignals, Scheduler, UpstreamConfig};
+use wavegate::config::{PoolConfigError, PoolPolicy};
+use wavegate::{BuildError, Error, ErrorKind, Outcome, PoolConfig, ProviderSignals, Scheduler, UpstreamConfig};
 use wavegate_testkit::{
     HeaderStyle, HttpReply, MockProvider, MockUpstream, MockUpstreamConfig, ProviderLimits, error_code, http_get,
 };

@@ -90,7 +90,7 @@ async fn zero_left_until_the_reset_holds_the_whole_fleet_through_redis() {
     let mut con = redis.connection().expect("connection");
     let key = wavegate::StoreConfig::new(redis.url())
         .keyspace
-        .upstream(&wavegate::core::UpstreamName::new("llm").expect("name"))
+        .upstream(&wavegate::config::UpstreamName::new("llm").expect("name"))
         .wave;
     loop {
         let until: Option<u64> = redis::cmd("HGET").arg(&key).arg("pw_requests_until").query(&mut con).expect("HGET");

@@ -6,18 +6,18 @@ use std::cell::Cell;
 use std::io;
 use std::time::{Duration, Instant, SystemTime};
 
-use wavegate::core::{Backoff, UnknownUpstream};
-use wavegate::{Error, ErrorKind, Outcome, Scheduler, UpstreamConfig, UpstreamError};
+use wavegate::config::{Backoff, UpstreamConfigBuilder};
+use wavegate::{Error, ErrorKind, Outcome, Scheduler, UnknownUpstream, UpstreamConfig, UpstreamError};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-fn scheduler(config: wavegate::core::UpstreamConfigBuilder) -> Scheduler {
+fn scheduler(config: UpstreamConfigBuilder) -> Scheduler {
     Scheduler::builder().upstream(config.build().expect("valid config")).build().expect("scheduler")
 }
 
-fn llm() -> wavegate::core::UpstreamConfigBuilder {
+fn llm() -> UpstreamConfigBuilder {
     UpstreamConfig::builder("llm").limit(2).max_wait(Duration::from_secs(5))
 }
 

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use wavegate::core::Backoff;
+use wavegate::config::Backoff;
 use wavegate::{ByStatus, Outcome, Scheduler, TransportError, UpstreamConfig};
 use wavegate_testkit::{MockUpstream, MockUpstreamConfig};
 

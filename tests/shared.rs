@@ -9,7 +9,7 @@ use wavegate_testkit::RedisServer;
 fn upstream(limit: u32) -> UpstreamConfig {
     UpstreamConfig::builder("llm")
         .limit(limit)
-        .recovery(wavegate::core::Recovery::Seed) // the walk-through below is the seed's
+        .recovery(wavegate::config::Recovery::Seed) // the walk-through below is the seed's
         .cooldown_ladder([Duration::from_millis(300), Duration::from_millis(600)])
         .min_cooldown(Duration::from_millis(50))
         .max_wait(Duration::from_secs(5))

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use wavegate::core::Recovery;
+use wavegate::config::Recovery;
 use wavegate::{Mode, Outcome, Scheduler, UpstreamConfig, WaveState};
 use wavegate_testkit::RedisServer;
 use wavegate_testkit::{Fault, FaultProxy};

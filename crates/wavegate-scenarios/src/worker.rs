@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 
 use rand::Rng;
 use tokio::sync::{Mutex, Semaphore, mpsc, oneshot};
-use wavegate::core::PoolConfig;
+use wavegate::PoolConfig;
 use wavegate::{Mode, Outcome, ProviderSignals, Scheduler, TransportError};
 use wavegate_testkit::{HttpReply, http_get};
 

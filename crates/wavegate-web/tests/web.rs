@@ -88,7 +88,7 @@ async fn an_upstream_client_error_is_not_turned_into_a_503() {
 async fn metrics_hold_the_named_series_and_they_move() {
     let upstream = UpstreamConfig::builder("metered")
         .limit(4)
-        .recovery(wavegate::core::Recovery::Seed)
+        .recovery(wavegate::config::Recovery::Seed)
         .min_cooldown(Duration::from_millis(50))
         .max_wait(Duration::from_millis(200))
         .build()
