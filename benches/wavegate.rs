@@ -26,8 +26,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
-use wavegate::core::{Admission, WaveSignal};
 use wavegate::{Scheduler, UpstreamConfig};
+use wavegate_core::{Admission, WaveSignal};
 use wavegate_redis::{SharedGate, Store, StoreConfig};
 use wavegate_testkit::RedisServer;
 
@@ -70,12 +70,13 @@ static GAVE_UP: AtomicU64 = AtomicU64::new(0);
 /// Times `iters` acquire + release pairs through the scheduler. An acquire that gives up
 /// (possible with the 20 ms `max_wait`) is counted and asked again, its time included.
 async fn scheduler_pairs(scheduler: &Scheduler, upstream: &str, iters: u64) -> Duration {
+    let upstream = scheduler.upstream(upstream).expect("configured");
     let start = Instant::now();
     for _ in 0..iters {
         let permit = loop {
-            match scheduler.acquire(upstream).await {
+            match upstream.request().acquire().await {
                 Ok(permit) => break permit,
-                Err(wavegate::Error::WaitedTooLong { .. }) => {
+                Err(error) if error.kind() == wavegate::ErrorKind::WaitedTooLong => {
                     GAVE_UP.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(error) => panic!("acquire: {error}"),
@@ -133,8 +134,9 @@ fn shared(c: &mut Criterion) {
             let scheduler =
                 Scheduler::builder().upstream(upstream(name)).redis(redis.url()).build().expect("a shared scheduler");
             // Wait until it has reached the store (scripts loaded, shared mode).
+            let handle = scheduler.upstream(name).expect("configured");
             for _ in 0..100 {
-                if scheduler.status(name).await.is_ok_and(|s| s.in_flight_fleet.is_some()) {
+                if handle.status().await.is_ok_and(|s| s.in_flight_fleet.is_some()) {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;

@@ -20,7 +20,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures_util::future::join_all;
-use wavegate::{ByStatus, Error, Scheduler, Upstream, UpstreamConfig};
+use wavegate::{ByStatus, Error, ErrorKind, Scheduler, Upstream, UpstreamConfig};
 use wavegate_testkit::{MockUpstream, MockUpstreamConfig};
 
 /// What every handler shares: the upstream's handle and one HTTP client.
@@ -36,10 +36,10 @@ struct ServiceError(Error<reqwest::Error>);
 
 impl IntoResponse for ServiceError {
     fn into_response(self) -> Response {
-        let status = match &self.0 {
-            error if error.is_overload() => StatusCode::SERVICE_UNAVAILABLE,
-            Error::DeadlinePassed { .. } => StatusCode::GATEWAY_TIMEOUT,
-            Error::Upstream { .. } => StatusCode::BAD_GATEWAY,
+        let status = match self.0.kind() {
+            kind if kind.is_overload() => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::DeadlinePassed => StatusCode::GATEWAY_TIMEOUT,
+            ErrorKind::Upstream => StatusCode::BAD_GATEWAY,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         let mut response = (status, format!("{}: {}\n", self.0.code(), self.0)).into_response();

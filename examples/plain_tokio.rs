@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use wavegate::{ByStatus, Error, Scheduler, UpstreamConfig};
+use wavegate::{ByStatus, Scheduler, UpstreamConfig};
 use wavegate_testkit::{MockUpstream, MockUpstreamConfig, free_port};
 
 /// Runs the example; fails if a call did not end as described.
@@ -46,11 +46,13 @@ pub(crate) async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The caller's own error comes back typed: nobody listens on this port.
     let nowhere = format!("http://127.0.0.1:{}/", free_port()?);
-    match llm.request().classify(ByStatus).call(|_attempt| client.get(&nowhere).send()).await {
-        Err(Error::Upstream { source: Some(error), attempts, .. }) if error.is_connect() => {
-            println!("after {attempts} attempts, reqwest's own error: {error}");
-            Ok(())
-        }
-        other => Err(format!("expected reqwest's connect error, got {other:?}").into()),
-    }
+    let error = match llm.request().classify(ByStatus).call(|_attempt| client.get(&nowhere).send()).await {
+        Ok(response) => return Err(format!("a closed port answered: {response:?}").into()),
+        Err(error) => error,
+    };
+    let Some(own) = error.source_error().filter(|own| own.is_connect()) else {
+        return Err(format!("expected reqwest's connect error, got {error:?}").into());
+    };
+    println!("after {} attempts, reqwest's own error: {own}", error.attempts().unwrap_or_default());
+    Ok(())
 }

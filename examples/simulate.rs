@@ -12,7 +12,7 @@ use std::time::SystemTime;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use wavegate::core::{Admission, DenyReason, LocalGate, Outcome, RateLimitEffect, Recovery, UpstreamConfig, WaveState};
+use wavegate_core::{Admission, DenyReason, LocalGate, Outcome, RateLimitEffect, Recovery, UpstreamConfig, WaveState};
 
 const TICK_MS: u64 = 5;
 

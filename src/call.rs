@@ -26,17 +26,10 @@ use crate::attempt::{Attempt, acquire_permit};
 use crate::classify::{Classify, Meter};
 use crate::engine::clock::{self, Instant};
 use crate::engine::request::{AttemptKind, Request};
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::handle::Inner;
 use crate::metrics;
 use crate::permit::Permit;
-
-impl Error {
-    /// An error that holds no caller's error, as an `Error<E>` of any `E`.
-    pub(crate) fn widen<E>(self) -> Error<E> {
-        self.map_source(|never| match never {})
-    }
-}
 
 /// A permit for a caller that makes the call itself: waits at most the upstream's `max_wait`,
 /// and not past the request's deadline.
@@ -44,14 +37,17 @@ pub(crate) async fn acquire(inner: &Inner, upstream: usize, request: Request) ->
     let config = &inner.upstreams[upstream];
     let now = Instant::now();
     let max_wait = clock::after(now, config.max_wait());
-    let deadline_passed = || Error::DeadlinePassed { upstream: config.name().to_string(), attempts: 0 };
+    let deadline_passed = || Error::deadline_passed(config.name().as_str(), 0);
     let wait_until = match request.deadline {
         Some(deadline) if deadline <= now => return Err(deadline_passed()),
         Some(deadline) => deadline.min(max_wait),
         None => max_wait,
     };
     match acquire_permit(inner, upstream, &request, AttemptKind::First, wait_until).await {
-        Err(Error::WaitedTooLong { .. }) if request.deadline.is_some_and(|deadline| Instant::now() >= deadline) => {
+        Err(error)
+            if error.kind() == ErrorKind::WaitedTooLong
+                && request.deadline.is_some_and(|deadline| Instant::now() >= deadline) =>
+        {
             Err(deadline_passed())
         }
         result => result,
@@ -88,8 +84,7 @@ where
     let result = attempts(inner, upstream, request, classify, meter, f, &mut log).instrument(span.clone()).await;
     let outcome = match &result {
         Ok(_) => log.last.unwrap_or("success"),
-        Err(Error::Upstream { outcome, .. }) => outcome.label(),
-        Err(error) => error.code(),
+        Err(error) => error.outcome().map_or(error.code(), Outcome::label),
     };
     let (queue_wait_ms, permit_wait_ms, call_ms) =
         (log.queue_wait.as_millis() as u64, log.permit_wait.as_millis() as u64, log.call.as_millis() as u64);
@@ -153,19 +148,16 @@ where
     loop {
         let now = Instant::now();
         if now >= deadline {
-            return Err(Error::DeadlinePassed { upstream: name(), attempts: log.attempts });
+            return Err(Error::deadline_passed(name(), log.attempts));
         }
         let wait_until = deadline.min(clock::after(now, config.max_wait()));
         let mut permit = match acquire_permit(inner, upstream, &request, kind, wait_until).await {
             Ok(permit) => permit,
-            Err(Error::WaitedTooLong { .. }) if Instant::now() >= deadline => {
-                return Err(Error::DeadlinePassed { upstream: name(), attempts: log.attempts });
+            Err(error) if error.kind() == ErrorKind::WaitedTooLong && Instant::now() >= deadline => {
+                return Err(Error::deadline_passed(name(), log.attempts));
             }
-            Err(Error::RetryBudgetSpent { upstream, .. }) => {
-                return Err(Error::RetryBudgetSpent { upstream, attempts: log.attempts, last: "transient" });
-            }
-            Err(Error::QuotaExhausted { upstream, retry_after, .. }) => {
-                return Err(Error::QuotaExhausted { upstream, attempts: log.attempts, retry_after });
+            Err(error) if matches!(error.kind(), ErrorKind::RetryBudgetSpent | ErrorKind::QuotaExhausted) => {
+                return Err(error.with_attempts(log.attempts).widen());
             }
             Err(error) => return Err(error.widen()),
         };
@@ -187,7 +179,7 @@ where
             Err(_) if timeout < config.call_timeout() => {
                 // Cut short by the deadline, not by the upstream: nothing to learn.
                 drop(permit);
-                return Err(Error::DeadlinePassed { upstream: name(), attempts: log.attempts });
+                return Err(Error::deadline_passed(name(), log.attempts));
             }
             Err(_) => (Outcome::from_transport(TransportError::Timeout), None),
         };
@@ -202,7 +194,7 @@ where
         if outcome.rate_limit_kind() == Some(RateLimitKind::QuotaExhausted) {
             // A billing state, not a rate limit: no retry (the report refused the upstream).
             let retry_after = inner.quota[upstream].remaining().unwrap_or(config.quota_pause());
-            return Err(Error::QuotaExhausted { upstream: name(), attempts: log.attempts, retry_after });
+            return Err(Error::quota_exhausted(name(), log.attempts, retry_after));
         }
         // A retry: how long this call alone waits first, what it asks for, why.
         let retry = match outcome {
@@ -230,13 +222,11 @@ where
         };
         let Some((delay, next, reason)) = retry else {
             // The last answer comes back as it came: a value (a final 4xx response with its
-            // body, say) as a value, the caller's error inside `Error::Upstream`.
+            // body, say) as a value, the caller's error inside an `ErrorKind::Upstream` error.
             return match result {
                 Some(Ok(value)) => Ok(value),
-                Some(Err(source)) => {
-                    Err(Error::Upstream { upstream: name(), outcome, attempts: log.attempts, source: Some(source) })
-                }
-                None => Err(Error::Upstream { upstream: name(), outcome, attempts: log.attempts, source: None }),
+                Some(Err(source)) => Err(Error::upstream_failed(name(), outcome, log.attempts, Some(source))),
+                None => Err(Error::upstream_failed(name(), outcome, log.attempts, None)),
             };
         };
         // Not the last answer: let go of it (and of what it holds) before waiting.
@@ -244,7 +234,7 @@ where
         if let Some(delay) = delay {
             let until = clock::after(Instant::now(), delay);
             if until >= deadline {
-                return Err(Error::DeadlinePassed { upstream: name(), attempts: log.attempts });
+                return Err(Error::deadline_passed(name(), log.attempts));
             }
             metrics::retry(config.name().as_str(), reason);
             tokio::time::sleep_until(until).await;

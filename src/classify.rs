@@ -8,7 +8,8 @@
 //!
 //! * a result classified as a success, or as a failure that is not retried, is returned as it
 //!   is — `Ok(value)` stays `Ok(value)` (a final 400 response with its body, say), `Err(e)`
-//!   becomes [`Error::Upstream`](crate::Error::Upstream) with `source: Some(e)`;
+//!   becomes an [`ErrorKind::Upstream`](crate::ErrorKind::Upstream) error holding `e`
+//!   ([`Error::source_error`](crate::Error::source_error));
 //! * a result classified as a 429 or a transient failure is dropped and the call retried (a
 //!   429 through a new permit, a transient failure with backoff inside the retry budget);
 //!   when no retry is left the last one comes back as above.

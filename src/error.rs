@@ -1,285 +1,597 @@
-//! The one error type callers see.
+//! The one error type callers see: one struct with a kind, the upstream it is about once, and
+//! what the kind knows behind accessors (like reqwest's `Error`).
 
 use std::convert::Infallible;
 use std::fmt;
+
+pub use crate::error_kind::{Budget, ErrorKind};
 use std::time::Duration;
 
-use wavegate_core::{Outcome, UnknownUpstream};
+use wavegate_core::{Outcome, Transient, TransportError, UnknownUpstream};
 
-/// [`Error::InsufficientCapacity`]'s `budget` in fallback: this process's share of the tokens
-/// budget.
-pub(crate) const FALLBACK_SHARE: &str = "tokens_per_minute_fallback_share";
+/// The hint [`Error::retry_after`] gives when nothing more precise is known.
+const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// Why a call or an acquire did not succeed.
+///
+/// What went wrong is its [`kind`](Error::kind); the upstream (or pool) it is about is
+/// [`upstream`](Error::upstream); what the kind knows comes through accessors
+/// ([`attempts`](Error::attempts), [`retry_after`](Error::retry_after),
+/// [`outcome`](Error::outcome), ...) that answer `None` for the kinds that do not know it.
 ///
 /// The overload errors ([`is_overload`](Error::is_overload): waited too long, queue full,
 /// breaker open, retry budget spent) mean "the provider is saturated, try later" and carry a
 /// [`retry_after`](Error::retry_after) hint for end users (HTTP 503 + `Retry-After`).
 ///
 /// `E` is the caller's own error type: a call whose closure fails with `Err(e)` that is not
-/// retried (or has no retry left) ends with [`Error::Upstream`] holding `source: Some(e)`,
-/// untouched. Everything that has no caller's error (acquire, status) uses the default,
-/// `Error<Infallible>`, which is what plain `Error` means; [`without_source`](Error::without_source)
-/// turns any `Error<E>` into it.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub enum Error<E = Infallible> {
-    /// The upstream name is not configured.
-    UnknownUpstream(UnknownUpstream),
-    /// This process already has as many callers waiting for the upstream as it allows.
-    QueueFull {
-        /// The upstream.
-        upstream: String,
-        /// The queue's capacity.
-        capacity: usize,
-    },
-    /// No permit came within the longest wait.
-    WaitedTooLong {
-        /// The upstream.
-        upstream: String,
-        /// How long the caller waited.
-        waited: Duration,
-        /// When a permit may be available (the rest of a cooldown), if known.
-        retry_after: Option<Duration>,
-    },
-    /// The upstream's circuit breaker is open.
-    BreakerOpen {
-        /// The upstream.
-        upstream: String,
-        /// When the breaker will let a probe through.
-        retry_after: Duration,
-    },
-    /// A retry was needed but the upstream's retry budget is spent.
-    RetryBudgetSpent {
-        /// The upstream.
-        upstream: String,
-        /// Attempts made.
-        attempts: u32,
-        /// The outcome of the last attempt (its label).
-        last: &'static str,
-    },
-    /// The call's total time budget ran out.
-    DeadlinePassed {
-        /// The upstream.
-        upstream: String,
-        /// Attempts made.
-        attempts: u32,
-    },
-    /// The upstream answered with a failure that is not retried (or no retries were left).
-    Upstream {
-        /// The upstream.
-        upstream: String,
-        /// The last outcome; [`Outcome::status`] gives its HTTP status.
-        outcome: Outcome,
-        /// Attempts made.
-        attempts: u32,
-        /// The caller's own error, when the last attempt ended with one (`None` when it timed
-        /// out).
-        source: Option<E>,
-    },
-    /// The request can never fit: its token estimate exceeds the tokens-per-minute burst
-    /// (refused before any wait). In fallback, the burst is this process's share of it
-    /// (`budget` is then `tokens_per_minute_fallback_share`): the estimate fits again once
-    /// the shared store is back.
-    InsufficientCapacity {
-        /// The upstream.
-        upstream: String,
-        /// The budget: `tokens_per_minute`, or `tokens_per_minute_fallback_share`.
-        budget: &'static str,
-        /// The tokens asked for.
-        requested: u64,
-        /// The budget's burst.
-        burst: u64,
-    },
-    /// The provider said the account's quota is exhausted (`insufficient_quota`): a billing
-    /// state, not a rate limit. Not retried; the upstream is refused at once in this process
-    /// until `retry_after` has passed or an operator calls
-    /// [`Scheduler::reset_quota`](crate::Scheduler::reset_quota).
-    QuotaExhausted {
-        /// The upstream.
-        upstream: String,
-        /// Attempts made by this call (1 for the call that met the refusal, 0 for the calls
-        /// refused after it).
-        attempts: u32,
-        /// How long the upstream stays refused in this process.
-        retry_after: Duration,
-    },
-    /// The request names a priority class the upstream does not have (refused before any
-    /// wait).
-    UnknownClass {
-        /// The upstream.
-        upstream: String,
-        /// The class asked for.
-        class: String,
-        /// The upstream's classes, comma-separated (empty: it has none).
-        known: String,
-    },
-    /// The scheduler's actors are gone (the actix system is shutting down).
-    Stopped,
+/// retried (or has no retry left) ends with an [`ErrorKind::Upstream`] error holding `e`,
+/// untouched ([`source_error`](Error::source_error), [`into_source`](Error::into_source)).
+/// Everything that has no caller's error (acquire, status) uses the default,
+/// `Error<Infallible>`, which is what plain `Error` means;
+/// [`without_source`](Error::without_source) turns any `Error<E>` into it.
+///
+/// It is one pointer wide, so a `Result<T, Error<E>>` stays cheap to move.
+///
+/// ```
+/// use std::time::Duration;
+/// use wavegate::{ErrorKind, Scheduler, UpstreamConfig};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let scheduler = Scheduler::builder()
+///     .upstream(UpstreamConfig::builder("images").limit(1).max_wait(Duration::from_millis(20)).build()?)
+///     .build()?;
+/// let images = scheduler.upstream("images")?;
+/// let _held = images.request().acquire().await?;
+/// let error = images.request().acquire().await.unwrap_err();
+/// assert_eq!(error.kind(), ErrorKind::WaitedTooLong);
+/// assert_eq!(error.upstream(), Some("images"));
+/// assert!(error.is_overload());
+/// assert_eq!(error.code(), "waited_too_long");
+/// assert!(error.retry_after().is_some());
+/// # Ok(()) }
+/// ```
+pub struct Error<E = Infallible> {
+    inner: Box<Inner<E>>,
 }
 
-impl<E> fmt::Display for Error<E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::UnknownUpstream(unknown) => unknown.fmt(f),
-            Error::QueueFull { upstream, capacity } => {
-                write!(f, "upstream `{upstream}`: {capacity} callers are already waiting for a permit")
-            }
-            Error::WaitedTooLong { upstream, waited, .. } => {
-                write!(f, "upstream `{upstream}`: no permit within {waited:?}")
-            }
-            Error::BreakerOpen { upstream, .. } => write!(f, "upstream `{upstream}`: circuit breaker open"),
-            Error::RetryBudgetSpent { upstream, attempts, last } => {
-                write!(f, "upstream `{upstream}`: retry budget spent after {attempts} attempts (last: {last})")
-            }
-            Error::DeadlinePassed { upstream, attempts } => {
-                write!(f, "upstream `{upstream}`: deadline passed after {attempts} attempts")
-            }
-            Error::Upstream { upstream, outcome, attempts, .. } => {
-                write!(f, "upstream `{upstream}` failed ({}) after {attempts} attempts", outcome.label())
-            }
-            Error::InsufficientCapacity { upstream, requested, budget, burst } if *budget == FALLBACK_SHARE => write!(
-                f,
-                "upstream `{upstream}`: {requested} tokens do not fit this process's share of the tokens \
-                 burst ({burst}) while the shared store is unreachable; they fit once it is back"
-            ),
-            Error::InsufficientCapacity { upstream, requested, budget, burst } => {
-                write!(f, "upstream `{upstream}`: {requested} tokens can never fit a {budget} burst of {burst}")
-            }
-            Error::QuotaExhausted { upstream, attempts, retry_after } => write!(
-                f,
-                "upstream `{upstream}`: the provider's quota is exhausted (after {attempts} attempts); refused for \
-                 {retry_after:?} or until an operator resets it"
-            ),
-            Error::UnknownClass { upstream, class, known } if known.is_empty() => write!(
-                f,
-                "upstream `{upstream}` has no priority classes, so class `{class}` is unknown; add it with \
-                 `UpstreamConfig::builder(..).class(name, weight)` or drop `.priority(..)`"
-            ),
-            Error::UnknownClass { upstream, class, known } => {
-                write!(f, "upstream `{upstream}` has no priority class `{class}`; its classes: {known}")
-            }
-            Error::Stopped => f.write_str("the scheduler has stopped"),
+#[derive(Clone)]
+struct Inner<E> {
+    kind: ErrorKind,
+    /// The upstream (or pool) the error is about; `None` only when the scheduler stopped.
+    upstream: Option<String>,
+    /// Attempts made, for the kinds that count them.
+    attempts: Option<u32>,
+    detail: Detail,
+    /// The caller's own error ([`ErrorKind::Upstream`] only).
+    source: Option<E>,
+}
+
+/// What a kind knows beyond the upstream and the attempts.
+#[derive(Debug, Clone)]
+enum Detail {
+    None,
+    UnknownUpstream(UnknownUpstream),
+    QueueFull { capacity: usize },
+    WaitedTooLong { waited: Duration, retry_after: Option<Duration> },
+    BreakerOpen { retry_after: Duration },
+    RetryBudgetSpent { last: &'static str },
+    Upstream { outcome: Outcome },
+    InsufficientCapacity { budget: Budget, requested: u64, burst: u64 },
+    QuotaExhausted { retry_after: Duration },
+    UnknownClass { class: String, known: Vec<String> },
+}
+
+/// The constructors, one per kind (crate-private: callers only receive errors).
+impl<E> Error<E> {
+    fn new(kind: ErrorKind, upstream: Option<String>, attempts: Option<u32>, detail: Detail) -> Self {
+        Self { inner: Box::new(Inner { kind, upstream, attempts, detail, source: None }) }
+    }
+
+    /// [`ErrorKind::QueueFull`].
+    pub(crate) fn queue_full(upstream: impl Into<String>, capacity: usize) -> Self {
+        Self::new(ErrorKind::QueueFull, Some(upstream.into()), None, Detail::QueueFull { capacity })
+    }
+
+    /// [`ErrorKind::WaitedTooLong`]: waited `waited`; a permit may come after `retry_after`
+    /// (the rest of a cooldown), if known.
+    pub(crate) fn waited_too_long(
+        upstream: impl Into<String>,
+        waited: Duration,
+        retry_after: Option<Duration>,
+    ) -> Self {
+        let detail = Detail::WaitedTooLong { waited, retry_after };
+        Self::new(ErrorKind::WaitedTooLong, Some(upstream.into()), None, detail)
+    }
+
+    /// [`ErrorKind::BreakerOpen`]: a probe goes through after `retry_after`.
+    pub(crate) fn breaker_open(upstream: impl Into<String>, retry_after: Duration) -> Self {
+        Self::new(ErrorKind::BreakerOpen, Some(upstream.into()), None, Detail::BreakerOpen { retry_after })
+    }
+
+    /// [`ErrorKind::RetryBudgetSpent`] after `attempts`, the last one's outcome labelled `last`.
+    pub(crate) fn retry_budget_spent(upstream: impl Into<String>, attempts: u32, last: &'static str) -> Self {
+        let detail = Detail::RetryBudgetSpent { last };
+        Self::new(ErrorKind::RetryBudgetSpent, Some(upstream.into()), Some(attempts), detail)
+    }
+
+    /// [`ErrorKind::DeadlinePassed`] after `attempts`.
+    pub(crate) fn deadline_passed(upstream: impl Into<String>, attempts: u32) -> Self {
+        Self::new(ErrorKind::DeadlinePassed, Some(upstream.into()), Some(attempts), Detail::None)
+    }
+
+    /// [`ErrorKind::Upstream`]: the last attempt's `outcome`, with the caller's own error if it
+    /// ended with one (`None` when it timed out).
+    pub(crate) fn upstream_failed(
+        upstream: impl Into<String>,
+        outcome: Outcome,
+        attempts: u32,
+        source: Option<E>,
+    ) -> Self {
+        let mut error =
+            Self::new(ErrorKind::Upstream, Some(upstream.into()), Some(attempts), Detail::Upstream { outcome });
+        error.inner.source = source;
+        error
+    }
+
+    /// [`ErrorKind::InsufficientCapacity`]: `requested` tokens, more than `budget`'s `burst`.
+    pub(crate) fn insufficient_capacity(
+        upstream: impl Into<String>,
+        budget: Budget,
+        requested: u64,
+        burst: u64,
+    ) -> Self {
+        let detail = Detail::InsufficientCapacity { budget, requested, burst };
+        Self::new(ErrorKind::InsufficientCapacity, Some(upstream.into()), None, detail)
+    }
+
+    /// [`ErrorKind::QuotaExhausted`] after `attempts` (1 for the call that met the refusal, 0
+    /// for those refused after it); refused for `retry_after` more.
+    pub(crate) fn quota_exhausted(upstream: impl Into<String>, attempts: u32, retry_after: Duration) -> Self {
+        let detail = Detail::QuotaExhausted { retry_after };
+        Self::new(ErrorKind::QuotaExhausted, Some(upstream.into()), Some(attempts), detail)
+    }
+
+    /// [`ErrorKind::UnknownClass`]: `class` asked for, the upstream's classes `known`.
+    pub(crate) fn unknown_class(upstream: impl Into<String>, class: impl Into<String>, known: Vec<String>) -> Self {
+        let detail = Detail::UnknownClass { class: class.into(), known };
+        Self::new(ErrorKind::UnknownClass, Some(upstream.into()), None, detail)
+    }
+
+    /// [`ErrorKind::Stopped`].
+    pub(crate) fn stopped() -> Self {
+        Self::new(ErrorKind::Stopped, None, None, Detail::None)
+    }
+
+    /// The same error counting `attempts` (for the kinds that count them).
+    pub(crate) fn with_attempts(mut self, attempts: u32) -> Self {
+        if self.inner.attempts.is_some() {
+            self.inner.attempts = Some(attempts);
+        }
+        self
+    }
+
+    /// The caller's own error if there is one, else this error without it.
+    #[cfg_attr(not(feature = "reqwest-middleware"), allow(dead_code))]
+    pub(crate) fn split_source(mut self) -> Result<E, Error> {
+        match self.inner.source.take() {
+            Some(source) => Ok(source),
+            None => Err(self.without_source()),
         }
     }
 }
 
-impl<E: std::error::Error + 'static> std::error::Error for Error<E> {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Error::UnknownUpstream(unknown) => Some(unknown),
-            Error::Upstream { source: Some(source), .. } => Some(source),
-            _ => None,
-        }
+impl Error {
+    /// An error that holds no caller's error, as an `Error<E>` of any `E`.
+    pub(crate) fn widen<E>(self) -> Error<E> {
+        self.map_source(|never| match never {})
     }
 }
 
 impl<E> From<UnknownUpstream> for Error<E> {
     fn from(unknown: UnknownUpstream) -> Self {
-        Error::UnknownUpstream(unknown)
+        let upstream = Some(unknown.name.clone());
+        Self::new(ErrorKind::UnknownUpstream, upstream, None, Detail::UnknownUpstream(unknown))
     }
 }
 
+/// What an error says.
 impl<E> Error<E> {
-    /// The caller's own error, if the call ended with one ([`Error::Upstream`]).
-    pub fn source_error(&self) -> Option<&E> {
-        match self {
-            Error::Upstream { source, .. } => source.as_ref(),
-            _ => None,
-        }
+    /// What kind of error this is.
+    pub fn kind(&self) -> ErrorKind {
+        self.inner.kind
     }
 
-    /// Takes the caller's own error out, if the call ended with one.
-    pub fn into_source(self) -> Option<E> {
-        match self {
-            Error::Upstream { source, .. } => source,
-            _ => None,
-        }
+    /// A stable snake_case code, for metrics and machine-readable bodies: the kind's
+    /// [`code`](ErrorKind::code).
+    pub fn code(&self) -> &'static str {
+        self.inner.kind.code()
     }
 
-    /// The same error with the caller's error turned by `f`.
-    pub fn map_source<F>(self, f: impl FnOnce(E) -> F) -> Error<F> {
-        self.with_source(|source| source.map(f))
+    /// The upstream (or, from a [`Pool`](crate::Pool), the pool or its member) the error is
+    /// about; the unknown name for [`ErrorKind::UnknownUpstream`]; `None` only for
+    /// [`ErrorKind::Stopped`].
+    pub fn upstream(&self) -> Option<&str> {
+        self.inner.upstream.as_deref()
     }
 
-    /// The same error without the caller's error (kept in [`Error::Upstream`]'s `outcome`
-    /// only): a plain [`Error`], e.g. to render it as a response.
-    pub fn without_source(self) -> Error {
-        self.with_source(|_| None)
+    /// Attempts made by the call, for the kinds that count them: retry budget spent, deadline
+    /// passed, upstream failure, quota exhausted (0 when refused before any attempt).
+    pub fn attempts(&self) -> Option<u32> {
+        self.inner.attempts
     }
 
-    fn with_source<F>(self, source: impl FnOnce(Option<E>) -> Option<F>) -> Error<F> {
-        match self {
-            Error::UnknownUpstream(unknown) => Error::UnknownUpstream(unknown),
-            Error::QueueFull { upstream, capacity } => Error::QueueFull { upstream, capacity },
-            Error::WaitedTooLong { upstream, waited, retry_after } => {
-                Error::WaitedTooLong { upstream, waited, retry_after }
-            }
-            Error::BreakerOpen { upstream, retry_after } => Error::BreakerOpen { upstream, retry_after },
-            Error::RetryBudgetSpent { upstream, attempts, last } => {
-                Error::RetryBudgetSpent { upstream, attempts, last }
-            }
-            Error::DeadlinePassed { upstream, attempts } => Error::DeadlinePassed { upstream, attempts },
-            Error::Upstream { upstream, outcome, attempts, source: own } => {
-                Error::Upstream { upstream, outcome, attempts, source: source(own) }
-            }
-            Error::InsufficientCapacity { upstream, budget, requested, burst } => {
-                Error::InsufficientCapacity { upstream, budget, requested, burst }
-            }
-            Error::QuotaExhausted { upstream, attempts, retry_after } => {
-                Error::QuotaExhausted { upstream, attempts, retry_after }
-            }
-            Error::UnknownClass { upstream, class, known } => Error::UnknownClass { upstream, class, known },
-            Error::Stopped => Error::Stopped,
-        }
-    }
-
-    /// Whether this is an overload refusal: waited too long, queue full, breaker open, retry
-    /// budget spent.
-    pub fn is_overload(&self) -> bool {
-        matches!(
-            self,
-            Error::QueueFull { .. }
-                | Error::WaitedTooLong { .. }
-                | Error::BreakerOpen { .. }
-                | Error::RetryBudgetSpent { .. }
-        )
-    }
-
-    /// A hint for when trying again may work, for overload errors and deadlines.
+    /// A hint for when trying again may work: for the overload errors, a passed deadline and
+    /// a spent quota (the rest of a cooldown, of an open breaker or of the quota's refusal
+    /// when known, else 1 s).
     pub fn retry_after(&self) -> Option<Duration> {
-        match self {
-            Error::WaitedTooLong { retry_after, .. } => Some(retry_after.unwrap_or(Duration::from_secs(1))),
-            Error::BreakerOpen { retry_after, .. } | Error::QuotaExhausted { retry_after, .. } => Some(*retry_after),
-            Error::QueueFull { .. } | Error::RetryBudgetSpent { .. } | Error::DeadlinePassed { .. } => {
-                Some(Duration::from_secs(1))
+        match (&self.inner.detail, self.inner.kind) {
+            (Detail::WaitedTooLong { retry_after, .. }, _) => Some(retry_after.unwrap_or(DEFAULT_RETRY_AFTER)),
+            (Detail::BreakerOpen { retry_after } | Detail::QuotaExhausted { retry_after }, _) => Some(*retry_after),
+            (_, ErrorKind::QueueFull | ErrorKind::RetryBudgetSpent | ErrorKind::DeadlinePassed) => {
+                Some(DEFAULT_RETRY_AFTER)
             }
+            _ => None,
+        }
+    }
+
+    /// How long the caller waited for a permit ([`ErrorKind::WaitedTooLong`]).
+    pub fn waited(&self) -> Option<Duration> {
+        match self.inner.detail {
+            Detail::WaitedTooLong { waited, .. } => Some(waited),
+            _ => None,
+        }
+    }
+
+    /// The last attempt's outcome ([`ErrorKind::Upstream`]); [`Outcome::status`] gives its HTTP
+    /// status.
+    pub fn outcome(&self) -> Option<&Outcome> {
+        match &self.inner.detail {
+            Detail::Upstream { outcome } => Some(outcome),
             _ => None,
         }
     }
 
     /// The HTTP status of an upstream failure.
     pub fn upstream_status(&self) -> Option<u16> {
-        match self {
-            Error::Upstream { outcome, .. } => outcome.status(),
+        self.outcome().and_then(Outcome::status)
+    }
+
+    /// The queue's capacity ([`ErrorKind::QueueFull`]).
+    pub fn queue_capacity(&self) -> Option<usize> {
+        match self.inner.detail {
+            Detail::QueueFull { capacity } => Some(capacity),
             _ => None,
         }
     }
 
-    /// A stable snake_case code, for metrics and machine-readable bodies.
-    pub const fn code(&self) -> &'static str {
-        match self {
-            Error::UnknownUpstream(_) => "unknown_upstream",
-            Error::QueueFull { .. } => "queue_full",
-            Error::WaitedTooLong { .. } => "waited_too_long",
-            Error::BreakerOpen { .. } => "breaker_open",
-            Error::RetryBudgetSpent { .. } => "retry_budget_spent",
-            Error::DeadlinePassed { .. } => "deadline_passed",
-            Error::Upstream { .. } => "upstream_error",
-            Error::InsufficientCapacity { .. } => "insufficient_capacity",
-            Error::QuotaExhausted { .. } => "quota_exhausted",
-            Error::UnknownClass { .. } => "unknown_class",
-            Error::Stopped => "stopped",
+    /// The budget an estimate can never fit ([`ErrorKind::InsufficientCapacity`]).
+    pub fn budget(&self) -> Option<Budget> {
+        match self.inner.detail {
+            Detail::InsufficientCapacity { budget, .. } => Some(budget),
+            _ => None,
         }
+    }
+
+    /// The tokens asked for ([`ErrorKind::InsufficientCapacity`]).
+    pub fn requested(&self) -> Option<u64> {
+        match self.inner.detail {
+            Detail::InsufficientCapacity { requested, .. } => Some(requested),
+            _ => None,
+        }
+    }
+
+    /// The [`budget`](Self::budget)'s burst, which the request exceeds
+    /// ([`ErrorKind::InsufficientCapacity`]).
+    pub fn burst(&self) -> Option<u64> {
+        match self.inner.detail {
+            Detail::InsufficientCapacity { burst, .. } => Some(burst),
+            _ => None,
+        }
+    }
+
+    /// The priority class asked for ([`ErrorKind::UnknownClass`]).
+    pub fn class(&self) -> Option<&str> {
+        match &self.inner.detail {
+            Detail::UnknownClass { class, .. } => Some(class),
+            _ => None,
+        }
+    }
+
+    /// The upstream's priority classes, in configuration order; empty when it has none
+    /// ([`ErrorKind::UnknownClass`]).
+    pub fn known_classes(&self) -> Option<&[String]> {
+        match &self.inner.detail {
+            Detail::UnknownClass { known, .. } => Some(known),
+            _ => None,
+        }
+    }
+
+    /// Whether this is an overload refusal: waited too long, queue full, breaker open, retry
+    /// budget spent ([`ErrorKind::is_overload`]).
+    pub fn is_overload(&self) -> bool {
+        self.inner.kind.is_overload()
+    }
+
+    /// Whether a time limit of the call ended it: its deadline (or the upstream's total
+    /// timeout) passed, or its last attempt ran past the call timeout. Not a wait for a
+    /// permit that gave up ([`ErrorKind::WaitedTooLong`], an overload).
+    pub fn is_timeout(&self) -> bool {
+        self.inner.kind == ErrorKind::DeadlinePassed || self.is_call_timeout()
+    }
+
+    /// Whether the same request may succeed later: the overload refusals, a passed deadline,
+    /// a spent quota (after [`retry_after`](Self::retry_after)), a failure the upstream
+    /// called transient or a rate limit (wavegate's own retries ran out), an estimate that only
+    /// exceeds this process's fallback share. Not an unknown name or class, an estimate that
+    /// never fits, a failure the provider will repeat (a 4xx, a 500) or a stopped scheduler.
+    pub fn is_retryable(&self) -> bool {
+        match (&self.inner.detail, self.inner.kind) {
+            (Detail::Upstream { outcome }, _) => outcome.is_retryable(),
+            (Detail::InsufficientCapacity { budget, .. }, _) => *budget == Budget::FallbackShare,
+            (_, kind) => kind.is_overload() || matches!(kind, ErrorKind::DeadlinePassed | ErrorKind::QuotaExhausted),
+        }
+    }
+
+    /// The last attempt ran past the call timeout.
+    fn is_call_timeout(&self) -> bool {
+        matches!(
+            self.inner.detail,
+            Detail::Upstream {
+                outcome: Outcome::Transient { kind: Transient::Transport(TransportError::Timeout), .. }
+            }
+        )
+    }
+}
+
+/// The caller's own error.
+impl<E> Error<E> {
+    /// The caller's own error, if the call ended with one ([`ErrorKind::Upstream`]).
+    pub fn source_error(&self) -> Option<&E> {
+        self.inner.source.as_ref()
+    }
+
+    /// Takes the caller's own error out, if the call ended with one.
+    pub fn into_source(self) -> Option<E> {
+        self.inner.source
+    }
+
+    /// The same error with the caller's error turned by `f`.
+    pub fn map_source<F>(self, f: impl FnOnce(E) -> F) -> Error<F> {
+        let Inner { kind, upstream, attempts, detail, source } = *self.inner;
+        Error { inner: Box::new(Inner { kind, upstream, attempts, detail, source: source.map(f) }) }
+    }
+
+    /// The same error without the caller's error (its [`outcome`](Self::outcome) stays): a
+    /// plain [`Error`], e.g. to render it as a response.
+    pub fn without_source(self) -> Error {
+        let Inner { kind, upstream, attempts, detail, source: _ } = *self.inner;
+        Error { inner: Box::new(Inner { kind, upstream, attempts, detail, source: None }) }
+    }
+}
+
+impl<E: Clone> Clone for Error<E> {
+    fn clone(&self) -> Self {
+        Self { inner: self.inner.clone() }
+    }
+}
+
+/// The kind, the upstream, what the kind knows and the caller's error, if any.
+impl<E: fmt::Debug> fmt::Debug for Error<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut debug = f.debug_struct("wavegate::Error");
+        debug.field("kind", &self.inner.kind);
+        if let Some(upstream) = &self.inner.upstream {
+            debug.field("upstream", upstream);
+        }
+        if let Some(attempts) = self.inner.attempts {
+            debug.field("attempts", &attempts);
+        }
+        match &self.inner.detail {
+            Detail::None => {}
+            Detail::UnknownUpstream(unknown) => {
+                debug.field("known", &unknown.known);
+            }
+            Detail::QueueFull { capacity } => {
+                debug.field("capacity", capacity);
+            }
+            Detail::WaitedTooLong { waited, retry_after } => {
+                debug.field("waited", waited).field("retry_after", retry_after);
+            }
+            Detail::BreakerOpen { retry_after } | Detail::QuotaExhausted { retry_after } => {
+                debug.field("retry_after", retry_after);
+            }
+            Detail::RetryBudgetSpent { last } => {
+                debug.field("last", last);
+            }
+            Detail::Upstream { outcome } => {
+                debug.field("outcome", outcome);
+            }
+            Detail::InsufficientCapacity { budget, requested, burst } => {
+                debug.field("budget", budget).field("requested", requested).field("burst", burst);
+            }
+            Detail::UnknownClass { class, known } => {
+                debug.field("class", class).field("known", known);
+            }
+        }
+        if let Some(source) = &self.inner.source {
+            debug.field("source", source);
+        }
+        debug.finish()
+    }
+}
+
+/// `n attempt` or `n attempts`.
+struct Attempts(u32);
+
+impl fmt::Display for Attempts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            1 => f.write_str("1 attempt"),
+            n => write!(f, "{n} attempts"),
+        }
+    }
+}
+
+impl<E> fmt::Display for Error<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let upstream = self.inner.upstream.as_deref().unwrap_or_default();
+        let attempts = Attempts(self.inner.attempts.unwrap_or_default());
+        match (&self.inner.detail, self.inner.kind) {
+            (Detail::UnknownUpstream(unknown), _) => unknown.fmt(f),
+            (Detail::QueueFull { capacity }, _) => {
+                write!(f, "upstream `{upstream}`: {capacity} callers are already waiting for a permit")
+            }
+            (Detail::WaitedTooLong { waited, .. }, _) => {
+                write!(f, "upstream `{upstream}`: no permit within {waited:?}")
+            }
+            (Detail::BreakerOpen { .. }, _) => write!(f, "upstream `{upstream}`: circuit breaker open"),
+            (Detail::RetryBudgetSpent { last }, _) => {
+                write!(f, "upstream `{upstream}`: retry budget spent after {attempts} (last: {last})")
+            }
+            (_, ErrorKind::DeadlinePassed) => {
+                write!(f, "upstream `{upstream}` timed out: the request's deadline passed after {attempts}")
+            }
+            (Detail::Upstream { .. }, _) if self.is_call_timeout() => write!(
+                f,
+                "upstream `{upstream}` timed out: no answer within the call timeout (after {attempts}, the last timed out)"
+            ),
+            (Detail::Upstream { outcome }, _) => write!(f, "upstream `{upstream}` failed ({outcome}) after {attempts}"),
+            (Detail::InsufficientCapacity { budget: Budget::FallbackShare, requested, burst }, _) => write!(
+                f,
+                "upstream `{upstream}`: {requested} tokens do not fit this process's share of the tokens \
+                 burst ({burst}) while the shared store is unreachable; they fit once it is back"
+            ),
+            (Detail::InsufficientCapacity { budget: Budget::ClassShare, requested, burst }, _) => write!(
+                f,
+                "upstream `{upstream}`: {requested} tokens can never fit the class's share of the tokens_per_minute \
+                 burst ({burst})"
+            ),
+            (Detail::InsufficientCapacity { budget, requested, burst }, _) => {
+                write!(f, "upstream `{upstream}`: {requested} tokens can never fit a {budget} burst of {burst}")
+            }
+            (Detail::QuotaExhausted { retry_after }, _) => write!(
+                f,
+                "upstream `{upstream}`: the provider's quota is exhausted (after {attempts}); refused for \
+                 {retry_after:?} or until an operator resets it"
+            ),
+            (Detail::UnknownClass { class, known }, _) if known.is_empty() => write!(
+                f,
+                "upstream `{upstream}` has no priority classes, so class `{class}` is unknown; add it with \
+                 `UpstreamConfig::builder(..).class(name, weight)` or drop `.priority(..)`"
+            ),
+            (Detail::UnknownClass { class, known }, _) => {
+                write!(f, "upstream `{upstream}` has no priority class `{class}`; its classes: {}", known.join(", "))
+            }
+            (Detail::None, _) => f.write_str("the scheduler has stopped"),
+        }
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for Error<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match (&self.inner.detail, &self.inner.source) {
+            (Detail::UnknownUpstream(unknown), _) => Some(unknown),
+            (_, Some(source)) => Some(source),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use super::*;
+
+    fn timeout() -> Outcome {
+        Outcome::from_transport(TransportError::Timeout)
+    }
+
+    #[test]
+    fn it_is_one_pointer_wide() {
+        assert_eq!(std::mem::size_of::<Error<io::Error>>(), std::mem::size_of::<usize>());
+    }
+
+    #[test]
+    fn the_codes_are_stable() {
+        let codes: [(Error, &str); 11] = [
+            (Error::from(UnknownUpstream { name: "x".into(), known: "y".into() }), "unknown_upstream"),
+            (Error::queue_full("x", 2), "queue_full"),
+            (Error::waited_too_long("x", Duration::ZERO, None), "waited_too_long"),
+            (Error::breaker_open("x", Duration::ZERO), "breaker_open"),
+            (Error::retry_budget_spent("x", 1, "transient"), "retry_budget_spent"),
+            (Error::deadline_passed("x", 1), "deadline_passed"),
+            (Error::upstream_failed("x", Outcome::ServerError { status: 500 }, 1, None), "upstream_error"),
+            (Error::insufficient_capacity("x", Budget::TokensPerMinute, 2, 1), "insufficient_capacity"),
+            (Error::quota_exhausted("x", 1, Duration::ZERO), "quota_exhausted"),
+            (Error::unknown_class("x", "c", Vec::new()), "unknown_class"),
+            (Error::stopped(), "stopped"),
+        ];
+        for (error, code) in codes {
+            assert_eq!(error.code(), code, "{error:?}");
+            assert_eq!(error.kind().to_string(), code);
+        }
+    }
+
+    #[test]
+    fn a_call_timeout_and_a_deadline_say_they_timed_out() {
+        let timed_out: Error = Error::upstream_failed("llm", timeout(), 3, None);
+        assert!(timed_out.is_timeout() && timed_out.is_retryable() && !timed_out.is_overload());
+        assert!(timed_out.to_string().contains("timed out"), "{timed_out}");
+        assert!(timed_out.to_string().contains("after 3 attempts"), "{timed_out}");
+        let deadline: Error = Error::deadline_passed("llm", 1);
+        assert!(deadline.is_timeout());
+        assert!(deadline.to_string().contains("timed out") && deadline.to_string().contains("deadline"), "{deadline}");
+        let failed: Error = Error::upstream_failed("llm", Outcome::ServerError { status: 500 }, 1, None);
+        assert!(!failed.is_timeout() && !failed.is_retryable());
+        assert_eq!(failed.to_string(), "upstream `llm` failed (server_error (500)) after 1 attempt");
+        assert!(!Error::<Infallible>::waited_too_long("llm", Duration::ZERO, None).is_timeout());
+    }
+
+    #[test]
+    fn the_source_is_the_callers_error_or_the_unknown_name() {
+        let error =
+            Error::upstream_failed("llm", Outcome::ClientError { status: 400 }, 1, Some(io::Error::other("bad")));
+        assert_eq!(std::error::Error::source(&error).map(ToString::to_string).as_deref(), Some("bad"));
+        let error = error.map_source(|e| e.kind());
+        assert_eq!(error.source_error(), Some(&io::ErrorKind::Other));
+        let plain = error.clone().without_source();
+        assert_eq!(
+            (plain.kind(), plain.upstream_status(), plain.attempts()),
+            (ErrorKind::Upstream, Some(400), Some(1))
+        );
+        assert_eq!(error.split_source().ok(), Some(io::ErrorKind::Other));
+        let unknown: Error = UnknownUpstream { name: "lmm".into(), known: "llm".into() }.into();
+        assert_eq!(unknown.upstream(), Some("lmm"));
+        let source = std::error::Error::source(&unknown).expect("the unknown name");
+        assert!(source.downcast_ref::<UnknownUpstream>().is_some());
+    }
+
+    #[test]
+    fn the_budget_and_the_classes_are_typed() {
+        let error: Error = Error::insufficient_capacity("llm", Budget::FallbackShare, 600, 500);
+        assert_eq!(
+            (error.budget(), error.requested(), error.burst()),
+            (Some(Budget::FallbackShare), Some(600), Some(500))
+        );
+        assert!(error.is_retryable() && !error.to_string().contains("never"), "{error}");
+        let error: Error = Error::insufficient_capacity("llm", Budget::TokensPerMinute, 600, 500);
+        assert!(!error.is_retryable() && error.to_string().contains("tokens_per_minute burst of 500"), "{error}");
+        let error: Error = Error::unknown_class("llm", "urgent", vec!["interactive".into(), "batch".into()]);
+        assert_eq!(error.class(), Some("urgent"));
+        assert_eq!(error.known_classes().map(<[String]>::len), Some(2));
+        assert!(error.to_string().contains("interactive, batch"), "{error}");
+    }
+
+    #[test]
+    fn the_attempts_are_counted_where_the_kind_counts_them() {
+        let error: Error = Error::quota_exhausted("llm", 0, Duration::from_secs(60)).with_attempts(2);
+        assert_eq!((error.attempts(), error.retry_after()), (Some(2), Some(Duration::from_secs(60))));
+        let error: Error = Error::breaker_open("llm", Duration::from_secs(5)).with_attempts(2);
+        assert_eq!(error.attempts(), None);
+        assert_eq!(Error::<Infallible>::queue_full("llm", 4).retry_after(), Some(DEFAULT_RETRY_AFTER));
+        assert_eq!(Error::<Infallible>::stopped().retry_after(), None);
+        assert_eq!(Error::<Infallible>::stopped().upstream(), None);
     }
 }

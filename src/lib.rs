@@ -19,7 +19,18 @@
 //!
 //! With no Redis configured, the same API runs in-process (local mode, the embedded default).
 //!
-//! The pure policy (wave machine, breaker, budget, config) is [`core`] (`wavegate-core`).
+//! Every type the API uses is named here, so an application depends on `wavegate` alone:
+//! * the root holds what programs name: the [`Scheduler`] and its handles ([`Upstream`],
+//!   [`Pool`], [`Permit`]), [`UpstreamConfig`] and [`PoolConfig`], the [`Error`] (one struct
+//!   with an [`ErrorKind`]), the [`Outcome`] of a call and how a result becomes one
+//!   ([`classify`]), the status ([`UpstreamStatus`], [`Mode`]) and, with Redis, the store's
+//!   configuration and health (`StoreConfig`, `StoreHealth`);
+//! * [`config`] holds the parts of a configuration (builders, their arguments, their errors);
+//! * [`dev`] holds the lower-level types that the values above are made of, for libraries
+//!   built on wavegate.
+//!
+//! The policy itself (wave machine, breaker, budgets) lives in the `wavegate-core` crate, which
+//! applications need not depend on.
 //!
 //! The guide, every example in it a doc test, is [`_guide`]; the guarantees and their bounds
 //! are in `docs/guarantees.md`.
@@ -46,7 +57,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use wavegate::{Error, Outcome, Scheduler, UpstreamConfig};
+//! use wavegate::{ErrorKind, Outcome, Scheduler, UpstreamConfig};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -59,12 +70,14 @@
 //! let first = images.request().acquire().await?;
 //! let second = images.request().acquire().await?;
 //! // ...the limit is 2, so a third caller waits and gives up after max_wait.
-//! assert!(matches!(images.request().acquire().await, Err(Error::WaitedTooLong { .. })));
+//! let refused = images.request().acquire().await.unwrap_err();
+//! assert_eq!(refused.kind(), ErrorKind::WaitedTooLong);
 //! first.report(Outcome::from_status(200, None, std::time::SystemTime::now()));
 //! drop(second); // released as a neutral outcome
 //! assert!(images.request().acquire().await.is_ok());
-//! // The string shorthands resolve the name on every call.
-//! assert!(matches!(scheduler.acquire("nope").await, Err(Error::UnknownUpstream(_))));
+//! // A name that is not configured is refused when it is resolved.
+//! let unknown = scheduler.upstream("nope").unwrap_err();
+//! assert_eq!(unknown.name, "nope");
 //! # Ok(()) }
 //! ```
 
@@ -72,8 +85,11 @@ mod attempt;
 mod build_error;
 mod call;
 pub mod classify;
+pub mod config;
+pub mod dev;
 mod engine;
 mod error;
+mod error_kind;
 mod handle;
 pub mod metrics;
 pub mod middleware;
@@ -90,17 +106,23 @@ mod startup_check;
 mod status;
 mod upstream;
 
+// The scheduler and its handles.
 pub use attempt::Attempt;
 pub use build_error::BuildError;
-pub use classify::{ByError, ByStatus, Classify, Meter, Reserved, UpstreamError};
-pub use error::Error;
 pub use permit::Permit;
 pub use pool::{Pool, PoolRequest};
 pub use scheduler::{Scheduler, SchedulerBuilder};
-pub use status::{ClassStatus, Mode, UpstreamStatus};
 pub use upstream::{RequestBuilder, Upstream};
-pub use wavegate_core as core;
-pub use wavegate_core::{Outcome, ProviderSignals, RateLimitKind, TransportError, UpstreamConfig, WaveState};
+// What a request ends with.
+pub use classify::{ByError, ByStatus, Classify, Meter, Reserved, UpstreamError};
+pub use error::{Budget, Error, ErrorKind};
+pub use wavegate_core::{Outcome, ProviderSignals, RateLimitKind, TransportError, UnknownUpstream};
+// Configuration (its parts are in `config`).
+pub use wavegate_core::{PoolConfig, UpstreamConfig};
+// Status.
+pub use status::{ClassStatus, Mode, UpstreamStatus};
+pub use wavegate_core::{BudgetStatus, LearnedStatus, WaveState};
+// The shared store.
 #[cfg(feature = "redis")]
 pub use wavegate_redis::{Keyspace, Rejection, SentinelConfig, StoreConfig, StoreError, StoreHealth};
 

@@ -95,7 +95,7 @@ impl Permit {
     ///
     /// What the provider said comes along: "R left until T" holds the fleet's grants until T
     /// once nothing is left, a spent quota refuses the upstream in this process (see
-    /// [`Error::QuotaExhausted`](crate::Error::QuotaExhausted)), unreadable signals are counted.
+    /// [`ErrorKind::QuotaExhausted`](crate::ErrorKind::QuotaExhausted)), unreadable signals are counted.
     pub fn report(self, outcome: Outcome) {
         let unprocessed = matches!(outcome, Outcome::RateLimited { .. } | Outcome::ClientError { .. });
         let actual = if unprocessed { 0 } else { self.reserved_tokens() };

@@ -13,7 +13,7 @@
 //! `wavegate_pool_moves_total{pool, member, reason}`.
 //!
 //! ```
-//! use wavegate::core::PoolConfig;
+//! use wavegate::PoolConfig;
 //! use wavegate::{Outcome, Scheduler, UpstreamConfig};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -169,13 +169,13 @@ impl<'p, C, M> PoolRequest<'p, C, M> {
         loop {
             let now = Instant::now();
             if now >= deadline {
-                return Err(last.unwrap_or(Error::DeadlinePassed { upstream: pool_name.to_string(), attempts }));
+                return Err(last.unwrap_or(Error::deadline_passed(pool_name, attempts)));
             }
             let spent: Vec<Option<Duration>> = members.iter().map(|&m| inner.quota[m].remaining()).collect();
             if spent.iter().all(Option::is_some) {
                 // Every key's quota is spent: no round can help.
                 let retry_after = spent.iter().flatten().min().copied().unwrap_or_default();
-                return Err(Error::QuotaExhausted { upstream: pool_name.to_string(), attempts, retry_after });
+                return Err(Error::quota_exhausted(pool_name, attempts, retry_after));
             }
             if refused.iter().all(|r| *r) {
                 // Every member said no in this round: wait as told (or a backoff), then again.
@@ -183,7 +183,7 @@ impl<'p, C, M> PoolRequest<'p, C, M> {
                 let backoff = inner.upstreams[members[0]].backoff().delay(rounds, &mut rand::rng());
                 let wait = told_wait.unwrap_or(backoff).max(ROUND_WAIT_MIN).min(cooldown_max.unwrap_or(backoff));
                 if now + wait >= deadline {
-                    return Err(last.unwrap_or(Error::DeadlinePassed { upstream: pool_name.to_string(), attempts }));
+                    return Err(last.unwrap_or(Error::deadline_passed(pool_name, attempts)));
                 }
                 tokio::time::sleep(wait).await;
                 refused.iter_mut().for_each(|r| *r = false);
@@ -252,13 +252,8 @@ impl<'p, C, M> PoolRequest<'p, C, M> {
             let Some((reason, next)) = moves else {
                 return match result {
                     Some(Ok(value)) => Ok(value),
-                    Some(Err(source)) => Err(Error::Upstream {
-                        upstream: member_name.to_string(),
-                        outcome,
-                        attempts,
-                        source: Some(source),
-                    }),
-                    None => Err(Error::Upstream { upstream: member_name.to_string(), outcome, attempts, source: None }),
+                    Some(Err(source)) => Err(Error::upstream_failed(member_name, outcome, attempts, Some(source))),
+                    None => Err(Error::upstream_failed(member_name, outcome, attempts, None)),
                 };
             };
             metrics::pool_move(pool_name, member_name, reason);
@@ -267,10 +262,8 @@ impl<'p, C, M> PoolRequest<'p, C, M> {
             }
             refused[pick] = true;
             last = Some(match result {
-                Some(Err(source)) => {
-                    Error::Upstream { upstream: member_name.to_string(), outcome, attempts, source: Some(source) }
-                }
-                _ => Error::Upstream { upstream: member_name.to_string(), outcome, attempts, source: None },
+                Some(Err(source)) => Error::upstream_failed(member_name, outcome, attempts, Some(source)),
+                _ => Error::upstream_failed(member_name, outcome, attempts, None),
             });
             kind = next;
         }

@@ -2,7 +2,8 @@
 //! and logged (rate-limited), a spent quota turned into a refusal of the upstream.
 //!
 //! Every reported outcome passes here ([`observe`]), whether the call ran inside
-//! `Scheduler::call` or the caller made it on a [`Permit`](crate::Permit) of its own.
+//! [`RequestBuilder::call`](crate::RequestBuilder::call) or the caller made it on a
+//! [`Permit`](crate::Permit) of its own.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock, PoisonError};

@@ -4,10 +4,10 @@
 //! A 429 of kind [`QuotaExhausted`](wavegate_core::RateLimitKind::QuotaExhausted) (OpenAI's
 //! `insufficient_quota`) is a billing state, not a rate limit: retrying it only repeats the
 //! refusal (langchainjs #1929). The call that met it ends with
-//! [`Error::QuotaExhausted`](crate::Error::QuotaExhausted) after that one attempt, and every
-//! later call of this process is refused before it asks for a permit, for the upstream's
+//! [`ErrorKind::QuotaExhausted`](crate::ErrorKind::QuotaExhausted) after that one attempt, and
+//! every later call of this process is refused before it asks for a permit, for the upstream's
 //! [`quota_pause`](wavegate_core::UpstreamConfigBuilder::quota_pause) or until
-//! [`Scheduler::reset_quota`](crate::Scheduler::reset_quota). So a spent quota costs one
+//! [`Upstream::reset_quota`](crate::Upstream::reset_quota). So a spent quota costs one
 //! attempt per process, not a retry storm. It is per process on purpose: each process learns
 //! it from its own first attempt, and an operator's reset of one process never needs the
 //! shared store.

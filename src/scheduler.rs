@@ -28,10 +28,11 @@ use crate::upstream::{RequestBuilder, Upstream};
 /// (axum, a plain `#[tokio::main]`, `#[tokio::test]`) they get a thread of their own, which
 /// stops when the last handle is dropped. Calls are futures polled in the caller's task.
 ///
-/// Resolve an upstream once with [`upstream`](Self::upstream) and build requests on it
-/// ([`Upstream::request`]); the older [`call`](Self::call), [`call_metered`](Self::call_metered),
-/// [`acquire`](Self::acquire) and [`acquire_tokens`](Self::acquire_tokens) remain as
-/// shorthands.
+/// Resolve an upstream once with [`upstream`](Self::upstream) and work on its handle: build
+/// requests with [`Upstream::request`], read its [`status`](Upstream::status) and
+/// [`mode`](Upstream::mode), [`reset_quota`](Upstream::reset_quota). The by-name shorthands of
+/// 0.1 ([`call`](Self::call), [`acquire`](Self::acquire), [`status`](Self::status), ...) are
+/// deprecated; each one's note says what to write instead.
 ///
 /// ```
 /// use wavegate::{Outcome, Scheduler, UpstreamConfig};
@@ -41,13 +42,16 @@ use crate::upstream::{RequestBuilder, Upstream};
 /// let scheduler = Scheduler::builder()
 ///     .upstream(UpstreamConfig::builder("llm").limit(4).build()?)
 ///     .build()?;
-/// let answer = scheduler
-///     .call("llm", |attempt| async move {
+/// let llm = scheduler.upstream("llm")?;
+/// let answer = llm
+///     .request()
+///     .call(|attempt| async move {
 ///         // ... send the request; map a 429/5xx to an `Outcome` error ...
 ///         Ok::<_, Outcome>(format!("answered on attempt {}", attempt.number))
 ///     })
 ///     .await?;
 /// assert_eq!(answer, "answered on attempt 1");
+/// assert_eq!(llm.status().await?.in_flight_local, 0);
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
@@ -96,18 +100,17 @@ impl Scheduler {
         Ok(RequestBuilder::new(&self.inner, self.index(upstream)?))
     }
 
-    /// Runs `f` against `upstream` with everything wavegate does: admission by the circuit
-    /// breaker, a permit from the shared limit, the call timeout, the outcome reported to the
-    /// wave and the breaker, retries (a 429 through a new permit; transient failures with
-    /// backoff inside the retry budget), all inside the upstream's total timeout.
+    /// Runs `f` against `upstream` with everything wavegate does (see
+    /// [`RequestBuilder::call`]), `f` failing with an [`Outcome`].
     ///
-    /// `f` is called once per attempt and returns `Ok(value)` on success or the
-    /// [`Outcome`] of a failure (`Outcome::from_status(..)`, `Outcome::from_transport(..)`).
-    /// Dropping the returned future cancels the call and releases its permit.
-    ///
-    /// A shorthand for `self.upstream(upstream)?.request().call(f)` with the outcome as the
-    /// error; the request builder also takes the caller's own error type, a deadline and a
-    /// classifier.
+    /// A shorthand for `self.upstream(upstream)?.request().call(f)` with the error turned into
+    /// a plain [`Error`] ([`Error::without_source`]).
+    #[deprecated(
+        since = "0.2.0",
+        note = "resolve the upstream once and build the request on it: \
+                `scheduler.upstream(name)?.request().call(f).await` (its error keeps the closure's \
+                `Outcome`; add `.map_err(wavegate::Error::without_source)` for a plain `Error`)"
+    )]
     pub async fn call<F, Fut, T>(&self, upstream: &str, f: F) -> Result<T, Error>
     where
         F: FnMut(Attempt) -> Fut,
@@ -122,6 +125,13 @@ impl Scheduler {
     /// the reservation back.
     ///
     /// A shorthand for `request().tokens(estimated_tokens).meter(..).call(f)`.
+    #[deprecated(
+        since = "0.2.0",
+        note = "resolve the upstream once and build the request on it: \
+                `scheduler.upstream(name)?.request().tokens(estimate).meter(|(_, used): &(_, u64)| *used)\
+                .call(f).await.map(|(value, _)| value)` (or let `f` return the reply alone and read its usage \
+                with `.meter(|reply: &Reply| ..)`)"
+    )]
     pub async fn call_metered<F, Fut, T>(&self, upstream: &str, estimated_tokens: u64, f: F) -> Result<T, Error>
     where
         F: FnMut(Attempt) -> Fut,
@@ -133,18 +143,30 @@ impl Scheduler {
 
     /// A permit for one call that the caller makes itself; report the outcome on it.
     /// Waits at most the upstream's `max_wait`. A shorthand for `request().acquire()`.
+    #[deprecated(
+        since = "0.2.0",
+        note = "resolve the upstream once and build the request on it: \
+                `scheduler.upstream(name)?.request().acquire().await`"
+    )]
     pub async fn acquire(&self, upstream: &str) -> Result<Permit, Error> {
+        #[allow(deprecated)]
         self.acquire_tokens(upstream, 0).await
     }
 
     /// A permit that reserves `estimated_tokens` of the upstream's tokens budget; settle the
     /// real usage with [`Permit::report_usage`]. A shorthand for
     /// `request().tokens(estimated_tokens).acquire()`.
+    #[deprecated(
+        since = "0.2.0",
+        note = "resolve the upstream once and build the request on it: \
+                `scheduler.upstream(name)?.request().tokens(estimate).acquire().await`"
+    )]
     pub async fn acquire_tokens(&self, upstream: &str, estimated_tokens: u64) -> Result<Permit, Error> {
         self.request(upstream)?.tokens(estimated_tokens).acquire().await
     }
 
     /// The upstream's state as this process sees it.
+    #[deprecated(since = "0.2.0", note = "ask the upstream's handle: `scheduler.upstream(name)?.status().await`")]
     pub async fn status(&self, upstream: &str) -> Result<UpstreamStatus, Error> {
         self.inner.status(self.index(upstream)?).await
     }
@@ -152,8 +174,8 @@ impl Scheduler {
     /// The status of every upstream, in configuration order.
     pub async fn statuses(&self) -> Result<Vec<UpstreamStatus>, Error> {
         let mut all = Vec::with_capacity(self.inner.upstreams.len());
-        for upstream in &self.inner.upstreams {
-            all.push(self.status(upstream.name().as_str()).await?);
+        for index in 0..self.inner.upstreams.len() {
+            all.push(self.inner.status(index).await?);
         }
         Ok(all)
     }
@@ -184,14 +206,15 @@ impl Scheduler {
     /// [`Mode::Shared`] only when every upstream shares; [`Mode::Fallback`] (or
     /// [`Mode::Rejected`]) as soon as one is in fallback — on a single Redis all of them switch
     /// together, on a Cluster only the upstreams of a lost master do (see
-    /// [`upstream_mode`](Self::upstream_mode)).
+    /// [`Upstream::mode`]).
     pub async fn mode(&self) -> Result<Mode, Error> {
         self.inner.engine.mode(None).await
     }
 
     /// Where `upstream`'s permits come from now (no Redis round trip).
+    #[deprecated(since = "0.2.0", note = "ask the upstream's handle: `scheduler.upstream(name)?.mode().await`")]
     pub async fn upstream_mode(&self, upstream: &str) -> Result<Mode, Error> {
-        self.inner.engine.mode(Some(self.index(upstream)?)).await
+        self.upstream(upstream)?.mode().await
     }
 
     /// What the scheduler knows about its shared store (`None` in local mode): how it is found,
@@ -209,15 +232,10 @@ impl Scheduler {
 
     /// Lifts the refusal a spent quota put on `upstream` in this process (an operator's reset,
     /// e.g. after paying the bill); says whether there was one. See
-    /// [`Error::QuotaExhausted`].
+    /// [`Upstream::reset_quota`].
+    #[deprecated(since = "0.2.0", note = "ask the upstream's handle: `scheduler.upstream(name)?.reset_quota()`")]
     pub fn reset_quota(&self, upstream: &str) -> Result<bool, UnknownUpstream> {
-        let index = self.index(upstream)?;
-        let lifted = self.inner.quota[index].reset();
-        if lifted {
-            tracing::info!(upstream, "quota refusal lifted by an operator");
-            crate::metrics::quota_exhausted(upstream, false);
-        }
-        Ok(lifted)
+        Ok(self.upstream(upstream)?.reset_quota())
     }
 
     /// The configured upstreams.

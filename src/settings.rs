@@ -181,7 +181,7 @@ pub struct UpstreamSettings {
     /// A tokens-per-minute budget.
     pub tokens_per_minute: Option<RateSetting>,
     /// Priority classes, in order (`[[upstreams.<name>.classes]]`); see
-    /// [`class`](crate::core::UpstreamConfigBuilder::class).
+    /// [`class`](crate::config::UpstreamConfigBuilder::class).
     #[serde(default)]
     pub classes: Vec<ClassSetting>,
     /// The class of requests that pick none (default: the first listed).

@@ -78,7 +78,7 @@ pub struct UpstreamStatus {
     /// mode; this process's otherwise), and how long until each is forgotten.
     pub learned: LearnedStatus,
     /// How long a spent quota keeps the upstream refused in this process (`None`: it is not);
-    /// see [`Error::QuotaExhausted`](crate::Error::QuotaExhausted).
+    /// see [`ErrorKind::QuotaExhausted`](crate::ErrorKind::QuotaExhausted).
     pub quota_exhausted_for: Option<Duration>,
     /// How many local-mode schedulers of this process name this upstream, this one included
     /// (0 for a scheduler in shared mode, which shares one limit through Redis). More than 1

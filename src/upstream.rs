@@ -41,7 +41,7 @@
 //!
 //! let permit = llm.request().acquire().await?;
 //! permit.succeeded();
-//! assert!(matches!(scheduler.upstream("nope"), Err(wavegate::core::UnknownUpstream { .. })));
+//! assert!(matches!(scheduler.upstream("nope"), Err(wavegate::UnknownUpstream { .. })));
 //! # let _: Option<Error> = None;
 //! # Ok(()) }
 //! ```
@@ -60,7 +60,7 @@ use crate::engine::request::{ClassRef, Request};
 use crate::error::Error;
 use crate::handle::Inner;
 use crate::permit::Permit;
-use crate::status::UpstreamStatus;
+use crate::status::{Mode, UpstreamStatus};
 
 /// One configured upstream of a [`Scheduler`](crate::Scheduler), resolved once.
 ///
@@ -97,6 +97,25 @@ impl Upstream {
     pub async fn status(&self) -> Result<UpstreamStatus, Error> {
         self.inner.status(self.index).await
     }
+
+    /// Where the upstream's permits come from now (no Redis round trip); see
+    /// [`Scheduler::mode`](crate::Scheduler::mode) for the process as a whole.
+    pub async fn mode(&self) -> Result<Mode, Error> {
+        self.inner.engine.mode(Some(self.index)).await
+    }
+
+    /// Lifts the refusal a spent quota put on the upstream in this process (an operator's
+    /// reset, e.g. after paying the bill); says whether there was one. See
+    /// [`ErrorKind::QuotaExhausted`](crate::ErrorKind::QuotaExhausted).
+    pub fn reset_quota(&self) -> bool {
+        let lifted = self.inner.quota[self.index].reset();
+        if lifted {
+            let upstream = self.name();
+            tracing::info!(upstream, "quota refusal lifted by an operator");
+            crate::metrics::quota_exhausted(upstream, false);
+        }
+        lifted
+    }
 }
 
 /// One request to an upstream: what it needs, then how it runs.
@@ -130,26 +149,27 @@ impl<'u, C, M> RequestBuilder<'u, C, M> {
     /// Reserves `estimate` tokens of the upstream's tokens-per-minute budget for each attempt;
     /// the real usage is settled with the [`meter`](Self::meter) (or
     /// [`Permit::report_usage`]). An estimate that can never fit the budget's burst is refused
-    /// at once with [`Error::InsufficientCapacity`].
+    /// at once ([`ErrorKind::InsufficientCapacity`](crate::ErrorKind::InsufficientCapacity)).
     pub fn tokens(mut self, estimate: u64) -> Self {
         self.request.tokens = estimate;
         self
     }
 
     /// The whole request (waiting, every attempt and retry) ends by `deadline`
-    /// ([`Error::DeadlinePassed`]); the upstream's `total_timeout` still applies if it comes
-    /// first. For [`acquire`](Self::acquire) the wait ends at the deadline or after
-    /// `max_wait`, whichever comes first.
+    /// ([`ErrorKind::DeadlinePassed`](crate::ErrorKind::DeadlinePassed)); the upstream's
+    /// `total_timeout` still applies if it comes first. For [`acquire`](Self::acquire) the wait
+    /// ends at the deadline or after `max_wait`, whichever comes first.
     pub fn deadline(mut self, deadline: Instant) -> Self {
         self.request.deadline = Some(clock::from_std(deadline));
         self
     }
 
     /// Puts the request in priority class `class` (configured with
-    /// [`class`](crate::core::UpstreamConfigBuilder::class)): when callers of several classes
+    /// [`class`](crate::config::UpstreamConfigBuilder::class)): when callers of several classes
     /// wait, anywhere in the fleet, a free permit goes to the class furthest below its
     /// weighted share, first in first out within a class. A class the upstream does not have
-    /// is refused when the request runs ([`Error::UnknownClass`]), before any wait.
+    /// is refused when the request runs, before any wait
+    /// ([`ErrorKind::UnknownClass`](crate::ErrorKind::UnknownClass)).
     pub fn priority(mut self, class: &str) -> Self {
         self.request.class = match self.inner.upstreams[self.index].class_index(class) {
             Some(index) => ClassRef::Known(index),
@@ -196,8 +216,8 @@ impl<'u, C, M> RequestBuilder<'u, C, M> {
     ///
     /// `f` is called once per attempt and returns the caller's own `Result<T, E>`; the
     /// classifier says what it means. The last result comes back untouched: `Ok(value)` as
-    /// `Ok(value)`, `Err(e)` as [`Error::Upstream`] with `source: Some(e)` (see
-    /// [`classify`](crate::classify) for the rules). The future runs in the caller's task, so
+    /// `Ok(value)`, `Err(e)` as an [`ErrorKind::Upstream`](crate::ErrorKind::Upstream) error
+    /// holding `e` (see [`classify`](crate::classify) for the rules). The future runs in the caller's task, so
     /// `f`, its futures and `T` may borrow; dropping it cancels the call and releases its
     /// permit.
     ///

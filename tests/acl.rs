@@ -90,7 +90,7 @@ async fn a_user_without_channel_rights_is_only_warned_about() {
     set_user(&redis, "app", "pw", &MINIMAL_USER.replace("&wavegate:*", "&other:*"));
     let scheduler =
         Scheduler::builder().upstream(upstream("llm", 4)).redis(url(&redis, "app", "pw")).build().expect("built");
-    scheduler.acquire("llm").await.expect("permit").succeeded();
+    scheduler.upstream("llm").expect("configured").request().acquire().await.expect("permit").succeeded();
     assert_eq!(scheduler.mode().await.expect("mode"), Mode::Shared);
     assert_eq!(scheduler.store_health().expect("a store").rejected, None);
 }
@@ -104,19 +104,20 @@ async fn the_minimal_user_of_the_docs_can_do_everything() {
         .redis(url(&redis, "app", "pw"))
         .build()
         .expect("the minimal user passes the startup check");
+    let llm = scheduler.upstream("llm").expect("configured");
     let health = scheduler.store_health().expect("a store");
     assert_eq!(health.rejected, None);
     assert!(health.server.as_deref().is_some_and(|s| s.starts_with("redis 7")), "{:?}", health.server);
     // Permits, a waiter woken by a release (pub/sub), renewals and heartbeats, statuses.
-    let first = scheduler.acquire("llm").await.expect("permit");
+    let first = llm.request().acquire().await.expect("permit");
     let waiter = {
-        let scheduler = scheduler.clone();
-        actix::spawn(async move { scheduler.acquire("llm").await.map(|p| p.succeeded()) })
+        let llm = llm.clone();
+        actix::spawn(async move { llm.request().acquire().await.map(|p| p.succeeded()) })
     };
     tokio::time::sleep(Duration::from_millis(1_200)).await; // a renewal and a heartbeat run
     first.succeeded();
     waiter.await.expect("task").expect("the waiter gets the permit");
-    let status = scheduler.status("llm").await.expect("status");
+    let status = llm.status().await.expect("status");
     assert_eq!(status.in_flight_fleet, Some(0));
     tokio::time::sleep(Duration::from_millis(1_100)).await;
     assert_eq!(scheduler.mode().await.expect("mode"), Mode::Shared);
@@ -133,21 +134,21 @@ async fn a_password_changed_at_runtime_shows_as_rejected_and_fails_open() {
     set_user(&redis, "app", "pw", MINIMAL_USER);
     let scheduler =
         Scheduler::builder().upstream(upstream("llm", 4)).redis(url(&redis, "app", "pw")).build().expect("scheduler");
-    scheduler.acquire("llm").await.expect("permit").succeeded();
+    scheduler.upstream("llm").expect("configured").request().acquire().await.expect("permit").succeeded();
     tokio::time::sleep(Duration::from_millis(100)).await;
 
     // The password is rotated and the app's connections dropped: every reconnect fails.
     set_user(&redis, "app", "rotated", MINIMAL_USER);
     let mut con = redis.connection().expect("connection");
     redis::cmd("CLIENT").arg("KILL").arg("USER").arg("app").exec(&mut con).expect("CLIENT KILL");
-    let permit = scheduler.acquire("llm").await.expect("calls fail open");
+    let permit = scheduler.upstream("llm").expect("configured").request().acquire().await.expect("calls fail open");
     permit.succeeded();
     wait_for_mode(&scheduler, Mode::Rejected, Duration::from_secs(3)).await;
     let health = scheduler.store_health().expect("a store");
     let (reason, words) = health.rejected.expect("the rejection is shown");
     println!("rejected: {reason}: {words}");
     assert_eq!(reason, Rejection::Authentication);
-    assert_eq!(scheduler.status("llm").await.expect("status").mode, Mode::Rejected);
+    assert_eq!(scheduler.upstream("llm").expect("configured").status().await.expect("status").mode, Mode::Rejected);
 
     // Fixed: the probe finds the store again and the process shares again.
     set_user(&redis, "app", "pw", MINIMAL_USER);
@@ -164,8 +165,9 @@ async fn the_key_prefix_is_configured_and_shown() {
         .upstream(upstream("llm", 4))
         .build()
         .expect("scheduler");
+    let llm = scheduler.upstream("llm").expect("configured");
     assert_eq!(scheduler.store_health().expect("a store").key_prefix, "billing");
-    let _permit = scheduler.acquire("llm").await.expect("permit");
+    let _permit = llm.request().acquire().await.expect("permit");
     let mut con = redis.connection().expect("connection");
     let held: usize = redis::cmd("ZCARD").arg("billing:{llm}:permits").query(&mut con).expect("ZCARD");
     let default: usize = redis::cmd("EXISTS").arg("wavegate:{llm}:permits").query(&mut con).expect("EXISTS");
@@ -298,11 +300,11 @@ async fn a_lasting_rejection_is_logged_as_an_error_every_10_s() {
     set_user(&redis, "app", "pw", MINIMAL_USER);
     let scheduler =
         Scheduler::builder().upstream(upstream("llm", 4)).redis(url(&redis, "app", "pw")).build().expect("scheduler");
-    scheduler.acquire("llm").await.expect("permit").succeeded();
+    scheduler.upstream("llm").expect("configured").request().acquire().await.expect("permit").succeeded();
     set_user(&redis, "app", "rotated", MINIMAL_USER);
     let mut con = redis.connection().expect("connection");
     redis::cmd("CLIENT").arg("KILL").arg("USER").arg("app").exec(&mut con).expect("CLIENT KILL");
-    scheduler.acquire("llm").await.expect("calls fail open").succeeded();
+    scheduler.upstream("llm").expect("configured").request().acquire().await.expect("calls fail open").succeeded();
     wait_for_mode(&scheduler, Mode::Rejected, Duration::from_secs(3)).await;
     // The probe is refused about once a second (after a 100 ms, 200 ms … backoff): logged at
     // the first refusal, then at the first one 10 s later; the third would come after 20 s.

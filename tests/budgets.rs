@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use wavegate::{Error, Mode, Outcome, Scheduler, UpstreamConfig};
+use wavegate::{ErrorKind, Mode, Outcome, Scheduler, UpstreamConfig};
 use wavegate_testkit::RedisServer;
 
 fn success() -> Outcome {
@@ -18,10 +18,17 @@ fn tokens_upstream() -> UpstreamConfig {
 
 async fn refunds_and_extra_charges(first: &Scheduler, second: &Scheduler) {
     let started = Instant::now();
-    let reserved = first.acquire_tokens("llm", 800).await.expect("800 fit");
+    let reserved = first.upstream("llm").expect("configured").request().tokens(800).acquire().await.expect("800 fit");
     reserved.report_usage(success(), 300); // 500 come back
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let next = second.acquire_tokens("llm", 700).await.expect("700 fit after the refund");
+    let next = second
+        .upstream("llm")
+        .expect("configured")
+        .request()
+        .tokens(700)
+        .acquire()
+        .await
+        .expect("700 fit after the refund");
     assert!(
         started.elapsed() < Duration::from_millis(250),
         "the refund must make room at once: {:?}",
@@ -31,7 +38,15 @@ async fn refunds_and_extra_charges(first: &Scheduler, second: &Scheduler) {
     tokio::time::sleep(Duration::from_millis(20)).await;
     // 300 + 1,200 used: the budget is 500 in debt, so even 100 tokens wait about 600 ms.
     let waited = Instant::now();
-    first.acquire_tokens("llm", 100).await.expect("100 fit later").succeeded();
+    first
+        .upstream("llm")
+        .expect("configured")
+        .request()
+        .tokens(100)
+        .acquire()
+        .await
+        .expect("100 fit later")
+        .succeeded();
     let waited = waited.elapsed();
     assert!(waited >= Duration::from_millis(450), "the extra charge must delay the next caller: {waited:?}");
     assert!(waited < Duration::from_millis(1_500), "{waited:?}");
@@ -48,8 +63,9 @@ async fn token_reservations_are_settled_across_processes() {
     let redis = RedisServer::start().expect("redis-server");
     let build = || Scheduler::builder().upstream(tokens_upstream()).redis(redis.url()).build().expect("scheduler");
     let (a, b) = (build(), build());
+    let llm_b = b.upstream("llm").expect("configured");
     refunds_and_extra_charges(&a, &b).await;
-    let status = b.status("llm").await.expect("status");
+    let status = llm_b.status().await.expect("status");
     assert_eq!(status.mode, Mode::Shared);
     assert!(status.budgets.tokens.is_some());
 }
@@ -57,9 +73,14 @@ async fn token_reservations_are_settled_across_processes() {
 #[actix::test]
 async fn an_estimate_larger_than_the_burst_is_refused_at_once() {
     let scheduler = Scheduler::builder().upstream(tokens_upstream()).build().expect("scheduler");
+    let llm = scheduler.upstream("llm").expect("configured");
     let started = Instant::now();
-    let error = scheduler.acquire_tokens("llm", 1_001).await.expect_err("can never fit");
-    assert!(matches!(error, Error::InsufficientCapacity { requested: 1_001, burst: 1_000, .. }), "{error:?}");
+    let error = llm.request().tokens(1_001).acquire().await.expect_err("can never fit");
+    assert_eq!(
+        (error.kind(), error.requested(), error.burst()),
+        (ErrorKind::InsufficientCapacity, Some(1_001), Some(1_000)),
+        "{error:?}"
+    );
     assert!(started.elapsed() < Duration::from_millis(100));
 }
 
@@ -68,15 +89,15 @@ async fn waiters_sleep_until_the_budget_has_room_instead_of_polling() {
     let redis = RedisServer::start().expect("redis-server");
     let upstream = UpstreamConfig::builder("rpm").limit(10).requests_per_minute(600, 1).build().expect("config");
     let scheduler = Scheduler::builder().upstream(upstream).redis(redis.url()).build().expect("scheduler");
-    scheduler.acquire("rpm").await.expect("warm up").succeeded();
+    scheduler.upstream("rpm").expect("configured").request().acquire().await.expect("warm up").succeeded();
     let mut con = redis.connection().expect("connection");
     let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut con).expect("RESETSTAT");
     let started = Instant::now();
     let mut calls = Vec::new();
     for _ in 0..10 {
-        let scheduler = scheduler.clone();
+        let rpm = scheduler.upstream("rpm").expect("configured");
         calls.push(actix::spawn(async move {
-            scheduler.call("rpm", |_| async { Ok::<_, Outcome>(Instant::now()) }).await.expect("call")
+            rpm.request().call(|_| async { Ok::<_, Outcome>(Instant::now()) }).await.expect("call")
         }));
     }
     let mut at = Vec::new();
@@ -111,12 +132,26 @@ async fn usage_during_an_outage_is_charged_to_the_shared_budget() {
         .build()
         .expect("config");
     let scheduler = Scheduler::builder().upstream(upstream).redis(redis.url()).build().expect("scheduler");
-    let fresh = scheduler.status("rpm").await.expect("status").budgets.requests.expect("a requests budget");
+    let fresh = scheduler
+        .upstream("rpm")
+        .expect("configured")
+        .status()
+        .await
+        .expect("status")
+        .budgets
+        .requests
+        .expect("a requests budget");
     assert_eq!(fresh.0, 20);
 
     redis.kill().expect("kill -9");
     for _ in 0..10 {
-        scheduler.call("rpm", |_| async { Ok::<_, Outcome>(()) }).await.expect("calls go on in fallback");
+        scheduler
+            .upstream("rpm")
+            .expect("configured")
+            .request()
+            .call(|_| async { Ok::<_, Outcome>(()) })
+            .await
+            .expect("calls go on in fallback");
     }
     assert_eq!(scheduler.mode().await.expect("mode"), Mode::Fallback);
     redis.restart().expect("restart, empty");
@@ -125,7 +160,15 @@ async fn usage_during_an_outage_is_charged_to_the_shared_budget() {
         assert!(Instant::now() < deadline, "not back in shared mode");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let after = scheduler.status("rpm").await.expect("status").budgets.requests.expect("a requests budget");
+    let after = scheduler
+        .upstream("rpm")
+        .expect("configured")
+        .status()
+        .await
+        .expect("status")
+        .budgets
+        .requests
+        .expect("a requests budget");
     // The restarted Redis knew nothing; the 10 requests made during the outage were handed to it
     // (one refills per second, and the outage lasted about a second).
     assert!(after.0 <= 12, "the outage's usage is missing from the shared budget: {after:?} left of 20");

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use wavegate::{Error, Mode, Scheduler, UpstreamConfig};
+use wavegate::{Error, ErrorKind, Mode, Scheduler, UpstreamConfig};
 use wavegate_testkit::{MockUpstream, MockUpstreamConfig, RedisCluster, http_get};
 
 /// One upstream name per master: the first of `u0`, `u1`, … whose keys each master serves.
@@ -56,11 +56,11 @@ async fn upstreams_on_three_masters_share_their_limits() {
     assert_eq!(a.store_health().expect("store").topology, "cluster");
     let mut held = Vec::new();
     for name in &names {
-        held.push(a.acquire(name).await.expect("permit"));
-        held.push(a.acquire(name).await.expect("permit"));
+        held.push(a.upstream(name).expect("configured").request().acquire().await.expect("permit"));
+        held.push(a.upstream(name).expect("configured").request().acquire().await.expect("permit"));
         // The limit (2) is shared: the other scheduler waits and gives up.
-        let refused = b.acquire(name).await;
-        assert!(matches!(refused, Err(Error::WaitedTooLong { .. })), "{name}: {refused:?}");
+        let refused = b.upstream(name).expect("configured").request().acquire().await;
+        assert_eq!(refused.as_ref().map_err(Error::kind).err(), Some(ErrorKind::WaitedTooLong), "{name}: {refused:?}");
     }
     for (node, name) in names.iter().enumerate() {
         assert_eq!(held_on(&mut cluster, node, name), 2, "{name}'s permits live on master {node}");
@@ -69,7 +69,9 @@ async fn upstreams_on_three_masters_share_their_limits() {
     let name = names[1].clone();
     let waiter = {
         let b = b.clone();
-        actix::spawn(async move { b.acquire(&name).await.map(|p| p.succeeded()) })
+        actix::spawn(
+            async move { b.upstream(&name).expect("configured").request().acquire().await.map(|p| p.succeeded()) },
+        )
     };
     tokio::time::sleep(Duration::from_millis(50)).await;
     held.clear();
@@ -83,7 +85,7 @@ async fn a_slot_moved_to_another_master_is_followed() {
     let names = one_upstream_per_master(&cluster);
     let scheduler = scheduler(&cluster, &names);
     let name = &names[0];
-    let held = scheduler.acquire(name).await.expect("permit");
+    let held = scheduler.upstream(name).expect("configured").request().acquire().await.expect("permit");
     assert_eq!(held_on(&mut cluster, 0, name), 1);
 
     // Move the upstream's slot (and its keys) from master 0 to master 1, as a resharding does.
@@ -114,7 +116,8 @@ async fn a_slot_moved_to_another_master_is_followed() {
     }
 
     // The client still thinks master 0 serves the slot: its next command is answered MOVED.
-    let second = scheduler.acquire(name).await.expect("a permit after the move");
+    let second =
+        scheduler.upstream(name).expect("configured").request().acquire().await.expect("a permit after the move");
     assert_eq!(held_on(&mut cluster, 1, name), 2, "both permits are on the new master");
     let mut old = cluster.nodes()[0].connection().expect("node");
     let moved = redis::cmd("ZCARD").arg(&key).query::<usize>(&mut old).expect_err("the old master redirects");
@@ -181,7 +184,13 @@ async fn losing_one_master_puts_only_its_upstreams_in_fallback() {
                 .expect("mock")
         })
         .collect();
-    let held = schedulers[0].acquire(&by_master[victim][0]).await.expect("a permit held through the outage");
+    let held = schedulers[0]
+        .upstream(&by_master[victim][0])
+        .expect("configured")
+        .request()
+        .acquire()
+        .await
+        .expect("a permit held through the outage");
     // Both processes heartbeat (each counts 2 live) before the load starts.
     tokio::time::sleep(Duration::from_millis(1_200)).await;
 
@@ -218,7 +227,7 @@ async fn losing_one_master_puts_only_its_upstreams_in_fallback() {
             while !stop.get() {
                 for (s, scheduler) in schedulers.iter().enumerate() {
                     for (u, name) in names.iter().enumerate() {
-                        let mode = scheduler.upstream_mode(name).await.expect("mode");
+                        let mode = scheduler.upstream(name).expect("configured").mode().await.expect("mode");
                         if mode != last[s * names.len() + u] {
                             last[s * names.len() + u] = mode;
                             seen.borrow_mut().push((Instant::now(), format!("{s}/{name}"), mode));
@@ -238,7 +247,7 @@ async fn losing_one_master_puts_only_its_upstreams_in_fallback() {
                 let mut all = true;
                 for scheduler in &schedulers {
                     for name in &lost {
-                        all &= scheduler.upstream_mode(name).await.expect("mode") == want;
+                        all &= scheduler.upstream(name).expect("configured").mode().await.expect("mode") == want;
                     }
                 }
                 if all {

@@ -284,12 +284,13 @@ fn worker_main() {
             .map(|ms| Instant::now() + Duration::from_millis(ms.parse().expect("DURATION_MS")));
         let scheduler = Scheduler::builder().upstream(upstream).redis(env("REDIS_URL")).build().expect("scheduler");
         report_mode_changes(scheduler.clone());
+        let handle = scheduler.upstream("mock").expect("configured");
         match env("MODE").as_str() {
             "hold" => {
                 let hold: u32 = std::env::var("HOLD").ok().and_then(|h| h.parse().ok()).unwrap_or(limit);
                 let mut permits = Vec::new();
                 for _ in 0..hold {
-                    permits.push(scheduler.acquire("mock").await.expect("permit"));
+                    permits.push(handle.request().acquire().await.expect("permit"));
                 }
                 println!("HOLDING {}", permits.len());
                 tokio::time::sleep(Duration::from_secs(60)).await;
@@ -299,7 +300,7 @@ fn worker_main() {
                 let calls: usize = env("CALLS").parse().expect("CALLS");
                 let mut tasks = Vec::new();
                 for caller in 0..callers {
-                    let scheduler = scheduler.clone();
+                    let handle = handle.clone();
                     let share = calls / callers + usize::from(caller < calls % callers);
                     tasks.push(actix::spawn(async move {
                         let (mut ok, mut err, mut first_error) = (0u64, 0u64, None);
@@ -307,7 +308,7 @@ fn worker_main() {
                             if until.is_some_and(|until| Instant::now() >= until) {
                                 break;
                             }
-                            match scheduler.call("mock", move |_| call_mock(mock)).await {
+                            match handle.request().call(move |_| call_mock(mock)).await {
                                 Ok(()) => ok += 1,
                                 Err(error) => {
                                     err += 1;

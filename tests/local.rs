@@ -1,5 +1,5 @@
-//! Local mode (no Redis) through the public API only: `Scheduler::call`, `Scheduler::acquire`,
-//! `Permit`, `Scheduler::status` and the typed errors.
+//! Local mode (no Redis) through the public API only: `Scheduler::upstream`, the request
+//! builder's `call` and `acquire`, `Permit`, `Upstream::status` and the typed errors.
 //!
 //! Every test counts what really happens (closure invocations, calls in flight, elapsed time)
 //! so that it fails when the claim in its name is false. Durations are tens or hundreds of
@@ -11,8 +11,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::future::join_all;
-use wavegate::core::{Backoff, BreakerConfig, ConfigError, Recovery, RetryBudgetConfig, UpstreamConfigBuilder};
-use wavegate::{Attempt, BuildError, Error, Outcome, Permit, Scheduler, UpstreamConfig, UpstreamStatus, WaveState};
+use wavegate::config::{Backoff, BreakerConfig, ConfigError, Recovery, RetryBudgetConfig, UpstreamConfigBuilder};
+use wavegate::{
+    Attempt, BuildError, Error, ErrorKind, Outcome, Permit, Scheduler, UpstreamConfig, UpstreamStatus, WaveState,
+};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -40,7 +42,7 @@ fn status_outcome(code: u16) -> Outcome {
 }
 
 async fn status(scheduler: &Scheduler) -> UpstreamStatus {
-    scheduler.status("x").await.expect("status")
+    scheduler.upstream("x").expect("configured").status().await.expect("status")
 }
 
 /// Waits (bounded) until `x` has `depth` callers queued, so waiters enter in a known order.
@@ -72,24 +74,28 @@ impl Drop for SetOnDrop {
 #[actix::test]
 async fn never_more_calls_in_flight_than_the_limit_and_the_limit_is_used() {
     let s = scheduler(x().limit(5));
+    let upstream = s.upstream("x").expect("configured");
     let in_flight = Arc::new(AtomicUsize::new(0));
     let max_seen = Arc::new(AtomicUsize::new(0));
     let invoked = Arc::new(AtomicUsize::new(0));
     let calls = (0..200).map(|i| {
-        let (s, in_flight, max_seen, invoked) = (s.clone(), in_flight.clone(), max_seen.clone(), invoked.clone());
+        let (upstream, in_flight, max_seen, invoked) =
+            (upstream.clone(), in_flight.clone(), max_seen.clone(), invoked.clone());
         async move {
-            s.call("x", move |_| {
-                let (in_flight, max_seen, invoked) = (in_flight.clone(), max_seen.clone(), invoked.clone());
-                async move {
-                    invoked.fetch_add(1, SeqCst);
-                    let now = in_flight.fetch_add(1, SeqCst) + 1;
-                    max_seen.fetch_max(now, SeqCst);
-                    tokio::time::sleep(ms(5)).await;
-                    in_flight.fetch_sub(1, SeqCst);
-                    Ok::<_, Outcome>(i)
-                }
-            })
-            .await
+            upstream
+                .request()
+                .call(move |_| {
+                    let (in_flight, max_seen, invoked) = (in_flight.clone(), max_seen.clone(), invoked.clone());
+                    async move {
+                        invoked.fetch_add(1, SeqCst);
+                        let now = in_flight.fetch_add(1, SeqCst) + 1;
+                        max_seen.fetch_max(now, SeqCst);
+                        tokio::time::sleep(ms(5)).await;
+                        in_flight.fetch_sub(1, SeqCst);
+                        Ok::<_, Outcome>(i)
+                    }
+                })
+                .await
         }
     });
     let (results, elapsed) = timed(tokio::time::timeout(ms(3_000), join_all(calls))).await;
@@ -111,20 +117,23 @@ async fn never_more_calls_in_flight_than_the_limit_and_the_limit_is_used() {
 #[actix::test]
 async fn local_waiters_are_served_first_in_first_out() {
     let s = scheduler(x().limit(1));
-    let holder = s.acquire("x").await.expect("first permit");
+    let upstream = s.upstream("x").expect("configured");
+    let holder = upstream.request().acquire().await.expect("first permit");
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
     for i in 0..8usize {
-        let (s2, order) = (s.clone(), order.clone());
+        let (upstream, order) = (upstream.clone(), order.clone());
         waiters.push(actix::spawn(async move {
-            s2.call("x", move |_| {
-                let order = order.clone();
-                async move {
-                    order.lock().expect("lock").push(i);
-                    Ok::<_, Outcome>(())
-                }
-            })
-            .await
+            upstream
+                .request()
+                .call(move |_| {
+                    let order = order.clone();
+                    async move {
+                        order.lock().expect("lock").push(i);
+                        Ok::<_, Outcome>(())
+                    }
+                })
+                .await
         }));
         until_queued(&s, i + 1).await;
     }
@@ -140,11 +149,13 @@ async fn local_waiters_are_served_first_in_first_out() {
 #[actix::test]
 async fn waiting_longer_than_max_wait_is_refused_in_time() {
     let s = scheduler(x().limit(1).max_wait(ms(100)).total_timeout(ms(2_000)));
-    let _held = s.acquire("x").await.expect("first permit");
+    let upstream = s.upstream("x").expect("configured");
+    let _held = upstream.request().acquire().await.expect("first permit");
 
-    let (result, elapsed) = timed(s.acquire("x")).await;
+    let (result, elapsed) = timed(upstream.request().acquire()).await;
     let error = result.expect_err("no permit is free");
-    assert!(matches!(error, Error::WaitedTooLong { waited, .. } if waited >= ms(90)), "{error:?}");
+    assert_eq!(error.kind(), ErrorKind::WaitedTooLong, "{error:?}");
+    assert!(error.waited().is_some_and(|waited| waited >= ms(90)), "{error:?}");
     assert!(elapsed >= ms(100) && elapsed < ms(300), "acquire gave up after {elapsed:?}");
     assert!(error.is_overload());
     assert!(error.retry_after().is_some_and(|d| d > Duration::ZERO));
@@ -153,12 +164,12 @@ async fn waiting_longer_than_max_wait_is_refused_in_time() {
     // Through `call`: the same wait, and the closure never runs.
     let invoked = Arc::new(AtomicUsize::new(0));
     let counter = invoked.clone();
-    let (result, elapsed) = timed(s.call("x", move |_| {
+    let (result, elapsed) = timed(upstream.request().call(move |_| {
         counter.fetch_add(1, SeqCst);
         async { Ok::<_, Outcome>(()) }
     }))
     .await;
-    assert!(matches!(result, Err(Error::WaitedTooLong { .. })), "{result:?}");
+    assert_eq!(result.as_ref().map_err(Error::kind).err(), Some(ErrorKind::WaitedTooLong), "{result:?}");
     assert!(elapsed >= ms(100) && elapsed < ms(300), "call gave up after {elapsed:?}");
     assert_eq!(invoked.load(SeqCst), 0);
     assert_eq!(status(&s).await.queue_depth, 0, "the expired waiters left the queue");
@@ -168,17 +179,18 @@ async fn waiting_longer_than_max_wait_is_refused_in_time() {
 #[actix::test]
 async fn a_full_queue_is_refused_at_once() {
     let s = scheduler(x().limit(1).queue_capacity(2).max_wait(ms(2_000)));
-    let holder = s.acquire("x").await.expect("first permit");
+    let upstream = s.upstream("x").expect("configured");
+    let holder = upstream.request().acquire().await.expect("first permit");
     let mut waiters = Vec::new();
     for depth in 1..=2 {
-        let s2 = s.clone();
-        waiters.push(actix::spawn(async move { s2.acquire("x").await.map(Permit::succeeded) }));
+        let upstream = upstream.clone();
+        waiters.push(actix::spawn(async move { upstream.request().acquire().await.map(Permit::succeeded) }));
         until_queued(&s, depth).await;
     }
 
-    let (result, elapsed) = timed(s.acquire("x")).await;
+    let (result, elapsed) = timed(upstream.request().acquire()).await;
     let error = result.expect_err("the queue is full");
-    assert!(matches!(error, Error::QueueFull { capacity: 2, .. }), "{error:?}");
+    assert_eq!((error.kind(), error.queue_capacity()), (ErrorKind::QueueFull, Some(2)), "{error:?}");
     assert!(elapsed < ms(50), "refused after {elapsed:?}");
     assert!(error.is_overload() && error.retry_after().is_some());
 
@@ -202,6 +214,7 @@ async fn an_open_breaker_refuses_without_calling_the_upstream_then_half_opens() 
         ..BreakerConfig::default()
     };
     let s = scheduler(x().breaker(breaker));
+    let upstream = s.upstream("x").expect("configured");
     let invoked = Arc::new(AtomicUsize::new(0));
     let fail = invoked.clone();
     let failing = move |_: Attempt| {
@@ -209,27 +222,30 @@ async fn an_open_breaker_refuses_without_calling_the_upstream_then_half_opens() 
         async { Err::<(), _>(status_outcome(500)) }
     };
     for _ in 0..3 {
-        let error = s.call("x", failing.clone()).await.expect_err("500");
-        assert!(matches!(error, Error::Upstream { attempts: 1, .. }), "a 500 is not retried: {error:?}");
+        let error = upstream.request().call(failing.clone()).await.expect_err("500");
+        assert_eq!((error.kind(), error.attempts()), (ErrorKind::Upstream, Some(1)), "a 500 is not retried: {error:?}");
         assert_eq!(error.upstream_status(), Some(500));
     }
     assert_eq!(invoked.load(SeqCst), 3);
     assert_eq!(status(&s).await.breaker, "open");
 
-    let (result, elapsed) = timed(s.call("x", failing.clone())).await;
+    let (result, elapsed) = timed(upstream.request().call(failing.clone())).await;
     let error = result.expect_err("breaker open");
-    let Error::BreakerOpen { retry_after, .. } = error else { panic!("expected BreakerOpen, got {error:?}") };
+    assert_eq!(error.kind(), ErrorKind::BreakerOpen, "{error:?}");
+    let retry_after = error.retry_after().expect("an open breaker says when to come back");
     assert!(elapsed < ms(50), "refused after {elapsed:?}");
     assert_eq!(invoked.load(SeqCst), 3, "the upstream was not called");
     assert!(retry_after > ms(100) && retry_after <= ms(200), "retry_after {retry_after:?}");
     assert!(error.is_overload() && error.retry_after() == Some(retry_after));
-    assert!(matches!(s.acquire("x").await, Err(Error::BreakerOpen { .. })), "acquire is refused too");
+    let refused = upstream.request().acquire().await.map(drop).map_err(|error| error.kind());
+    assert_eq!(refused, Err(ErrorKind::BreakerOpen), "acquire is refused too");
 
     // After open_for, one probe goes through; its success closes the breaker.
     tokio::time::sleep(retry_after + ms(20)).await;
     let counter = invoked.clone();
-    let answer = s
-        .call("x", move |_| {
+    let answer = upstream
+        .request()
+        .call(move |_| {
             counter.fetch_add(1, SeqCst);
             async { Ok::<_, Outcome>("probe") }
         })
@@ -252,6 +268,7 @@ async fn transient_failures_are_retried_within_the_budget_and_max_retries() {
         .build()
         .expect("valid");
     let s = Scheduler::builder().upstream(strict).upstream(normal).build().expect("scheduler");
+    let upstream = s.upstream("x").expect("configured");
 
     let attempts = Arc::new(Mutex::new(Vec::new()));
     let always_503 = {
@@ -262,17 +279,17 @@ async fn transient_failures_are_retried_within_the_budget_and_max_retries() {
         }
     };
 
-    let (result, elapsed) = timed(s.call("x", always_503.clone())).await;
+    let (result, elapsed) = timed(upstream.request().call(always_503.clone())).await;
     let error = result.expect_err("503");
-    assert!(matches!(error, Error::RetryBudgetSpent { attempts: 1, .. }), "{error:?}");
+    assert_eq!((error.kind(), error.attempts()), (ErrorKind::RetryBudgetSpent, Some(1)), "{error:?}");
     assert!(error.is_overload());
     assert_eq!(*attempts.lock().expect("lock"), [1], "no retry without budget");
     assert!(elapsed < ms(200), "{elapsed:?}");
 
     attempts.lock().expect("lock").clear();
-    let error = s.call("normal", always_503).await.expect_err("503");
-    let Error::Upstream { outcome, attempts: made, .. } = &error else { panic!("expected Upstream, got {error:?}") };
-    assert_eq!((*made, outcome.status()), (3, Some(503)));
+    let error = s.upstream("normal").expect("configured").request().call(always_503).await.expect_err("503");
+    assert_eq!(error.kind(), ErrorKind::Upstream, "{error:?}");
+    assert_eq!((error.attempts(), error.outcome().and_then(Outcome::status)), (Some(3), Some(503)));
     assert_eq!(error.upstream_status(), Some(503));
     assert_eq!(*attempts.lock().expect("lock"), [1, 2, 3], "first attempt + max_retries");
 }
@@ -284,17 +301,19 @@ async fn other_client_errors_are_never_retried_and_release_their_permit() {
     // Limit 1 and a short wait: a permit left behind would make the next call time out.
     // A total timeout bounds the test even if a 4xx were (wrongly) retried.
     let s = scheduler(x().limit(1).max_wait(ms(200)).total_timeout(ms(500)).breaker(breaker));
+    let upstream = s.upstream("x").expect("configured");
     for code in [400, 401, 403, 404, 409, 422] {
         let invoked = Arc::new(AtomicUsize::new(0));
         let counter = invoked.clone();
-        let error = s
-            .call("x", move |_| {
+        let error = upstream
+            .request()
+            .call(move |_| {
                 counter.fetch_add(1, SeqCst);
                 async move { Err::<(), _>(status_outcome(code)) }
             })
             .await
             .expect_err("client error");
-        assert!(matches!(error, Error::Upstream { attempts: 1, .. }), "{code}: {error:?}");
+        assert_eq!((error.kind(), error.attempts()), (ErrorKind::Upstream, Some(1)), "{code}: {error:?}");
         assert_eq!(error.upstream_status(), Some(code));
         assert!(!error.is_overload() && error.retry_after().is_none());
         assert_eq!(invoked.load(SeqCst), 1, "{code} was retried");
@@ -307,10 +326,12 @@ async fn other_client_errors_are_never_retried_and_release_their_permit() {
 /// A 429 with `Retry-After: retry_after` on the first attempt, a success on the second.
 async fn retried_after_rate_limit(retry_after: &'static str, min_cooldown: Duration, cooldown: Duration) {
     let s = scheduler(seed().min_cooldown(min_cooldown).max_wait(ms(2_000)).total_timeout(ms(3_000)));
+    let upstream = s.upstream("x").expect("configured");
     let log = Arc::new(Mutex::new(Vec::<(Attempt, Instant)>::new()));
     let attempts = log.clone();
-    let answer = s
-        .call("x", move |attempt| {
+    let answer = upstream
+        .request()
+        .call(move |attempt| {
             attempts.lock().expect("lock").push((attempt, Instant::now()));
             async move {
                 if attempt.number == 1 {
@@ -352,22 +373,25 @@ async fn a_429_is_retried_after_its_retry_after_when_above_the_minimum() {
 #[actix::test]
 async fn by_default_a_429_steps_back_and_only_the_rejected_call_waits() {
     let s = scheduler(x().limit(4).max_wait(ms(2_000)).total_timeout(ms(3_000)));
+    let upstream = s.upstream("x").expect("configured");
     let rejected_at = Arc::new(Mutex::new(None::<Instant>));
     let seen = rejected_at.clone();
-    let s2 = s.clone();
+    let handle = upstream.clone();
     let rejected = actix::spawn(async move {
-        s2.call("x", move |attempt| {
-            let seen = seen.clone();
-            async move {
-                if attempt.number == 1 {
-                    *seen.lock().expect("lock") = Some(Instant::now());
-                    Err(Outcome::from_status(429, Some("0.3"), SystemTime::now()))
-                } else {
-                    Ok((attempt.number, attempt.wave, Instant::now()))
+        handle
+            .request()
+            .call(move |attempt| {
+                let seen = seen.clone();
+                async move {
+                    if attempt.number == 1 {
+                        *seen.lock().expect("lock") = Some(Instant::now());
+                        Err(Outcome::from_status(429, Some("0.3"), SystemTime::now()))
+                    } else {
+                        Ok((attempt.number, attempt.wave, Instant::now()))
+                    }
                 }
-            }
-        })
-        .await
+            })
+            .await
     });
     let start = Instant::now();
     while rejected_at.lock().expect("lock").is_none() {
@@ -378,7 +402,7 @@ async fn by_default_a_429_steps_back_and_only_the_rejected_call_waits() {
     let st = status(&s).await;
     assert_eq!((st.state, st.limit, st.wave), (WaveState::Degraded, 2, 2), "stepped back by half, no cooldown");
     // Others are served at once, at the stepped-back limit.
-    let (other, took) = timed(s.acquire("x")).await;
+    let (other, took) = timed(upstream.request().acquire()).await;
     let other = other.expect("no cooldown");
     assert!(took < ms(50), "another caller waited {took:?}");
     assert_eq!((other.state(), other.limit(), other.wave()), (WaveState::Degraded, 2, 2));
@@ -393,10 +417,11 @@ async fn by_default_a_429_steps_back_and_only_the_rejected_call_waits() {
 
 /// Acquires `n` permits at once, checks that the limit is exactly `n`, reports `n` successes.
 async fn succeed_at_limit(s: &Scheduler, n: usize) {
+    let upstream = s.upstream("x").expect("configured");
     let permits: Vec<Permit> =
-        join_all((0..n).map(|_| s.acquire("x"))).await.into_iter().map(|p| p.expect("permit")).collect();
+        join_all((0..n).map(|_| upstream.request().acquire())).await.into_iter().map(|p| p.expect("permit")).collect();
     assert!(permits.iter().all(|p| p.limit() as usize == n), "granted at limit {n}");
-    let extra = tokio::time::timeout(ms(20), s.acquire("x")).await;
+    let extra = tokio::time::timeout(ms(20), upstream.request().acquire()).await;
     assert!(extra.is_err(), "a permit beyond the limit {n} was granted: {extra:?}");
     assert_eq!(status(s).await.in_flight_local, n);
     for permit in permits {
@@ -409,11 +434,12 @@ async fn succeed_at_limit(s: &Scheduler, n: usize) {
 async fn the_seed_walk_through() {
     let cooldown = ms(100);
     // The walk-through is the seed's recovery (the default is the adaptive one).
-    let s = scheduler(x().limit(10).cooldown_ladder([cooldown]).recovery(wavegate::core::Recovery::Seed));
+    let s = scheduler(x().limit(10).cooldown_ladder([cooldown]).recovery(Recovery::Seed));
+    let upstream = s.upstream("x").expect("configured");
     let now = SystemTime::now;
 
-    let a = s.acquire("x").await.expect("A");
-    let b = s.acquire("x").await.expect("B");
+    let a = upstream.request().acquire().await.expect("A");
+    let b = upstream.request().acquire().await.expect("B");
     assert_eq!((a.wave(), a.state(), a.limit()), (1, WaveState::Normal, 10));
     assert_eq!(b.wave(), 1);
 
@@ -430,12 +456,12 @@ async fn the_seed_walk_through() {
     assert_eq!((st.state, st.limit, st.wave, st.in_flight_local), (WaveState::Cooldown, 5, 2, 0));
 
     // Nothing is admitted before the cooldown ends; then PROBE at limit 1.
-    let c = s.acquire("x").await.expect("a permit after the cooldown");
+    let c = upstream.request().acquire().await.expect("a permit after the cooldown");
     let waited = cut_at.elapsed();
     assert!(waited + MS >= cooldown, "granted {waited:?} after the cut, during the cooldown");
     assert!(waited < cooldown + ms(200), "granted {waited:?} after the cut");
     assert_eq!((c.state(), c.limit(), c.wave()), (WaveState::Probe, 1, 2));
-    let extra = tokio::time::timeout(ms(20), s.acquire("x")).await;
+    let extra = tokio::time::timeout(ms(20), upstream.request().acquire()).await;
     assert!(extra.is_err(), "PROBE admits one call at a time: {extra:?}");
     c.succeeded();
     let st = status(&s).await;
@@ -463,11 +489,12 @@ async fn every_call_ends_by_its_deadline() {
     // for the hold (short here), then nothing is left behind.
     let hold = ms(200);
     let s = scheduler(x().limit(5).total_timeout(total).cancelled_call_hold(hold));
+    let upstream = s.upstream("x").expect("configured");
     let invoked = Arc::new(AtomicUsize::new(0));
     let calls = (0..50).map(|_| {
-        let (s, invoked) = (s.clone(), invoked.clone());
+        let (upstream, invoked) = (upstream.clone(), invoked.clone());
         async move {
-            timed(s.call("x", move |_| {
+            timed(upstream.request().call(move |_| {
                 invoked.fetch_add(1, SeqCst);
                 std::future::pending::<Result<(), Outcome>>()
             }))
@@ -476,7 +503,8 @@ async fn every_call_ends_by_its_deadline() {
     });
     let results = tokio::time::timeout(ms(3_000), join_all(calls)).await.expect("a call hangs");
     for (result, elapsed) in results {
-        assert!(matches!(result, Err(Error::DeadlinePassed { .. } | Error::WaitedTooLong { .. })), "{result:?}");
+        let kind = result.as_ref().map_err(Error::kind).err();
+        assert!(matches!(kind, Some(ErrorKind::DeadlinePassed | ErrorKind::WaitedTooLong)), "{result:?}");
         assert!(elapsed >= total - ms(10) && elapsed < total + ms(200), "ended after {elapsed:?}");
     }
     let invoked = invoked.load(SeqCst);
@@ -491,15 +519,17 @@ async fn every_call_ends_by_its_deadline() {
 async fn retries_after_429s_end_with_the_total_timeout() {
     let total = ms(350);
     let s = scheduler(x().cooldown_ladder([ms(100)]).total_timeout(total));
+    let upstream = s.upstream("x").expect("configured");
     let invoked = Arc::new(AtomicUsize::new(0));
     let counter = invoked.clone();
-    let (result, elapsed) = timed(s.call("x", move |_| {
+    let (result, elapsed) = timed(upstream.request().call(move |_| {
         counter.fetch_add(1, SeqCst);
         async { Err::<(), _>(status_outcome(429)) }
     }))
     .await;
     let error = result.expect_err("always 429");
-    let Error::DeadlinePassed { attempts, .. } = error else { panic!("expected DeadlinePassed, got {error:?}") };
+    assert_eq!(error.kind(), ErrorKind::DeadlinePassed, "{error:?}");
+    let attempts = error.attempts().expect("a passed deadline counts the attempts");
     assert!(elapsed < total + ms(200), "ended after {elapsed:?}");
     assert_eq!(attempts as usize, invoked.load(SeqCst));
     // The first plain 429 only steps the limit back, so its retry goes at once; from then on
@@ -512,17 +542,19 @@ async fn retries_after_429s_end_with_the_total_timeout() {
 async fn call_timeout_is_a_transient_failure() {
     let backoff = Backoff { base: ms(5), max: ms(5), max_retries: 1 };
     let s = scheduler(x().call_timeout(ms(50)).permit_ttl(ms(2_000)).total_timeout(ms(2_000)).backoff(backoff));
+    let upstream = s.upstream("x").expect("configured");
     let invoked = Arc::new(AtomicUsize::new(0));
     let counter = invoked.clone();
-    let (result, elapsed) = timed(s.call("x", move |attempt| {
+    let (result, elapsed) = timed(upstream.request().call(move |attempt| {
         counter.fetch_add(1, SeqCst);
         assert_eq!(attempt.timeout, ms(50));
         std::future::pending::<Result<(), Outcome>>()
     }))
     .await;
     let error = result.expect_err("never answers");
-    assert!(matches!(error, Error::Upstream { attempts: 2, .. }), "{error:?}");
+    assert_eq!((error.kind(), error.attempts()), (ErrorKind::Upstream, Some(2)), "{error:?}");
     assert_eq!(error.upstream_status(), None, "a timeout has no status");
+    assert!(error.is_timeout() && error.to_string().contains("timed out"), "{error}");
     assert_eq!(invoked.load(SeqCst), 2);
     assert!(elapsed >= ms(100) && elapsed < ms(300), "{elapsed:?}");
 }
@@ -547,6 +579,17 @@ async fn invalid_configuration_is_refused_with_what_to_change() {
     assert!(error.to_string().contains("distinct name"), "{error}");
 
     let s = scheduler(x());
+    let unknown = s.upstream("unknown").expect_err("not configured");
+    assert_eq!(unknown.name, "unknown");
+    assert!(unknown.to_string().contains("configured upstreams: x"), "{unknown}");
+}
+
+// 11b: the deprecated by-name shorthands resolve the name on every call and refuse an unknown
+// one with a typed error, before any wait and without calling the closure.
+#[actix::test]
+#[allow(deprecated)]
+async fn the_deprecated_shorthands_refuse_an_unknown_name() {
+    let s = scheduler(x());
     let invoked = Arc::new(AtomicUsize::new(0));
     let counter = invoked.clone();
     let result = s
@@ -555,12 +598,12 @@ async fn invalid_configuration_is_refused_with_what_to_change() {
             async { Ok::<_, Outcome>(()) }
         })
         .await;
-    let Err(Error::UnknownUpstream(unknown)) = result else { panic!("expected UnknownUpstream, got {result:?}") };
-    assert_eq!(unknown.name, "unknown");
+    let unknown = result.expect_err("not configured");
+    assert_eq!((unknown.kind(), unknown.upstream()), (ErrorKind::UnknownUpstream, Some("unknown")));
     assert!(unknown.to_string().contains("configured upstreams: x"), "{unknown}");
     assert_eq!(invoked.load(SeqCst), 0);
-    assert!(matches!(s.acquire("unknown").await, Err(Error::UnknownUpstream(_))));
-    assert!(matches!(s.status("unknown").await, Err(Error::UnknownUpstream(_))));
+    assert_eq!(s.acquire("unknown").await.map(drop).map_err(|e| e.kind()), Err(ErrorKind::UnknownUpstream));
+    assert_eq!(s.status("unknown").await.map(drop).map_err(|e| e.kind()), Err(ErrorKind::UnknownUpstream));
 }
 
 // 12
@@ -570,10 +613,11 @@ async fn dropping_a_call_while_its_request_is_at_the_provider_holds_its_permit_u
     // the provider has plausibly finished (the hold; by default the call timeout).
     let hold = ms(250);
     let s = scheduler(x().limit(1).max_wait(ms(600)).cancelled_call_hold(hold));
+    let upstream = s.upstream("x").expect("configured");
     let started = Arc::new(AtomicBool::new(false));
     let cancelled = Arc::new(AtomicBool::new(false));
     let (started2, cancelled2) = (started.clone(), cancelled.clone());
-    let call = s.call("x", move |_| {
+    let call = upstream.request().call(move |_| {
         let started = started2.clone();
         let guard = SetOnDrop(cancelled2.clone());
         async move {
@@ -588,7 +632,7 @@ async fn dropping_a_call_while_its_request_is_at_the_provider_holds_its_permit_u
     assert!(cancelled.load(SeqCst), "the upstream future was dropped too");
     assert_eq!(status(&s).await.in_flight_local, 1, "held while the provider may still serve it");
 
-    let (permit, _) = timed(s.acquire("x")).await;
+    let (permit, _) = timed(upstream.request().acquire()).await;
     let permit = permit.expect("the dropped call's permit came back after the hold");
     let waited = dropped_at.elapsed();
     assert!(waited >= hold && waited < hold + ms(300), "capacity came back after {waited:?}");
@@ -596,11 +640,11 @@ async fn dropping_a_call_while_its_request_is_at_the_provider_holds_its_permit_u
     permit.succeeded();
 
     // A call dropped before its request was sent gives its permit back at once.
-    let holder = s.acquire("x").await.expect("permit");
-    let queued = s.call("x", |_| async { Ok::<_, Outcome>(()) });
+    let holder = upstream.request().acquire().await.expect("permit");
+    let queued = upstream.request().call(|_| async { Ok::<_, Outcome>(()) });
     assert!(tokio::time::timeout(ms(50), queued).await.is_err(), "it waits behind the holder");
     drop(holder);
-    let (again, elapsed) = timed(s.acquire("x")).await;
+    let (again, elapsed) = timed(upstream.request().acquire()).await;
     assert!(elapsed < ms(100), "{elapsed:?}");
     again.expect("nothing held by the call that never sent").succeeded();
 }
@@ -609,16 +653,17 @@ async fn dropping_a_call_while_its_request_is_at_the_provider_holds_its_permit_u
 #[actix::test]
 async fn a_permit_dropped_without_a_report_releases_its_capacity() {
     let s = scheduler(x().limit(1).max_wait(ms(300)));
-    let permit = s.acquire("x").await.expect("permit");
+    let upstream = s.upstream("x").expect("configured");
+    let permit = upstream.request().acquire().await.expect("permit");
     assert_eq!(status(&s).await.in_flight_local, 1);
     drop(permit);
-    let (again, elapsed) = timed(s.acquire("x")).await;
+    let (again, elapsed) = timed(upstream.request().acquire()).await;
     let again = again.expect("capacity came back");
     assert!(elapsed < ms(50), "{elapsed:?}");
 
     // A queued caller gets the dropped permit's place at once (not at the next poll).
-    let s2 = s.clone();
-    let waiter = actix::spawn(async move { timed(s2.acquire("x")).await });
+    let handle = upstream.clone();
+    let waiter = actix::spawn(async move { timed(handle.request().acquire()).await });
     until_queued(&s, 1).await;
     let dropped_at = Instant::now();
     drop(again);
@@ -637,13 +682,14 @@ async fn a_permit_dropped_without_a_report_releases_its_capacity() {
 #[actix::test]
 async fn a_429_during_probe_starts_a_new_wave_one_ladder_step_up() {
     let s = scheduler(seed().limit(4).cooldown_ladder([ms(100), ms(250)]));
-    let a = s.acquire("x").await.expect("A");
+    let upstream = s.upstream("x").expect("configured");
+    let a = upstream.request().acquire().await.expect("A");
     a.report(status_outcome(429));
     let st = status(&s).await;
     assert_eq!((st.state, st.limit, st.wave), (WaveState::Cooldown, 2, 2));
     assert!(st.cooldown_remaining <= ms(100), "{:?}", st.cooldown_remaining);
 
-    let probe = s.acquire("x").await.expect("probe");
+    let probe = upstream.request().acquire().await.expect("probe");
     assert_eq!((probe.state(), probe.wave()), (WaveState::Probe, 2));
     let cut_at = Instant::now();
     probe.report(status_outcome(429));
@@ -651,7 +697,7 @@ async fn a_429_during_probe_starts_a_new_wave_one_ladder_step_up() {
     assert_eq!((st.state, st.limit, st.wave), (WaveState::Cooldown, 1, 3));
     assert!(st.cooldown_remaining > ms(150) && st.cooldown_remaining <= ms(250), "{:?}", st.cooldown_remaining);
 
-    let next = s.acquire("x").await.expect("after the second cooldown");
+    let next = upstream.request().acquire().await.expect("after the second cooldown");
     let waited = cut_at.elapsed();
     assert!(waited + MS >= ms(250) && waited < ms(450), "{waited:?}");
     assert_eq!((next.state(), next.wave()), (WaveState::Probe, 3));
@@ -662,8 +708,9 @@ async fn a_429_during_probe_starts_a_new_wave_one_ladder_step_up() {
 async fn rate_limits_never_open_the_breaker() {
     let breaker = BreakerConfig { failure_rate: 0.5, minimum_calls: 1, ..BreakerConfig::default() };
     let s = scheduler(seed().breaker(breaker));
+    let upstream = s.upstream("x").expect("configured");
     let permits: Vec<Permit> =
-        join_all((0..3).map(|_| s.acquire("x"))).await.into_iter().map(|p| p.expect("permit")).collect();
+        join_all((0..3).map(|_| upstream.request().acquire())).await.into_iter().map(|p| p.expect("permit")).collect();
     for permit in permits {
         permit.report(status_outcome(429));
     }
@@ -672,7 +719,8 @@ async fn rate_limits_never_open_the_breaker() {
 
     // The same breaker opens on a single 500: the test can tell the difference.
     let s = scheduler(x().breaker(breaker));
-    s.acquire("x").await.expect("permit").report(status_outcome(500));
+    let upstream = s.upstream("x").expect("configured");
+    upstream.request().acquire().await.expect("permit").report(status_outcome(500));
     assert_eq!(status(&s).await.breaker, "open");
 }
 
@@ -680,17 +728,18 @@ async fn rate_limits_never_open_the_breaker() {
 #[actix::test]
 async fn callers_that_gave_up_do_not_fill_the_queue() {
     let s = scheduler(x().limit(1).queue_capacity(2).max_wait(ms(5_000)));
-    let holder = s.acquire("x").await.expect("permit");
+    let upstream = s.upstream("x").expect("configured");
+    let holder = upstream.request().acquire().await.expect("permit");
     // One caller waits at the head of the queue...
-    let s2 = s.clone();
-    let waiting = actix::spawn(async move { s2.acquire("x").await.map(Permit::succeeded) });
+    let handle = upstream.clone();
+    let waiting = actix::spawn(async move { handle.request().acquire().await.map(Permit::succeeded) });
     until_queued(&s, 1).await;
     // ...and one behind it gives up (an HTTP client that went away).
-    let gave_up = tokio::time::timeout(ms(20), s.acquire("x")).await;
+    let gave_up = tokio::time::timeout(ms(20), upstream.request().acquire()).await;
     assert!(gave_up.is_err(), "{gave_up:?}");
 
     // One caller waits, the capacity is 2: a new caller must be queued, not refused.
-    let third = tokio::time::timeout(ms(50), s.acquire("x")).await;
+    let third = tokio::time::timeout(ms(50), upstream.request().acquire()).await;
     assert!(third.is_err(), "refused although only 1 of 2 queue slots is taken: {third:?}");
     assert_eq!(status(&s).await.queue_depth, 1, "queue_depth counts callers that are gone");
 
@@ -704,21 +753,22 @@ async fn callers_that_gave_up_do_not_fill_the_queue() {
 async fn a_refused_waiter_is_told_the_rest_of_the_cooldown_and_never_zero() {
     let cooldown = ms(250);
     let s = scheduler(seed().limit(10).max_wait(ms(100)).cooldown_ladder([cooldown]));
-    let a = s.acquire("x").await.expect("A");
-    let b = s.acquire("x").await.expect("B");
+    let upstream = s.upstream("x").expect("configured");
+    let a = upstream.request().acquire().await.expect("A");
+    let b = upstream.request().acquire().await.expect("B");
     let cut_at = Instant::now();
     a.report(status_outcome(429));
 
-    let error = s.acquire("x").await.expect_err("cooling down");
-    let Error::WaitedTooLong { retry_after: Some(rest), .. } = error else { panic!("{error:?}") };
+    let error = upstream.request().acquire().await.expect_err("cooling down");
+    assert_eq!(error.kind(), ErrorKind::WaitedTooLong, "{error:?}");
+    let rest = error.retry_after().expect("the rest of the cooldown");
     assert!(rest > Duration::ZERO && rest <= ms(160), "rest of the cooldown: {rest:?}");
-    assert_eq!(error.retry_after(), Some(rest));
 
     // The cooldown is over; PROBE admits 1 and B (of the old wave) still holds a permit.
     tokio::time::sleep((cut_at + cooldown + ms(60)).saturating_duration_since(Instant::now())).await;
     assert_eq!(status(&s).await.state, WaveState::Probe);
-    let error = s.acquire("x").await.expect_err("at the PROBE limit");
-    assert!(matches!(error, Error::WaitedTooLong { .. }), "{error:?}");
+    let error = upstream.request().acquire().await.expect_err("at the PROBE limit");
+    assert_eq!(error.kind(), ErrorKind::WaitedTooLong, "{error:?}");
     let hint = error.retry_after();
     assert!(hint.is_some_and(|d| d > Duration::ZERO), "an overload refusal says retry after {hint:?}: {error:?}");
     b.succeeded();
@@ -733,8 +783,8 @@ async fn upstreams_are_independent() {
         .build()
         .expect("scheduler");
     assert_eq!(s.mode().await.expect("mode"), wavegate::Mode::Local);
-    s.acquire("a").await.expect("permit").report(status_outcome(429));
-    let (permit, elapsed) = timed(s.acquire("b")).await;
+    s.upstream("a").expect("configured").request().acquire().await.expect("permit").report(status_outcome(429));
+    let (permit, elapsed) = timed(s.upstream("b").expect("configured").request().acquire()).await;
     let permit = permit.expect("b is not cooling down");
     assert!(elapsed < ms(50), "{elapsed:?}");
     assert_eq!((permit.state(), permit.limit()), (WaveState::Normal, 4));
@@ -747,9 +797,11 @@ async fn upstreams_are_independent() {
 #[actix::test]
 async fn a_503_is_not_retried_before_its_retry_after() {
     let s = scheduler(x().limit(2).backoff(Backoff { base: ms(1), max: ms(2), max_retries: 2 }));
+    let upstream = s.upstream("x").expect("configured");
     let started = Instant::now();
-    let second_attempt_at = s
-        .call("x", move |attempt| async move {
+    let second_attempt_at = upstream
+        .request()
+        .call(move |attempt| async move {
             if attempt.number == 1 {
                 Err(Outcome::from_status(503, Some("0.3"), SystemTime::now()))
             } else {
@@ -770,17 +822,18 @@ async fn a_caller_dropped_while_admitted_as_a_probe_does_not_hold_the_breaker_ha
     let breaker =
         BreakerConfig { minimum_calls: 1, open_for: ms(100), half_open_probes: 1, ..BreakerConfig::default() };
     let s = scheduler(x().breaker(breaker));
-    s.call("x", |_| async { Err::<(), _>(status_outcome(500)) }).await.expect_err("500");
+    let upstream = s.upstream("x").expect("configured");
+    upstream.request().call(|_| async { Err::<(), _>(status_outcome(500)) }).await.expect_err("500");
     assert_eq!(status(&s).await.breaker, "open");
     tokio::time::sleep(ms(150)).await;
     // Polled once: the admission is asked for; the supervisor answers; the caller is gone
     // before it reads the answer.
-    let mut gone = Box::pin(s.acquire("x"));
+    let mut gone = Box::pin(upstream.request().acquire());
     let mut cx = std::task::Context::from_waker(futures_util::task::noop_waker_ref());
     assert!(futures_util::FutureExt::poll_unpin(&mut gone, &mut cx).is_pending());
     tokio::time::sleep(ms(20)).await;
     drop(gone);
     tokio::time::sleep(ms(20)).await;
-    let probe = s.acquire("x").await.expect("the probe slot of the caller that went away is free again");
+    let probe = upstream.request().acquire().await.expect("the probe slot of the caller that went away is free again");
     probe.succeeded();
 }

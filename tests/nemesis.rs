@@ -556,7 +556,13 @@ fn worker_main() {
         let err: u64 = codes.values().sum();
         let codes: Vec<String> = codes.iter().map(|(c, n)| format!("code:{c}={n}")).collect();
         // Every call has returned: the coordinator must hold nothing for this process.
-        let held = scheduler.status("mock").await.map(|s| s.in_flight_local).unwrap_or(usize::MAX);
+        let held = scheduler
+            .upstream("mock")
+            .expect("configured")
+            .status()
+            .await
+            .map(|s| s.in_flight_local)
+            .unwrap_or(usize::MAX);
         println!("RESULT submitted={submitted} ok={ok} err={err} held={held} {}", codes.join(" "));
         serve_commands(scheduler).await;
     });
@@ -564,6 +570,7 @@ fn worker_main() {
 
 /// Answers the orchestrator's commands on stdin until it closes it.
 async fn serve_commands(scheduler: Scheduler) {
+    let mock = scheduler.upstream("mock").expect("configured");
     let (tx, mut commands) = tokio::sync::mpsc::unbounded_channel();
     std::thread::spawn(move || {
         for line in std::io::stdin().lock().lines().map_while(Result::ok) {
@@ -576,7 +583,7 @@ async fn serve_commands(scheduler: Scheduler) {
     while let Some(command) = commands.recv().await {
         let mut words = command.split_whitespace();
         match words.next() {
-            Some("hold") => match tokio::time::timeout(Duration::from_secs(5), scheduler.acquire("mock")).await {
+            Some("hold") => match tokio::time::timeout(Duration::from_secs(5), mock.request().acquire()).await {
                 Ok(Ok(permit)) => {
                     println!("HOLDING {}", permit.id());
                     holding = Some(permit);
@@ -592,7 +599,7 @@ async fn serve_commands(scheduler: Scheduler) {
             Some("capacity") => {
                 let n: usize = words.next().and_then(|n| n.parse().ok()).unwrap_or(1);
                 let started = Instant::now();
-                let asks = (0..n).map(|_| tokio::time::timeout(Duration::from_secs(3), scheduler.acquire("mock")));
+                let asks = (0..n).map(|_| tokio::time::timeout(Duration::from_secs(3), mock.request().acquire()));
                 let answers = futures_util::future::join_all(asks).await;
                 let permits: Vec<_> = answers.into_iter().filter_map(|a| a.ok().and_then(Result::ok)).collect();
                 println!("CAPACITY got={} in_ms={}", permits.len(), started.elapsed().as_millis());
@@ -612,7 +619,9 @@ fn report_mode_changes(scheduler: Scheduler) {
             if last != Some(mode) {
                 let at = unix_ms();
                 let share = match mode {
-                    Mode::Fallback => scheduler.status("mock").await.map(|s| s.limit).unwrap_or(0),
+                    Mode::Fallback => {
+                        scheduler.upstream("mock").expect("configured").status().await.map(|s| s.limit).unwrap_or(0)
+                    }
                     _ => 0,
                 };
                 println!("MODE {mode} {at} {share}");

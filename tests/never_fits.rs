@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use wavegate::{Error, Scheduler, UpstreamConfig};
+use wavegate::{ErrorKind, Scheduler, UpstreamConfig};
 
 fn config(limit: u32) -> UpstreamConfig {
     UpstreamConfig::builder("llm")
@@ -35,8 +35,13 @@ async fn an_estimate_above_the_burst_is_refused_at_once_behind_a_full_limit_and_
     let error_call = llm.request().tokens(1_001).call(|_| async { Ok::<_, wavegate::Outcome>(()) }).await;
     let took = start.elapsed();
     assert!(took < Duration::from_millis(100), "refused after {took:?}: it waited");
-    assert!(matches!(error, Error::InsufficientCapacity { requested: 1_001, burst: 1_000, .. }), "{error:?}");
-    assert!(matches!(error_call, Err(Error::InsufficientCapacity { .. })), "{error_call:?}");
+    assert_eq!(
+        (error.kind(), error.requested(), error.burst()),
+        (ErrorKind::InsufficientCapacity, Some(1_001), Some(1_000)),
+        "{error:?}"
+    );
+    let error_call = error_call.expect_err("never fits either");
+    assert_eq!(error_call.kind(), ErrorKind::InsufficientCapacity, "{error_call:?}");
     assert_eq!(llm.status().await.expect("status").queue_depth, 1, "the queued waiter was disturbed");
     held.succeeded();
     waiter.await.expect("task").expect("the waiter is served");
@@ -45,7 +50,7 @@ async fn an_estimate_above_the_burst_is_refused_at_once_behind_a_full_limit_and_
 #[cfg(feature = "redis")]
 #[tokio::test]
 async fn in_fallback_the_burst_checked_is_this_processs_share() {
-    use wavegate::Mode;
+    use wavegate::{Budget, Mode};
     use wavegate_testkit::RedisServer;
     let mut redis = RedisServer::start().expect("redis-server");
     let build = || Scheduler::builder().upstream(config(4)).redis(redis.url()).build().expect("scheduler");
@@ -63,18 +68,16 @@ async fn in_fallback_the_burst_checked_is_this_processs_share() {
     let start = Instant::now();
     let error = llm.request().tokens(600).acquire().await.expect_err("600 > the share's burst of 500");
     assert!(start.elapsed() < Duration::from_millis(100), "refused after {:?}", start.elapsed());
-    let Error::InsufficientCapacity { requested: 600, burst: 500, budget, .. } = &error else {
-        panic!("expected the share's burst, got {error:?}");
-    };
-    assert_eq!(*budget, "tokens_per_minute_fallback_share");
+    assert_eq!(
+        (error.kind(), error.requested(), error.burst(), error.budget()),
+        (ErrorKind::InsufficientCapacity, Some(600), Some(500), Some(Budget::FallbackShare)),
+        "expected the share's burst, got {error:?}"
+    );
     let message = error.to_string();
     assert!(message.contains("share") && message.contains("500") && !message.contains("never"), "{message}");
     // Within the share: granted.
     llm.request().tokens(400).acquire().await.expect("400 fit the share").succeeded();
     // Above the shared burst: never fits, in any mode.
     let error = llm.request().tokens(1_001).acquire().await.expect_err("never fits");
-    assert!(
-        matches!(error, Error::InsufficientCapacity { burst: 1_000, budget: "tokens_per_minute", .. }),
-        "{error:?}"
-    );
+    assert_eq!((error.burst(), error.budget()), (Some(1_000), Some(Budget::TokensPerMinute)), "{error:?}");
 }

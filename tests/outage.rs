@@ -23,7 +23,8 @@ fn upstream(limit: u32) -> UpstreamConfig {
 async fn a_hung_redis_costs_one_command_timeout_then_resumes() {
     let mut redis = RedisServer::start().expect("redis-server");
     let scheduler = Scheduler::builder().upstream(upstream(4)).redis(redis.url()).build().expect("scheduler");
-    let held = scheduler.acquire("llm").await.expect("a permit while healthy");
+    let llm = scheduler.upstream("llm").expect("configured");
+    let held = llm.request().acquire().await.expect("a permit while healthy");
     // Let the first heartbeat land (it tells this process it is alone); pause() below blocks
     // this thread, which is also the scheduler's.
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -31,12 +32,12 @@ async fn a_hung_redis_costs_one_command_timeout_then_resumes() {
 
     redis.pause().expect("SIGSTOP");
     let started = Instant::now();
-    let permit = scheduler.acquire("llm").await.expect("a permit through the fallback");
+    let permit = llm.request().acquire().await.expect("a permit through the fallback");
     let took = started.elapsed();
     assert!(took < Duration::from_millis(250 + 350), "the acquire took {took:?} against a hung server");
     assert_eq!(scheduler.mode().await.expect("mode"), Mode::Fallback);
     // The fallback share is the whole limit for the only live process; both permits count.
-    let status = scheduler.status("llm").await.expect("status");
+    let status = llm.status().await.expect("status");
     assert_eq!((status.limit, status.in_flight_local), (4, 2));
 
     redis.resume().expect("SIGCONT");
@@ -59,12 +60,13 @@ async fn a_hung_redis_costs_one_command_timeout_then_resumes() {
 async fn a_crash_and_empty_restart_leave_exactly_the_permits_in_flight() {
     let mut redis = RedisServer::start().expect("redis-server");
     let scheduler = Scheduler::builder().upstream(upstream(6)).redis(redis.url()).build().expect("scheduler");
-    let before = scheduler.acquire("llm").await.expect("permit");
-    let finished_during = scheduler.acquire("llm").await.expect("permit");
+    let llm = scheduler.upstream("llm").expect("configured");
+    let before = llm.request().acquire().await.expect("permit");
+    let finished_during = llm.request().acquire().await.expect("permit");
     tokio::time::sleep(Duration::from_millis(100)).await; // the first heartbeat lands
 
     redis.kill().expect("kill -9");
-    let during = scheduler.acquire("llm").await.expect("a permit through the fallback");
+    let during = llm.request().acquire().await.expect("a permit through the fallback");
     assert_eq!(scheduler.mode().await.expect("mode"), Mode::Fallback);
     finished_during.succeeded();
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -85,14 +87,16 @@ async fn a_crash_and_empty_restart_leave_exactly_the_permits_in_flight() {
 async fn a_script_flush_under_load_is_not_an_outage() {
     let redis = RedisServer::start().expect("redis-server");
     let scheduler = Scheduler::builder().upstream(upstream(5)).redis(redis.url()).build().expect("scheduler");
+    let llm = scheduler.upstream("llm").expect("configured");
     let mut callers = Vec::new();
     for _ in 0..20 {
-        let scheduler = scheduler.clone();
+        let llm = llm.clone();
         callers.push(actix::spawn(async move {
             let mut errors = 0;
             for _ in 0..15 {
-                let result = scheduler
-                    .call("llm", |_| async {
+                let result = llm
+                    .request()
+                    .call(|_| async {
                         tokio::time::sleep(Duration::from_millis(2)).await;
                         Ok::<_, Outcome>(())
                     })
@@ -127,21 +131,22 @@ async fn a_429_seen_during_the_outage_reaches_the_shared_wave() {
         .renewed_lease(Duration::from_secs(3))
         .max_wait(Duration::from_secs(5))
         .cooldown_ladder([Duration::from_secs(2)])
-        .recovery(wavegate::core::Recovery::Seed)
+        .recovery(wavegate::config::Recovery::Seed)
         .build()
         .expect("valid config");
     let scheduler = Scheduler::builder().upstream(seed).redis(redis.url()).build().expect("scheduler");
-    scheduler.acquire("llm").await.expect("permit").succeeded();
+    let llm = scheduler.upstream("llm").expect("configured");
+    llm.request().acquire().await.expect("permit").succeeded();
     redis.kill().expect("kill -9");
-    let permit = scheduler.acquire("llm").await.expect("a permit through the fallback");
+    let permit = llm.request().acquire().await.expect("a permit through the fallback");
     permit.report(Outcome::from_status(429, Some("3"), SystemTime::now()));
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let local = scheduler.status("llm").await.expect("status");
+    let local = llm.status().await.expect("status");
     assert_eq!((local.mode, local.state), (Mode::Fallback, WaveState::Cooldown), "the fallback cools down too");
 
     redis.restart().expect("restart, empty");
     wait_for_mode(&scheduler, Mode::Shared, Duration::from_secs(5)).await;
-    let shared = scheduler.status("llm").await.expect("status");
+    let shared = llm.status().await.expect("status");
     assert_eq!((shared.mode, shared.state, shared.limit), (Mode::Shared, WaveState::Cooldown, 4), "{shared:?}");
     assert!(shared.cooldown_remaining > Duration::from_secs(1), "the outage's cooldown goes on: {shared:?}");
 }
@@ -155,16 +160,17 @@ async fn redis_down_from_the_start_falls_back_then_joins() {
         .redis(redis.url())
         .build()
         .expect("a scheduler builds without a reachable Redis");
+    let llm = scheduler.upstream("llm").expect("configured");
     let started = Instant::now();
-    scheduler
-        .call("llm", |_| async { Ok::<_, Outcome>(()) })
+    llm.request()
+        .call(|_| async { Ok::<_, Outcome>(()) })
         .await
         .expect("calls go through the fallback while Redis is down");
     assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
     assert_eq!(scheduler.mode().await.expect("mode"), Mode::Fallback);
     // No heartbeat was ever read: the fleet's size is unknown, so this process takes one
     // permit, not the whole limit (ten processes starting during an outage must not send 10 ×).
-    assert_eq!(scheduler.status("llm").await.expect("status").limit, 1);
+    assert_eq!(llm.status().await.expect("status").limit, 1);
     redis.restart().expect("redis-server comes up");
     wait_for_mode(&scheduler, Mode::Shared, Duration::from_secs(5)).await;
 }
@@ -175,14 +181,15 @@ async fn a_lost_acquire_reply_never_makes_a_second_permit() {
     let redis = RedisServer::start().expect("redis-server");
     let proxy = FaultProxy::start(redis.addr()).expect("fault proxy");
     let scheduler = Scheduler::builder().upstream(upstream(4)).redis(proxy.url()).build().expect("scheduler");
+    let llm = scheduler.upstream("llm").expect("configured");
     // Connect first, so the armed fault takes the acquire and not the connection's handshake.
-    scheduler.acquire("llm").await.expect("permit").succeeded();
+    llm.request().acquire().await.expect("permit").succeeded();
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(scheduler.mode().await.expect("mode"), Mode::Shared);
 
     proxy.set_fault(Fault::DropNextReply);
     let started = Instant::now();
-    let permit = scheduler.acquire("llm").await.expect("a permit despite the lost reply");
+    let permit = llm.request().acquire().await.expect("a permit despite the lost reply");
     let took = started.elapsed();
     let mut con = redis.connection().expect("direct connection");
     let members = |con: &mut redis::Connection| -> Vec<String> {
@@ -212,7 +219,8 @@ async fn a_release_lost_in_the_outage_is_dropped_on_recovery() {
     let redis = RedisServer::start().expect("redis-server");
     let proxy = FaultProxy::start(redis.addr()).expect("fault proxy");
     let scheduler = Scheduler::builder().upstream(upstream(4)).redis(proxy.url()).build().expect("scheduler");
-    let permit = scheduler.acquire("llm").await.expect("permit");
+    let llm = scheduler.upstream("llm").expect("configured");
+    let permit = llm.request().acquire().await.expect("permit");
     assert_eq!(shared_members(&redis).await, vec![permit.id().to_string()]);
 
     proxy.set_fault(Fault::BlackHole);
@@ -229,11 +237,12 @@ async fn a_permit_whose_acquire_reply_was_lost_and_that_finished_in_the_outage_i
     let redis = RedisServer::start().expect("redis-server");
     let proxy = FaultProxy::start(redis.addr()).expect("fault proxy");
     let scheduler = Scheduler::builder().upstream(upstream(4)).redis(proxy.url()).build().expect("scheduler");
-    scheduler.acquire("llm").await.expect("permit").succeeded();
+    let llm = scheduler.upstream("llm").expect("configured");
+    llm.request().acquire().await.expect("permit").succeeded();
     tokio::time::sleep(Duration::from_millis(50)).await;
 
     proxy.set_fault(Fault::DropNextReply);
-    let permit = scheduler.acquire("llm").await.expect("a permit through the fallback");
+    let permit = llm.request().acquire().await.expect("a permit through the fallback");
     proxy.set_fault(Fault::BlackHole); // stay in fallback while the call finishes
     assert_eq!(scheduler.mode().await.expect("mode"), Mode::Fallback);
     assert_eq!(shared_members(&redis).await, vec![permit.id().to_string()], "the script ran");

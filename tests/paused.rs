@@ -11,7 +11,7 @@ use std::future::pending;
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
-use wavegate::core::Recovery;
+use wavegate::config::Recovery;
 use wavegate::{Outcome, Scheduler, UpstreamConfig};
 
 fn secs(n: u64) -> Duration {

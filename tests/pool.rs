@@ -3,8 +3,8 @@
 
 use std::time::{Duration, SystemTime};
 
-use wavegate::core::{PoolConfig, PoolConfigError, PoolPolicy};
-use wavegate::{BuildError, Error, Outcome, ProviderSignals, Scheduler, UpstreamConfig};
+use wavegate::config::{PoolConfigError, PoolPolicy};
+use wavegate::{BuildError, Error, ErrorKind, Outcome, PoolConfig, ProviderSignals, Scheduler, UpstreamConfig};
 use wavegate_testkit::{
     HeaderStyle, HttpReply, MockProvider, MockUpstream, MockUpstreamConfig, ProviderLimits, error_code, http_get,
 };
@@ -165,8 +165,9 @@ async fn when_every_members_quota_is_spent_the_request_fails_at_once() {
     let s = pooled(2, PoolPolicy::MostHeadroom, &[]);
     let started = std::time::Instant::now();
     let error = call(&s, &addrs).await.expect_err("no key has quota");
-    assert!(matches!(error, Error::QuotaExhausted { attempts: 2, .. }), "{error:?}");
-    assert!(matches!(call(&s, &addrs).await, Err(Error::QuotaExhausted { attempts: 0, .. })));
+    assert_eq!((error.kind(), error.attempts()), (ErrorKind::QuotaExhausted, Some(2)), "{error:?}");
+    let refused = call(&s, &addrs).await.expect_err("refused at once");
+    assert_eq!((refused.kind(), refused.attempts()), (ErrorKind::QuotaExhausted, Some(0)), "{refused:?}");
     assert!(started.elapsed() < Duration::from_millis(500), "{:?}", started.elapsed());
     assert_eq!(spent.iter().map(MockProvider::rate_limited).sum::<u64>(), 2, "one attempt per key");
 }

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
-use wavegate::{Error, Scheduler, Upstream, UpstreamConfig};
+use wavegate::{ErrorKind, Scheduler, Upstream, UpstreamConfig};
 use wavegate_testkit::{MockUpstream, MockUpstreamConfig, http_get};
 
 const LIMIT: u32 = 4;
@@ -114,7 +114,7 @@ async fn local_mode_serves_interactive_first_and_batch_keeps_going() {
     // Interactive asks for far less than its share (one call per 50 ms): batch has the rest.
     assert_not_starved(batch, took, waits_len);
     assert!(provider.max_in_flight() <= LIMIT as usize, "the provider saw {} at once", provider.max_in_flight());
-    let status = scheduler.status("llm").await.expect("status");
+    let status = llm.status().await.expect("status");
     let names: Vec<_> = status.classes.iter().map(|c| (c.class.as_str(), c.weight)).collect();
     assert_eq!(names, [("interactive", 3), ("batch", 1)]);
 }
@@ -252,7 +252,8 @@ async fn an_unknown_class_is_refused_before_any_wait() {
     let scheduler = Scheduler::builder().upstream(config()).build().expect("scheduler");
     let llm = scheduler.upstream("llm").expect("configured");
     let refused = llm.request().priority("urgent").acquire().await.expect_err("no such class");
-    assert!(matches!(refused, Error::UnknownClass { ref class, .. } if class == "urgent"), "{refused:?}");
+    assert_eq!((refused.kind(), refused.class()), (ErrorKind::UnknownClass, Some("urgent")), "{refused:?}");
+    assert_eq!(refused.known_classes().map(<[String]>::len), Some(2), "{refused:?}");
     assert!(refused.to_string().contains("interactive, batch"), "{refused}");
 }
 
@@ -325,7 +326,7 @@ async fn within_a_class_one_tenants_flood_does_not_starve_another_tenant() {
     // Behind a's whole queue it would wait 40 / 2 x 40 ms = 800 ms.
     assert!(worst <= SERVICE * 3, "tenant b waited {worst:?} for a permit");
     assert!(provider.max_in_flight() <= 2);
-    let status = scheduler.status("llm").await.expect("status");
+    let status = llm.status().await.expect("status");
     assert_eq!(status.queue_depth, 0, "every waiter answered");
 }
 

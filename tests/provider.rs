@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::future::join_all;
-use wavegate::{Error, Outcome, ProviderSignals, RateLimitKind, Scheduler, UpstreamConfig, WaveState};
+use wavegate::{Error, ErrorKind, Outcome, ProviderSignals, RateLimitKind, Scheduler, UpstreamConfig, WaveState};
 #[cfg(feature = "redis")]
 use wavegate_testkit::RedisServer;
 use wavegate_testkit::{HeaderStyle, HttpReply, MockProvider, ProviderLimits, error_code, http_get};
@@ -27,15 +27,10 @@ fn classify(result: &Result<HttpReply, std::io::Error>) -> Outcome {
 }
 
 async fn call(s: &Scheduler, provider: &MockProvider, tokens: u64) -> Result<HttpReply, Error<std::io::Error>> {
+    let llm = s.upstream("llm").expect("configured");
     let addr = provider.addr();
     let path = format!("/v1/chat?tokens={tokens}");
-    s.upstream("llm")
-        .expect("configured")
-        .request()
-        .tokens(tokens)
-        .classify(classify)
-        .call(|_| http_get(addr, &path, TIMEOUT))
-        .await
+    llm.request().tokens(tokens).classify(classify).call(|_| http_get(addr, &path, TIMEOUT)).await
 }
 
 fn limits(style: HeaderStyle, requests: u64, window: Duration) -> ProviderLimits {
@@ -57,6 +52,7 @@ async fn a_spent_window_holds_the_calls_until_its_reset_without_a_cut() {
     let window = Duration::from_millis(400);
     let provider = MockProvider::start(limits(HeaderStyle::OpenAi, 6, window), Duration::from_millis(5)).unwrap();
     let s = Scheduler::builder().upstream(upstream(3)).build().expect("scheduler");
+    let llm = s.upstream("llm").expect("configured");
     let started = Instant::now();
     let callers = (0..3).map(|_| async {
         for _ in 0..10 {
@@ -73,7 +69,7 @@ async fn a_spent_window_holds_the_calls_until_its_reset_without_a_cut() {
     let windows = (elapsed.as_millis() / window.as_millis() + 1) as u64;
     assert!(provider.rate_limited() <= windows, "{} 429s in {windows} windows", provider.rate_limited());
     assert_eq!(provider.served(), 30);
-    let status = s.status("llm").await.expect("status");
+    let status = llm.status().await.expect("status");
     assert_eq!((status.state, status.limit, status.wave), (WaveState::Normal, 3, 1), "a rate window cuts nothing");
 }
 
@@ -94,7 +90,7 @@ async fn zero_left_until_the_reset_holds_the_whole_fleet_through_redis() {
     let mut con = redis.connection().expect("connection");
     let key = wavegate::StoreConfig::new(redis.url())
         .keyspace
-        .upstream(&wavegate::core::UpstreamName::new("llm").expect("name"))
+        .upstream(&wavegate::config::UpstreamName::new("llm").expect("name"))
         .wave;
     loop {
         let until: Option<u64> = redis::cmd("HGET").arg(&key).arg("pw_requests_until").query(&mut con).expect("HGET");
@@ -124,8 +120,9 @@ async fn a_spent_quota_costs_one_attempt_per_process_then_refuses_at_once_until_
     let mut attempts = 0;
     for result in results {
         match result {
-            Err(Error::QuotaExhausted { attempts: made, retry_after, .. }) => {
-                attempts += made;
+            Err(error) if error.kind() == ErrorKind::QuotaExhausted => {
+                attempts += error.attempts().expect("counted");
+                let retry_after = error.retry_after().expect("refused until a reset");
                 assert!(retry_after > Duration::from_secs(590), "{retry_after:?}");
             }
             other => panic!("{other:?}"),
@@ -134,19 +131,21 @@ async fn a_spent_quota_costs_one_attempt_per_process_then_refuses_at_once_until_
     assert_eq!(attempts, 1);
     // Refused at once, without a call, and visible in the status.
     let refused_at = Instant::now();
-    assert!(matches!(call(&s, &provider, 0).await, Err(Error::QuotaExhausted { attempts: 0, .. })));
+    let refused = call(&s, &provider, 0).await.expect_err("refused at once");
+    assert_eq!((refused.kind(), refused.attempts()), (ErrorKind::QuotaExhausted, Some(0)), "{refused:?}");
     assert!(refused_at.elapsed() < Duration::from_millis(50));
     assert_eq!(provider.rate_limited(), 1);
-    let status = s.status("llm").await.expect("status");
+    let llm = s.upstream("llm").expect("configured");
+    let status = llm.status().await.expect("status");
     assert!(status.quota_exhausted_for.is_some_and(|left| left > Duration::from_secs(590)));
     // The bill is paid and an operator resets it: calls go through again.
     quota.quota_exhausted = false;
     provider.set_limits(quota);
-    assert_eq!(s.reset_quota("llm"), Ok(true));
-    assert_eq!(s.status("llm").await.expect("status").quota_exhausted_for, None);
+    assert!(llm.reset_quota(), "there was a refusal to lift");
+    assert!(!llm.reset_quota(), "it is lifted already");
+    assert_eq!(llm.status().await.expect("status").quota_exhausted_for, None);
     call(&s, &provider, 0).await.expect("served after the reset");
     assert_eq!(provider.served(), 1);
-    assert!(s.reset_quota("nope").is_err());
 }
 
 #[actix::test]
@@ -158,11 +157,10 @@ async fn a_rate_limit_worded_as_a_quota_with_a_spent_window_is_a_rate_window() {
     let outcome = Outcome::from_signals(429, Some("insufficient_quota"), signals);
     assert_eq!(outcome.rate_limit_kind(), Some(RateLimitKind::RateWindow));
     let s = Scheduler::builder().upstream(upstream(2)).build().expect("scheduler");
+    let llm = s.upstream("llm").expect("configured");
     let made = std::cell::Cell::new(0);
     let started = Instant::now();
-    let result: Result<(), Error<Outcome>> = s
-        .upstream("llm")
-        .expect("configured")
+    let result: Result<(), Error<Outcome>> = llm
         .request()
         .call(|_| {
             made.set(made.get() + 1);
@@ -173,7 +171,7 @@ async fn a_rate_limit_worded_as_a_quota_with_a_spent_window_is_a_rate_window() {
     result.expect("retried after the window's reset");
     assert_eq!(made.get(), 2);
     assert!(started.elapsed() >= Duration::from_millis(150), "retried before the reset");
-    assert_eq!(s.status("llm").await.expect("status").quota_exhausted_for, None);
+    assert_eq!(llm.status().await.expect("status").quota_exhausted_for, None);
 }
 
 /// A configured requests budget (`rpm` a minute, bursts of `burst`), nothing else but the limit.
@@ -245,7 +243,7 @@ async fn an_announced_limit_tighter_than_the_configured_budget_holds_the_fleet_t
     // later (measured: 10 calls per ~2.9 s instead of per 2 s window; see docs/guide.md).
     assert!(served as f64 >= allowed * 0.6, "{served} served: the learned budget allows {allowed:.0}");
     // The status shows the learned limit, and the budget in force.
-    let status = fleet[1].status("llm").await.expect("status");
+    let status = fleet[1].upstream("llm").expect("configured").status().await.expect("status");
     let learned = status.learned.requests.expect("a learned requests limit");
     assert_eq!((learned.limit.limit, learned.limit.window_ms), (10, 2_000));
     assert!(learned.forgotten_in > Duration::from_secs(4) && learned.forgotten_in <= Duration::from_secs(6));
@@ -256,6 +254,7 @@ async fn an_announced_limit_tighter_than_the_configured_budget_holds_the_fleet_t
 async fn an_announced_limit_looser_than_the_configured_budget_never_loosens_it() {
     // Configured 100 a minute (bursts of 2); the provider announces 300 a minute.
     let s = Scheduler::builder().upstream(budgeted(4, 100, 2)).build().expect("scheduler");
+    let llm = s.upstream("llm").expect("configured");
     let window = Duration::from_secs(2);
     let provider = MockProvider::start(limits(HeaderStyle::Ietf, 10, window), Duration::from_millis(5)).unwrap();
     let run = Duration::from_secs(6);
@@ -273,7 +272,7 @@ async fn an_announced_limit_looser_than_the_configured_budget_never_loosens_it()
     assert_eq!(provider.rate_limited(), 0);
     assert!(served as f64 <= allowed + 1.0, "{served} served: the configured budget allows {allowed:.0}");
     assert!(served as f64 >= allowed - 3.0, "{served} served: the configured budget allows {allowed:.0}");
-    let status = s.status("llm").await.expect("status");
+    let status = llm.status().await.expect("status");
     assert_eq!(status.learned.requests.map(|l| l.limit.limit), Some(10), "learned, and shown");
 }
 
@@ -281,6 +280,7 @@ async fn an_announced_limit_looser_than_the_configured_budget_never_loosens_it()
 async fn without_a_configured_budget_an_announced_limit_is_the_budget() {
     // Nothing configured but the concurrency limit; the provider announces 6 per 2 s window.
     let s = Scheduler::builder().upstream(upstream(6)).build().expect("scheduler");
+    let llm = s.upstream("llm").expect("configured");
     let provider =
         MockProvider::start(limits(HeaderStyle::Ietf, 6, Duration::from_secs(2)), Duration::from_millis(5)).unwrap();
     flood(std::slice::from_ref(&s), &provider, 6, Duration::from_secs(5)).await;
@@ -293,7 +293,7 @@ async fn without_a_configured_budget_an_announced_limit_is_the_budget() {
         provider.rate_limited()
     );
     assert!(provider.rate_limited() <= 1);
-    let status = s.status("llm").await.expect("status");
+    let status = llm.status().await.expect("status");
     assert!(status.budgets.requests.is_some(), "a learned limit is a budget");
 }
 
@@ -302,12 +302,13 @@ async fn without_a_configured_budget_an_announced_limit_is_the_budget() {
 async fn a_fallback_goes_on_with_the_learned_limits() {
     let mut redis = RedisServer::start().expect("redis-server");
     let s = Scheduler::builder().upstream(upstream(6)).redis(redis.url()).build().expect("scheduler");
+    let llm = s.upstream("llm").expect("configured");
     // 12 per 3 s window: 240 a minute, bursts of 12; nothing configured.
     let provider =
         MockProvider::start(limits(HeaderStyle::Ietf, 12, Duration::from_secs(3)), Duration::from_millis(5)).unwrap();
     call(&s, &provider, 0).await.expect("a call that teaches the limit");
     tokio::time::sleep(Duration::from_millis(150)).await; // the report and a heartbeat land
-    let shared = s.status("llm").await.expect("status");
+    let shared = llm.status().await.expect("status");
     assert_eq!(shared.mode, wavegate::Mode::Shared);
     assert_eq!(shared.learned.requests.map(|l| l.limit.limit), Some(12), "kept in the store");
     // The fleet's budget in force, full: the first call was granted before anything was known.
@@ -315,7 +316,7 @@ async fn a_fallback_goes_on_with_the_learned_limits() {
 
     redis.kill().expect("kill -9");
     call(&s, &provider, 0).await.expect("a call through the fallback");
-    let status = s.status("llm").await.expect("status");
+    let status = llm.status().await.expect("status");
     assert_eq!(status.mode, wavegate::Mode::Fallback);
     assert_eq!(status.learned.requests.map(|l| l.limit.limit), Some(12), "the fallback started knowing it");
     // The only live process: its share is the whole learned budget, charged with the call.

@@ -6,18 +6,18 @@ use std::cell::Cell;
 use std::io;
 use std::time::{Duration, Instant, SystemTime};
 
-use wavegate::core::{Backoff, UnknownUpstream};
-use wavegate::{Error, Outcome, Scheduler, UpstreamConfig, UpstreamError};
+use wavegate::config::{Backoff, UpstreamConfigBuilder};
+use wavegate::{Error, ErrorKind, Outcome, Scheduler, UnknownUpstream, UpstreamConfig, UpstreamError};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-fn scheduler(config: wavegate::core::UpstreamConfigBuilder) -> Scheduler {
+fn scheduler(config: UpstreamConfigBuilder) -> Scheduler {
     Scheduler::builder().upstream(config.build().expect("valid config")).build().expect("scheduler")
 }
 
-fn llm() -> wavegate::core::UpstreamConfigBuilder {
+fn llm() -> UpstreamConfigBuilder {
     UpstreamConfig::builder("llm").limit(2).max_wait(Duration::from_secs(5))
 }
 
@@ -64,7 +64,8 @@ async fn a_closure_may_borrow_a_local_client_and_a_str_and_return_borrowed_value
     let (base, got) = upstream.request().call(|_attempt| client.get(path)).await.expect("a call");
     assert_eq!((base, got), ("http://provider", "/v1/complete"));
     assert_eq!(client.calls.get(), 1);
-    // The old shorthand takes borrowing closures too.
+    // The deprecated by-name shorthand takes borrowing closures too.
+    #[allow(deprecated)]
     let base = scheduler.call("llm", |_| async { Ok::<_, Outcome>(client.base.as_str()) }).await.expect("a call");
     assert_eq!(base, "http://provider");
 }
@@ -78,11 +79,13 @@ async fn the_callers_error_comes_back_typed_and_untouched() {
         .call(|_| async { Err::<(), _>(AppError::Status { code: 400, body: "prompt too long".to_string() }) })
         .await
         .expect_err("a 400");
-    let Error::Upstream { outcome, attempts, source: Some(AppError::Status { code, body }), .. } = &error else {
+    let (Some(outcome), Some(attempts), Some(AppError::Status { code, body })) =
+        (error.outcome(), error.attempts(), error.source_error())
+    else {
         panic!("expected the caller's error, got {error:?}");
     };
     assert_eq!(
-        (*outcome, *attempts, *code, body.as_str()),
+        (*outcome, attempts, *code, body.as_str()),
         (Outcome::ClientError { status: 400 }, 1, 400, "prompt too long")
     );
     assert_eq!(error.code(), "upstream_error");
@@ -103,18 +106,13 @@ async fn a_transient_error_is_retried_then_comes_back_typed() {
         .await
         .expect_err("resets only");
     assert_eq!(invoked.get(), 3, "one attempt and max_retries = 2 retries");
-    let Error::Upstream { attempts: 3, source: Some(AppError::Network(io)), .. } = &error else {
+    let (Some(3), Some(AppError::Network(io))) = (error.attempts(), error.source_error()) else {
         panic!("expected the caller's io::Error after 3 attempts, got {error:?}");
     };
     assert_eq!(io.kind(), io::ErrorKind::ConnectionReset);
     // std's error chain reaches the caller's error.
-    let io_error = scheduler
-        .upstream("llm")
-        .expect("configured")
-        .request()
-        .call(|_| async { Err::<(), _>(io::Error::other("bad data")) })
-        .await
-        .expect_err("fails");
+    let io_error =
+        upstream.request().call(|_| async { Err::<(), _>(io::Error::other("bad data")) }).await.expect_err("fails");
     let source = std::error::Error::source(&io_error).expect("a source");
     assert_eq!(source.to_string(), "bad data");
 }
@@ -166,7 +164,8 @@ async fn a_deadline_bounds_the_wait_and_the_whole_request() {
     let held = upstream.request().acquire().await.expect("the only permit");
     let start = Instant::now();
     let error = upstream.request().timeout(ms(80)).acquire().await.expect_err("no permit before the deadline");
-    assert!(matches!(error, Error::DeadlinePassed { .. }), "{error:?}");
+    assert_eq!(error.kind(), ErrorKind::DeadlinePassed, "{error:?}");
+    assert!(error.is_timeout() && error.to_string().contains("timed out"), "{error}");
     let waited = start.elapsed();
     assert!(waited >= ms(75) && waited < ms(1_000), "acquire gave up after {waited:?} (deadline 80 ms, max_wait 5 s)");
     let start = Instant::now();
@@ -176,12 +175,12 @@ async fn a_deadline_bounds_the_wait_and_the_whole_request() {
         .call(|_| async { Ok::<_, Outcome>(()) })
         .await
         .expect_err("no permit before the deadline");
-    assert!(matches!(error, Error::DeadlinePassed { attempts: 0, .. }), "{error:?}");
+    assert_eq!((error.kind(), error.attempts()), (ErrorKind::DeadlinePassed, Some(0)), "{error:?}");
     assert!(start.elapsed() < ms(1_000));
     held.succeeded();
     // With room, a deadline in the past is refused before any wait.
     let error = upstream.request().deadline(Instant::now()).acquire().await.expect_err("past");
-    assert!(matches!(error, Error::DeadlinePassed { .. }), "{error:?}");
+    assert_eq!(error.kind(), ErrorKind::DeadlinePassed, "{error:?}");
 }
 
 #[tokio::test]
@@ -203,7 +202,11 @@ async fn tokens_are_reserved_and_settled_with_the_meter() {
     assert!((900..=910).contains(&left), "{left} tokens left after using 100 of 1000");
     // An estimate above the burst can never fit.
     let error = upstream.request().tokens(1_001).acquire().await.expect_err("never fits");
-    assert!(matches!(error, Error::InsufficientCapacity { requested: 1_001, burst: 1_000, .. }), "{error:?}");
+    assert_eq!(
+        (error.kind(), error.requested(), error.burst()),
+        (ErrorKind::InsufficientCapacity, Some(1_001), Some(1_000)),
+        "{error:?}"
+    );
 }
 
 #[tokio::test]
@@ -221,7 +224,7 @@ async fn several_local_schedulers_for_one_upstream_are_counted_while_they_live()
     let first = build();
     let count = |s: &Scheduler| {
         let s = s.clone();
-        async move { s.status("twice").await.expect("status").schedulers_in_process }
+        async move { s.upstream("twice").expect("configured").status().await.expect("status").schedulers_in_process }
     };
     assert_eq!(count(&first).await, 1);
     let second = build();

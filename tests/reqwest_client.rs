@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use wavegate::core::Backoff;
-use wavegate::{ByStatus, Error, Outcome, Scheduler, TransportError, UpstreamConfig};
+use wavegate::config::Backoff;
+use wavegate::{ByStatus, Outcome, Scheduler, TransportError, UpstreamConfig};
 use wavegate_testkit::{MockUpstream, MockUpstreamConfig};
 
 fn scheduler(limit: u32) -> Scheduler {
@@ -73,11 +73,12 @@ async fn reqwests_own_error_comes_back_typed() {
     let client = reqwest::Client::new();
     let url = format!("http://127.0.0.1:{port}/");
     let error = llm.request().classify(ByStatus).call(|_| client.get(&url).send()).await.expect_err("refused");
-    let Error::Upstream { outcome, attempts, source: Some(source), .. } = &error else {
+    let (Some(outcome), Some(attempts), Some(source)) = (error.outcome(), error.attempts(), error.source_error())
+    else {
         panic!("expected reqwest's error, got {error:?}");
     };
     assert_eq!(*outcome, Outcome::from_transport(TransportError::Connect));
-    assert_eq!(*attempts, 3, "one attempt and two retries of a connect failure");
+    assert_eq!(attempts, 3, "one attempt and two retries of a connect failure");
     assert!(source.is_connect(), "{source:?}");
     // And through std's error chain.
     let chained = std::error::Error::source(&error).expect("a source");

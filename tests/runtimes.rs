@@ -113,7 +113,9 @@ async fn shared_mode_from_tokio_two_schedulers_hold_one_limit() {
     let mock = mock();
     let build = || Scheduler::builder().upstream(config()).redis(redis.url()).build().expect("scheduler");
     let (a, b) = (build(), build());
-    let (llm_a, llm_b) = (a.upstream("llm").expect("configured"), b.upstream("llm").expect("configured"));
+    let llm_b = b.upstream("llm").expect("configured");
+    let llm_a = a.upstream("llm").expect("configured");
+    let (llm_a, llm_b) = (llm_a, llm_b);
     let addr = mock.addr();
     let calls = (0..CALLS).map(|i| {
         let llm = if i % 2 == 0 { llm_a.clone() } else { llm_b.clone() };
@@ -181,7 +183,8 @@ async fn inside_an_actix_system_the_actors_run_on_its_arbiter() {
     // The threads of earlier tests' schedulers end shortly after their last handle: let them.
     let before = until_actor_threads(0).await.len();
     let scheduler = local();
-    let permit = scheduler.upstream("llm").expect("configured").request().acquire().await.expect("a permit");
+    let llm = scheduler.upstream("llm").expect("configured");
+    let permit = llm.request().acquire().await.expect("a permit");
     permit.succeeded();
     assert_eq!(actor_threads().len(), before, "a thread was started inside an actix system");
 }
@@ -202,7 +205,7 @@ fn on_the_apps_actix_system_shutdown_lands_the_last_release_before_it_stops() {
         let took = std::thread::spawn(move || {
             actix::System::new().block_on(async move {
                 let scheduler = Scheduler::builder().upstream(config()).redis(url).build().expect("scheduler");
-                scheduler.acquire("llm").await.expect("a permit").succeeded();
+                scheduler.upstream("llm").expect("configured").request().acquire().await.expect("a permit").succeeded();
                 let started = Instant::now();
                 if shutdown {
                     scheduler.shutdown().await;

@@ -64,7 +64,7 @@ fn a_dead_and_a_hung_sentinel_delay_nothing() {
             .expect("scheduler");
         let built = started.elapsed();
         for _ in 0..20 {
-            scheduler.acquire("mock").await.expect("permit").succeeded();
+            scheduler.upstream("mock").expect("configured").request().acquire().await.expect("permit").succeeded();
         }
         let served = started.elapsed();
         let health = scheduler.store_health().expect("a store");
@@ -242,11 +242,11 @@ fn worker_main() {
         let until = Instant::now() + Duration::from_millis(env("DURATION_MS").parse().expect("DURATION_MS"));
         let mut tasks = Vec::new();
         for _ in 0..callers {
-            let scheduler = scheduler.clone();
+            let upstream = scheduler.upstream("mock").expect("configured");
             tasks.push(actix::spawn(async move {
                 let (mut ok, mut err, mut first_error) = (0u64, 0u64, None);
                 while Instant::now() < until {
-                    match scheduler.call("mock", move |_| call_mock(mock)).await {
+                    match upstream.request().call(move |_| call_mock(mock)).await {
                         Ok(()) => ok += 1,
                         Err(error) => {
                             err += 1;
@@ -286,7 +286,8 @@ async fn hold(scheduler: &Scheduler) {
     while let Some(command) = commands.recv().await {
         if let Some(count) = command.strip_prefix("ACQUIRE ") {
             for _ in 0..count.parse::<usize>().expect("ACQUIRE n") {
-                permits.push(scheduler.acquire("mock").await.expect("permit"));
+                permits
+                    .push(scheduler.upstream("mock").expect("configured").request().acquire().await.expect("permit"));
             }
             let ids: Vec<String> = permits.iter().map(|p| p.id().to_string()).collect();
             println!("HOLDING {} ids={}", permits.len(), ids.join(","));

@@ -3,13 +3,13 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use wavegate::{Error, Mode, Outcome, Scheduler, UpstreamConfig, WaveState};
+use wavegate::{Mode, Outcome, Scheduler, UpstreamConfig, WaveState};
 use wavegate_testkit::RedisServer;
 
 fn upstream(limit: u32) -> UpstreamConfig {
     UpstreamConfig::builder("llm")
         .limit(limit)
-        .recovery(wavegate::core::Recovery::Seed) // the walk-through below is the seed's
+        .recovery(wavegate::config::Recovery::Seed) // the walk-through below is the seed's
         .cooldown_ladder([Duration::from_millis(300), Duration::from_millis(600)])
         .min_cooldown(Duration::from_millis(50))
         .max_wait(Duration::from_secs(5))
@@ -27,7 +27,8 @@ fn rate_limited() -> Outcome {
 }
 
 async fn expect_state(scheduler: &Scheduler, state: WaveState, limit: u32, wave: u64) {
-    let status = scheduler.status("llm").await.expect("status");
+    let llm = scheduler.upstream("llm").expect("configured");
+    let status = llm.status().await.expect("status");
     assert_eq!((status.state, status.limit, status.wave), (state, limit, wave), "{status:?}");
     assert_eq!(status.mode, Mode::Shared);
 }
@@ -36,10 +37,12 @@ async fn expect_state(scheduler: &Scheduler, state: WaveState, limit: u32, wave:
 async fn fifty_simultaneous_429s_from_two_processes_cut_once() {
     let redis = RedisServer::start().expect("redis-server");
     let (a, b) = fleet(&redis, 50);
+    let llm_b = b.upstream("llm").expect("configured");
+    let llm_a = a.upstream("llm").expect("configured");
     let mut permits = Vec::new();
     for i in 0..50 {
         let scheduler = if i % 2 == 0 { &a } else { &b };
-        permits.push(scheduler.acquire("llm").await.expect("permit"));
+        permits.push(scheduler.upstream("llm").expect("configured").request().acquire().await.expect("permit"));
     }
     assert!(permits.iter().all(|p| p.wave() == 1));
     expect_state(&a, WaveState::Normal, 50, 1).await;
@@ -48,14 +51,14 @@ async fn fifty_simultaneous_429s_from_two_processes_cut_once() {
     }
     // Let the reports land.
     let deadline = Instant::now() + Duration::from_secs(2);
-    while a.status("llm").await.expect("status").in_flight_fleet != Some(0) {
+    while llm_a.status().await.expect("status").in_flight_fleet != Some(0) {
         assert!(Instant::now() < deadline, "the 50 reports did not land");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     expect_state(&b, WaveState::Cooldown, 25, 2).await;
     // No permit during COOLDOWN, from either process.
     let started = Instant::now();
-    let permit = b.acquire("llm").await.expect("a permit after the cooldown");
+    let permit = llm_b.request().acquire().await.expect("a permit after the cooldown");
     assert!(started.elapsed() >= Duration::from_millis(250), "granted during COOLDOWN after {:?}", started.elapsed());
     assert_eq!((permit.state(), permit.limit(), permit.wave()), (WaveState::Probe, 1, 2));
 }
@@ -64,9 +67,11 @@ async fn fifty_simultaneous_429s_from_two_processes_cut_once() {
 async fn the_seed_walk_through_across_two_processes() {
     let redis = RedisServer::start().expect("redis-server");
     let (a, b) = fleet(&redis, 10);
+    let llm_b = b.upstream("llm").expect("configured");
+    let llm_a = a.upstream("llm").expect("configured");
     // 1. A and B get permits in wave 1.
-    let first = a.acquire("llm").await.expect("A");
-    let second = b.acquire("llm").await.expect("B");
+    let first = llm_a.request().acquire().await.expect("A");
+    let second = llm_b.request().acquire().await.expect("B");
     assert_eq!((first.wave(), second.wave()), (1, 1));
     // 2. A gets 429: 10 → 5, wave 2, COOLDOWN.
     first.report(rate_limited());
@@ -77,11 +82,11 @@ async fn the_seed_walk_through_across_two_processes() {
     tokio::time::sleep(Duration::from_millis(30)).await;
     expect_state(&a, WaveState::Cooldown, 5, 2).await;
     // 4. After the cooldown: PROBE at 1; three successes → DEGRADED 2 → 4 → 8 → NORMAL 10.
-    let probe = b.acquire("llm").await.expect("probe permit");
+    let probe = llm_b.request().acquire().await.expect("probe permit");
     assert_eq!((probe.state(), probe.limit()), (WaveState::Probe, 1));
     probe.succeeded();
     for _ in 0..2 {
-        a.acquire("llm").await.expect("probe permit").succeeded();
+        llm_a.request().acquire().await.expect("probe permit").succeeded();
     }
     tokio::time::sleep(Duration::from_millis(30)).await;
     expect_state(&a, WaveState::Degraded, 2, 2).await;
@@ -89,7 +94,7 @@ async fn the_seed_walk_through_across_two_processes() {
         let mut held = Vec::new();
         for i in 0..limit {
             let scheduler = if i % 2 == 0 { &a } else { &b };
-            held.push(scheduler.acquire("llm").await.expect("permit"));
+            held.push(scheduler.upstream("llm").expect("configured").request().acquire().await.expect("permit"));
         }
         assert!(held.iter().all(|p| p.limit() == limit && p.state() == WaveState::Degraded));
         for permit in held {
@@ -105,11 +110,14 @@ async fn the_seed_walk_through_across_two_processes() {
 async fn a_retry_after_a_429_waits_for_the_shared_cooldown() {
     let redis = RedisServer::start().expect("redis-server");
     let (a, b) = fleet(&redis, 4);
+    let llm_b = b.upstream("llm").expect("configured");
+    let llm_a = a.upstream("llm").expect("configured");
     let started = Instant::now();
     let attempts = std::rc::Rc::new(std::cell::Cell::new(0u32));
     let counter = attempts.clone();
-    let result = a
-        .call("llm", move |attempt| {
+    let result = llm_a
+        .request()
+        .call(move |attempt| {
             counter.set(attempt.number);
             async move {
                 if attempt.number == 1 {
@@ -124,9 +132,10 @@ async fn a_retry_after_a_429_waits_for_the_shared_cooldown() {
     assert_eq!(attempts.get(), 2);
     assert!(second_attempt_at >= Duration::from_millis(400), "retried after {second_attempt_at:?}, before Retry-After");
     // The other process saw the same wave.
-    let status = b.status("llm").await.expect("status");
+    let status = llm_b.status().await.expect("status");
     assert_eq!(status.wave, 2);
-    assert!(matches!(a.call("nope", |_| async { Ok::<_, Outcome>(()) }).await, Err(Error::UnknownUpstream(_))));
+    let unknown = a.upstream("nope").expect_err("not configured");
+    assert_eq!(unknown.name, "nope");
 }
 
 /// A short-lived process (a script, a CLI, a batch job) that exits right after its last call:
@@ -142,7 +151,13 @@ fn a_scheduler_dropped_right_after_its_last_call_leaves_no_permit_behind() {
         runtime.block_on(async {
             let scheduler = Scheduler::builder().upstream(upstream(1)).redis(redis.url()).build().expect("scheduler");
             let started = Instant::now();
-            let permit = scheduler.acquire("llm").await.expect("the only permit is free");
+            let permit = scheduler
+                .upstream("llm")
+                .expect("configured")
+                .request()
+                .acquire()
+                .await
+                .expect("the only permit is free");
             assert!(started.elapsed() < Duration::from_secs(2), "run {run}: waited {:?}", started.elapsed());
             permit.succeeded();
             // The scheduler goes out of scope here, as at a process's exit.

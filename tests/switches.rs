@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use wavegate::core::Recovery;
+use wavegate::config::Recovery;
 use wavegate::{Mode, Outcome, Scheduler, UpstreamConfig, WaveState};
 use wavegate_testkit::RedisServer;
 use wavegate_testkit::{Fault, FaultProxy};
@@ -38,13 +38,14 @@ fn shared_members(redis: &RedisServer) -> Vec<String> {
 async fn an_acquire_in_flight_when_another_command_switches_to_fallback_leaves_no_phantom() {
     let mut redis = RedisServer::start().expect("redis-server");
     let scheduler = Scheduler::builder().upstream(fixed_lease(4)).redis(redis.url()).build().expect("scheduler");
-    let held = scheduler.acquire("llm").await.expect("a permit while healthy");
+    let llm = scheduler.upstream("llm").expect("configured");
+    let held = llm.request().acquire().await.expect("a permit while healthy");
     tokio::time::sleep(Duration::from_millis(100)).await; // the first heartbeat lands
     assert_eq!(shared_members(&redis), vec![held.id().to_string()]);
 
     redis.pause().expect("SIGSTOP");
     held.succeeded(); // its `finish` is sent first, so its timeout is the one that switches
-    let permit = scheduler.acquire("llm").await.expect("a permit through the fallback");
+    let permit = llm.request().acquire().await.expect("a permit through the fallback");
     assert_eq!(scheduler.mode().await.expect("mode"), Mode::Fallback);
     let id = permit.id().to_string();
     permit.succeeded(); // finished during the outage
@@ -62,7 +63,8 @@ async fn an_acquire_in_flight_when_another_command_switches_to_fallback_leaves_n
 async fn a_release_refused_by_the_store_is_tried_again() {
     let redis = RedisServer::start().expect("redis-server");
     let scheduler = Scheduler::builder().upstream(fixed_lease(4)).redis(redis.url()).build().expect("scheduler");
-    let permit = scheduler.acquire("llm").await.expect("permit");
+    let llm = scheduler.upstream("llm").expect("configured");
+    let permit = llm.request().acquire().await.expect("permit");
     let mut con = redis.connection().expect("direct connection");
     let wave: std::collections::HashMap<String, String> =
         redis::cmd("HGETALL").arg("wavegate:{llm}:wave").query(&mut con).expect("HGETALL");
@@ -98,22 +100,23 @@ async fn an_empty_restart_does_not_forget_a_running_cooldown() {
         .build()
         .expect("config");
     let scheduler = Scheduler::builder().upstream(upstream).redis(redis.url()).build().expect("scheduler");
-    let permit = scheduler.acquire("llm").await.expect("permit");
+    let llm = scheduler.upstream("llm").expect("configured");
+    let permit = llm.request().acquire().await.expect("permit");
     permit.report(Outcome::from_status(429, Some("10"), SystemTime::now()));
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let cooling = scheduler.status("llm").await.expect("status");
+    let cooling = llm.status().await.expect("status");
     assert_eq!((cooling.state, cooling.limit), (WaveState::Cooldown, 2), "{cooling:?}");
 
     redis.kill().expect("kill -9");
     wait_for_mode(&scheduler, Mode::Fallback, Duration::from_secs(3)).await;
     redis.restart().expect("restart, empty");
     wait_for_mode(&scheduler, Mode::Shared, Duration::from_secs(5)).await;
-    let shared = scheduler.status("llm").await.expect("status");
+    let shared = llm.status().await.expect("status");
     assert_eq!(shared.state, WaveState::Cooldown, "the restart forgot the cooldown: {shared:?}");
     assert!(shared.limit <= 2, "the restart forgot the cut: {shared:?}");
     assert!(shared.cooldown_remaining >= Duration::from_secs(5), "{shared:?}");
     let started = Instant::now();
-    let early = scheduler.acquire("llm").await;
+    let early = llm.request().acquire().await;
     assert!(early.is_err(), "granted {:?} after the restart, inside the 10 s cooldown", started.elapsed());
 }
 
@@ -131,12 +134,13 @@ async fn one_upstream_the_store_refuses_does_not_keep_the_others_in_fallback() {
         .expect("config");
     let img = UpstreamConfig::builder("img").limit(4).build().expect("config");
     let scheduler = Scheduler::builder().upstream(llm).upstream(img).redis(proxy.url()).build().expect("scheduler");
-    scheduler.acquire("llm").await.expect("permit").succeeded(); // 1 request charged in shared mode
+    let llm = scheduler.upstream("llm").expect("configured");
+    llm.request().acquire().await.expect("permit").succeeded(); // 1 request charged in shared mode
     tokio::time::sleep(Duration::from_millis(100)).await;
 
     proxy.set_fault(Fault::BlackHole);
     for _ in 0..3 {
-        scheduler.acquire("llm").await.expect("a permit through the fallback").succeeded();
+        llm.request().acquire().await.expect("a permit through the fallback").succeeded();
     }
     assert_eq!(scheduler.mode().await.expect("mode"), Mode::Fallback);
     let mut con = redis.connection().expect("direct connection");
@@ -144,7 +148,7 @@ async fn one_upstream_the_store_refuses_does_not_keep_the_others_in_fallback() {
     proxy.set_fault(Fault::None);
     wait_for_mode(&scheduler, Mode::Shared, Duration::from_secs(5)).await;
     tokio::time::sleep(Duration::from_secs(2)).await; // more probes would charge again
-    let status = scheduler.status("llm").await.expect("status");
+    let status = llm.status().await.expect("status");
     let (remaining, _) = status.budgets.requests.expect("a requests budget");
     assert!((5..=7).contains(&remaining), "10 - 1 - 3 used during the outage should leave 6: {status:?}");
 }
@@ -161,8 +165,10 @@ async fn a_cooldown_learned_from_a_late_429_goes_on_in_the_fallback() {
         upstream.max_wait(Duration::from_secs(1)).build().expect("config")
     };
     let a = Scheduler::builder().upstream(upstream()).redis(redis.url()).build().expect("scheduler");
+    let llm_a = a.upstream("llm").expect("configured");
     let b = Scheduler::builder().upstream(upstream()).redis(proxy.url()).build().expect("scheduler");
-    let (pa, pb) = (a.acquire("llm").await.expect("permit"), b.acquire("llm").await.expect("permit"));
+    let llm_b = b.upstream("llm").expect("configured");
+    let (pa, pb) = (llm_a.request().acquire().await.expect("permit"), llm_b.request().acquire().await.expect("permit"));
     pa.report(Outcome::from_status(429, Some("10"), SystemTime::now()));
     tokio::time::sleep(Duration::from_millis(100)).await;
     pb.report(Outcome::from_status(429, Some("10"), SystemTime::now())); // late: same wave
@@ -170,10 +176,10 @@ async fn a_cooldown_learned_from_a_late_429_goes_on_in_the_fallback() {
 
     proxy.set_fault(Fault::BlackHole);
     wait_for_mode(&b, Mode::Fallback, Duration::from_secs(3)).await;
-    let status = b.status("llm").await.expect("status");
+    let status = llm_b.status().await.expect("status");
     assert_eq!(status.state, WaveState::Cooldown, "the shared cooldown was forgotten: {status:?}");
     let started = Instant::now();
-    let early = b.acquire("llm").await;
+    let early = llm_b.request().acquire().await;
     assert!(early.is_err(), "granted {:?} into a 10 s cooldown", started.elapsed());
 }
 
@@ -191,11 +197,12 @@ async fn a_late_429_whose_report_failed_does_not_cut_again() {
         .build()
         .expect("config");
     let scheduler = Scheduler::builder().upstream(upstream).redis(proxy.url()).build().expect("scheduler");
+    let llm = scheduler.upstream("llm").expect("configured");
     let (first, second) =
-        (scheduler.acquire("llm").await.expect("permit"), scheduler.acquire("llm").await.expect("permit"));
+        (llm.request().acquire().await.expect("permit"), llm.request().acquire().await.expect("permit"));
     first.report(Outcome::from_status(429, None, SystemTime::now())); // wave 1 → 2, cooldown 0.5 s
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(scheduler.status("llm").await.expect("status").wave, 2);
+    assert_eq!(llm.status().await.expect("status").wave, 2);
 
     proxy.set_fault(Fault::BlackHole);
     second.report(Outcome::from_status(429, None, SystemTime::now())); // wave 1: late; its report times out
@@ -203,7 +210,7 @@ async fn a_late_429_whose_report_failed_does_not_cut_again() {
     tokio::time::sleep(Duration::from_millis(800)).await; // the shared cooldown is over
     proxy.set_fault(Fault::None);
     wait_for_mode(&scheduler, Mode::Shared, Duration::from_secs(5)).await;
-    let status = scheduler.status("llm").await.expect("status");
+    let status = llm.status().await.expect("status");
     assert_eq!(status.wave, 2, "a late 429 started a new shared wave: {status:?}");
 }
 
@@ -226,11 +233,12 @@ async fn a_release_without_channel_rights_still_wakes_the_local_waiter_at_once()
     let url = format!("redis://nochannels:secret@127.0.0.1:{}/", redis.port());
     let upstream = UpstreamConfig::builder("llm").limit(1).build().expect("config");
     let scheduler = Scheduler::builder().upstream(upstream).redis(url).build().expect("scheduler");
-    let held = scheduler.acquire("llm").await.expect("permit");
+    let llm = scheduler.upstream("llm").expect("configured");
+    let held = llm.request().acquire().await.expect("permit");
     let waiter = {
-        let scheduler = scheduler.clone();
+        let llm = llm.clone();
         actix::spawn(async move {
-            let permit = scheduler.acquire("llm").await.expect("the waiter's permit");
+            let permit = llm.request().acquire().await.expect("the waiter's permit");
             (Instant::now(), permit)
         })
     };
@@ -254,9 +262,11 @@ async fn a_process_cut_off_for_a_while_still_counts_in_the_others_shares() {
     let proxy = FaultProxy::start(redis.addr()).expect("fault proxy");
     let upstream = || UpstreamConfig::builder("llm").limit(4).build().expect("config");
     let a = Scheduler::builder().upstream(upstream()).redis(redis.url()).build().expect("scheduler");
+    let llm_a = a.upstream("llm").expect("configured");
     let b = Scheduler::builder().upstream(upstream()).redis(proxy.url()).build().expect("scheduler");
-    a.acquire("llm").await.expect("permit").succeeded();
-    b.acquire("llm").await.expect("permit").succeeded();
+    let llm_b = b.upstream("llm").expect("configured");
+    llm_a.request().acquire().await.expect("permit").succeeded();
+    llm_b.request().acquire().await.expect("permit").succeeded();
     tokio::time::sleep(Duration::from_millis(1_200)).await; // both heartbeats seen by both
 
     proxy.set_fault(Fault::BlackHole);
@@ -264,7 +274,7 @@ async fn a_process_cut_off_for_a_while_still_counts_in_the_others_shares() {
     tokio::time::sleep(Duration::from_millis(4_500)).await; // longer than a few heartbeats
     redis.kill().expect("kill -9");
     wait_for_mode(&a, Mode::Fallback, Duration::from_secs(3)).await;
-    let (sa, sb) = (a.status("llm").await.expect("status"), b.status("llm").await.expect("status"));
+    let (sa, sb) = (llm_a.status().await.expect("status"), llm_b.status().await.expect("status"));
     assert!(sa.limit + sb.limit <= 4, "fallback shares {} + {} at limit 4", sa.limit, sb.limit);
 }
 
@@ -278,12 +288,13 @@ async fn a_store_that_forgets_the_live_processes_does_not_inflate_a_fallback_sha
     let proxies: Vec<FaultProxy> = (0..3).map(|_| FaultProxy::start(redis.addr()).expect("fault proxy")).collect();
     let upstream = || UpstreamConfig::builder("llm").limit(4).build().expect("config");
     let a = Scheduler::builder().upstream(upstream()).redis(redis.url()).build().expect("scheduler");
+    let llm_a = a.upstream("llm").expect("configured");
     let others: Vec<Scheduler> = proxies
         .iter()
         .map(|p| Scheduler::builder().upstream(upstream()).redis(p.url()).build().expect("scheduler"))
         .collect();
     for scheduler in std::iter::once(&a).chain(&others) {
-        scheduler.acquire("llm").await.expect("permit").succeeded();
+        scheduler.upstream("llm").expect("configured").request().acquire().await.expect("permit").succeeded();
     }
     tokio::time::sleep(Duration::from_millis(1_200)).await; // every heartbeat seen by every process
     for proxy in &proxies {
@@ -298,9 +309,9 @@ async fn a_store_that_forgets_the_live_processes_does_not_inflate_a_fallback_sha
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     redis.kill().expect("kill -9");
     wait_for_mode(&a, Mode::Fallback, Duration::from_secs(3)).await;
-    let mut shares = vec![a.status("llm").await.expect("status").limit];
+    let mut shares = vec![llm_a.status().await.expect("status").limit];
     for scheduler in &others {
-        shares.push(scheduler.status("llm").await.expect("status").limit);
+        shares.push(scheduler.upstream("llm").expect("configured").status().await.expect("status").limit);
     }
     assert_eq!(shares[0], 1, "the connected process took a share of {} at limit 4 (shares {shares:?})", shares[0]);
     assert!(shares.iter().sum::<u32>() <= 4, "fallback shares {shares:?} at limit 4");
@@ -315,10 +326,10 @@ async fn a_long_waiting_process_keeps_its_place_on_the_waiting_list() {
         || UpstreamConfig::builder("llm").limit(1).max_wait(Duration::from_secs(20)).build().expect("config");
     let build = || Scheduler::builder().upstream(upstream()).redis(redis.url()).build().expect("scheduler");
     let (holder, patient, newcomer) = (build(), build(), build());
-    let held = holder.acquire("llm").await.expect("permit");
+    let held = holder.upstream("llm").expect("configured").request().acquire().await.expect("permit");
     let wait = |scheduler: Scheduler| {
         actix::spawn(async move {
-            let permit = scheduler.acquire("llm").await.expect("a permit");
+            let permit = scheduler.upstream("llm").expect("configured").request().acquire().await.expect("a permit");
             let granted = Instant::now();
             tokio::time::sleep(Duration::from_millis(50)).await;
             permit.succeeded();
@@ -347,13 +358,14 @@ async fn a_switch_to_fallback_does_not_refill_the_budgets() {
         .build()
         .expect("config");
     let scheduler = Scheduler::builder().upstream(upstream).redis(proxy.url()).build().expect("scheduler");
+    let llm = scheduler.upstream("llm").expect("configured");
     for _ in 0..5 {
-        scheduler.acquire("llm").await.expect("the burst, in shared mode").succeeded();
+        llm.request().acquire().await.expect("the burst, in shared mode").succeeded();
     }
     proxy.set_fault(Fault::BlackHole);
     let mut granted = 0;
     for _ in 0..3 {
-        if let Ok(permit) = scheduler.acquire("llm").await {
+        if let Ok(permit) = llm.request().acquire().await {
             granted += 1;
             permit.succeeded();
         }

@@ -20,11 +20,12 @@ async fn permits_are_shared_over_tls() {
     let mut config = StoreConfig::new(redis.url());
     config.root_certificate = Some(redis.root_certificate().expect("CA"));
     let scheduler = Scheduler::builder().upstream(upstream()).store(config).build().expect("scheduler over TLS");
-    let first = scheduler.acquire("llm").await.expect("permit");
+    let llm = scheduler.upstream("llm").expect("configured");
+    let first = llm.request().acquire().await.expect("permit");
     // A waiter is woken by the release announced on the TLS connection's pub/sub.
     let waiter = {
-        let scheduler = scheduler.clone();
-        actix::spawn(async move { scheduler.acquire("llm").await.map(|p| p.succeeded()) })
+        let llm = llm.clone();
+        actix::spawn(async move { llm.request().acquire().await.map(|p| p.succeeded()) })
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
     // The state is in the TLS server (read on its plain port).

@@ -16,7 +16,7 @@ use futures_util::future::join_all;
 use tower_layer::Layer;
 use tower_service::Service;
 use wavegate::middleware::tower::WavegateLayer;
-use wavegate::{Error, Outcome, Scheduler, UpstreamConfig};
+use wavegate::{Outcome, Scheduler, UpstreamConfig};
 
 /// A provider as a service: answers the status it is asked for after 20 ms (0: an I/O error),
 /// counting the calls it serves at once.
@@ -81,7 +81,7 @@ async fn the_services_error_comes_back_typed_and_a_429_cuts_the_limit() {
     let llm = scheduler.upstream("llm").expect("configured");
     let mut service = WavegateLayer::new(llm.clone(), by_status).layer(Provider::default());
     let error = service.call(0).await.expect_err("an I/O error");
-    let Error::Upstream { source: Some(source), attempts: 1, .. } = &error else { panic!("{error:?}") };
+    let (Some(source), Some(1)) = (error.source_error(), error.attempts()) else { panic!("{error:?}") };
     assert_eq!(source.kind(), io::ErrorKind::ConnectionReset);
     // A 429 comes back as the service's answer (no retry in the layer) and reaches the wave.
     assert_eq!(service.call(429).await.expect("an answer"), 429);

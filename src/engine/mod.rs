@@ -107,7 +107,7 @@ impl Engine {
     ) -> Result<Grant, Error> {
         let (reply, granted) = oneshot::channel();
         self.lanes[upstream].do_send(Acquire { request, kind, wait_until, reply });
-        let mut grant = granted.await.map_err(|_| Error::Stopped)??;
+        let mut grant = granted.await.map_err(|_| Error::stopped())??;
         grant.mark_received();
         Ok(grant)
     }
@@ -117,7 +117,7 @@ impl Engine {
     pub(crate) async fn status(&self, upstream: usize) -> Result<UpstreamStatus, Error> {
         let (reply, answer) = oneshot::channel();
         self.lanes[upstream].do_send(ReadStatus { reply });
-        answer.await.map_err(|_| Error::Stopped)
+        answer.await.map_err(|_| Error::stopped())
     }
 
     /// Where `upstream`'s permits come from now, or (`None`) the process's least shared mode.
@@ -126,7 +126,7 @@ impl Engine {
             Some(upstream) => self.lanes[upstream].send(ReadMode).await,
             None => self.coordinator.send(ReadMode).await,
         }
-        .map_err(|_| Error::Stopped)
+        .map_err(|_| Error::stopped())
     }
 
     /// What this process sees of each of `upstreams`' room (no Redis round trip).
@@ -134,7 +134,7 @@ impl Engine {
         let reads = upstreams.iter().map(|&u| self.lanes[u].send(ReadHeadroom));
         let rooms = futures_util::future::join_all(reads).await;
         if rooms.iter().any(Result::is_err) {
-            return Err(Error::Stopped);
+            return Err(Error::stopped());
         }
         Ok(rooms.into_iter().flatten().collect())
     }

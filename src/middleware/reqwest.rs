@@ -83,10 +83,7 @@ impl UpstreamError for reqwest_middleware::Error {
 }
 
 fn into_middleware_error(error: Error<reqwest_middleware::Error>) -> reqwest_middleware::Error {
-    match error {
-        Error::Upstream { source: Some(source), .. } => source,
-        other => reqwest_middleware::Error::middleware(other.without_source()),
-    }
+    error.split_source().unwrap_or_else(reqwest_middleware::Error::middleware)
 }
 
 #[async_trait::async_trait]

@@ -5,10 +5,10 @@
 //! Like tower's `ConcurrencyLimit`, the permit lives in the response future (no task per
 //! request); unlike it, the limit is the upstream's (shared by the fleet through Redis), a 429
 //! cuts it for everyone, and the wait is bounded (`max_wait`, then
-//! [`Error::WaitedTooLong`]). There is one attempt per request:
+//! [`ErrorKind::WaitedTooLong`](crate::ErrorKind::WaitedTooLong)). There is one attempt per request:
 //! a request body cannot be replayed in general, so retries are left to tower's `Retry`
 //! around this layer. The service's own error comes back untouched inside
-//! [`Error::Upstream`].
+//! an [`ErrorKind::Upstream`](crate::ErrorKind::Upstream) error ([`Error::source_error`]).
 //!
 //! ```
 //! use std::convert::Infallible;
@@ -121,12 +121,7 @@ where
             };
             let outcome = classify.classify(&result);
             permit.report(outcome);
-            result.map_err(|source| Error::Upstream {
-                upstream: upstream.name().to_string(),
-                outcome,
-                attempts: 1,
-                source: Some(source),
-            })
+            result.map_err(|source| Error::upstream_failed(upstream.name(), outcome, 1, Some(source)))
         })
     }
 }

@@ -96,11 +96,20 @@ pub struct FinishReport {
 /// What is left of an upstream's rate budgets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
 pub struct BudgetStatus {
     /// Requests available now and milliseconds until one more is, if there is a budget.
     pub requests: Option<(u64, u64)>,
     /// Tokens available now and milliseconds until one more is, if there is a budget.
     pub tokens: Option<(u64, u64)>,
+}
+
+impl BudgetStatus {
+    /// What is left of the requests and the tokens budgets (available now, milliseconds until
+    /// one more is), each if there is one.
+    pub const fn new(requests: Option<(u64, u64)>, tokens: Option<(u64, u64)>) -> Self {
+        Self { requests, tokens }
+    }
 }
 
 /// One upstream's permits, wave state, rate budgets, classes and waiting list, in process.

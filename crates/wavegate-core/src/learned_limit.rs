@@ -162,6 +162,7 @@ impl LearnedBudgets {
 /// A learned limit as the status shows it: the limit, and how long until it is forgotten.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
 pub struct LearnedLimitStatus {
     /// The limit the provider announced, with its window.
     pub limit: LearnedLimit,
@@ -169,14 +170,29 @@ pub struct LearnedLimitStatus {
     pub forgotten_in: Duration,
 }
 
+impl LearnedLimitStatus {
+    /// `limit`, forgotten in `forgotten_in` unless said again.
+    pub const fn new(limit: LearnedLimit, forgotten_in: Duration) -> Self {
+        Self { limit, forgotten_in }
+    }
+}
+
 /// The learned limits in force, for the status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
 pub struct LearnedStatus {
     /// The requests limit, if one is kept.
     pub requests: Option<LearnedLimitStatus>,
     /// The tokens limit, if one is kept.
     pub tokens: Option<LearnedLimitStatus>,
+}
+
+impl LearnedStatus {
+    /// The requests and the tokens limits kept, each if there is one.
+    pub const fn new(requests: Option<LearnedLimitStatus>, tokens: Option<LearnedLimitStatus>) -> Self {
+        Self { requests, tokens }
+    }
 }
 
 impl LearnedBudgets {

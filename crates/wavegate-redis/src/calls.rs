@@ -246,7 +246,7 @@ pub(crate) fn read_status(reply: &[Value]) -> Result<(SharedStatus, Vec<(u32, u3
             return Ok(None);
         }
         let limit = LearnedLimit { limit: r.uint(at)?, window_ms: r.uint(at + 1)? };
-        Ok(Some(LearnedLimitStatus { limit, forgotten_in: Duration::from_millis(r.uint(at + 2)?) }))
+        Ok(Some(LearnedLimitStatus::new(limit, Duration::from_millis(r.uint(at + 2)?))))
     };
     let classes = (18..reply.len())
         .step_by(2)
@@ -261,8 +261,8 @@ pub(crate) fn read_status(reply: &[Value]) -> Result<(SharedStatus, Vec<(u32, u3
         wave: r.uint(2)?,
         cooldown_remaining: Duration::from_millis(r.uint(3)?),
         in_flight: r.u32(7)?,
-        budgets: BudgetStatus { requests: budget(8)?, tokens: budget(10)? },
-        learned: LearnedStatus { requests: learned(12)?, tokens: learned(15)? },
+        budgets: BudgetStatus::new(budget(8)?, budget(10)?),
+        learned: LearnedStatus::new(learned(12)?, learned(15)?),
     };
     Ok((status, classes))
 }

@@ -56,6 +56,7 @@ impl Default for Keyspace {
 
 /// The keys (and the release channel) of one upstream.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct UpstreamKeys {
     /// Sorted set of held permits: member = permit id, score = lease end in ms (Redis time).
     pub permits: String,

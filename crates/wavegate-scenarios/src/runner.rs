@@ -7,7 +7,7 @@ use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
-use wavegate::core::UpstreamName;
+use wavegate::config::UpstreamName;
 use wavegate_redis::Keyspace;
 use wavegate_testkit::{HeaderStyle, RedisServer};
 

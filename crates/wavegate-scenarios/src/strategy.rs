@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use wavegate::UpstreamConfig;
-use wavegate::core::{self, UpstreamConfigBuilder};
+use wavegate::config::{self, UpstreamConfigBuilder};
 
 /// One way of sending the job list to the provider.
 #[derive(Debug)]
@@ -28,7 +28,7 @@ pub(crate) enum Kind {
     /// the call; a failed call is retried after `backoffs[i]` × a jitter factor uniform in
     /// [0.5, 1.5], so `backoffs.len() + 1` attempts in all.
     Semaphore { per_process: usize, backoffs: &'static [Duration] },
-    /// `wavegate::Scheduler::call` in shared mode (one Redis for the fleet).
+    /// `wavegate::RequestBuilder::call` in shared mode (one Redis for the fleet).
     Wavegate { recovery: Recovery },
     /// Knows the truth, no Redis: each process takes its static share of the provider's
     /// capacity (and of its rate window), follows the capacity the provider announces in
@@ -53,9 +53,9 @@ impl Kind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Recovery {
     /// The seed's recovery as DESIGN.md walks it: PROBE at 1, then 2 → 4 → 8 → … → the
-    /// configured limit (`wavegate::core::Recovery::Seed`).
+    /// configured limit (`wavegate::config::Recovery::Seed`).
     Seed,
-    /// The library's default (`wavegate::core::Recovery::Adaptive`): a 429 above the last
+    /// The library's default (`wavegate::config::Recovery::Adaptive`): a 429 above the last
     /// limit that held steps the limit back without stopping the fleet; a 429 at what held,
     /// a burst or one in PROBE stops it; re-tests spaced in time and backed off.
     Adaptive,
@@ -75,8 +75,8 @@ pub(crate) fn configure_named(name: &str, recovery: Recovery, limit: u32, lease:
         .max_wait(Duration::from_secs(300))
         .total_timeout(Duration::from_secs(600));
     match recovery {
-        Recovery::Seed => builder.recovery(core::Recovery::Seed),
-        Recovery::Adaptive => builder.recovery(core::Recovery::Adaptive),
+        Recovery::Seed => builder.recovery(config::Recovery::Seed),
+        Recovery::Adaptive => builder.recovery(config::Recovery::Adaptive),
     }
 }
 

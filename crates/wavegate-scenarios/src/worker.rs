@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 
 use rand::Rng;
 use tokio::sync::{Mutex, Semaphore, mpsc, oneshot};
-use wavegate::core::PoolConfig;
+use wavegate::PoolConfig;
 use wavegate::{Mode, Outcome, ProviderSignals, Scheduler, TransportError};
 use wavegate_testkit::{HttpReply, http_get};
 
@@ -359,8 +359,9 @@ async fn run(
 
 /// Waits until the scheduler has read the shared store once (scripts loaded, mode shared).
 async fn wait_until_shared(scheduler: &Scheduler) -> Result<(), String> {
+    let upstream = scheduler.upstream(status_upstream(scheduler)).map_err(|unknown| unknown.to_string())?;
     for _ in 0..200 {
-        if let Ok(status) = scheduler.status(status_upstream(scheduler)).await
+        if let Ok(status) = upstream.status().await
             && status.mode == Mode::Shared
             && status.in_flight_fleet.is_some()
         {
@@ -373,10 +374,11 @@ async fn wait_until_shared(scheduler: &Scheduler) -> Result<(), String> {
 
 /// Prints the scheduler's view every [`POLL_EVERY`]; counts the reads that went to Redis.
 async fn poll_status(scheduler: Scheduler, status_calls: Rc<Cell<u64>>) {
+    let Ok(upstream) = scheduler.upstream(status_upstream(&scheduler)) else { return };
     let mut tick = tokio::time::interval(POLL_EVERY);
     loop {
         tick.tick().await;
-        let Ok(status) = scheduler.status(status_upstream(&scheduler)).await else { return };
+        let Ok(status) = upstream.status().await else { return };
         if status.mode == Mode::Shared && status.in_flight_fleet.is_some() {
             status_calls.set(status_calls.get() + 1);
         }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use actix_web::{App, HttpResponse, HttpServer, web};
 use rand::Rng;
-use wavegate::core::Recovery;
+use wavegate::config::Recovery;
 use wavegate::{Outcome, Scheduler, SchedulerBuilder, Upstream, UpstreamConfig};
 use wavegate_testkit::http_get;
 use wavegate_web::{METRICS_PATH, STATUS_PATH, WebError, configure, install_prometheus};

@@ -102,7 +102,7 @@ pub struct LearnedView {
 }
 
 impl LearnedView {
-    fn new(value: Option<wavegate::core::LearnedLimitStatus>) -> Option<Self> {
+    fn new(value: Option<wavegate::dev::LearnedLimitStatus>) -> Option<Self> {
         value.map(|s| Self {
             limit: s.limit.limit,
             window_ms: s.limit.window_ms,

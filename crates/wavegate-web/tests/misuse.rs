@@ -86,7 +86,8 @@ async fn configure_serves_metrics_without_the_handle_in_the_app() {
     let addr = start(server.run(), addr);
     // The first answer shows the recorder is in place (installed when the app was built).
     assert_eq!(get(addr, METRICS_PATH).await.status, 200);
-    calls.call("metered", |_| async { Ok::<_, Outcome>(()) }).await.expect("a call");
+    let metered = calls.upstream("metered").expect("configured");
+    metered.request().call(|_| async { Ok::<_, Outcome>(()) }).await.expect("a call");
     let reply = get(addr, METRICS_PATH).await;
     assert_eq!(reply.status, 200, "{reply:?}");
     let line = reply.body.lines().find(|line| line.starts_with("wavegate_upstream_call_seconds_count{"));

@@ -14,8 +14,10 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 /// `status` (200 → success) on the first attempt and 200 afterwards.
 async fn call(scheduler: web::Data<Scheduler>, path: web::Path<(String, u16, u64)>) -> Result<HttpResponse, WebError> {
     let (upstream, status, ms) = path.into_inner();
-    let answer = scheduler
-        .call(&upstream, move |attempt| async move {
+    let upstream = scheduler.upstream(&upstream).map_err(|unknown| WebError(unknown.into()))?;
+    let answer = upstream
+        .request()
+        .call(move |attempt| async move {
             tokio::time::sleep(Duration::from_millis(ms)).await;
             match (status, attempt.number) {
                 (200, _) | (429, 2..) => Ok(format!("ok after {} attempts", attempt.number)),
@@ -103,7 +105,7 @@ async fn a_call_timeout_is_a_504_that_says_it_timed_out() {
 async fn metrics_hold_the_named_series_and_they_move() {
     let upstream = UpstreamConfig::builder("metered")
         .limit(4)
-        .recovery(wavegate::core::Recovery::Seed)
+        .recovery(wavegate::config::Recovery::Seed)
         .min_cooldown(Duration::from_millis(50))
         .max_wait(Duration::from_millis(200))
         .build()
@@ -167,8 +169,10 @@ async fn unreadable_signals_and_kinds_of_429_are_counted() {
     let upstream = UpstreamConfig::builder("signalled").min_cooldown(Duration::from_millis(10)).build().unwrap();
     let scheduler = Scheduler::builder().upstream(upstream).build().expect("scheduler");
     let made = std::cell::Cell::new(0);
-    let result = scheduler
-        .call("signalled", |_| {
+    let signalled = scheduler.upstream("signalled").expect("configured");
+    let result = signalled
+        .request()
+        .call(|_| {
             made.set(made.get() + 1);
             let now = SystemTime::now();
             let outcome = match made.get() {
@@ -179,7 +183,8 @@ async fn unreadable_signals_and_kinds_of_429_are_counted() {
             async move { Err::<(), _>(outcome) }
         })
         .await;
-    assert!(matches!(result, Err(wavegate::Error::QuotaExhausted { attempts: 2, .. })), "{result:?}");
+    let error = result.expect_err("the quota is spent");
+    assert_eq!((error.kind(), error.attempts()), (wavegate::ErrorKind::QuotaExhausted, Some(2)), "{error:?}");
     let text = metrics.render();
     let value = |series: &str| -> f64 {
         text.lines()
@@ -192,7 +197,7 @@ async fn unreadable_signals_and_kinds_of_429_are_counted() {
     assert_eq!(value(r#"wavegate_refusals_by_kind_total{upstream="signalled",kind="unknown"}"#), 1.0);
     assert_eq!(value(r#"wavegate_refusals_by_kind_total{upstream="signalled",kind="quota_exhausted"}"#), 1.0);
     assert_eq!(value(r#"wavegate_quota_exhausted{upstream="signalled"}"#), 1.0);
-    assert_eq!(scheduler.reset_quota("signalled"), Ok(true));
+    assert!(signalled.reset_quota());
     assert_eq!(value_after(&metrics, r#"wavegate_quota_exhausted{upstream="signalled"}"#), 0.0);
 }
 

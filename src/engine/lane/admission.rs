@@ -1,20 +1,23 @@
 //! The one admission check: every attempt is checked here, once, before it waits.
 //!
-//! In order: a class the upstream does not have, an estimate that can never fit the tokens
-//! burst in force, a spent quota, a full queue, the retry budget (a retry after a transient
-//! failure), the circuit breaker. A request refused here never waits and never costs a gate
-//! call; one admitted takes its breaker ticket into the queue (given back as "ignored" if no
-//! permit comes).
+//! In order: a class the upstream does not have, an estimate above the configured tokens burst
+//! (it never fits in any mode), a spent quota, the retry budget (a retry after a transient
+//! failure), the circuit breaker, then what holds only now: an estimate above the burst in
+//! force (a fallback's share, a learned limit, the class's share), a full queue. A request
+//! refused here never waits and never costs a gate call; one admitted takes its breaker ticket
+//! into the queue (given back as "ignored" if no permit comes).
 
 use actix::{AsyncContext, Context};
-use wavegate_core::{BreakerTicket, Clock, PermitId};
+use std::time::Duration;
+
+use wavegate_core::{BreakerTicket, CallResult, Clock, PermitId};
 
 use super::actor::Lane;
 use super::messages::Acquire;
 use super::waiters::Waiter;
 use crate::engine::clock::Instant;
 use crate::engine::request::{AttemptKind, ClassRef, Request};
-use crate::error::Error;
+use crate::error::{Budget, Error};
 use crate::metrics;
 use crate::status::Mode;
 
@@ -59,48 +62,53 @@ impl Lane {
     }
 
     /// The class an admitted request waits in, and its breaker ticket; or why it is refused.
-    #[allow(clippy::result_large_err)] // until `Error` is one boxed struct
+    /// The order is the one callers have always seen: a class or an estimate that can never
+    /// work, a spent quota, the retry budget, the breaker, then what only holds now (the burst
+    /// in force, a full queue; these give the breaker's ticket back).
     fn check(&mut self, request: &Request, kind: AttemptKind) -> Result<(usize, BreakerTicket), Error> {
+        let name = self.config.name().as_str();
         let class = match &request.class {
             ClassRef::Known(class) if *class < self.config.classes().len().max(1) => *class,
             ClassRef::Known(_) => self.config.default_class(),
             ClassRef::Unknown(class) => {
-                let known = self.config.classes().iter().map(|c| c.name()).collect::<Vec<_>>().join(", ");
-                return Err(Error::UnknownClass {
-                    upstream: self.config.name().to_string(),
-                    class: class.to_string(),
-                    known,
-                });
+                let known = self.config.classes().iter().map(|c| c.name().to_owned()).collect();
+                return Err(Error::unknown_class(name, class.as_ref(), known));
             }
         };
-        // Refused before any wait: it would only block those queued behind it.
-        if let Some(error) = self.never_fits(request.tokens, class) {
-            return Err(error);
+        // Never fits the configured burst, in any mode.
+        if let Some(budget) = self.config.budgets().tokens
+            && request.tokens > u64::from(budget.burst())
+        {
+            let burst = u64::from(budget.burst());
+            return Err(Error::insufficient_capacity(name, Budget::TokensPerMinute, request.tokens, burst));
         }
         if let Some(retry_after) = self.quota.remaining() {
-            return Err(Error::QuotaExhausted { upstream: self.config.name().to_string(), attempts: 0, retry_after });
-        }
-        let capacity = self.config.queue_capacity().get();
-        if self.waiters.len() >= capacity {
-            metrics::overload_refused(self.name(), "queue_full");
-            return Err(Error::QueueFull { upstream: self.config.name().to_string(), capacity });
+            return Err(Error::quota_exhausted(name, 0, retry_after));
         }
         let now = self.clock.now_ms();
         // The budget before the breaker, so a refused retry does not take a half-open probe slot.
         if kind == AttemptKind::AfterTransient && self.retry_budget.remaining(now) < 1.0 {
-            metrics::retry_budget_refused(self.name());
-            metrics::overload_refused(self.name(), "retry_budget_spent");
-            return Err(Error::RetryBudgetSpent {
-                upstream: self.config.name().to_string(),
-                attempts: 0,
-                last: "transient",
-            });
+            metrics::retry_budget_refused(name);
+            metrics::overload_refused(name, "retry_budget_spent");
+            return Err(Error::retry_budget_spent(name, 0, "transient"));
         }
         let ticket = self.observe_breaker(|breaker| breaker.admit(now)).map_err(|open| {
-            metrics::overload_refused(self.name(), "breaker_open");
-            let retry_after = std::time::Duration::from_millis(open.retry_at_ms.saturating_sub(now));
-            Error::BreakerOpen { upstream: self.config.name().to_string(), retry_after }
+            let name = self.config.name().as_str();
+            metrics::overload_refused(name, "breaker_open");
+            Error::breaker_open(name, Duration::from_millis(open.retry_at_ms.saturating_sub(now)))
         })?;
+        // Refused before any wait: it would only block those queued behind it.
+        let refusal = self.never_fits(request.tokens, class).or_else(|| {
+            let capacity = self.config.queue_capacity().get();
+            (self.waiters.len() >= capacity).then(|| {
+                metrics::overload_refused(self.config.name().as_str(), "queue_full");
+                Error::queue_full(self.config.name().as_str(), capacity)
+            })
+        });
+        if let Some(error) = refusal {
+            self.observe_breaker(|breaker| breaker.record(ticket, CallResult::Ignored, now));
+            return Err(error);
+        }
         match kind {
             AttemptKind::First => self.retry_budget.deposit(now),
             AttemptKind::AfterTransient => {
@@ -126,29 +134,22 @@ impl Lane {
     /// The tokens burst in force for `class`, and the budget it comes from: the upstream's
     /// (configured, in fallback this process's share of it, tightened by a tokens limit the
     /// provider announced), or a capped class's own share when smaller (the gate's rule).
-    fn tokens_burst(&self, class: usize) -> Option<(u64, &'static str)> {
+    fn tokens_burst(&self, class: usize) -> Option<(u64, Budget)> {
         let now_ms = self.clock.now_ms();
         let label = match self.mode {
-            Mode::Fallback | Mode::Rejected => crate::error::FALLBACK_SHARE,
-            Mode::Local | Mode::Shared => "tokens_per_minute",
+            Mode::Fallback | Mode::Rejected => Budget::FallbackShare,
+            Mode::Local | Mode::Shared => Budget::TokensPerMinute,
         };
         let upstream = self.local.tokens_burst(None, now_ms)?;
         match self.local.tokens_burst(Some(class), now_ms) {
-            Some(own) if own < upstream => Some((own, "the class's share of tokens_per_minute")),
+            Some(own) if own < upstream => Some((own, Budget::ClassShare)),
             _ => Some((upstream, label)),
         }
     }
 
-    /// The refusal of an estimate that can never fit: above the configured tokens burst (in
-    /// any mode), or above the burst in force for `class` now.
+    /// The refusal of an estimate that can never fit the tokens burst in force for `class`.
     pub(super) fn never_fits(&self, tokens: u64, class: usize) -> Option<Error> {
-        let configured = self.config.budgets().tokens.map(|b| (u64::from(b.burst()), "tokens_per_minute"));
-        let (burst, budget) = configured.filter(|(burst, _)| tokens > *burst).or_else(|| self.tokens_burst(class))?;
-        (tokens > burst).then(|| Error::InsufficientCapacity {
-            upstream: self.config.name().to_string(),
-            budget,
-            requested: tokens,
-            burst,
-        })
+        let (burst, budget) = self.tokens_burst(class)?;
+        (tokens > burst).then(|| Error::insufficient_capacity(self.config.name().as_str(), budget, tokens, burst))
     }
 }

@@ -19,7 +19,7 @@ use crate::engine::clock::Instant;
 use crate::engine::gate::Answer;
 use crate::engine::grant::{Grant, GrantInfo};
 use crate::engine::store::StoreError;
-use crate::error::Error;
+use crate::error::{Budget, Error};
 use crate::metrics;
 use crate::status::Mode;
 
@@ -205,13 +205,11 @@ impl Lane {
                 // Only the waiter it names: its estimate does not fit the burst in force now
                 // (e.g. a limit learned since it was admitted).
                 if let Some(waiter) = self.waiters.take(&id) {
-                    let error =
-                        self.never_fits(waiter.tokens, waiter.class).unwrap_or_else(|| Error::InsufficientCapacity {
-                            upstream: self.config.name().to_string(),
-                            budget: "tokens_per_minute",
-                            requested: waiter.tokens,
-                            burst: 0,
-                        });
+                    // The store's view (a limit it learned) may be tighter than this process's.
+                    let error = self.never_fits(waiter.tokens, waiter.class).unwrap_or_else(|| {
+                        let name = self.config.name().as_str();
+                        Error::insufficient_capacity(name, Budget::TokensPerMinute, waiter.tokens, 0)
+                    });
                     self.fail(waiter, error, ctx);
                 }
                 true
@@ -270,7 +268,7 @@ impl Lane {
         if let Some(retry_after) = self.quota.remaining() {
             // The quota ran out while this caller waited: the permit goes back unused.
             drop(grant);
-            let error = Error::QuotaExhausted { upstream: self.config.name().to_string(), attempts: 0, retry_after };
+            let error = Error::quota_exhausted(self.config.name().as_str(), 0, retry_after);
             let _ = waiter.reply.send(Err(error));
         } else {
             // A caller that is gone by now drops the grant with the channel: it comes back.

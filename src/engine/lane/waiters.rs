@@ -240,7 +240,7 @@ impl Waiters {
     /// The error of a waiter that timed out at `now`.
     pub(crate) fn timed_out(waiter: &Waiter, upstream: &str, now: Instant, retry_after: Option<Duration>) -> Error {
         let waited = now.saturating_duration_since(waiter.enqueued);
-        Error::WaitedTooLong { upstream: upstream.to_owned(), waited, retry_after }
+        Error::waited_too_long(upstream, waited, retry_after)
     }
 }
 

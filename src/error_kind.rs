@@ -1,0 +1,107 @@
+//! What kind of error an `Error` is, and the tokens budget an estimate can never fit.
+
+use std::fmt;
+
+/// What kind of error an [`Error`](crate::Error) is.
+///
+/// New kinds may be added: match with a wildcard arm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The upstream (or pool) name is not configured.
+    UnknownUpstream,
+    /// This process already has as many callers waiting for the upstream as it allows
+    /// ([`queue_capacity`](crate::Error::queue_capacity)).
+    QueueFull,
+    /// No permit came within the longest wait ([`waited`](crate::Error::waited)).
+    WaitedTooLong,
+    /// The upstream's circuit breaker is open.
+    BreakerOpen,
+    /// A retry was needed but the upstream's retry budget is spent.
+    RetryBudgetSpent,
+    /// The request's deadline (or the upstream's total timeout) passed.
+    DeadlinePassed,
+    /// The upstream answered with a failure that is not retried (or no retries were left),
+    /// or its last attempt ran past the call timeout: see [`outcome`](crate::Error::outcome) and
+    /// [`source_error`](crate::Error::source_error).
+    Upstream,
+    /// The request can never fit: its token estimate exceeds the burst of a tokens budget
+    /// ([`budget`](crate::Error::budget)); refused before any wait.
+    InsufficientCapacity,
+    /// The provider said the account's quota is exhausted (`insufficient_quota`): a billing
+    /// state, not a rate limit. Not retried; the upstream is refused at once in this process
+    /// until [`retry_after`](crate::Error::retry_after) has passed or an operator calls
+    /// [`Upstream::reset_quota`](crate::Upstream::reset_quota).
+    QuotaExhausted,
+    /// The request names a priority class the upstream does not have
+    /// ([`class`](crate::Error::class)); refused before any wait.
+    UnknownClass,
+    /// The scheduler's actors are gone (the actix system is shutting down).
+    Stopped,
+}
+
+impl ErrorKind {
+    /// A stable snake_case code, for metrics and machine-readable bodies.
+    pub const fn code(self) -> &'static str {
+        match self {
+            ErrorKind::UnknownUpstream => "unknown_upstream",
+            ErrorKind::QueueFull => "queue_full",
+            ErrorKind::WaitedTooLong => "waited_too_long",
+            ErrorKind::BreakerOpen => "breaker_open",
+            ErrorKind::RetryBudgetSpent => "retry_budget_spent",
+            ErrorKind::DeadlinePassed => "deadline_passed",
+            ErrorKind::Upstream => "upstream_error",
+            ErrorKind::InsufficientCapacity => "insufficient_capacity",
+            ErrorKind::QuotaExhausted => "quota_exhausted",
+            ErrorKind::UnknownClass => "unknown_class",
+            ErrorKind::Stopped => "stopped",
+        }
+    }
+
+    /// Whether this kind is an overload refusal: waited too long, queue full, breaker open,
+    /// retry budget spent.
+    pub const fn is_overload(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::QueueFull | ErrorKind::WaitedTooLong | ErrorKind::BreakerOpen | ErrorKind::RetryBudgetSpent
+        )
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.code())
+    }
+}
+
+/// The tokens budget an estimate can never fit ([`ErrorKind::InsufficientCapacity`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Budget {
+    /// The upstream's tokens-per-minute budget: the estimate never fits, in any mode.
+    TokensPerMinute,
+    /// This process's share of the tokens-per-minute budget while the shared store is
+    /// unreachable (fallback): the estimate fits again once the store is back.
+    FallbackShare,
+    /// The request's priority class's share of the tokens-per-minute budget (a class with a
+    /// budget share).
+    ClassShare,
+}
+
+impl Budget {
+    /// `tokens_per_minute`, `tokens_per_minute_fallback_share` or
+    /// `tokens_per_minute_class_share`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Budget::TokensPerMinute => "tokens_per_minute",
+            Budget::FallbackShare => "tokens_per_minute_fallback_share",
+            Budget::ClassShare => "tokens_per_minute_class_share",
+        }
+    }
+}
+
+impl fmt::Display for Budget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
