@@ -66,6 +66,8 @@ impl Lane {
     /// work, a spent quota, the retry budget, the breaker, then what only holds now (the burst
     /// in force, a full queue; these give the breaker's ticket back).
     fn check(&mut self, request: &Request, kind: AttemptKind) -> Result<(usize, BreakerTicket), Error> {
+        // A half-open probe slot held by a caller that left the queue is free again.
+        self.give_back_abandoned_tickets();
         let name = self.config.name().as_str();
         let class = match &request.class {
             ClassRef::Known(class) if *class < self.config.classes().len().max(1) => *class,

@@ -110,34 +110,38 @@ impl Handler<Reconcile> for Lane {
         let call = async move {
             let reconciled =
                 store::reconcile(&gate, plan.adopt.clone(), plan.drop.clone(), plan.lease, plan.usage).await?;
-            let carried_429 = match plan.carry {
+            // The 429 to carry, and whether it made it (the permits and the usage did already).
+            let carried = match plan.carry {
                 Some((retry_after, always))
                     if reconciled.state != WaveState::Cooldown && (always || reconciled.state == WaveState::Normal) =>
                 {
                     let signal = WaveSignal::RateLimited { retry_after };
-                    store::finish(&gate, carrier, reconciled.wave, signal, 0).await?;
-                    true
+                    Some(store::finish(&gate, carrier, reconciled.wave, signal, 0).await.map(|_| ()))
                 }
-                _ => false,
+                _ => None,
             };
-            Ok((reconciled, plan.adopt.len(), plan.drop, carried_429))
+            Ok((reconciled, plan.adopt.len(), plan.drop, carried))
         };
         Box::pin(call.into_actor(self).map(move |result, act, _| {
             act.outage.registered.extend(sent);
-            let (reconciled, adopted, dropped, carried_429) = result?;
-            // Reconciled: later attempts must not adopt, charge or cut again for this outage.
+            let (reconciled, adopted, dropped, carried) = result?;
+            // Reconciled: later attempts must not adopt, charge or drop again for this outage
+            // (even if carrying its 429 failed: that alone is tried again).
             for id in &dropped {
                 act.outage.unreleased.remove(id);
             }
             act.outage.granted = 0;
             act.outage.tokens = 0;
+            if let Some(Err(error)) = carried {
+                return Err(error);
+            }
             act.outage.rate_limited = None;
             act.reconciled = Some(reconciled);
             let report = ReconcileReport {
                 adopted,
                 dropped: dropped.len(),
                 granted,
-                carried_429,
+                carried_429: carried.is_some(),
                 shared_in_flight: reconciled.in_flight,
             };
             metrics::reconciled(act.name(), adopted, dropped.len(), granted);

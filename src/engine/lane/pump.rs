@@ -48,6 +48,7 @@ impl Lane {
     pub(super) fn pump(&mut self, ctx: &mut Context<Self>) {
         loop {
             self.expire(ctx);
+            self.give_back_abandoned_tickets();
             if self.reconciling || self.switching {
                 return;
             }
@@ -298,6 +299,19 @@ impl Lane {
         }
         self.give_back_ticket(&mut waiter);
         let _ = waiter.reply.send(Err(error));
+    }
+
+    /// Drops the waiters whose caller went away and gives their breaker tickets back.
+    pub(super) fn give_back_abandoned_tickets(&mut self) {
+        self.waiters.len(); // drops them
+        let abandoned = self.waiters.take_abandoned_tickets();
+        if abandoned.is_empty() {
+            return;
+        }
+        let now = self.clock.now_ms();
+        for ticket in abandoned {
+            self.observe_breaker(|breaker| breaker.record(ticket, wavegate_core::CallResult::Ignored, now));
+        }
     }
 
     fn give_back_ticket(&mut self, waiter: &mut Waiter) {

@@ -83,50 +83,50 @@ impl Lane {
         let Release { id, wave, signal, token_delta, .. } = &release;
         let answer = self.gate.release(&self.instance, id.clone(), *wave, *signal, *token_delta, self.clock.now_ms());
         match answer {
-            Answer::Now(result) => self.on_released(result, release, attempt, self.epoch, ctx),
+            Answer::Now(result) => self.on_released(result, release, attempt, None, ctx),
             Answer::Later(call) => {
                 let epoch = self.epoch;
                 self.releases_in_flight += 1;
                 ctx.spawn(call.into_actor(self).map(move |result, act, ctx| {
                     act.release_done();
-                    act.on_released(result, release, attempt, epoch, ctx);
+                    act.on_released(result, release, attempt, Some(epoch), ctx);
                 }));
             }
         }
     }
 
-    /// What a release's answer (or its failure) does.
+    /// What a release's answer (or its failure) does: `store_epoch` is the epoch the store
+    /// was asked under, `None` for the in-process gate's answer.
     fn on_released(
         &mut self,
         result: Result<Released, StoreError>,
         release: Release,
         attempt: u32,
-        epoch: u64,
+        store_epoch: Option<u64>,
         ctx: &mut Context<Self>,
     ) {
         match result {
             Ok(released) => {
                 let after = released.after;
-                if self.mode == Mode::Shared && self.gate.is_shared() {
-                    // Every reply says whether a shared cooldown runs, whoever started it (a
-                    // late 429's reply too): a fallback must carry it on.
+                let name = self.config.name().as_str();
+                if store_epoch.is_some() {
+                    // Every reply of the store says whether a shared cooldown runs, whoever
+                    // started it (a late 429's too), and a reply that comes after a switch to
+                    // fallback as well: the fallback must carry it on. The store settled this
+                    // release itself: it is not the outage's usage.
                     if after.state == wavegate_core::WaveState::Cooldown {
                         self.last_shared.cooldown_until = Some(Instant::now() + after.cooldown_remaining);
                     }
                     self.last_shared.state = Some((after.state, after.limit));
                     self.last_shared.wave = after.wave;
-                    self.gauges.fleet(self.config.name().as_str(), after.in_flight as usize);
-                }
-                if !released.held && !release.registration_only && self.mode != Mode::Fallback {
-                    // Its lease ended while the call ran: for a while the fleet could admit one
-                    // more than the limit.
-                    tracing::warn!(upstream = %self.name(), permit = %release.id, "permit released after its lease ended");
-                    metrics::released_after_lease(self.name());
-                }
-                if self.mode == Mode::Local {
-                    self.gauges.fleet(self.config.name().as_str(), after.in_flight as usize);
-                }
-                if self.mode == Mode::Fallback {
+                    if !released.held && !release.registration_only {
+                        // Its lease ended while the call ran: for a while the fleet could admit
+                        // one more than the limit.
+                        tracing::warn!(upstream = %name, permit = %release.id, "permit released after its lease ended");
+                        metrics::released_after_lease(name);
+                    }
+                } else if self.mode == Mode::Fallback {
+                    // The outage's usage, charged to the store at the reconciliation.
                     self.outage.tokens += release.token_delta;
                     if let (Some(RateLimitEffect::Cut { .. }), WaveSignal::RateLimited { retry_after }) =
                         (released.rate_limit, release.signal)
@@ -136,9 +136,17 @@ impl Lane {
                     if self.outage.registered.remove(&release.id) {
                         self.outage.unreleased.insert(release.id);
                     }
+                } else if !released.held {
+                    metrics::released_after_lease(name);
                 }
-                record_rate_limit(self.name(), released.rate_limit);
-                self.gauges.wave(self.config.name().as_str(), after.state, after.limit, after.wave);
+                // The gauges follow the gate in charge.
+                if store_epoch.is_some() == self.gate.is_shared() {
+                    if self.mode != Mode::Fallback {
+                        self.gauges.fleet(name, after.in_flight as usize);
+                    }
+                    self.gauges.wave(name, after.state, after.limit, after.wave);
+                }
+                record_rate_limit(name, released.rate_limit);
                 self.pump(ctx);
             }
             Err(error) if !error.is_outage() => {
@@ -161,7 +169,7 @@ impl Lane {
                 // The release may not have happened: drop the registration when the store is
                 // back.
                 self.outage.unreleased.insert(release.id.clone());
-                self.on_store_error(epoch, "finish", error, ctx);
+                self.on_store_error(store_epoch.unwrap_or(self.epoch), "finish", error, ctx);
                 if let WaveSignal::RateLimited { .. } = release.signal {
                     self.pending_429(release);
                 }

@@ -55,6 +55,8 @@ pub(crate) struct Waiters {
     held: HashMap<PermitId, TenantKey>,
     /// How many of them each (class, tenant) holds; entries go when they reach 0.
     held_by: HashMap<TenantKey, u32>,
+    /// The breaker tickets of waiters dropped because their caller went away.
+    abandoned: Vec<BreakerTicket>,
 }
 
 impl Default for Waiters {
@@ -72,16 +74,26 @@ impl Waiters {
             with_tenant: vec![0; classes],
             held: HashMap::new(),
             held_by: HashMap::new(),
+            abandoned: Vec::new(),
         }
     }
 
     /// Drops the waiters whose caller gave up, keeping the tenant count right.
     fn retain_live(&mut self, class: usize) {
         let queue = &mut self.queues[class];
-        let before = queue.iter().filter(|w| w.tenant.is_some()).count();
-        queue.retain(|w| !w.reply.is_closed());
-        let after = queue.iter().filter(|w| w.tenant.is_some()).count();
-        self.with_tenant[class] -= before - after;
+        if !queue.iter().any(|w| w.reply.is_closed()) {
+            return;
+        }
+        let (gone, kept): (Vec<Waiter>, Vec<Waiter>) = queue.drain(..).partition(|w| w.reply.is_closed());
+        *queue = kept.into();
+        self.with_tenant[class] -= gone.iter().filter(|w| w.tenant.is_some()).count();
+        // Their breaker tickets go back unused (a half-open probe slot is not lost).
+        self.abandoned.extend(gone.into_iter().filter_map(|mut w| w.ticket.take()));
+    }
+
+    /// The breaker tickets of waiters whose caller went away, to give back as unused.
+    pub(crate) fn take_abandoned_tickets(&mut self) -> Vec<BreakerTicket> {
+        std::mem::take(&mut self.abandoned)
     }
 
     /// Where the next waiter of `class` to serve is: the front, or (with tenants) the oldest
