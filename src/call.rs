@@ -151,7 +151,7 @@ where
             return Err(Error::deadline_passed(name(), log.attempts));
         }
         let wait_until = deadline.min(clock::after(now, config.max_wait()));
-        let mut permit = match acquire_permit(inner, upstream, &request, kind, wait_until).await {
+        let permit = match acquire_permit(inner, upstream, &request, kind, wait_until).await {
             Ok(permit) => permit,
             Err(error) if error.kind() == ErrorKind::WaitedTooLong && Instant::now() >= deadline => {
                 return Err(Error::deadline_passed(name(), log.attempts));
@@ -165,32 +165,14 @@ where
         log.wave = permit.wave();
         log.queue_wait += permit.queue_wait();
         log.permit_wait += permit.permit_wait();
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        let timeout = config.call_timeout().min(remaining);
-        let attempt = Attempt { number: log.attempts, wave: permit.wave(), timeout, waited: permit.waited() };
         let started = Instant::now();
-        // From here on the request is the provider's: a cancelled call keeps its permit until
-        // the provider has plausibly finished with it.
-        permit.request_sent();
-        let answer = tokio::time::timeout(timeout, f(attempt)).await;
+        let ran = run_attempt(permit, &mut f, log.attempts, deadline, config.call_timeout(), classify, meter).await;
         log.call += started.elapsed();
-        let (outcome, result) = match answer {
-            Ok(result) => (classify.classify(&result), Some(result)),
-            Err(_) if timeout < config.call_timeout() => {
-                // Cut short by the deadline, not by the upstream: nothing to learn.
-                drop(permit);
-                return Err(Error::deadline_passed(name(), log.attempts));
-            }
-            Err(_) => (Outcome::from_transport(TransportError::Timeout), None),
+        let Some((outcome, result)) = ran else {
+            // Cut short by the deadline, not by the upstream: nothing to learn.
+            return Err(Error::deadline_passed(name(), log.attempts));
         };
         log.last = Some(outcome.label());
-        match (&outcome, &result) {
-            (Outcome::Success { .. }, Some(Ok(value))) => {
-                let used = meter.tokens_used(value, request.tokens);
-                permit.report_usage(outcome, used);
-            }
-            _ => permit.report(outcome),
-        }
         if outcome.rate_limit_kind() == Some(RateLimitKind::QuotaExhausted) {
             // A billing state, not a rate limit: no retry (the report refused the upstream).
             let retry_after = inner.quota[upstream].remaining().unwrap_or(config.quota_pause());
@@ -243,4 +225,43 @@ where
         }
         kind = next;
     }
+}
+
+/// Runs attempt `number` on `permit`: the caller's future under the call timeout (less near the
+/// `deadline`), its result classified and reported to the permit with its usage. `None`: the
+/// deadline cut it short (nothing to learn; the permit, whose request is at the provider, stays
+/// held until the provider has plausibly finished).
+pub(crate) async fn run_attempt<F, Fut, T, E, C, M>(
+    mut permit: Permit,
+    f: &mut F,
+    number: u32,
+    deadline: Instant,
+    call_timeout: Duration,
+    classify: &C,
+    meter: &M,
+) -> Option<(Outcome, Option<Result<T, E>>)>
+where
+    F: FnMut(Attempt) -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    C: Classify<T, E>,
+    M: Meter<T>,
+{
+    let timeout = call_timeout.min(deadline.saturating_duration_since(Instant::now()));
+    let attempt = Attempt { number, wave: permit.wave(), timeout, waited: permit.waited() };
+    // From here on the request is the provider's: a cancelled call keeps its permit until the
+    // provider has plausibly finished with it.
+    permit.request_sent();
+    let (outcome, result) = match tokio::time::timeout(timeout, f(attempt)).await {
+        Ok(result) => (classify.classify(&result), Some(result)),
+        Err(_) if timeout < call_timeout => return None,
+        Err(_) => (Outcome::from_transport(TransportError::Timeout), None),
+    };
+    match (&outcome, &result) {
+        (Outcome::Success { .. }, Some(Ok(value))) => {
+            let used = meter.tokens_used(value, permit.reserved_tokens());
+            permit.report_usage(outcome, used);
+        }
+        _ => permit.report(outcome),
+    }
+    Some((outcome, result))
 }

@@ -14,7 +14,9 @@
 //! * what a pool's policy looks at ([`MemberView`]) and checks a pool against
 //!   ([`UpstreamSet`]);
 //! * the Redis keys of one upstream (feature `redis`: `UpstreamKeys`, from
-//!   `Keyspace::upstream`).
+//!   `Keyspace::upstream`);
+//! * a request builder's target ([`ToUpstream`], [`ToPool`]), for code that names the
+//!   builder's type.
 
 pub use wavegate_core::{
     CallResult, LearnedLimit, LearnedLimitStatus, LearnedLimits, MemberView, SignalKind, Transient, Unreadable,
@@ -22,3 +24,5 @@ pub use wavegate_core::{
 };
 #[cfg(feature = "redis")]
 pub use wavegate_redis::UpstreamKeys;
+
+pub use crate::request_builder::{ToPool, ToUpstream};

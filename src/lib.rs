@@ -98,6 +98,7 @@ mod pool;
 mod provider_signals;
 mod quota;
 mod registry;
+mod request_builder;
 mod scheduler;
 #[cfg(feature = "config")]
 pub mod settings;
@@ -110,9 +111,10 @@ mod upstream;
 pub use attempt::Attempt;
 pub use build_error::BuildError;
 pub use permit::Permit;
-pub use pool::{Pool, PoolRequest};
+pub use pool::Pool;
+pub use request_builder::RequestBuilder;
 pub use scheduler::{Scheduler, SchedulerBuilder};
-pub use upstream::{RequestBuilder, Upstream};
+pub use upstream::Upstream;
 // What a request ends with.
 pub use classify::{ByError, ByStatus, Classify, Meter, Reserved, UpstreamError};
 pub use error::{Budget, Error, ErrorKind};

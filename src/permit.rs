@@ -40,6 +40,11 @@ impl Permit {
         Self { grant, name, granted_at: Instant::now(), quota }
     }
 
+    /// The upstream the permit is for (a pool's member, for a pooled `acquire`).
+    pub fn upstream(&self) -> &str {
+        &self.name
+    }
+
     /// The wave the permit was issued in (its 429 is reported against this wave).
     pub fn wave(&self) -> u64 {
         self.grant.info().wave

@@ -10,7 +10,13 @@
 //! (bounded like a cooldown) or a backoff, then tries them all again. Each attempt is reported
 //! to its member (its wave, breaker and windows learn from it); metrics and status are per
 //! member (names from the configuration), plus `wavegate_pool_picks_total{pool, member}` and
-//! `wavegate_pool_moves_total{pool, member, reason}`.
+//! `wavegate_pool_moves_total{pool, member, reason}`. A member that can never take the
+//! request (it lacks its priority class, or its estimate never fits) is left out of the next
+//! rounds, and a request no member can take ends at once.
+//!
+//! A pooled request is built like an upstream's ([`RequestBuilder`]: tokens, priority, tenant,
+//! deadline, classify, meter) and ends with `call` (the closure is also told the member) or
+//! `acquire` (a permit of one member, [`Permit::upstream`] names it).
 //!
 //! ```
 //! use wavegate::PoolConfig;
@@ -35,15 +41,18 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use wavegate_core::{MemberView, Outcome, TransportError, UnknownUpstream};
+use wavegate_core::{MemberView, Outcome, UnknownUpstream};
 
 use crate::attempt::{Attempt, acquire_permit};
-use crate::classify::{ByError, Classify, Meter, Reserved};
+use crate::call::run_attempt;
+use crate::classify::{Classify, Meter};
 use crate::engine::clock::{self, Instant};
 use crate::engine::request::{AttemptKind, Request};
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::handle::{Inner, PoolSlot};
 use crate::metrics;
+use crate::permit::Permit;
+use crate::request_builder::{RequestBuilder, ToPool};
 use crate::status::UpstreamStatus;
 
 /// The shortest wait when every member refused a request in a round and none said when to
@@ -101,147 +110,46 @@ impl Pool {
         Ok(all)
     }
 
-    /// A pooled request: say what it needs, then [`call`](PoolRequest::call) it.
-    pub fn request(&self) -> PoolRequest<'_> {
-        PoolRequest { pool: self, tokens: 0, deadline: None, classify: ByError, meter: Reserved }
+    /// A pooled request: say what it needs (the same builder as an upstream's request), then
+    /// `call` it (the closure is told the member) or `acquire` a permit of a member.
+    pub fn request(&self) -> RequestBuilder<'_, ToPool> {
+        RequestBuilder::new(&self.inner, ToPool(self.index))
     }
 }
 
-/// One pooled request being described; see [`Pool::request`].
-#[derive(Debug)]
-#[must_use = "a request does nothing until `call` is awaited"]
-pub struct PoolRequest<'p, C = ByError, M = Reserved> {
-    pool: &'p Pool,
-    tokens: u64,
-    deadline: Option<Instant>,
-    classify: C,
-    meter: M,
-}
-
-impl<'p, C, M> PoolRequest<'p, C, M> {
-    /// Tokens to reserve at the member for each attempt (its tokens budget and the provider's
-    /// tokens window).
-    pub fn tokens(mut self, estimate: u64) -> Self {
-        self.tokens = estimate;
-        self
-    }
-
-    /// When the whole request must be over (moves between members included). Default: the
-    /// longest total timeout of the members.
-    pub fn deadline(mut self, deadline: std::time::Instant) -> Self {
-        self.deadline = Some(clock::from_std(deadline));
-        self
-    }
-
-    /// How the result is classified (default [`ByError`]).
-    pub fn classify<C2>(self, classify: C2) -> PoolRequest<'p, C2, M> {
-        PoolRequest { pool: self.pool, tokens: self.tokens, deadline: self.deadline, classify, meter: self.meter }
-    }
-
-    /// How the tokens really used are read from a success (default: the reservation).
-    pub fn meter<M2>(self, meter: M2) -> PoolRequest<'p, C, M2> {
-        PoolRequest { pool: self.pool, tokens: self.tokens, deadline: self.deadline, classify: self.classify, meter }
-    }
-
+impl<'a, C, M> RequestBuilder<'a, ToPool, C, M> {
     /// Runs the request: `f` is told the member (its upstream name, borrowed from the pool:
-    /// which key or deployment to use) and the attempt. See the module docs for how members
-    /// are picked and left.
+    /// which key or deployment to use) and the attempt. Each attempt runs as
+    /// [`RequestBuilder::call`] runs one on an upstream; see the module docs for how members
+    /// are picked and left. The deadline defaults to the longest total timeout of the members.
     pub async fn call<F, Fut, T, E>(self, mut f: F) -> Result<T, Error<E>>
     where
-        F: FnMut(&'p str, Attempt) -> Fut,
+        F: FnMut(&'a str, Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         C: Classify<T, E>,
         M: Meter<T>,
     {
-        let pool: &'p Pool = self.pool;
-        let inner: &'p Inner = &pool.inner;
-        let slot = pool.slot();
-        let pool_name = pool.name();
-        let members = &slot.members;
-        let longest = members.iter().map(|&m| inner.upstreams[m].total_timeout()).max().unwrap_or_default();
-        let deadline = self.deadline.unwrap_or_else(|| clock::after(Instant::now(), longest));
-        let mut refused = vec![false; members.len()];
-        let mut told_wait: Option<Duration> = None;
-        let mut attempts = 0u32;
-        let mut last: Option<Error<E>> = None;
+        let mut round = Round::new(self.inner, self.target.0, &self.request);
         let mut kind = AttemptKind::First;
-        let mut rounds = 0u32;
         loop {
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(last.unwrap_or(Error::deadline_passed(pool_name, attempts)));
-            }
-            let spent: Vec<Option<Duration>> = members.iter().map(|&m| inner.quota[m].remaining()).collect();
-            if spent.iter().all(Option::is_some) {
-                // Every key's quota is spent: no round can help.
-                let retry_after = spent.iter().flatten().min().copied().unwrap_or_default();
-                return Err(Error::quota_exhausted(pool_name, attempts, retry_after));
-            }
-            if refused.iter().all(|r| *r) {
-                // Every member said no in this round: wait as told (or a backoff), then again.
-                let cooldown_max = members.iter().map(|&m| inner.upstreams[m].wave().cooldown.max()).min();
-                let backoff = inner.upstreams[members[0]].backoff().delay(rounds, &mut rand::rng());
-                let wait = told_wait.unwrap_or(backoff).max(ROUND_WAIT_MIN).min(cooldown_max.unwrap_or(backoff));
-                if now + wait >= deadline {
-                    return Err(last.unwrap_or(Error::deadline_passed(pool_name, attempts)));
-                }
-                tokio::time::sleep(wait).await;
-                refused.iter_mut().for_each(|r| *r = false);
-                told_wait = None;
-                rounds += 1;
-            }
-            let rooms = inner.engine.headroom(members).await.map_err(Error::widen)?;
-            let views: Vec<MemberView> = members
-                .iter()
-                .enumerate()
-                .map(|(i, &m)| MemberView {
-                    headroom: i64::from(rooms[i].limit) - rooms[i].busy as i64,
-                    weight: slot.config.members()[i].1,
-                    available: !refused[i] && !rooms[i].blocked && inner.quota[m].remaining().is_none(),
-                    picked: slot.picked[i].load(Ordering::Relaxed),
-                })
-                .collect();
-            let order = slot.config.policy().order(&views);
-            // The best member this round has not heard no from (a blocked one waits in its queue).
-            let Some(&pick) = order.iter().find(|&&i| !refused[i]) else { continue };
-            let member = members[pick];
-            let config = &inner.upstreams[member];
-            let member_name = config.name().as_str();
-            slot.picked[pick].fetch_add(1, Ordering::Relaxed);
-            metrics::pool_pick(pool_name, member_name);
-            let wait_until = deadline.min(clock::after(Instant::now(), config.max_wait()));
-            let request = Request { tokens: self.tokens, ..Request::new(config.default_class()) };
-            let mut permit = match acquire_permit(inner, member, &request, kind, wait_until).await {
-                Ok(permit) => permit,
-                Err(error) => {
-                    // A refusal of this member (breaker, quota, retry budget, no permit in
-                    // time): another member may take it.
-                    metrics::pool_move(pool_name, member_name, error.code());
-                    if let Some(after) = error.retry_after() {
-                        told_wait = Some(told_wait.map_or(after, |t| t.min(after)));
-                    }
-                    refused[pick] = true;
-                    last = Some(error.widen());
-                    continue;
-                }
+            let (member, permit) = round.next_permit(&self.request, kind).await?;
+            let config = &self.inner.upstreams[member];
+            let member_name: &'a str = config.name().as_str();
+            round.attempts += 1;
+            let mut on_member = |attempt| f(member_name, attempt);
+            let (classify, meter) = (&self.classify, &self.meter);
+            let ran = run_attempt(
+                permit,
+                &mut on_member,
+                round.attempts,
+                round.deadline,
+                config.call_timeout(),
+                classify,
+                meter,
+            );
+            let Some((outcome, result)) = ran.await else {
+                return Err(Error::deadline_passed(round.name, round.attempts));
             };
-            attempts += 1;
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            let timeout = config.call_timeout().min(remaining);
-            let attempt = Attempt { number: attempts, wave: permit.wave(), timeout, waited: permit.waited() };
-            permit.request_sent();
-            let answer = tokio::time::timeout(timeout, f(member_name, attempt)).await;
-            let (outcome, result) = match answer {
-                Ok(result) => (self.classify.classify(&result), Some(result)),
-                Err(_) => (Outcome::from_transport(TransportError::Timeout), None),
-            };
-            match (&outcome, &result) {
-                (Outcome::Success { .. }, Some(Ok(value))) => {
-                    let used = self.meter.tokens_used(value, self.tokens);
-                    permit.report_usage(outcome, used);
-                }
-                _ => permit.report(outcome),
-            }
             let moves = match outcome {
                 Outcome::RateLimited { .. } => Some(("rate_limited", AttemptKind::AfterRateLimit)),
                 Outcome::Transient { .. } | Outcome::ServerError { .. } => {
@@ -249,23 +157,153 @@ impl<'p, C, M> PoolRequest<'p, C, M> {
                 }
                 _ => None,
             };
-            let Some((reason, next)) = moves else {
-                return match result {
-                    Some(Ok(value)) => Ok(value),
-                    Some(Err(source)) => Err(Error::upstream_failed(member_name, outcome, attempts, Some(source))),
-                    None => Err(Error::upstream_failed(member_name, outcome, attempts, None)),
-                };
+            let source = match result {
+                Some(Ok(value)) if moves.is_none() => return Ok(value),
+                Some(Err(source)) => Some(source),
+                _ => None,
             };
-            metrics::pool_move(pool_name, member_name, reason);
-            if let Some(after) = outcome.retry_after() {
-                told_wait = Some(told_wait.map_or(after, |t| t.min(after)));
-            }
-            refused[pick] = true;
-            last = Some(match result {
-                Some(Err(source)) => Error::upstream_failed(member_name, outcome, attempts, Some(source)),
-                _ => Error::upstream_failed(member_name, outcome, attempts, None),
-            });
+            let error = Error::upstream_failed(member_name, outcome, round.attempts, source);
+            let Some((reason, next)) = moves else { return Err(error) };
+            metrics::pool_move(round.name, member_name, reason);
+            round.refused(member, outcome.retry_after());
+            round.last = Some(error);
             kind = next;
+        }
+    }
+
+    /// A permit of one member for a call the caller makes itself ([`Permit::upstream`] names
+    /// the member): the member with the most room first, the next when one refuses (breaker,
+    /// spent quota, no permit in time), within the deadline (or the longest `max_wait` of the
+    /// members).
+    pub async fn acquire(self) -> Result<Permit, Error> {
+        let mut request = self.request;
+        let inner = self.inner;
+        let members = &inner.pools[self.target.0].members;
+        let longest = members.iter().map(|&m| inner.upstreams[m].max_wait()).max().unwrap_or_default();
+        let by = clock::after(Instant::now(), longest);
+        request.deadline = Some(request.deadline.map_or(by, |deadline| deadline.min(by)));
+        let mut round = Round::new(inner, self.target.0, &request);
+        round.next_permit(&request, AttemptKind::First).await.map(|(_, permit)| permit)
+    }
+}
+
+/// One pooled request's walk over the members: who refused it this round, what it was told.
+struct Round<'a, E> {
+    inner: &'a Inner,
+    slot: &'a PoolSlot,
+    name: &'a str,
+    deadline: Instant,
+    refused: Vec<bool>,
+    /// Members that refused the request for good (a class they lack, an estimate they can
+    /// never fit): skipped in the next rounds.
+    never: Vec<bool>,
+    told_wait: Option<Duration>,
+    rounds: u32,
+    attempts: u32,
+    /// The last refusal or failure, told when nothing else can be.
+    last: Option<Error<E>>,
+}
+
+impl<'a, E> Round<'a, E> {
+    fn new(inner: &'a Inner, pool: usize, request: &Request) -> Self {
+        let slot = &inner.pools[pool];
+        let longest = slot.members.iter().map(|&m| inner.upstreams[m].total_timeout()).max().unwrap_or_default();
+        let deadline = request.deadline.unwrap_or_else(|| clock::after(Instant::now(), longest));
+        Round {
+            inner,
+            slot,
+            name: slot.config.name().as_str(),
+            deadline,
+            refused: vec![false; slot.members.len()],
+            never: vec![false; slot.members.len()],
+            told_wait: None,
+            rounds: 0,
+            attempts: 0,
+            last: None,
+        }
+    }
+
+    /// `member` refused the request, or failed it, saying when to come back if it did.
+    fn refused(&mut self, member: usize, retry_after: Option<Duration>) {
+        if let Some(at) = self.slot.members.iter().position(|&m| m == member) {
+            self.refused[at] = true;
+        }
+        if let Some(after) = retry_after {
+            self.told_wait = Some(self.told_wait.map_or(after, |told| told.min(after)));
+        }
+    }
+
+    /// The end of the walk: the last refusal or failure, or the deadline.
+    fn give_up(&mut self) -> Error<E> {
+        self.last.take().unwrap_or_else(|| Error::deadline_passed(self.name, self.attempts))
+    }
+
+    /// A permit of the best member that has not refused this round (waiting between rounds
+    /// when every member refused), or the error that ends the request.
+    async fn next_permit(&mut self, request: &Request, kind: AttemptKind) -> Result<(usize, Permit), Error<E>> {
+        let (inner, slot) = (self.inner, self.slot);
+        let members = &slot.members;
+        loop {
+            let now = Instant::now();
+            if now >= self.deadline {
+                return Err(self.give_up());
+            }
+            let spent: Vec<Option<Duration>> = members.iter().map(|&m| inner.quota[m].remaining()).collect();
+            if spent.iter().all(Option::is_some) {
+                // Every key's quota is spent: no round can help.
+                let retry_after = spent.iter().flatten().min().copied().unwrap_or_default();
+                return Err(Error::quota_exhausted(self.name, self.attempts, retry_after));
+            }
+            if self.never.iter().all(|n| *n) {
+                // No member can ever take it.
+                return Err(self.give_up());
+            }
+            if self.refused.iter().all(|r| *r) {
+                // Every member said no in this round: wait as told (or a backoff), then again.
+                let cooldown_max = members.iter().map(|&m| inner.upstreams[m].wave().cooldown.max()).min();
+                let backoff = inner.upstreams[members[0]].backoff().delay(self.rounds, &mut rand::rng());
+                let wait = self.told_wait.unwrap_or(backoff).max(ROUND_WAIT_MIN).min(cooldown_max.unwrap_or(backoff));
+                if clock::after(now, wait) >= self.deadline {
+                    return Err(self.give_up());
+                }
+                tokio::time::sleep(wait).await;
+                self.refused.clone_from(&self.never);
+                self.told_wait = None;
+                self.rounds += 1;
+            }
+            let rooms = inner.engine.headroom(members).await.map_err(Error::widen)?;
+            let views: Vec<MemberView> = (0..members.len())
+                .map(|i| MemberView {
+                    headroom: i64::from(rooms[i].limit) - rooms[i].busy as i64,
+                    weight: slot.config.members()[i].1,
+                    available: !self.refused[i] && !rooms[i].blocked,
+                    picked: slot.picked[i].load(Ordering::Relaxed),
+                })
+                .collect();
+            let order = slot.config.policy().order(&views);
+            // The best member this round has not heard no from (a blocked one waits in its queue).
+            let Some(&pick) = order.iter().find(|&&i| !self.refused[i]) else { continue };
+            let member = members[pick];
+            let config = &inner.upstreams[member];
+            slot.picked[pick].fetch_add(1, Ordering::Relaxed);
+            metrics::pool_pick(self.name, config.name().as_str());
+            let wait_until = self.deadline.min(clock::after(Instant::now(), config.max_wait()));
+            match acquire_permit(inner, member, request, kind, wait_until).await {
+                Ok(permit) => return Ok((member, permit)),
+                Err(error) if error.kind() == ErrorKind::Stopped => return Err(error.widen()),
+                Err(error) => {
+                    // A refusal of this member (breaker, quota, retry budget, class, no permit
+                    // in time): another member may take it.
+                    metrics::pool_move(self.name, config.name().as_str(), error.code());
+                    self.refused(member, error.retry_after());
+                    if matches!(error.kind(), ErrorKind::UnknownClass | ErrorKind::InsufficientCapacity)
+                        && !error.is_retryable()
+                    {
+                        self.never[pick] = true;
+                    }
+                    self.last = Some(error.with_attempts(self.attempts).widen());
+                }
+            }
         }
     }
 }

@@ -17,8 +17,9 @@ use crate::handle::PoolSlot;
 use crate::permit::Permit;
 use crate::pool::Pool;
 use crate::registry::Registration;
+use crate::request_builder::{RequestBuilder, ToUpstream};
 use crate::status::{Mode, UpstreamStatus};
-use crate::upstream::{RequestBuilder, Upstream};
+use crate::upstream::Upstream;
 
 /// A cheap-to-clone handle on the scheduler: build it once per process, put it in
 /// `web::Data` (or your app's state) and call it from handlers.
@@ -97,7 +98,7 @@ impl Scheduler {
     }
 
     fn request(&self, upstream: &str) -> Result<RequestBuilder<'_>, UnknownUpstream> {
-        Ok(RequestBuilder::new(&self.inner, self.index(upstream)?))
+        Ok(RequestBuilder::new(&self.inner, ToUpstream(self.index(upstream)?)))
     }
 
     /// Runs `f` against `upstream` with everything wavegate does (see

@@ -189,3 +189,72 @@ fn a_pool_over_names_that_are_not_upstreams_is_refused() {
         .unwrap();
     assert!(s.pool("nope").is_err());
 }
+
+/// Two members with classes; `narrow` knows only `batch`.
+fn with_classes() -> Scheduler {
+    let wide = UpstreamConfig::builder("wide").limit(1).max_wait(Duration::from_millis(200)).class("interactive", 3);
+    let wide = wide.class("batch", 1).build().expect("valid");
+    let narrow = UpstreamConfig::builder("narrow").limit(1).max_wait(Duration::from_millis(200)).class("batch", 1);
+    let pool = PoolConfig::builder("llm").member("wide", 1).member("narrow", 1).build().expect("valid pool");
+    Scheduler::builder().upstream(wide).upstream(narrow.build().expect("valid")).pool(pool).build().expect("scheduler")
+}
+
+#[tokio::test]
+async fn a_pooled_request_takes_the_same_settings_as_an_upstream_request() {
+    let s = with_classes();
+    let llm = s.pool("llm").expect("configured");
+    // A class only one member has: that member serves it (the other refuses it before any wait).
+    for _ in 0..3 {
+        let served = llm
+            .request()
+            .priority("interactive")
+            .tenant("acme")
+            .timeout(Duration::from_secs(2))
+            .call(|member, _| async move { Ok::<_, Outcome>(member) })
+            .await
+            .expect("the member with the class serves it");
+        assert_eq!(served, "wide");
+    }
+    // A class no member has: refused, naming the class.
+    let error = llm
+        .request()
+        .priority("urgent")
+        .call(|_, _| async { Ok::<_, Outcome>(()) })
+        .await
+        .expect_err("no member has the class");
+    assert_eq!((error.kind(), error.class()), (ErrorKind::UnknownClass, Some("urgent")));
+    // A deadline that passes while every member is busy ends the request.
+    let held: Vec<_> = [s.upstream("wide"), s.upstream("narrow")]
+        .into_iter()
+        .map(|u| async move { u.expect("configured").request().acquire().await.expect("a permit") })
+        .collect();
+    let held = futures_util::future::join_all(held).await;
+    let started = std::time::Instant::now();
+    let error = llm
+        .request()
+        .timeout(Duration::from_millis(150))
+        .call(|_, _| async { Ok::<_, Outcome>(()) })
+        .await
+        .expect_err("every member is full");
+    assert!(started.elapsed() < Duration::from_millis(600), "ended after {:?}", started.elapsed());
+    assert!(error.is_overload() || error.kind() == ErrorKind::DeadlinePassed, "{error:?}");
+    drop(held);
+}
+
+#[tokio::test]
+async fn a_pooled_acquire_gives_a_permit_of_a_member_with_room() {
+    let s = with_classes();
+    let llm = s.pool("llm").expect("configured");
+    let first = llm.request().acquire().await.expect("a permit");
+    let second = llm.request().acquire().await.expect("a permit of the other member");
+    let mut members = [first.upstream().to_owned(), second.upstream().to_owned()];
+    members.sort();
+    assert_eq!(members, ["narrow", "wide"], "each member's only permit");
+    // Both full: the next waits, then gives up with the members' refusal.
+    let error = llm.request().acquire().await.expect_err("no room anywhere");
+    assert!(error.is_overload(), "{error:?}");
+    first.succeeded();
+    let again = llm.request().acquire().await.expect("room again");
+    again.succeeded();
+    second.succeeded();
+}

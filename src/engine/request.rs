@@ -17,10 +17,11 @@ use super::clock::Instant;
 /// A priority class as a request names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ClassRef {
-    /// The class at this index of the upstream's classes (0 without classes).
-    Known(usize),
-    /// A class the upstream does not have: refused by the lane's admission, before any wait.
-    Unknown(Arc<str>),
+    /// The upstream's default class.
+    Default,
+    /// The class of this name: resolved by the lane's admission, which refuses a class the
+    /// upstream does not have before any wait (a pool's members may have different classes).
+    Named(Arc<str>),
 }
 
 /// What a request asks for beyond its upstream.
@@ -37,10 +38,10 @@ pub(crate) struct Request {
     pub(crate) deadline: Option<Instant>,
 }
 
-impl Request {
-    /// A request in class `class` (the upstream's default), nothing else said.
-    pub(crate) fn new(class: usize) -> Self {
-        Self { class: ClassRef::Known(class), tenant: None, tokens: 0, deadline: None }
+impl Default for Request {
+    /// A request in the upstream's default class, nothing else said.
+    fn default() -> Self {
+        Self { class: ClassRef::Default, tenant: None, tokens: 0, deadline: None }
     }
 }
 

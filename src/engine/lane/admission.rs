@@ -70,12 +70,14 @@ impl Lane {
         self.give_back_abandoned_tickets();
         let name = self.config.name().as_str();
         let class = match &request.class {
-            ClassRef::Known(class) if *class < self.config.classes().len().max(1) => *class,
-            ClassRef::Known(_) => self.config.default_class(),
-            ClassRef::Unknown(class) => {
-                let known = self.config.classes().iter().map(|c| c.name().to_owned()).collect();
-                return Err(Error::unknown_class(name, class.as_ref(), known));
-            }
+            ClassRef::Default => self.config.default_class(),
+            ClassRef::Named(class) => match self.config.class_index(class) {
+                Some(index) => index,
+                None => {
+                    let known = self.config.classes().iter().map(|c| c.name().to_owned()).collect();
+                    return Err(Error::unknown_class(name, class.as_ref(), known));
+                }
+            },
         };
         // Never fits the configured burst, in any mode.
         if let Some(budget) = self.config.budgets().tokens
