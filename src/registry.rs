@@ -1,11 +1,10 @@
 //! The local-mode schedulers alive in this process, by upstream name.
 //!
-//! In local mode a scheduler's limit lives in its own memory: two schedulers naming the same
-//! upstream are two limits, and the provider sees their sum. The easy way to get there is to
-//! build the scheduler inside actix-web's `HttpServer::new` factory, which runs once per
-//! worker: with 4 workers and a limit of 10 the provider saw 40 calls at once while each
-//! scheduler's status said 10. So every local scheduler registers its upstreams here; the
-//! second one for a name logs a warning (once per name) that says to build once and clone,
+//! Local schedulers of one process that name an upstream in one namespace share its
+//! in-process gate (`engine/process_gate.rs`), so they share one limit, as processes do
+//! through Redis: building the scheduler inside actix-web's `HttpServer::new` factory (once per
+//! worker) no longer sends the provider the limit times the workers. Each local scheduler
+//! registers its upstreams here; the second one for a name says so in the log (once per name)
 //! and [`UpstreamStatus::schedulers_in_process`](crate::UpstreamStatus) shows the count.
 //! (Schedulers in shared mode share one limit through Redis and are not counted.)
 
@@ -31,12 +30,12 @@ impl Registration {
             let count = live.entry(name.clone()).or_default();
             *count += 1;
             if *count > 1 && WARNED.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(name.clone()) {
-                tracing::warn!(
+                tracing::info!(
                     upstream = %name,
                     schedulers = *count,
-                    "{count} local-mode wavegate schedulers in this process name upstream `{name}`: each has a limit \
-                     of its own and the provider sees their sum. Build the scheduler once (before `HttpServer::new`, \
-                     not inside its factory) and clone it, or configure Redis to share one limit",
+                    "{count} local-mode wavegate schedulers in this process name upstream `{name}`: they share one \
+                     limit (one in-process gate per upstream and key prefix). Building the scheduler once and \
+                     cloning it costs less",
                     count = *count,
                 );
             }

@@ -68,8 +68,7 @@ impl Scheduler {
             upstreams: Vec::new(),
             #[cfg(feature = "redis")]
             store: None,
-            #[cfg(feature = "redis")]
-            key_prefix: None,
+            namespace: None,
         }
     }
 
@@ -245,6 +244,9 @@ impl Scheduler {
     }
 }
 
+/// The namespace of a scheduler that names none (the default Redis key prefix too).
+const DEFAULT_NAMESPACE: &str = "wavegate";
+
 /// Builds a [`Scheduler`].
 #[derive(Debug)]
 #[must_use = "call `build()` to start the scheduler"]
@@ -253,8 +255,9 @@ pub struct SchedulerBuilder {
     pools: Vec<PoolConfig>,
     #[cfg(feature = "redis")]
     store: Option<StoreConfig>,
-    #[cfg(feature = "redis")]
-    key_prefix: Option<Keyspace>,
+    /// The key prefix: the namespace of the upstreams' shared state (in Redis, and between
+    /// the local schedulers of one process).
+    namespace: Option<String>,
 }
 
 impl SchedulerBuilder {
@@ -306,12 +309,15 @@ impl SchedulerBuilder {
         self
     }
 
-    /// The prefix of every Redis key and channel (default `wavegate`): give each application
-    /// sharing a Redis its own, so two that name an upstream alike do not share its limit.
+    /// The namespace of the upstreams' shared state (default `wavegate`): the prefix of every
+    /// Redis key and channel, and in local mode what the schedulers of one process share. Two
+    /// schedulers that name an upstream alike in one namespace share its limit, its wave and
+    /// its budgets — across processes through Redis, within a process in local mode (so a
+    /// scheduler built per actix-web worker does not multiply the limit). Give each
+    /// application (or each test that builds its own scheduler) its own to keep them apart.
     /// Applies to the Redis configured before or after it.
-    #[cfg(feature = "redis")]
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.key_prefix = Some(Keyspace::new(prefix));
+        self.namespace = Some(prefix.into());
         self
     }
 
@@ -339,8 +345,8 @@ impl SchedulerBuilder {
             pools.push(PoolSlot::new(pool, members));
         }
         #[cfg(feature = "redis")]
-        if let (Some(store), Some(keyspace)) = (self.store.as_mut(), self.key_prefix.take()) {
-            store.keyspace = keyspace;
+        if let (Some(store), Some(namespace)) = (self.store.as_mut(), &self.namespace) {
+            store.keyspace = Keyspace::new(namespace.clone());
         }
         #[cfg(feature = "redis")]
         let store = self.store.map(Store::connect_lazy).transpose()?;
@@ -353,7 +359,10 @@ impl SchedulerBuilder {
         let health = store.clone();
         let local = store.is_none();
         let quota: Vec<_> = self.upstreams.iter().map(|_| Arc::default()).collect();
-        let engine = Engine::start(&self.upstreams, store, None, &quota).map_err(BuildError::Runtime)?;
+        // In local mode the schedulers of this process that name an upstream in one namespace
+        // share its in-process gate.
+        let namespace = local.then(|| self.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE));
+        let engine = Engine::start(&self.upstreams, store, namespace, &quota).map_err(BuildError::Runtime)?;
         let registration = local.then(|| Registration::new(self.upstreams.iter().map(|u| u.name().to_string())));
         let names = self.upstreams.iter().map(|u| Arc::from(u.name().as_str())).collect();
         let inner = Inner { upstreams: self.upstreams, names, set, engine, quota, pools, registration, store: health };

@@ -81,9 +81,9 @@ pub struct UpstreamStatus {
     /// see [`ErrorKind::QuotaExhausted`](crate::ErrorKind::QuotaExhausted).
     pub quota_exhausted_for: Option<Duration>,
     /// How many local-mode schedulers of this process name this upstream, this one included
-    /// (0 for a scheduler in shared mode, which shares one limit through Redis). More than 1
-    /// means as many separate limits, and the provider sees their sum: build the scheduler
-    /// once and clone it.
+    /// (0 for a scheduler in shared mode, which shares one limit through Redis). Those with the
+    /// same key prefix and configuration share one limit (one in-process gate); the fleet
+    /// counts (`in_flight_fleet`) are the gate's.
     pub schedulers_in_process: usize,
     /// The priority classes, in configured order (empty without classes).
     pub classes: Vec<ClassStatus>,

@@ -162,9 +162,8 @@ impl UpstreamView {
 fn warning(mode: Mode, schedulers_in_process: usize) -> Option<String> {
     if schedulers_in_process > 1 {
         return Some(format!(
-            "{} local-mode schedulers in this process name this upstream: each has a limit of its own and the \
-             provider sees their sum (built inside HttpServer::new's factory?). Build the scheduler once and clone \
-             it, or configure Redis",
+            "{} local-mode schedulers in this process name this upstream (built inside HttpServer::new's \
+             factory?): they share one limit, but each runs its own actors. Build the scheduler once and clone it",
             schedulers_in_process
         ));
     }

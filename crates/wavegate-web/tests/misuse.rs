@@ -1,8 +1,10 @@
-//! The easy mistakes of embedding, over real HTTP: a scheduler built inside `HttpServer::new`'s
-//! factory (one per worker) is reported by the status; `configure` without the Prometheus
+//! The easy mistakes of embedding, over real HTTP: schedulers built inside `HttpServer::new`'s
+//! factory (one per worker) share one limit and are reported by the status; `configure` without the Prometheus
 //! handle still serves `/metrics`; a missing handle or scheduler is answered with what to add.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
 use actix_web::{App, HttpServer, web};
@@ -26,12 +28,37 @@ fn start(server: actix_web::dev::Server, addr: SocketAddr) -> SocketAddr {
 }
 
 #[actix_web::test]
-async fn a_scheduler_built_in_the_server_factory_is_reported_once_per_worker() {
-    let server = HttpServer::new(|| {
-        // The mistake: one scheduler per worker.
-        let upstream = UpstreamConfig::builder("per-worker").limit(10).build().expect("config");
+async fn schedulers_built_in_the_server_factory_share_one_limit_and_are_reported() {
+    // One scheduler per worker (the easy mistake): they share the upstream's in-process gate,
+    // so the provider never sees more than the limit, however many workers serve the calls.
+    const LIMIT: usize = 2;
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let (seen, peak) = (in_flight.clone(), most.clone());
+    let server = HttpServer::new(move || {
+        let upstream = UpstreamConfig::builder("per-worker").limit(LIMIT as u32).build().expect("config");
         let scheduler = Scheduler::builder().upstream(upstream).build().expect("scheduler");
-        App::new().app_data(web::Data::new(scheduler)).configure(configure)
+        let (seen, peak) = (seen.clone(), peak.clone());
+        App::new().app_data(web::Data::new(scheduler)).configure(configure).route(
+            "/call",
+            web::get().to(move |scheduler: web::Data<Scheduler>| {
+                let (seen, peak) = (seen.clone(), peak.clone());
+                async move {
+                    let upstream = scheduler.upstream("per-worker").expect("configured");
+                    upstream
+                        .request()
+                        .call(|_| async {
+                            let now = seen.fetch_add(1, SeqCst) + 1;
+                            peak.fetch_max(now, SeqCst);
+                            tokio::time::sleep(Duration::from_millis(30)).await;
+                            seen.fetch_sub(1, SeqCst);
+                            Ok::<_, Outcome>("ok")
+                        })
+                        .await
+                        .map_err(wavegate_web::WebError::from)
+                }
+            }),
+        )
     })
     .workers(3)
     .disable_signals()
@@ -39,12 +66,15 @@ async fn a_scheduler_built_in_the_server_factory_is_reported_once_per_worker() {
     .expect("bind");
     let addr = server.addrs()[0];
     let addr = start(server.run(), addr);
-    // The workers build their apps concurrently: wait (bounded) until all three have.
+    let calls = (0..30).map(|_| get(addr, "/call"));
+    let replies = futures_util::future::join_all(calls).await;
+    assert!(replies.iter().all(|r| r.status == 200), "{replies:?}");
+    assert!(most.load(SeqCst) <= LIMIT, "{} calls at once with a limit of {LIMIT}", most.load(SeqCst));
+    assert_eq!(in_flight.load(SeqCst), 0);
+    // The status says so, once every worker has built its app.
     let started = std::time::Instant::now();
     let body = loop {
-        let reply = get(addr, STATUS_PATH).await;
-        assert_eq!(reply.status, 200, "{reply:?}");
-        let body = json(&reply);
+        let body = json(&get(addr, STATUS_PATH).await);
         if body["upstreams"][0]["schedulers_in_process"] == 3 || started.elapsed() > Duration::from_secs(2) {
             break body;
         }
@@ -53,7 +83,7 @@ async fn a_scheduler_built_in_the_server_factory_is_reported_once_per_worker() {
     let view = &body["upstreams"][0];
     assert_eq!(view["schedulers_in_process"], 3, "{body}");
     let warning = view["warning"].as_str().expect("a warning");
-    assert!(warning.contains("3 local-mode schedulers") && warning.contains("once"), "{warning}");
+    assert!(warning.contains("3 local-mode schedulers") && warning.contains("share one limit"), "{warning}");
 }
 
 #[actix_web::test]
