@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 use wavegate::{ErrorKind, Mode, Outcome, Scheduler, UpstreamConfig};
 use wavegate_testkit::RedisServer;
 
+mod common;
+
 fn success() -> Outcome {
     Outcome::from_status(200, None, std::time::SystemTime::now())
 }
@@ -54,7 +56,7 @@ async fn refunds_and_extra_charges(first: &Scheduler, second: &Scheduler) {
 
 #[actix::test]
 async fn token_reservations_are_settled_in_local_mode() {
-    let scheduler = Scheduler::builder().upstream(tokens_upstream()).build().expect("scheduler");
+    let scheduler = common::isolated().upstream(tokens_upstream()).build().expect("scheduler");
     refunds_and_extra_charges(&scheduler, &scheduler).await;
 }
 
@@ -72,7 +74,7 @@ async fn token_reservations_are_settled_across_processes() {
 
 #[actix::test]
 async fn an_estimate_larger_than_the_burst_is_refused_at_once() {
-    let scheduler = Scheduler::builder().upstream(tokens_upstream()).build().expect("scheduler");
+    let scheduler = common::isolated().upstream(tokens_upstream()).build().expect("scheduler");
     let llm = scheduler.upstream("llm").expect("configured");
     let started = Instant::now();
     let error = llm.request().tokens(1_001).acquire().await.expect_err("can never fit");

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::future::join_all;
 use wavegate::config::{Backoff, BreakerConfig, ConfigError, Recovery, RetryBudgetConfig, UpstreamConfigBuilder};
+
+mod common;
 use wavegate::{
     Attempt, BuildError, Error, ErrorKind, Outcome, Permit, Scheduler, UpstreamConfig, UpstreamStatus, WaveState,
 };
@@ -24,7 +26,7 @@ fn ms(n: u64) -> Duration {
 
 /// A local scheduler with one upstream named `x`.
 fn scheduler(config: UpstreamConfigBuilder) -> Scheduler {
-    Scheduler::builder().upstream(config.build().expect("valid configuration")).build().expect("scheduler")
+    common::isolated().upstream(config.build().expect("valid configuration")).build().expect("scheduler")
 }
 
 fn x() -> UpstreamConfigBuilder {
@@ -267,7 +269,7 @@ async fn transient_failures_are_retried_within_the_budget_and_max_retries() {
         .backoff(Backoff { base: ms(5), max: ms(20), max_retries: 2 })
         .build()
         .expect("valid");
-    let s = Scheduler::builder().upstream(strict).upstream(normal).build().expect("scheduler");
+    let s = common::isolated().upstream(strict).upstream(normal).build().expect("scheduler");
     let upstream = s.upstream("x").expect("configured");
 
     let attempts = Arc::new(Mutex::new(Vec::new()));
@@ -777,7 +779,7 @@ async fn a_refused_waiter_is_told_the_rest_of_the_cooldown_and_never_zero() {
 // Upstreams are independent: a 429 on one cuts only its own limit.
 #[actix::test]
 async fn upstreams_are_independent() {
-    let s = Scheduler::builder()
+    let s = common::isolated()
         .upstream(UpstreamConfig::builder("a").limit(4).recovery(Recovery::Seed).build().expect("valid"))
         .upstream(UpstreamConfig::builder("b").limit(4).build().expect("valid"))
         .build()

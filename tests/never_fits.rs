@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 
 use wavegate::{ErrorKind, Scheduler, UpstreamConfig};
 
+mod common;
+
 fn config(limit: u32) -> UpstreamConfig {
     UpstreamConfig::builder("llm")
         .limit(limit)
@@ -17,7 +19,7 @@ fn config(limit: u32) -> UpstreamConfig {
 
 #[tokio::test]
 async fn an_estimate_above_the_burst_is_refused_at_once_behind_a_full_limit_and_a_queue() {
-    let scheduler = Scheduler::builder().upstream(config(1)).build().expect("scheduler");
+    let scheduler = common::isolated().upstream(config(1)).build().expect("scheduler");
     let llm = scheduler.upstream("llm").expect("configured");
     let held = llm.request().acquire().await.expect("the only permit");
     // Someone waits at the head of the queue.

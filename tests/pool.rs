@@ -5,6 +5,8 @@ use std::time::{Duration, SystemTime};
 
 use wavegate::config::{PoolConfigError, PoolPolicy};
 use wavegate::{BuildError, Error, ErrorKind, Outcome, PoolConfig, ProviderSignals, Scheduler, UpstreamConfig};
+
+mod common;
 use wavegate_testkit::{
     HeaderStyle, HttpReply, MockProvider, MockUpstream, MockUpstreamConfig, ProviderLimits, error_code, http_get,
 };
@@ -39,7 +41,7 @@ fn member(name: &str) -> UpstreamConfig {
 
 /// A scheduler with members `key-0 .. key-{n-1}` pooled as `llm`.
 fn pooled(n: usize, policy: PoolPolicy, weights: &[u32]) -> Scheduler {
-    let mut builder = Scheduler::builder();
+    let mut builder = common::isolated();
     let mut pool = PoolConfig::builder("llm").policy(policy);
     for i in 0..n {
         builder = builder.upstream(member(&format!("key-{i}")));
@@ -182,7 +184,7 @@ fn a_pool_over_names_that_are_not_upstreams_is_refused() {
         Err(BuildError::Pool(PoolConfigError::UnknownMember { member, .. })) => assert_eq!(member, "key-9"),
         other => panic!("{:?}", other.map(|_| ())),
     }
-    let s = Scheduler::builder()
+    let s = common::isolated()
         .upstream(member("key-0"))
         .pool(PoolConfig::builder("llm").member("key-0", 1).build().unwrap())
         .build()
@@ -196,7 +198,7 @@ fn with_classes() -> Scheduler {
     let wide = wide.class("batch", 1).build().expect("valid");
     let narrow = UpstreamConfig::builder("narrow").limit(1).max_wait(Duration::from_millis(200)).class("batch", 1);
     let pool = PoolConfig::builder("llm").member("wide", 1).member("narrow", 1).build().expect("valid pool");
-    Scheduler::builder().upstream(wide).upstream(narrow.build().expect("valid")).pool(pool).build().expect("scheduler")
+    common::isolated().upstream(wide).upstream(narrow.build().expect("valid")).pool(pool).build().expect("scheduler")
 }
 
 #[tokio::test]

@@ -13,6 +13,8 @@ use futures_util::future::join_all;
 use wavegate::{ErrorKind, Scheduler, Upstream, UpstreamConfig};
 use wavegate_testkit::{MockUpstream, MockUpstreamConfig, http_get};
 
+mod common;
+
 const LIMIT: u32 = 4;
 const SERVICE: Duration = Duration::from_millis(40);
 
@@ -102,7 +104,7 @@ async fn mixed(batch: &[Upstream], interactive_on: &[Upstream], addr: SocketAddr
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_mode_serves_interactive_first_and_batch_keeps_going() {
     let provider = mock();
-    let scheduler = Scheduler::builder().upstream(config()).build().expect("scheduler");
+    let scheduler = common::isolated().upstream(config()).build().expect("scheduler");
     let llm = scheduler.upstream("llm").expect("configured");
     let (waits, batch, took) = mixed(std::slice::from_ref(&llm), std::slice::from_ref(&llm), provider.addr()).await;
     let waits_len = waits.len();
@@ -194,7 +196,7 @@ fn flood_with(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_classes_flooding_share_the_limit_by_weight() {
     let provider = mock();
-    let scheduler = Scheduler::builder().upstream(config()).build().expect("scheduler");
+    let scheduler = common::isolated().upstream(config()).build().expect("scheduler");
     let llm = scheduler.upstream("llm").expect("configured");
     let (interactive, batch) = both_flooding(&[llm], provider.addr(), 3).await;
     let share = interactive / (interactive + batch);
@@ -218,7 +220,7 @@ fn heavy_weights_small_limit() -> UpstreamConfig {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_limit_smaller_than_the_weights_starves_no_class() {
     let provider = mock();
-    let scheduler = Scheduler::builder().upstream(heavy_weights_small_limit()).build().expect("scheduler");
+    let scheduler = common::isolated().upstream(heavy_weights_small_limit()).build().expect("scheduler");
     let llm = scheduler.upstream("llm").expect("configured");
     let (interactive, batch) = both_flooding(&[llm], provider.addr(), 2).await;
     eprintln!("limit 2, weights 10 : 1: interactive {interactive} calls, batch {batch}");
@@ -249,7 +251,7 @@ async fn a_limit_smaller_than_the_weights_starves_no_class_across_the_fleet() {
 
 #[tokio::test]
 async fn an_unknown_class_is_refused_before_any_wait() {
-    let scheduler = Scheduler::builder().upstream(config()).build().expect("scheduler");
+    let scheduler = common::isolated().upstream(config()).build().expect("scheduler");
     let llm = scheduler.upstream("llm").expect("configured");
     let refused = llm.request().priority("urgent").acquire().await.expect_err("no such class");
     assert_eq!((refused.kind(), refused.class()), (ErrorKind::UnknownClass, Some("urgent")), "{refused:?}");
@@ -286,7 +288,7 @@ async fn shared_mode_interactive_first_across_the_fleet() {
 async fn within_a_class_one_tenants_flood_does_not_starve_another_tenant() {
     let provider = mock();
     let config = UpstreamConfig::builder("llm").limit(2).max_wait(Duration::from_secs(30)).build().expect("valid");
-    let scheduler = Scheduler::builder().upstream(config).build().expect("scheduler");
+    let scheduler = common::isolated().upstream(config).build().expect("scheduler");
     let llm = scheduler.upstream("llm").expect("configured");
     let addr = provider.addr();
     let stop = Arc::new(AtomicBool::new(false));
@@ -417,8 +419,7 @@ async fn a_class_budget_caps_its_class(handles: &[Upstream], addr: SocketAddr) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_class_budget_caps_its_class_in_local_mode() {
     let provider = mock();
-    let scheduler =
-        Scheduler::builder().upstream(batch_capped_at_a_quarter_of_the_budget()).build().expect("scheduler");
+    let scheduler = common::isolated().upstream(batch_capped_at_a_quarter_of_the_budget()).build().expect("scheduler");
     a_class_budget_caps_its_class(&[scheduler.upstream("llm").expect("configured")], provider.addr()).await;
 }
 

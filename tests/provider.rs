@@ -12,6 +12,8 @@ use wavegate::{Error, ErrorKind, Outcome, ProviderSignals, RateLimitKind, Schedu
 use wavegate_testkit::RedisServer;
 use wavegate_testkit::{HeaderStyle, HttpReply, MockProvider, ProviderLimits, error_code, http_get};
 
+mod common;
+
 const TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What the provider's answer means: its status, its headers and its body's error code.
@@ -51,7 +53,7 @@ async fn a_spent_window_holds_the_calls_until_its_reset_without_a_cut() {
     // 6 calls per 400 ms window; 3 callers; nothing configured but the concurrency limit.
     let window = Duration::from_millis(400);
     let provider = MockProvider::start(limits(HeaderStyle::OpenAi, 6, window), Duration::from_millis(5)).unwrap();
-    let s = Scheduler::builder().upstream(upstream(3)).build().expect("scheduler");
+    let s = common::isolated().upstream(upstream(3)).build().expect("scheduler");
     let llm = s.upstream("llm").expect("configured");
     let started = Instant::now();
     let callers = (0..3).map(|_| async {
@@ -113,7 +115,7 @@ async fn a_spent_quota_costs_one_attempt_per_process_then_refuses_at_once_until_
     let mut quota = limits(HeaderStyle::OpenAi, 1_000, Duration::from_secs(60));
     quota.quota_exhausted = true;
     let provider = MockProvider::start(quota, Duration::from_millis(5)).unwrap();
-    let s = Scheduler::builder().upstream(upstream(1)).build().expect("scheduler");
+    let s = common::isolated().upstream(upstream(1)).build().expect("scheduler");
     // 20 callers at once, one permit: the first attempt meets the spent quota, nobody retries.
     let results = join_all((0..20).map(|_| call(&s, &provider, 0))).await;
     assert_eq!(provider.rate_limited(), 1, "one attempt in all, not a retry storm");
@@ -156,7 +158,7 @@ async fn a_rate_limit_worded_as_a_quota_with_a_spent_window_is_a_rate_window() {
     let signals = ProviderSignals::from_headers(headers.iter().map(|(n, v)| (*n, v.as_bytes())), SystemTime::now());
     let outcome = Outcome::from_signals(429, Some("insufficient_quota"), signals);
     assert_eq!(outcome.rate_limit_kind(), Some(RateLimitKind::RateWindow));
-    let s = Scheduler::builder().upstream(upstream(2)).build().expect("scheduler");
+    let s = common::isolated().upstream(upstream(2)).build().expect("scheduler");
     let llm = s.upstream("llm").expect("configured");
     let made = std::cell::Cell::new(0);
     let started = Instant::now();
@@ -253,7 +255,7 @@ async fn an_announced_limit_tighter_than_the_configured_budget_holds_the_fleet_t
 #[actix::test]
 async fn an_announced_limit_looser_than_the_configured_budget_never_loosens_it() {
     // Configured 100 a minute (bursts of 2); the provider announces 300 a minute.
-    let s = Scheduler::builder().upstream(budgeted(4, 100, 2)).build().expect("scheduler");
+    let s = common::isolated().upstream(budgeted(4, 100, 2)).build().expect("scheduler");
     let llm = s.upstream("llm").expect("configured");
     let window = Duration::from_secs(2);
     let provider = MockProvider::start(limits(HeaderStyle::Ietf, 10, window), Duration::from_millis(5)).unwrap();
@@ -279,7 +281,7 @@ async fn an_announced_limit_looser_than_the_configured_budget_never_loosens_it()
 #[actix::test]
 async fn without_a_configured_budget_an_announced_limit_is_the_budget() {
     // Nothing configured but the concurrency limit; the provider announces 6 per 2 s window.
-    let s = Scheduler::builder().upstream(upstream(6)).build().expect("scheduler");
+    let s = common::isolated().upstream(upstream(6)).build().expect("scheduler");
     let llm = s.upstream("llm").expect("configured");
     let provider =
         MockProvider::start(limits(HeaderStyle::Ietf, 6, Duration::from_secs(2)), Duration::from_millis(5)).unwrap();

@@ -9,12 +9,14 @@ use std::time::{Duration, Instant, SystemTime};
 use wavegate::config::{Backoff, UpstreamConfigBuilder};
 use wavegate::{Error, ErrorKind, Outcome, Scheduler, UnknownUpstream, UpstreamConfig, UpstreamError};
 
+mod common;
+
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
 fn scheduler(config: UpstreamConfigBuilder) -> Scheduler {
-    Scheduler::builder().upstream(config.build().expect("valid config")).build().expect("scheduler")
+    common::isolated().upstream(config.build().expect("valid config")).build().expect("scheduler")
 }
 
 fn llm() -> UpstreamConfigBuilder {

@@ -12,6 +12,8 @@ use wavegate::config::Backoff;
 use wavegate::{ByStatus, Outcome, Scheduler, TransportError, UpstreamConfig};
 use wavegate_testkit::{MockUpstream, MockUpstreamConfig};
 
+mod common;
+
 fn scheduler(limit: u32) -> Scheduler {
     let upstream = UpstreamConfig::builder("llm")
         .limit(limit)
@@ -19,7 +21,7 @@ fn scheduler(limit: u32) -> Scheduler {
         .backoff(Backoff { base: Duration::from_millis(2), max: Duration::from_millis(5), max_retries: 2 })
         .build()
         .expect("valid config");
-    Scheduler::builder().upstream(upstream).build().expect("scheduler")
+    common::isolated().upstream(upstream).build().expect("scheduler")
 }
 
 #[tokio::test]

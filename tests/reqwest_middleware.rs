@@ -14,6 +14,8 @@ use wavegate::middleware::reqwest::WavegateMiddleware;
 use wavegate::{Scheduler, UpstreamConfig};
 use wavegate_testkit::{MockUpstream, MockUpstreamConfig};
 
+mod common;
+
 fn config(name: &str, limit: u32) -> UpstreamConfig {
     UpstreamConfig::builder(name).limit(limit).max_wait(Duration::from_secs(10)).build().expect("config")
 }
@@ -26,7 +28,7 @@ async fn requests_routed_by_host_never_exceed_the_limit_and_429s_are_retried() {
         retry_after: "0".to_string(),
     })
     .expect("mock provider");
-    let scheduler = Scheduler::builder().upstream(config("llm", 3)).build().expect("scheduler");
+    let scheduler = common::isolated().upstream(config("llm", 3)).build().expect("scheduler");
     let llm = scheduler.upstream("llm").expect("configured");
     let client = ClientBuilder::new(reqwest::Client::new())
         .with(WavegateMiddleware::new().host("127.0.0.1", llm.clone()))
@@ -49,7 +51,7 @@ async fn an_extension_names_the_upstream_and_unknown_hosts_pass_through() {
         MockUpstream::start(MockUpstreamConfig { service_time: Duration::from_millis(20), ..Default::default() })
             .expect("mock provider");
     let scheduler =
-        Scheduler::builder().upstream(config("llm", 10)).upstream(config("images", 1)).build().expect("scheduler");
+        common::isolated().upstream(config("llm", 10)).upstream(config("images", 1)).build().expect("scheduler");
     let images = scheduler.upstream("images").expect("configured");
     let client = ClientBuilder::new(reqwest::Client::new())
         .with(WavegateMiddleware::new().host("127.0.0.1", scheduler.upstream("llm").expect("configured")))

@@ -32,7 +32,7 @@ async fn a_half_open_probe_whose_caller_left_the_queue_gives_its_slot_back() {
         ..BreakerConfig::default()
     };
     let config = UpstreamConfig::builder("llm").limit(2).max_wait(ms(5_000)).breaker(breaker).build().expect("config");
-    let scheduler = Scheduler::builder().upstream(config).build().expect("scheduler");
+    let scheduler = common::isolated().upstream(config).build().expect("scheduler");
     let llm = scheduler.upstream("llm").expect("configured");
 
     let held = llm.request().acquire().await.expect("a permit while closed");
@@ -127,7 +127,7 @@ async fn an_open_breaker_is_told_before_a_full_queue() {
         .breaker(breaker)
         .build()
         .expect("config");
-    let scheduler = Scheduler::builder().upstream(config).build().expect("scheduler");
+    let scheduler = common::isolated().upstream(config).build().expect("scheduler");
     let llm = scheduler.upstream("llm").expect("configured");
     let rate_limited = llm.request().acquire().await.expect("permit");
     let failing = llm.request().acquire().await.expect("permit");

@@ -14,6 +14,8 @@ use tokio::sync::Mutex;
 use wavegate::{Mode, Outcome, Scheduler, Upstream, UpstreamConfig};
 use wavegate_testkit::{HttpReply, MockUpstream, MockUpstreamConfig, http_get};
 
+mod common;
+
 static SERIAL: Mutex<()> = Mutex::const_new(());
 
 const LIMIT: u32 = 3;
@@ -29,7 +31,7 @@ fn config() -> UpstreamConfig {
 }
 
 fn local() -> Scheduler {
-    Scheduler::builder().upstream(config()).build().expect("scheduler")
+    common::isolated().upstream(config()).build().expect("scheduler")
 }
 
 /// What an HTTP reply means: its status and `Retry-After`; an I/O error is a transport failure.

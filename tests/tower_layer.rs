@@ -18,6 +18,8 @@ use tower_service::Service;
 use wavegate::middleware::tower::WavegateLayer;
 use wavegate::{Outcome, Scheduler, UpstreamConfig};
 
+mod common;
+
 /// A provider as a service: answers the status it is asked for after 20 ms (0: an I/O error),
 /// counting the calls it serves at once.
 #[derive(Clone, Default)]
@@ -57,7 +59,7 @@ fn by_status(result: &Result<u16, io::Error>) -> Outcome {
 fn scheduler(limit: u32) -> Scheduler {
     let upstream =
         UpstreamConfig::builder("llm").limit(limit).max_wait(Duration::from_secs(10)).build().expect("config");
-    Scheduler::builder().upstream(upstream).build().expect("scheduler")
+    common::isolated().upstream(upstream).build().expect("scheduler")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

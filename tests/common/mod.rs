@@ -132,3 +132,12 @@ impl Drop for Worker {
         let _ = self.child.wait();
     }
 }
+
+/// A scheduler builder in a namespace of its own: local schedulers of one process that name an
+/// upstream alike share its limit (as they would through Redis), and the tests of one binary
+/// run in one process, in parallel. Each test that builds its own local scheduler starts here.
+pub(crate) fn isolated() -> wavegate::SchedulerBuilder {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    Scheduler::builder().key_prefix(format!("test-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)))
+}
