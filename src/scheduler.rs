@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use wavegate_core::{Outcome, PoolConfig, PoolConfigError, UnknownUpstream, UpstreamConfig, UpstreamSet};
+use wavegate_core::{Instance, Outcome, PoolConfig, PoolConfigError, UnknownUpstream, UpstreamConfig, UpstreamSet};
 #[cfg(feature = "redis")]
 use wavegate_redis::{Keyspace, StoreConfig, StoreHealth};
 
@@ -352,17 +352,22 @@ impl SchedulerBuilder {
         let store = self.store.map(Store::connect_lazy).transpose()?;
         #[cfg(not(feature = "redis"))]
         let store: Option<Store> = None;
+        let instance = Instance::random();
         #[cfg(feature = "redis")]
-        if let Some(store) = &store {
-            crate::startup_check::check_store(store, &self.upstreams)?;
-        }
+        let live = match &store {
+            Some(store) => crate::startup_check::check_store(store, &self.upstreams, &instance)?,
+            None => None,
+        };
+        #[cfg(not(feature = "redis"))]
+        let live = None;
         let health = store.clone();
         let local = store.is_none();
         let quota: Vec<_> = self.upstreams.iter().map(|_| Arc::default()).collect();
         // In local mode the schedulers of this process that name an upstream in one namespace
         // share its in-process gate.
         let namespace = local.then(|| self.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE));
-        let engine = Engine::start(&self.upstreams, store, namespace, &quota).map_err(BuildError::Runtime)?;
+        let engine =
+            Engine::start(&self.upstreams, store, namespace, &quota, (instance, live)).map_err(BuildError::Runtime)?;
         let registration = local.then(|| Registration::new(self.upstreams.iter().map(|u| u.name().to_string())));
         let names = self.upstreams.iter().map(|u| Arc::from(u.name().as_str())).collect();
         let inner = Inner { upstreams: self.upstreams, names, set, engine, quota, pools, registration, store: health };

@@ -8,19 +8,26 @@
 //! scheduler starts in shared mode and fails open at its first call, as it would have); any
 //! other refusal is logged and left to the calls.
 
-use wavegate_core::UpstreamConfig;
+use wavegate_core::{Instance, UpstreamConfig};
 use wavegate_redis::{SharedGate, Store, StoreError};
 
 use crate::build_error::BuildError;
+use crate::engine::HEARTBEAT_TTL;
 
-/// Runs [`Store::check`] for `upstreams` and decides what `build()` does with its answer.
-pub(crate) fn check_store(store: &Store, upstreams: &[UpstreamConfig]) -> Result<(), BuildError> {
+/// Runs [`Store::check`] for `upstreams` and the process `instance`, and decides what
+/// `build()` does with its answer: the live processes its heartbeat counted, if it answered.
+pub(crate) fn check_store(
+    store: &Store,
+    upstreams: &[UpstreamConfig],
+    instance: &Instance,
+) -> Result<Option<u32>, BuildError> {
     let check = store.with_own_connection()?;
     let gates: Vec<SharedGate> =
         upstreams.iter().map(|u| SharedGate::with_budgets(check.clone(), u.name(), u.wave(), u.budgets())).collect();
+    let instance = instance.to_string();
     let run = move || -> std::io::Result<Result<_, StoreError>> {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        Ok(runtime.block_on(check.check(&gates)))
+        Ok(runtime.block_on(check.check(&gates, &instance, HEARTBEAT_TTL)))
     };
     let result = std::thread::Builder::new()
         .name("wavegate-store-check".into())
@@ -38,16 +45,16 @@ pub(crate) fn check_store(store: &Store, upstreams: &[UpstreamConfig]) -> Result
             for (upstream, theirs) in store.health().config_conflicts {
                 tracing::error!(%upstream, theirs = %theirs, "another process shares this upstream's keys with another configuration; give each application its own key prefix");
             }
-            Ok(())
+            Ok(Some(info.live))
         }
         Err(error) if error.is_rejection() => Err(BuildError::Rejected(error)),
         Err(error) if error.is_outage() => {
             tracing::warn!(%error, "shared store unreachable at start; the first calls will fail open");
-            Ok(())
+            Ok(None)
         }
         Err(error) => {
             tracing::error!(%error, "the shared store's startup check failed");
-            Ok(())
+            Ok(None)
         }
     }
 }

@@ -134,26 +134,13 @@ async fn usage_during_an_outage_is_charged_to_the_shared_budget() {
         .build()
         .expect("config");
     let scheduler = Scheduler::builder().upstream(upstream).redis(redis.url()).build().expect("scheduler");
-    let fresh = scheduler
-        .upstream("rpm")
-        .expect("configured")
-        .status()
-        .await
-        .expect("status")
-        .budgets
-        .requests
-        .expect("a requests budget");
-    assert_eq!(fresh.0, 20);
+    let rpm = scheduler.upstream("rpm").expect("configured");
+    let requests_left = || async { rpm.status().await.expect("status").budgets.requests.expect("a requests budget") };
+    assert_eq!(requests_left().await.0, 20);
 
     redis.kill().expect("kill -9");
     for _ in 0..10 {
-        scheduler
-            .upstream("rpm")
-            .expect("configured")
-            .request()
-            .call(|_| async { Ok::<_, Outcome>(()) })
-            .await
-            .expect("calls go on in fallback");
+        rpm.request().call(|_| async { Ok::<_, Outcome>(()) }).await.expect("calls go on in fallback");
     }
     assert_eq!(scheduler.mode().await.expect("mode"), Mode::Fallback);
     redis.restart().expect("restart, empty");
@@ -162,15 +149,7 @@ async fn usage_during_an_outage_is_charged_to_the_shared_budget() {
         assert!(Instant::now() < deadline, "not back in shared mode");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let after = scheduler
-        .upstream("rpm")
-        .expect("configured")
-        .status()
-        .await
-        .expect("status")
-        .budgets
-        .requests
-        .expect("a requests budget");
+    let after = requests_left().await;
     // The restarted Redis knew nothing; the 10 requests made during the outage were handed to it
     // (one refills per second, and the outage lasted about a second).
     assert!(after.0 <= 12, "the outage's usage is missing from the shared budget: {after:?} left of 20");

@@ -15,20 +15,13 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use wavegate::{Outcome, Scheduler, TransportError, Upstream, UpstreamConfig};
-use wavegate_testkit::{MockUpstream, MockUpstreamConfig, http_get};
+use wavegate::{Scheduler, Upstream, UpstreamConfig};
+use wavegate_testkit::{MockUpstream, MockUpstreamConfig};
+
+mod common;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
-}
-
-fn seed() -> u64 {
-    let seed = std::env::var("WAVEGATE_CANCEL_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| rand::rng().random::<u64>() % 1_000_000);
-    println!("WAVEGATE_CANCEL_SEED={seed}");
-    seed
 }
 
 /// Callers that give up after 0–10 ms behind a `biased` select (the timer wins when both are
@@ -75,7 +68,7 @@ async fn all_permits_come_back(upstream: &Upstream, limit: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn callers_dropped_at_random_points_leave_no_permit_behind() {
-    let seed = seed();
+    let seed = common::seed("WAVEGATE_CANCEL_SEED");
     let mut rng = SmallRng::seed_from_u64(seed);
     let limit = 4;
     let config = UpstreamConfig::builder("dropped").limit(limit as u32).max_wait(ms(50)).build().expect("config");
@@ -89,7 +82,7 @@ async fn callers_dropped_at_random_points_leave_no_permit_behind() {
 #[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn callers_dropped_at_random_points_leave_no_permit_behind_in_redis() {
-    let seed = seed();
+    let seed = common::seed("WAVEGATE_CANCEL_SEED");
     let mut rng = SmallRng::seed_from_u64(seed);
     let redis = wavegate_testkit::RedisServer::start().expect("redis-server");
     let limit = 4;
@@ -115,7 +108,7 @@ async fn callers_dropped_at_random_points_leave_no_permit_behind_in_redis() {
 /// at the provider) by a caller's timeout, as an axum handler is when its client hangs up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_calls_never_let_the_provider_see_more_than_the_limit() {
-    let seed = seed();
+    let seed = common::seed("WAVEGATE_CANCEL_SEED");
     let mut rng = SmallRng::seed_from_u64(seed);
     let service = ms(150);
     let mock = MockUpstream::start(MockUpstreamConfig { service_time: service, ..MockUpstreamConfig::default() })
@@ -139,13 +132,7 @@ async fn cancelled_calls_never_let_the_provider_see_more_than_the_limit() {
         let start_after = ms(rng.random_range(0..=600));
         async move {
             tokio::time::sleep(start_after).await;
-            let call = upstream.request().call(|_| async move {
-                http_get(addr, "/", ms(2_000))
-                    .await
-                    .map(|_| ())
-                    .map_err(|_| Outcome::from_transport(TransportError::Reset))
-            });
-            if tokio::time::timeout(patience, call).await.is_err() {
+            if common::call_given_up(upstream.request(), addr, patience).await {
                 cancelled.fetch_add(1, SeqCst);
             }
         }

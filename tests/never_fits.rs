@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use wavegate::{ErrorKind, Scheduler, UpstreamConfig};
+use wavegate::{ErrorKind, UpstreamConfig};
 
 mod common;
 
@@ -52,7 +52,7 @@ async fn an_estimate_above_the_burst_is_refused_at_once_behind_a_full_limit_and_
 #[cfg(feature = "redis")]
 #[tokio::test]
 async fn in_fallback_the_burst_checked_is_this_processs_share() {
-    use wavegate::{Budget, Mode};
+    use wavegate::{Budget, Mode, Scheduler};
     use wavegate_testkit::RedisServer;
     let mut redis = RedisServer::start().expect("redis-server");
     let build = || Scheduler::builder().upstream(config(4)).redis(redis.url()).build().expect("scheduler");

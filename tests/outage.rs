@@ -176,6 +176,19 @@ async fn redis_down_from_the_start_falls_back_then_joins() {
 }
 
 #[actix::test]
+async fn a_process_knows_its_fleet_from_its_build_on() {
+    let mut redis = RedisServer::start().expect("redis-server");
+    let build = || Scheduler::builder().upstream(upstream(4)).redis(redis.url()).build().expect("scheduler");
+    let (_first, second) = (build(), build());
+    // Redis goes away before any heartbeat of the engine: the startup check's counted both.
+    redis.kill().expect("kill -9");
+    let llm = second.upstream("llm").expect("configured");
+    llm.request().call(|_| async { Ok::<_, Outcome>(()) }).await.expect("calls go on in fallback");
+    assert_eq!(second.mode().await.expect("mode"), Mode::Fallback);
+    assert_eq!(llm.status().await.expect("status").limit, 2, "the share of two processes, not of an unknown fleet");
+}
+
+#[actix::test]
 async fn a_lost_acquire_reply_never_makes_a_second_permit() {
     use wavegate_testkit::{Fault, FaultProxy};
     let redis = RedisServer::start().expect("redis-server");

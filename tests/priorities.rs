@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
-use wavegate::{ErrorKind, Scheduler, Upstream, UpstreamConfig};
+#[cfg(feature = "redis")]
+use wavegate::Scheduler;
+use wavegate::{ErrorKind, Upstream, UpstreamConfig};
 use wavegate_testkit::{MockUpstream, MockUpstreamConfig, http_get};
 
 mod common;

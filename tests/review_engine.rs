@@ -195,104 +195,29 @@ fn shared_members(redis: &RedisServer) -> Vec<String> {
     redis::cmd("ZRANGE").arg("wavegate:{llm}:permits").arg(0).arg(-1).query(&mut con).expect("ZRANGE")
 }
 
-fn seed() -> u64 {
-    use rand::Rng;
-    let seed = std::env::var("WAVEGATE_REVIEW_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| rand::rng().random::<u64>() % 1_000_000);
-    println!("WAVEGATE_REVIEW_SEED={seed}");
-    seed
-}
-
 /// Stress: callers cancelled at random points (waiting, at the provider: held for the hold)
 /// while Redis hangs and comes back several times (its buffered commands run late). The mock
 /// provider referees: never more than the limit at once; and once the holds are over, no
 /// permit is left, here or in the store (a fixed 60 s lease: a leak would still be there).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancellations_across_hangs_of_redis_leave_nothing_behind() {
-    use rand::rngs::SmallRng;
-    use rand::{Rng, SeedableRng};
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-    use wavegate::TransportError;
-    use wavegate_testkit::{MockUpstream, MockUpstreamConfig, http_get};
-
-    let seed = seed();
-    let mut rng = SmallRng::seed_from_u64(seed);
-    let mut redis = RedisServer::start().expect("redis-server");
-    let mock = MockUpstream::start(MockUpstreamConfig { service_time: ms(150), ..MockUpstreamConfig::default() })
-        .expect("mock provider");
-    let limit = 4;
-    let config = UpstreamConfig::builder("llm")
-        .limit(limit as u32)
-        .permit_ttl(Duration::from_secs(60))
-        .call_timeout(ms(1_000))
-        .cancelled_call_hold(ms(300))
-        .max_wait(ms(3_000))
-        .build()
-        .expect("config");
-    let scheduler = Scheduler::builder().upstream(config).redis(redis.url()).build().expect("scheduler");
-    let llm = scheduler.upstream("llm").expect("configured");
-    let addr = mock.addr();
-    let cancelled = Arc::new(AtomicUsize::new(0));
-    let hangs: Vec<(u64, u64)> = (0..3).map(|_| (rng.random_range(200..=800), rng.random_range(100..=600))).collect();
-    let calls = (0..120).map(|_| {
-        let (llm, cancelled) = (llm.clone(), cancelled.clone());
-        let patience = ms(rng.random_range(0..=400));
-        let start_after = ms(rng.random_range(0..=3_000));
-        async move {
-            tokio::time::sleep(start_after).await;
-            let call = llm.request().call(|_| async move {
-                http_get(addr, "/", ms(2_000))
-                    .await
-                    .map(|_| ())
-                    .map_err(|_| Outcome::from_transport(TransportError::Reset))
-            });
-            if tokio::time::timeout(patience, call).await.is_err() {
-                cancelled.fetch_add(1, SeqCst);
-            }
-        }
-    });
-    let nemesis = async {
-        for (before, hang) in hangs {
-            tokio::time::sleep(ms(before)).await;
-            redis.pause().expect("SIGSTOP");
-            tokio::time::sleep(ms(hang)).await;
-            redis.resume().expect("SIGCONT");
-        }
-    };
-    tokio::join!(futures_util::future::join_all(calls), nemesis);
-    println!(
-        "seed {seed}: {} served, {} cancelled, at most {} at the provider at once",
-        mock.served(),
-        cancelled.load(SeqCst),
-        mock.max_in_flight()
-    );
-    assert!(mock.max_in_flight() <= limit, "seed {seed}: the provider saw {} at once", mock.max_in_flight());
-    wait_for_mode(&scheduler, Mode::Shared, Duration::from_secs(5)).await;
-    // The holds (300 ms) and the provider (150 ms) are over; give the releases a moment.
-    tokio::time::sleep(ms(1_000)).await;
-    let status = llm.status().await.expect("status");
-    assert_eq!(status.in_flight_local, 0, "seed {seed}: permits left held here: {status:?}");
-    assert_eq!(shared_members(&redis), Vec::<String>::new(), "seed {seed}: registrations left in the store");
+    cancellations_across_hangs_of_redis(false).await;
 }
 
 /// The same stress with two priority classes and three tenants (the gates choose among heads).
-/// Stress (classes): callers cancelled at random points (waiting, at the provider: held for the hold)
-/// while Redis hangs and comes back several times (its buffered commands run late). The mock
-/// provider referees: never more than the limit at once; and once the holds are over, no
-/// permit is left, here or in the store (a fixed 60 s lease: a leak would still be there).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancellations_across_hangs_of_redis_leave_nothing_behind_with_classes_and_tenants() {
+    cancellations_across_hangs_of_redis(true).await;
+}
+
+async fn cancellations_across_hangs_of_redis(classes: bool) {
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-    use wavegate::TransportError;
-    use wavegate_testkit::{MockUpstream, MockUpstreamConfig, http_get};
+    use wavegate_testkit::{MockUpstream, MockUpstreamConfig};
 
-    let seed = seed();
+    let seed = common::seed("WAVEGATE_REVIEW_SEED");
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut redis = RedisServer::start().expect("redis-server");
     let mock = MockUpstream::start(MockUpstreamConfig { service_time: ms(150), ..MockUpstreamConfig::default() })
@@ -303,12 +228,10 @@ async fn cancellations_across_hangs_of_redis_leave_nothing_behind_with_classes_a
         .permit_ttl(Duration::from_secs(60))
         .call_timeout(ms(1_000))
         .cancelled_call_hold(ms(300))
-        .max_wait(ms(3_000))
-        .class("interactive", 3)
-        .class("batch", 1)
-        .reserve("interactive", 25)
-        .build()
-        .expect("config");
+        .max_wait(ms(3_000));
+    let config =
+        if classes { config.class("interactive", 3).class("batch", 1).reserve("interactive", 25) } else { config };
+    let config = config.build().expect("config");
     let scheduler = Scheduler::builder().upstream(config).redis(redis.url()).build().expect("scheduler");
     let llm = scheduler.upstream("llm").expect("configured");
     let addr = mock.addr();
@@ -322,13 +245,8 @@ async fn cancellations_across_hangs_of_redis_leave_nothing_behind_with_classes_a
         let start_after = ms(rng.random_range(0..=3_000));
         async move {
             tokio::time::sleep(start_after).await;
-            let call = llm.request().priority(class).tenant(tenant).call(|_| async move {
-                http_get(addr, "/", ms(2_000))
-                    .await
-                    .map(|_| ())
-                    .map_err(|_| Outcome::from_transport(TransportError::Reset))
-            });
-            if tokio::time::timeout(patience, call).await.is_err() {
+            let request = if classes { llm.request().priority(class).tenant(tenant) } else { llm.request() };
+            if common::call_given_up(request, addr, patience).await {
                 cancelled.fetch_add(1, SeqCst);
             }
         }

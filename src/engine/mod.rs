@@ -37,6 +37,8 @@ use self::store::Store;
 use crate::error::Error;
 use crate::quota::QuotaBlock;
 use crate::status::{Mode, UpstreamStatus};
+#[cfg(feature = "redis")]
+pub(crate) use coordinator::HEARTBEAT_TTL;
 pub(crate) use lane::{DRAIN_BOUND, Headroom};
 pub(crate) use runtime::{ACTOR_THREAD, ActorThread};
 
@@ -53,16 +55,18 @@ impl Engine {
     /// Starts a lane per upstream and the coordinator: on the current thread's actix arbiter if
     /// there is one (actix-web, `#[actix::main]`), else on a thread of their own.
     /// In local mode, the lanes share the process's in-process gates of `namespace` (`None`:
-    /// gates of their own).
+    /// gates of their own). `process` is this process's instance in the store and the live
+    /// processes its startup heartbeat counted (`None`: unknown yet).
     pub(crate) fn start(
         upstreams: &[UpstreamConfig],
         store: Option<Store>,
         namespace: Option<&str>,
         quotas: &[Arc<QuotaBlock>],
+        process: (Instance, Option<u32>),
     ) -> std::io::Result<Self> {
         let namespace: Option<Arc<str>> = namespace.map(Arc::from);
         let (arbiter, thread) = runtime::arbiter()?;
-        let instance = Instance::random();
+        let (instance, live) = process;
         // The coordinator's mailbox first, so the lanes can be given its address (as actix's
         // `start_in_arbiter` does, with the actor made afterwards).
         let (sender, receiver) = actix::dev::channel::channel(16);
@@ -89,7 +93,7 @@ impl Engine {
             })
             .collect();
         let weak = lanes.iter().map(Addr::downgrade).collect();
-        let actor = Coordinator::new(store, instance, weak, gates);
+        let actor = Coordinator::new(store, instance, weak, gates, live);
         arbiter.spawn_fn(move || {
             let context = Context::with_receiver(receiver);
             actix::spawn(context.into_future(actor));

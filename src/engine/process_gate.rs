@@ -14,7 +14,7 @@ use wavegate_core::{
     ProviderWindows, UpstreamConfig, WaveSignal, WaveSnapshot, WindowReport,
 };
 
-use super::lane::messages::Wake;
+use super::lane::Wake;
 use super::store::{Released, Snapshot};
 
 /// One upstream's in-process gate and the lanes that ask at it.

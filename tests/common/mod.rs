@@ -141,3 +141,25 @@ pub(crate) fn isolated() -> wavegate::SchedulerBuilder {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     Scheduler::builder().key_prefix(format!("test-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)))
 }
+
+/// One call of `request` to the mock provider at `addr`, given up (its future dropped) after
+/// `patience`, as an HTTP handler is cancelled when its client hangs up; whether it was.
+pub(crate) async fn call_given_up(request: wavegate::RequestBuilder<'_>, addr: SocketAddr, patience: Duration) -> bool {
+    let call = request.call(|_| async move {
+        http_get(addr, "/", Duration::from_secs(2))
+            .await
+            .map(|_| ())
+            .map_err(|_| Outcome::from_transport(TransportError::Reset))
+    });
+    tokio::time::timeout(patience, call).await.is_err()
+}
+
+/// The seed of a randomized test: `$var` if set (to replay a run), else a fresh one; printed
+/// either way, so a failure can be replayed.
+pub(crate) fn seed(var: &str) -> u64 {
+    use rand::Rng;
+    let seed =
+        std::env::var(var).ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| rand::rng().random::<u64>() % 1_000_000);
+    println!("{var}={seed}");
+    seed
+}

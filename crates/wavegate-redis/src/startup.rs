@@ -2,7 +2,8 @@
 //!
 //! [`Store::check`] asks the server's version (`HELLO`: Redis 6.2 or newer, since the scripts
 //! use `ZADD GT`; Valkey reports its own), loads the scripts (`SCRIPT LOAD`), runs the
-//! heartbeat script, and for each
+//! heartbeat script for the process (so it knows how many processes share the limits before
+//! its first permit), and for each
 //! upstream runs the reconcile script with nothing to adopt or drop (what every acquire
 //! does first: purge expired leases, apply time, save the state), publishes on its release
 //! channel and claims its configuration. So a wrong password, an ACL user missing a command or
@@ -20,10 +21,6 @@ use crate::connection::Store;
 use crate::error::{Rejection, StoreError};
 use crate::shared_gate::SharedGate;
 
-/// The TTL of the startup check's heartbeat: the scheduler's own (its key's expiry must not
-/// shrink), though the member is removed at once.
-const STARTUP_HEARTBEAT_TTL: Duration = Duration::from_secs(30);
-
 /// The oldest server the scripts run on: `ZADD … GT` came with Redis 6.2.
 pub const MIN_REDIS_VERSION: (u32, u32) = (6, 2);
 
@@ -37,6 +34,8 @@ pub struct ServerInfo {
     /// What works but not as it should: the release channels cannot be published to (the
     /// ACL user lacks the channel rights), so processes wake one another by polling only.
     pub warnings: Vec<String>,
+    /// Live processes counted by the check's heartbeat, this one included.
+    pub live: u32,
 }
 
 impl Store {
@@ -48,25 +47,22 @@ impl Store {
         Ok(store)
     }
 
-    /// Checks that the server can serve `gates` with this configuration: see the module docs.
-    /// Bounded: one connect timeout plus a command timeout per command.
-    pub async fn check(&self, gates: &[SharedGate]) -> Result<ServerInfo, StoreError> {
+    /// Checks that the server can serve `gates` with this configuration, and beats the heartbeat
+    /// of the process `instance` (kept for `heartbeat_ttl`): see the module docs. Bounded: one
+    /// connect timeout plus a command timeout per command.
+    pub async fn check(
+        &self,
+        gates: &[SharedGate],
+        instance: &str,
+        heartbeat_ttl: Duration,
+    ) -> Result<ServerInfo, StoreError> {
         let mut info = self.server_info().await?;
         self.update_health(|h| h.server = Some(format!("{} {}", info.name, info.version)));
         self.preload_scripts().await?;
-        // The heartbeat script (ZADD on the instances key) under a member of its own, removed
-        // at once. Its TTL must be a real one: the script sets the whole key's expiry to twice
-        // the TTL, so a short one would wipe every process's heartbeat (and a process starting
-        // then would believe it is alone). Another process's heartbeat between the two
-        // commands counts one process too many: the safe side (a smaller fallback share).
-        const MEMBER: &str = "wavegate-startup-check";
-        self.heartbeat(MEMBER, STARTUP_HEARTBEAT_TTL).await?;
-        let instances = self.config().keyspace.instances();
-        let _removed: i64 = self
-            .bounded("ZREM", self.config().command_timeout, |mut c| async move {
-                redis::cmd("ZREM").arg(instances).arg(MEMBER).query_async(&mut c).await
-            })
-            .await?;
+        // The process's first heartbeat: the fallback shares are known before its first
+        // permit. Its TTL must be the scheduler's own: the script sets the whole key's expiry
+        // to twice the TTL, so a short one would wipe every process's heartbeat.
+        info.live = self.heartbeat(instance, heartbeat_ttl).await?;
         for gate in gates {
             gate.reconcile(&[], &[], Duration::from_secs(1), (0, 0)).await?;
             // The scripts publish with `pcall` and waiters poll as well: without channel
@@ -116,7 +112,7 @@ impl Store {
                 detail: format!("the server is redis {version}; wavegate needs {major}.{minor} or newer"),
             });
         }
-        Ok(ServerInfo { name, version, warnings: Vec::new() })
+        Ok(ServerInfo { name, version, warnings: Vec::new(), live: 0 })
     }
 }
 

@@ -330,3 +330,16 @@ async fn permits_adopted_during_a_cooldown_cannot_cut_the_same_burst_again() {
     assert!(matches!(late.rate_limit, Some(wavegate_core::RateLimitEffect::Late { .. })), "{late:?}");
     assert_eq!((late.status.limit, late.status.wave), (5, 2), "one burst, one cut");
 }
+
+#[tokio::test]
+async fn the_startup_check_counts_the_live_processes_this_one_included() {
+    let server = RedisServer::start().expect("redis-server");
+    let store = Store::connect(StoreConfig::new(server.url())).await.expect("store");
+    let gates = [gate(&server, "check", 2).await];
+    let first = store.check(&gates, "process-a", LEASE).await.expect("check");
+    assert_eq!(first.live, 1, "{first:?}");
+    let second = store.check(&gates, "process-b", LEASE).await.expect("check");
+    assert_eq!(second.live, 2, "the first process's heartbeat is kept: {second:?}");
+    let again = store.check(&gates, "process-b", LEASE).await.expect("check");
+    assert_eq!(again.live, 2, "a process is counted once: {again:?}");
+}

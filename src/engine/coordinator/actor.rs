@@ -20,7 +20,7 @@ const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 /// a process cut off from the store for a while (a partial outage, a long pause) is still
 /// counted by the others when they compute their fallback shares. A process that is gone for
 /// good makes the others' shares smaller (the safe side) for this long.
-pub(super) const HEARTBEAT_TTL: Duration = Duration::from_secs(30);
+pub(crate) const HEARTBEAT_TTL: Duration = Duration::from_secs(30);
 /// How often each upstream's configuration is claimed (the claim stands for a minute).
 const CONFIG_CLAIM_EVERY: Duration = Duration::from_secs(10);
 
@@ -54,11 +54,12 @@ impl Coordinator {
         instance: Instance,
         lanes: Vec<WeakAddr<Lane>>,
         gates: Vec<Option<SharedGate>>,
+        live: Option<u32>,
     ) -> Self {
         let mode = if store.is_some() { Mode::Shared } else { Mode::Local };
         let cluster = store.as_ref().is_some_and(store::is_cluster);
         let (domains, domain_of) = domains::split(lanes.len(), cluster, mode);
-        Self {
+        let mut coordinator = Self {
             store,
             instance,
             lanes,
@@ -69,7 +70,11 @@ impl Coordinator {
             live_peak: None,
             rejection_logged: None,
             heartbeat_logged: None,
+        };
+        if let Some(live) = live {
+            coordinator.note_live(live);
         }
+        coordinator
     }
 
     /// The domain whose mode the heartbeat's failures switch: the whole store on one server.

@@ -21,3 +21,5 @@ mod pubsub;
 mod rejection;
 
 pub(crate) use actor::Coordinator;
+#[cfg(feature = "redis")]
+pub(crate) use actor::HEARTBEAT_TTL;

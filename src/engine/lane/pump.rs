@@ -303,7 +303,7 @@ impl Lane {
 
     /// Drops the waiters whose caller went away and gives their breaker tickets back.
     pub(super) fn give_back_abandoned_tickets(&mut self) {
-        self.waiters.len(); // drops them
+        self.waiters.purge_gone();
         let abandoned = self.waiters.take_abandoned_tickets();
         if abandoned.is_empty() {
             return;

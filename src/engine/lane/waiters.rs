@@ -134,7 +134,15 @@ impl Waiters {
 
     /// Callers still waiting (those that gave up are dropped first).
     pub(crate) fn len(&mut self) -> usize {
-        self.lens().into_iter().sum()
+        self.purge_gone();
+        self.queues.iter().map(VecDeque::len).sum()
+    }
+
+    /// Drops the waiters whose caller gave up (their tickets go to the abandoned ones).
+    pub(crate) fn purge_gone(&mut self) {
+        for class in 0..self.queues.len() {
+            self.retain_live(class);
+        }
     }
 
     /// Callers of each class still waiting.

@@ -20,7 +20,6 @@
 //!    own wave in NORMAL, the one before otherwise ([`LocalGate::adopt`]); a permit of a
 //!    shared wave older than the last one seen stays older (its 429 is late here too).
 
-use std::borrow::Borrow;
 use std::num::NonZeroU32;
 
 use crate::clock::duration_ms;
@@ -73,7 +72,7 @@ pub struct Fallback<K> {
 impl LocalGate {
     /// The gate that takes over `config`'s upstream when the shared store goes away at
     /// `now_ms`: see the module's rules.
-    pub fn fallback<K: Borrow<str>>(config: &UpstreamConfig, start: FallbackStart<K>, now_ms: u64) -> Fallback<K> {
+    pub fn fallback<K: AsRef<str>>(config: &UpstreamConfig, start: FallbackStart<K>, now_ms: u64) -> Fallback<K> {
         let base = config.limit().get();
         // Until a heartbeat has told how many processes share the limit, assume the worst:
         // as many as the limit, so each takes one (or the configured fallback limit).
@@ -107,7 +106,7 @@ impl LocalGate {
             .held
             .into_iter()
             .map(|(id, shared_wave)| {
-                let local = gate.adopt(id.borrow(), now_ms, lease_ms);
+                let local = gate.adopt(id.as_ref(), now_ms, lease_ms);
                 let wave = if shared_wave < last.wave { local.saturating_sub(1) } else { local };
                 (id, wave)
             })
