@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use reqwest_middleware::ClientBuilder;
 use wavegate::middleware::reqwest::WavegateMiddleware;
-use wavegate::{Scheduler, UpstreamConfig};
+use wavegate::UpstreamConfig;
 use wavegate_testkit::{MockUpstream, MockUpstreamConfig};
 
 mod common;
