@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use reqwest_middleware::ClientBuilder;
-use wavegate::middleware::reqwest::WavegateMiddleware;
 use wavegate::UpstreamConfig;
+use wavegate::middleware::reqwest::WavegateMiddleware;
 use wavegate_testkit::{MockUpstream, MockUpstreamConfig};
 
 mod common;
