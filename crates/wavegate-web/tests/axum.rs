@@ -132,7 +132,8 @@ async fn the_apps_own_recorder_handle_is_rendered() {
     let handle = wavegate_web::install_prometheus().expect("recorder");
     let scheduler =
         Scheduler::builder().upstream(UpstreamConfig::builder("own").build().unwrap()).build().expect("scheduler");
-    scheduler.call("own", |_| async { Ok::<_, Outcome>(()) }).await.expect("a call");
+    let own = scheduler.upstream("own").expect("configured");
+    own.request().call(|_| async { Ok::<_, Outcome>(()) }).await.expect("a call");
     let app: Router = wavegate_web::axum::router_with_handle(scheduler, handle);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("address");
