@@ -21,6 +21,7 @@ mod process_gate;
 pub(crate) mod request;
 mod runtime;
 pub(crate) mod store;
+mod wake;
 
 use std::sync::Arc;
 

@@ -14,8 +14,8 @@ use wavegate_core::{
     ProviderWindows, UpstreamConfig, WaveSignal, WaveSnapshot, WindowReport,
 };
 
-use super::lane::Wake;
 use super::store::{Released, Snapshot};
+use super::wake::Wake;
 
 /// One upstream's in-process gate and the lanes that ask at it.
 #[derive(Debug)]

@@ -12,7 +12,8 @@ use std::time::Duration;
 use actix::WeakAddr;
 use wavegate_redis::{ReleaseSubscription, Store};
 
-use crate::engine::lane::{Lane, Wake};
+use crate::engine::lane::Lane;
+use crate::engine::wake::Wake;
 
 const RESUBSCRIBE_MIN: Duration = Duration::from_millis(100);
 const RESUBSCRIBE_MAX: Duration = Duration::from_secs(2);

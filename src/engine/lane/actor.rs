@@ -9,13 +9,14 @@ use wavegate_core::{CircuitBreaker, Instance, PermitId, RetryBudget, UpstreamCon
 
 use super::book::OutageBook;
 use super::gauges::Gauges;
-use super::messages::{Acquire, DRAIN_BOUND, Drain, DrainReply, ReadMode, StoreTrouble, Wake};
+use super::messages::{Acquire, DRAIN_BOUND, Drain, DrainReply, ReadMode, StoreTrouble};
 use super::waiters::Waiters;
 use crate::engine::clock::{EngineClock, Instant};
 use crate::engine::gate::Gate;
 use crate::engine::grant::Finish;
 use crate::engine::process_gate::{self, ProcessGate};
 use crate::engine::store::{Reconciled, SharedGate, Store};
+use crate::engine::wake::Wake;
 use crate::metrics;
 use crate::quota::QuotaBlock;
 use crate::status::Mode;

@@ -23,11 +23,6 @@ pub(crate) struct Acquire {
     pub(crate) reply: oneshot::Sender<Result<Grant, Error>>,
 }
 
-/// Something may have freed a permit (a release announced on pub/sub): ask again.
-#[derive(Debug, Message)]
-#[rtype(result = "()")]
-pub(crate) struct Wake;
-
 /// Read the upstream's status as this process sees it (the shared store's part included).
 #[derive(Debug, Message)]
 #[rtype(result = "()")]

@@ -25,6 +25,6 @@ mod status;
 mod waiters;
 
 pub(crate) use actor::{Lane, LaneSetup};
-pub(crate) use messages::{Acquire, DRAIN_BOUND, Drain, DrainReply, ReadMode, ReadStatus, StoreTrouble, Wake};
+pub(crate) use messages::{Acquire, DRAIN_BOUND, Drain, DrainReply, ReadMode, ReadStatus, StoreTrouble};
 pub(crate) use outage::{Reconcile, Switch};
 pub(crate) use status::{Headroom, ReadHeadroom};
