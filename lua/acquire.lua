@@ -118,7 +118,7 @@ if classes and instance ~= '' then
 end
 local id, tokens = ask.id, ask.tokens
 -- [provider windows] checked after the wave and the limit, before the budgets (provider_window.lua)
-local windows = pw_load()
+local windows = pw_load(now)
 local window_wait = pw_wait(windows, now, tokens)
 -- [/provider windows]
 local result

@@ -9,22 +9,36 @@
 -- pw_tokens_left, pw_tokens_until (ms of Redis TIME; an end of 0 or in the past: no window).
 --
 -- Rules:
---   * a report of R left with a reset in D, with N other calls in flight (each assumed to cost
---     one request and as many tokens as the reporting call reserved): R - cost(N) is left, until
---     now + D; a report of the same window (ending no later than the known end plus
---     PW_SAME_WINDOW ms) only lowers what is left, a later window replaces it;
+--   * a report of R left with a reset in D (at most PW_MAX_RESET ms: a day), with N other calls
+--     in flight (each assumed to cost one request and as many tokens as the reporting call
+--     reserved): R - cost(N) is left, until now + D; a report of the same window (ending within
+--     PW_SAME_WINDOW ms of the known end) only lowers what is left, a later window replaces it,
+--     and so does an earlier one (an older answer's end only ever lies later: an earlier end
+--     is the provider's newer word);
+--   * what is left is at most PW_MOST_LEFT; an end read back lies at most PW_MAX_RESET ms after now (a backward jump of TIME, a
+--     value written by hand): no window outlives its clamp;
 --   * a grant costs one request and its token estimate while a window runs;
 --   * while a window runs with less left than a grant needs, grants wait until its end; a spent
 --     tokens window refuses even a grant that reserves no tokens.
 
 local PW_SAME_WINDOW = 1000
+local PW_MAX_RESET = 86400000
+local PW_MOST_LEFT = 1000000000000000
 local PW_NAMES = { 'requests', 'tokens' }
 
-local function pw_load()
+-- A stored number as what it may mean: an integer in [0, most], 0 when unreadable.
+local function pw_clamp(value, most)
+  local n = tonumber(value)
+  if n == nil or n ~= n or n < 0 then return 0 end
+  return math.floor(math.min(n, most))
+end
+
+local function pw_load(now)
   local v = redis.call('HMGET', KEYS[2], 'pw_requests_left', 'pw_requests_until', 'pw_tokens_left', 'pw_tokens_until')
+  local last = now + PW_MAX_RESET
   return {
-    requests = { left = tonumber(v[1]) or 0, ['until'] = tonumber(v[2]) or 0 },
-    tokens = { left = tonumber(v[3]) or 0, ['until'] = tonumber(v[4]) or 0 },
+    requests = { left = pw_clamp(v[1], PW_MOST_LEFT), ['until'] = pw_clamp(v[2], last) },
+    tokens = { left = pw_clamp(v[3], PW_MOST_LEFT), ['until'] = pw_clamp(v[4], last) },
   }
 end
 
@@ -65,9 +79,9 @@ end
 -- by the calls still in flight.
 local function pw_report_one(t, now, remaining, reset_ms, others_cost)
   if reset_ms == 0 then return end
-  local ends = now + reset_ms
-  local estimate = math.max(0, remaining - others_cost)
-  if now < t['until'] and ends <= t['until'] + PW_SAME_WINDOW then
+  local ends = now + math.min(reset_ms, PW_MAX_RESET)
+  local estimate = math.max(0, math.min(remaining, PW_MOST_LEFT) - others_cost)
+  if now < t['until'] and math.abs(ends - t['until']) <= PW_SAME_WINDOW then
     t.left = math.min(t.left, estimate)
     t['until'] = math.max(t['until'], ends)
   else

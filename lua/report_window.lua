@@ -8,16 +8,20 @@
 --         provider may not have counted yet; this one is not counted, held or already released.
 -- ARGV[7] the requests limit announced, or '' when none with a known window   ARGV[8] its window, ms
 -- ARGV[9] the tokens limit announced, or ''                                   ARGV[10] its window, ms
+-- ARGV[11] '1': forget the windows kept before taking the report in (an operator's clear), '0'
 -- See provider_window.lua and learned_limit.lua for the rules.
 -- Reply: {requests_left, requests_wait_ms, tokens_left, tokens_wait_ms} (a wait of 0: the
 --        window does not run)
-if #ARGV ~= 10 then return fail('report_window', 'expected 10 ARGV, got ' .. #ARGV) end
+if #ARGV ~= 11 then return fail('report_window', 'expected 11 ARGV, got ' .. #ARGV) end
 local now = now_ms()
 purge(now)
 local others = redis.call('ZCARD', KEYS[1])
 if ARGV[6] ~= '' and redis.call('ZSCORE', KEYS[1], ARGV[6]) then others = others - 1 end
 local tokens_each = to_int(ARGV[5], 'tokens each')
-local w = pw_load()
+local w = pw_load(now)
+if ARGV[11] == '1' then
+  w = { requests = { left = 0, ['until'] = 0 }, tokens = { left = 0, ['until'] = 0 } }
+end
 if ARGV[1] ~= '' then
   pw_report_one(w.requests, now, to_int(ARGV[1], 'requests left'), to_int(ARGV[2], 'requests reset'), others)
 end

@@ -34,6 +34,10 @@ pub(crate) async fn acquire_permit(
 ) -> Result<Permit, Error> {
     let grant = inner.engine.acquire(upstream, request.clone(), kind, wait_until).await?;
     let config = &inner.upstreams[upstream];
-    let quota = QuotaRef { block: inner.quota[upstream].clone(), pause: config.quota_pause() };
+    let quota = QuotaRef {
+        block: inner.quota[upstream].clone(),
+        pause: config.quota_pause(),
+        retry_after_cap: config.wave().cooldown.max(),
+    };
     Ok(Permit::new(grant, inner.names[upstream].clone(), quota))
 }

@@ -48,7 +48,7 @@ pub(crate) async fn acquire(inner: &Inner, upstream: usize, request: Request) ->
             if error.kind() == ErrorKind::WaitedTooLong
                 && request.deadline.is_some_and(|deadline| Instant::now() >= deadline) =>
         {
-            Err(deadline_passed())
+            Err(Error::deadline_passed_waiting(config.name().as_str(), &error))
         }
         result => result,
     }

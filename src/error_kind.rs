@@ -38,6 +38,9 @@ pub enum ErrorKind {
     UnknownClass,
     /// The scheduler's actors are gone (the actix system is shutting down).
     Stopped,
+    /// An operation that needs the shared store (an operator's clear of a provider window)
+    /// could not reach it; nothing was changed for the fleet. Try again once it is back.
+    StoreUnavailable,
 }
 
 impl ErrorKind {
@@ -55,6 +58,7 @@ impl ErrorKind {
             ErrorKind::QuotaExhausted => "quota_exhausted",
             ErrorKind::UnknownClass => "unknown_class",
             ErrorKind::Stopped => "stopped",
+            ErrorKind::StoreUnavailable => "store_unavailable",
         }
     }
 

@@ -33,6 +33,8 @@ pub struct Permit {
 pub(crate) struct QuotaRef {
     pub(crate) block: Arc<QuotaBlock>,
     pub(crate) pause: Duration,
+    /// The longest a `Retry-After` alone may pause the fleet: the upstream's `max_cooldown`.
+    pub(crate) retry_after_cap: Duration,
 }
 
 impl Permit {
@@ -112,7 +114,7 @@ impl Permit {
     pub fn report_usage(self, outcome: Outcome, tokens: u64) {
         crate::provider_signals::observe(&self.name, &outcome, &self.quota.block, self.quota.pause);
         crate::metrics::upstream_call(&self.name, outcome.label(), self.granted_at.elapsed());
-        let window = outcome.window_report();
+        let window = outcome.window_report(self.quota.retry_after_cap);
         self.grant.finish(outcome.wave_signal(), outcome.breaker_result(), tokens, window);
     }
 

@@ -96,6 +96,20 @@ impl Upstream {
         self.inner.engine.mode(Some(self.index)).await
     }
 
+    /// Forgets the provider's windows kept for the upstream ("0 left until T", from a header,
+    /// a body or a `Retry-After`): in shared mode for the whole fleet (every process looks at
+    /// the shared window again within about a second and admits), in local mode for the
+    /// process. For a window a broken answer set; logged as a warning.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::StoreUnavailable`](crate::ErrorKind::StoreUnavailable) when the shared
+    /// store did not answer (this process's own gate is cleared anyway),
+    /// [`ErrorKind::Stopped`](crate::ErrorKind::Stopped) when the scheduler stopped.
+    pub async fn clear_window(&self) -> Result<(), Error> {
+        self.inner.engine.clear_windows(self.index).await
+    }
+
     /// Lifts the refusal a spent quota put on the upstream in this process (an operator's
     /// reset, e.g. after paying the bill); says whether there was one. See
     /// [`ErrorKind::QuotaExhausted`](crate::ErrorKind::QuotaExhausted).

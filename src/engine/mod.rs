@@ -32,7 +32,7 @@ use wavegate_core::{Instance, UpstreamConfig};
 use self::clock::Instant;
 use self::coordinator::Coordinator;
 use self::grant::Grant;
-use self::lane::{Acquire, Drain, DrainReply, Lane, LaneSetup, ReadHeadroom, ReadMode, ReadStatus};
+use self::lane::{Acquire, ClearWindows, Drain, DrainReply, Lane, LaneSetup, ReadHeadroom, ReadMode, ReadStatus};
 use self::request::{AttemptKind, Request};
 use self::store::Store;
 use crate::error::Error;
@@ -123,6 +123,14 @@ impl Engine {
         let (reply, answer) = oneshot::channel();
         self.lanes[upstream].do_send(ReadStatus { reply });
         answer.await.map_err(|_| Error::stopped())
+    }
+
+    /// Forgets `upstream`'s provider windows: for the fleet in shared mode, in this process's
+    /// gate in local mode (and for its next fallback either way).
+    pub(crate) async fn clear_windows(&self, upstream: usize) -> Result<(), Error> {
+        let (reply, answer) = oneshot::channel();
+        self.lanes[upstream].do_send(ClearWindows { reply });
+        answer.await.map_err(|_| Error::stopped())?
     }
 
     /// Where `upstream`'s permits come from now, or (`None`) the process's least shared mode.

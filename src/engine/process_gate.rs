@@ -108,6 +108,11 @@ impl ProcessGate {
         self.gate.lock().report_window(id.as_str(), report, now_ms, tokens_each);
     }
 
+    /// Forgets the provider's windows (an operator's clear).
+    pub(crate) fn clear_windows(&self) {
+        self.gate.lock().clear_windows();
+    }
+
     /// The wave state and the permits held.
     pub(crate) fn snapshot(&self, now_ms: u64) -> Snapshot {
         let (wave, held) = self.gate.lock().status(now_ms);

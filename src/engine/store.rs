@@ -133,6 +133,11 @@ mod present {
         async move { gate.report_window(id.as_str(), report, tokens).await.map(|_| ()) }.boxed_local()
     }
 
+    pub(crate) fn clear_windows(gate: &SharedGate) -> GateFuture<()> {
+        let gate = gate.clone();
+        async move { gate.clear_windows().await.map(|_| ()) }.boxed_local()
+    }
+
     pub(crate) fn reconcile(
         gate: &SharedGate,
         adopt: Vec<PermitId>,
@@ -286,6 +291,10 @@ mod absent {
         match *gate {}
     }
 
+    pub(crate) fn clear_windows(gate: &SharedGate) -> GateFuture<()> {
+        match *gate {}
+    }
+
     pub(crate) fn reconcile(
         gate: &SharedGate,
         _: Vec<PermitId>,
@@ -335,6 +344,6 @@ mod absent {
 
 #[cfg(not(feature = "redis"))]
 pub(crate) use absent::{
-    acquire, claim_config, finish, heartbeat, is_cluster, ping, preload, probe, reconcile, rejected, rejection, renew,
-    report_window, shared_gate, status,
+    acquire, claim_config, clear_windows, finish, heartbeat, is_cluster, ping, preload, probe, reconcile, rejected,
+    rejection, renew, report_window, shared_gate, status,
 };

@@ -529,6 +529,11 @@ impl LocalGate {
         self.windows
     }
 
+    /// Forgets the provider's windows (an operator's clear; `lua/clear_window.lua`).
+    pub fn clear_windows(&mut self) {
+        self.windows.clear();
+    }
+
     /// Settles a token reservation on the upstream's tokens budget: `delta` more tokens
     /// (negative: fewer) were used than reserved at acquire. ([`finish`](Self::finish) does it,
     /// the class's budget too.)

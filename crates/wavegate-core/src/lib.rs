@@ -91,7 +91,9 @@ pub use ledger::{HeldPermit, PermitLedger};
 pub use outcome::{Outcome, Transient, TransportError};
 pub use permit_id::{BadPermitId, Instance, PermitId, TenantTag};
 pub use pool::{MemberView, PoolConfig, PoolConfigBuilder, PoolConfigError, PoolPolicy};
-pub use provider_window::{ProviderWindows, SAME_WINDOW_MS, TrackedWindow, WindowLeft, WindowReport};
+pub use provider_window::{
+    MAX_WINDOW_LEFT, MAX_WINDOW_MS, ProviderWindows, SAME_WINDOW_MS, TrackedWindow, WindowLeft, WindowReport,
+};
 pub use rate_limit_kind::RateLimitKind;
 pub use retry_after::{RetryAfterError, parse_retry_after};
 pub use retry_budget::{RetryBudget, RetryBudgetConfig};

@@ -146,7 +146,7 @@ impl Outcome {
     /// let signals = ProviderSignals::from_headers(headers.iter().map(|(n, v)| (*n, v.as_bytes())), SystemTime::now());
     /// let outcome = Outcome::from_signals(429, None, signals);
     /// assert_eq!(outcome.rate_limit_kind(), Some(RateLimitKind::RateWindow));
-    /// assert!(outcome.window_report().is_some());
+    /// assert!(outcome.window_report(std::time::Duration::from_secs(60)).is_some());
     /// ```
     pub fn from_signals(status: u16, error_code: Option<&str>, signals: ProviderSignals) -> Self {
         let retry_after = signals.retry_after;
@@ -266,8 +266,19 @@ impl Outcome {
 
     /// What is left of the provider's windows, for the fleet ([`ProviderWindows`](crate::ProviderWindows)):
     /// what a 2xx or a refusal reported, and for a rate-window refusal that named no spent
-    /// window with a reset, a spent requests window until its `Retry-After`.
-    pub fn window_report(&self) -> Option<WindowReport> {
+    /// window with a reset, a spent requests window until its `Retry-After`, at most
+    /// `retry_after_cap` (the upstream's [`max_cooldown`](crate::UpstreamConfigBuilder::max_cooldown)):
+    /// a `Retry-After` alone pauses the fleet no longer than it would cool a wave down.
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use wavegate_core::Outcome;
+    ///
+    /// let day = Outcome::from_status(429, Some("86400"), SystemTime::now()).with_error_code("rate_limit_exceeded");
+    /// let report = day.window_report(Duration::from_secs(60)).expect("a pause");
+    /// assert_eq!(report.requests.map(|left| left.reset_ms), Some(60_000));
+    /// ```
+    pub fn window_report(&self, retry_after_cap: Duration) -> Option<WindowReport> {
         match self {
             Outcome::Success { signals, .. } => WindowReport::from_signals(signals),
             Outcome::RateLimited { kind, signals, retry_after, .. } => {
@@ -277,7 +288,7 @@ impl Outcome {
                 match (kind, names_spent, signals.exhausted_for().or(*retry_after)) {
                     (RateLimitKind::RateWindow, false, Some(pause)) => {
                         let mut report = report.unwrap_or_default();
-                        report.requests = WindowReport::spent_for(pause).requests;
+                        report.requests = WindowReport::spent_for(pause.min(retry_after_cap)).requests;
                         Some(report)
                     }
                     _ => report,
@@ -404,8 +415,10 @@ mod tests {
         assert_eq!(window.rate_limit_kind(), Some(RateLimitKind::RateWindow));
         assert!(window.is_retryable());
         assert_eq!(window.wave_signal(), WaveSignal::Neutral, "a rate window cuts no concurrency");
-        let report = window.window_report().expect("a pause");
+        let report = window.window_report(Duration::from_secs(60)).expect("a pause");
         assert_eq!(report.requests.map(|left| (left.remaining, left.reset_ms)), Some((0, 20_000)));
+        let capped = window.window_report(Duration::from_secs(5)).expect("a pause");
+        assert_eq!(capped.requests.map(|left| left.reset_ms), Some(5_000), "a Retry-After alone is capped");
         let busy = Outcome::from_status(503, Some("2"), now);
         assert_eq!(busy.rate_limit_kind(), Some(RateLimitKind::Overloaded));
         assert_eq!(busy.status(), Some(503));

@@ -13,10 +13,14 @@
 //!   one may not be counted by the provider yet, so `R` minus what they cost (one request each;
 //!   for tokens, as much as the reporting call reserved each) is what is left. The window ends
 //!   at now + `D`.
-//! * A report of the same window (ending no later than the known end plus
-//!   [`SAME_WINDOW_MS`]) only ever lowers what is left: responses arrive out of order, and an
-//!   older answer must not hand back what a newer one took. A report of a later window
-//!   replaces the known one.
+//! * A window ends at most [`MAX_RESET`] after the report that announced it (a day): no answer
+//!   can pause the fleet for longer, and no end reaches the store as a number it cannot return.
+//! * A report of the same window (ending within [`SAME_WINDOW_MS`] of the known end) only ever
+//!   lowers what is left: responses arrive out of order, and an older answer must not hand back
+//!   what a newer one took. A report of a later window replaces the known one, and so does one
+//!   that ends earlier: an older answer's end, read on arrival, only ever lies later than the
+//!   truth, so an earlier end is the provider's newer word (a 200 saying 999 left for the next
+//!   minute ends a pause a `Retry-After` of a day started).
 //! * A grant costs one request and its token estimate from what is left while the window runs.
 //! * While a window runs with less left than a grant needs, every grant is refused until its
 //!   end ([`DenyReason::ProviderWindow`](crate::DenyReason::ProviderWindow)); a window whose
@@ -37,12 +41,19 @@ use std::time::Duration;
 
 use crate::clock::duration_ms;
 use crate::learned_limit::LearnedLimits;
-use crate::signals::ProviderSignals;
+use crate::signals::{MAX_RESET, ProviderSignals};
 
 /// How far a report's window end may lie past the known one and still be the same window:
 /// RFC 3339 resets (Anthropic) are often whole seconds, so one window's end is read up to a
 /// second apart.
 pub const SAME_WINDOW_MS: u64 = 1_000;
+
+/// The longest a window runs after the report that announced it, in milliseconds: [`MAX_RESET`].
+pub const MAX_WINDOW_MS: u64 = MAX_RESET.as_secs() * 1_000;
+
+/// The most a window can have left: more than any provider announces, and a number every
+/// twin (Lua's doubles included) keeps exactly.
+pub const MAX_WINDOW_LEFT: u64 = 1_000_000_000_000_000;
 
 /// What is left of one window, relative to the response that said it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -81,10 +92,11 @@ impl WindowReport {
         (!report.is_empty()).then_some(report)
     }
 
-    /// A spent requests window for `reset` (a rate-window 429 that named no window).
+    /// A spent requests window for `reset` (a rate-window 429 that named no window), at most
+    /// [`MAX_RESET`].
     pub fn spent_for(reset: Duration) -> Self {
         Self {
-            requests: Some(WindowLeft { remaining: 0, reset_ms: duration_ms(reset) }),
+            requests: Some(WindowLeft { remaining: 0, reset_ms: duration_ms(reset.min(MAX_RESET)) }),
             tokens: None,
             limits: LearnedLimits::default(),
         }
@@ -111,13 +123,14 @@ impl TrackedWindow {
     }
 
     fn report(&mut self, left: WindowLeft, now_ms: u64, others_cost: u64) {
-        let until = now_ms.saturating_add(left.reset_ms);
-        let estimate = left.remaining.saturating_sub(others_cost);
+        let until = now_ms.saturating_add(left.reset_ms.min(MAX_WINDOW_MS));
+        let estimate = left.remaining.min(MAX_WINDOW_LEFT).saturating_sub(others_cost);
         if left.reset_ms == 0 {
             // It resets now: nothing to keep.
             return;
         }
-        if self.runs(now_ms) && until <= self.until_ms.saturating_add(SAME_WINDOW_MS) {
+        let same = self.runs(now_ms) && until.abs_diff(self.until_ms) <= SAME_WINDOW_MS;
+        if same {
             self.left = self.left.min(estimate);
             self.until_ms = self.until_ms.max(until);
         } else {
@@ -175,6 +188,11 @@ impl ProviderWindows {
         self.requests.charge(now_ms, 1);
         self.tokens.charge(now_ms, tokens);
     }
+
+    /// Forgets both windows (an operator's clear): grants go on as if no report had come.
+    pub fn clear(&mut self) {
+        *self = Self::default();
+    }
 }
 
 #[cfg(test)]
@@ -206,6 +224,23 @@ mod tests {
         // A later window replaces it.
         w.report(requests(50, 60_000), 11_000, 0, 0);
         assert_eq!(w.requests, TrackedWindow { left: 50, until_ms: 71_000 });
+    }
+
+    #[test]
+    fn an_earlier_end_shortens_the_window_and_no_window_outlives_a_day() {
+        let mut w = ProviderWindows::default();
+        // A Retry-After of a day, then a 200 saying 999 are left for the next minute.
+        w.report(WindowReport::spent_for(Duration::from_secs(86_400)), 0, 0, 0);
+        assert_eq!(w.wait_ms(1_000, 0), Some(86_399_000));
+        w.report(requests(999, 60_000), 2_000, 0, 0);
+        assert_eq!(w.requests, TrackedWindow { left: 999, until_ms: 62_000 });
+        assert_eq!(w.wait_ms(2_000, 0), None, "the provider's newer word ends the pause");
+        // An absurd reset is a day at most, and the end stays a number the store can return.
+        w.report(requests(0, u64::MAX), 3_000, 0, 0);
+        assert_eq!(w.requests.until_ms, 3_000 + MAX_WINDOW_MS);
+        assert_eq!(WindowReport::spent_for(Duration::MAX).requests.map(|r| r.reset_ms), Some(MAX_WINDOW_MS));
+        w.clear();
+        assert_eq!(w.wait_ms(4_000, 0), None, "cleared");
     }
 
     #[test]

@@ -83,7 +83,7 @@ proptest! {
         for status in [200, 429, 503, 529] {
             for code in [None, Some("insufficient_quota"), Some("rate_limit_error")] {
                 let outcome = Outcome::from_signals(status, code, signals);
-                let _ = outcome.window_report();
+                let _ = outcome.window_report(std::time::Duration::from_secs(60));
                 let _ = outcome.wave_signal();
                 let _ = outcome.to_string();
             }
@@ -155,7 +155,7 @@ fn an_insufficient_quota_with_a_spent_window_is_a_rate_window() {
     ];
     let outcome = Outcome::from_signals(429, Some("insufficient_quota"), read(&headers));
     assert_eq!(outcome.rate_limit_kind(), Some(RateLimitKind::RateWindow));
-    let report = outcome.window_report().expect("the spent window");
+    let report = outcome.window_report(std::time::Duration::from_secs(60)).expect("the spent window");
     assert_eq!(report.tokens.map(|t| (t.remaining, t.reset_ms)), Some((0, 41_000)));
     assert!(!read(&headers).unreadable.contains(SignalKind::TokensReset));
 }

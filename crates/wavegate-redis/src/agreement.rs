@@ -371,7 +371,8 @@ fn disagreement(
                     },
                 };
                 local.report_window("", report, now, 10);
-                eval(con, &scripts.report_window, &calls::report_window(keys, "", report, 10), now).map_err(at)?;
+                eval(con, &scripts.report_window, &calls::report_window(keys, "", report, 10, false), now)
+                    .map_err(at)?;
             }
             StepIn::Advance { ms } => now += ms,
         }

@@ -287,10 +287,21 @@ pub(crate) fn reconcile<'a>(
 }
 
 /// `report_window.lua`: each window's remaining and reset, the tokens each, the reporting id,
-/// each announced limit and its window (`''` for what the report does not say).
-pub(crate) fn report_window<'a>(keys: &'a UpstreamKeys, id: &str, report: WindowReport, tokens_each: u64) -> Call<'a> {
+/// each announced limit and its window (`''` for what the report does not say), and whether
+/// the windows kept are cleared first (an operator's clear, with an empty report).
+pub(crate) fn report_window<'a>(
+    keys: &'a UpstreamKeys,
+    id: &str,
+    report: WindowReport,
+    tokens_each: u64,
+    clear: bool,
+) -> Call<'a> {
     let side = |left: Option<wavegate_core::WindowLeft>| {
-        left.map_or((String::new(), String::new()), |l| (l.remaining.to_string(), l.reset_ms.to_string()))
+        // Clamped here as in the script: no number reaches the store that it cannot return.
+        left.map_or((String::new(), String::new()), |l| {
+            let remaining = l.remaining.min(wavegate_core::MAX_WINDOW_LEFT);
+            (remaining.to_string(), l.reset_ms.min(wavegate_core::MAX_WINDOW_MS).to_string())
+        })
     };
     let limit = |learned: Option<LearnedLimit>| {
         learned.map_or((String::new(), String::new()), |l| (l.limit.to_string(), l.window_ms.to_string()))
@@ -310,6 +321,7 @@ pub(crate) fn report_window<'a>(keys: &'a UpstreamKeys, id: &str, report: Window
         .arg(requests_window)
         .arg(tokens_limit)
         .arg(tokens_window)
+        .arg(if clear { "1" } else { "0" })
 }
 
 /// `heartbeat.lua`: the instance and the ttl (at least 1 ms).
@@ -454,7 +466,7 @@ mod tests {
                 true,
             ),
             ("status", &s.status, status(keys, config), true),
-            ("report_window", &s.report_window, report_window(keys, "x", report, 10), true),
+            ("report_window", &s.report_window, report_window(keys, "x", report, 10, false), true),
             ("heartbeat", &s.heartbeat, heartbeat(&instances, "alpha", lease), true),
             ("renew", &s.renew, renew(keys, lease, []), false),
             ("reconcile", &s.reconcile, reconcile(keys, config, &[], &[], lease, (1, 2)), false),
@@ -566,7 +578,7 @@ mod tests {
             (
                 include_str!("../../../lua/report_window.lua"),
                 source::REPORT_WINDOW,
-                report_window(&keys, "x", report, 0).keys.len(),
+                report_window(&keys, "x", report, 0, false).keys.len(),
             ),
             (source::HEARTBEAT, source::HEARTBEAT, heartbeat("instances", "x", lease).keys.len()),
         ];
@@ -629,6 +641,8 @@ mod constants {
         assert_eq!(lua_number(priority, "STRIDE_SCALE"), wavegate_core::priority::STRIDE_SCALE);
         assert_eq!(lua_constant(priority, "NO_TENANT"), format!("'{}'", wavegate_core::tenant::NO_TENANT));
         assert_eq!(lua_number(windows, "PW_SAME_WINDOW"), wavegate_core::SAME_WINDOW_MS);
+        assert_eq!(lua_number(windows, "PW_MAX_RESET"), wavegate_core::MAX_WINDOW_MS);
+        assert_eq!(lua_number(windows, "PW_MOST_LEFT"), wavegate_core::MAX_WINDOW_LEFT);
         assert_eq!(lua_number(learned, "LL_KEPT_WINDOWS"), wavegate_core::KEPT_WINDOWS);
         assert_eq!(lua_number(learned, "LL_MAX"), u64::from(u32::MAX));
     }

@@ -316,8 +316,18 @@ impl SharedGate {
         report: WindowReport,
         tokens_each: u64,
     ) -> Result<ProviderWindows, StoreError> {
+        self.windows_call(calls::report_window(&self.keys, id, report, tokens_each, false)).await
+    }
+
+    /// Forgets the provider's windows kept for the fleet (an operator's clear, for a window a
+    /// broken answer set): every process's next ask is granted as if no report had come.
+    /// Returns the windows as kept afterwards (none running).
+    pub async fn clear_windows(&self) -> Result<ProviderWindows, StoreError> {
+        self.windows_call(calls::report_window(&self.keys, "", WindowReport::default(), 0, true)).await
+    }
+
+    async fn windows_call(&self, call: calls::Call<'_>) -> Result<ProviderWindows, StoreError> {
         const COMMAND: &str = "report_window";
-        let call = calls::report_window(&self.keys, id, report, tokens_each);
         let reply: Vec<Value> = self.store.invoke(COMMAND, &call.invocation(&scripts().report_window)).await?;
         let r = Reply::new(COMMAND, &reply);
         r.expect_len(4)?;

@@ -86,7 +86,7 @@ impl WebError {
             _ if upstream_timed_out(&self.0) => 504,
             ErrorKind::DeadlinePassed => 504,
             ErrorKind::Upstream => 502,
-            ErrorKind::Stopped | ErrorKind::QuotaExhausted => 503,
+            ErrorKind::Stopped | ErrorKind::QuotaExhausted | ErrorKind::StoreUnavailable => 503,
             _ => 500,
         }
     }

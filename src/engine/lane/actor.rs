@@ -87,6 +87,9 @@ pub(crate) struct Lane {
     /// Nobody can be admitted before this (a cooldown, a budget).
     pub(super) blocked_until: Option<Instant>,
     pub(super) cooldown_until: Option<Instant>,
+    /// The end of the provider's window that refused this lane's last ask, as the gate said:
+    /// the hint a caller refused meanwhile is given.
+    pub(super) window_until: Option<Instant>,
     pub(super) last_shared: LastShared,
     pub(super) outage: OutageBook,
     /// Just back in shared mode: until then hold at most this many permits (the fallback's
@@ -165,6 +168,7 @@ impl Lane {
             retry_timer: None,
             blocked_until: None,
             cooldown_until: None,
+            window_until: None,
             last_shared: LastShared::default(),
             outage: OutageBook::default(),
             rejoin_cap: None,

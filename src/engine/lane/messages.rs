@@ -23,6 +23,14 @@ pub(crate) struct Acquire {
     pub(crate) reply: oneshot::Sender<Result<Grant, Error>>,
 }
 
+/// Forget the provider's windows (an operator's clear): in the shared store for the fleet, and
+/// in this process's gate. Answers once the gate in charge has forgotten them.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct ClearWindows {
+    pub(crate) reply: oneshot::Sender<Result<(), Error>>,
+}
+
 /// Read the upstream's status as this process sees it (the shared store's part included).
 #[derive(Debug, Message)]
 #[rtype(result = "()")]

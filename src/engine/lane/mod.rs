@@ -10,6 +10,7 @@
 //!   the heads are asked for, so the store's load grows with processes, not waiting callers.
 //! * **Releases** (`release.rs`): a permit's outcome goes to the gate in charge; a call
 //!   cancelled at the provider keeps its permit until the provider has plausibly finished.
+//! * **Windows** (`windows.rs`): an operator's clear of the provider's windows.
 //! * **Modes** (`outage.rs`): the coordinator tells the lane which gate is in charge (shared,
 //!   or this process's fallback share) and asks it to reconcile when the store is back.
 
@@ -23,8 +24,9 @@ mod pump;
 mod release;
 mod status;
 mod waiters;
+mod windows;
 
 pub(crate) use actor::{Lane, LaneSetup};
-pub(crate) use messages::{Acquire, DRAIN_BOUND, Drain, DrainReply, ReadMode, ReadStatus, StoreTrouble};
+pub(crate) use messages::{Acquire, ClearWindows, DRAIN_BOUND, Drain, DrainReply, ReadMode, ReadStatus, StoreTrouble};
 pub(crate) use outage::{Reconcile, Switch};
 pub(crate) use status::{Headroom, ReadHeadroom};

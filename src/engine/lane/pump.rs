@@ -33,6 +33,9 @@ const SWITCH_BOUND: Duration = Duration::from_secs(1);
 const BUDGET_JITTER: (Duration, Duration) = (Duration::ZERO, Duration::from_millis(5));
 /// The most jitter added to the end of a cooldown.
 const COOLDOWN_JITTER: Duration = Duration::from_millis(50);
+/// The longest a lane refused by the provider's window waits before it looks at the window
+/// again: another process's answer may have shortened it, or an operator cleared it.
+const WINDOW_LOOK_AGAIN: Duration = Duration::from_secs(1);
 /// How far back this process's own grants are remembered for its next fallback's budgets (the
 /// budgets are per minute), and at most how many.
 const RECENT_GRANTS: (Duration, usize) = (Duration::from_secs(60), 4_096);
@@ -166,6 +169,7 @@ impl Lane {
             Decision::Granted { id, wave, state, limit, .. } => {
                 self.cooldown_until = None;
                 self.blocked_until = None;
+                self.window_until = None;
                 let tokens = asked.iter().find(|ask| ask.id == id).map_or(0, |ask| ask.tokens);
                 self.grant(
                     GrantInfo {
@@ -216,8 +220,15 @@ impl Lane {
                 true
             }
             Decision::Denied { reason, retry_after_ms, .. } => {
-                // A rate budget or the provider's window says exactly when there is room.
-                let wait = Duration::from_millis(retry_after_ms) + jittered(BUDGET_JITTER);
+                // A rate budget or the provider's window says exactly when there is room; a
+                // window is looked at again at a bounded pace (it may be shortened or cleared).
+                let exact = Duration::from_millis(retry_after_ms);
+                let wait = if reason == DenyReason::ProviderWindow {
+                    self.window_until = Some(now + exact);
+                    exact.min(WINDOW_LOOK_AGAIN)
+                } else {
+                    exact
+                } + jittered(BUDGET_JITTER);
                 tracing::trace!(upstream = self.name(), reason = reason.as_str(), ?wait, "budget");
                 metrics::budget_wait(self.name(), reason.as_str());
                 self.block_until(wait, ctx);
@@ -371,7 +382,14 @@ impl Lane {
         if expired.is_empty() {
             return;
         }
-        let retry_after = self.cooldown_until.filter(|until| *until > now).map(|until| until - now);
+        // When the caller could try again: the end of the cooldown or of the provider's window
+        // that holds the grants back, whichever is later.
+        let retry_after = [self.cooldown_until, self.window_until]
+            .into_iter()
+            .flatten()
+            .filter(|until| *until > now)
+            .max()
+            .map(|until| until - now);
         let depth = self.waiters.len();
         self.gauges.queue(self.config.name().as_str(), depth);
         for mut waiter in expired {

@@ -511,6 +511,24 @@ pub(super) fn cases() -> Vec<SpecCase> {
             ],
         ),
         case(
+            "provider window: an earlier end is the provider's newer word and shortens the window",
+            vec![
+                window(Some((0, 5_000)), None, 0),
+                denied_window("A", 0, 5_000),
+                window(Some((3, 300)), None, 0),
+                granted("A", 1, Normal, 10),
+            ],
+        ),
+        case(
+            "provider window: an absurd reset pauses a day at most, and what is left stays a number",
+            vec![
+                window(Some((u64::MAX, u64::MAX)), None, 0),
+                granted("A", 1, Normal, 10),
+                window(Some((0, u64::MAX)), None, 0),
+                denied_window("B", 0, crate::MAX_WINDOW_MS),
+            ],
+        ),
+        case(
             "provider window: tokens are counted with the estimate; a spent one refuses every grant",
             vec![
                 granted("A", 1, Normal, 10),

@@ -1,0 +1,162 @@
+//! The provider's windows when features meet: a window from one answer is clamped (a
+//! `Retry-After` alone by the upstream's `max_cooldown`, anything by a day), the provider's next
+//! plausible answer ends it, an operator can clear it, and every process refused by it keeps
+//! looking, so none needs a restart; a caller refused meanwhile is told when to come back.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use wavegate::{ErrorKind, Outcome, ProviderSignals, Scheduler, UpstreamConfig};
+
+mod common;
+
+/// The longest a `Retry-After` alone may pause the fleet here.
+const MAX_COOLDOWN: Duration = Duration::from_secs(30);
+
+fn upstream() -> UpstreamConfig {
+    UpstreamConfig::builder("llm")
+        .limit(10)
+        .max_cooldown(MAX_COOLDOWN)
+        .max_wait(Duration::from_secs(20))
+        .build()
+        .expect("valid")
+}
+
+/// A rate-window 429 whose only word on when is `Retry-After: retry_after`.
+fn rate_window_429(retry_after: &str) -> Outcome {
+    Outcome::from_status(429, Some(retry_after), SystemTime::now()).with_error_code("rate_limit_exceeded")
+}
+
+/// A 200 saying, as OpenAI does, that `remaining` requests are left until `reset`.
+fn ok_with_requests_left(remaining: &str, reset: &str) -> Outcome {
+    let headers =
+        [("x-ratelimit-remaining-requests", remaining.as_bytes()), ("x-ratelimit-reset-requests", reset.as_bytes())];
+    Outcome::from_signals(200, None, ProviderSignals::from_headers(headers, SystemTime::now()))
+}
+
+/// Asks `s` for a permit with a short timeout: refused while a window runs, with the hint.
+async fn refused_with_hint(s: &Scheduler) -> Duration {
+    let llm = s.upstream("llm").expect("configured");
+    let error = llm.request().timeout(Duration::from_millis(300)).acquire().await.expect_err("a window runs");
+    assert_eq!(error.kind(), ErrorKind::DeadlinePassed, "{error}");
+    error.retry_after().expect("a hint")
+}
+
+/// How long `s` takes to be granted a permit, started now (at most its `max_wait`).
+async fn granted_after(s: &Scheduler) -> Duration {
+    let llm = s.upstream("llm").expect("configured");
+    let started = Instant::now();
+    let permit = llm.request().acquire().await.expect("granted once the window is gone");
+    permit.succeeded();
+    started.elapsed()
+}
+
+#[actix::test]
+async fn a_retry_after_of_a_day_pauses_this_process_at_most_max_cooldown_and_an_operator_clears_it() {
+    let s = common::isolated().upstream(upstream()).build().expect("scheduler");
+    let llm = s.upstream("llm").expect("configured");
+    llm.request().acquire().await.expect("a permit").report(rate_window_429("86400"));
+    let hint = refused_with_hint(&s).await;
+    assert!(hint > MAX_COOLDOWN - Duration::from_secs(5) && hint <= MAX_COOLDOWN, "told to come back in {hint:?}");
+    // The operator clears it: the waiting caller is served at once.
+    let waiting = granted_after(&s);
+    let clear = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        llm.clear_window().await.expect("cleared");
+    };
+    let (waited, ()) = tokio::join!(waiting, clear);
+    assert!(waited < Duration::from_secs(2), "served {waited:?} after the clear");
+}
+
+#[cfg(feature = "redis")]
+mod fleet {
+    use wavegate_testkit::RedisServer;
+
+    use super::*;
+
+    /// The store's end of the requests window of `llm`, in ms from the store's now.
+    fn window_left_ms(redis: &RedisServer) -> Option<i64> {
+        let mut con = redis.connection().expect("connection");
+        let key = wavegate::StoreConfig::new(redis.url())
+            .keyspace
+            .upstream(&wavegate::config::UpstreamName::new("llm").expect("name"))
+            .wave;
+        let until: Option<i64> = redis::cmd("HGET").arg(&key).arg("pw_requests_until").query(&mut con).expect("HGET");
+        let (secs, micros): (i64, i64) = redis::cmd("TIME").query(&mut con).expect("TIME");
+        until.map(|until| until - (secs * 1_000 + micros / 1_000))
+    }
+
+    /// Waits until the store holds a requests window ending after `more_than` ms.
+    async fn stored_window(redis: &RedisServer, more_than: i64) -> i64 {
+        let asked = Instant::now();
+        loop {
+            if let Some(left) = window_left_ms(redis).filter(|left| *left > more_than) {
+                return left;
+            }
+            assert!(asked.elapsed() < Duration::from_secs(2), "the window report never reached the store");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[actix::test]
+    async fn one_answer_pauses_the_fleet_no_longer_than_its_clamp_and_the_next_answer_or_a_clear_ends_it() {
+        let redis = RedisServer::start().expect("redis-server");
+        let build = || Scheduler::builder().upstream(upstream()).redis(redis.url()).build().expect("scheduler");
+        let (a, b) = (build(), build());
+        let llm = a.upstream("llm").expect("configured");
+        let first = llm.request().acquire().await.expect("a permit");
+        let second = llm.request().acquire().await.expect("another");
+        // One 429 with a day's Retry-After: the fleet's window is the cooldown cap, not a day.
+        first.report(rate_window_429("86400"));
+        let left = stored_window(&redis, 0).await;
+        assert!(left <= MAX_COOLDOWN.as_millis() as i64, "the window ends in {left} ms");
+        let hint = refused_with_hint(&b).await;
+        assert!(hint > Duration::from_secs(20) && hint <= MAX_COOLDOWN, "B is told to come back in {hint:?}");
+        // B waits; the provider's next answer (999 left this minute) ends the pause for B too.
+        let waiting = granted_after(&b);
+        let answer = async {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            second.report(ok_with_requests_left("999", "60s"));
+        };
+        let (waited, ()) = tokio::join!(waiting, answer);
+        assert!(waited < Duration::from_secs(3), "B was served {waited:?} after the provider's next answer");
+
+        // Another day's pause, then an operator clears it from A: B, refused by it, sees it.
+        llm.request().acquire().await.expect("a permit").report(rate_window_429("86400"));
+        stored_window(&redis, 20_000).await;
+        refused_with_hint(&b).await;
+        let waiting = granted_after(&b);
+        let clear = async {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            llm.clear_window().await.expect("cleared");
+        };
+        let (waited, ()) = tokio::join!(waiting, clear);
+        assert!(waited < Duration::from_secs(3), "B was served {waited:?} after the clear");
+
+        // An absurd number in the store (written by hand, or by an older version) is read as a
+        // day at most: no acquire fails on it, and a clear ends it.
+        let mut con = redis.connection().expect("connection");
+        let key = wavegate::StoreConfig::new(redis.url())
+            .keyspace
+            .upstream(&wavegate::config::UpstreamName::new("llm").expect("name"))
+            .wave;
+        let _: () = redis::cmd("HSET")
+            .arg(&key)
+            .arg("pw_requests_left")
+            .arg("0")
+            .arg("pw_requests_until")
+            .arg("18446744073709551616")
+            .query(&mut con)
+            .expect("HSET");
+        let hint = refused_with_hint(&b).await;
+        assert!(hint <= Duration::from_secs(86_400), "{hint:?}");
+        assert_eq!(a.mode().await.expect("mode"), wavegate::Mode::Shared, "no store error");
+        llm.clear_window().await.expect("cleared");
+        granted_after(&b).await;
+        // Retry-After beyond any integer: clamped like the rest.
+        llm.request().acquire().await.expect("a permit").report(rate_window_429("99999999999999999999"));
+        let left = stored_window(&redis, 0).await;
+        assert!(left <= MAX_COOLDOWN.as_millis() as i64, "{left}");
+        llm.clear_window().await.expect("cleared");
+        granted_after(&b).await;
+    }
+}
