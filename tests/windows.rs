@@ -119,6 +119,9 @@ mod fleet {
         };
         let (waited, ()) = tokio::join!(waiting, answer);
         assert!(waited < Duration::from_secs(3), "B was served {waited:?} after the provider's next answer");
+        eprintln!(
+            "window stored for {left} ms, B told {hint:?}, served {waited:?} after B began waiting (the answer 200 ms in)"
+        );
 
         // Another day's pause, then an operator clears it from A: B, refused by it, sees it.
         llm.request().acquire().await.expect("a permit").report(rate_window_429("86400"));
@@ -131,6 +134,7 @@ mod fleet {
         };
         let (waited, ()) = tokio::join!(waiting, clear);
         assert!(waited < Duration::from_secs(3), "B was served {waited:?} after the clear");
+        eprintln!("served {waited:?} after B began waiting (the clear 200 ms in)");
 
         // An absurd number in the store (written by hand, or by an older version) is read as a
         // day at most: no acquire fails on it, and a clear ends it.
