@@ -46,7 +46,7 @@ local now = now_ms()
 ll_apply(config, now) -- the learned limits tighten the budgets (learned_limit.lua)
 
 purge(now)
-local s = load_state(config)
+local s = load_state(config, now)
 local changed = poll(s, now)
 
 for _, ask in ipairs(asks) do
@@ -134,8 +134,8 @@ elseif window_wait then -- [provider windows]
 else
   local now_us = now * 1000
   local requests_tat, requests_wait, tokens_tat, tokens_wait = nil, 0, nil, 0
-  if config.requests then requests_tat, requests_wait = gcra_check(config.requests, load_tat('requests_tat'), now_us, 1) end
-  if config.tokens then tokens_tat, tokens_wait = gcra_check(config.tokens, load_tat('tokens_tat'), now_us, tokens) end
+  if config.requests then requests_tat, requests_wait = gcra_check(config.requests, load_tat('requests_tat', config.requests, now_us), now_us, 1) end
+  if config.tokens then tokens_tat, tokens_wait = gcra_check(config.tokens, load_tat('tokens_tat', config.tokens, now_us), now_us, tokens) end
   if requests_wait > 0 or tokens_wait > 0 then
     local reason = 'requests'
     if tokens_wait > requests_wait then reason = 'tokens' end

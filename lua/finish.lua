@@ -37,12 +37,12 @@ end
 local now = now_ms()
 ll_apply(config, now)
 if config.tokens and token_delta ~= 0 then
-  save_tat('tokens_tat', gcra_settle(config.tokens, load_tat('tokens_tat'), now * 1000, token_delta))
+  save_tat('tokens_tat', gcra_settle(config.tokens, load_tat('tokens_tat', config.tokens, now * 1000), now * 1000, token_delta))
   settle_class(config, id, now, token_delta)
 end
 
 purge(now)
-local s = load_state(config)
+local s = load_state(config, now)
 poll(s, now)
 local limit_before = s.limit
 local effect = 'none'

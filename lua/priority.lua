@@ -171,8 +171,9 @@ local function fleet_classes(config, limit, now, renewed_only)
       tenant.in_flight = tenant.in_flight + 1
     end
   end
-  -- Only the members that asked lately (stale ones are never read).
-  for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], now - PRIORITY_FRESH, '+inf')) do
+  -- Only the members that asked lately (stale ones are never read), and not "later than now"
+  -- (a backward jump of TIME): such a member counts again at its next ask, which writes now.
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], now - PRIORITY_FRESH, now)) do
     local i = config.class_index[class_of(member) or '']
     local since = tonumber(redis.call('ZSCORE', KEYS[4], member))
     if i and since then
@@ -221,9 +222,9 @@ local function cap_classes(config, classes, now, tokens)
     local own = config.classes[i]
     if class.demand > 0 and own.share < 100 then
       local wait = 0
-      if own.requests then wait = select(2, gcra_check(own.requests, load_tat('requests_tat|' .. own.name), now * 1000, 1)) end
+      if own.requests then wait = select(2, gcra_check(own.requests, load_tat('requests_tat|' .. own.name, own.requests, now * 1000), now * 1000, 1)) end
       if own.tokens then
-        local _, w = gcra_check(own.tokens, load_tat('tokens_tat|' .. own.name), now * 1000, tokens[i] or 1)
+        local _, w = gcra_check(own.tokens, load_tat('tokens_tat|' .. own.name, own.tokens, now * 1000), now * 1000, tokens[i] or 1)
         wait = math.max(wait, w)
       end
       if wait > 0 then class.demand = 0 end
@@ -236,10 +237,10 @@ local function charge_class(config, i, now, tokens)
   local own = config.classes[i]
   if own == nil or own.share >= 100 then return end
   if own.requests then
-    save_tat('requests_tat|' .. own.name, gcra_charge(own.requests, load_tat('requests_tat|' .. own.name), now * 1000, 1))
+    save_tat('requests_tat|' .. own.name, gcra_charge(own.requests, load_tat('requests_tat|' .. own.name, own.requests, now * 1000), now * 1000, 1))
   end
   if own.tokens then
-    save_tat('tokens_tat|' .. own.name, gcra_charge(own.tokens, load_tat('tokens_tat|' .. own.name), now * 1000, tokens))
+    save_tat('tokens_tat|' .. own.name, gcra_charge(own.tokens, load_tat('tokens_tat|' .. own.name, own.tokens, now * 1000), now * 1000, tokens))
   end
 end
 
@@ -247,7 +248,7 @@ end
 local function settle_class(config, id, now, delta)
   local own = config.classes[config.class_index[class_of(id) or ''] or config.default_class]
   if own and own.tokens and delta ~= 0 then
-    save_tat('tokens_tat|' .. own.name, gcra_settle(own.tokens, load_tat('tokens_tat|' .. own.name), now * 1000, delta))
+    save_tat('tokens_tat|' .. own.name, gcra_settle(own.tokens, load_tat('tokens_tat|' .. own.name, own.tokens, now * 1000), now * 1000, delta))
   end
 end
 
@@ -388,7 +389,7 @@ end
 -- when none waits.
 local function process_to_wake(config, limit, now)
   -- Nobody waits (a single caller's release, say): nothing to choose.
-  if redis.call('ZCOUNT', KEYS[5], now - PRIORITY_FRESH, '+inf') == 0 then return nil end
+  if redis.call('ZCOUNT', KEYS[5], now - PRIORITY_FRESH, now) == 0 then return nil end
   local classes = fleet_classes(config, limit, now, true)
   cap_classes(config, classes, now, {})
   observe_turns(config, load_turns(config), classes, false)

@@ -33,19 +33,23 @@ local function pw_clamp(value, most)
   return math.floor(math.min(n, most))
 end
 
-local function pw_load(now)
-  local v = redis.call('HMGET', KEYS[2], 'pw_requests_left', 'pw_requests_until', 'pw_tokens_left', 'pw_tokens_until')
-  local last = now + PW_MAX_RESET
-  return {
-    requests = { left = pw_clamp(v[1], PW_MOST_LEFT), ['until'] = pw_clamp(v[2], last) },
-    tokens = { left = pw_clamp(v[3], PW_MOST_LEFT), ['until'] = pw_clamp(v[4], last) },
-  }
-end
-
 local function pw_save(w)
   redis.call('HSET', KEYS[2],
     'pw_requests_left', string.format('%.0f', w.requests.left), 'pw_requests_until', string.format('%.0f', w.requests['until']),
     'pw_tokens_left', string.format('%.0f', w.tokens.left), 'pw_tokens_until', string.format('%.0f', w.tokens['until']))
+end
+
+-- The windows as stored, clamped to what they may mean at `now`; a clamped end is saved, so it
+-- stays put rather than moving with now.
+local function pw_load(now)
+  local v = redis.call('HMGET', KEYS[2], 'pw_requests_left', 'pw_requests_until', 'pw_tokens_left', 'pw_tokens_until')
+  local last = now + PW_MAX_RESET
+  local w = {
+    requests = { left = pw_clamp(v[1], PW_MOST_LEFT), ['until'] = pw_clamp(v[2], last) },
+    tokens = { left = pw_clamp(v[3], PW_MOST_LEFT), ['until'] = pw_clamp(v[4], last) },
+  }
+  if (tonumber(v[2]) or 0) > last or (tonumber(v[4]) or 0) > last then pw_save(w) end
+  return w
 end
 
 -- How long a grant reserving `tokens` must wait, or nil when no window refuses it.

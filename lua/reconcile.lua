@@ -3,7 +3,8 @@
 -- KEYS[1] permits (zset)   KEYS[2] wave state (hash)   KEYS[3] permit waves (hash)
 -- ARGV[1..14] config (see read_config in wave.lua)
 -- ARGV[15] lease in ms for the adopted permits
--- ARGV[16] requests and ARGV[17] tokens used during the outage: charged to the budgets
+-- ARGV[16] requests and ARGV[17] tokens used during the outage: charged to the budgets, up to
+--          empty (gcra_charge_past in wave.lua)
 -- ARGV[18] n, the number of ids to adopt; ARGV[19 .. 18+n] their ids: permits still in flight
 --         here, registered (or re-registered, after a restart with empty data) in the current
 --         wave without an admission check, since their calls are already running
@@ -21,14 +22,14 @@ if #ARGV < FIRST_ID - 1 + adopt then return fail('reconcile', 'fewer ids than th
 local now = now_ms()
 ll_apply(config, now)
 if config.requests and used_requests > 0 then
-  save_tat('requests_tat', gcra_charge(config.requests, load_tat('requests_tat'), now * 1000, used_requests))
+  save_tat('requests_tat', gcra_charge_past(config.requests, load_tat('requests_tat', config.requests, now * 1000), now * 1000, used_requests))
 end
 if config.tokens and used_tokens > 0 then
-  save_tat('tokens_tat', gcra_charge(config.tokens, load_tat('tokens_tat'), now * 1000, used_tokens))
+  save_tat('tokens_tat', gcra_charge_past(config.tokens, load_tat('tokens_tat', config.tokens, now * 1000), now * 1000, used_tokens))
 end
 
 purge(now)
-local s = load_state(config)
+local s = load_state(config, now)
 poll(s, now)
 save_state(s, config)
 local adopted_wave = adopt_wave()

@@ -15,7 +15,7 @@ local config = read_config(1)
 local now = now_ms()
 ll_apply(config, now)
 purge(now)
-local s = load_state(config)
+local s = load_state(config, now)
 if poll(s, now) then save_state(s, config) end
 local cooldown_ms = 0
 if s.state == 'COOLDOWN' then cooldown_ms = math.max(0, s.cooldown_until - now) end
@@ -23,7 +23,7 @@ local reply = { s.state, s.limit, s.wave, cooldown_ms, s.successes, s.step, s.th
 for _, name in ipairs({ 'requests', 'tokens' }) do
   local b = config[name]
   if b then
-    local remaining, next_ms = gcra_remaining(b, load_tat(name .. '_tat'), now * 1000)
+    local remaining, next_ms = gcra_remaining(b, load_tat(name .. '_tat', b, now * 1000), now * 1000)
     table.insert(reply, remaining)
     table.insert(reply, next_ms)
   else

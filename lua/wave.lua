@@ -113,8 +113,10 @@ local function fresh_state(config)
            retest_rounds = 0, on_trial = false }
 end
 
--- Reads the state; a missing or unreadable hash starts over in NORMAL at the base limit.
-local function load_state(config)
+-- Reads the state; a missing or unreadable hash starts over in NORMAL at the base limit. The
+-- deadlines are clamped to what they may mean at `now`: a cooldown ends at most max_cooldown
+-- ahead, a re-test at most retest_max ahead (a backward jump of TIME cannot stall them).
+local function load_state(config, now)
   local v = redis.call('HMGET', KEYS[2], 'state', 'limit', 'wave', 'cooldown_until', 'successes', 'step', 'threshold',
     'base', 'ceiling', 'good', 'retest_at', 'spacing', 'on_trial', 'rounds', 'retest_rounds')
   local s = {
@@ -144,6 +146,13 @@ local function load_state(config)
   if stored_base and stored_base ~= config.base and (s.state == 'NORMAL' or s.limit == stored_base) then
     -- The configured limit changed: NORMAL (or a limit at the old base) follows it.
     s.limit = config.base
+  end
+  local cooldown_most, retest_most = now + config.max_cooldown, now + math.max(config.retest_max, config.retest_after)
+  if s.cooldown_until > cooldown_most or s.retest_at > retest_most then
+    -- Saved at once, so the clamped deadline stays put rather than moving with now.
+    s.cooldown_until = math.min(s.cooldown_until, cooldown_most)
+    s.retest_at = math.min(s.retest_at, retest_most)
+    redis.call('HSET', KEYS[2], 'cooldown_until', s.cooldown_until, 'retest_at', s.retest_at)
   end
   s.limit = math.max(1, math.min(s.limit, config.base))
   s.threshold = math.max(1, math.min(s.threshold, config.base))
@@ -325,6 +334,12 @@ local function gcra_charge(b, tat, now, units)
   return math.floor(math.max(tat, now) + units * b.interval)
 end
 
+-- Adds `units` used elsewhere in the past (an outage, at most at the rate): they leave the
+-- budget empty at most, never in debt for the time they took (Gcra::charge_past).
+local function gcra_charge_past(b, tat, now, units)
+  return math.min(gcra_charge(b, tat, now, units), math.max(tat, math.floor(now + b.tolerance)))
+end
+
 -- The units available now, and the ms until one more is (0 when full).
 local function gcra_remaining(b, tat, now)
   local used = math.max(tat - now, 0)
@@ -338,8 +353,22 @@ end
 -- wavegate_core::WAITING_TTL_MS, checked equal by wavegate-redis's tests).
 local WAITING_TTL = 10000
 
-local function load_tat(field)
-  return tonumber(redis.call('HGET', KEYS[2], field)) or 0
+-- How far past a budget's tolerance a TAT read back may lie (µs): a minute of debt (usage
+-- settled above its reservation). Anything later (a backward jump of TIME, a value written by
+-- hand) is read as that.
+local TAT_MOST_DEBT = 60000000
+
+-- A budget's TAT as stored, clamped to what it may mean at `now` (µs); a clamped TAT is saved,
+-- so it stays put rather than moving with now.
+local function load_tat(field, b, now)
+  local tat = tonumber(redis.call('HGET', KEYS[2], field)) or 0
+  if tat ~= tat or tat < 0 then return 0 end
+  local most = math.floor(now + b.tolerance + TAT_MOST_DEBT)
+  if tat > most then
+    redis.call('HSET', KEYS[2], field, string.format('%.0f', most))
+    return most
+  end
+  return tat
 end
 
 local function save_tat(field, tat)

@@ -265,3 +265,38 @@ async fn a_permit_whose_acquire_reply_was_lost_and_that_finished_in_the_outage_i
     wait_for_mode(&scheduler, Mode::Shared, Duration::from_secs(5)).await;
     assert!(shared_members(&redis).await.is_empty(), "the registration of a finished permit leaked");
 }
+
+#[actix::test]
+async fn an_outage_at_full_rate_leaves_the_budget_empty_not_in_debt_for_the_outage() {
+    // 10 requests a second, a burst of 10: the only process uses all of it through a 6 s outage.
+    let mut redis = RedisServer::start().expect("redis-server");
+    let config = UpstreamConfig::builder("llm")
+        .limit(50)
+        .requests_per_minute(600, 10)
+        .max_wait(Duration::from_secs(20))
+        .build()
+        .expect("valid config");
+    let scheduler = Scheduler::builder().upstream(config).redis(redis.url()).build().expect("scheduler");
+    let llm = scheduler.upstream("llm").expect("configured");
+    llm.request().acquire().await.expect("a permit while healthy").succeeded();
+    tokio::time::sleep(Duration::from_millis(100)).await; // the first heartbeat lands
+    redis.kill().expect("kill -9");
+    let outage = Instant::now();
+    let mut used = 0;
+    while outage.elapsed() < Duration::from_secs(6) {
+        llm.request().acquire().await.expect("a permit through the fallback").succeeded();
+        used += 1;
+    }
+    redis.restart().expect("restart, empty");
+    wait_for_mode(&scheduler, Mode::Shared, Duration::from_secs(5)).await;
+    // What the outage used happened in the past at no more than the rate: it leaves the bucket
+    // at most empty, so 5 more take about half a second — not the outage's 6 s over again.
+    let back = Instant::now();
+    for _ in 0..5 {
+        llm.request().acquire().await.expect("a permit after the outage").succeeded();
+    }
+    let took = back.elapsed();
+    println!("{used} requests in the 6 s outage; 5 more took {took:?} after it");
+    assert!(used >= 50, "the fallback served {used} in 6 s at 10/s");
+    assert!(took < Duration::from_secs(2), "the budget stalled {took:?} after the outage");
+}

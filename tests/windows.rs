@@ -163,4 +163,65 @@ mod fleet {
         llm.clear_window().await.expect("cleared");
         granted_after(&b).await;
     }
+
+    /// The store's now, in ms.
+    fn store_now_ms(con: &mut redis::Connection) -> i64 {
+        let (secs, micros): (i64, i64) = redis::cmd("TIME").query(con).expect("TIME");
+        secs * 1_000 + micros / 1_000
+    }
+
+    #[actix::test]
+    async fn every_deadline_read_back_from_the_store_is_clamped_and_stays_put() {
+        // What a backward jump of Redis TIME (a failover to a replica with a slow clock), an
+        // older version or a hand can leave: deadlines years ahead.
+        let redis = RedisServer::start().expect("redis-server");
+        let config = UpstreamConfig::builder("llm")
+            .limit(10)
+            .max_cooldown(MAX_COOLDOWN)
+            .requests_per_minute(600, 10)
+            .max_wait(Duration::from_secs(20))
+            .build()
+            .expect("valid");
+        let build = || Scheduler::builder().upstream(config.clone()).redis(redis.url()).build().expect("scheduler");
+        let s = build();
+        let llm = s.upstream("llm").expect("configured");
+        llm.request().acquire().await.expect("a permit").succeeded();
+        let key = wavegate::StoreConfig::new(redis.url())
+            .keyspace
+            .upstream(&wavegate::config::UpstreamName::new("llm").expect("name"))
+            .wave;
+        let mut con = redis.connection().expect("connection");
+        let years = store_now_ms(&mut con) + 10 * 365 * 86_400_000;
+        let _: () = redis::cmd("HSET")
+            .arg(&key)
+            .arg("state")
+            .arg("COOLDOWN")
+            .arg("cooldown_until")
+            .arg(years)
+            .arg("requests_tat")
+            .arg(years * 1_000)
+            .query(&mut con)
+            .expect("HSET");
+        let hint = refused_with_hint(&s).await;
+        assert!(hint <= MAX_COOLDOWN, "a cooldown of ten years read as {hint:?}");
+        let read = |con: &mut redis::Connection, field: &str| -> i64 {
+            redis::cmd("HGET").arg(&key).arg(field).query(con).expect("HGET")
+        };
+        // Clamped once and saved: the end no longer moves with now.
+        let cooldown = read(&mut con, "cooldown_until");
+        let now = store_now_ms(&mut con);
+        assert!(cooldown <= now + MAX_COOLDOWN.as_millis() as i64, "cooldown ends {} ms ahead", cooldown - now);
+        // Out of the cooldown by hand: the budget's TAT is read next, at most the tolerance (1 s)
+        // and a minute of debt ahead.
+        // (Another process: this one waits out the cooldown it was told of.)
+        let _: () = redis::cmd("HSET").arg(&key).arg("state").arg("NORMAL").query(&mut con).expect("HSET");
+        let other = build();
+        refused_with_hint(&other).await;
+        let tat = read(&mut con, "requests_tat");
+        let now = store_now_ms(&mut con);
+        assert!(tat <= (now + 61_000) * 1_000, "the requests budget's TAT lies {} ms ahead", tat / 1_000 - now);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        refused_with_hint(&build()).await;
+        assert_eq!(read(&mut con, "requests_tat"), tat, "the clamped TAT moved with now");
+    }
 }

@@ -543,15 +543,16 @@ impl LocalGate {
         }
     }
 
-    /// Charges usage counted elsewhere (e.g. while another gate was in charge) to the budgets.
+    /// Charges usage counted elsewhere (e.g. while another gate was in charge) to the budgets:
+    /// it leaves them empty at most ([`Gcra::charge_past`]; `reconcile.lua`).
     pub fn charge(&mut self, requests: u64, tokens: u64, now_ms: u64) {
         let now_us = now_ms.saturating_mul(1000);
         let budgets = self.budgets(now_ms);
         if let Some(budget) = budgets.requests {
-            self.requests_tat = Gcra::new(budget).charge(self.requests_tat, now_us, requests);
+            self.requests_tat = Gcra::new(budget).charge_past(self.requests_tat, now_us, requests);
         }
         if let Some(budget) = budgets.tokens {
-            self.tokens_tat = Gcra::new(budget).charge(self.tokens_tat, now_us, tokens);
+            self.tokens_tat = Gcra::new(budget).charge_past(self.tokens_tat, now_us, tokens);
         }
     }
 

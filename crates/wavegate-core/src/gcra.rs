@@ -123,9 +123,27 @@ impl Gcra {
         }
     }
 
-    /// Adds `units` used elsewhere (e.g. during an outage) to the budget.
+    /// Adds `units` just granted to the budget (their check passed).
     pub fn charge(&self, tat_us: u64, now_us: u64, units: u64) -> u64 {
         (tat_us.max(now_us) as f64 + units as f64 * self.interval_us).floor() as u64
+    }
+
+    /// Adds `units` used elsewhere in the past (e.g. during an outage, at most at the rate) to
+    /// the budget: they leave it empty at most, never in debt for the time they took. (Charged
+    /// at once, a 6 s outage at the full rate stalled the budget for 6 s more after it.)
+    ///
+    /// ```
+    /// use wavegate_core::{Gcra, RateBudget};
+    ///
+    /// let gcra = Gcra::new(RateBudget::new(600, 10).expect("a budget")); // 10/s, burst 10
+    /// let now = 1_000_000_000;
+    /// // 60 requests of a 6 s outage: empty now, one more in 100 ms.
+    /// let tat = gcra.charge_past(0, now, 60);
+    /// assert_eq!(gcra.remaining(tat, now), (0, 100));
+    /// ```
+    pub fn charge_past(&self, tat_us: u64, now_us: u64, units: u64) -> u64 {
+        let empty = (now_us as f64 + self.tolerance_us).floor() as u64;
+        self.charge(tat_us, now_us, units).min(tat_us.max(empty))
     }
 
     /// The units available now, and the milliseconds until one more is (0 when full).

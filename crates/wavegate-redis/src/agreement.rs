@@ -453,7 +453,7 @@ fn one_line_mutants_of_the_scripts_make_the_twins_disagree() {
         ("local demand = a.demand - (a == ask and 1 or 0)", "local demand = a.demand"),
         // priority.lua: freshness, the count window, the wake, the list after a grant.
         (
-            "redis.call('ZRANGEBYSCORE', KEYS[5], now - PRIORITY_FRESH, '+inf')",
+            "redis.call('ZRANGEBYSCORE', KEYS[5], now - PRIORITY_FRESH, now)",
             "redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', '+inf')",
         ),
         ("local counted_from = renewed_only and now + config.class_window or nil", "local counted_from = nil"),

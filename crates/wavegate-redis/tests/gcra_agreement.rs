@@ -1,5 +1,5 @@
 //! The Lua and the Rust GCRA agree, number for number, on random sequences of checks,
-//! settlements, charges and reads (the Lua functions are the ones the scripts use, from
+//! settlements, charges (of grants and of past usage) and reads (the Lua functions are the ones the scripts use, from
 //! `lua/wave.lua`, run on a real redis-server with explicit times).
 
 use proptest::prelude::*;
@@ -28,6 +28,9 @@ for i = 3, #ARGV, 3 do
   elseif op == 'charge' then
     tat = gcra_charge(b, tat, now, x)
     table.insert(out, 'tat ' .. string.format('%.0f', tat))
+  elseif op == 'charge_past' then
+    tat = gcra_charge_past(b, tat, now, x)
+    table.insert(out, 'tat ' .. string.format('%.0f', tat))
   else
     local remaining, next_ms = gcra_remaining(b, tat, now)
     table.insert(out, 'left ' .. string.format('%.0f', remaining) .. ' ' .. string.format('%.0f', next_ms))
@@ -41,6 +44,7 @@ enum Op {
     Check(u64),
     Settle(i64),
     Charge(u64),
+    ChargePast(u64),
     Remaining,
 }
 
@@ -49,6 +53,7 @@ fn op() -> impl Strategy<Value = (Op, u64)> {
         4 => (0u64..2_000).prop_map(Op::Check),
         2 => (-2_000i64..2_000).prop_map(Op::Settle),
         1 => (0u64..500).prop_map(Op::Charge),
+        1 => (0u64..5_000).prop_map(Op::ChargePast),
         1 => Just(Op::Remaining),
     ];
     // Time moves forward by 0 to 3 s between operations (µs).
@@ -72,6 +77,10 @@ fn rust(gcra: &Gcra, ops: &[(Op, u64)]) -> Vec<String> {
             }
             Op::Charge(units) => {
                 tat = gcra.charge(tat, *now, *units);
+                format!("tat {tat}")
+            }
+            Op::ChargePast(units) => {
+                tat = gcra.charge_past(tat, *now, *units);
                 format!("tat {tat}")
             }
             Op::Remaining => {
@@ -109,6 +118,7 @@ fn lua_and_rust_gcra_agree_on_random_sequences() {
                     Op::Check(cost) => ("check", *cost as i64),
                     Op::Settle(delta) => ("settle", *delta),
                     Op::Charge(units) => ("charge", *units as i64),
+                    Op::ChargePast(units) => ("charge_past", *units as i64),
                     Op::Remaining => ("remaining", 0),
                 };
                 command.arg(name).arg(*now).arg(x);

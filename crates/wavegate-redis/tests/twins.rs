@@ -50,7 +50,7 @@ for i = CONFIG_ARGS + 1, #ARGV, 5 do
     answer = 'poll ' .. tostring(poll(s, now))
   end
   save_state(s, config)
-  s = load_state(config)
+  s = load_state(config, now)
   table.insert(out, string.format('%s | %s %d %d %.0f %d %d %d %d %d %.0f %.0f %d %d %s', answer, s.state,
     s.limit, s.wave, s.cooldown_until - 1764000000000, s.successes, s.step, s.threshold, s.ceiling, s.good,
     s.retest_at - 1764000000000, s.spacing, s.rounds, s.retest_rounds, tostring(s.on_trial)))
