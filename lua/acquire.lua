@@ -11,12 +11,15 @@
 -- ARGV[17] tokens to reserve from the tokens budget (0 without one)
 -- ARGV[18] the asking process's instance id, put on the waiting list when the limit is
 --          reached (so a release wakes it) and taken off when it is granted; '' for none
+-- ARGV[19] the generation of the state the process last saw, '' for none yet (see
+--          `generation` in wave.lua: if it is gone, WAVEGATE_LOST and nothing is written;
+--          with '' a state that has none gets one)
 -- With priority classes (priority.lua), the ask is one head per class the process has
--- waiting callers in: ARGV[19] the class of ARGV[15], ARGV[20] its callers waiting, then
+-- waiting callers in: ARGV[20] the class of ARGV[15], ARGV[21] its callers waiting, then
 -- groups of four (class, permit id, tokens, callers waiting) for its other classes. The
 -- permit goes to the first of them the fleet-wide choice of class reaches.
--- Reply: {1, wave, state, limit, in_flight, id}    granted (id: which ask)
---        {0, reason, wait_ms, in_flight, id}       denied: reason 'cooldown', 'at_limit',
+-- Reply: {1, wave, state, limit, in_flight, id, gen}    granted (id: which ask)
+--        {0, reason, wait_ms, in_flight, id, gen}       denied: reason 'cooldown', 'at_limit',
 --                                                  'requests', 'tokens', 'tokens_exceed_burst'
 --                                                  or 'provider_window'; id: the ask it answers
 --                                                  (the one the choice reached, else the first)
@@ -27,21 +30,23 @@
 -- wave and the limit (and the class) are checked, then the budgets; all are charged together
 -- or not at all. (wavegate_core::LocalGate::acquire is the Rust twin.)
 local n = #ARGV - CONFIG_ARGS
-if n ~= 4 and (n < 6 or (n - 6) % 4 ~= 0) then
-  return fail('acquire', 'expected ' .. (CONFIG_ARGS + 4) .. ' ARGV, or classes after them, got ' .. #ARGV)
+if n ~= 5 and (n < 7 or (n - 7) % 4 ~= 0) then
+  return fail('acquire', 'expected ' .. (CONFIG_ARGS + 5) .. ' ARGV, or classes after them, got ' .. #ARGV)
 end
 local config = read_config(1)
 local lease = to_int(ARGV[CONFIG_ARGS + 2], 'lease')
 local instance = ARGV[CONFIG_ARGS + 4]
 local asks = { { id = ARGV[CONFIG_ARGS + 1], tokens = to_int(ARGV[CONFIG_ARGS + 3], 'tokens'), class = '', demand = 1 } }
-if n >= 6 then
-  asks[1].class, asks[1].demand = ARGV[CONFIG_ARGS + 5], to_int(ARGV[CONFIG_ARGS + 6], 'demand')
-  for at = CONFIG_ARGS + 7, #ARGV, 4 do
+if n >= 7 then
+  asks[1].class, asks[1].demand = ARGV[CONFIG_ARGS + 6], to_int(ARGV[CONFIG_ARGS + 7], 'demand')
+  for at = CONFIG_ARGS + 8, #ARGV, 4 do
     table.insert(asks, { class = ARGV[at], id = ARGV[at + 1], tokens = to_int(ARGV[at + 2], 'tokens'),
                          demand = to_int(ARGV[at + 3], 'demand') })
   end
 end
-local classes = #config.classes > 0 and n >= 6
+local classes = #config.classes > 0 and n >= 7
+local gen = generation(ARGV[CONFIG_ARGS + 5], true)
+if not gen then return state_lost('acquire') end
 local now = now_ms()
 ll_apply(config, now) -- the learned limits tighten the budgets (learned_limit.lua)
 
@@ -54,7 +59,7 @@ for _, ask in ipairs(asks) do
   if held_wave then
     redis.call('ZADD', KEYS[1], 'GT', now + lease, ask.id)
     if changed then save_state(s, config) end
-    return { 1, tonumber(held_wave), s.state, s.limit, redis.call('ZCARD', KEYS[1]), ask.id }
+    return { 1, tonumber(held_wave), s.state, s.limit, redis.call('ZCARD', KEYS[1]), ask.id, gen }
   end
 end
 
@@ -67,7 +72,7 @@ if config.tokens then
     if own and own.tokens then burst = math.min(burst, own.tokens.burst) end
     if a.tokens > burst then
       if changed then save_state(s, config) end
-      return { 0, 'tokens_exceed_burst', 0, in_flight, a.id }
+      return { 0, 'tokens_exceed_burst', 0, in_flight, a.id, gen }
     end
   end
 end
@@ -169,4 +174,5 @@ end
 -- Not granted after all (the provider's window, a budget): the asks wait, on the list.
 if deferred then register_waiting(config, instance, asks, now, false) end
 if changed or redis.call('HEXISTS', KEYS[2], 'state') == 0 then save_state(s, config) end
+result[#result + 1] = gen
 return result

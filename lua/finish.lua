@@ -16,13 +16,15 @@
 --          priority classes it is the process the fleet-wide choice of class reaches
 --          (priority.lua), and it keeps its place until it is granted
 -- ARGV[20] tokens used beyond the reservation (negative: a refund), settled on the tokens budget
+-- ARGV[21] the generation of the state the process last saw, '' for none (see `generation` in
+--          wave.lua: if it is gone, WAVEGATE_LOST and nothing is written)
 -- Reply: {held, effect, limit_before, limit, wave, state, cooldown_ms, changed_from, in_flight,
 --         woken}
 --   held: 1 if the id was held; effect: 'cut', 'late' or 'none';
 --   changed_from: the state a success moved the machine out of, or '';
 --   woken: the instance id published on ARGV[19] (the one to wake), or '' for none.
 -- (wavegate_core::LocalGate::finish is the Rust twin.)
-if #ARGV ~= CONFIG_ARGS + 6 then return fail('finish', 'expected ' .. (CONFIG_ARGS + 6) .. ' ARGV, got ' .. #ARGV) end
+if #ARGV ~= CONFIG_ARGS + 7 then return fail('finish', 'expected ' .. (CONFIG_ARGS + 7) .. ' ARGV, got ' .. #ARGV) end
 local config = read_config(1)
 local id = ARGV[CONFIG_ARGS + 1]
 local wave = to_int(ARGV[CONFIG_ARGS + 2], 'wave')
@@ -34,6 +36,7 @@ local token_delta = tonumber(ARGV[CONFIG_ARGS + 6])
 if token_delta == nil or token_delta ~= math.floor(token_delta) then
   return fail('finish', 'token delta must be an integer, got ' .. tostring(ARGV[CONFIG_ARGS + 6]))
 end
+if not generation(ARGV[CONFIG_ARGS + 7], false) then return state_lost('finish') end
 local now = now_ms()
 ll_apply(config, now)
 if config.tokens and token_delta ~= 0 then

@@ -5,20 +5,28 @@
 -- ARGV[15] lease in ms for the adopted permits
 -- ARGV[16] requests and ARGV[17] tokens used during the outage: charged to the budgets, up to
 --          empty (gcra_charge_past in wave.lua)
--- ARGV[18] n, the number of ids to adopt; ARGV[19 .. 18+n] their ids: permits still in flight
+-- ARGV[18] the state and limit this process last saw in the store, 'STATE:limit', or '': put
+--         back if the store forgot its state (see carry_back in wave.lua)
+-- ARGV[19] n, the number of ids to adopt; ARGV[20 .. 19+n] their ids: permits still in flight
 --         here, registered (or re-registered, after a restart with empty data) in the current
 --         wave without an admission check, since their calls are already running
--- ARGV[19+n ..] ids to drop: permits that finished during the outage but may still be listed
--- Reply: {wave, state, limit, in_flight, adopted_wave} after the call; adopted permits carry
--- `wave` in NORMAL and the wave before otherwise (see adopt_wave in wave.lua).
-local FIRST_ID = CONFIG_ARGS + 5
+-- ARGV[20+n ..] ids to drop: permits that finished during the outage but may still be listed
+-- Reply: {wave, state, limit, in_flight, adopted_wave, gen} after the call; adopted permits
+-- carry `wave` in NORMAL and the wave before otherwise (see adopt_wave in wave.lua); gen: the
+-- generation of the state (written now if the store had none: see `generation` in wave.lua).
+local FIRST_ID = CONFIG_ARGS + 6
 if #ARGV < FIRST_ID - 1 then return fail('reconcile', 'expected at least ' .. (FIRST_ID - 1) .. ' ARGV, got ' .. #ARGV) end
 local config = read_config(1)
 local lease = to_int(ARGV[CONFIG_ARGS + 1], 'lease')
 local used_requests = to_int(ARGV[CONFIG_ARGS + 2], 'requests used')
 local used_tokens = to_int(ARGV[CONFIG_ARGS + 3], 'tokens used')
-local adopt = to_int(ARGV[CONFIG_ARGS + 4], 'adopt count')
+local carried_state, carried_limit = string.match(ARGV[CONFIG_ARGS + 4], '^(%u+):(%d+)$')
+if ARGV[CONFIG_ARGS + 4] ~= '' and not carried_state then
+  return fail('reconcile', 'the carried state must be STATE:limit or empty, got ' .. ARGV[CONFIG_ARGS + 4])
+end
+local adopt = to_int(ARGV[CONFIG_ARGS + 5], 'adopt count')
 if #ARGV < FIRST_ID - 1 + adopt then return fail('reconcile', 'fewer ids than the adopt count') end
+local gen = generation('', true)
 local now = now_ms()
 ll_apply(config, now)
 if config.requests and used_requests > 0 then
@@ -31,6 +39,7 @@ end
 purge(now)
 local s = load_state(config, now)
 poll(s, now)
+if carried_state then carry_back(s, carried_state, tonumber(carried_limit), config) end
 save_state(s, config)
 local adopted_wave = adopt_wave()
 for i = FIRST_ID, FIRST_ID - 1 + adopt do
@@ -41,4 +50,4 @@ for i = FIRST_ID + adopt, #ARGV do
   redis.call('ZREM', KEYS[1], ARGV[i])
   redis.call('HDEL', KEYS[3], ARGV[i])
 end
-return { s.wave, s.state, s.limit, redis.call('ZCARD', KEYS[1]), adopted_wave }
+return { s.wave, s.state, s.limit, redis.call('ZCARD', KEYS[1]), adopted_wave, gen }

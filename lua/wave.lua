@@ -396,3 +396,43 @@ local function purge(now)
   end
   return #expired
 end
+
+-- The generation of this upstream's state: a field of KEYS[2] written once, at first use (Redis
+-- TIME in µs). A process sends the one it last saw ('' before it has seen one). If the state
+-- holds none or another one, the state it counted on is gone (FLUSHALL, an eviction, an empty
+-- restart without a dropped connection): the script answers WAVEGATE_LOST before it changes
+-- anything, and the process handles it as an empty restart (its fallback share, then a
+-- reconciliation that registers its permits again) instead of being granted against an empty
+-- set. With `create`, a caller that has seen none writes one when there is none. Returns the
+-- generation in force ('' for none), or nil when the caller's is gone.
+local function generation(expected, create)
+  local gen = redis.call('HGET', KEYS[2], 'gen')
+  if expected ~= '' then
+    if gen ~= expected then return nil end
+    return gen
+  end
+  if not gen and create then
+    local t = redis.call('TIME')
+    gen = t[1] .. string.format('%06d', tonumber(t[2]))
+    redis.call('HSET', KEYS[2], 'gen', gen)
+  end
+  return gen or ''
+end
+
+local function state_lost(script)
+  return redis.error_reply('WAVEGATE_LOST ' .. script ..
+    ": this upstream's state is gone (FLUSHALL, an eviction or an empty restart)")
+end
+
+-- After the store forgot the state: a recovery in progress that a process last saw (`state` at
+-- `limit`) goes back into a state that looks forgotten (NORMAL at the base limit in wave 1), so
+-- a stepped-back limit stays stepped back (WaveMachine::carry_back, spec::carry_back_cases).
+local function carry_back(s, state, limit, config)
+  local forgotten = s.state == 'NORMAL' and s.wave == 1 and s.limit == config.base
+  if not forgotten or (state ~= 'PROBE' and state ~= 'DEGRADED') or limit >= config.base then return false end
+  s.state = state
+  s.limit = math.max(limit, 1)
+  s.threshold = s.limit
+  s.successes = 0
+  return true
+end

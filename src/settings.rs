@@ -8,7 +8,7 @@
 //! [upstreams.llm]
 //! limit = 10
 //! max_wait = "25s"
-//! renewed_lease = "30s"
+//! renewed_lease = "3s"
 //! tokens_per_minute = { per_minute = 200000, burst = 16000 }
 //! ```
 //!

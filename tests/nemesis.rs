@@ -52,7 +52,7 @@ const SWITCH_WINDOW_MS: u64 = 300;
 const BASELINE: (u64, u64) = (1_000, 6_000);
 const QUIET_BEFORE_END_MS: u64 = 11_000;
 /// The default renewed lease (what a killed worker's permits can cost).
-const DEFAULT_LEASE_MS: u64 = 30_000;
+const DEFAULT_LEASE_MS: u64 = 3_000;
 const FIXED_TTL: Duration = Duration::from_secs(660);
 
 fn main() {
@@ -200,7 +200,7 @@ fn nemesis() {
     };
     println!(
         "    nemesis: seed {seed} (replay: WAVEGATE_NEMESIS_SEED={seed}), {secs} s, lease: {}, classes: {}",
-        if fixed { "fixed 660 s TTL" } else { "default (30 s, renewed)" },
+        if fixed { "fixed 660 s TTL" } else { "default (3 s, renewed every second)" },
         if classes { "interactive 3 / batch 1" } else { "none" }
     );
     let mut rng = SmallRng::seed_from_u64(seed);

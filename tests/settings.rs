@@ -25,7 +25,7 @@ fn the_example_file_reads_and_every_key_reaches_the_configuration() {
     assert_eq!(config.call_timeout(), Duration::from_secs(120));
     assert_eq!(config.total_timeout(), Duration::from_secs(150));
     assert!(config.renews_leases());
-    assert_eq!(config.permit_ttl(), Duration::from_secs(30));
+    assert_eq!(config.permit_ttl(), Duration::from_secs(3));
     assert_eq!(config.fallback_limit().map(|l| l.get()), Some(2));
     assert_eq!(config.queue_capacity().get(), 1024);
     let classes: Vec<_> =

@@ -78,7 +78,7 @@ mod present {
     use std::time::Duration;
 
     use futures_util::FutureExt;
-    use wavegate_core::{Ask, Decision, PermitId, UpstreamConfig, WaveSignal, WindowReport};
+    use wavegate_core::{Ask, Decision, PermitId, UpstreamConfig, WaveSignal, WaveState, WindowReport};
     use wavegate_redis::{SharedGate, Store, StoreError};
 
     use super::{ConfigConflict, GateFuture, Reconciled, Released, SharedView, Snapshot};
@@ -138,17 +138,19 @@ mod present {
         async move { gate.clear_windows().await.map(|_| ()) }.boxed_local()
     }
 
+    /// Registers `adopt`, drops `drop`, charges `usage`; carries back the state and limit last
+    /// seen (`carried`) into a store that forgot its state.
     pub(crate) fn reconcile(
         gate: &SharedGate,
-        adopt: Vec<PermitId>,
-        drop: Vec<PermitId>,
+        (adopt, drop): (Vec<PermitId>, Vec<PermitId>),
         lease: Duration,
         usage: (u64, u64),
+        carried: Option<(WaveState, u32)>,
     ) -> GateFuture<Reconciled> {
         let gate = gate.clone();
         async move {
             let text = |ids: &[PermitId]| ids.iter().map(|id| id.as_str().to_owned()).collect::<Vec<_>>();
-            let r = gate.reconcile(&text(&adopt), &text(&drop), lease, usage).await?;
+            let r = gate.reconcile_carrying(&text(&adopt), &text(&drop), lease, usage, carried).await?;
             Ok(Reconciled { wave: r.wave, adopted_wave: r.adopted_wave, state: r.state, in_flight: r.in_flight })
         }
         .boxed_local()
@@ -237,7 +239,7 @@ mod absent {
 
     use std::time::Duration;
 
-    use wavegate_core::{Ask, Decision, PermitId, UpstreamConfig, WaveSignal, WindowReport};
+    use wavegate_core::{Ask, Decision, PermitId, UpstreamConfig, WaveSignal, WaveState, WindowReport};
 
     use super::{ConfigConflict, GateFuture, Reconciled, Released, SharedView};
 
@@ -257,6 +259,10 @@ mod absent {
 
     impl StoreError {
         pub(crate) fn is_outage(&self) -> bool {
+            false
+        }
+
+        pub(crate) fn is_state_lost(&self) -> bool {
             false
         }
 
@@ -297,10 +303,10 @@ mod absent {
 
     pub(crate) fn reconcile(
         gate: &SharedGate,
-        _: Vec<PermitId>,
-        _: Vec<PermitId>,
+        _: (Vec<PermitId>, Vec<PermitId>),
         _: Duration,
         _: (u64, u64),
+        _: Option<(WaveState, u32)>,
     ) -> GateFuture<Reconciled> {
         match *gate {}
     }

@@ -2,9 +2,10 @@
 //!
 //! Every check says what to change. The most important one ties the permit's lease to the
 //! call timeout: a permit that expires while its call is still running lets a new call in and
-//! the fleet goes over the limit. By default a watchdog renews every held permit every third of
-//! its 30 s lease, so a permit leaked by a killed process or a hiccup of the store costs at most
-//! one lease. A fixed TTL (the seed's 660 s, [`permit_ttl`](UpstreamConfigBuilder::permit_ttl))
+//! the fleet goes over the limit. By default a watchdog renews every held permit every second,
+//! a third of its 3 s lease, so a permit leaked by a killed process or a hiccup of the store
+//! costs at most one lease: a killed process's permits stop holding their slots within 3 s of
+//! its last renewal. A fixed TTL (the seed's 660 s, [`permit_ttl`](UpstreamConfigBuilder::permit_ttl))
 //! is still available: then it must exceed the call timeout by a margin (10 % of the call
 //! timeout, at least 1 s).
 //!
@@ -13,7 +14,8 @@
 //! use wavegate_core::UpstreamConfig;
 //!
 //! let openai = UpstreamConfig::builder("openai").limit(20).build().unwrap();
-//! assert_eq!(openai.permit_ttl(), Duration::from_secs(30));
+//! assert_eq!(openai.permit_ttl(), Duration::from_secs(3));
+//! assert_eq!(openai.renew_every(), Duration::from_secs(1));
 //! assert!(openai.renews_leases());
 //!
 //! let fixed = UpstreamConfig::builder("openai").permit_ttl(Duration::from_secs(660)).build().unwrap();
@@ -265,8 +267,13 @@ pub struct UpstreamConfig {
 impl UpstreamConfig {
     /// The default concurrency limit: 10.
     pub const DEFAULT_LIMIT: u32 = 10;
-    /// The default lease: 30 s, renewed every third of it by a watchdog while the call runs.
-    pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+    /// The default lease: 3 s, renewed every third of it (every second) by a watchdog while the
+    /// call runs, so a killed process's permits stop holding their slots within 3 s of its last
+    /// renewal. Safe under a stall of the store: a lease can end unrenewed only in a stall of
+    /// more than 2 s, which every process notices first (its heartbeat and its renewals run
+    /// every second, each bounded by the 250 ms command timeout) and answers with a fallback and
+    /// a reconciliation that registers its permits again (`docs/guarantees.md`).
+    pub const DEFAULT_LEASE: Duration = Duration::from_secs(3);
     /// The fixed permit TTL of the seed design (660 s): the smallest fixed TTL accepted with
     /// the default call timeout, for [`permit_ttl`](UpstreamConfigBuilder::permit_ttl).
     pub const DEFAULT_PERMIT_TTL: Duration = Duration::from_secs(660);
@@ -352,9 +359,9 @@ impl UpstreamConfig {
     /// With priority classes and renewed leases: a permit counts in its class's share of the
     /// fleet only while its lease ends at least this far ahead, i.e. while it was renewed within
     /// the last `lease - window` (three renewals). A permit of a process killed with `kill -9`
-    /// stops counting after that (≤ 3 s with the default lease), not when its lease ends (it
-    /// still holds its place under the limit until then). Zero (every permit counts) without
-    /// renewal or classes.
+    /// stops counting after that, not when its lease ends (it still holds its place under the
+    /// limit until then). Zero (every permit counts) without renewal or classes, and with the
+    /// default 3 s lease (renewed every second: its lease itself ends within 3 s).
     pub fn class_count_window(&self) -> Duration {
         if !self.renew_leases || self.classes.is_empty() {
             return Duration::ZERO;
@@ -503,7 +510,7 @@ impl UpstreamConfigBuilder {
     /// Permits with a short lease that a watchdog renews every third of it while their calls
     /// run (one batched call per upstream), instead of a fixed TTL: a killed process's permits
     /// come back within one lease, and the call timeout is no longer bounded by the lease.
-    /// At least 1 s. The default, with 30 s.
+    /// At least 1 s. The default, with 3 s ([`DEFAULT_LEASE`](UpstreamConfig::DEFAULT_LEASE)).
     pub fn renewed_lease(mut self, lease: Duration) -> Self {
         self.permit_ttl = lease;
         self.renew_leases = true;
@@ -918,7 +925,7 @@ mod tests {
     fn defaults_match_the_design() {
         let config = UpstreamConfig::builder("img").build().expect("defaults are valid");
         assert_eq!(config.limit().get(), 10);
-        assert_eq!(config.permit_ttl(), Duration::from_secs(30));
+        assert_eq!(config.permit_ttl(), Duration::from_secs(3));
         assert!(config.renews_leases(), "a renewed lease is the default: a leak costs at most one lease");
         assert_eq!(config.call_timeout(), Duration::from_secs(600));
         assert_eq!(config.max_wait(), Duration::from_secs(25));

@@ -12,7 +12,7 @@
 //! on a real clock (Redis `TIME`, advanced by sleeping) passes them as well as one on a manual
 //! clock.
 //!
-//! The fallback's gate has a table of its own, [`fallback_cases`].
+//! The fallback's gate has a table of its own, [`fallback_cases`]; so has the carry-back, [`carry_back_cases`].
 //!
 //! This module is test material, behind the `spec` feature.
 //!
@@ -41,10 +41,11 @@ use crate::priority::PriorityClass;
 use crate::provider_window::{WindowLeft, WindowReport};
 use crate::wave::{DenyReason, Recovery, WaveConfig, WaveState};
 
+mod carry_back;
 mod classes;
 mod fallback;
 mod waves;
-
+pub use carry_back::{CarryBackCase, carry_back_cases};
 pub use fallback::{FallbackCase, FallbackExpect, fallback_cases};
 
 /// The instance of the one process of the cases that ask with [`Step::Acquire`].

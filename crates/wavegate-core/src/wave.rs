@@ -542,6 +542,29 @@ impl WaveMachine {
         RateLimitEffect::Cut { from, to: s.limit, wave: s.wave, cooldown }
     }
 
+    /// After the store forgot the upstream's state (an empty restart, `FLUSHALL`, an eviction):
+    /// puts back a recovery in progress that a process last saw, `state` at `limit`, so a limit
+    /// stepped back by a 429 stays stepped back (the learned ceiling is carried back as a
+    /// cooldown is). Only into a machine that looks like a forgotten one — NORMAL at its base
+    /// limit in wave 1, no 429 ever seen — and only PROBE or DEGRADED below the base (a cooldown
+    /// is carried as a 429). The limit is also the threshold (it grows additively from there).
+    /// Returns whether it changed anything. `wave.lua`'s `carry_back` is the Lua twin
+    /// (`spec::carry_back_cases`).
+    pub fn carry_back(&mut self, state: WaveState, limit: u32) -> bool {
+        let base = self.config.base_limit.get();
+        let s = &mut self.snapshot;
+        let forgotten = s.state == WaveState::Normal && s.wave == 1 && s.limit == base;
+        let recovering = matches!(state, WaveState::Probe | WaveState::Degraded);
+        if !forgotten || !recovering || limit >= base {
+            return false;
+        }
+        s.state = state;
+        s.limit = limit.max(1);
+        s.threshold = s.limit;
+        s.successes = 0;
+        true
+    }
+
     /// Replaces the state, e.g. with one read back from Redis or carried across an outage.
     /// The limit is clamped to `[1, base]`.
     pub fn restore(&mut self, mut snapshot: WaveSnapshot) {

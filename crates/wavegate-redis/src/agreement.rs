@@ -278,9 +278,11 @@ fn disagreement(
                         waiting: a.waiting,
                     })
                     .collect();
-                let call = calls::acquire(keys, &shared.config_args, me.as_str(), lease, &heads, !classes.is_empty());
+                let call =
+                    calls::acquire(keys, &shared.config_args, (me.as_str(), ""), lease, &heads, !classes.is_empty());
                 let reply = rows(eval(con, &scripts.acquire, &call, now).map_err(at)?).map_err(at)?;
-                let (k, admission, in_flight) = calls::read_acquire(&reply, &heads).map_err(|e| at(e.to_string()))?;
+                let (k, admission, in_flight, _) =
+                    calls::read_acquire(&reply, &heads).map_err(|e| at(e.to_string()))?;
                 let lua = wavegate_core::Decision::new(asks[k].id.clone(), admission, in_flight);
                 if lua != decision {
                     return Err(at(format!("Rust {decision:?}, Lua {lua:?}")));
@@ -324,7 +326,7 @@ fn disagreement(
                     _ => WaveSignal::RateLimited { retry_after: (delta % 2 == 0).then(|| Duration::from_millis(400)) },
                 };
                 let report = local.finish(&id, wave, signal, *delta, now);
-                let call = calls::finish(keys, &shared.config_args, id.as_str(), wave, signal, *delta);
+                let call = calls::finish(keys, &shared.config_args, (id.as_str(), ""), wave, signal, *delta);
                 let reply = rows(eval(con, &scripts.finish, &call, now).map_err(at)?).map_err(at)?;
                 let lua = calls::read_finish(&reply, wave).map_err(|e| at(e.to_string()))?;
                 let rust = (report.held, report.rate_limit, report.transition, report.wake.clone());
@@ -344,7 +346,7 @@ fn disagreement(
                 }
                 let mut rust: Vec<String> =
                     local.renew(&ids, now, scenario.lease_ms).iter().map(|id| id.to_string()).collect();
-                let call = calls::renew(keys, lease, ids.iter().map(PermitId::as_str));
+                let call = calls::renew(keys, (lease, ""), ids.iter().map(PermitId::as_str));
                 let mut lua: Vec<String> = match eval(con, &scripts.renew, &call, now).map_err(at)? {
                     Value::Array(rows) => rows
                         .into_iter()

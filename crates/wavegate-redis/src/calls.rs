@@ -69,20 +69,21 @@ pub(crate) struct Head<'a> {
     pub(crate) waiting: u32,
 }
 
-/// `acquire.lua`: the config, then the first head's id, the lease, its tokens and the
-/// instance; with classes, its class and callers waiting, then (class, id, tokens, waiting)
-/// for each other head. Without classes only the first head is sent.
+/// `acquire.lua`: the config, then the first head's id, the lease, its tokens, the instance
+/// and the generation of the state last seen (`''` for none); with classes, its class and
+/// callers waiting, then (class, id, tokens, waiting) for each other head. Without classes
+/// only the first head is sent.
 pub(crate) fn acquire<'a>(
     keys: &'a UpstreamKeys,
     config: &'a [String],
-    instance: &str,
+    (instance, generation): (&str, &str),
     lease: Duration,
     heads: &[Head<'_>],
     classes: bool,
 ) -> Call<'a> {
     let mut call = Call::with_config(&keys.waiting_script_keys(), config);
     let Some((first, rest)) = heads.split_first() else { return call };
-    call = call.arg(first.id).arg(duration_ms(lease)).arg(first.tokens).arg(instance);
+    call = call.arg(first.id).arg(duration_ms(lease)).arg(first.tokens).arg(instance).arg(generation);
     if classes {
         call = call.arg(first.class).arg(first.waiting);
         for head in rest {
@@ -92,22 +93,28 @@ pub(crate) fn acquire<'a>(
     call
 }
 
+/// What an acquire answered: which head, how, the permits held after it, and the generation
+/// of the state.
+pub(crate) type AcquireReply = (usize, Admission, u32, String);
+
 /// Reads an acquire's reply: which of the `heads` sent it answers (the script names it; an id
-/// that was not sent is an unexpected reply), the answer, and the permits held after it.
-pub(crate) fn read_acquire(reply: &[Value], heads: &[Head<'_>]) -> Result<(usize, Admission, u32), StoreError> {
+/// that was not sent is an unexpected reply), the answer, the permits held after it and the
+/// generation of the state (see `generation` in `lua/wave.lua`).
+pub(crate) fn read_acquire(reply: &[Value], heads: &[Head<'_>]) -> Result<AcquireReply, StoreError> {
     const COMMAND: &str = "acquire";
     let r = Reply::new(COMMAND, reply);
-    let (admission, in_flight, id) = match r.int(0)? {
+    let (admission, in_flight, id, generation) = match r.int(0)? {
         1 => {
-            r.expect_len(6)?;
-            (Admission::Granted { wave: r.uint(1)?, state: r.state(2)?, limit: r.u32(3)? }, r.u32(4)?, r.string(5)?)
+            r.expect_len(7)?;
+            let granted = Admission::Granted { wave: r.uint(1)?, state: r.state(2)?, limit: r.u32(3)? };
+            (granted, r.u32(4)?, r.string(5)?, r.string(6)?)
         }
         0 => {
-            r.expect_len(5)?;
+            r.expect_len(6)?;
             let name = r.string(1)?;
             let reason = DenyReason::parse(&name)
                 .ok_or_else(|| StoreError::unexpected(COMMAND, format!("unknown denial reason {name:?}")))?;
-            (Admission::Denied { reason, retry_after_ms: r.uint(2)? }, r.u32(3)?, r.string(4)?)
+            (Admission::Denied { reason, retry_after_ms: r.uint(2)? }, r.u32(3)?, r.string(4)?, r.string(5)?)
         }
         other => return Err(StoreError::unexpected(COMMAND, format!("first field is {other}, not 0 or 1"))),
     };
@@ -115,15 +122,15 @@ pub(crate) fn read_acquire(reply: &[Value], heads: &[Head<'_>]) -> Result<(usize
         .iter()
         .position(|head| head.id == id)
         .ok_or_else(|| StoreError::unexpected(COMMAND, format!("the reply names {id:?}, which was not asked for")))?;
-    Ok((index, admission, in_flight))
+    Ok((index, admission, in_flight, generation))
 }
 
 /// `finish.lua`: the config, the id, its wave, the outcome, its `Retry-After`, the release
-/// channel and the token delta.
+/// channel, the token delta and the generation of the state last seen (`''` for none).
 pub(crate) fn finish<'a>(
     keys: &'a UpstreamKeys,
     config: &'a [String],
-    id: &str,
+    (id, generation): (&str, &str),
     wave: u64,
     signal: WaveSignal,
     token_delta: i64,
@@ -142,6 +149,7 @@ pub(crate) fn finish<'a>(
         .arg(retry_after)
         .arg(&keys.released)
         .arg(token_delta)
+        .arg(generation)
 }
 
 /// What finishing a permit did.
@@ -201,9 +209,13 @@ pub(crate) fn read_finish(reply: &[Value], wave: u64) -> Result<Finished, StoreE
     Ok(Finished { held: r.int(0)? == 1, rate_limit, transition, status, wake })
 }
 
-/// `renew.lua`: the lease, then the ids.
-pub(crate) fn renew<'a>(keys: &'a UpstreamKeys, lease: Duration, ids: impl IntoIterator<Item = &'a str>) -> Call<'a> {
-    let mut call = Call::new(&keys.script_keys()).arg(duration_ms(lease));
+/// `renew.lua`: the lease, the generation of the state last seen (`''` for none), then the ids.
+pub(crate) fn renew<'a>(
+    keys: &'a UpstreamKeys,
+    (lease, generation): (Duration, &str),
+    ids: impl IntoIterator<Item = &'a str>,
+) -> Call<'a> {
+    let mut call = Call::new(&keys.script_keys()).arg(duration_ms(lease)).arg(generation);
     call.args.extend(ids.into_iter().map(Cow::Borrowed));
     call
 }
@@ -267,20 +279,22 @@ pub(crate) fn read_status(reply: &[Value]) -> Result<(SharedStatus, Vec<(u32, u3
     Ok((status, classes))
 }
 
-/// `reconcile.lua`: the config, the lease, the usage, how many to adopt, the ids to adopt,
-/// the ids to drop.
+/// `reconcile.lua`: the config, the lease, the usage, the state carried back (`STATE:limit`,
+/// or `''`), how many to adopt, the ids to adopt, the ids to drop.
 pub(crate) fn reconcile<'a>(
     keys: &'a UpstreamKeys,
     config: &'a [String],
-    adopt: &'a [String],
-    drop: &'a [String],
+    (adopt, drop): (&'a [String], &'a [String]),
     lease: Duration,
     (requests, tokens): (u64, u64),
+    carried: Option<(WaveState, u32)>,
 ) -> Call<'a> {
+    let carried = carried.map(|(state, limit)| format!("{}:{limit}", state.as_str())).unwrap_or_default();
     let mut call = Call::with_config(&keys.script_keys(), config)
         .arg(duration_ms(lease))
         .arg(requests)
         .arg(tokens)
+        .arg(carried)
         .arg(adopt.len());
     call.args.extend(adopt.iter().chain(drop).map(|id| Cow::Borrowed(id.as_str())));
     call
@@ -456,20 +470,20 @@ mod tests {
         // (script, a call as the Rust side sends it, whether the script takes a fixed count);
         // for the scripts that take a list of ids, the call without any.
         let calls = [
-            ("acquire, one head", &s.acquire, acquire(keys, config, "alpha", lease, &heads[..1], false), true),
-            ("acquire, class form", &s.acquire, acquire(keys, config, "alpha", lease, &heads[..1], true), true),
-            ("acquire, two classes", &s.acquire, acquire(keys, config, "alpha", lease, &heads, true), true),
+            ("acquire, one head", &s.acquire, acquire(keys, config, ("alpha", ""), lease, &heads[..1], false), true),
+            ("acquire, class form", &s.acquire, acquire(keys, config, ("alpha", ""), lease, &heads[..1], true), true),
+            ("acquire, two classes", &s.acquire, acquire(keys, config, ("alpha", ""), lease, &heads, true), true),
             (
                 "finish",
                 &s.finish,
-                finish(keys, config, "x", 1, WaveSignal::RateLimited { retry_after: None }, -3),
+                finish(keys, config, ("x", ""), 1, WaveSignal::RateLimited { retry_after: None }, -3),
                 true,
             ),
             ("status", &s.status, status(keys, config), true),
             ("report_window", &s.report_window, report_window(keys, "x", report, 10, false), true),
             ("heartbeat", &s.heartbeat, heartbeat(&instances, "alpha", lease), true),
-            ("renew", &s.renew, renew(keys, lease, []), false),
-            ("reconcile", &s.reconcile, reconcile(keys, config, &[], &[], lease, (1, 2)), false),
+            ("renew", &s.renew, renew(keys, (lease, ""), []), false),
+            ("reconcile", &s.reconcile, reconcile(keys, config, (&[], &[]), lease, (1, 2), None), false),
         ];
         for (name, script, call, fixed) in &calls {
             let sent = run(&mut con, script, call);
@@ -484,12 +498,13 @@ mod tests {
         }
         // The lists: renew takes any number of ids, reconcile as many as it is told to adopt
         // and then the ones to drop.
-        assert!(run(&mut con, &s.renew, &renew(keys, lease, ["x", "y"])).is_ok());
+        assert!(run(&mut con, &s.renew, &renew(keys, (lease, ""), ["x", "y"])).is_ok());
         let adopt = ["a".to_owned(), "b".to_owned()];
         let dropped = ["c".to_owned()];
-        let full = reconcile(keys, config, &adopt, &dropped, lease, (1, 2));
+        let carried = Some((WaveState::Degraded, 2));
+        let full = reconcile(keys, config, (&adopt, &dropped), lease, (1, 2), carried);
         assert!(run(&mut con, &s.reconcile, &full).is_ok());
-        let mut short = reconcile(keys, config, &adopt, &[], lease, (1, 2));
+        let mut short = reconcile(keys, config, (&adopt, &[]), lease, (1, 2), None);
         short.args.pop();
         let short = run(&mut con, &s.reconcile, &short);
         assert!(matches!(&short, Err(e) if e.contains("fewer ids than the adopt count")), "{short:?}");
@@ -502,9 +517,10 @@ mod tests {
             Head { class: "interactive", id: "interactive|a:1|-", tokens: 100, waiting: 1 },
             Head { class: "batch", id: "batch|a:2|-", tokens: 5_000, waiting: 1 },
         ];
-        let denial =
-            |id: &str| vec![Value::Int(0), text("tokens_exceed_burst"), Value::Int(0), Value::Int(3), text(id)];
-        let (index, admission, in_flight) = read_acquire(&denial("batch|a:2|-"), &heads).expect("a denial of batch");
+        let denial = |id: &str| {
+            vec![Value::Int(0), text("tokens_exceed_burst"), Value::Int(0), Value::Int(3), text(id), text("g")]
+        };
+        let (index, admission, in_flight, _) = read_acquire(&denial("batch|a:2|-"), &heads).expect("a denial of batch");
         assert_eq!(index, 1, "the denial answers the head it names, not the first");
         assert_eq!(admission, Admission::Denied { reason: DenyReason::TokensExceedBurst, retry_after_ms: 0 });
         assert_eq!(in_flight, 3);
@@ -515,6 +531,7 @@ mod tests {
             Value::Int(10),
             Value::Int(4),
             text("interactive|a:1|-"),
+            text("g"),
         ];
         assert_eq!(read_acquire(&granted, &heads).expect("a grant").0, 0);
         for reply in [denial("batch|b:9|-"), denial("")] {
@@ -522,7 +539,7 @@ mod tests {
             assert!(matches!(error, StoreError::UnexpectedReply { .. }), "{error:?}");
         }
         // An older script's denial, naming nothing, is not read as the first head's.
-        let unnamed = vec![Value::Int(0), text("at_limit"), Value::Int(0), Value::Int(3)];
+        let unnamed = vec![Value::Int(0), text("at_limit"), Value::Int(0), Value::Int(3), text("g")];
         assert!(matches!(read_acquire(&unnamed, &heads), Err(StoreError::UnexpectedReply { .. })));
     }
 
@@ -561,19 +578,19 @@ mod tests {
             (
                 include_str!("../../../lua/acquire.lua"),
                 source::ACQUIRE,
-                acquire(&keys, &config, "", lease, &head, false).keys.len(),
+                acquire(&keys, &config, ("", ""), lease, &head, false).keys.len(),
             ),
             (
                 include_str!("../../../lua/finish.lua"),
                 source::FINISH,
-                finish(&keys, &config, "x", 1, WaveSignal::Neutral, 0).keys.len(),
+                finish(&keys, &config, ("x", ""), 1, WaveSignal::Neutral, 0).keys.len(),
             ),
             (include_str!("../../../lua/status.lua"), source::STATUS, status(&keys, &config).keys.len()),
-            (include_str!("../../../lua/renew.lua"), source::RENEW, renew(&keys, lease, ["x"]).keys.len()),
+            (include_str!("../../../lua/renew.lua"), source::RENEW, renew(&keys, (lease, ""), ["x"]).keys.len()),
             (
                 include_str!("../../../lua/reconcile.lua"),
                 source::RECONCILE,
-                reconcile(&keys, &config, &[], &[], lease, (0, 0)).keys.len(),
+                reconcile(&keys, &config, (&[], &[]), lease, (0, 0), None).keys.len(),
             ),
             (
                 include_str!("../../../lua/report_window.lua"),

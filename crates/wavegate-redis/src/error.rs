@@ -64,6 +64,16 @@ pub enum StoreError {
         /// What is wrong.
         detail: String,
     },
+    /// The upstream's state is gone while this process counted on it: the state holds no
+    /// generation, or another one than this process last saw (`FLUSHALL`, an eviction, an
+    /// empty restart without a dropped connection). The script changed nothing. An outage of
+    /// a kind: the process handles it as an empty restart (its fallback share, then a
+    /// reconciliation that registers its permits again).
+    #[error("redis lost the upstream's state before `{command}` (FLUSHALL, an eviction or an empty restart)")]
+    StateLost {
+        /// The command or script.
+        command: &'static str,
+    },
     /// The reply did not have the shape the script promises.
     #[error("unexpected reply to `{command}`: {detail}")]
     UnexpectedReply {
@@ -78,7 +88,19 @@ impl StoreError {
     /// Whether the store is (for now) out of reach, so the caller should fail open.
     /// True for a [`Rejected`](StoreError::Rejected) client as well: it cannot share either.
     pub fn is_outage(&self) -> bool {
-        matches!(self, StoreError::Timeout { .. } | StoreError::Unavailable { .. } | StoreError::Rejected { .. })
+        matches!(
+            self,
+            StoreError::Timeout { .. }
+                | StoreError::Unavailable { .. }
+                | StoreError::Rejected { .. }
+                | StoreError::StateLost { .. }
+        )
+    }
+
+    /// Whether the store lost the upstream's state under this process (see
+    /// [`StateLost`](StoreError::StateLost)).
+    pub fn is_state_lost(&self) -> bool {
+        matches!(self, StoreError::StateLost { .. })
     }
 
     /// Why the server rejects wavegate, when it does (wrong credentials, missing rights, too
@@ -101,7 +123,8 @@ impl StoreError {
     }
 
     /// A short stable label for metrics: `timeout`, `unavailable`, `authentication`,
-    /// `permission`, `version`, `tls`, `sentinel`, `refused`, `invalid`, `unexpected_reply`.
+    /// `permission`, `version`, `tls`, `sentinel`, `refused`, `invalid`, `state_lost`,
+    /// `unexpected_reply`.
     pub const fn label(&self) -> &'static str {
         match self {
             StoreError::Timeout { .. } => "timeout",
@@ -109,6 +132,7 @@ impl StoreError {
             StoreError::Rejected { reason, .. } => reason.as_str(),
             StoreError::Refused { .. } => "refused",
             StoreError::Invalid { .. } => "invalid",
+            StoreError::StateLost { .. } => "state_lost",
             StoreError::UnexpectedReply { .. } => "unexpected_reply",
         }
     }
@@ -116,6 +140,9 @@ impl StoreError {
     pub(crate) fn from_redis(command: &'static str, timeout_ms: u64, error: RedisError) -> Self {
         if error.is_timeout() {
             return StoreError::Timeout { command, timeout_ms };
+        }
+        if error.code() == Some("WAVEGATE_LOST") {
+            return StoreError::StateLost { command };
         }
         if let Some(reason) = Rejection::of(&error) {
             return StoreError::Rejected { command, reason, detail: error.to_string() };

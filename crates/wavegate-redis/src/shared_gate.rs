@@ -5,6 +5,7 @@
 //! wavegate-core's types. Replies are checked field by field; a reply of the wrong shape is a
 //! [`StoreError::UnexpectedReply`], never a panic.
 
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use redis::Value;
@@ -73,6 +74,11 @@ pub struct SharedGate {
     instance: String,
     /// The name of the class that takes permits whose id names none (with classes).
     default_class: Option<String>,
+    /// The generation of the upstream's state this process last saw ('' before the first
+    /// reply), shared by the clones: every script but status sends it, and one whose state
+    /// has another (or none) answers [`StoreError::StateLost`] (see `generation` in
+    /// `lua/wave.lua`). Learned from the first acquire, replaced by each reconciliation.
+    generation: Arc<Mutex<String>>,
 }
 
 impl SharedGate {
@@ -104,7 +110,15 @@ impl SharedGate {
             wave.retest_rounds_max.to_string(),
             String::new(),
         ];
-        Self { store, name: name.as_str().to_owned(), keys, config_args, instance: String::new(), default_class: None }
+        Self {
+            store,
+            name: name.as_str().to_owned(),
+            keys,
+            config_args,
+            instance: String::new(),
+            default_class: None,
+            generation: Arc::default(),
+        }
     }
 
     /// Acquires on behalf of process `instance`: when the limit is reached it joins the
@@ -148,6 +162,20 @@ impl SharedGate {
         &self.keys
     }
 
+    /// The generation of the upstream's state this process last saw (`""` before the first
+    /// reply that told it).
+    pub fn generation(&self) -> String {
+        self.generation.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Takes the generation a reply told: the first one seen, or (`replace`) a reconciliation's.
+    fn learn_generation(&self, generation: String, replace: bool) {
+        let mut known = self.generation.lock().unwrap_or_else(PoisonError::into_inner);
+        if replace || known.is_empty() {
+            *known = generation;
+        }
+    }
+
     /// Asks for one permit on behalf of this process's waiting callers (the twin of
     /// [`LocalGate::acquire`](wavegate_core::LocalGate::acquire); `lua/acquire.lua`): one
     /// [`Ask`] per head it offers. With classes (after [`with_classes`](Self::with_classes))
@@ -185,9 +213,12 @@ impl SharedGate {
         if heads.is_empty() {
             return Err(StoreError::unexpected(COMMAND, "nothing to ask for"));
         }
-        let call = calls::acquire(&self.keys, &self.config_args, &self.instance, lease, heads, classes);
+        let generation = self.generation();
+        let call = calls::acquire(&self.keys, &self.config_args, (&self.instance, &generation), lease, heads, classes);
         let reply: Vec<Value> = self.store.invoke(COMMAND, &call.invocation(&scripts().acquire)).await?;
-        calls::read_acquire(&reply, heads)
+        let (index, admission, in_flight, generation) = calls::read_acquire(&reply, heads)?;
+        self.learn_generation(generation, false);
+        Ok((index, admission, in_flight))
     }
 
     /// Asks for permit `id` by its text, without classes (kept until the engine moves to
@@ -239,7 +270,8 @@ impl SharedGate {
         token_delta: i64,
     ) -> Result<Finished, StoreError> {
         const COMMAND: &str = "finish";
-        let call = calls::finish(&self.keys, &self.config_args, id, wave, signal, token_delta);
+        let generation = self.generation();
+        let call = calls::finish(&self.keys, &self.config_args, (id, &generation), wave, signal, token_delta);
         let reply: Vec<Value> = self.store.invoke(COMMAND, &call.invocation(&scripts().finish)).await?;
         calls::read_finish(&reply, wave)
     }
@@ -276,7 +308,8 @@ impl SharedGate {
         if ids.len() == 0 {
             return Ok(Vec::new());
         }
-        let call = calls::renew(&self.keys, lease, ids);
+        let generation = self.generation();
+        let call = calls::renew(&self.keys, (lease, &generation), ids);
         self.store.invoke(COMMAND, &call.invocation(&scripts().renew)).await
     }
 
@@ -288,13 +321,30 @@ impl SharedGate {
         adopt: &[String],
         drop: &[String],
         lease: Duration,
+        usage: (u64, u64),
+    ) -> Result<Reconciled, StoreError> {
+        self.reconcile_carrying(adopt, drop, lease, usage, None).await
+    }
+
+    /// [`reconcile`](Self::reconcile), carrying back the state and limit this process last saw
+    /// in the store: if the store forgot its state (an empty restart, `FLUSHALL`, an
+    /// eviction), a recovery in progress is put back
+    /// ([`WaveMachine::carry_back`](wavegate_core::WaveMachine::carry_back)). The generation of
+    /// the state it leaves is this gate's from now on.
+    pub async fn reconcile_carrying(
+        &self,
+        adopt: &[String],
+        drop: &[String],
+        lease: Duration,
         (requests, tokens): (u64, u64),
+        carried: Option<(WaveState, u32)>,
     ) -> Result<Reconciled, StoreError> {
         const COMMAND: &str = "reconcile";
-        let call = calls::reconcile(&self.keys, &self.config_args, adopt, drop, lease, (requests, tokens));
+        let call = calls::reconcile(&self.keys, &self.config_args, (adopt, drop), lease, (requests, tokens), carried);
         let reply: Vec<Value> = self.store.invoke(COMMAND, &call.invocation(&scripts().reconcile)).await?;
         let r = Reply::new(COMMAND, &reply);
-        r.expect_len(5)?;
+        r.expect_len(6)?;
+        self.learn_generation(r.string(5)?, true);
         Ok(Reconciled {
             wave: r.uint(0)?,
             state: r.state(1)?,

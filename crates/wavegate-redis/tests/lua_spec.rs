@@ -83,3 +83,89 @@ fn lua_scripts_pass_every_case() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+const WAVE_LUA: &str = include_str!("../../../lua/wave.lua");
+
+/// Runs `carry_back` of `wave.lua` on one case: ARGV = store state, limit, wave, carried state,
+/// carried limit, base. Answers the state, limit, whether it changed, and the threshold.
+const CARRY_BACK_DRIVER: &str = r"
+local s = { state = ARGV[1], limit = tonumber(ARGV[2]), wave = tonumber(ARGV[3]), threshold = tonumber(ARGV[2]),
+  successes = 0 }
+local changed = carry_back(s, ARGV[4], tonumber(ARGV[5]), { base = tonumber(ARGV[6]) })
+return { s.state, s.limit, changed and 1 or 0, s.threshold }
+";
+
+#[test]
+fn lua_carry_back_passes_its_table() {
+    use wavegate_core::spec::carry_back_cases;
+    let server = RedisServer::start().expect("redis-server");
+    let mut con = server.connection().expect("connection");
+    let source = format!("{WAVE_LUA}\n{CARRY_BACK_DRIVER}");
+    for case in carry_back_cases() {
+        let (state, limit, wave) = case.store;
+        let (carried, carried_limit) = case.carried;
+        let (got_state, got_limit, changed, threshold): (String, u32, i64, u32) = redis::cmd("EVAL")
+            .arg(&source)
+            .arg(0)
+            .arg(state.as_str())
+            .arg(limit)
+            .arg(wave)
+            .arg(carried.as_str())
+            .arg(carried_limit)
+            .arg(case.base)
+            .query(&mut con)
+            .expect("the driver runs");
+        let expect = (case.expect.0.as_str().to_owned(), case.expect.1, i64::from(case.expect.2));
+        assert_eq!((got_state, got_limit, changed), expect, "{}", case.name);
+        if case.expect.2 {
+            assert_eq!(threshold, got_limit, "{}: the limit is the threshold", case.name);
+        }
+    }
+}
+
+/// A store that forgot an upstream's state under a process that saw it: every script but
+/// status refuses with `StateLost` and writes nothing; a reconciliation rebuilds it (the held
+/// permit registered again, the stepped-back limit carried back) and the scripts serve again.
+#[test]
+fn a_state_flushed_under_a_process_is_refused_as_lost_until_it_reconciles() {
+    use wavegate_core::{UpstreamConfig, WaveState};
+    let server = RedisServer::start().expect("redis-server");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let store = runtime.block_on(Store::connect(StoreConfig::new(server.url()))).expect("store");
+    let config = UpstreamConfig::builder("flushed").limit(4).build().expect("valid");
+    let gate = SharedGate::new(store.clone(), config.name(), config.wave()).for_instance("alpha");
+    let lease = Duration::from_secs(3);
+    let me = Instance::new("alpha").expect("instance");
+    let held = PermitId::new(None, &me, 1, None);
+    let granted = runtime.block_on(gate.acquire(&[Ask { id: held.clone(), tokens: 0, waiting: 1 }], lease));
+    assert!(matches!(granted, Ok(Decision::Granted { .. })), "{granted:?}");
+    assert!(!gate.generation().is_empty(), "the first reply tells the generation");
+    let mut con = server.connection().expect("connection");
+    let () = redis::cmd("FLUSHALL").query(&mut con).expect("FLUSHALL");
+
+    let other = PermitId::new(None, &me, 2, None);
+    let lost = |result: Result<(), StoreError>, what: &str| match result {
+        Err(error) => assert!(error.is_state_lost() && error.is_outage(), "{what}: {error:?}"),
+        Ok(()) => panic!("{what}: served against a flushed state"),
+    };
+    lost(
+        runtime.block_on(gate.acquire(&[Ask { id: other.clone(), tokens: 0, waiting: 1 }], lease)).map(drop),
+        "acquire",
+    );
+    lost(runtime.block_on(gate.renew(std::slice::from_ref(&held), lease)).map(drop), "renew");
+    lost(runtime.block_on(gate.finish(&other, 1, WaveSignal::Success, 0)).map(drop), "finish");
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).expect("KEYS");
+    assert!(keys.is_empty(), "a refusal writes nothing: {keys:?}");
+
+    let before = gate.generation();
+    let carried = Some((WaveState::Degraded, 2));
+    let reconciled = runtime
+        .block_on(gate.reconcile_carrying(&[held.as_str().to_owned()], &[], lease, (0, 0), carried))
+        .expect("reconcile");
+    assert_eq!((reconciled.state, reconciled.limit, reconciled.in_flight), (WaveState::Degraded, 2, 1));
+    assert_ne!(gate.generation(), before, "the reconciliation tells the new generation");
+    let next = runtime.block_on(gate.acquire(&[Ask { id: other, tokens: 0, waiting: 1 }], lease));
+    assert!(matches!(next, Ok(Decision::Granted { limit: 2, .. })), "served again after the reconciliation: {next:?}");
+    let status = runtime.block_on(gate.status()).expect("status");
+    assert_eq!((status.state, status.limit, status.in_flight), (WaveState::Degraded, 2, 2));
+}

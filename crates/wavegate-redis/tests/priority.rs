@@ -346,8 +346,11 @@ fn interactive_takes_the_free_permit(renewed_ago: Duration, dead: [&str; 3]) -> 
     let server = RedisServer::start().expect("redis-server");
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let store = runtime.block_on(Store::connect(StoreConfig::new(server.url()))).expect("store");
+    // A 30 s lease renewed every second: the count window (27 s ahead) is what tells a dead
+    // process's permits apart (with the default 3 s lease the lease itself ends within 3 s).
     let config = UpstreamConfig::builder("llm")
         .limit(10)
+        .renewed_lease(LEASE)
         .class("interactive", 3)
         .class("batch", 1)
         .reserve("batch", 30)

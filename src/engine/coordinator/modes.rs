@@ -62,13 +62,24 @@ impl Coordinator {
         // rejected, then shared again at each probe) must not log at every switch.
         self.log_rejection(command, error);
         let upstreams = self.domains[domain].upstreams.len();
-        tracing::warn!(
-            command,
-            %error,
-            live_instances = ?self.live_instances,
-            upstreams,
-            "shared store unreachable: switching to local fallback"
-        );
+        if error.is_state_lost() {
+            // FLUSHALL, an eviction, an empty restart that dropped no connection: handled as an
+            // empty restart, through the fallback to a reconciliation at the next probe.
+            tracing::warn!(
+                command,
+                %error,
+                upstreams,
+                "the shared store lost its state: fallback share, then reconciling (as after an empty restart)"
+            );
+        } else {
+            tracing::warn!(
+                command,
+                %error,
+                live_instances = ?self.live_instances,
+                upstreams,
+                "shared store unreachable: switching to local fallback"
+            );
+        }
         let live = self.live_instances;
         self.tell_lanes(domain, || Switch::Fallback { epoch, live });
         self.schedule_probe(domain, ctx);

@@ -77,6 +77,9 @@ struct Plan {
     /// a shared cooldown runs) or only when the store forgot it (a shared cooldown carried into
     /// the fallback).
     carry: Option<(Option<Duration>, bool)>,
+    /// The shared state and limit last seen: a recovery in progress (a limit a 429 stepped
+    /// back) goes back into a store that forgot it (`WaveMachine::carry_back`).
+    carry_back: Option<(WaveState, u32)>,
 }
 
 impl Handler<Switch> for Lane {
@@ -108,8 +111,8 @@ impl Handler<Reconcile> for Lane {
         let carrier = PermitId::new(None, &self.instance, 0, None);
         let granted = plan.usage.0;
         let call = async move {
-            let reconciled =
-                store::reconcile(&gate, plan.adopt.clone(), plan.drop.clone(), plan.lease, plan.usage).await?;
+            let ids = (plan.adopt.clone(), plan.drop.clone());
+            let reconciled = store::reconcile(&gate, ids, plan.lease, plan.usage, plan.carry_back).await?;
             // The 429 to carry, and whether it made it (the permits and the usage did already).
             let carried = match plan.carry {
                 Some((retry_after, always))
@@ -250,6 +253,7 @@ impl Lane {
             lease: self.config.permit_ttl(),
             usage: (self.outage.granted, u64::try_from(self.outage.tokens).unwrap_or(0)),
             carry,
+            carry_back: self.last_shared.state,
         }
     }
 
