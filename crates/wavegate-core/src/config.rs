@@ -947,13 +947,17 @@ mod tests {
 
     #[test]
     fn with_classes_permits_are_renewed_every_second_and_counted_while_renewed_lately() {
-        let plain = UpstreamConfig::builder("llm").build().expect("valid");
+        let default = UpstreamConfig::builder("llm").build().expect("valid");
+        assert_eq!(default.renew_every(), Duration::from_secs(1), "the default 3 s lease, renewed every second");
+        let plain = UpstreamConfig::builder("llm").renewed_lease(Duration::from_secs(30)).build().expect("valid");
         assert_eq!(plain.renew_every(), Duration::from_secs(10), "a third of the lease");
         assert_eq!(plain.class_count_window(), Duration::ZERO, "no classes: every permit counts");
         let classes = UpstreamConfig::builder("llm").class("interactive", 3).class("batch", 1);
-        let config = classes.clone().build().expect("valid");
+        let config = classes.clone().renewed_lease(Duration::from_secs(30)).build().expect("valid");
         assert_eq!(config.renew_every(), CLASS_RENEWAL_EVERY);
         assert_eq!(config.class_count_window(), Duration::from_secs(27), "renewed within the last 3 s");
+        let default = classes.clone().build().expect("valid");
+        assert_eq!(default.class_count_window(), Duration::ZERO, "the default lease is three renewals");
         let short = classes.clone().renewed_lease(Duration::from_secs(3)).build().expect("valid");
         assert_eq!(short.renew_every(), Duration::from_secs(1));
         assert_eq!(short.class_count_window(), Duration::ZERO, "three renewals fill the lease: every permit counts");
