@@ -313,3 +313,66 @@ async fn a_lasting_rejection_is_logged_as_an_error_every_10_s() {
     println!("{logged} error logs of the rejection in 12 s");
     assert_eq!(logged, 2, "once at the start and once after 10 s, not at every probe");
 }
+
+/// An upstream with everything a process configures per upstream that the fleet shares:
+/// budgets, priority classes (one capped), a fallback limit.
+fn classed_upstream(name: &str) -> UpstreamConfig {
+    UpstreamConfig::builder(name)
+        .limit(4)
+        .renewed_lease(Duration::from_secs(3))
+        .max_wait(Duration::from_secs(5))
+        .requests_per_minute(6_000, 100)
+        .tokens_per_minute(600_000, 20_000)
+        .class("interactive", 3)
+        .class("batch", 1)
+        .class_budget("batch", 50)
+        .fallback_limit(2)
+        .build()
+        .expect("valid config")
+}
+
+#[actix::test]
+async fn identical_configurations_with_classes_never_conflict() {
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = ErrorCounter { prefix: "another process shares this upstream's keys", count: count.clone() };
+    let _guard = tracing::subscriber::set_default(counter);
+    let redis = RedisServer::start().expect("redis-server");
+    let build = || Scheduler::builder().upstream(classed_upstream("llm")).redis(redis.url()).build().expect("built");
+    // One alone, then a second identical one: neither sees a conflict, at the start (the
+    // startup check's claim) nor at the engine's claims every 10 s.
+    let first = build();
+    let second = build();
+    for scheduler in [&first, &second] {
+        let llm = scheduler.upstream("llm").expect("configured");
+        llm.request().priority("batch").tokens(10).acquire().await.expect("permit").succeeded();
+    }
+    tokio::time::sleep(Duration::from_millis(10_700)).await;
+    for scheduler in [&first, &second] {
+        let conflicts = scheduler.store_health().expect("a store").config_conflicts;
+        assert!(conflicts.is_empty(), "an identical configuration seen as another: {conflicts:?}");
+    }
+    assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 0, "a false conflict was logged");
+    // Another configuration of the classes (a weight) is a conflict.
+    let other = UpstreamConfig::builder("llm")
+        .limit(4)
+        .renewed_lease(Duration::from_secs(3))
+        .requests_per_minute(6_000, 100)
+        .tokens_per_minute(600_000, 20_000)
+        .class("interactive", 5)
+        .class("batch", 1)
+        .class_budget("batch", 50)
+        .fallback_limit(2)
+        .build()
+        .expect("valid config");
+    let third = Scheduler::builder().upstream(other).redis(redis.url()).build().expect("built");
+    let conflicts = third.store_health().expect("a store").config_conflicts;
+    assert!(conflicts.get("llm").is_some_and(|theirs| theirs.contains("interactive:3")), "{conflicts:?}");
+    // And so is another fallback limit.
+    let mut config = StoreConfig::new(redis.url());
+    config.keyspace = wavegate::Keyspace::new("fallback-app");
+    let plain =
+        |fallback: u32| UpstreamConfig::builder("llm").limit(4).fallback_limit(fallback).build().expect("valid config");
+    Scheduler::builder().upstream(plain(2)).store(config.clone()).build().expect("built");
+    let fourth = Scheduler::builder().upstream(plain(3)).store(config).build().expect("built");
+    assert!(fourth.store_health().expect("a store").config_conflicts.contains_key("llm"), "fallback limits differ");
+}

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use redis::Value;
 use wavegate_core::{
-    Admission, Ask, Budgets, Decision, PermitId, ProviderWindows, RateBudget, TrackedWindow, UpstreamName, WaveConfig,
-    WaveSignal, WaveState, WindowReport, duration_ms,
+    Admission, Ask, Budgets, Decision, PermitId, ProviderWindows, RateBudget, TrackedWindow, UpstreamConfig,
+    UpstreamName, WaveConfig, WaveSignal, WaveState, WindowReport, duration_ms,
 };
 
 use wavegate_core::priority::PriorityClass;
@@ -73,6 +73,9 @@ pub struct SharedGate {
     instance: String,
     /// The name of the class that takes permits whose id names none (with classes).
     default_class: Option<String>,
+    /// The configured fallback limit, claimed with the scripts' configuration
+    /// ([`for_upstream`](Self::for_upstream) sets it).
+    pub(crate) fallback_limit: Option<u32>,
 }
 
 impl SharedGate {
@@ -104,7 +107,30 @@ impl SharedGate {
             wave.retest_rounds_max.to_string(),
             String::new(),
         ];
-        Self { store, name: name.as_str().to_owned(), keys, config_args, instance: String::new(), default_class: None }
+        Self {
+            store,
+            name: name.as_str().to_owned(),
+            keys,
+            config_args,
+            instance: String::new(),
+            default_class: None,
+            fallback_limit: None,
+        }
+    }
+
+    /// The gate of `config`'s upstream as every process of the fleet configures it: its wave,
+    /// its rate budgets, its priority classes (if any) and its fallback limit (which the
+    /// configuration claim includes). The startup check and the engine build their gates here,
+    /// so the configuration each claims is the same.
+    pub fn for_upstream(store: Store, config: &UpstreamConfig) -> Self {
+        let gate = Self::with_budgets(store, config.name(), config.wave(), config.budgets());
+        let mut gate = if config.classes().is_empty() {
+            gate
+        } else {
+            gate.with_classes(config.classes(), config.default_class(), config.class_count_window())
+        };
+        gate.fallback_limit = config.fallback_limit().map(|limit| limit.get());
+        gate
     }
 
     /// Acquires on behalf of process `instance`: when the limit is reached it joins the
