@@ -12,11 +12,16 @@ use wavegate_testkit::RedisServer;
 mod common;
 use common::wait_for_mode;
 
-/// The minimal user of `docs/redis.md`, for the default prefix (keep the two in step).
-const MINIMAL_USER: &str = "on resetkeys ~wavegate:* resetchannels &wavegate:* -@all \
-    +ping +hello +script|load +evalsha +publish +subscribe +set \
-    +time +zadd +zcard +zrem +zscore +zpopmin +zrangebyscore +zremrangebyscore \
-    +hset +hget +hmget +hdel +hexists +pexpire";
+/// The minimal user as `docs/redis.md` documents it (the rules after `ACL SETUSER wavegate
+/// on >secret`, for the default prefix), read from the document itself so the two cannot drift.
+fn minimal_user() -> String {
+    let doc = include_str!("../docs/redis.md");
+    let start = doc.find("ACL SETUSER wavegate on >secret ").expect("docs/redis.md documents the user");
+    let block = &doc[start..];
+    let block = &block[..block.find("```").expect("the user's code block ends")];
+    let rules = block.split_whitespace().skip(4).collect::<Vec<_>>().join(" ");
+    format!("on {rules} ")
+}
 
 fn upstream(name: &str, limit: u32) -> UpstreamConfig {
     UpstreamConfig::builder(name)
@@ -53,7 +58,7 @@ fn rejection(result: Result<Scheduler, BuildError>) -> (Rejection, String) {
 #[actix::test]
 async fn a_wrong_password_fails_build_with_its_own_error() {
     let redis = RedisServer::start().expect("redis-server");
-    set_user(&redis, "app", "right", MINIMAL_USER);
+    set_user(&redis, "app", "right", &minimal_user());
     let built = Scheduler::builder().upstream(upstream("llm", 4)).redis(url(&redis, "app", "wrong")).build();
     let (reason, message) = rejection(built);
     println!("{message}");
@@ -66,10 +71,10 @@ async fn a_user_without_a_right_the_scripts_need_fails_build() {
     let redis = RedisServer::start().expect("redis-server");
     // Each misses one thing: a command inside the scripts, the key pattern, the channels.
     let cases = [
-        ("no_zadd", MINIMAL_USER.replace("+zadd ", "")),
-        ("no_hset", MINIMAL_USER.replace("+hset ", "")),
-        ("other_keys", MINIMAL_USER.replace("~wavegate:*", "~other:*")),
-        ("no_script_load", MINIMAL_USER.replace("+script|load ", "")),
+        ("no_zadd", minimal_user().replace("+zadd ", "")),
+        ("no_hset", minimal_user().replace("+hset ", "")),
+        ("other_keys", minimal_user().replace("~wavegate:", "~other:")),
+        ("no_script_load", minimal_user().replace("+script|load ", "")),
     ];
     for (user, rules) in cases {
         set_user(&redis, user, "pw", &rules);
@@ -87,7 +92,7 @@ async fn a_user_without_channel_rights_is_only_warned_about() {
     // The scripts publish with `pcall` and waiters poll too: wavegate works, only slower to
     // wake another process (tests/switches.rs checks the release still wakes a local waiter).
     let redis = RedisServer::start().expect("redis-server");
-    set_user(&redis, "app", "pw", &MINIMAL_USER.replace("&wavegate:*", "&other:*"));
+    set_user(&redis, "app", "pw", &minimal_user().replace("&wavegate:", "&other:"));
     let scheduler =
         Scheduler::builder().upstream(upstream("llm", 4)).redis(url(&redis, "app", "pw")).build().expect("built");
     scheduler.upstream("llm").expect("configured").request().acquire().await.expect("permit").succeeded();
@@ -98,7 +103,7 @@ async fn a_user_without_channel_rights_is_only_warned_about() {
 #[actix::test]
 async fn the_minimal_user_of_the_docs_can_do_everything() {
     let redis = RedisServer::start().expect("redis-server");
-    set_user(&redis, "app", "pw", MINIMAL_USER);
+    set_user(&redis, "app", "pw", &minimal_user());
     let scheduler = Scheduler::builder()
         .upstream(upstream("llm", 1))
         .redis(url(&redis, "app", "pw"))
@@ -131,14 +136,14 @@ async fn the_minimal_user_of_the_docs_can_do_everything() {
 #[actix::test]
 async fn a_password_changed_at_runtime_shows_as_rejected_and_fails_open() {
     let redis = RedisServer::start().expect("redis-server");
-    set_user(&redis, "app", "pw", MINIMAL_USER);
+    set_user(&redis, "app", "pw", &minimal_user());
     let scheduler =
         Scheduler::builder().upstream(upstream("llm", 4)).redis(url(&redis, "app", "pw")).build().expect("scheduler");
     scheduler.upstream("llm").expect("configured").request().acquire().await.expect("permit").succeeded();
     tokio::time::sleep(Duration::from_millis(100)).await;
 
     // The password is rotated and the app's connections dropped: every reconnect fails.
-    set_user(&redis, "app", "rotated", MINIMAL_USER);
+    set_user(&redis, "app", "rotated", &minimal_user());
     let mut con = redis.connection().expect("connection");
     redis::cmd("CLIENT").arg("KILL").arg("USER").arg("app").exec(&mut con).expect("CLIENT KILL");
     let permit = scheduler.upstream("llm").expect("configured").request().acquire().await.expect("calls fail open");
@@ -151,7 +156,7 @@ async fn a_password_changed_at_runtime_shows_as_rejected_and_fails_open() {
     assert_eq!(scheduler.upstream("llm").expect("configured").status().await.expect("status").mode, Mode::Rejected);
 
     // Fixed: the probe finds the store again and the process shares again.
-    set_user(&redis, "app", "pw", MINIMAL_USER);
+    set_user(&redis, "app", "pw", &minimal_user());
     wait_for_mode(&scheduler, Mode::Shared, Duration::from_secs(5)).await;
     assert_eq!(scheduler.store_health().expect("a store").rejected, None);
 }
@@ -297,11 +302,11 @@ async fn a_lasting_rejection_is_logged_as_an_error_every_10_s() {
     let counter = ErrorCounter { prefix: "the shared store rejects wavegate", count: count.clone() };
     let _guard = tracing::subscriber::set_default(counter);
     let redis = RedisServer::start().expect("redis-server");
-    set_user(&redis, "app", "pw", MINIMAL_USER);
+    set_user(&redis, "app", "pw", &minimal_user());
     let scheduler =
         Scheduler::builder().upstream(upstream("llm", 4)).redis(url(&redis, "app", "pw")).build().expect("scheduler");
     scheduler.upstream("llm").expect("configured").request().acquire().await.expect("permit").succeeded();
-    set_user(&redis, "app", "rotated", MINIMAL_USER);
+    set_user(&redis, "app", "rotated", &minimal_user());
     let mut con = redis.connection().expect("connection");
     redis::cmd("CLIENT").arg("KILL").arg("USER").arg("app").exec(&mut con).expect("CLIENT KILL");
     scheduler.upstream("llm").expect("configured").request().acquire().await.expect("calls fail open").succeeded();
@@ -375,4 +380,95 @@ async fn identical_configurations_with_classes_never_conflict() {
     Scheduler::builder().upstream(plain(2)).store(config.clone()).build().expect("built");
     let fourth = Scheduler::builder().upstream(plain(3)).store(config).build().expect("built");
     assert!(fourth.store_health().expect("a store").config_conflicts.contains_key("llm"), "fallback limits differ");
+}
+
+/// The command names the rule allows (`+x`, `+x|sub`), lowercased.
+fn allowed_commands(rules: &str) -> std::collections::BTreeSet<String> {
+    rules.split_whitespace().filter_map(|rule| rule.strip_prefix('+')).map(str::to_lowercase).collect()
+}
+
+/// Every command a Lua source runs (`redis.call('X', …)` or `redis.pcall('X', …)`), lowercased.
+/// A call whose command is not a quoted literal could not be checked: it fails the test.
+fn script_commands(file: &str, source: &str) -> Vec<String> {
+    let mut commands = Vec::new();
+    for (at, _) in source.match_indices("redis.") {
+        let rest = &source[at + "redis.".len()..];
+        let Some(rest) = rest.strip_prefix("call(").or_else(|| rest.strip_prefix("pcall(")) else { continue };
+        let rest = rest.trim_start();
+        let quote = rest.chars().next().filter(|c| *c == '\'' || *c == '"');
+        let quote = quote.unwrap_or_else(|| panic!("{file}: a redis call whose command is not a literal: {rest:.40}"));
+        let name = &rest[1..rest[1..].find(quote).expect("a closing quote") + 1];
+        commands.push(name.to_lowercase());
+    }
+    commands
+}
+
+#[test]
+fn the_documented_user_allows_every_command_wavegate_sends_and_no_other() {
+    let allowed = allowed_commands(&minimal_user());
+    let mut used = std::collections::BTreeMap::<String, String>::new();
+    // Every script in lua/ (the files concatenated into the scripts too).
+    let lua = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lua");
+    for entry in std::fs::read_dir(&lua).expect("lua/") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "lua") {
+            let file = path.file_name().expect("a name").to_string_lossy().into_owned();
+            let source = std::fs::read_to_string(&path).expect("readable");
+            for command in script_commands(&file, &source) {
+                used.entry(command).or_insert(file.clone());
+            }
+        }
+    }
+    assert!(used.contains_key("zmscore") && used.contains_key("publish"), "the scripts were not read: {used:?}");
+    // The commands the store sends itself (`redis::cmd("X")` outside its tests; SENTINEL goes
+    // to the sentinels, which have no ACL user here).
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/wavegate-redis/src");
+    for entry in std::fs::read_dir(&src).expect("crates/wavegate-redis/src") {
+        let path = entry.expect("entry").path();
+        let file = path.file_name().expect("a name").to_string_lossy().into_owned();
+        if file == "agreement.rs" {
+            continue; // a test module
+        }
+        let source = std::fs::read_to_string(&path).expect("readable");
+        let code = source.split("#[cfg(test)]").next().unwrap_or("");
+        for (at, _) in code.match_indices("redis::cmd(\"") {
+            let rest = &code[at + "redis::cmd(\"".len()..];
+            let name = rest[..rest.find('"').expect("a closing quote")].to_lowercase();
+            if name != "sentinel" {
+                used.entry(name).or_insert(file.clone());
+            }
+        }
+    }
+    // What redis-rs sends for us: scripts by SHA (loaded on NOSCRIPT), the release listener.
+    for command in ["evalsha", "script|load", "subscribe"] {
+        used.entry(command.to_owned()).or_insert_with(|| "redis-rs".to_owned());
+    }
+    let missing: Vec<String> =
+        used.iter().filter(|(c, _)| !allowed.contains(*c)).map(|(c, f)| format!("{c} (sent by {f})")).collect();
+    assert!(missing.is_empty(), "docs/redis.md's minimal user lacks {missing:?}");
+    let unused: Vec<&String> = allowed.iter().filter(|c| !used.contains_key(*c)).collect();
+    assert!(unused.is_empty(), "docs/redis.md's minimal user allows what nothing sends: {unused:?}");
+}
+
+#[actix::test]
+async fn the_documented_key_and_channel_patterns_cover_one_prefix_and_not_the_ones_nested_in_it() {
+    let redis = RedisServer::start().expect("redis-server");
+    set_user(&redis, "app", "pw", &minimal_user());
+    let mut con = redis.connection().expect("connection");
+    let mut dry_run = |args: &[&str]| -> bool {
+        let reply: redis::Value =
+            redis::cmd("ACL").arg("DRYRUN").arg("app").arg(args).query(&mut con).expect("ACL DRYRUN");
+        matches!(reply, redis::Value::Okay) || matches!(&reply, redis::Value::SimpleString(s) if s == "OK")
+    };
+    let name = wavegate::config::UpstreamName::new("llm").expect("name");
+    for (prefix, allowed) in [("wavegate", true), ("wavegate:other", false), ("wavegate-other", false)] {
+        let keyspace = wavegate::Keyspace::new(prefix);
+        let keys = keyspace.upstream(&name);
+        let mut every = vec![keyspace.instances(), keys.config.clone()];
+        every.extend(keys.waiting_script_keys().iter().map(|k| (*k).to_owned()));
+        for key in &every {
+            assert_eq!(dry_run(&["HGET", key, "x"]), allowed, "key {key}");
+        }
+        assert_eq!(dry_run(&["PUBLISH", &keys.released, "x"]), allowed, "channel {}", keys.released);
+    }
 }
