@@ -503,3 +503,104 @@ async fn a_user_without_any_one_command_of_the_scripts_fails_build() {
         assert!(message.contains(&format!("+{command}")), "the message should say what to add: {message}");
     }
 }
+
+#[actix::test]
+async fn the_minimal_user_runs_classes_tenants_budgets_and_windows_under_load() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::time::{Instant, SystemTime};
+    use wavegate::{Outcome, ProviderSignals};
+    let redis = RedisServer::start().expect("redis-server");
+    set_user(&redis, "app", "pw", &minimal_user());
+    let config = || {
+        UpstreamConfig::builder("llm")
+            .limit(4)
+            .renewed_lease(Duration::from_secs(3))
+            .max_wait(Duration::from_secs(10))
+            .requests_per_minute(60_000, 200)
+            .tokens_per_minute(3_000_000, 20_000)
+            .class("interactive", 3)
+            .class("batch", 1)
+            .class_budget("batch", 50)
+            .build()
+            .expect("valid config")
+    };
+    // Two processes' schedulers, each with four callers of both classes and three tenants.
+    let schedulers: Vec<Scheduler> = (0..2)
+        .map(|_| Scheduler::builder().upstream(config()).redis(url(&redis, "app", "pw")).build().expect("built"))
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (calls, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let mut tasks = Vec::new();
+    for (s, scheduler) in schedulers.iter().enumerate() {
+        for caller in 0..4usize {
+            let llm = scheduler.upstream("llm").expect("configured");
+            let (stop, calls, failed) = (stop.clone(), calls.clone(), failed.clone());
+            tasks.push(actix::spawn(async move {
+                let mut n = 0usize;
+                while !stop.load(Ordering::SeqCst) {
+                    n += 1;
+                    let class = if (caller + n).is_multiple_of(2) { "interactive" } else { "batch" };
+                    let tenant = format!("tenant-{}", (s + caller + n) % 3);
+                    match llm.request().priority(class).tenant(tenant).tokens(100).acquire().await {
+                        Ok(permit) => {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            // The provider says what is left of its windows, and its limits.
+                            let headers = [
+                                ("x-ratelimit-limit-requests", "100000"),
+                                ("x-ratelimit-remaining-requests", "99000"),
+                                ("x-ratelimit-reset-requests", "1s"),
+                                ("x-ratelimit-limit-tokens", "10000000"),
+                                ("x-ratelimit-remaining-tokens", "9900000"),
+                                ("x-ratelimit-reset-tokens", "1s"),
+                            ];
+                            let signals = ProviderSignals::from_headers(
+                                headers.iter().map(|(name, value)| (*name, value.as_bytes())),
+                                SystemTime::now(),
+                            );
+                            permit.report_usage(Outcome::from_signals(200, None, signals), 80);
+                            calls.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Err(error) => {
+                            println!("failed: {error}");
+                            failed.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                }
+            }));
+        }
+    }
+    // Every 20 ms for 8 s: each scheduler's mode.
+    let (started, mut changes, mut samples) = (Instant::now(), 0, 0);
+    let mut last = vec![Mode::Shared; schedulers.len()];
+    while started.elapsed() < Duration::from_secs(8) {
+        for (s, scheduler) in schedulers.iter().enumerate() {
+            let mode = scheduler.mode().await.expect("mode");
+            if mode != last[s] {
+                changes += 1;
+                println!("scheduler {s}: {} -> {mode} at {:?}", last[s], started.elapsed());
+                last[s] = mode;
+            }
+            samples += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    for task in tasks {
+        task.await.expect("caller");
+    }
+    let (calls, failed) = (calls.load(Ordering::SeqCst), failed.load(Ordering::SeqCst));
+    println!("{calls} calls, {failed} failed, {changes} changes of mode in {samples} samples");
+    let mut con = redis.connection().expect("connection");
+    let denied: Vec<redis::Value> = redis::cmd("ACL").arg("LOG").query(&mut con).expect("ACL LOG");
+    assert!(denied.is_empty(), "the minimal user was denied something: {denied:?}");
+    assert_eq!(changes, 0, "the mode changed under load");
+    assert_eq!(failed, 0, "calls failed");
+    assert!(calls > 100, "too few calls to say anything: {calls}");
+    for scheduler in &schedulers {
+        let health = scheduler.store_health().expect("a store");
+        assert_eq!((health.rejected, health.config_conflicts.len()), (None, 0));
+        let status = scheduler.upstream("llm").expect("configured").status().await.expect("status");
+        assert!(status.learned.requests.is_some(), "the provider's limits were kept: {:?}", status.learned);
+    }
+}
