@@ -85,7 +85,10 @@ pub enum Budget {
     /// The upstream's tokens-per-minute budget: the estimate never fits, in any mode.
     TokensPerMinute,
     /// This process's share of the tokens-per-minute budget while the shared store is
-    /// unreachable (fallback): the estimate fits again once the store is back.
+    /// unreachable (fallback): the estimate fits again once the store is back. No longer
+    /// returned: in fallback an estimate above the share's burst is admitted against the
+    /// share's rate, in debt, and only one above the fleet's burst is refused
+    /// ([`Budget::TokensPerMinute`]). Kept so that code matching on it still compiles.
     FallbackShare,
     /// The request's priority class's share of the tokens-per-minute budget (a class with a
     /// budget share).

@@ -22,8 +22,9 @@ pub(crate) fn check_store(
     instance: &Instance,
 ) -> Result<Option<u32>, BuildError> {
     let check = store.with_own_connection()?;
-    let gates: Vec<SharedGate> =
-        upstreams.iter().map(|u| SharedGate::with_budgets(check.clone(), u.name(), u.wave(), u.budgets())).collect();
+    // The gates as the engine builds them, so the configuration claimed here is the one the
+    // engine claims later (with the classes).
+    let gates: Vec<SharedGate> = upstreams.iter().map(|u| SharedGate::for_upstream(check.clone(), u)).collect();
     let instance = instance.to_string();
     let run = move || -> std::io::Result<Result<_, StoreError>> {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;

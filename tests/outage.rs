@@ -1,5 +1,6 @@
 //! Redis outages in one process: a hang (SIGSTOP), a crash with an empty restart, a script
-//! flush, a 429 seen during the outage, Redis down from the start.
+//! flush, a 429 seen during the outage, Redis down from the start, a tokens budget shared by a
+//! large fleet.
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -299,4 +300,89 @@ async fn an_outage_at_full_rate_leaves_the_budget_empty_not_in_debt_for_the_outa
     println!("{used} requests in the 6 s outage; 5 more took {took:?} after it");
     assert!(used >= 50, "the fallback served {used} in 6 s at 10/s");
     assert!(took < Duration::from_secs(2), "the budget stalled {took:?} after the outage");
+}
+
+/// Puts `others` live instances besides this process on the heartbeat list, for 10 minutes.
+fn pretend_a_fleet(redis: &RedisServer, others: usize) {
+    let mut con = redis.connection().expect("connection");
+    let (seconds, _): (u64, u64) = redis::cmd("TIME").query(&mut con).expect("TIME");
+    for n in 0..others {
+        let until = seconds * 1_000 + 600_000;
+        redis::cmd("ZADD").arg("wavegate:instances").arg(until).arg(format!("other-{n}")).exec(&mut con).expect("ZADD");
+    }
+}
+
+#[actix::test]
+async fn in_a_large_fleets_fallback_an_estimate_above_the_share_is_admitted_at_the_shares_rate() {
+    use wavegate::ErrorKind;
+    let mut redis = RedisServer::start().expect("redis-server");
+    // The figures: 20 processes, 200,000 tokens a minute, bursts of 16,000: each share
+    // has 10,000 a minute and a burst of 800, and a call of 4,000 tokens is 24 s of it.
+    let llm_config = UpstreamConfig::builder("llm")
+        .limit(40)
+        .tokens_per_minute(200_000, 16_000)
+        .max_wait(Duration::from_secs(2))
+        .build()
+        .expect("valid config");
+    // The same at 12 × the rate, to watch the pace: 2,000 tokens a second a share, 2 s a call.
+    let fast_config = UpstreamConfig::builder("fast")
+        .limit(40)
+        .tokens_per_minute(2_400_000, 16_000)
+        .max_wait(Duration::from_secs(10))
+        .build()
+        .expect("valid config");
+    pretend_a_fleet(&redis, 19);
+    let scheduler =
+        Scheduler::builder().upstream(llm_config).upstream(fast_config).redis(redis.url()).build().expect("scheduler");
+    redis.kill().expect("kill -9");
+    let (llm, fast) = (scheduler.upstream("llm").expect("llm"), scheduler.upstream("fast").expect("fast"));
+
+    // Each share's bucket is full: 4,000 tokens are admitted at once, into 24 s of debt.
+    let started = Instant::now();
+    llm.request().tokens(4_000).acquire().await.expect("4,000 tokens in fallback").succeeded();
+    assert!(started.elapsed() < Duration::from_secs(1), "admitted after {:?}", started.elapsed());
+    assert_eq!(scheduler.mode().await.expect("mode"), Mode::Fallback);
+    assert_eq!(llm.status().await.expect("status").limit, 2, "the share of 20 processes");
+    // The next waits for the debt, not refused as never fitting: 24 s, more than it may wait.
+    let error = llm.request().tokens(4_000).acquire().await.expect_err("the share's rate");
+    println!("the second call of 4,000: {error}; retry after {:?}", error.retry_after());
+    assert_ne!(error.kind(), ErrorKind::InsufficientCapacity, "{error}");
+    assert!(error.is_retryable(), "{error}");
+    // Above the fleet's own burst: never fits, as in shared mode.
+    let error = llm.request().tokens(16_001).acquire().await.expect_err("never fits");
+    assert_eq!((error.kind(), error.burst()), (ErrorKind::InsufficientCapacity, Some(16_000)), "{error}");
+
+    // The pace: three callers of 4,000 tokens for 7 s get one call each 2 s (at 0, 2, 4, 6 s).
+    let started = Instant::now();
+    let grants = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let mut callers = Vec::new();
+    for _ in 0..3 {
+        let (fast, grants) = (fast.clone(), grants.clone());
+        callers.push(actix::spawn(async move {
+            while started.elapsed() < Duration::from_secs(7) {
+                match fast.request().tokens(4_000).acquire().await {
+                    Ok(permit) => {
+                        grants.lock().push(started.elapsed());
+                        permit.succeeded();
+                    }
+                    Err(error) => {
+                        assert_ne!(error.kind(), ErrorKind::InsufficientCapacity, "{error}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        }));
+    }
+    for caller in callers {
+        caller.await.expect("caller");
+    }
+    let grants = grants.lock().clone();
+    println!("grants of 4,000 tokens at {grants:?}");
+    // (Callers still waiting at 7 s are served after it, at the same pace.)
+    let within = grants.iter().filter(|at| **at < Duration::from_secs(7)).count();
+    assert!((3..=4).contains(&within), "one a 2 s in 7 s, not {within}: {grants:?}");
+    for pair in grants.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(gap >= Duration::from_millis(1_950), "faster than the share allows: {gap:?} in {grants:?}");
+    }
 }

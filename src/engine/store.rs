@@ -85,13 +85,7 @@ mod present {
 
     /// The shared gate of one upstream, for this process's `instance`.
     pub(crate) fn shared_gate(store: &Store, config: &UpstreamConfig, instance: &str) -> SharedGate {
-        let gate = SharedGate::with_budgets(store.clone(), config.name(), config.wave(), config.budgets());
-        let gate = if config.classes().is_empty() {
-            gate
-        } else {
-            gate.with_classes(config.classes(), config.default_class(), config.class_count_window())
-        };
-        gate.for_instance(instance)
+        SharedGate::for_upstream(store.clone(), config).for_instance(instance)
     }
 
     /// One permit for the first of `asks` the fleet-wide choice reaches.

@@ -80,6 +80,9 @@ struct ClassBudget {
 #[derive(Debug, Clone, Default)]
 pub struct ClassBudgets {
     classes: Vec<Option<ClassBudget>>,
+    /// A share of the fleet's (a fallback): a tokens estimate above a class's own burst is
+    /// taken in debt when its budget is full ([`Gcra::check_in_debt`]).
+    in_debt: bool,
 }
 
 impl ClassBudgets {
@@ -96,7 +99,15 @@ impl ClassBudgets {
                 })
             })
             .collect();
-        Self { classes }
+        Self { classes, in_debt: false }
+    }
+
+    /// These budgets are a share of the fleet's (a fallback): a tokens estimate above a
+    /// class's own burst waits until the class's budget is full, then is taken in debt,
+    /// instead of never fitting ([`Gcra::check_in_debt`]).
+    pub fn in_debt(mut self) -> Self {
+        self.in_debt = true;
+        self
     }
 
     /// Whether class `class` has a budget of its own.
@@ -109,8 +120,14 @@ impl ClassBudgets {
     pub fn wait_ms(&self, class: usize, now_ms: u64, tokens: u64) -> Option<u64> {
         let Some(Some(budget)) = self.classes.get(class) else { return None };
         let now_us = now_ms.saturating_mul(1000);
-        let wait =
-            |held: Option<Held>, cost: u64| held.map_or(0, |h| h.gcra.check(h.tat_us, now_us, cost).err().unwrap_or(0));
+        let check = |h: Held, cost| {
+            if self.in_debt {
+                h.gcra.check_in_debt(h.tat_us, now_us, cost)
+            } else {
+                h.gcra.check(h.tat_us, now_us, cost)
+            }
+        };
+        let wait = |held: Option<Held>, cost: u64| held.map_or(0, |h| check(h, cost).err().unwrap_or(0));
         let wait = wait(budget.requests, 1).max(wait(budget.tokens, tokens));
         (wait > 0).then_some(wait)
     }

@@ -119,6 +119,10 @@ pub struct LocalGate {
     ledger: PermitLedger,
     /// The configured budgets (this process's share of them in a fallback).
     configured: Budgets,
+    /// In a fallback, the fleet's configured budgets, of which `configured` is this process's
+    /// share: the largest estimate that fits is the fleet's, taken in debt above the share's
+    /// burst ([`with_fleet_budgets`](Self::with_fleet_budgets)).
+    fleet: Option<Budgets>,
     /// The budgets' theoretical arrival times (µs); kept whichever budget is in force.
     requests_tat: u64,
     tokens_tat: u64,
@@ -155,6 +159,7 @@ impl LocalGate {
             machine: WaveMachine::new(config),
             ledger: PermitLedger::new(),
             configured: budgets,
+            fleet: None,
             requests_tat: 0,
             tokens_tat: 0,
             learned: LearnedBudgets::default(),
@@ -191,6 +196,9 @@ impl LocalGate {
         self.class_window_ms = duration_ms(count_window);
         self.turns = ClassTurns::new(classes.len());
         self.class_budgets = ClassBudgets::new(classes, self.configured);
+        if self.fleet.is_some() {
+            self.class_budgets = self.class_budgets.in_debt();
+        }
         self
     }
 
@@ -320,13 +328,13 @@ impl LocalGate {
         let in_flight = self.in_flight();
         let budgets = self.budgets(now_ms);
         // Never fits: refused first, naming the ask, so neither it nor the others are told
-        // to wait.
-        if let Some(tokens) = budgets.tokens {
+        // to wait. In a fallback, against the fleet's burst (above the share's: in debt).
+        if let Some(ceiling) = self.tokens_burst(now_ms) {
             for (k, head) in heads.iter().enumerate() {
                 let own = classes
-                    .then(|| self.class_budgets.tokens_burst(self.class_config().index_or_default(Some(head.class))))
+                    .then(|| self.class_tokens_burst(self.class_config().index_or_default(Some(head.class))))
                     .flatten();
-                let burst = tightest_burst(u64::from(tokens.burst()), own);
+                let burst = tightest_burst(ceiling, own);
                 if head.tokens > burst {
                     let denied = Admission::Denied { reason: DenyReason::TokensExceedBurst, retry_after_ms: 0 };
                     return (k, denied, in_flight);
@@ -389,7 +397,17 @@ impl LocalGate {
         } else {
             let now_us = now_ms.saturating_mul(1000);
             let requests = budgets.requests.map(|b| Gcra::new(b).check(self.requests_tat, now_us, 1)).transpose();
-            let tokens = budgets.tokens.map(|b| Gcra::new(b).check(self.tokens_tat, now_us, head.tokens)).transpose();
+            let tokens = budgets
+                .tokens
+                .map(|b| {
+                    let gcra = Gcra::new(b);
+                    if self.fleet.is_some() {
+                        gcra.check_in_debt(self.tokens_tat, now_us, head.tokens)
+                    } else {
+                        gcra.check(self.tokens_tat, now_us, head.tokens)
+                    }
+                })
+                .transpose();
             match (requests, tokens) {
                 (Ok(requests_tat), Ok(tokens_tat)) => {
                     if let Some(tat) = requests_tat {
@@ -557,9 +575,10 @@ impl LocalGate {
     }
 
     /// The tokens budget's burst in force at `now_ms` (the largest estimate that can fit), if
-    /// there is a tokens budget.
+    /// there is a tokens budget. In a fallback, the fleet's ([`with_fleet_budgets`](Self::with_fleet_budgets)):
+    /// an estimate above the share's own burst is admitted in debt.
     pub fn tokens_burst(&self, now_ms: u64) -> Option<u64> {
-        self.budgets(now_ms).tokens.map(|b| u64::from(b.burst()))
+        self.ceiling_budgets(now_ms).tokens.map(|b| u64::from(b.burst()))
     }
 
     /// The largest estimate an ask of class `class` (an index in [`classes`](Self::classes))
@@ -568,7 +587,7 @@ impl LocalGate {
     /// ask above it is refused [`DenyReason::TokensExceedBurst`] by [`acquire`](Self::acquire).
     pub fn tokens_burst_for(&self, class: usize, now_ms: u64) -> Option<u64> {
         let upstream = self.tokens_burst(now_ms)?;
-        Some(tightest_burst(upstream, self.class_budgets.tokens_burst(class)))
+        Some(tightest_burst(upstream, self.class_tokens_burst(class)))
     }
 
     /// What is left of the rate budgets in force now.

@@ -103,6 +103,23 @@ impl Gcra {
         Ok(new_tat as u64)
     }
 
+    /// [`check`](Self::check), but a cost above the burst is not refused for ever: it is
+    /// admitted when the budget is full (the TAT not after now), into debt (the TAT runs
+    /// `cost` intervals ahead, further than the burst tolerance), so what comes next waits
+    /// until the debt is paid back; until the budget is full again it waits (`Err`, the ms
+    /// until it is). The rate holds: in any window of length `W` at most `max(burst, cost) +
+    /// W ÷ interval` units. For a gate that holds a share of a budget (a fallback), whose
+    /// burst may be smaller than an estimate the whole budget fits.
+    pub fn check_in_debt(&self, tat_us: u64, now_us: u64, cost: u64) -> Result<u64, u64> {
+        if cost <= self.burst {
+            return self.check(tat_us, now_us, cost);
+        }
+        if tat_us > now_us {
+            return Err((tat_us - now_us).div_ceil(1000));
+        }
+        Ok(self.charge(tat_us, now_us, cost))
+    }
+
     /// The burst: the most units that fit at once.
     pub fn burst(&self) -> u64 {
         self.burst
@@ -210,6 +227,24 @@ mod tests {
         // A refund never makes more than a full burst.
         assert_eq!(g.settle(0, now, -10_000), 0);
         assert_eq!(g.remaining(g.settle(0, now, -10_000), now), (1_000, 0));
+    }
+
+    #[test]
+    fn above_the_burst_in_debt_when_full_then_at_the_rate() {
+        // 10,000 a minute (6 ms each), bursts of 800: a share of 200,000 among 20.
+        let g = gcra(10_000, 800);
+        let now = 1_000_000_000;
+        assert_eq!(g.check(0, now, 4_000), Err(19_200), "check never admits it");
+        let tat = g.check_in_debt(0, now, 4_000).expect("full: admitted in debt");
+        assert_eq!(tat, now + 24_000_000);
+        assert_eq!(g.check_in_debt(tat, now + 1_000, 4_000), Err(23_999), "until the debt is paid");
+        assert_eq!(g.check_in_debt(tat, now + 1_000, 1), Err(19_205), "a small cost waits for the burst tolerance");
+        assert!(g.check_in_debt(tat, now + 24_000_000, 4_000).is_ok(), "full again");
+        // Not full: a large cost waits until it is, even when a small one would fit.
+        let tat = g.check(0, now, 100).expect("100");
+        assert_eq!(g.check_in_debt(tat, now, 4_000), Err(600));
+        // Within the burst: as `check`.
+        assert_eq!(g.check_in_debt(tat, now, 800), g.check(tat, now, 800));
     }
 
     #[test]

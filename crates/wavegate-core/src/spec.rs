@@ -46,7 +46,7 @@ mod classes;
 mod fallback;
 mod waves;
 pub use carry_back::{CarryBackCase, carry_back_cases};
-pub use fallback::{FallbackCase, FallbackExpect, fallback_cases};
+pub use fallback::{FallbackAsk, FallbackCase, FallbackExpect, fallback_cases};
 
 /// The instance of the one process of the cases that ask with [`Step::Acquire`].
 pub const SPEC_INSTANCE: &str = "spec";

@@ -17,14 +17,20 @@ use crate::shared_gate::SharedGate;
 pub const CONFIG_CLAIM_TTL: Duration = Duration::from_secs(60);
 
 impl SharedGate {
-    /// The configuration as the scripts receive it, `|`-separated — but for the classes'
-    /// counting window (`@<ms>`, derived from the lease and the release's renewal cadence,
-    /// which processes of the same configuration may differ in during a rolling deploy).
+    /// The configuration as the scripts receive it, `|`-separated — the limit, the wave's
+    /// settings, the rate budgets and the priority classes (weights, reserves, budget shares,
+    /// the default) — but for the classes' counting window (`@<ms>`, derived from the lease
+    /// and the release's renewal cadence, which processes of the same configuration may
+    /// differ in during a rolling deploy); then the fallback limit (`fallback:<n>`, or
+    /// `fallback:-`), the one other setting the fleet's bounds depend on. Build the gate
+    /// with [`SharedGate::for_upstream`] so that it holds all of them: two processes of one
+    /// configuration then claim the same text.
     pub fn config_fingerprint(&self) -> String {
-        let mut args = self.config_args.clone();
+        let mut args = self.config_args.to_vec();
         if let Some(classes) = args.last_mut() {
             *classes = classes.split(',').filter(|entry| !entry.starts_with('@')).collect::<Vec<_>>().join(",");
         }
+        args.push(format!("fallback:{}", self.fallback_limit.map_or("-".to_owned(), |limit| limit.to_string())));
         args.join("|")
     }
 

@@ -145,7 +145,11 @@ impl StoreError {
             return StoreError::StateLost { command };
         }
         if let Some(reason) = Rejection::of(&error) {
-            return StoreError::Rejected { command, reason, detail: error.to_string() };
+            let mut detail = error.to_string();
+            if let Some(missing) = denied_command(command, &detail) {
+                detail = format!("{} (add `+{missing}` to the ACL user)", detail.trim_end_matches('.'));
+            }
+            return StoreError::Rejected { command, reason, detail };
         }
         let unavailable = error.is_io_error()
             || error.is_connection_dropped()
@@ -256,6 +260,19 @@ impl std::fmt::Display for Rejection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} ({})", self.as_str(), self.advice())
     }
+}
+
+/// The command a permission error says the user may not run: named by the server for a
+/// command sent directly (`... to run the 'set' command`), or found on the line of the script
+/// it names (`... script: <sha>, on @user_script:<line>.`: Redis does not name the command).
+fn denied_command(command: &str, detail: &str) -> Option<String> {
+    if let Some(at) = detail.find("permissions to run the '") {
+        let rest = &detail[at + "permissions to run the '".len()..];
+        return Some(rest[..rest.find('\'')?].to_lowercase());
+    }
+    let at = detail.find("@user_script:")? + "@user_script:".len();
+    let line: usize = detail[at..].split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()?;
+    crate::scripts::command_at(crate::scripts::source_of(command)?, line)
 }
 
 /// Whether `error` is a failed TLS handshake. The client keeps rustls's error behind an `Arc`

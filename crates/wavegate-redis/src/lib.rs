@@ -43,6 +43,7 @@
 #[cfg(test)]
 mod agreement;
 mod calls;
+mod check_paths;
 mod cluster;
 mod config_claim;
 mod connection;

@@ -67,6 +67,32 @@ pub(crate) mod source {
     pub(crate) const REPORT_WINDOW: &str = wave_script!("report_window.lua");
 }
 
+/// The source of the script a store command names (`acquire`, `finish`, ...), if it names one.
+pub(crate) fn source_of(command: &str) -> Option<&'static str> {
+    Some(match command {
+        "acquire" => source::ACQUIRE,
+        "finish" => source::FINISH,
+        "renew" => source::RENEW,
+        "status" => source::STATUS,
+        "reconcile" => source::RECONCILE,
+        "heartbeat" => source::HEARTBEAT,
+        "report_window" => source::REPORT_WINDOW,
+        _ => return None,
+    })
+}
+
+/// The command (lowercased) that line `line` (1-based) of `source` runs, if it runs one
+/// (`redis.call('X'` or `redis.pcall('X'`).
+pub(crate) fn command_at(source: &str, line: usize) -> Option<String> {
+    let text = source.lines().nth(line.checked_sub(1)?)?;
+    let at = text.find("redis.call(").map(|at| at + "redis.call(".len());
+    let at = at.or_else(|| text.find("redis.pcall(").map(|at| at + "redis.pcall(".len()))?;
+    let rest = text[at..].trim_start();
+    let quote = rest.chars().next().filter(|c| *c == '\'' || *c == '"')?;
+    let end = rest[1..].find(quote)?;
+    Some(rest[1..=end].to_lowercase())
+}
+
 /// The scripts, built on first use.
 pub(crate) fn scripts() -> &'static Scripts {
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
@@ -88,4 +114,20 @@ pub async fn preload<C: ConnectionLike>(connection: &mut C) -> redis::RedisResul
         script.load_async(connection).await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scripts_line_names_the_command_it_runs() {
+        let line = source::RECONCILE.lines().position(|l| l.contains("redis.call('HDEL'")).expect("an HDEL") + 1;
+        assert_eq!(command_at(source::RECONCILE, line).as_deref(), Some("hdel"));
+        let line = source::FINISH.lines().position(|l| l.contains("redis.pcall('PUBLISH'")).expect("a PUBLISH") + 1;
+        assert_eq!(command_at(source::FINISH, line).as_deref(), Some("publish"));
+        assert_eq!(command_at(source::FINISH, 0), None);
+        assert_eq!(command_at(source::FINISH, 1), None, "a comment");
+        assert!(source_of("acquire").is_some() && source_of("SET").is_none());
+    }
 }

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use redis::Value;
 use wavegate_core::{
-    Admission, Ask, Budgets, Decision, PermitId, ProviderWindows, RateBudget, TrackedWindow, UpstreamName, WaveConfig,
-    WaveSignal, WaveState, WindowReport, duration_ms,
+    Admission, Ask, Budgets, Decision, PermitId, ProviderWindows, RateBudget, TrackedWindow, UpstreamConfig,
+    UpstreamName, WaveConfig, WaveSignal, WaveState, WindowReport, duration_ms,
 };
 
 use wavegate_core::priority::PriorityClass;
@@ -79,6 +79,9 @@ pub struct SharedGate {
     /// has another (or none) answers [`StoreError::StateLost`] (see `generation` in
     /// `lua/wave.lua`). Learned from the first acquire, replaced by each reconciliation.
     generation: Arc<Mutex<String>>,
+    /// The configured fallback limit, claimed with the scripts' configuration
+    /// ([`for_upstream`](Self::for_upstream) sets it).
+    pub(crate) fallback_limit: Option<u32>,
 }
 
 impl SharedGate {
@@ -118,7 +121,23 @@ impl SharedGate {
             instance: String::new(),
             default_class: None,
             generation: Arc::default(),
+            fallback_limit: None,
         }
+    }
+
+    /// The gate of `config`'s upstream as every process of the fleet configures it: its wave,
+    /// its rate budgets, its priority classes (if any) and its fallback limit (which the
+    /// configuration claim includes). The startup check and the engine build their gates here,
+    /// so the configuration each claims is the same.
+    pub fn for_upstream(store: Store, config: &UpstreamConfig) -> Self {
+        let gate = Self::with_budgets(store, config.name(), config.wave(), config.budgets());
+        let mut gate = if config.classes().is_empty() {
+            gate
+        } else {
+            gate.with_classes(config.classes(), config.default_class(), config.class_count_window())
+        };
+        gate.fallback_limit = config.fallback_limit().map(|limit| limit.get());
+        gate
     }
 
     /// Acquires on behalf of process `instance`: when the limit is reached it joins the

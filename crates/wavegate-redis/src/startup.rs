@@ -3,7 +3,9 @@
 //! [`Store::check`] asks the server's version (`HELLO`: Redis 6.2 or newer, since the scripts
 //! use `ZADD GT`; Valkey reports its own), loads the scripts (`SCRIPT LOAD`), runs the
 //! heartbeat script for the process (so it knows how many processes share the limits before
-//! its first permit), and for each
+//! its first permit), runs every path of the scripts once on scratch keys (priority classes,
+//! tenants, rate budgets, the provider's windows, wake-ups, adoption: see `check_paths.rs`),
+//! and for each
 //! upstream runs the reconcile script with nothing to adopt or drop (what every acquire
 //! does first: purge expired leases, apply time, save the state), publishes on its release
 //! channel and claims its configuration. So a wrong password, an ACL user missing a command or
@@ -63,6 +65,15 @@ impl Store {
         // permit. Its TTL must be the scheduler's own: the script sets the whole key's expiry
         // to twice the TTL, so a short one would wipe every process's heartbeat.
         info.live = self.heartbeat(instance, heartbeat_ttl).await?;
+        // Every command of every script path (classes, tenants, budgets, windows, wake-ups),
+        // on scratch keys: a right the user lacks fails here, not under load. On a Cluster the
+        // scratch keys' master may be the one that is down: that alone is only a warning.
+        match self.check_paths(instance).await {
+            Err(error) if error.is_outage() && !error.is_rejection() => {
+                info.warnings.push(format!("could not run the scripts' paths on scratch keys: {error}"));
+            }
+            other => other?,
+        }
         for gate in gates {
             gate.reconcile(&[], &[], Duration::from_secs(1), (0, 0)).await?;
             // The scripts publish with `pcall` and waiters poll as well: without channel

@@ -3,7 +3,8 @@
 //! In order: a class the upstream does not have, an estimate above the configured tokens burst
 //! (it never fits in any mode), a spent quota, the retry budget (a retry after a transient
 //! failure), the circuit breaker, then what holds only now: an estimate above the burst in
-//! force (a fallback's share, a learned limit, the class's share), a full queue. A request
+//! force (a learned limit, the class's share; in fallback the fleet's, not the share's), a
+//! full queue. A request
 //! refused here never waits and never costs a gate call; one admitted takes its breaker ticket
 //! into the queue (given back as "ignored" if no permit comes).
 
@@ -19,7 +20,6 @@ use crate::engine::clock::Instant;
 use crate::engine::request::{AttemptKind, ClassRef, Request};
 use crate::error::{Budget, Error};
 use crate::metrics;
-use crate::status::Mode;
 
 impl Lane {
     /// Checks `acquire` and queues it, or answers it with the refusal.
@@ -136,18 +136,16 @@ impl Lane {
     }
 
     /// The tokens burst in force for `class`, and the budget it comes from: the upstream's
-    /// (configured, in fallback this process's share of it, tightened by a tokens limit the
-    /// provider announced), or a capped class's own share when smaller (the gate's rule).
+    /// (configured, tightened by a tokens limit the provider announced), or a capped class's
+    /// own share when smaller (the gate's rule). In fallback it is the fleet's too, not this
+    /// process's share of it: an estimate above the share's burst is admitted in debt
+    /// (`wavegate_core::LocalGate::fallback`, rule 7).
     fn tokens_burst(&self, class: usize) -> Option<(u64, Budget)> {
         let now_ms = self.clock.now_ms();
-        let label = match self.mode {
-            Mode::Fallback | Mode::Rejected => Budget::FallbackShare,
-            Mode::Local | Mode::Shared => Budget::TokensPerMinute,
-        };
         let upstream = self.local.tokens_burst(None, now_ms)?;
         match self.local.tokens_burst(Some(class), now_ms) {
             Some(own) if own < upstream => Some((own, Budget::ClassShare)),
-            _ => Some((upstream, label)),
+            _ => Some((upstream, Budget::TokensPerMinute)),
         }
     }
 

@@ -18,12 +18,23 @@
 //!    `max(1, limit × share ÷ base)`;
 //! 6. **each held permit is adopted**, its wave mapped to the new numbering: the fallback's
 //!    own wave in NORMAL, the one before otherwise ([`LocalGate::adopt`]); a permit of a
-//!    shared wave older than the last one seen stays older (its 429 is late here too).
+//!    shared wave older than the last one seen stays older (its 429 is late here too);
+//! 7. **an estimate above the share's burst is admitted in debt**: the largest estimate that
+//!    fits is the fleet's burst in force (the configured one tightened by a learned limit;
+//!    for a capped class its share of the configured one), as in shared mode; one above the
+//!    share's own burst waits until the share's bucket is full, then is admitted and the
+//!    bucket goes into debt, so the calls after it wait until it is paid back
+//!    ([`Gcra::check_in_debt`](crate::Gcra::check_in_debt)). So 20 processes whose tokens
+//!    share has a burst of 800 still send calls of 4,000 tokens, one per 24 s each at 10,000
+//!    a minute, instead of refusing them for the whole outage; the fleet stays within its
+//!    rate (each share within `estimate + rate × W` in any window `W`).
 
 use std::num::NonZeroU32;
 
+use crate::class_budget::class_share;
 use crate::clock::duration_ms;
 use crate::config::UpstreamConfig;
+use crate::gcra::Budgets;
 use crate::learned_limit::LearnedBudgets;
 use crate::wave::WaveState;
 
@@ -70,6 +81,37 @@ pub struct Fallback<K> {
 }
 
 impl LocalGate {
+    /// This gate's budgets are a share of the fleet's `fleet` (configured, undivided): the
+    /// largest estimate that fits is the fleet's burst in force, not the share's, and an
+    /// estimate above the share's burst is admitted against the share's rate when its bucket
+    /// is full, in debt (rule 7 of the module). [`fallback`](Self::fallback) sets it.
+    pub fn with_fleet_budgets(mut self, fleet: Budgets) -> Self {
+        self.fleet = Some(fleet);
+        self.class_budgets = self.class_budgets.in_debt();
+        self
+    }
+
+    /// The budgets whose bursts bound an estimate at `now_ms`: the fleet's in a fallback, this
+    /// gate's otherwise; each tightened by the learned limits.
+    pub(super) fn ceiling_budgets(&self, now_ms: u64) -> Budgets {
+        match self.fleet {
+            Some(fleet) => self.learned.effective(fleet, now_ms, 1),
+            None => self.budgets(now_ms),
+        }
+    }
+
+    /// The tokens burst of class `class`'s own budget, if it has one: in a fallback its share
+    /// of the fleet's configured budget, otherwise of this gate's.
+    pub(super) fn class_tokens_burst(&self, class: usize) -> Option<u64> {
+        match (self.fleet.and_then(|fleet| fleet.tokens), self.classes.get(class)) {
+            (Some(tokens), Some(c)) if c.budget_percent_value() < 100 => {
+                Some(u64::from(class_share(tokens, c.budget_percent_value()).burst()))
+            }
+            (Some(_), _) => None,
+            (None, _) => self.class_budgets.tokens_burst(class),
+        }
+    }
+
     /// The gate that takes over `config`'s upstream when the shared store goes away at
     /// `now_ms`: see the module's rules.
     pub fn fallback<K: AsRef<str>>(config: &UpstreamConfig, start: FallbackStart<K>, now_ms: u64) -> Fallback<K> {
@@ -84,7 +126,8 @@ impl LocalGate {
         wave.base_limit = share;
         let mut gate = LocalGate::with_budgets(wave, config.budgets().share(processes))
             .with_learned(start.learned, processes)
-            .with_classes(config.classes(), config.default_class(), config.class_count_window());
+            .with_classes(config.classes(), config.default_class(), config.class_count_window())
+            .with_fleet_budgets(config.budgets());
         for (at_ms, tokens) in &start.recent_grants {
             gate.charge(1, *tokens, *at_ms);
         }

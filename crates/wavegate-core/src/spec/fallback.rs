@@ -1,10 +1,12 @@
 //! The fallback's table: the gate [`LocalGate::fallback`] starts with, one rule a case.
 
+use crate::ask::{Ask, Decision};
 use crate::config::{UpstreamConfig, UpstreamConfigBuilder};
-use crate::gate::{FallbackStart, LastShared, LocalGate};
+use crate::gate::{FallbackStart, LastShared, LocalGate, WaveSignal};
 use crate::gcra::{Budgets, RateBudget};
 use crate::learned_limit::{LearnedBudgets, LearnedLimit, LearnedLimits};
-use crate::wave::WaveState;
+use crate::permit_id::{Instance, PermitId};
+use crate::wave::{DenyReason, WaveState};
 
 /// One case of [`LocalGate::fallback`]: the upstream, what the process knew at the switch,
 /// what the gate must be.
@@ -20,6 +22,22 @@ pub struct FallbackCase {
     pub now_ms: u64,
     /// What the gate must be.
     pub expect: FallbackExpect,
+    /// Then, asks to the gate in this order, each with its answer.
+    pub asks: Vec<FallbackAsk>,
+}
+
+/// One ask to a fallback's gate after the switch, and its answer. A granted permit is
+/// released at once (neutral, nothing settled), so only the budgets carry over to the next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FallbackAsk {
+    /// When, in ms after the switch.
+    pub after_ms: u64,
+    /// Its priority class (`None`: the default, or no classes).
+    pub class: Option<&'static str>,
+    /// Its tokens estimate.
+    pub tokens: u64,
+    /// `Ok(())`: granted; otherwise the denial's reason and wait (ms).
+    pub expect: Result<(), (DenyReason, u64)>,
 }
 
 /// What a [`FallbackCase`] expects of the gate, read at the switch.
@@ -41,7 +59,8 @@ pub struct FallbackExpect {
     pub budgets: Budgets,
     /// Requests and tokens available now, when there are such budgets.
     pub available: (Option<u64>, Option<u64>),
-    /// Per class, the largest estimate its asks can reserve.
+    /// Per class, the largest estimate its asks can reserve: the fleet's (above the share's
+    /// own burst, in debt; rule 7).
     pub class_bursts: Vec<Option<u64>>,
     /// The held permits with their waves in the gate's numbering, by name.
     pub held: Vec<(&'static str, u64)>,
@@ -81,6 +100,22 @@ impl FallbackCase {
                 self.start.held.len()
             ));
         }
+        let instance = Instance::new("spec").expect("a valid instance");
+        for (n, ask) in self.asks.iter().enumerate() {
+            let id = PermitId::new(ask.class, &instance, n as u64 + 1, None);
+            let at = now + ask.after_ms;
+            let asked = [Ask { id: id.clone(), tokens: ask.tokens, waiting: 1 }];
+            let got = match gate.acquire(&instance, &asked, 60_000, at) {
+                Decision::Granted { wave, .. } => {
+                    gate.finish(&id, wave, WaveSignal::Neutral, 0, at);
+                    Ok(())
+                }
+                Decision::Denied { reason, retry_after_ms, .. } => Err((reason, retry_after_ms)),
+            };
+            if got != ask.expect {
+                return Err(format!("case `{}`, ask {n} ({ask:?}): got {got:?}", self.name));
+            }
+        }
         Ok(())
     }
 }
@@ -114,6 +149,33 @@ fn case(name: &'static str, live: Option<u32>, share: u32, processes: u32) -> Fa
             class_bursts: Vec::new(),
             held: Vec::new(),
         },
+        asks: Vec::new(),
+    }
+}
+
+/// An ask `after_ms` after the switch, of `tokens` in `class`, answered `expect`.
+fn ask(after_ms: u64, class: Option<&'static str>, tokens: u64, expect: Result<(), (DenyReason, u64)>) -> FallbackAsk {
+    FallbackAsk { after_ms, class, tokens, expect }
+}
+
+/// 20 processes and `tokens_per_minute(200_000, 16_000)`: each share 10,000 a minute (6 ms a
+/// token), bursts of 800 (limit 40: 2 each).
+fn fleet_of_20(name: &'static str, builder: UpstreamConfigBuilder, asks: Vec<FallbackAsk>) -> FallbackCase {
+    let config = upstream(builder.limit(40).tokens_per_minute(200_000, 16_000));
+    let classes = config.classes().len();
+    let class_bursts = (0..classes)
+        .map(|c| Some(if config.classes()[c].budget_percent_value() < 100 { 8_000 } else { 16_000 }))
+        .collect();
+    FallbackCase {
+        config,
+        expect: FallbackExpect {
+            budgets: Budgets { requests: None, tokens: budget(10_000, 800) },
+            available: (None, Some(800)),
+            class_bursts,
+            ..case("", Some(20), 2, 20).expect
+        },
+        asks,
+        ..case(name, Some(20), 2, 20)
     }
 }
 
@@ -319,11 +381,76 @@ pub fn fallback_cases() -> Vec<FallbackCase> {
             expect: FallbackExpect {
                 budgets: Budgets { requests: budget(150, 5), tokens: budget(15_000, 2_500) },
                 available: (Some(5), Some(2_500)),
-                // The class's share of the process's share: half of 2,500.
-                class_bursts: vec![Some(2_500), Some(1_250)],
+                // The largest estimates: the fleet's burst, and the capped class's share of it
+                // (above the process's shares, 2,500 and 1,250, they are taken in debt).
+                class_bursts: vec![Some(10_000), Some(5_000)],
                 ..case("", Some(4), 2, 4).expect
             },
             ..case("a class's own budget is its share of the process's share", Some(4), 2, 4)
         },
+        fleet_of_20(
+            "above the share's burst: admitted when the share's bucket is full, in debt, then at the share's rate",
+            UpstreamConfig::builder("llm"),
+            vec![
+                ask(0, None, 4_000, Ok(())),
+                // 4,000 tokens at 6 ms: 24 s of debt; everything waits until it is paid.
+                ask(1, None, 4_000, Err((DenyReason::TokenBudget, 23_999))),
+                ask(1, None, 800, Err((DenyReason::TokenBudget, 23_999))),
+                ask(23_999, None, 4_000, Err((DenyReason::TokenBudget, 1))),
+                ask(24_000, None, 4_000, Ok(())),
+            ],
+        ),
+        fleet_of_20(
+            "above the share's burst: waits until the share's bucket is full, even when a smaller call would fit",
+            UpstreamConfig::builder("llm"),
+            vec![
+                ask(0, None, 100, Ok(())),
+                ask(0, None, 4_000, Err((DenyReason::TokenBudget, 600))),
+                ask(0, None, 700, Ok(())),
+                ask(600, None, 4_000, Err((DenyReason::TokenBudget, 4_200))),
+                ask(4_800, None, 4_000, Ok(())),
+            ],
+        ),
+        fleet_of_20(
+            "above the fleet's burst: never fits, as in shared mode",
+            UpstreamConfig::builder("llm"),
+            vec![ask(0, None, 16_001, Err((DenyReason::TokensExceedBurst, 0))), ask(0, None, 16_000, Ok(()))],
+        ),
+        fleet_of_20(
+            "a capped class: in debt above its share of the share, never above its share of the fleet's burst",
+            UpstreamConfig::builder("llm").class("interactive", 3).class("batch", 1).class_budget("batch", 50),
+            vec![
+                ask(0, Some("batch"), 8_001, Err((DenyReason::TokensExceedBurst, 0))),
+                ask(0, Some("batch"), 4_000, Ok(())),
+                // The upstream's share is in debt for 24 s (a small call waits for 24 s less the 4.8 s
+                // of its burst), the class's (5,000 a minute) for 48 s.
+                ask(1, Some("interactive"), 100, Err((DenyReason::TokenBudget, 19_799))),
+                ask(24_000, Some("interactive"), 4_000, Ok(())),
+            ],
+        ),
+        FallbackCase {
+            start: FallbackStart { live: Some(20), learned: learned_tokens(), ..FallbackStart::default() },
+            expect: FallbackExpect {
+                // 8,000 a minute learned, a twentieth: 400 a minute, bursts of 400.
+                budgets: Budgets { requests: None, tokens: budget(400, 400) },
+                available: (None, Some(400)),
+                ..fleet_of_20("", UpstreamConfig::builder("llm"), Vec::new()).expect
+            },
+            ..fleet_of_20(
+                "a learned limit bounds the largest estimate as in shared mode: the fleet's learned burst",
+                UpstreamConfig::builder("llm"),
+                vec![ask(0, None, 8_001, Err((DenyReason::TokensExceedBurst, 0))), ask(0, None, 4_000, Ok(()))],
+            )
+        },
     ]
+}
+
+/// 8,000 tokens a minute announced a second before the switch.
+fn learned_tokens() -> LearnedBudgets {
+    let mut learned = LearnedBudgets::default();
+    learned.report(
+        LearnedLimits { requests: None, tokens: Some(LearnedLimit { limit: 8_000, window_ms: 60_000 }) },
+        NOW - 1_000,
+    );
+    learned
 }
