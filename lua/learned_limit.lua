@@ -13,7 +13,8 @@
 --     with bursts of up to L, both at most 2^32 - 1;
 --   * the budget in force is the tighter of the configured and the learned one in rate and in
 --     burst, or the learned one alone when none is configured: never looser than configured;
---   * the latest report replaces the limit kept; it is kept LL_KEPT_WINDOWS windows after it.
+--   * the latest report replaces the limit kept; it is kept LL_KEPT_WINDOWS windows after it;
+--   * a capped class's own budgets are its share of the budgets in force, not the configured.
 
 local LL_KEPT_WINDOWS = 3
 local LL_MAX = 4294967295
@@ -33,17 +34,24 @@ local function ll_tightest(b, rate, burst)
   return budget(math.min(b.rate, rate), math.min(b.burst, burst))
 end
 
--- Puts the budgets in force at `now` into config.requests and config.tokens.
+-- Puts the budgets in force at `now` into config.requests and config.tokens, and the capped
+-- classes' shares of them into theirs. An end read back lies at most LL_KEPT_WINDOWS windows
+-- after now (a backward jump of TIME, a hand): a later one is saved as that.
 local function ll_apply(config, now)
   local v = redis.call('HMGET', KEYS[2], 'll_requests_limit', 'll_requests_window', 'll_requests_until',
     'll_tokens_limit', 'll_tokens_window', 'll_tokens_until')
   for i, name in ipairs(LL_NAMES) do
     local limit, window, ends = tonumber(v[3 * i - 2]), tonumber(v[3 * i - 1]), tonumber(v[3 * i])
     if limit and window and ends and now < ends then
+      local most = now + math.max(1, window) * LL_KEPT_WINDOWS
+      if ends > most then
+        redis.call('HSET', KEYS[2], 'll_' .. name .. '_until', string.format('%.0f', most))
+      end
       local rate, burst = ll_budget(limit, window)
       config[name] = ll_tightest(config[name], rate, burst)
     end
   end
+  set_class_budgets(config)
 end
 
 -- Keeps a limit of `limit` per `window` ms announced at `now` for `name` ('requests' or 'tokens').

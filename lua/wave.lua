@@ -44,6 +44,19 @@ local function class_share(units, percent)
   return math.max(math.floor(units * math.min(percent, 100) / 100), 1)
 end
 
+-- Each capped class's own budgets: its share of the upstream's budgets in force (set again
+-- once the learned limits have tightened them: ll_apply in learned_limit.lua).
+local function set_class_budgets(config)
+  for _, class in ipairs(config.classes or {}) do
+    if class.share < 100 then
+      class.requests, class.tokens = nil, nil
+      local r, t = config.requests, config.tokens
+      if r then class.requests = budget(class_share(r.rate, class.share), class_share(r.burst, class.share)) end
+      if t then class.tokens = budget(class_share(t.rate, class.share), class_share(t.burst, class.share)) end
+    end
+  end
+end
+
 -- The configuration, from CONFIG_ARGS ARGV entries starting at `at`: base limit, probe successes,
 -- cooldown ladder (comma-separated ms), min cooldown ms, max cooldown ms, requests per minute,
 -- requests burst, tokens per minute, tokens burst (a rate of 0: no such budget), recovery
@@ -84,17 +97,12 @@ local function read_config(at)
       error({ err = 'ERR wavegate: bad priority class ' .. entry })
     else
       local class = { name = name, weight = tonumber(weight), reserve = tonumber(reserve), share = tonumber(share) or 100 }
-      if class.share < 100 then
-        local rates = {}
-        for k = 5, 8 do rates[k] = to_int(ARGV[at + k], 'budget') end
-        if rates[5] > 0 then class.requests = budget(class_share(rates[5], class.share), class_share(rates[6], class.share)) end
-        if rates[7] > 0 then class.tokens = budget(class_share(rates[7], class.share), class_share(rates[8], class.share)) end
-      end
       table.insert(config.classes, class)
       config.class_index[name] = #config.classes
       if default == '*' then config.default_class = #config.classes end
     end
   end
+  set_class_budgets(config)
   if not config.adaptive and ARGV[at + 9] ~= 'seed' then
     error({ err = 'ERR wavegate: recovery must be seed or adaptive, got ' .. tostring(ARGV[at + 9]) })
   end

@@ -55,24 +55,15 @@ pub fn cases() -> Vec<ShareCase> {
     ]
 }
 
-/// One budget in process: its arithmetic and its theoretical arrival time.
-#[derive(Debug, Clone, Copy)]
-struct Held {
-    gcra: Gcra,
-    tat_us: u64,
-}
-
-impl Held {
-    fn new(budget: RateBudget) -> Self {
-        Self { gcra: Gcra::new(budget), tat_us: 0 }
-    }
-}
-
-/// The budgets of one capped class.
+/// The state of one capped class's budgets: its share and the theoretical arrival times. The
+/// budgets themselves are its share of the upstream's budgets in force at each use (tightened
+/// by what the provider announced), so a capped class never takes more than its share of a
+/// tighter real budget.
 #[derive(Debug, Clone, Copy)]
 struct ClassBudget {
-    requests: Option<Held>,
-    tokens: Option<Held>,
+    percent: u8,
+    requests_tat_us: u64,
+    tokens_tat_us: u64,
 }
 
 /// The class budgets of one upstream in process (local mode, fallback): one entry per class,
@@ -86,17 +77,14 @@ pub struct ClassBudgets {
 }
 
 impl ClassBudgets {
-    /// Full budgets for the capped `classes` of an upstream with `budgets` (the whole
-    /// upstream's, or a fallback's share of them).
-    pub fn new(classes: &[PriorityClass], budgets: Budgets) -> Self {
+    /// Full budgets for the capped `classes` of an upstream; each is its share of the budgets
+    /// passed at each use (the upstream's in force, or a fallback's share of them).
+    pub fn new(classes: &[PriorityClass]) -> Self {
         let classes = classes
             .iter()
             .map(|class| {
                 let percent = class.budget_percent_value();
-                (percent < 100).then(|| ClassBudget {
-                    requests: budgets.requests.map(|b| Held::new(class_share(b, percent))),
-                    tokens: budgets.tokens.map(|b| Held::new(class_share(b, percent))),
-                })
+                (percent < 100).then_some(ClassBudget { percent, requests_tat_us: 0, tokens_tat_us: 0 })
             })
             .collect();
         Self { classes, in_debt: false }
@@ -115,50 +103,53 @@ impl ClassBudgets {
         matches!(self.classes.get(class), Some(Some(_)))
     }
 
-    /// `None` if class `class` can take one request reserving `tokens` now, else how many
-    /// milliseconds until it can.
-    pub fn wait_ms(&self, class: usize, now_ms: u64, tokens: u64) -> Option<u64> {
-        let Some(Some(budget)) = self.classes.get(class) else { return None };
+    /// The arithmetic of class `class`'s requests and tokens budgets, its shares of `budgets`.
+    fn gcras(&self, class: usize, budgets: Budgets) -> Option<(ClassBudget, Option<Gcra>, Option<Gcra>)> {
+        let Some(Some(held)) = self.classes.get(class) else { return None };
+        let share = |b: Option<RateBudget>| b.map(|b| Gcra::new(class_share(b, held.percent)));
+        Some((*held, share(budgets.requests), share(budgets.tokens)))
+    }
+
+    /// `None` if class `class` can take one request reserving `tokens` now under its share of
+    /// `budgets`, else how many milliseconds until it can.
+    pub fn wait_ms(&self, class: usize, budgets: Budgets, now_ms: u64, tokens: u64) -> Option<u64> {
+        let (held, requests, tokens_gcra) = self.gcras(class, budgets)?;
         let now_us = now_ms.saturating_mul(1000);
-        let check = |h: Held, cost| {
-            if self.in_debt {
-                h.gcra.check_in_debt(h.tat_us, now_us, cost)
-            } else {
-                h.gcra.check(h.tat_us, now_us, cost)
-            }
+        let check = |gcra: Gcra, tat_us: u64, cost: u64| {
+            if self.in_debt { gcra.check_in_debt(tat_us, now_us, cost) } else { gcra.check(tat_us, now_us, cost) }
         };
-        let wait = |held: Option<Held>, cost: u64| held.map_or(0, |h| check(h, cost).err().unwrap_or(0));
-        let wait = wait(budget.requests, 1).max(wait(budget.tokens, tokens));
+        let wait =
+            |gcra: Option<Gcra>, tat_us: u64, cost: u64| gcra.map_or(0, |g| check(g, tat_us, cost).err().unwrap_or(0));
+        let wait = wait(requests, held.requests_tat_us, 1).max(wait(tokens_gcra, held.tokens_tat_us, tokens));
         (wait > 0).then_some(wait)
     }
 
-    /// The tokens burst of class `class`'s own budget (the largest estimate it can ever
-    /// take), if it has one.
-    pub fn tokens_burst(&self, class: usize) -> Option<u64> {
-        match self.classes.get(class) {
-            Some(Some(ClassBudget { tokens: Some(held), .. })) => Some(held.gcra.burst()),
-            _ => None,
-        }
+    /// The tokens burst of class `class`'s own budget under `budgets` (the largest estimate it
+    /// can ever take), if it has one.
+    pub fn tokens_burst(&self, class: usize, budgets: Budgets) -> Option<u64> {
+        self.gcras(class, budgets).and_then(|(_, _, tokens)| tokens).map(|gcra| gcra.burst())
     }
 
     /// Charges a grant of one request reserving `tokens` to class `class` (after
-    /// [`wait_ms`](Self::wait_ms) said it fits).
-    pub fn charge(&mut self, class: usize, now_ms: u64, tokens: u64) {
-        let Some(Some(budget)) = self.classes.get_mut(class) else { return };
+    /// [`wait_ms`](Self::wait_ms) said it fits under `budgets`).
+    pub fn charge(&mut self, class: usize, budgets: Budgets, now_ms: u64, tokens: u64) {
+        let Some((_, requests, tokens_gcra)) = self.gcras(class, budgets) else { return };
+        let Some(Some(held)) = self.classes.get_mut(class) else { return };
         let now_us = now_ms.saturating_mul(1000);
-        if let Some(held) = &mut budget.requests {
-            held.tat_us = held.gcra.charge(held.tat_us, now_us, 1);
+        if let Some(gcra) = requests {
+            held.requests_tat_us = gcra.charge(held.requests_tat_us, now_us, 1);
         }
-        if let Some(held) = &mut budget.tokens {
-            held.tat_us = held.gcra.charge(held.tat_us, now_us, tokens);
+        if let Some(gcra) = tokens_gcra {
+            held.tokens_tat_us = gcra.charge(held.tokens_tat_us, now_us, tokens);
         }
     }
 
     /// Settles a token reservation of class `class`: `delta` more tokens (negative: fewer)
     /// were used than reserved.
-    pub fn settle(&mut self, class: usize, delta: i64, now_ms: u64) {
-        if let Some(Some(ClassBudget { tokens: Some(held), .. })) = self.classes.get_mut(class) {
-            held.tat_us = held.gcra.settle(held.tat_us, now_ms.saturating_mul(1000), delta);
+    pub fn settle(&mut self, class: usize, budgets: Budgets, delta: i64, now_ms: u64) {
+        let Some((_, _, Some(gcra))) = self.gcras(class, budgets) else { return };
+        if let Some(Some(held)) = self.classes.get_mut(class) {
+            held.tokens_tat_us = gcra.settle(held.tokens_tat_us, now_ms.saturating_mul(1000), delta);
         }
     }
 }
@@ -183,17 +174,21 @@ mod tests {
             PriorityClass::new("batch").unwrap().budget_percent(25).unwrap(),
         ];
         let budgets = Budgets { requests: RateBudget::new(600, 8), tokens: None };
-        let mut held = ClassBudgets::new(&classes, budgets);
+        let mut held = ClassBudgets::new(&classes);
         assert!(!held.is_capped(0) && held.is_capped(1));
         // Batch: 150 a minute (one per 400 ms), bursts of 2.
         for _ in 0..2 {
-            assert_eq!(held.wait_ms(1, 0, 0), None);
-            held.charge(1, 0, 0);
+            assert_eq!(held.wait_ms(1, budgets, 0, 0), None);
+            held.charge(1, budgets, 0, 0);
         }
-        assert_eq!(held.wait_ms(1, 0, 0), Some(400));
-        assert_eq!(held.wait_ms(1, 400, 0), None);
-        assert_eq!(held.wait_ms(0, 0, 0), None, "interactive has no budget of its own");
-        held.charge(0, 0, 0);
-        assert_eq!(held.wait_ms(0, 0, 0), None);
+        assert_eq!(held.wait_ms(1, budgets, 0, 0), Some(400));
+        assert_eq!(held.wait_ms(1, budgets, 400, 0), None);
+        assert_eq!(held.wait_ms(0, budgets, 0, 0), None, "interactive has no budget of its own");
+        held.charge(0, budgets, 0, 0);
+        assert_eq!(held.wait_ms(0, budgets, 0, 0), None);
+        // A tighter budget in force (a limit the provider announced): the class's share of it.
+        let tighter = Budgets { requests: RateBudget::new(60, 4), tokens: None };
+        assert_eq!(held.wait_ms(1, budgets, 400, 0), None);
+        assert_eq!(held.wait_ms(1, tighter, 400, 0), Some(400), "a quarter of 60 a minute (one per 4 s), bursts of 1");
     }
 }

@@ -195,7 +195,7 @@ impl LocalGate {
         self.default_class = if default < classes.len() { default } else { 0 };
         self.class_window_ms = duration_ms(count_window);
         self.turns = ClassTurns::new(classes.len());
-        self.class_budgets = ClassBudgets::new(classes, self.configured);
+        self.class_budgets = ClassBudgets::new(classes);
         if self.fleet.is_some() {
             self.class_budgets = self.class_budgets.in_debt();
         }
@@ -332,7 +332,7 @@ impl LocalGate {
         if let Some(ceiling) = self.tokens_burst(now_ms) {
             for (k, head) in heads.iter().enumerate() {
                 let own = classes
-                    .then(|| self.class_tokens_burst(self.class_config().index_or_default(Some(head.class))))
+                    .then(|| self.class_tokens_burst(self.class_config().index_or_default(Some(head.class)), now_ms))
                     .flatten();
                 let burst = tightest_burst(ceiling, own);
                 if head.tokens > burst {
@@ -371,7 +371,9 @@ impl LocalGate {
                 if deferred {
                     fleet::add_offers(config, &mut fleet, instance, heads, now_ms);
                 }
-                fleet::cap(&mut fleet, &self.class_budgets, now_ms, |c| asked_tokens.get(&c).copied().unwrap_or(1));
+                fleet::cap(&mut fleet, &self.class_budgets, budgets, now_ms, |c| {
+                    asked_tokens.get(&c).copied().unwrap_or(1)
+                });
                 fleet::observe(&mut self.turns, &mut fleet);
                 let room = limit.saturating_sub(in_flight);
                 match fleet::choose_grant(&mut fleet, room, |c, tag| asked.get(&(c, tag)).copied()) {
@@ -418,7 +420,7 @@ impl LocalGate {
                     }
                     let s = self.machine.snapshot();
                     if let Some((class, _)) = chosen {
-                        self.class_budgets.charge(class, now_ms, head.tokens);
+                        self.class_budgets.charge(class, budgets, now_ms, head.tokens);
                     }
                     self.ledger.insert(head.id, HeldPermit { expires_ms, wave: s.wave });
                     self.windows.charge(now_ms, head.tokens);
@@ -587,7 +589,7 @@ impl LocalGate {
     /// ask above it is refused [`DenyReason::TokensExceedBurst`] by [`acquire`](Self::acquire).
     pub fn tokens_burst_for(&self, class: usize, now_ms: u64) -> Option<u64> {
         let upstream = self.tokens_burst(now_ms)?;
-        Some(tightest_burst(upstream, self.class_tokens_burst(class)))
+        Some(tightest_burst(upstream, self.class_tokens_burst(class, now_ms)))
     }
 
     /// What is left of the rate budgets in force now.
@@ -633,7 +635,7 @@ impl LocalGate {
             self.settle_tokens(token_delta, now_ms);
             if !self.classes.is_empty() {
                 let class = self.class_config().index_or_default(class_of(id.as_str()));
-                self.class_budgets.settle(class, token_delta, now_ms);
+                self.class_budgets.settle(class, self.budgets(now_ms), token_delta, now_ms);
             }
         }
         self.finish_text(id.as_str(), wave, signal, now_ms)
@@ -672,7 +674,7 @@ impl LocalGate {
         self.waiting.fresh(now_ms).next()?;
         let limit = self.machine.snapshot().limit;
         let mut fleet = fleet::classes(self.class_config(), limit, now_ms, true, &self.ledger, &self.waiting);
-        fleet::cap(&mut fleet, &self.class_budgets, now_ms, |_| 1);
+        fleet::cap(&mut fleet, &self.class_budgets, self.budgets(now_ms), now_ms, |_| 1);
         fleet::observe(&mut self.turns.clone(), &mut fleet);
         fleet::to_wake(&mut fleet, i64::from(limit) - i64::from(self.in_flight()))
     }

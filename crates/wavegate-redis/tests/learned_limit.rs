@@ -130,8 +130,8 @@ fn one_line_mutants_of_the_learned_limits_are_caught() {
         ("if b == nil then return budget(rate, burst) end", "if b == nil then return nil end"),
         // Never forgets, or keeps it one window too long.
         (
-            "if limit and window and ends and now < ends then\n      local rate",
-            "if limit and window and ends then\n      local rate",
+            "if limit and window and ends and now < ends then\n      local most",
+            "if limit and window and ends then\n      local most",
         ),
         ("local LL_KEPT_WINDOWS = 3", "local LL_KEPT_WINDOWS = 4"),
         // Rounds the rate up (looser than the provider).

@@ -101,14 +101,14 @@ impl LocalGate {
     }
 
     /// The tokens burst of class `class`'s own budget, if it has one: in a fallback its share
-    /// of the fleet's configured budget, otherwise of this gate's.
-    pub(super) fn class_tokens_burst(&self, class: usize) -> Option<u64> {
-        match (self.fleet.and_then(|fleet| fleet.tokens), self.classes.get(class)) {
+    /// of the fleet's budget in force, otherwise of this gate's.
+    pub(super) fn class_tokens_burst(&self, class: usize, now_ms: u64) -> Option<u64> {
+        match (self.fleet.and_then(|_| self.ceiling_budgets(now_ms).tokens), self.classes.get(class)) {
             (Some(tokens), Some(c)) if c.budget_percent_value() < 100 => {
                 Some(u64::from(class_share(tokens, c.budget_percent_value()).burst()))
             }
             (Some(_), _) => None,
-            (None, _) => self.class_budgets.tokens_burst(class),
+            (None, _) => self.class_budgets.tokens_burst(class, self.budgets(now_ms)),
         }
     }
 

@@ -8,6 +8,7 @@
 //! permits out one by one as the script does.
 
 use crate::class_budget::ClassBudgets;
+use crate::gcra::Budgets;
 use crate::ledger::PermitLedger;
 use crate::permit_id::text::{class_of, member_instance, renewed_every_second, tenant_of};
 use crate::priority::{ClassTurns, ClassView, PriorityClass, next_class, stride};
@@ -185,9 +186,15 @@ pub(crate) fn add_offers(config: Config<'_>, classes: &mut [Class], instance: &s
 
 /// A class with a budget of its own takes no part while that budget cannot take one more
 /// request reserving `tokens(class)` (`cap_classes`).
-pub(crate) fn cap(classes: &mut [Class], budgets: &ClassBudgets, now_ms: u64, tokens: impl Fn(usize) -> u64) {
+pub(crate) fn cap(
+    classes: &mut [Class],
+    budgets: &ClassBudgets,
+    in_force: Budgets,
+    now_ms: u64,
+    tokens: impl Fn(usize) -> u64,
+) {
     for (i, class) in classes.iter_mut().enumerate() {
-        if class.view.demand > 0 && budgets.is_capped(i) && budgets.wait_ms(i, now_ms, tokens(i)).is_some() {
+        if class.view.demand > 0 && budgets.is_capped(i) && budgets.wait_ms(i, in_force, now_ms, tokens(i)).is_some() {
             class.view.demand = 0;
         }
     }

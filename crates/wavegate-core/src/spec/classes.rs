@@ -307,6 +307,30 @@ pub(super) fn cases() -> Vec<SpecCase> {
             )
         },
         SpecCase {
+            requests_per_minute: Some((6_000, 4)),
+            ..classed(
+                "class budgets: a capped class's share is of the budget in force, a learned limit included",
+                4,
+                vec![class("interactive", 1), capped("batch", 1, 50)],
+                vec![
+                    // The provider announces 2 per 200 ms: 600 a minute, bursts of 2, tighter
+                    // than the configured 6,000 with bursts of 4.
+                    Step::ReportWindow {
+                        requests: None,
+                        tokens: None,
+                        tokens_each: 0,
+                        learned_requests: Some((2, 200)),
+                        learned_tokens: None,
+                    },
+                    // Batch's share is half of that: bursts of 1 (half the configured would be 2).
+                    granted("alpha", vec![ask("b1", "batch", 2)], "b1", 4),
+                    waits("alpha", vec![ask("b2", "batch", 1)], "b2"),
+                    later(),
+                    granted("beta", vec![ask("i1", "interactive", 1)], "i1", 4),
+                ],
+            )
+        },
+        SpecCase {
             tokens_per_minute: Some((60_000, 1_000)),
             ..classed(
                 "a denial names the ask the choice reached: a budget's refusal of a later class's head",
