@@ -34,8 +34,9 @@ fn main() {
         worker_main();
         return;
     }
-    let scenarios: [(&str, fn()); 2] = [
+    let scenarios: [(&str, fn()); 3] = [
         ("a_dead_and_a_hung_sentinel_delay_nothing", a_dead_and_a_hung_sentinel_delay_nothing),
+        ("a_sentinel_that_names_a_replica_is_not_written_to", a_sentinel_that_names_a_replica_is_not_written_to),
         (
             "kill_9_of_the_primary_under_load_fails_over_without_over_admitting",
             kill_9_of_the_primary_under_load_fails_over_without_over_admitting,
@@ -76,6 +77,74 @@ fn a_dead_and_a_hung_sentinel_delay_nothing() {
         let primary = group.primary().port();
         assert_eq!(health.primary, Some(format!("127.0.0.1:{primary}")));
     });
+}
+
+/// A sentinel that names `port` on 127.0.0.1 as the primary of every master (a stale answer,
+/// as during a failover), and answers `+OK` to anything else; on a thread of its own.
+fn stale_sentinel(port: u16) -> String {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
+    let address = listener.local_addr().expect("addr").to_string();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut writer = stream.try_clone().expect("clone");
+                let mut reader = BufReader::new(stream);
+                let mut line = String::new();
+                // One command: `*N` then N bulk strings (`$len`, the bytes).
+                while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+                    let count: usize = line.trim().trim_start_matches('*').parse().unwrap_or(0);
+                    let mut words = Vec::new();
+                    for _ in 0..count {
+                        line.clear();
+                        let _ = reader.read_line(&mut line);
+                        let len: usize = line.trim().trim_start_matches('$').parse().unwrap_or(0);
+                        let mut word = vec![0; len + 2];
+                        let _ = reader.read_exact(&mut word);
+                        words.push(String::from_utf8_lossy(&word[..len]).to_uppercase());
+                    }
+                    line.clear();
+                    let reply = if words.iter().any(|w| w == "GET-MASTER-ADDR-BY-NAME") {
+                        let port = port.to_string();
+                        format!("*2\r\n$9\r\n127.0.0.1\r\n${}\r\n{port}\r\n", port.len())
+                    } else {
+                        "+OK\r\n".to_string()
+                    };
+                    if writer.write_all(reply.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    address
+}
+
+/// A sentinel whose answer is stale names the replica (made writable here, so writes there
+/// would succeed): the `ROLE` check refuses it, and the process runs on its fallback share
+/// rather than sharing permits on a server the fleet does not share.
+fn a_sentinel_that_names_a_replica_is_not_written_to() {
+    let mut group = SentinelGroup::start().expect("primary, replica and three sentinels");
+    let replica = group.replica().port();
+    let mut con = group.replica().connection().expect("connection");
+    redis::cmd("CONFIG").arg("SET").arg("replica-read-only").arg("no").exec(&mut con).expect("CONFIG SET");
+    let sentinels = vec![stale_sentinel(replica)];
+    let system = actix::System::new();
+    system.block_on(async {
+        let upstream = UpstreamConfig::builder("mock").limit(2).build().expect("config");
+        let scheduler = Scheduler::builder()
+            .upstream(upstream)
+            .redis_sentinel(SentinelGroup::MASTER, sentinels)
+            .build()
+            .expect("scheduler");
+        let permit = scheduler.upstream("mock").expect("configured").request().acquire().await.expect("permit");
+        permit.succeeded();
+        let mode = scheduler.mode().await.expect("mode");
+        println!("    mode with a sentinel naming the replica: {mode:?}");
+        assert_ne!(mode, wavegate::Mode::Shared, "shared permits on a replica");
+    });
+    let keys: Vec<String> = redis::cmd("KEYS").arg("wavegate:*").query(&mut con).expect("KEYS");
+    assert!(keys.is_empty(), "wavegate wrote to the replica: {keys:?}");
 }
 
 /// The most calls the mock served at once at any instant of `[from, to)`.

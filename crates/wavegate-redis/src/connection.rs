@@ -320,8 +320,10 @@ impl Store {
             None => self.config.client(None),
             Some(sentinel) => {
                 let primary = sentinel::find_primary(sentinel, &self.config, command).await?;
+                let client = self.config.client(Some(primary.clone()))?;
+                sentinel::confirm_primary(&client, &self.config, command).await?;
                 self.update_health(|h| h.primary = Some(format!("{}:{}", primary.0, primary.1)));
-                self.config.client(Some(primary))
+                Ok(client)
             }
         }
     }

@@ -90,3 +90,35 @@ async fn ask(client: redis::Client, master: &str, connect: Duration) -> redis::R
         redis::cmd("SENTINEL").arg("GET-MASTER-ADDR-BY-NAME").arg(master).query_async(&mut connection).await?;
     Ok(reply)
 }
+
+/// Whether the server at `client` says it is a primary (`ROLE`): a sentinel's answer can be
+/// stale during a failover (it names the old primary, now a replica), so the answer is checked
+/// before wavegate's scripts are sent there. A replica is an outage for now (the sentinels will
+/// name the new primary); a check that cannot run is left to the connection to report.
+pub(crate) async fn confirm_primary(
+    client: &redis::Client,
+    config: &StoreConfig,
+    command: &'static str,
+) -> Result<(), StoreError> {
+    let bound = config.connect_timeout + config.command_timeout;
+    let timeout_ms = u64::try_from(bound.as_millis()).unwrap_or(u64::MAX);
+    let ask = async {
+        let connect = redis::AsyncConnectionConfig::new().set_connection_timeout(Some(config.connect_timeout));
+        let mut connection = client.get_multiplexed_async_connection_with_config(&connect).await?;
+        let role: Vec<redis::Value> = redis::cmd("ROLE").query_async(&mut connection).await?;
+        Ok::<_, redis::RedisError>(role)
+    };
+    let role = match tokio::time::timeout(bound, ask).await {
+        Ok(Ok(role)) => role,
+        Ok(Err(error)) => return Err(StoreError::from_redis(command, timeout_ms, error)),
+        Err(_) => return Err(StoreError::Timeout { command, timeout_ms }),
+    };
+    let name = role.first().and_then(|value| redis::from_redis_value_ref::<String>(value).ok());
+    if name.as_deref() == Some("master") {
+        return Ok(());
+    }
+    let detail = format!("the server the sentinels named answers ROLE {name:?}, not a primary (a failover under way)");
+    let source =
+        redis::RedisError::from((redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly), "not a primary", detail));
+    Err(StoreError::Unavailable { command, source })
+}
