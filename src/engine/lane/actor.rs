@@ -252,12 +252,13 @@ impl Handler<Drain> for Lane {
     type Result = ();
 
     fn handle(&mut self, drain: Drain, ctx: &mut Context<Self>) {
-        if self.releases_in_flight == 0 && !self.reconciling {
+        if self.releases_in_flight == 0 && !self.pumping && !self.reconciling {
             drain.reply.send();
             return;
         }
-        // Each release is bounded by the command timeout; a reconciliation replays the
-        // releases it deferred once done. Past the bound the caller goes on anyway.
+        // Each release (and acquire) is bounded by the command timeout, a release retry by
+        // its delay; a reconciliation replays the releases it deferred once done. Past the
+        // bound the caller goes on anyway.
         self.drains.push(drain.reply);
         ctx.run_later(DRAIN_BOUND, |act, _| {
             for drain in act.drains.drain(..) {

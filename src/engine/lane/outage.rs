@@ -306,11 +306,7 @@ impl Lane {
         for finish in std::mem::take(&mut self.deferred) {
             self.finish(finish, ctx);
         }
-        if self.releases_in_flight == 0 {
-            for drain in self.drains.drain(..) {
-                drain.send();
-            }
-        }
+        self.answer_drains();
     }
 
     /// The mode as reported: a fallback the store caused by rejecting wavegate is `Rejected`.

@@ -100,6 +100,7 @@ impl Lane {
                         if act.on_acquired(result, &asked, ctx) || act.wake_pending {
                             act.pump(ctx);
                         }
+                        act.answer_drains();
                     }));
                     return;
                 }

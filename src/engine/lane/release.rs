@@ -88,8 +88,9 @@ impl Lane {
                 let epoch = self.epoch;
                 self.releases_in_flight += 1;
                 ctx.spawn(call.into_actor(self).map(move |result, act, ctx| {
-                    act.release_done();
+                    // Answered first (a retry it schedules is on its way too), then done.
                     act.on_released(result, release, attempt, Some(epoch), ctx);
+                    act.release_done();
                 }));
             }
         }
@@ -153,12 +154,16 @@ impl Lane {
                 metrics::redis_error("finish", error.label());
                 if let Some(&delay) = RELEASE_RETRIES.get(attempt as usize) {
                     tracing::warn!(upstream = %self.name(), permit = %release.id, %error, attempt, "release failed; trying again");
+                    // On its way to the store until the retry is sent: a drain waits for it.
+                    self.releases_in_flight += 1;
                     ctx.run_later(delay, move |act, ctx| {
+                        act.releases_in_flight -= 1;
                         if act.gate.is_shared() {
                             act.release(release, attempt + 1, ctx);
                         } else {
                             // The store went away meanwhile: the reconciliation drops it.
                             act.outage.unreleased.insert(release.id);
+                            act.answer_drains();
                         }
                     });
                 } else {
@@ -180,7 +185,13 @@ impl Lane {
     /// One release fewer on its way to the store: drains waiting for none are answered.
     fn release_done(&mut self) {
         self.releases_in_flight = self.releases_in_flight.saturating_sub(1);
-        if self.releases_in_flight == 0 && !self.reconciling {
+        self.answer_drains();
+    }
+
+    /// Answers the drains once nothing is on its way to the store: no release (or release
+    /// retry), no acquire whose grant would need a release, no reconciliation.
+    pub(super) fn answer_drains(&mut self) {
+        if self.releases_in_flight == 0 && !self.pumping && !self.reconciling {
             for drain in self.drains.drain(..) {
                 drain.send();
             }
