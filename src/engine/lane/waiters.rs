@@ -200,11 +200,17 @@ impl Waiters {
             }
             let id = first.id;
             // Each tenant's oldest waiter and how many of its callers wait, in queue order.
+            // One pass over the queue, a map lookup per waiter: the cost does not grow with the
+            // number of tenants.
             let mut tenants: Vec<(Option<TenantTag>, usize, usize)> = Vec::new();
+            let mut index: HashMap<Option<TenantTag>, usize> = HashMap::new();
             for (at, waiter) in self.queues[class].iter().enumerate() {
-                match tenants.iter_mut().find(|(tenant, _, _)| *tenant == waiter.tenant) {
-                    Some((_, _, count)) => *count += 1,
-                    None => tenants.push((waiter.tenant, at, 1)),
+                match index.get(&waiter.tenant) {
+                    Some(&k) => tenants[k].2 += 1,
+                    None => {
+                        index.insert(waiter.tenant, tenants.len());
+                        tenants.push((waiter.tenant, at, 1));
+                    }
                 }
             }
             let held = |tenant: &Option<TenantTag>| self.held_by.get(&(class, *tenant)).copied().unwrap_or(0);
