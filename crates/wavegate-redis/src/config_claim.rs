@@ -10,6 +10,10 @@
 
 use std::time::Duration;
 
+use wavegate_core::UpstreamName;
+
+use crate::calls::CONFIG_ARGS;
+use crate::connection::Store;
 use crate::error::StoreError;
 use crate::shared_gate::SharedGate;
 
@@ -32,6 +36,21 @@ impl SharedGate {
         }
         args.push(format!("fallback:{}", self.fallback_limit.map_or("-".to_owned(), |limit| limit.to_string())));
         args.join("|")
+    }
+
+    /// The gate of upstream `name` as a process claimed it (`claim`: a
+    /// [`config_fingerprint`](Self::config_fingerprint) read from the store), for an
+    /// operator's tool that reads the fleet without its configuration. `None` when the text is
+    /// not a claim.
+    pub fn from_claim(store: Store, name: &UpstreamName, claim: &str) -> Option<Self> {
+        let mut fields: Vec<&str> = claim.split('|').collect();
+        let fallback = fields.pop()?.strip_prefix("fallback:")?;
+        let config_args: [String; CONFIG_ARGS] =
+            fields.iter().map(|field| (*field).to_owned()).collect::<Vec<_>>().try_into().ok()?;
+        let mut gate = Self::new(store, name, &wavegate_core::WaveConfig::new(std::num::NonZeroU32::MIN));
+        gate.config_args = config_args;
+        gate.fallback_limit = fallback.parse().ok();
+        Some(gate)
     }
 
     /// Claims this upstream's configuration; returns the different configuration another

@@ -238,6 +238,17 @@ impl Store {
             .await
     }
 
+    /// Runs one command an operator's tool needs (`wavegate status` reads claims and windows)
+    /// under the command timeout, through the same connection, TLS, credentials and Sentinel
+    /// as the scripts. Not used by the scheduler (the minimal ACL user need not allow it).
+    pub async fn query<T>(&self, command: &'static str, cmd: redis::Cmd) -> Result<T, StoreError>
+    where
+        T: redis::FromRedisValue + Send + 'static,
+    {
+        let timeout = self.config.command_timeout;
+        self.bounded(command, timeout, |mut c| async move { cmd.query_async(&mut c).await }).await
+    }
+
     /// Runs one command (`f` on a connection) under `timeout`, finding the connection
     /// included. A rejection is recorded in the health, a success clears it; behind Sentinel
     /// an outage makes the next command ask the sentinels for the primary again.

@@ -1,0 +1,227 @@
+//! The fleet as its store holds it: the upstreams that claimed a configuration, each one's
+//! shared state (through the status script, as the processes read it), its provider windows,
+//! and the live processes.
+
+use std::time::Duration;
+
+use wavegate_core::{BudgetStatus, LearnedStatus, UpstreamName, WaveState};
+use wavegate_redis::{SharedGate, Store, StoreError};
+
+/// One provider window as the fleet keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WindowView {
+    /// What is left.
+    pub(crate) left: u64,
+    /// How long it still runs.
+    pub(crate) ends_in: Duration,
+}
+
+/// One priority class, fleet-wide.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ClassView {
+    pub(crate) name: String,
+    pub(crate) in_flight: u32,
+    pub(crate) waiting: u32,
+}
+
+/// One upstream, fleet-wide.
+#[derive(Debug, Clone)]
+pub(crate) struct UpstreamView {
+    pub(crate) name: String,
+    pub(crate) state: WaveState,
+    pub(crate) limit: u32,
+    pub(crate) configured_limit: u32,
+    pub(crate) wave: u64,
+    pub(crate) cooldown_remaining: Duration,
+    pub(crate) in_flight: u32,
+    pub(crate) classes: Vec<ClassView>,
+    pub(crate) budgets: BudgetStatus,
+    pub(crate) learned: LearnedStatus,
+    /// The requests and tokens windows, when one runs.
+    pub(crate) windows: [Option<WindowView>; 2],
+    /// The fallback limit configured, if any.
+    pub(crate) fallback_limit: Option<u32>,
+}
+
+/// The whole fleet.
+#[derive(Debug, Clone)]
+pub(crate) struct FleetView {
+    pub(crate) prefix: String,
+    /// Live processes: their instance and how long their last heartbeat still counts.
+    pub(crate) processes: Vec<(String, Duration)>,
+    pub(crate) upstreams: Vec<UpstreamView>,
+    /// Upstreams named but without a claim in the store (no live process configures them).
+    pub(crate) unknown: Vec<String>,
+}
+
+/// What reading the fleet can meet.
+#[derive(Debug)]
+pub(crate) enum ReadError {
+    Store(StoreError),
+    /// A name that is not an upstream name.
+    BadName(String),
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::Store(error) => write!(f, "{error}"),
+            ReadError::BadName(name) => write!(f, "{name:?} is not an upstream name"),
+        }
+    }
+}
+
+impl From<StoreError> for ReadError {
+    fn from(error: StoreError) -> Self {
+        ReadError::Store(error)
+    }
+}
+
+/// The store's clock, in ms.
+async fn store_now_ms(store: &Store) -> Result<u64, StoreError> {
+    let (secs, micros): (u64, u64) = store.query("TIME", redis::cmd("TIME")).await?;
+    Ok(secs.saturating_mul(1_000) + micros / 1_000)
+}
+
+/// The upstream names of every configuration claimed under the prefix (`SCAN`; on a Cluster
+/// one node's keys only: name the upstreams there).
+async fn claimed_names(store: &Store) -> Result<Vec<String>, StoreError> {
+    let prefix = store.config().keyspace.prefix().to_owned();
+    let pattern = format!("{prefix}:{{*}}:config");
+    let mut names = Vec::new();
+    let mut cursor = 0u64;
+    // Bounded: at most 10,000 rounds of a SCAN (each a few hundred keys).
+    for _ in 0..10_000 {
+        let mut cmd = redis::cmd("SCAN");
+        cmd.arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(500);
+        let (next, keys): (u64, Vec<String>) = store.query("SCAN", cmd).await?;
+        for key in keys {
+            let name = key.strip_prefix(&format!("{prefix}:{{"));
+            if let Some(name) = name.and_then(|rest| rest.strip_suffix("}:config")) {
+                names.push(name.to_owned());
+            }
+        }
+        cursor = next;
+        if cursor == 0 {
+            break;
+        }
+    }
+    names.sort();
+    names.dedup();
+    Ok(names)
+}
+
+/// A window from the wave hash's fields, if it runs at `now`.
+fn window(left: Option<u64>, until: Option<u64>, now: u64) -> Option<WindowView> {
+    let until = until.filter(|until| *until > now)?;
+    Some(WindowView { left: left.unwrap_or(0), ends_in: Duration::from_millis(until - now) })
+}
+
+/// The class names of a claim's classes field (`[*]name:weight:reserve[:budget]`, `,`-joined).
+fn class_names(claim: &str) -> Vec<String> {
+    let fields: Vec<&str> = claim.split('|').collect();
+    let classes = fields.len().checked_sub(2).and_then(|at| fields.get(at)).copied().unwrap_or("");
+    classes
+        .split(',')
+        .filter(|entry| !entry.is_empty() && !entry.starts_with('@'))
+        .filter_map(|entry| entry.trim_start_matches('*').split(':').next())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// One upstream, from its claim.
+async fn upstream(
+    store: &Store,
+    name: &UpstreamName,
+    claim: &str,
+    now: u64,
+) -> Result<Option<UpstreamView>, ReadError> {
+    let Some(gate) = SharedGate::from_claim(store.clone(), name, claim) else { return Ok(None) };
+    let (status, classes) = gate.status_with_classes().await?;
+    let keys = store.config().keyspace.upstream(name);
+    let mut cmd = redis::cmd("HMGET");
+    cmd.arg(&keys.wave).arg(&["pw_requests_left", "pw_requests_until", "pw_tokens_left", "pw_tokens_until"][..]);
+    let fields: Vec<Option<u64>> = store.query("HMGET", cmd).await?;
+    let field = |at: usize| fields.get(at).copied().flatten();
+    let configured_limit = claim.split('|').next().and_then(|limit| limit.parse().ok()).unwrap_or(status.limit);
+    let names = class_names(claim);
+    Ok(Some(UpstreamView {
+        name: name.as_str().to_owned(),
+        state: status.state,
+        limit: status.limit,
+        configured_limit,
+        wave: status.wave,
+        cooldown_remaining: status.cooldown_remaining,
+        in_flight: status.in_flight,
+        classes: names
+            .into_iter()
+            .zip(classes)
+            .map(|(name, (in_flight, waiting))| ClassView { name, in_flight, waiting })
+            .collect(),
+        budgets: status.budgets,
+        learned: status.learned,
+        windows: [window(field(0), field(1), now), window(field(2), field(3), now)],
+        fallback_limit: claim.rsplit_once("fallback:").and_then(|(_, n)| n.parse().ok()),
+    }))
+}
+
+/// Reads the fleet: `names` (every claimed upstream when empty).
+pub(crate) async fn read(store: &Store, names: &[String]) -> Result<FleetView, ReadError> {
+    let now = store_now_ms(store).await?;
+    let names = if names.is_empty() { claimed_names(store).await? } else { names.to_vec() };
+    let mut view = FleetView {
+        prefix: store.config().keyspace.prefix().to_owned(),
+        processes: Vec::new(),
+        upstreams: Vec::new(),
+        unknown: Vec::new(),
+    };
+    for name in names {
+        let upstream_name = UpstreamName::new(&name).map_err(|_| ReadError::BadName(name.clone()))?;
+        let key = store.config().keyspace.upstream(&upstream_name).config;
+        let claim: Option<String> = store.query("GET", redis::cmd("GET").arg(key).clone()).await?;
+        match claim {
+            Some(claim) => match upstream(store, &upstream_name, &claim, now).await? {
+                Some(upstream) => view.upstreams.push(upstream),
+                None => view.unknown.push(name),
+            },
+            None => view.unknown.push(name),
+        }
+    }
+    let mut cmd = redis::cmd("ZRANGEBYSCORE");
+    cmd.arg(store.config().keyspace.instances()).arg(now).arg("+inf").arg("WITHSCORES");
+    let live: Vec<(String, u64)> = store.query("ZRANGEBYSCORE", cmd).await?;
+    view.processes =
+        live.into_iter().map(|(id, until)| (id, Duration::from_millis(until.saturating_sub(now)))).collect();
+    Ok(view)
+}
+
+/// Forgets `name`'s provider windows for the fleet (logged by nobody: the tool says it).
+pub(crate) async fn clear_window(store: &Store, name: &str) -> Result<(), ReadError> {
+    let upstream = UpstreamName::new(name).map_err(|_| ReadError::BadName(name.to_owned()))?;
+    let gate = SharedGate::new(store.clone(), &upstream, &wavegate_core::WaveConfig::new(std::num::NonZeroU32::MIN));
+    gate.clear_windows().await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_class_names_of_a_claim() {
+        let claim = "10|3|5000|1000|60000|0|0|0|0|adaptive|1000|60000|4|*interactive:3:20,batch:1:0:50|fallback:-";
+        assert_eq!(class_names(claim), ["interactive", "batch"]);
+        assert!(class_names("10|3|5000|1000|60000|0|0|0|0|seed|1000|60000|4||fallback:2").is_empty());
+        assert!(class_names("garbage").is_empty());
+    }
+
+    #[test]
+    fn a_window_that_ended_is_none() {
+        assert_eq!(
+            window(Some(3), Some(1_500), 1_000),
+            Some(WindowView { left: 3, ends_in: Duration::from_millis(500) })
+        );
+        assert_eq!(window(Some(3), Some(900), 1_000), None);
+        assert_eq!(window(None, None, 1_000), None);
+    }
+}

@@ -1,0 +1,125 @@
+//! The fleet for a person (a table per upstream) and for a script (one JSON document).
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use wavegate_core::LearnedLimitStatus;
+
+use crate::fleet::{FleetView, UpstreamView, WindowView};
+
+fn ms(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn window_json(window: Option<WindowView>) -> Value {
+    window.map_or(Value::Null, |w| json!({ "left": w.left, "ends_in_ms": ms(w.ends_in) }))
+}
+
+fn budget_json(budget: Option<(u64, u64)>) -> Value {
+    budget.map_or(Value::Null, |(available, next_ms)| json!({ "available": available, "next_in_ms": next_ms }))
+}
+
+fn learned_json(learned: Option<LearnedLimitStatus>) -> Value {
+    learned.map_or(
+        Value::Null,
+        |l| json!({ "limit": l.limit.limit, "window_ms": l.limit.window_ms, "forgotten_in_ms": ms(l.forgotten_in) }),
+    )
+}
+
+fn upstream_json(u: &UpstreamView) -> Value {
+    json!({
+        "name": u.name,
+        "state": u.state.as_str(),
+        "limit": u.limit,
+        "configured_limit": u.configured_limit,
+        "wave": u.wave,
+        "cooldown_remaining_ms": ms(u.cooldown_remaining),
+        "in_flight": u.in_flight,
+        "classes": u.classes.iter().map(|c| json!({ "name": c.name, "in_flight": c.in_flight, "waiting": c.waiting })).collect::<Vec<_>>(),
+        "budgets": { "requests": budget_json(u.budgets.requests), "tokens": budget_json(u.budgets.tokens) },
+        "learned": { "requests": learned_json(u.learned.requests), "tokens": learned_json(u.learned.tokens) },
+        "windows": { "requests": window_json(u.windows[0]), "tokens": window_json(u.windows[1]) },
+        "fallback_limit": u.fallback_limit,
+    })
+}
+
+/// The fleet as one JSON document.
+pub(crate) fn json(fleet: &FleetView) -> String {
+    json!({
+        "prefix": fleet.prefix,
+        "processes": fleet.processes.iter().map(|(id, left)| json!({ "instance": id, "heartbeat_counts_for_ms": ms(*left) })).collect::<Vec<_>>(),
+        "upstreams": fleet.upstreams.iter().map(upstream_json).collect::<Vec<_>>(),
+        "unknown_upstreams": fleet.unknown,
+    })
+    .to_string()
+}
+
+fn secs(duration: Duration) -> String {
+    format!("{:.1}s", duration.as_secs_f64())
+}
+
+/// The fleet as a person reads it.
+pub(crate) fn text(fleet: &FleetView) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "wavegate fleet `{}`: {} live process(es)", fleet.prefix, fleet.processes.len());
+    for (id, _) in &fleet.processes {
+        let _ = writeln!(out, "  process {id}");
+    }
+    if fleet.upstreams.is_empty() && fleet.unknown.is_empty() {
+        let _ = writeln!(out, "no upstream has claimed a configuration under this prefix (no live process?)");
+    }
+    for u in &fleet.upstreams {
+        let _ = writeln!(out);
+        let cooling = if u.cooldown_remaining.is_zero() {
+            String::new()
+        } else {
+            format!(", cooling down {}", secs(u.cooldown_remaining))
+        };
+        let _ = writeln!(
+            out,
+            "{}: {} limit {} (configured {}), wave {}, {} in flight{}",
+            u.name,
+            u.state.as_str(),
+            u.limit,
+            u.configured_limit,
+            u.wave,
+            u.in_flight,
+            cooling
+        );
+        for c in &u.classes {
+            let _ = writeln!(out, "  class {:<16} {:>5} in flight {:>6} waiting", c.name, c.in_flight, c.waiting);
+        }
+        for (name, budget) in [("requests", u.budgets.requests), ("tokens", u.budgets.tokens)] {
+            if let Some((available, next_ms)) = budget {
+                let _ = writeln!(out, "  budget {name:<9} {available} available, one more in {next_ms} ms");
+            }
+        }
+        for (name, learned) in [("requests", u.learned.requests), ("tokens", u.learned.tokens)] {
+            if let Some(l) = learned {
+                let _ = writeln!(
+                    out,
+                    "  learned {name:<8} {} per {} ms (forgotten in {})",
+                    l.limit.limit,
+                    l.limit.window_ms,
+                    secs(l.forgotten_in)
+                );
+            }
+        }
+        for (name, window) in [("requests", u.windows[0]), ("tokens", u.windows[1])] {
+            if let Some(w) = window {
+                let _ = writeln!(
+                    out,
+                    "  window {name:<9} {} left for {} (wavegate clear-window {})",
+                    w.left,
+                    secs(w.ends_in),
+                    u.name
+                );
+            }
+        }
+    }
+    for name in &fleet.unknown {
+        let _ = writeln!(out, "\n{name}: no configuration claimed in the store (no live process configures it)");
+    }
+    out
+}

@@ -1,0 +1,106 @@
+//! `wavegate status`, `clear-window` and their mistakes, run as the real binary against a real
+//! redis-server that two schedulers (two processes of a fleet, as far as the store can tell)
+//! share.
+
+use std::process::Command;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::Value;
+use wavegate::{Outcome, Scheduler, UpstreamConfig};
+use wavegate_testkit::RedisServer;
+
+fn wavegate(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_wavegate")).args(args).output().expect("the wavegate binary runs")
+}
+
+fn status(url: &str) -> Value {
+    let out = wavegate(&["status", "--json", "--redis", url]);
+    assert!(out.status.success(), "status failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("one JSON document")
+}
+
+fn upstream<'a>(fleet: &'a Value, name: &str) -> &'a Value {
+    fleet["upstreams"].as_array().expect("upstreams").iter().find(|u| u["name"] == name).expect("listed")
+}
+
+#[actix::test]
+async fn status_shows_the_fleet_and_clear_window_frees_it() {
+    let redis = RedisServer::start().expect("redis-server");
+    let llm = || {
+        UpstreamConfig::builder("llm")
+            .limit(8)
+            .class("interactive", 3)
+            .class("batch", 1)
+            .requests_per_minute(600, 20)
+            .build()
+            .expect("valid")
+    };
+    let img = || UpstreamConfig::builder("img").limit(3).build().expect("valid");
+    let build = || Scheduler::builder().upstream(llm()).upstream(img()).redis(redis.url()).build().expect("scheduler");
+    let (a, b) = (build(), build());
+    let interactive =
+        a.upstream("llm").expect("llm").request().priority("interactive").acquire().await.expect("permit");
+    let batch = b.upstream("llm").expect("llm").request().priority("batch").acquire().await.expect("permit");
+    let image = b.upstream("img").expect("img").request().acquire().await.expect("permit");
+    // A rate-window 429 on a third llm permit: a window for the fleet.
+    let refused = a.upstream("llm").expect("llm").request().acquire().await.expect("permit");
+    refused.report(Outcome::from_status(429, Some("20"), SystemTime::now()).with_error_code("rate_limit_exceeded"));
+    // The report and the claims reach the store in the background: wait for both.
+    let started = Instant::now();
+    let fleet = loop {
+        let fleet = status(&redis.url());
+        let ready = fleet["upstreams"].as_array().is_some_and(|u| u.len() == 2)
+            && !upstream(&fleet, "llm")["windows"]["requests"].is_null();
+        if ready {
+            break fleet;
+        }
+        assert!(started.elapsed() < Duration::from_secs(15), "the fleet never showed: {fleet}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    println!("{fleet:#}");
+    assert!(fleet["processes"].as_array().expect("processes").len() >= 2, "two live processes");
+    let llm_view = upstream(&fleet, "llm");
+    assert_eq!((llm_view["limit"].as_u64(), llm_view["in_flight"].as_u64()), (Some(8), Some(2)));
+    let classes: Vec<(&str, u64)> = llm_view["classes"]
+        .as_array()
+        .expect("classes")
+        .iter()
+        .map(|c| (c["name"].as_str().expect("name"), c["in_flight"].as_u64().expect("count")))
+        .collect();
+    assert_eq!(classes, [("interactive", 1), ("batch", 1)]);
+    assert!(llm_view["budgets"]["requests"]["available"].as_u64().is_some());
+    let window = &llm_view["windows"]["requests"];
+    assert_eq!(window["left"].as_u64(), Some(0));
+    assert!(window["ends_in_ms"].as_u64().is_some_and(|ms| ms > 10_000 && ms <= 20_000), "{window}");
+    assert_eq!(upstream(&fleet, "img")["in_flight"].as_u64(), Some(1));
+    // For a person: one line per upstream and its window, with the command that clears it.
+    let text = wavegate(&["status", "--redis", &redis.url()]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("llm: NORMAL limit 8") && text.contains("wavegate clear-window llm"), "{text}");
+
+    let cleared = wavegate(&["clear-window", "llm", "--redis", &redis.url()]);
+    assert!(cleared.status.success(), "{}", String::from_utf8_lossy(&cleared.stderr));
+    assert!(upstream(&status(&redis.url()), "llm")["windows"]["requests"].is_null(), "the window is gone");
+    // The fleet admits again within about a second.
+    let asked = Instant::now();
+    b.upstream("llm").expect("llm").request().acquire().await.expect("admitted after the clear").succeeded();
+    assert!(asked.elapsed() < Duration::from_secs(3), "{:?}", asked.elapsed());
+    drop((interactive, batch, image));
+}
+
+#[test]
+fn mistakes_are_usage_errors_and_an_unreachable_store_is_a_store_error() {
+    let unknown = wavegate(&["stats"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("unknown command"));
+    let help = wavegate(&["--help"]);
+    assert!(help.status.success() && String::from_utf8_lossy(&help.stdout).contains("clear-window UPSTREAM"));
+    // A port nothing listens on: a clear error, exit 1, within the connect bound.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("addr").port();
+    let started = Instant::now();
+    let down = wavegate(&["status", "--redis", &format!("redis://127.0.0.1:{port}")]);
+    assert_eq!(down.status.code(), Some(1), "{}", String::from_utf8_lossy(&down.stderr));
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let bad = wavegate(&["clear-window", "no such name", "--redis", &format!("redis://127.0.0.1:{port}")]);
+    assert_ne!(bad.status.code(), Some(0));
+}
