@@ -76,6 +76,7 @@ async fn status_shows_the_fleet_and_clear_window_frees_it() {
     // For a person: one line per upstream and its window, with the command that clears it.
     let text = wavegate(&["status", "--redis", &redis.url()]);
     let text = String::from_utf8_lossy(&text.stdout);
+    println!("{text}");
     assert!(text.contains("llm: NORMAL limit 8") && text.contains("wavegate clear-window llm"), "{text}");
 
     let cleared = wavegate(&["clear-window", "llm", "--redis", &redis.url()]);
