@@ -6,7 +6,7 @@
 //! |---|---|---|---|
 //! | 2xx | success | success | — |
 //! | 429, 529, 503 with `Retry-After` | by [kind](RateLimitKind): capacity, overload, unknown cut + cooldown; a rate window pauses the fleet until its reset | never counted | through a new permit (a spent quota: never) |
-//! | 502, 503, 504, connect, reset, timeout | — | failure | with backoff, inside the retry budget |
+//! | 500, 502, 503, 504, connect, reset, timeout | — | failure | with backoff and full jitter, inside the retry budget and the deadline (an upstream can [opt out](crate::UpstreamConfigBuilder::retry_transient) but for connect errors) |
 //! | other 5xx | — | failure | no |
 //! | other 4xx | — | ignored | never |
 //! | 1xx, 3xx, out of range | — | ignored | never |
@@ -39,7 +39,7 @@ pub enum TransportError {
 /// The kind of a transient failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Transient {
-    /// 502, 503 or 504.
+    /// 500, 502, 503 or 504.
     Status(u16),
     /// A transport failure.
     Transport(TransportError),
@@ -68,16 +68,19 @@ pub enum Outcome {
         /// What the response said about the provider's windows.
         signals: ProviderSignals,
     },
-    /// Worth a retry with backoff: 502, 503, 504 and transport failures.
+    /// Worth a retry with backoff: 500, 502, 503, 504 and transport failures. A 500 is
+    /// transient: providers answer one for a failure of theirs that the same request again
+    /// usually gets past (OpenAI: "Retry your request after a brief wait"; Anthropic's
+    /// `api_error`).
     Transient {
         /// Which one.
         kind: Transient,
-        /// A `Retry-After` sent with a 502 or 504, when usable.
+        /// A `Retry-After` sent with a 500, 502 or 504, when usable.
         retry_after: Option<Duration>,
         /// Signals sent that could not be read (a malformed `Retry-After`).
         unreadable: Unreadable,
     },
-    /// Any other 5xx: a breaker failure, not retried.
+    /// Any other 5xx (501, 505, ...): a breaker failure, not retried.
     ServerError {
         /// The status code.
         status: u16,
@@ -160,7 +163,7 @@ impl Outcome {
             200..=299 => Outcome::Success { status, signals },
             429 | 529 => refused(status),
             503 if retry_after.is_some() => refused(status),
-            502..=504 => {
+            500 | 502..=504 => {
                 Outcome::Transient { kind: Transient::Status(status), retry_after, unreadable: signals.unreadable }
             }
             500..=599 => Outcome::ServerError { status },
@@ -222,12 +225,20 @@ impl Outcome {
 
     /// Whether the scheduler retries this outcome (a 429 through the shared cooldown, a
     /// transient failure with backoff inside the retry budget). A spent quota is never retried.
+    /// An upstream that [opts out](crate::UpstreamConfigBuilder::retry_transient) retries only
+    /// the transient failures that [never reached the provider](Self::never_sent).
     pub fn is_retryable(&self) -> bool {
         match self {
             Outcome::RateLimited { kind, .. } => *kind != RateLimitKind::QuotaExhausted,
             Outcome::Transient { .. } => true,
             _ => false,
         }
+    }
+
+    /// Whether the request provably never reached the provider (the connection could not be
+    /// made): safe to send again even for a call that must not run twice.
+    pub const fn never_sent(&self) -> bool {
+        matches!(self, Outcome::Transient { kind: Transient::Transport(TransportError::Connect), .. })
     }
 
     /// The provider's `Retry-After`, when the outcome carries a usable one.
@@ -392,12 +403,15 @@ mod tests {
             if (400..500).contains(&status) && status != 429 {
                 assert!(!outcome.is_retryable(), "{status} must never be retried");
             }
-            if matches!(status, 502 | 504) {
-                assert!(outcome.is_retryable());
+            if matches!(status, 500 | 502 | 504) {
+                assert!(outcome.is_retryable(), "{status}");
                 assert_eq!(breaker, CallResult::Failure);
             }
+            if (501..600).contains(&status) && !matches!(status, 502..=504 | 529) {
+                assert!(!outcome.is_retryable(), "{status} is not transient");
+            }
             let without = Outcome::from_status(status, None, now);
-            if matches!(status, 502..=504) {
+            if matches!(status, 500 | 502..=504) {
                 assert!(without.is_retryable());
                 assert_eq!(without.breaker_result(), CallResult::Failure, "{status}");
             }
