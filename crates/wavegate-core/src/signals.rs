@@ -13,6 +13,7 @@
 //! | `anthropic-ratelimit-requests-limit`, `-remaining`, `-reset` and the same for `tokens`, `input-tokens`, `output-tokens` | integers; the reset an RFC 3339 date-time | Anthropic, "Rate limits", section "Response headers" (<https://docs.anthropic.com/en/api/rate-limits>) |
 //! | `RateLimit` and `RateLimit-Policy` | `"name";r=50;t=30` and `"name";q=100;w=60` (structured-field lists, draft 08 and later), or the older dictionary `limit=100, remaining=50, reset=30` (draft 07) | IETF draft-ietf-httpapi-ratelimit-headers (<https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/>) |
 //! | `Retry-After` | delay-seconds or an HTTP-date | RFC 9110 §10.2.3, see [`parse_retry_after`] |
+//! | `retry-after-ms`, `x-ms-retry-after-ms` | milliseconds, possibly with a fraction; they win over `Retry-After` (finer, and sent with it) | OpenAI (its SDKs read `retry-after-ms` first), Azure OpenAI ("Azure OpenAI quotas and limits": the `retry-after-ms` and `x-ms-retry-after-ms` response headers) |
 //!
 //! The IETF fields carry no unit; they are read as a requests window. Anthropic's three token
 //! windows (`tokens`, `input-tokens`, `output-tokens`) are folded into one: the tightest
@@ -278,6 +279,8 @@ struct Reader {
     /// Anthropic's token windows are read apart and folded at the end.
     tokens: Vec<Window>,
     retry_after: Option<Duration>,
+    /// `retry-after-ms` or `x-ms-retry-after-ms`: wins over `Retry-After`.
+    retry_after_ms: Option<Duration>,
     ietf: Window,
     policy_limit: Option<u64>,
     /// The IETF policy's window (`w=`), when it gave one.
@@ -301,6 +304,13 @@ impl Reader {
             match parse_retry_after(text, now) {
                 Ok(delay) => self.retry_after = Some(delay),
                 Err(_) => self.unreadable.insert(SignalKind::RetryAfter),
+            }
+            return;
+        }
+        if name == "retry-after-ms" || name == "x-ms-retry-after-ms" {
+            match parse_millis(text) {
+                Some(delay) => self.retry_after_ms = Some(delay),
+                None => self.unreadable.insert(SignalKind::RetryAfter),
             }
             return;
         }
@@ -384,7 +394,7 @@ impl Reader {
         ProviderSignals {
             requests: requests.clamped(),
             tokens,
-            retry_after: self.retry_after,
+            retry_after: self.retry_after_ms.or(self.retry_after),
             unreadable: self.unreadable,
         }
     }
@@ -403,7 +413,7 @@ fn signal_kind(family: Family, field: Field) -> SignalKind {
 
 fn kind_of(name: &str) -> Option<SignalKind> {
     match name {
-        "retry-after" => Some(SignalKind::RetryAfter),
+        "retry-after" | "retry-after-ms" | "x-ms-retry-after-ms" => Some(SignalKind::RetryAfter),
         "ratelimit" => Some(SignalKind::RateLimit),
         "ratelimit-policy" => Some(SignalKind::RateLimitPolicy),
         _ => classify_name(name).map(|(family, field, ..)| signal_kind(family, field)),
@@ -465,6 +475,25 @@ fn parse_count(text: &str) -> Count {
         return Count::Malformed;
     }
     Count::Value(text.parse().unwrap_or(u64::MAX))
+}
+
+/// A number of milliseconds, possibly with a fraction (`1500`, `12.5`), as OpenAI's
+/// `retry-after-ms` and Azure's `x-ms-retry-after-ms`: never negative; too large saturates;
+/// anything else (a sign, an exponent, a unit, a second dot) is `None`.
+fn parse_millis(text: &str) -> Option<Duration> {
+    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+    let digits = |part: &str| part.bytes().all(|b| b.is_ascii_digit());
+    if text.len() > 64 || whole.is_empty() && fraction.is_empty() || !digits(whole) || !digits(fraction) {
+        return None;
+    }
+    let whole: u64 = if whole.is_empty() { 0 } else { whole.parse().unwrap_or(u64::MAX) };
+    let mut nanos: u32 = 0;
+    let mut scale: u32 = 100_000;
+    for digit in fraction.bytes().take(6) {
+        nanos += u32::from(digit - b'0') * scale;
+        scale /= 10;
+    }
+    Some(Duration::from_millis(whole).saturating_add(Duration::from_nanos(u64::from(nanos))))
 }
 
 /// A Go-style duration as OpenAI writes its resets: one or more `<number><unit>` with units
@@ -817,6 +846,32 @@ mod tests {
         assert_eq!(s.tokens, Window::default(), "-1 is Azure's 'no such limit'");
         let unreadable: Vec<_> = s.unreadable.iter().collect();
         assert_eq!(unreadable, [SignalKind::RetryAfter, SignalKind::TokensLimit, SignalKind::RateLimit]);
+    }
+
+    #[test]
+    fn retry_after_ms_wins_over_retry_after_seconds() {
+        let ms = Duration::from_millis;
+        let s = read(&[("retry-after", "2"), ("retry-after-ms", "1500")]);
+        assert_eq!(s.retry_after, Some(ms(1_500)), "OpenAI's milliseconds win");
+        let s = read(&[("x-ms-retry-after-ms", "250"), ("Retry-After", "7")]);
+        assert_eq!(s.retry_after, Some(ms(250)), "Azure's, whatever the order");
+        assert!(s.unreadable.is_empty());
+        let s = read(&[("Retry-After-Ms", " 12.5 ")]);
+        assert_eq!(s.retry_after, Some(Duration::from_micros(12_500)));
+        assert_eq!(read(&[("retry-after-ms", "0")]).retry_after, Some(Duration::ZERO));
+        // Garbage is said, never a panic, never negative; a readable Retry-After still counts.
+        for bad in ["-5", "soon", "", "1.2.3", ".", "1e3", "+3", "3 s"] {
+            let s = read(&[("retry-after-ms", bad), ("retry-after", "3")]);
+            assert_eq!(s.retry_after, Some(Duration::from_secs(3)), "{bad:?}");
+            assert!(s.unreadable.contains(SignalKind::RetryAfter), "{bad:?}");
+            let s = read(&[("x-ms-retry-after-ms", bad)]);
+            assert_eq!(s.retry_after, None, "{bad:?}");
+            assert!(s.unreadable.contains(SignalKind::RetryAfter), "{bad:?}");
+        }
+        let huge = read(&[("retry-after-ms", "99999999999999999999999999")]);
+        assert!(huge.retry_after.is_some_and(|after| after >= Duration::from_secs(u64::MAX / 1_000 - 1)), "saturates");
+        let headers: [(&str, &[u8]); 1] = [("retry-after-ms", b"\xff")];
+        assert!(ProviderSignals::from_headers(headers, now()).unreadable.contains(SignalKind::RetryAfter));
     }
 
     #[test]
