@@ -162,3 +162,17 @@ async fn an_upstream_can_opt_out_of_transient_retries() {
         .expect("retried after a connect error");
     assert_eq!(answer, 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_402_is_a_spent_quota_that_stops_the_upstream_after_one_call() {
+    let mock = mock(1.0, Some(402));
+    let scheduler = scheduler(x());
+    let upstream = scheduler.upstream("x").expect("configured");
+    let error = upstream.request().call(|_| get(mock.addr())).await.expect_err("402");
+    assert_eq!(error.kind(), ErrorKind::QuotaExhausted, "{error}");
+    assert_eq!(mock.calls(), 1, "a spent quota is not retried");
+    let again = upstream.request().call(|_| get(mock.addr())).await.expect_err("still spent");
+    assert_eq!(again.kind(), ErrorKind::QuotaExhausted);
+    assert_eq!(mock.calls(), 1, "refused without a call until the pause ends");
+    assert!(upstream.status().await.expect("status").quota_exhausted_for.is_some());
+}

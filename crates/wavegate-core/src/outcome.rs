@@ -5,7 +5,7 @@
 //! | outcome | wave (shared cooldown) | circuit breaker | retried |
 //! |---|---|---|---|
 //! | 2xx | success | success | — |
-//! | 429, 529, 503 with `Retry-After` | by [kind](RateLimitKind): capacity, overload, unknown cut + cooldown; a rate window pauses the fleet until its reset | never counted | through a new permit (a spent quota: never) |
+//! | 429, 529, 503 with `Retry-After`, 402 (and a 4xx whose code names a spent quota) | by [kind](RateLimitKind): capacity, overload, unknown cut + cooldown; a rate window pauses the fleet until its reset | never counted | through a new permit (a spent quota: never) |
 //! | 500, 502, 503, 504, connect, reset, timeout | — | failure | with backoff and full jitter, inside the retry budget and the deadline (an upstream can [opt out](crate::UpstreamConfigBuilder::retry_transient) but for connect errors) |
 //! | other 5xx | — | failure | no |
 //! | other 4xx | — | ignored | never |
@@ -56,10 +56,11 @@ pub enum Outcome {
         /// What the response said about the provider's windows.
         signals: ProviderSignals,
     },
-    /// 429 (or 529, or a 503 with `Retry-After`): the provider refused for now; what happens
-    /// next depends on its [`kind`](RateLimitKind).
+    /// 429 (or 529, or a 503 with `Retry-After`, or a spent quota: a 402, another 4xx whose
+    /// error code names one): the provider refused for now; what happens next depends on its
+    /// [`kind`](RateLimitKind).
     RateLimited {
-        /// The status code: 429, 529 or 503.
+        /// The status code: 429, 529, 503, 402 (or another 4xx of a spent quota).
         status: u16,
         /// The provider's `Retry-After`, when it sent a usable one.
         retry_after: Option<Duration>,
@@ -161,8 +162,9 @@ impl Outcome {
         };
         match status {
             200..=299 => Outcome::Success { status, signals },
-            429 | 529 => refused(status),
+            429 | 529 | 402 => refused(status),
             503 if retry_after.is_some() => refused(status),
+            400..=499 if error_code.is_some_and(RateLimitKind::is_quota_code) => refused(status),
             500 | 502..=504 => {
                 Outcome::Transient { kind: Transient::Status(status), retry_after, unreadable: signals.unreadable }
             }
@@ -184,9 +186,17 @@ impl Outcome {
     /// assert_eq!(outcome.rate_limit_kind(), Some(RateLimitKind::QuotaExhausted));
     /// assert!(!outcome.is_retryable());
     /// ```
+    ///
+    /// A client error whose code names a spent quota (a 400 or 403 that says
+    /// `insufficient_quota`, say) becomes a spent quota too; the headers a 4xx sent are not
+    /// kept by [`ClientError`](Outcome::ClientError), so build it with
+    /// [`from_signals`](Self::from_signals) when they matter.
     pub fn with_error_code(self, code: &str) -> Self {
         match self {
             Outcome::RateLimited { status, signals, .. } => Self::from_signals(status, Some(code), signals),
+            Outcome::ClientError { status } if RateLimitKind::is_quota_code(code) => {
+                Self::from_signals(status, Some(code), ProviderSignals::NONE)
+            }
             other => other,
         }
     }
@@ -441,6 +451,42 @@ mod tests {
         let overloaded = Outcome::from_status(529, None, now).with_error_code("insufficient_quota");
         assert_eq!(overloaded.rate_limit_kind(), Some(RateLimitKind::Overloaded));
         assert_eq!(Outcome::success(200).with_error_code("insufficient_quota"), Outcome::success(200));
+    }
+
+    #[test]
+    fn a_spent_quota_is_recognised_by_402_and_by_the_providers_codes() {
+        let now = SystemTime::now();
+        let payment = Outcome::from_status(402, None, now);
+        assert_eq!(payment.rate_limit_kind(), Some(RateLimitKind::QuotaExhausted), "402 Payment Required");
+        assert_eq!(payment.status(), Some(402));
+        assert!(!payment.is_retryable());
+        assert_eq!((payment.wave_signal(), payment.breaker_result()), (WaveSignal::Neutral, CallResult::Ignored));
+        let codes = [
+            "insufficient_quota",
+            "credit_balance_exhausted",
+            "organization_spend_limit_exceeded",
+            "project_spend_limit_exceeded",
+            "billing_hard_limit_reached",
+            "billing_error",
+        ];
+        for code in codes {
+            for status in [429, 400, 403, 402] {
+                let outcome = Outcome::from_status(status, None, now).with_error_code(code);
+                assert_eq!(outcome.rate_limit_kind(), Some(RateLimitKind::QuotaExhausted), "{status} {code}");
+                assert_eq!(outcome.status(), Some(status));
+                assert!(!outcome.is_retryable(), "{status} {code}");
+            }
+        }
+        // Other client errors stay client errors, whatever else their body says.
+        let invalid = Outcome::from_status(400, None, now).with_error_code("invalid_request_error");
+        assert_eq!(invalid, Outcome::ClientError { status: 400 });
+        // Headers that name a spent window with a reset still win over the wording.
+        let headers = [("x-ratelimit-remaining-requests", "0"), ("x-ratelimit-reset-requests", "20s")];
+        let signals = ProviderSignals::from_headers(headers.iter().map(|(n, v)| (*n, v.as_bytes())), now);
+        for status in [429, 402] {
+            let outcome = Outcome::from_signals(status, Some("project_spend_limit_exceeded"), signals);
+            assert_eq!(outcome.rate_limit_kind(), Some(RateLimitKind::RateWindow), "{status}");
+        }
     }
 
     #[test]
