@@ -69,7 +69,7 @@ impl RateLimitKind {
     /// assert_eq!(RateLimitKind::classify(429, Some("insufficient_quota"), &none), RateLimitKind::QuotaExhausted);
     /// assert_eq!(RateLimitKind::classify(529, None, &none), RateLimitKind::Overloaded);
     /// let spent = ProviderSignals {
-    ///     requests: Window { limit: Some(600), remaining: Some(0), reset: Some(Duration::from_secs(20)), period: None },
+    ///     requests: Window { limit: Some(600), remaining: Some(0), reset: Some(Duration::from_secs(20)), ..Window::NONE },
     ///     ..ProviderSignals::default()
     /// };
     /// assert_eq!(RateLimitKind::classify(429, Some("insufficient_quota"), &spent), RateLimitKind::RateWindow);

@@ -9,7 +9,7 @@
 //!
 //! | header | format | source |
 //! |---|---|---|
-//! | `x-ratelimit-limit-requests`, `x-ratelimit-remaining-requests`, `x-ratelimit-reset-requests` and the same with `-tokens` | integers; the reset a duration such as `6m0s`, `1.2s`, `20ms` | OpenAI, "Rate limits" guide, section "Rate limits in headers" (<https://platform.openai.com/docs/guides/rate-limits>) |
+//! | `x-ratelimit-limit-requests`, `x-ratelimit-remaining-requests`, `x-ratelimit-reset-requests` and the same with `-tokens` | integers; the reset a duration such as `6m0s`, `1.2s`, `20ms`: the time until the continuously refilled bucket is full again ([`Window::refills`]) | OpenAI, "Rate limits" guide, section "Rate limits in headers" (<https://platform.openai.com/docs/guides/rate-limits>) |
 //! | `anthropic-ratelimit-requests-limit`, `-remaining`, `-reset` and the same for `tokens`, `input-tokens`, `output-tokens` | integers; the reset an RFC 3339 date-time | Anthropic, "Rate limits", section "Response headers" (<https://docs.anthropic.com/en/api/rate-limits>) |
 //! | `RateLimit` and `RateLimit-Policy` | `"name";r=50;t=30` and `"name";q=100;w=60` (structured-field lists, draft 08 and later), or the older dictionary `limit=100, remaining=50, reset=30` (draft 07) | IETF draft-ietf-httpapi-ratelimit-headers (<https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/>) |
 //! | `Retry-After` | delay-seconds or an HTTP-date | RFC 9110 §10.2.3, see [`parse_retry_after`] |
@@ -77,11 +77,15 @@ pub struct Window {
     /// OpenAI's and Anthropic's limits. Only a limit with a known period is learned from
     /// ([`LearnedLimit`](crate::LearnedLimit)).
     pub period: Option<Duration>,
+    /// Whether `reset` is the time until a continuously refilled bucket is full again
+    /// (OpenAI's `x-ratelimit-reset-*`: what is left grows back toward `limit` all along),
+    /// rather than the end of a fixed window (Anthropic's RFC 3339 resets, the IETF fields).
+    pub refills: bool,
 }
 
 impl Window {
     /// A window nothing was said about.
-    pub const NONE: Window = Window { limit: None, remaining: None, reset: None, period: None };
+    pub const NONE: Window = Window { limit: None, remaining: None, reset: None, period: None, refills: false };
 
     /// Whether the response said nothing about this window.
     pub const fn is_empty(&self) -> bool {
@@ -340,6 +344,8 @@ impl Reader {
                 &mut self.tokens[slot]
             }
         };
+        // OpenAI documents its reset as the time to a full bucket (refilled continuously).
+        window.refills |= format == ResetFormat::GoDuration;
         let read = match field {
             Field::Limit | Field::Remaining => match parse_count(text) {
                 Count::Value(n) => {
@@ -761,7 +767,8 @@ mod tests {
                 limit: Some(600),
                 remaining: Some(599),
                 reset: Some(Duration::from_millis(100)),
-                period: Some(DOCUMENTED_PERIOD)
+                period: Some(DOCUMENTED_PERIOD),
+                refills: true
             }
         );
         assert_eq!(
@@ -770,7 +777,8 @@ mod tests {
                 limit: Some(100_000),
                 remaining: Some(99_000),
                 reset: Some(Duration::from_millis(600)),
-                period: Some(DOCUMENTED_PERIOD)
+                period: Some(DOCUMENTED_PERIOD),
+                refills: true
             }
         );
         assert!(s.unreadable.is_empty());
@@ -795,6 +803,7 @@ mod tests {
         assert_eq!(s.tokens.reset, Some(Duration::from_secs(5)));
         assert_eq!(s.retry_after, Some(Duration::from_secs(30)));
         assert_eq!(s.exhausted_for(), Some(Duration::from_secs(30)));
+        assert!(!s.requests.refills && !s.tokens.refills, "Anthropic's reset is the end of a window");
     }
 
     #[test]
@@ -803,12 +812,24 @@ mod tests {
         let minute = Some(Duration::from_secs(60));
         assert_eq!(
             s.requests,
-            Window { limit: Some(100), remaining: Some(0), reset: Some(Duration::from_secs(12)), period: minute }
+            Window {
+                limit: Some(100),
+                remaining: Some(0),
+                reset: Some(Duration::from_secs(12)),
+                period: minute,
+                refills: false
+            }
         );
         let s = read(&[("ratelimit", "limit=100, remaining=7, reset=3"), ("ratelimit-policy", "100;w=60")]);
         assert_eq!(
             s.requests,
-            Window { limit: Some(100), remaining: Some(7), reset: Some(Duration::from_secs(3)), period: minute }
+            Window {
+                limit: Some(100),
+                remaining: Some(7),
+                reset: Some(Duration::from_secs(3)),
+                period: minute,
+                refills: false
+            }
         );
         let s = read(&[("ratelimit", "\"a\";r=9;t=1, \"b\";r=2;t=40")]);
         assert_eq!(s.requests.remaining, Some(2), "the tightest policy");
