@@ -5,8 +5,9 @@
 -- (crates/wavegate-core/src/provider_window.rs); both pass the "provider window" cases of
 -- wavegate_core::spec.
 --
--- Fields of the wave state hash (KEYS[2]): pw_requests_left, pw_requests_until,
--- pw_tokens_left, pw_tokens_until (ms of Redis TIME; an end of 0 or in the past: no window).
+-- Fields of the wave state hash (KEYS[2]): pw_requests_left, pw_requests_until, pw_requests_at,
+-- pw_requests_to and the same for tokens (ms of Redis TIME; an end of 0 or in the past: no
+-- window; `to` 0: a fixed window, else the limit a continuously refilled bucket grows back to).
 --
 -- Rules:
 --   * a report of R left with a reset in D (at most PW_MAX_RESET ms: a day), with N other calls
@@ -15,10 +16,18 @@
 --     PW_SAME_WINDOW ms of the known end) only lowers what is left, a later window replaces it,
 --     and so does an earlier one (an older answer's end only ever lies later: an earlier end
 --     is the provider's newer word);
+--   * a report of a continuously refilled bucket (OpenAI: `to` its limit L, D the time until it
+--     is full): E = R - cost(N) now, full again when the same rate has refilled it
+--     (now + ceil(D * (L - E) / (L - R)), at most a day); in between what is left grows
+--     linearly from E to L (pw_level, rounded down); a grant re-bases it at its time keeping the
+--     rate; a full bucket says nothing; a running bucket with no more left now than E keeps its
+--     word, a fixed window is replaced; the doubles are computed in the order of
+--     TrackedWindow's (crates/wavegate-core/src/provider_window.rs);
 --   * what is left is at most PW_MOST_LEFT; an end read back lies at most PW_MAX_RESET ms after now (a backward jump of TIME, a
 --     value written by hand): no window outlives its clamp;
 --   * a grant costs one request and its token estimate while a window runs;
---   * while a window runs with less left than a grant needs, grants wait until its end; a spent
+--   * while a window runs with less left than a grant needs, grants wait until its end (a
+--     refilled bucket: until it has grown back to what the grant needs); a spent
 --     tokens window refuses even a grant that reserves no tokens.
 
 local PW_SAME_WINDOW = 1000
@@ -34,22 +43,46 @@ local function pw_clamp(value, most)
 end
 
 local function pw_save(w)
+  local f = function(n) return string.format('%.0f', n) end
   redis.call('HSET', KEYS[2],
-    'pw_requests_left', string.format('%.0f', w.requests.left), 'pw_requests_until', string.format('%.0f', w.requests['until']),
-    'pw_tokens_left', string.format('%.0f', w.tokens.left), 'pw_tokens_until', string.format('%.0f', w.tokens['until']))
+    'pw_requests_left', f(w.requests.left), 'pw_requests_until', f(w.requests['until']),
+    'pw_requests_at', f(w.requests.at), 'pw_requests_to', f(w.requests.to),
+    'pw_tokens_left', f(w.tokens.left), 'pw_tokens_until', f(w.tokens['until']),
+    'pw_tokens_at', f(w.tokens.at), 'pw_tokens_to', f(w.tokens.to))
 end
 
 -- The windows as stored, clamped to what they may mean at `now`; a clamped end is saved, so it
 -- stays put rather than moving with now.
 local function pw_load(now)
-  local v = redis.call('HMGET', KEYS[2], 'pw_requests_left', 'pw_requests_until', 'pw_tokens_left', 'pw_tokens_until')
+  local v = redis.call('HMGET', KEYS[2], 'pw_requests_left', 'pw_requests_until', 'pw_requests_at', 'pw_requests_to',
+    'pw_tokens_left', 'pw_tokens_until', 'pw_tokens_at', 'pw_tokens_to')
   local last = now + PW_MAX_RESET
   local w = {
-    requests = { left = pw_clamp(v[1], PW_MOST_LEFT), ['until'] = pw_clamp(v[2], last) },
-    tokens = { left = pw_clamp(v[3], PW_MOST_LEFT), ['until'] = pw_clamp(v[4], last) },
+    requests = { left = pw_clamp(v[1], PW_MOST_LEFT), ['until'] = pw_clamp(v[2], last),
+      at = pw_clamp(v[3], last), to = pw_clamp(v[4], PW_MOST_LEFT) },
+    tokens = { left = pw_clamp(v[5], PW_MOST_LEFT), ['until'] = pw_clamp(v[6], last),
+      at = pw_clamp(v[7], last), to = pw_clamp(v[8], PW_MOST_LEFT) },
   }
-  if (tonumber(v[2]) or 0) > last or (tonumber(v[4]) or 0) > last then pw_save(w) end
+  if (tonumber(v[2]) or 0) > last or (tonumber(v[6]) or 0) > last then pw_save(w) end
   return w
+end
+
+-- Whether a window says anything at `now`: before its end, and a refilled bucket while not full.
+local function pw_runs(t, now)
+  return now < t['until'] and (t.to == 0 or t.left < t.to)
+end
+
+-- The time a refilled bucket takes to grow from `left` to `to` (at least 1 ms).
+local function pw_span(t)
+  return t['until'] - math.min(t.at, t['until'] - 1)
+end
+
+-- What is left at `now` (a refilled bucket: grown back since `at`, rounded down, at most `to`).
+local function pw_level(t, now)
+  if t.to == 0 or not pw_runs(t, now) then return t.left end
+  local since = math.max(0, now - t.at)
+  local grown = math.floor(t.left + (t.to - t.left) * since / pw_span(t))
+  return math.min(grown, t.to)
 end
 
 -- How long a grant reserving `tokens` must wait, or nil when no window refuses it.
@@ -58,8 +91,14 @@ local function pw_wait(w, now, tokens)
   local wait = nil
   for _, name in ipairs(PW_NAMES) do
     local t = w[name]
-    if now < t['until'] and t.left < need[name] then
-      wait = math.max(wait or 0, t['until'] - now)
+    if pw_runs(t, now) and pw_level(t, now) < need[name] then
+      local to_end = t['until'] - now
+      local this = to_end
+      if t.to > 0 and need[name] <= t.to then
+        local at = math.ceil(t.at + (need[name] - t.left) * pw_span(t) / (t.to - t.left))
+        this = math.min(math.max(at - now, 1), to_end)
+      end
+      wait = math.max(wait or 0, this)
     end
   end
   return wait
@@ -71,8 +110,17 @@ local function pw_charge(w, now, tokens)
   local changed = false
   for _, name in ipairs(PW_NAMES) do
     local t = w[name]
-    if now < t['until'] then
-      t.left = math.max(0, t.left - cost[name])
+    if pw_runs(t, now) then
+      if t.to == 0 then
+        t.left = math.max(0, t.left - cost[name])
+      else
+        -- Re-based at now, at the same rate: full again once the cost has grown back too.
+        local left = math.max(0, pw_level(t, now) - cost[name])
+        local full_in = math.ceil((t.to - left) * pw_span(t) / (t.to - t.left))
+        t.left = left
+        t['until'] = now + math.min(math.max(full_in, 1), PW_MAX_RESET)
+        t.at = now
+      end
       changed = true
     end
   end
@@ -80,16 +128,35 @@ local function pw_charge(w, now, tokens)
 end
 
 -- Takes in one window's report: `remaining` left, resetting in `reset_ms`, `others_cost` spent
--- by the calls still in flight.
-local function pw_report_one(t, now, remaining, reset_ms, others_cost)
+-- by the calls still in flight; `to` > 0: a bucket refilled continuously to `to`, full in
+-- `reset_ms`.
+local function pw_report_one(t, now, remaining, reset_ms, others_cost, to)
+  if to > 0 then
+    to = math.min(to, PW_MOST_LEFT)
+    remaining = math.min(remaining, to)
+    local estimate = math.max(0, remaining - others_cost)
+    if reset_ms == 0 or estimate >= to then return end
+    local reset = math.min(reset_ms, PW_MAX_RESET)
+    local full_in = reset
+    if remaining < to then full_in = math.ceil(reset * (to - estimate) / (to - remaining)) end
+    local ends = now + math.min(math.max(full_in, 1), PW_MAX_RESET)
+    if t.to > 0 and pw_runs(t, now) and pw_level(t, now) <= estimate then return end
+    t.left = estimate
+    t['until'] = ends
+    t.at = now
+    t.to = to
+    return
+  end
   if reset_ms == 0 then return end
   local ends = now + math.min(reset_ms, PW_MAX_RESET)
   local estimate = math.max(0, math.min(remaining, PW_MOST_LEFT) - others_cost)
-  if now < t['until'] and math.abs(ends - t['until']) <= PW_SAME_WINDOW then
+  if t.to == 0 and pw_runs(t, now) and math.abs(ends - t['until']) <= PW_SAME_WINDOW then
     t.left = math.min(t.left, estimate)
     t['until'] = math.max(t['until'], ends)
   else
     t.left = estimate
     t['until'] = ends
+    t.at = now
+    t.to = 0
   end
 end

@@ -9,10 +9,13 @@
 -- ARGV[7] the requests limit announced, or '' when none with a known window   ARGV[8] its window, ms
 -- ARGV[9] the tokens limit announced, or ''                                   ARGV[10] its window, ms
 -- ARGV[11] '1': forget the windows kept before taking the report in (an operator's clear), '0'
+-- ARGV[12] the limit the requests window refills to when it is a continuously refilled bucket
+--          (OpenAI: its reset is the time to a full bucket), '0' for a fixed window
+-- ARGV[13] likewise for the tokens window
 -- See provider_window.lua and learned_limit.lua for the rules.
--- Reply: {requests_left, requests_wait_ms, tokens_left, tokens_wait_ms} (a wait of 0: the
---        window does not run)
-if #ARGV ~= 11 then return fail('report_window', 'expected 11 ARGV, got ' .. #ARGV) end
+-- Reply: {requests_left, requests_wait_ms, tokens_left, tokens_wait_ms} (what is left now; a
+--        wait of 0: the window does not run; for a refilled bucket the time until it is full)
+if #ARGV ~= 13 then return fail('report_window', 'expected 13 ARGV, got ' .. #ARGV) end
 local now = now_ms()
 purge(now)
 local others = redis.call('ZCARD', KEYS[1])
@@ -20,15 +23,23 @@ if ARGV[6] ~= '' and redis.call('ZSCORE', KEYS[1], ARGV[6]) then others = others
 local tokens_each = to_int(ARGV[5], 'tokens each')
 local w = pw_load(now)
 if ARGV[11] == '1' then
-  w = { requests = { left = 0, ['until'] = 0 }, tokens = { left = 0, ['until'] = 0 } }
+  w = { requests = { left = 0, ['until'] = 0, at = 0, to = 0 }, tokens = { left = 0, ['until'] = 0, at = 0, to = 0 } }
 end
 if ARGV[1] ~= '' then
-  pw_report_one(w.requests, now, to_int(ARGV[1], 'requests left'), to_int(ARGV[2], 'requests reset'), others)
+  pw_report_one(w.requests, now, to_int(ARGV[1], 'requests left'), to_int(ARGV[2], 'requests reset'), others,
+    to_int(ARGV[12], 'requests refill'))
 end
 if ARGV[3] ~= '' then
-  pw_report_one(w.tokens, now, to_int(ARGV[3], 'tokens left'), to_int(ARGV[4], 'tokens reset'), others * tokens_each)
+  pw_report_one(w.tokens, now, to_int(ARGV[3], 'tokens left'), to_int(ARGV[4], 'tokens reset'), others * tokens_each,
+    to_int(ARGV[13], 'tokens refill'))
 end
 pw_save(w)
 if ARGV[7] ~= '' then ll_report(now, 'requests', to_int(ARGV[7], 'requests limit'), to_int(ARGV[8], 'requests window')) end
 if ARGV[9] ~= '' then ll_report(now, 'tokens', to_int(ARGV[9], 'tokens limit'), to_int(ARGV[10], 'tokens window')) end
-return { w.requests.left, math.max(0, w.requests['until'] - now), w.tokens.left, math.max(0, w.tokens['until'] - now) }
+local function reply(t)
+  if not pw_runs(t, now) then return t.left, 0 end
+  return pw_level(t, now), t['until'] - now
+end
+local requests_left, requests_wait = reply(w.requests)
+local tokens_left, tokens_wait = reply(w.tokens)
+return { requests_left, requests_wait, tokens_left, tokens_wait }

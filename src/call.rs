@@ -11,9 +11,11 @@
 //! * a 429 is retried through a **new permit** once the provider's `Retry-After` (if any)
 //!   has passed for this call, so it also passes a shared cooldown like everyone else; it
 //!   ends with the call's deadline (the upstream's total timeout, or sooner);
-//! * a transient failure (502/503/504, connect, reset, timeout) is retried after exponential
-//!   backoff with full jitter (and not before a 503's `Retry-After`), at most `max_retries`
-//!   times, each retry withdrawn from the upstream's retry budget, all inside the deadline;
+//! * a transient failure (500/502/503/504, connect, reset, timeout) is retried after
+//!   exponential backoff with full jitter (and not before a 503's `Retry-After`), at most
+//!   `max_retries` times, each retry withdrawn from the upstream's retry budget, all inside the
+//!   deadline — only a connect error when the upstream opted out (`retry_transient(false)`:
+//!   its calls are not safe to repeat);
 //! * anything else ends the call at once, with the caller's result as it came.
 
 use std::future::Future;
@@ -190,7 +192,10 @@ where
             }
             // Full jitter, but never sooner than the provider asked (a 503's Retry-After,
             // bounded like a cooldown).
-            Outcome::Transient { retry_after, .. } if transient_retries < config.backoff().max_retries => {
+            Outcome::Transient { retry_after, .. }
+                if transient_retries < config.backoff().max_retries
+                    && (config.retries_transient() || outcome.never_sent()) =>
+            {
                 let jittered = config.backoff().delay(transient_retries, &mut rand::rng());
                 let asked = retry_after.map(|after| after.min(config.wave().cooldown.max()));
                 transient_retries += 1;

@@ -371,7 +371,7 @@ impl<E> Error<E> {
     /// a spent quota (after [`retry_after`](Self::retry_after)), a failure the upstream
     /// called transient or a rate limit (wavegate's own retries ran out), an estimate that only
     /// exceeds this process's fallback share. Not an unknown name or class, an estimate that
-    /// never fits, a failure the provider will repeat (a 4xx, a 500) or a stopped scheduler.
+    /// never fits, a failure the provider will repeat (a 4xx, a 501) or a stopped scheduler.
     pub fn is_retryable(&self) -> bool {
         match (&self.inner.detail, self.inner.kind) {
             (Detail::Upstream { outcome }, _) => outcome.is_retryable(),

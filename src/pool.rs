@@ -152,7 +152,10 @@ impl<'a, C, M> RequestBuilder<'a, ToPool, C, M> {
             };
             let moves = match outcome {
                 Outcome::RateLimited { .. } => Some(("rate_limited", AttemptKind::AfterRateLimit)),
-                Outcome::Transient { .. } | Outcome::ServerError { .. } => {
+                // A call that is not safe to repeat moves on only if it never left.
+                Outcome::Transient { .. } | Outcome::ServerError { .. }
+                    if config.retries_transient() || outcome.never_sent() =>
+                {
                     Some((outcome.label(), AttemptKind::AfterTransient))
                 }
                 _ => None,

@@ -221,12 +221,12 @@ async fn an_open_breaker_refuses_without_calling_the_upstream_then_half_opens() 
     let fail = invoked.clone();
     let failing = move |_: Attempt| {
         fail.fetch_add(1, SeqCst);
-        async { Err::<(), _>(status_outcome(500)) }
+        async { Err::<(), _>(status_outcome(501)) }
     };
     for _ in 0..3 {
-        let error = upstream.request().call(failing.clone()).await.expect_err("500");
-        assert_eq!((error.kind(), error.attempts()), (ErrorKind::Upstream, Some(1)), "a 500 is not retried: {error:?}");
-        assert_eq!(error.upstream_status(), Some(500));
+        let error = upstream.request().call(failing.clone()).await.expect_err("501");
+        assert_eq!((error.kind(), error.attempts()), (ErrorKind::Upstream, Some(1)), "a 501 is not retried: {error:?}");
+        assert_eq!(error.upstream_status(), Some(501));
     }
     assert_eq!(invoked.load(SeqCst), 3);
     assert_eq!(status(&s).await.breaker, "open");
@@ -825,7 +825,7 @@ async fn a_caller_dropped_while_admitted_as_a_probe_does_not_hold_the_breaker_ha
         BreakerConfig { minimum_calls: 1, open_for: ms(100), half_open_probes: 1, ..BreakerConfig::default() };
     let s = scheduler(x().breaker(breaker));
     let upstream = s.upstream("x").expect("configured");
-    upstream.request().call(|_| async { Err::<(), _>(status_outcome(500)) }).await.expect_err("500");
+    upstream.request().call(|_| async { Err::<(), _>(status_outcome(501)) }).await.expect_err("501");
     assert_eq!(status(&s).await.breaker, "open");
     tokio::time::sleep(ms(150)).await;
     // Polled once: the admission is asked for; the supervisor answers; the caller is gone

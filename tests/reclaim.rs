@@ -186,6 +186,8 @@ fn an_empty_restart_carries_back_a_stepped_back_limit() {
         capacity: Some(3),
         service_time: Duration::from_millis(300),
         retry_after: "1".into(),
+
+        ..Default::default()
     })
     .expect("mock upstream");
     let mut con = redis.connection().expect("connection");

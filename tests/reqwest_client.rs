@@ -50,6 +50,8 @@ async fn a_429_read_from_the_reqwest_response_is_retried_through_the_wave() {
         capacity: Some(1),
         service_time: Duration::from_millis(30),
         retry_after: "0".to_string(),
+
+        ..Default::default()
     })
     .expect("mock provider");
     let scheduler = scheduler(4);

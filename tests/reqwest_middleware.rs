@@ -26,6 +26,8 @@ async fn requests_routed_by_host_never_exceed_the_limit_and_429s_are_retried() {
         capacity: Some(2),
         service_time: Duration::from_millis(20),
         retry_after: "0".to_string(),
+
+        ..Default::default()
     })
     .expect("mock provider");
     let scheduler = common::isolated().upstream(config("llm", 3)).build().expect("scheduler");

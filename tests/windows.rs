@@ -50,6 +50,48 @@ async fn granted_after(s: &Scheduler) -> Duration {
     started.elapsed()
 }
 
+/// OpenAI's headers on a 200: the bucket's limit, what is left and the time until it is full.
+fn ok_with_bucket(limit: u64, left: u64, full_in_ms: u64) -> Outcome {
+    let values = [limit.to_string(), left.to_string(), format!("{full_in_ms}ms")];
+    let names = ["x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"];
+    let headers = names.iter().zip(&values).map(|(name, value)| (*name, value.as_bytes()));
+    Outcome::from_signals(200, None, ProviderSignals::from_headers(headers, SystemTime::now()))
+}
+
+// Issue 23: OpenAI's reset is the time until a continuously refilled bucket is full again.
+// Read as the end of a window, a drained bucket stopped the fleet for the whole refill (a
+// minute here); read as a refill, calls go on at the provider's rate, and never beyond it.
+#[actix::test]
+async fn openai_s_reset_is_a_refill_and_nothing_stalls_waiting_for_it() {
+    let s = Scheduler::builder().upstream(upstream()).build().expect("scheduler");
+    let llm = s.upstream("llm").expect("configured");
+    // The provider: 600 requests a minute, refilled continuously (one back every 100 ms), 10
+    // left at the start.
+    let (limit, full_ms) = (600.0_f64, 60_000.0_f64);
+    let started = Instant::now();
+    let (mut level, mut at) = (10.0, started);
+    let (mut grants, mut over) = (Vec::new(), 0);
+    while started.elapsed() < Duration::from_millis(2_000) {
+        let permit = llm.request().timeout(Duration::from_secs(3)).acquire().await.expect("a permit");
+        let now = Instant::now();
+        grants.push(now);
+        level = (level + now.duration_since(at).as_secs_f64() * 1_000.0 * limit / full_ms).min(limit);
+        at = now;
+        if level < 1.0 {
+            over += 1; // the provider would have answered 429
+        }
+        level = (level - 1.0).max(0.0);
+        let full_in_ms = ((limit - level) * full_ms / limit).ceil() as u64;
+        permit.report(ok_with_bucket(600, level.floor() as u64, full_in_ms));
+    }
+    let longest = grants.windows(2).map(|pair| pair[1] - pair[0]).max().unwrap_or_default();
+    println!("{} calls in 2 s, longest gap {longest:?}, {over} beyond the bucket", grants.len());
+    assert_eq!(over, 0, "never beyond the provider's bucket");
+    assert!(longest < Duration::from_millis(400), "a stall of {longest:?} waiting for a refill");
+    assert!(grants.len() >= 24, "{} calls in 2 s where the provider allows 30", grants.len());
+    assert!(grants.len() <= 31, "{} calls in 2 s where the provider allows 30", grants.len());
+}
+
 #[actix::test]
 async fn a_retry_after_of_a_day_pauses_this_process_at_most_max_cooldown_and_an_operator_clears_it() {
     let s = common::isolated().upstream(upstream()).build().expect("scheduler");

@@ -256,6 +256,8 @@ pub struct UpstreamConfig {
     breaker: BreakerConfig,
     retry_budget: RetryBudgetConfig,
     backoff: Backoff,
+    /// Whether transient failures (500, 502, 503, 504, a reset, a timeout) are retried.
+    retry_transient: bool,
     /// How long a spent quota keeps the upstream refused (issue 14).
     quota_pause: Duration,
     classes: Vec<PriorityClass>,
@@ -313,6 +315,7 @@ impl UpstreamConfig {
             breaker: BreakerConfig::default(),
             retry_budget: RetryBudgetConfig::default(),
             backoff: Backoff::default(),
+            retry_transient: true,
             quota_pause: Self::DEFAULT_QUOTA_PAUSE,
             classes: Vec::new(),
             default_class: None,
@@ -438,6 +441,12 @@ impl UpstreamConfig {
     pub fn backoff(&self) -> &Backoff {
         &self.backoff
     }
+
+    /// Whether transient failures that may have reached the provider (500, 502, 503, 504, a
+    /// reset, a timeout) are retried ([`UpstreamConfigBuilder::retry_transient`]).
+    pub fn retries_transient(&self) -> bool {
+        self.retry_transient
+    }
 }
 
 /// Builds an [`UpstreamConfig`]; every setting has a documented default.
@@ -463,6 +472,7 @@ pub struct UpstreamConfigBuilder {
     breaker: BreakerConfig,
     retry_budget: RetryBudgetConfig,
     backoff: Backoff,
+    retry_transient: bool,
     quota_pause: Duration,
     /// (name, weight, reserve %), in order.
     /// (name, weight, reserve %, budget %).
@@ -601,6 +611,22 @@ impl UpstreamConfigBuilder {
     /// The backoff for transient failures.
     pub fn backoff(mut self, backoff: Backoff) -> Self {
         self.backoff = backoff;
+        self
+    }
+
+    /// Whether transient failures are retried: 500, 502, 503 and 504 answers, a connection
+    /// reset or closed before any byte of the answer, a timeout. Default `true`: each is
+    /// retried after a full-jitter backoff ([`backoff`](Self::backoff)), at most
+    /// `max_retries` times per call, each retry taken from the [retry budget](Self::retry_budget),
+    /// all inside the call's deadline.
+    ///
+    /// `false` for calls that are not safe to repeat (a request that charges, sends or writes
+    /// something each time it runs): any of these may have reached the provider and run there.
+    /// A connect error (the request provably never left) and a refusal (429, 529, a 503 with
+    /// `Retry-After`: the provider did not run it) are still retried; a pool does not move such
+    /// a failed call on to its next member either.
+    pub fn retry_transient(mut self, retry: bool) -> Self {
+        self.retry_transient = retry;
         self
     }
 
@@ -859,6 +885,7 @@ impl UpstreamConfigBuilder {
             breaker: self.breaker,
             retry_budget: self.retry_budget,
             backoff: self.backoff,
+            retry_transient: self.retry_transient,
             quota_pause: self.quota_pause,
             classes,
             default_class,

@@ -5,8 +5,8 @@
 //! | outcome | wave (shared cooldown) | circuit breaker | retried |
 //! |---|---|---|---|
 //! | 2xx | success | success | — |
-//! | 429, 529, 503 with `Retry-After` | by [kind](RateLimitKind): capacity, overload, unknown cut + cooldown; a rate window pauses the fleet until its reset | never counted | through a new permit (a spent quota: never) |
-//! | 502, 503, 504, connect, reset, timeout | — | failure | with backoff, inside the retry budget |
+//! | 429, 529, 503 with `Retry-After`, 402 (and a 4xx whose code names a spent quota) | by [kind](RateLimitKind): capacity, overload, unknown cut + cooldown; a rate window pauses the fleet until its reset | never counted | through a new permit (a spent quota: never) |
+//! | 500, 502, 503, 504, connect, reset, timeout | — | failure | with backoff and full jitter, inside the retry budget and the deadline (an upstream can [opt out](crate::UpstreamConfigBuilder::retry_transient) but for connect errors) |
 //! | other 5xx | — | failure | no |
 //! | other 4xx | — | ignored | never |
 //! | 1xx, 3xx, out of range | — | ignored | never |
@@ -39,7 +39,7 @@ pub enum TransportError {
 /// The kind of a transient failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Transient {
-    /// 502, 503 or 504.
+    /// 500, 502, 503 or 504.
     Status(u16),
     /// A transport failure.
     Transport(TransportError),
@@ -56,10 +56,11 @@ pub enum Outcome {
         /// What the response said about the provider's windows.
         signals: ProviderSignals,
     },
-    /// 429 (or 529, or a 503 with `Retry-After`): the provider refused for now; what happens
-    /// next depends on its [`kind`](RateLimitKind).
+    /// 429 (or 529, or a 503 with `Retry-After`, or a spent quota: a 402, another 4xx whose
+    /// error code names one): the provider refused for now; what happens next depends on its
+    /// [`kind`](RateLimitKind).
     RateLimited {
-        /// The status code: 429, 529 or 503.
+        /// The status code: 429, 529, 503, 402 (or another 4xx of a spent quota).
         status: u16,
         /// The provider's `Retry-After`, when it sent a usable one.
         retry_after: Option<Duration>,
@@ -68,16 +69,19 @@ pub enum Outcome {
         /// What the response said about the provider's windows.
         signals: ProviderSignals,
     },
-    /// Worth a retry with backoff: 502, 503, 504 and transport failures.
+    /// Worth a retry with backoff: 500, 502, 503, 504 and transport failures. A 500 is
+    /// transient: providers answer one for a failure of theirs that the same request again
+    /// usually gets past (OpenAI: "Retry your request after a brief wait"; Anthropic's
+    /// `api_error`).
     Transient {
         /// Which one.
         kind: Transient,
-        /// A `Retry-After` sent with a 502 or 504, when usable.
+        /// A `Retry-After` sent with a 500, 502 or 504, when usable.
         retry_after: Option<Duration>,
         /// Signals sent that could not be read (a malformed `Retry-After`).
         unreadable: Unreadable,
     },
-    /// Any other 5xx: a breaker failure, not retried.
+    /// Any other 5xx (501, 505, ...): a breaker failure, not retried.
     ServerError {
         /// The status code.
         status: u16,
@@ -158,9 +162,10 @@ impl Outcome {
         };
         match status {
             200..=299 => Outcome::Success { status, signals },
-            429 | 529 => refused(status),
+            429 | 529 | 402 => refused(status),
             503 if retry_after.is_some() => refused(status),
-            502..=504 => {
+            400..=499 if error_code.is_some_and(RateLimitKind::is_quota_code) => refused(status),
+            500 | 502..=504 => {
                 Outcome::Transient { kind: Transient::Status(status), retry_after, unreadable: signals.unreadable }
             }
             500..=599 => Outcome::ServerError { status },
@@ -181,9 +186,17 @@ impl Outcome {
     /// assert_eq!(outcome.rate_limit_kind(), Some(RateLimitKind::QuotaExhausted));
     /// assert!(!outcome.is_retryable());
     /// ```
+    ///
+    /// A client error whose code names a spent quota (a 400 or 403 that says
+    /// `insufficient_quota`, say) becomes a spent quota too; the headers a 4xx sent are not
+    /// kept by [`ClientError`](Outcome::ClientError), so build it with
+    /// [`from_signals`](Self::from_signals) when they matter.
     pub fn with_error_code(self, code: &str) -> Self {
         match self {
             Outcome::RateLimited { status, signals, .. } => Self::from_signals(status, Some(code), signals),
+            Outcome::ClientError { status } if RateLimitKind::is_quota_code(code) => {
+                Self::from_signals(status, Some(code), ProviderSignals::NONE)
+            }
             other => other,
         }
     }
@@ -222,12 +235,20 @@ impl Outcome {
 
     /// Whether the scheduler retries this outcome (a 429 through the shared cooldown, a
     /// transient failure with backoff inside the retry budget). A spent quota is never retried.
+    /// An upstream that [opts out](crate::UpstreamConfigBuilder::retry_transient) retries only
+    /// the transient failures that [never reached the provider](Self::never_sent).
     pub fn is_retryable(&self) -> bool {
         match self {
             Outcome::RateLimited { kind, .. } => *kind != RateLimitKind::QuotaExhausted,
             Outcome::Transient { .. } => true,
             _ => false,
         }
+    }
+
+    /// Whether the request provably never reached the provider (the connection could not be
+    /// made): safe to send again even for a call that must not run twice.
+    pub const fn never_sent(&self) -> bool {
+        matches!(self, Outcome::Transient { kind: Transient::Transport(TransportError::Connect), .. })
     }
 
     /// The provider's `Retry-After`, when the outcome carries a usable one.
@@ -392,12 +413,15 @@ mod tests {
             if (400..500).contains(&status) && status != 429 {
                 assert!(!outcome.is_retryable(), "{status} must never be retried");
             }
-            if matches!(status, 502 | 504) {
-                assert!(outcome.is_retryable());
+            if matches!(status, 500 | 502 | 504) {
+                assert!(outcome.is_retryable(), "{status}");
                 assert_eq!(breaker, CallResult::Failure);
             }
+            if (501..600).contains(&status) && !matches!(status, 502..=504 | 529) {
+                assert!(!outcome.is_retryable(), "{status} is not transient");
+            }
             let without = Outcome::from_status(status, None, now);
-            if matches!(status, 502..=504) {
+            if matches!(status, 500 | 502..=504) {
                 assert!(without.is_retryable());
                 assert_eq!(without.breaker_result(), CallResult::Failure, "{status}");
             }
@@ -427,6 +451,42 @@ mod tests {
         let overloaded = Outcome::from_status(529, None, now).with_error_code("insufficient_quota");
         assert_eq!(overloaded.rate_limit_kind(), Some(RateLimitKind::Overloaded));
         assert_eq!(Outcome::success(200).with_error_code("insufficient_quota"), Outcome::success(200));
+    }
+
+    #[test]
+    fn a_spent_quota_is_recognised_by_402_and_by_the_providers_codes() {
+        let now = SystemTime::now();
+        let payment = Outcome::from_status(402, None, now);
+        assert_eq!(payment.rate_limit_kind(), Some(RateLimitKind::QuotaExhausted), "402 Payment Required");
+        assert_eq!(payment.status(), Some(402));
+        assert!(!payment.is_retryable());
+        assert_eq!((payment.wave_signal(), payment.breaker_result()), (WaveSignal::Neutral, CallResult::Ignored));
+        let codes = [
+            "insufficient_quota",
+            "credit_balance_exhausted",
+            "organization_spend_limit_exceeded",
+            "project_spend_limit_exceeded",
+            "billing_hard_limit_reached",
+            "billing_error",
+        ];
+        for code in codes {
+            for status in [429, 400, 403, 402] {
+                let outcome = Outcome::from_status(status, None, now).with_error_code(code);
+                assert_eq!(outcome.rate_limit_kind(), Some(RateLimitKind::QuotaExhausted), "{status} {code}");
+                assert_eq!(outcome.status(), Some(status));
+                assert!(!outcome.is_retryable(), "{status} {code}");
+            }
+        }
+        // Other client errors stay client errors, whatever else their body says.
+        let invalid = Outcome::from_status(400, None, now).with_error_code("invalid_request_error");
+        assert_eq!(invalid, Outcome::ClientError { status: 400 });
+        // Headers that name a spent window with a reset still win over the wording.
+        let headers = [("x-ratelimit-remaining-requests", "0"), ("x-ratelimit-reset-requests", "20s")];
+        let signals = ProviderSignals::from_headers(headers.iter().map(|(n, v)| (*n, v.as_bytes())), now);
+        for status in [429, 402] {
+            let outcome = Outcome::from_signals(status, Some("project_spend_limit_exceeded"), signals);
+            assert_eq!(outcome.rate_limit_kind(), Some(RateLimitKind::RateWindow), "{status}");
+        }
     }
 
     #[test]

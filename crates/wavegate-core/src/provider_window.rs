@@ -25,6 +25,15 @@
 //! * While a window runs with less left than a grant needs, every grant is refused until its
 //!   end ([`DenyReason::ProviderWindow`](crate::DenyReason::ProviderWindow)); a window whose
 //!   end has passed says nothing any more.
+//! * OpenAI's reset is not a window's end but the time until a continuously refilled bucket
+//!   is full again ([`WindowLeft::refills_to`], its limit): what is left grows back linearly
+//!   toward the limit until then, so grants go on at the provider's refill rate instead of
+//!   stopping until the "reset" (issue 23: 5 s of near silence every 55 s). A grant re-bases
+//!   the bucket at its time, keeping the rate; a full bucket says nothing; a running bucket
+//!   that has less left now than a report says keeps its word (answers arrive out of order);
+//!   a report of a fixed window replaces it (a `Retry-After` pause). The bounds hold as for
+//!   fixed windows: full at most a day after the report or grant, what is left and the limit
+//!   at most [`MAX_WINDOW_LEFT`].
 //!
 //! ```
 //! use wavegate_core::{ProviderWindows, WindowReport};
@@ -62,6 +71,17 @@ pub struct WindowLeft {
     pub remaining: u64,
     /// Milliseconds from the response until the window resets.
     pub reset_ms: u64,
+    /// For a continuously refilled bucket (OpenAI's headers), the limit it refills to: what is
+    /// left grows back to it linearly over `reset_ms`. `None`: a fixed window that ends after
+    /// `reset_ms` (Anthropic, the IETF fields, a `Retry-After`).
+    pub refills_to: Option<u64>,
+}
+
+impl WindowLeft {
+    /// `remaining` left of a fixed window that ends in `reset_ms`.
+    pub const fn fixed(remaining: u64, reset_ms: u64) -> Self {
+        Self { remaining, reset_ms, refills_to: None }
+    }
 }
 
 /// What one response said is left of the provider's requests and tokens windows.
@@ -82,7 +102,8 @@ impl WindowReport {
     /// reset) and the limits they announce. `None` when they said neither.
     pub fn from_signals(signals: &ProviderSignals) -> Option<Self> {
         let left = |w: crate::signals::Window| {
-            w.left().map(|(remaining, reset)| WindowLeft { remaining, reset_ms: duration_ms(reset) })
+            let refills_to = if w.refills { w.limit } else { None };
+            w.left().map(|(remaining, reset)| WindowLeft { remaining, reset_ms: duration_ms(reset), refills_to })
         };
         let report = Self {
             requests: left(signals.requests),
@@ -96,7 +117,7 @@ impl WindowReport {
     /// [`MAX_RESET`].
     pub fn spent_for(reset: Duration) -> Self {
         Self {
-            requests: Some(WindowLeft { remaining: 0, reset_ms: duration_ms(reset.min(MAX_RESET)) }),
+            requests: Some(WindowLeft::fixed(0, duration_ms(reset.min(MAX_RESET)))),
             tokens: None,
             limits: LearnedLimits::default(),
         }
@@ -109,43 +130,124 @@ impl WindowReport {
 }
 
 /// One tracked window: what is left until when (clock milliseconds; 0: none known).
+///
+/// A fixed window (`refills_to` 0) keeps `left` until `until_ms`. A continuously refilled
+/// bucket (`refills_to` its limit `L`) had `left` at `at_ms` and is full again at `until_ms`:
+/// in between, what is left grows linearly from `left` to `L`
+/// ([`level`](Self::level)); a grant re-bases it at the grant's time, keeping the rate.
+/// The arithmetic is one sequence of IEEE doubles, the same in the Lua twin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub struct TrackedWindow {
-    /// What is left.
+    /// What is left (at `at_ms`, for a refilled bucket).
     pub left: u64,
-    /// When the window ends, in clock milliseconds (0: no window known).
+    /// When the window ends (a fixed window) or the bucket is full again, in clock
+    /// milliseconds (0: no window known).
     pub until_ms: u64,
+    /// When `left` was last known, in clock milliseconds (a refilled bucket's base).
+    pub at_ms: u64,
+    /// The limit a continuously refilled bucket grows back to; 0 for a fixed window.
+    pub refills_to: u64,
 }
 
 impl TrackedWindow {
+    /// Whether the window says anything at `now_ms`: before its end, and for a refilled bucket
+    /// only while it is not full.
     fn runs(&self, now_ms: u64) -> bool {
-        now_ms < self.until_ms
+        now_ms < self.until_ms && (self.refills_to == 0 || self.left < self.refills_to)
+    }
+
+    /// What is left at `now_ms` while the window runs: `left` for a fixed window; for a
+    /// refilled bucket `left` plus what grew back since `at_ms`, rounded down, at most the
+    /// limit.
+    pub fn level(&self, now_ms: u64) -> u64 {
+        if self.refills_to == 0 || !self.runs(now_ms) {
+            return self.left;
+        }
+        let (to, left) = (self.refills_to as f64, self.left as f64);
+        let since = now_ms.saturating_sub(self.at_ms) as f64;
+        let span = (self.until_ms - self.at_ms.min(self.until_ms - 1)) as f64;
+        let grown = (left + (to - left) * since / span).floor();
+        (grown as u64).min(self.refills_to)
     }
 
     fn report(&mut self, left: WindowLeft, now_ms: u64, others_cost: u64) {
+        if let Some(to) = left.refills_to.filter(|to| *to > 0) {
+            return self.report_refill(left, to.min(MAX_WINDOW_LEFT), now_ms, others_cost);
+        }
         let until = now_ms.saturating_add(left.reset_ms.min(MAX_WINDOW_MS));
         let estimate = left.remaining.min(MAX_WINDOW_LEFT).saturating_sub(others_cost);
         if left.reset_ms == 0 {
             // It resets now: nothing to keep.
             return;
         }
-        let same = self.runs(now_ms) && until.abs_diff(self.until_ms) <= SAME_WINDOW_MS;
+        let same = self.refills_to == 0 && self.runs(now_ms) && until.abs_diff(self.until_ms) <= SAME_WINDOW_MS;
         if same {
             self.left = self.left.min(estimate);
             self.until_ms = self.until_ms.max(until);
         } else {
-            *self = TrackedWindow { left: estimate, until_ms: until };
+            *self = TrackedWindow { left: estimate, until_ms: until, at_ms: now_ms, refills_to: 0 };
         }
+    }
+
+    /// A report of a bucket refilled continuously to `to`: `remaining` now, full in
+    /// `reset_ms`. What is left after the others in flight are counted is full again after
+    /// the same rate has refilled it (at most a day). A running refilled bucket that has
+    /// no more left now keeps its word (an older answer never raises what is left); a fixed
+    /// window is replaced.
+    fn report_refill(&mut self, left: WindowLeft, to: u64, now_ms: u64, others_cost: u64) {
+        let remaining = left.remaining.min(to);
+        let estimate = remaining.saturating_sub(others_cost);
+        if left.reset_ms == 0 || estimate >= to {
+            // Full now: nothing to keep.
+            return;
+        }
+        let reset = left.reset_ms.min(MAX_WINDOW_MS);
+        let full_in = if remaining < to {
+            (reset as f64 * (to - estimate) as f64 / (to - remaining) as f64).ceil() as u64
+        } else {
+            reset
+        };
+        let until = now_ms.saturating_add(full_in.clamp(1, MAX_WINDOW_MS));
+        if self.refills_to > 0 && self.runs(now_ms) && self.level(now_ms) <= estimate {
+            return;
+        }
+        *self = TrackedWindow { left: estimate, until_ms: until, at_ms: now_ms, refills_to: to };
     }
 
     fn wait_ms(&self, now_ms: u64, need: u64) -> Option<u64> {
-        (self.runs(now_ms) && self.left < need).then(|| self.until_ms - now_ms)
+        if !self.runs(now_ms) || self.level(now_ms) >= need {
+            return None;
+        }
+        let to_end = self.until_ms - now_ms;
+        if self.refills_to == 0 || need > self.refills_to {
+            return Some(to_end);
+        }
+        // When the bucket has grown back to `need`, at the same rate.
+        let (to, left) = (self.refills_to as f64, self.left as f64);
+        let span = (self.until_ms - self.at_ms.min(self.until_ms - 1)) as f64;
+        let at = (self.at_ms as f64 + (need as f64 - left) * span / (to - left)).ceil() as u64;
+        Some(at.saturating_sub(now_ms).clamp(1, to_end))
     }
 
     fn charge(&mut self, now_ms: u64, cost: u64) {
-        if self.runs(now_ms) {
-            self.left = self.left.saturating_sub(cost);
+        if !self.runs(now_ms) {
+            return;
         }
+        if self.refills_to == 0 {
+            self.left = self.left.saturating_sub(cost);
+            return;
+        }
+        // Re-based at now, at the same rate: full again once the cost has grown back too.
+        let (to, old_left) = (self.refills_to as f64, self.left as f64);
+        let span = (self.until_ms - self.at_ms.min(self.until_ms - 1)) as f64;
+        let left = self.level(now_ms).saturating_sub(cost);
+        let full_in = ((to - left as f64) * span / (to - old_left)).ceil() as u64;
+        *self = TrackedWindow {
+            left,
+            until_ms: now_ms.saturating_add(full_in.clamp(1, MAX_WINDOW_MS)),
+            at_ms: now_ms,
+            refills_to: self.refills_to,
+        };
     }
 }
 
@@ -200,14 +302,14 @@ mod tests {
     use super::*;
 
     fn requests(remaining: u64, reset_ms: u64) -> WindowReport {
-        WindowReport { requests: Some(WindowLeft { remaining, reset_ms }), ..WindowReport::default() }
+        WindowReport { requests: Some(WindowLeft::fixed(remaining, reset_ms)), ..WindowReport::default() }
     }
 
     #[test]
     fn the_others_in_flight_are_counted_and_grants_count_down() {
         let mut w = ProviderWindows::default();
         w.report(requests(5, 10_000), 0, 3, 0);
-        assert_eq!(w.requests, TrackedWindow { left: 2, until_ms: 10_000 });
+        assert_eq!(w.requests, TrackedWindow { left: 2, until_ms: 10_000, at_ms: 0, refills_to: 0 });
         assert_eq!(w.wait_ms(1, 0), None);
         w.charge(1, 0);
         w.charge(2, 0);
@@ -223,7 +325,7 @@ mod tests {
         assert_eq!(w.requests.left, 3);
         // A later window replaces it.
         w.report(requests(50, 60_000), 11_000, 0, 0);
-        assert_eq!(w.requests, TrackedWindow { left: 50, until_ms: 71_000 });
+        assert_eq!(w.requests, TrackedWindow { left: 50, until_ms: 71_000, at_ms: 11_000, refills_to: 0 });
     }
 
     #[test]
@@ -233,7 +335,7 @@ mod tests {
         w.report(WindowReport::spent_for(Duration::from_secs(86_400)), 0, 0, 0);
         assert_eq!(w.wait_ms(1_000, 0), Some(86_399_000));
         w.report(requests(999, 60_000), 2_000, 0, 0);
-        assert_eq!(w.requests, TrackedWindow { left: 999, until_ms: 62_000 });
+        assert_eq!(w.requests, TrackedWindow { left: 999, until_ms: 62_000, at_ms: 2_000, refills_to: 0 });
         assert_eq!(w.wait_ms(2_000, 0), None, "the provider's newer word ends the pause");
         // An absurd reset is a day at most, and the end stays a number the store can return.
         w.report(requests(0, u64::MAX), 3_000, 0, 0);
@@ -243,10 +345,40 @@ mod tests {
         assert_eq!(w.wait_ms(4_000, 0), None, "cleared");
     }
 
+    fn refilling(remaining: u64, reset_ms: u64, to: u64) -> WindowReport {
+        let requests = Some(WindowLeft { remaining, reset_ms, refills_to: Some(to) });
+        WindowReport { requests, ..WindowReport::default() }
+    }
+
+    #[test]
+    fn openai_s_reset_refills_the_bucket_instead_of_ending_a_window() {
+        let mut w = ProviderWindows::default();
+        // 0 of 60 left, full in 60 s: one back a second, not 0 for a minute.
+        w.report(refilling(0, 60_000, 60), 0, 0, 0);
+        assert_eq!(w.wait_ms(0, 0), Some(1_000));
+        assert_eq!(w.requests.level(30_000), 30);
+        assert_eq!(w.wait_ms(30_000, 0), None);
+        w.charge(30_000, 0);
+        assert_eq!(w.requests.level(30_000), 29, "a grant costs one");
+        assert_eq!(w.requests.until_ms, 61_000, "and is back a second later");
+        assert_eq!(w.wait_ms(61_000, 0), None, "full: nothing to say");
+        // The others in flight are counted, and full comes later by what they cost.
+        w.report(refilling(10, 50_000, 60), 100_000, 5, 0);
+        assert_eq!(w.requests, TrackedWindow { left: 5, until_ms: 155_000, at_ms: 100_000, refills_to: 60 });
+        // Full, or an absurd reset: nothing kept beyond the bounds.
+        let mut full = ProviderWindows::default();
+        full.report(refilling(60, 1_000, 60), 0, 0, 0);
+        assert_eq!(full.wait_ms(0, 0), None);
+        full.report(refilling(0, u64::MAX, u64::MAX), 0, 0, 0);
+        assert_eq!(full.requests.until_ms, MAX_WINDOW_MS);
+        assert_eq!(full.requests.refills_to, MAX_WINDOW_LEFT);
+        assert!(full.wait_ms(0, 0).is_some_and(|wait| wait <= MAX_WINDOW_MS));
+    }
+
     #[test]
     fn tokens_need_what_the_grant_reserves() {
         let mut w = ProviderWindows::default();
-        let tokens = Some(WindowLeft { remaining: 1_000, reset_ms: 5_000 });
+        let tokens = Some(WindowLeft::fixed(1_000, 5_000));
         let report = WindowReport { tokens, ..WindowReport::default() };
         w.report(report, 0, 2, 300);
         assert_eq!(w.tokens.left, 400);

@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | [`Capacity`](RateLimitKind::Capacity) | a 429 while every window the provider reported still had room | the wave's recovery: cut the concurrency (see [`WaveMachine`](crate::WaveMachine)) |
 //! | [`RateWindow`](RateLimitKind::RateWindow) | a spent window with a reset (`…-remaining…: 0`), or a rate-limit error code with a `Retry-After` | the fleet pauses until the reset, the concurrency is kept ([`ProviderWindows`](crate::ProviderWindows)) |
-//! | [`QuotaExhausted`](RateLimitKind::QuotaExhausted) | OpenAI's `insufficient_quota` | a typed error at once, no retries; the upstream refuses quickly until a configured time or an operator reset |
+//! | [`QuotaExhausted`](RateLimitKind::QuotaExhausted) | 402 Payment Required, or a quota code ([`QUOTA_CODES`](RateLimitKind::QUOTA_CODES): OpenAI's `insufficient_quota`, ...) with a 429 or another 4xx | a typed error at once, no retries; the upstream refuses quickly until a configured time or an operator reset |
 //! | [`Overloaded`](RateLimitKind::Overloaded) | 529 (Anthropic's `overloaded_error`), a 503 with `Retry-After` | as a capacity 429: the provider is busy for everyone |
 //! | [`Unknown`](RateLimitKind::Unknown) | anything else | the wave's recovery, as for any 429 |
 //!
@@ -12,8 +12,13 @@
 //! reached for requests" `rate_limit_exceeded`, 429 "You exceeded your current quota"
 //! `insufficient_quota`, <https://platform.openai.com/docs/guides/error-codes>); Anthropic
 //! "Errors" (429 `rate_limit_error`, 529 `overloaded_error`,
-//! <https://docs.anthropic.com/en/api/errors>). The body is the caller's to read: pass its code
-//! with [`Outcome::with_error_code`](crate::Outcome::with_error_code).
+//! <https://docs.anthropic.com/en/api/errors>). Spent quotas: OpenAI's 429 `insufficient_quota`
+//! ("You exceeded your current quota, please check your plan and billing details"), Anthropic's
+//! 402 `billing_error`, and the spend-limit codes providers and gateways in front of them send
+//! (`credit_balance_exhausted`, `organization_spend_limit_exceeded`,
+//! `project_spend_limit_exceeded`, `billing_hard_limit_reached`); a 402 Payment Required is
+//! one whatever its body says. The body is the caller's to read: pass its code with
+//! [`Outcome::with_error_code`](crate::Outcome::with_error_code).
 //!
 //! Headers outrank the body's wording: some providers call a per-minute limit
 //! `insufficient_quota` (LibreChat agents #357), so a 429 that also names a spent window with
@@ -39,8 +44,15 @@ pub enum RateLimitKind {
 }
 
 impl RateLimitKind {
-    /// Error codes that name a spent quota.
-    pub const QUOTA_CODES: &'static [&'static str] = &["insufficient_quota"];
+    /// Error codes that name a spent quota (with a 429, or another 4xx).
+    pub const QUOTA_CODES: &'static [&'static str] = &[
+        "insufficient_quota",
+        "credit_balance_exhausted",
+        "organization_spend_limit_exceeded",
+        "project_spend_limit_exceeded",
+        "billing_hard_limit_reached",
+        "billing_error",
+    ];
     /// Error codes that name a rate limit.
     pub const RATE_CODES: &'static [&'static str] = &["rate_limit_exceeded", "rate_limit_error"];
     /// Error codes that name an overload.
@@ -57,7 +69,7 @@ impl RateLimitKind {
     /// assert_eq!(RateLimitKind::classify(429, Some("insufficient_quota"), &none), RateLimitKind::QuotaExhausted);
     /// assert_eq!(RateLimitKind::classify(529, None, &none), RateLimitKind::Overloaded);
     /// let spent = ProviderSignals {
-    ///     requests: Window { limit: Some(600), remaining: Some(0), reset: Some(Duration::from_secs(20)), period: None },
+    ///     requests: Window { limit: Some(600), remaining: Some(0), reset: Some(Duration::from_secs(20)), ..Window::NONE },
     ///     ..ProviderSignals::default()
     /// };
     /// assert_eq!(RateLimitKind::classify(429, Some("insufficient_quota"), &spent), RateLimitKind::RateWindow);
@@ -71,7 +83,7 @@ impl RateLimitKind {
         if signals.exhausted_for().is_some() {
             return RateLimitKind::RateWindow;
         }
-        if Self::QUOTA_CODES.contains(&code) {
+        if status == 402 || Self::is_quota_code(code) {
             return RateLimitKind::QuotaExhausted;
         }
         if Self::RATE_CODES.contains(&code) && signals.retry_after.is_some() {
@@ -83,6 +95,11 @@ impl RateLimitKind {
             return RateLimitKind::Capacity;
         }
         RateLimitKind::Unknown
+    }
+
+    /// Whether `code` (the body's error code or type) names a spent quota.
+    pub fn is_quota_code(code: &str) -> bool {
+        Self::QUOTA_CODES.contains(&code.trim())
     }
 
     /// A stable snake_case label for metrics and logs: `capacity`, `rate_window`,

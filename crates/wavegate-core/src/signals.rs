@@ -9,10 +9,11 @@
 //!
 //! | header | format | source |
 //! |---|---|---|
-//! | `x-ratelimit-limit-requests`, `x-ratelimit-remaining-requests`, `x-ratelimit-reset-requests` and the same with `-tokens` | integers; the reset a duration such as `6m0s`, `1.2s`, `20ms` | OpenAI, "Rate limits" guide, section "Rate limits in headers" (<https://platform.openai.com/docs/guides/rate-limits>) |
+//! | `x-ratelimit-limit-requests`, `x-ratelimit-remaining-requests`, `x-ratelimit-reset-requests` and the same with `-tokens` | integers; the reset a duration such as `6m0s`, `1.2s`, `20ms`: the time until the continuously refilled bucket is full again ([`Window::refills`]) | OpenAI, "Rate limits" guide, section "Rate limits in headers" (<https://platform.openai.com/docs/guides/rate-limits>) |
 //! | `anthropic-ratelimit-requests-limit`, `-remaining`, `-reset` and the same for `tokens`, `input-tokens`, `output-tokens` | integers; the reset an RFC 3339 date-time | Anthropic, "Rate limits", section "Response headers" (<https://docs.anthropic.com/en/api/rate-limits>) |
 //! | `RateLimit` and `RateLimit-Policy` | `"name";r=50;t=30` and `"name";q=100;w=60` (structured-field lists, draft 08 and later), or the older dictionary `limit=100, remaining=50, reset=30` (draft 07) | IETF draft-ietf-httpapi-ratelimit-headers (<https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/>) |
 //! | `Retry-After` | delay-seconds or an HTTP-date | RFC 9110 §10.2.3, see [`parse_retry_after`] |
+//! | `retry-after-ms`, `x-ms-retry-after-ms` | milliseconds, possibly with a fraction; they win over `Retry-After` (finer, and sent with it) | OpenAI (its SDKs read `retry-after-ms` first), Azure OpenAI ("Azure OpenAI quotas and limits": the `retry-after-ms` and `x-ms-retry-after-ms` response headers) |
 //!
 //! The IETF fields carry no unit; they are read as a requests window. Anthropic's three token
 //! windows (`tokens`, `input-tokens`, `output-tokens`) are folded into one: the tightest
@@ -76,11 +77,15 @@ pub struct Window {
     /// OpenAI's and Anthropic's limits. Only a limit with a known period is learned from
     /// ([`LearnedLimit`](crate::LearnedLimit)).
     pub period: Option<Duration>,
+    /// Whether `reset` is the time until a continuously refilled bucket is full again
+    /// (OpenAI's `x-ratelimit-reset-*`: what is left grows back toward `limit` all along),
+    /// rather than the end of a fixed window (Anthropic's RFC 3339 resets, the IETF fields).
+    pub refills: bool,
 }
 
 impl Window {
     /// A window nothing was said about.
-    pub const NONE: Window = Window { limit: None, remaining: None, reset: None, period: None };
+    pub const NONE: Window = Window { limit: None, remaining: None, reset: None, period: None, refills: false };
 
     /// Whether the response said nothing about this window.
     pub const fn is_empty(&self) -> bool {
@@ -278,6 +283,8 @@ struct Reader {
     /// Anthropic's token windows are read apart and folded at the end.
     tokens: Vec<Window>,
     retry_after: Option<Duration>,
+    /// `retry-after-ms` or `x-ms-retry-after-ms`: wins over `Retry-After`.
+    retry_after_ms: Option<Duration>,
     ietf: Window,
     policy_limit: Option<u64>,
     /// The IETF policy's window (`w=`), when it gave one.
@@ -301,6 +308,13 @@ impl Reader {
             match parse_retry_after(text, now) {
                 Ok(delay) => self.retry_after = Some(delay),
                 Err(_) => self.unreadable.insert(SignalKind::RetryAfter),
+            }
+            return;
+        }
+        if name == "retry-after-ms" || name == "x-ms-retry-after-ms" {
+            match parse_millis(text) {
+                Some(delay) => self.retry_after_ms = Some(delay),
+                None => self.unreadable.insert(SignalKind::RetryAfter),
             }
             return;
         }
@@ -330,6 +344,8 @@ impl Reader {
                 &mut self.tokens[slot]
             }
         };
+        // OpenAI documents its reset as the time to a full bucket (refilled continuously).
+        window.refills |= format == ResetFormat::GoDuration;
         let read = match field {
             Field::Limit | Field::Remaining => match parse_count(text) {
                 Count::Value(n) => {
@@ -384,7 +400,7 @@ impl Reader {
         ProviderSignals {
             requests: requests.clamped(),
             tokens,
-            retry_after: self.retry_after,
+            retry_after: self.retry_after_ms.or(self.retry_after),
             unreadable: self.unreadable,
         }
     }
@@ -403,7 +419,7 @@ fn signal_kind(family: Family, field: Field) -> SignalKind {
 
 fn kind_of(name: &str) -> Option<SignalKind> {
     match name {
-        "retry-after" => Some(SignalKind::RetryAfter),
+        "retry-after" | "retry-after-ms" | "x-ms-retry-after-ms" => Some(SignalKind::RetryAfter),
         "ratelimit" => Some(SignalKind::RateLimit),
         "ratelimit-policy" => Some(SignalKind::RateLimitPolicy),
         _ => classify_name(name).map(|(family, field, ..)| signal_kind(family, field)),
@@ -465,6 +481,25 @@ fn parse_count(text: &str) -> Count {
         return Count::Malformed;
     }
     Count::Value(text.parse().unwrap_or(u64::MAX))
+}
+
+/// A number of milliseconds, possibly with a fraction (`1500`, `12.5`), as OpenAI's
+/// `retry-after-ms` and Azure's `x-ms-retry-after-ms`: never negative; too large saturates;
+/// anything else (a sign, an exponent, a unit, a second dot) is `None`.
+fn parse_millis(text: &str) -> Option<Duration> {
+    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+    let digits = |part: &str| part.bytes().all(|b| b.is_ascii_digit());
+    if text.len() > 64 || whole.is_empty() && fraction.is_empty() || !digits(whole) || !digits(fraction) {
+        return None;
+    }
+    let whole: u64 = if whole.is_empty() { 0 } else { whole.parse().unwrap_or(u64::MAX) };
+    let mut nanos: u32 = 0;
+    let mut scale: u32 = 100_000;
+    for digit in fraction.bytes().take(6) {
+        nanos += u32::from(digit - b'0') * scale;
+        scale /= 10;
+    }
+    Some(Duration::from_millis(whole).saturating_add(Duration::from_nanos(u64::from(nanos))))
 }
 
 /// A Go-style duration as OpenAI writes its resets: one or more `<number><unit>` with units
@@ -732,7 +767,8 @@ mod tests {
                 limit: Some(600),
                 remaining: Some(599),
                 reset: Some(Duration::from_millis(100)),
-                period: Some(DOCUMENTED_PERIOD)
+                period: Some(DOCUMENTED_PERIOD),
+                refills: true
             }
         );
         assert_eq!(
@@ -741,7 +777,8 @@ mod tests {
                 limit: Some(100_000),
                 remaining: Some(99_000),
                 reset: Some(Duration::from_millis(600)),
-                period: Some(DOCUMENTED_PERIOD)
+                period: Some(DOCUMENTED_PERIOD),
+                refills: true
             }
         );
         assert!(s.unreadable.is_empty());
@@ -766,6 +803,7 @@ mod tests {
         assert_eq!(s.tokens.reset, Some(Duration::from_secs(5)));
         assert_eq!(s.retry_after, Some(Duration::from_secs(30)));
         assert_eq!(s.exhausted_for(), Some(Duration::from_secs(30)));
+        assert!(!s.requests.refills && !s.tokens.refills, "Anthropic's reset is the end of a window");
     }
 
     #[test]
@@ -774,12 +812,24 @@ mod tests {
         let minute = Some(Duration::from_secs(60));
         assert_eq!(
             s.requests,
-            Window { limit: Some(100), remaining: Some(0), reset: Some(Duration::from_secs(12)), period: minute }
+            Window {
+                limit: Some(100),
+                remaining: Some(0),
+                reset: Some(Duration::from_secs(12)),
+                period: minute,
+                refills: false
+            }
         );
         let s = read(&[("ratelimit", "limit=100, remaining=7, reset=3"), ("ratelimit-policy", "100;w=60")]);
         assert_eq!(
             s.requests,
-            Window { limit: Some(100), remaining: Some(7), reset: Some(Duration::from_secs(3)), period: minute }
+            Window {
+                limit: Some(100),
+                remaining: Some(7),
+                reset: Some(Duration::from_secs(3)),
+                period: minute,
+                refills: false
+            }
         );
         let s = read(&[("ratelimit", "\"a\";r=9;t=1, \"b\";r=2;t=40")]);
         assert_eq!(s.requests.remaining, Some(2), "the tightest policy");
@@ -817,6 +867,32 @@ mod tests {
         assert_eq!(s.tokens, Window::default(), "-1 is Azure's 'no such limit'");
         let unreadable: Vec<_> = s.unreadable.iter().collect();
         assert_eq!(unreadable, [SignalKind::RetryAfter, SignalKind::TokensLimit, SignalKind::RateLimit]);
+    }
+
+    #[test]
+    fn retry_after_ms_wins_over_retry_after_seconds() {
+        let ms = Duration::from_millis;
+        let s = read(&[("retry-after", "2"), ("retry-after-ms", "1500")]);
+        assert_eq!(s.retry_after, Some(ms(1_500)), "OpenAI's milliseconds win");
+        let s = read(&[("x-ms-retry-after-ms", "250"), ("Retry-After", "7")]);
+        assert_eq!(s.retry_after, Some(ms(250)), "Azure's, whatever the order");
+        assert!(s.unreadable.is_empty());
+        let s = read(&[("Retry-After-Ms", " 12.5 ")]);
+        assert_eq!(s.retry_after, Some(Duration::from_micros(12_500)));
+        assert_eq!(read(&[("retry-after-ms", "0")]).retry_after, Some(Duration::ZERO));
+        // Garbage is said, never a panic, never negative; a readable Retry-After still counts.
+        for bad in ["-5", "soon", "", "1.2.3", ".", "1e3", "+3", "3 s"] {
+            let s = read(&[("retry-after-ms", bad), ("retry-after", "3")]);
+            assert_eq!(s.retry_after, Some(Duration::from_secs(3)), "{bad:?}");
+            assert!(s.unreadable.contains(SignalKind::RetryAfter), "{bad:?}");
+            let s = read(&[("x-ms-retry-after-ms", bad)]);
+            assert_eq!(s.retry_after, None, "{bad:?}");
+            assert!(s.unreadable.contains(SignalKind::RetryAfter), "{bad:?}");
+        }
+        let huge = read(&[("retry-after-ms", "99999999999999999999999999")]);
+        assert!(huge.retry_after.is_some_and(|after| after >= Duration::from_secs(u64::MAX / 1_000 - 1)), "saturates");
+        let headers: [(&str, &[u8]); 1] = [("retry-after-ms", b"\xff")];
+        assert!(ProviderSignals::from_headers(headers, now()).unreadable.contains(SignalKind::RetryAfter));
     }
 
     #[test]

@@ -243,6 +243,11 @@ pub enum Step {
         learned_requests: Option<(u64, u64)>,
         /// The tokens limit announced, with its window.
         learned_tokens: Option<(u64, u64)>,
+        /// The limit the requests window refills to, when it is a continuously refilled
+        /// bucket (OpenAI): what is left grows back to it over the reset.
+        refills_requests: Option<u64>,
+        /// Likewise for the tokens window.
+        refills_tokens: Option<u64>,
     },
     /// Compare the model's status.
     Status {
@@ -506,11 +511,25 @@ pub fn run_case<M: WaveModel>(case: &SpecCase, model: &mut M) -> Result<(), Spec
                 }
             }
             Step::Advance { ms } => model.advance(*ms).map_err(io)?,
-            Step::ReportWindow { requests, tokens, tokens_each, learned_requests, learned_tokens } => {
-                let left = |w: &Option<(u64, u64)>| w.map(|(remaining, reset_ms)| WindowLeft { remaining, reset_ms });
+            Step::ReportWindow {
+                requests,
+                tokens,
+                tokens_each,
+                learned_requests,
+                learned_tokens,
+                refills_requests,
+                refills_tokens,
+            } => {
+                let left = |w: &Option<(u64, u64)>, refills_to: &Option<u64>| {
+                    w.map(|(remaining, reset_ms)| WindowLeft { remaining, reset_ms, refills_to: *refills_to })
+                };
                 let learned = |l: &Option<(u64, u64)>| l.map(|(limit, window_ms)| LearnedLimit { limit, window_ms });
                 let limits = LearnedLimits { requests: learned(learned_requests), tokens: learned(learned_tokens) };
-                let report = WindowReport { requests: left(requests), tokens: left(tokens), limits };
+                let report = WindowReport {
+                    requests: left(requests, refills_requests),
+                    tokens: left(tokens, refills_tokens),
+                    limits,
+                };
                 model.report_window(report, *tokens_each).map_err(io)?;
             }
             Step::Status { state, limit, wave, in_flight } => {

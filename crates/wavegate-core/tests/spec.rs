@@ -2,7 +2,7 @@
 //! catch an implementation that gets the rules wrong.
 
 use wavegate_core::spec::{GateModel, ModelStatus, Released, Step, WaveModel, cases, run_case};
-use wavegate_core::{Ask, Decision, Instance, PermitId, WaveSignal, WindowReport};
+use wavegate_core::{Ask, Decision, Instance, PermitId, WaveSignal, WindowLeft, WindowReport};
 
 #[test]
 fn local_gate_passes_every_case() {
@@ -127,9 +127,25 @@ fn deaf_to_limits(report: WindowReport) -> Option<WindowReport> {
 #[test]
 fn the_tables_catch_a_machine_deaf_to_the_providers_windows() {
     let window_cases: Vec<_> = cases().into_iter().filter(|case| case.name.starts_with("provider window")).collect();
-    assert_eq!(window_cases.len(), 6);
+    assert_eq!(window_cases.len(), 8);
     for case in &window_cases {
         assert!(run_case(case, &mut Wrong(GateModel::new(case), Mishears(deaf_to_windows))).is_err(), "{}", case.name);
+    }
+}
+
+/// Reads OpenAI's reset as the end of a fixed window (the stall of issue 23).
+fn refill_as_window_end(report: WindowReport) -> Option<WindowReport> {
+    let fixed = |left: Option<WindowLeft>| left.map(|l| WindowLeft { refills_to: None, ..l });
+    Some(WindowReport { requests: fixed(report.requests), tokens: fixed(report.tokens), ..report })
+}
+
+#[test]
+fn the_tables_catch_a_machine_that_reads_a_refill_as_a_window_end() {
+    let refill_cases: Vec<_> = cases().into_iter().filter(|case| case.name.contains("refill")).collect();
+    assert_eq!(refill_cases.len(), 2);
+    for case in &refill_cases {
+        let mut wrong = Wrong(GateModel::new(case), Mishears(refill_as_window_end));
+        assert!(run_case(case, &mut wrong).is_err(), "{}", case.name);
     }
 }
 

@@ -99,10 +99,12 @@ enum StepIn {
     Renew {
         picks: Vec<usize>,
     },
-    /// A response says what is left of the requests window and announces a tokens limit.
+    /// A response says what is left of the requests window and announces a tokens limit; the
+    /// window is a fixed one, or (`refills_to`) a bucket refilled continuously to that limit.
     Report {
         requests_left: Option<u64>,
         tokens_limit: Option<u64>,
+        refills_to: Option<u64>,
     },
     Advance {
         ms: u64,
@@ -122,8 +124,8 @@ fn scenario() -> impl Strategy<Value = Scenario> {
         4 => (0usize..8, prop_oneof![6 => Just(0u8), 2 => Just(1u8), 1 => Just(2u8)], -400i64..100)
             .prop_map(|(pick, outcome, delta)| StepIn::Finish { pick, outcome, delta }),
         1 => proptest::collection::vec(0usize..8, 0..3).prop_map(|picks| StepIn::Renew { picks }),
-        1 => (proptest::option::of(0u64..4), proptest::option::of(500u64..5_000))
-            .prop_map(|(requests_left, tokens_limit)| StepIn::Report { requests_left, tokens_limit }),
+        1 => (proptest::option::of(0u64..4), proptest::option::of(500u64..5_000), proptest::option::of(1u64..7))
+            .prop_map(|(requests_left, tokens_limit, refills_to)| StepIn::Report { requests_left, tokens_limit, refills_to }),
         3 => prop_oneof![8 => 0u64..20, 4 => 0u64..700, 2 => 0u64..3_000, 1 => 8_000u64..12_000]
             .prop_map(|ms| StepIn::Advance { ms }),
     ];
@@ -363,9 +365,13 @@ fn disagreement(
                     return Err(at(format!("registered again: Rust {rust:?}, Lua {lua:?}")));
                 }
             }
-            StepIn::Report { requests_left, tokens_limit } => {
+            StepIn::Report { requests_left, tokens_limit, refills_to } => {
                 let report = WindowReport {
-                    requests: requests_left.map(|remaining| WindowLeft { remaining, reset_ms: 500 }),
+                    requests: requests_left.map(|remaining| WindowLeft {
+                        remaining,
+                        reset_ms: 500,
+                        refills_to: *refills_to,
+                    }),
                     tokens: None,
                     limits: LearnedLimits {
                         requests: None,

@@ -301,8 +301,9 @@ pub(crate) fn reconcile<'a>(
 }
 
 /// `report_window.lua`: each window's remaining and reset, the tokens each, the reporting id,
-/// each announced limit and its window (`''` for what the report does not say), and whether
-/// the windows kept are cleared first (an operator's clear, with an empty report).
+/// each announced limit and its window (`''` for what the report does not say), whether the
+/// windows kept are cleared first (an operator's clear, with an empty report), and the limit
+/// each window refills to when it is a continuously refilled bucket (`'0'`: a fixed window).
 pub(crate) fn report_window<'a>(
     keys: &'a UpstreamKeys,
     id: &str,
@@ -324,6 +325,9 @@ pub(crate) fn report_window<'a>(
     let (tokens, tokens_reset) = side(report.tokens);
     let (requests_limit, requests_window) = limit(report.limits.requests);
     let (tokens_limit, tokens_window) = limit(report.limits.tokens);
+    let refills_to = |left: Option<wavegate_core::WindowLeft>| {
+        left.and_then(|l| l.refills_to).map_or(0, |to| to.min(wavegate_core::MAX_WINDOW_LEFT))
+    };
     Call::new(&keys.script_keys())
         .arg(requests)
         .arg(requests_reset)
@@ -336,6 +340,8 @@ pub(crate) fn report_window<'a>(
         .arg(tokens_limit)
         .arg(tokens_window)
         .arg(if clear { "1" } else { "0" })
+        .arg(refills_to(report.requests))
+        .arg(refills_to(report.tokens))
 }
 
 /// `heartbeat.lua`: the instance and the ttl (at least 1 ms).
@@ -461,7 +467,7 @@ mod tests {
             Head { class: "batch", id: "batch|alpha:2|-", tokens: 10, waiting: 1 },
         ];
         let report = WindowReport {
-            requests: Some(WindowLeft { remaining: 5, reset_ms: 1_000 }),
+            requests: Some(WindowLeft::fixed(5, 1_000)),
             tokens: None,
             limits: LearnedLimits::default(),
         };

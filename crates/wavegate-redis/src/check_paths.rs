@@ -75,8 +75,8 @@ impl Store {
         classed.acquire(&[Ask { id: lost.clone(), tokens: 10, waiting: 1 }], lease).await?;
         // The provider's windows and announced limits (roomy: nothing is held back).
         let report = WindowReport {
-            requests: Some(WindowLeft { remaining: 1_000, reset_ms: 1_000 }),
-            tokens: Some(WindowLeft { remaining: 100_000, reset_ms: 1_000 }),
+            requests: Some(WindowLeft { remaining: 1_000, reset_ms: 1_000, refills_to: Some(2_000) }),
+            tokens: Some(WindowLeft { remaining: 100_000, reset_ms: 1_000, refills_to: Some(200_000) }),
             limits: LearnedLimits {
                 requests: Some(LearnedLimit { limit: 100_000, window_ms: 60_000 }),
                 tokens: Some(LearnedLimit { limit: 10_000_000, window_ms: 60_000 }),

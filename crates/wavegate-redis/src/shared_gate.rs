@@ -377,7 +377,8 @@ impl SharedGate {
     /// (`lua/report_window.lua`): the fleet's grants then wait for the window's reset once
     /// nothing is left. The other permits held count as calls the provider may not have
     /// counted yet, each reserving `tokens_each` (what the reporting call reserved). Returns
-    /// the windows as kept, their ends relative to now (an end of 0: no window runs). The
+    /// the windows as kept, what is left now and their ends relative to now (an end of 0: no
+    /// window runs; a refilled bucket's end: the time until it is full). The
     /// limits it announced are kept for the fleet too (`lua/learned_limit.lua`).
     pub async fn report_window(
         &self,
@@ -401,8 +402,8 @@ impl SharedGate {
         let r = Reply::new(COMMAND, &reply);
         r.expect_len(4)?;
         Ok(ProviderWindows {
-            requests: TrackedWindow { left: r.uint(0)?, until_ms: r.uint(1)? },
-            tokens: TrackedWindow { left: r.uint(2)?, until_ms: r.uint(3)? },
+            requests: TrackedWindow { left: r.uint(0)?, until_ms: r.uint(1)?, ..TrackedWindow::default() },
+            tokens: TrackedWindow { left: r.uint(2)?, until_ms: r.uint(3)?, ..TrackedWindow::default() },
         })
     }
 

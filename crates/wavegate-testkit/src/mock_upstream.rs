@@ -25,11 +25,38 @@ pub struct MockUpstreamConfig {
     pub service_time: Duration,
     /// The `Retry-After` sent with a 429.
     pub retry_after: String,
+    /// The share of calls (in `[0, 1]`) answered with [`fault`](Self::fault) instead of being
+    /// served, drawn from [`fault_seed`](Self::fault_seed) by arrival order. Default 0.
+    pub fault_rate: f64,
+    /// What a faulty call gets: `Some(status)` (a `500`, a `400`, ...) or `None`, the
+    /// connection closed before any byte of the answer. Default `Some(500)`.
+    pub fault: Option<u16>,
+    /// The seed of the draw of faulty calls.
+    pub fault_seed: u64,
 }
 
 impl Default for MockUpstreamConfig {
     fn default() -> Self {
-        Self { capacity: None, service_time: Duration::from_millis(2), retry_after: "1".to_string() }
+        Self {
+            capacity: None,
+            service_time: Duration::from_millis(2),
+            retry_after: "1".to_string(),
+            fault_rate: 0.0,
+            fault: Some(500),
+            fault_seed: 1,
+        }
+    }
+}
+
+impl MockUpstreamConfig {
+    /// Whether call number `index` (by arrival, from 0) is faulty: a splitmix64 draw of the
+    /// seed and the index, below the fault rate.
+    fn is_faulty(&self, index: u64) -> bool {
+        let mut z = self.fault_seed.wrapping_add(index.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        ((z >> 11) as f64 / (1u64 << 53) as f64) < self.fault_rate
     }
 }
 
@@ -43,6 +70,7 @@ struct Counters {
     max_in_flight: AtomicUsize,
     served: AtomicU64,
     rate_limited: AtomicU64,
+    faulted: AtomicU64,
 }
 
 /// A running mock provider; stops on drop.
@@ -116,6 +144,16 @@ impl MockUpstream {
     pub fn rate_limited(&self) -> u64 {
         self.counters.rate_limited.load(Ordering::SeqCst)
     }
+
+    /// Calls answered with the configured fault (a status, or a closed connection).
+    pub fn faulted(&self) -> u64 {
+        self.counters.faulted.load(Ordering::SeqCst)
+    }
+
+    /// Every call that arrived.
+    pub fn calls(&self) -> u64 {
+        self.counters.arrivals.lock().map(|a| a.len() as u64).unwrap_or_default()
+    }
 }
 
 impl Drop for MockUpstream {
@@ -143,13 +181,27 @@ async fn serve(listener: TcpListener, config: MockUpstreamConfig, counters: Arc<
 async fn answer(mut stream: TcpStream, config: &MockUpstreamConfig, counters: &Counters) -> io::Result<()> {
     read_request_head(&mut stream).await?;
     let began = std::time::Instant::now();
-    if let Ok(mut arrivals) = counters.arrivals.lock() {
-        arrivals.push(began);
-    }
+    let index = match counters.arrivals.lock() {
+        Ok(mut arrivals) => {
+            arrivals.push(began);
+            arrivals.len() as u64 - 1
+        }
+        Err(_) => 0,
+    };
     let now = counters.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
     counters.max_in_flight.fetch_max(now, Ordering::SeqCst);
     let over = config.capacity.is_some_and(|capacity| now > capacity);
-    let response = if over {
+    let faulty = !over && config.is_faulty(index);
+    if faulty {
+        counters.faulted.fetch_add(1, Ordering::SeqCst);
+    }
+    let response = if faulty {
+        match config.fault {
+            Some(status) => format!("HTTP/1.1 {status} Fault\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"),
+            // Closed before any byte of the answer.
+            None => String::new(),
+        }
+    } else if over {
         counters.rate_limited.fetch_add(1, Ordering::SeqCst);
         format!(
             "HTTP/1.1 429 Too Many Requests\r\nRetry-After: {}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",

@@ -251,6 +251,8 @@ async fn mock_upstream_counts_concurrency_and_answers_429_beyond_capacity() {
         capacity: Some(3),
         service_time: Duration::from_millis(100),
         retry_after: "2".into(),
+
+        ..Default::default()
     })
     .unwrap();
     let mut calls = tokio::task::JoinSet::new();

@@ -34,12 +34,42 @@ fn settle(permit: &'static str, token_delta: i64) -> Step {
 }
 
 fn window(requests: Option<(u64, u64)>, tokens: Option<(u64, u64)>, tokens_each: u64) -> Step {
-    Step::ReportWindow { requests, tokens, tokens_each, learned_requests: None, learned_tokens: None }
+    Step::ReportWindow {
+        requests,
+        tokens,
+        tokens_each,
+        learned_requests: None,
+        learned_tokens: None,
+        refills_requests: None,
+        refills_tokens: None,
+    }
+}
+
+/// A response with OpenAI's headers: `(remaining, time to full in ms, limit)` of a
+/// continuously refilled requests and tokens bucket.
+fn refilling(requests: Option<(u64, u64, u64)>, tokens: Option<(u64, u64, u64)>, tokens_each: u64) -> Step {
+    Step::ReportWindow {
+        requests: requests.map(|(left, reset, _)| (left, reset)),
+        tokens: tokens.map(|(left, reset, _)| (left, reset)),
+        tokens_each,
+        learned_requests: None,
+        learned_tokens: None,
+        refills_requests: requests.map(|(.., limit)| limit),
+        refills_tokens: tokens.map(|(.., limit)| limit),
+    }
 }
 
 /// A response announcing limits only: `(limit, window in ms)` for requests and tokens.
 fn learn(learned_requests: Option<(u64, u64)>, learned_tokens: Option<(u64, u64)>) -> Step {
-    Step::ReportWindow { requests: None, tokens: None, tokens_each: 0, learned_requests, learned_tokens }
+    Step::ReportWindow {
+        requests: None,
+        tokens: None,
+        tokens_each: 0,
+        learned_requests,
+        learned_tokens,
+        refills_requests: None,
+        refills_tokens: None,
+    }
 }
 
 fn denied_window(permit: &'static str, tokens: u64, max_ms: u64) -> Step {
@@ -540,6 +570,44 @@ pub(super) fn cases() -> Vec<SpecCase> {
                 denied_window("D", 0, 300),
                 Step::Advance { ms: 350 },
                 with_tokens("D", 60),
+            ],
+        ),
+        case(
+            "provider window: OpenAI's reset is a refill: what is left grows back toward the limit",
+            vec![
+                // 0 of 10 left, full again in 1 s: one request back every 100 ms.
+                refilling(Some((0, 1_000, 10)), None, 0),
+                denied_window("A", 0, 100),
+                Step::Advance { ms: 100 },
+                granted("A", 1, Normal, 10),
+                finish("A", Success),
+                denied_window("B", 0, 100),
+                // Half a second later, half the bucket is back: 5 may go at once, not 0.
+                Step::Advance { ms: 500 },
+                granted("B", 1, Normal, 10),
+                granted("C", 1, Normal, 10),
+                granted("D", 1, Normal, 10),
+                granted("E", 1, Normal, 10),
+                granted("F", 1, Normal, 10),
+                denied_window("G", 0, 100),
+            ],
+        ),
+        case(
+            "provider window: a refilled tokens bucket grows back too; an older answer never raises it",
+            vec![
+                // 100 of 1,000 tokens left, full in 900 ms: one token a millisecond.
+                refilling(None, Some((100, 900, 1_000)), 0),
+                with_tokens("A", 100),
+                denied_window("B", 50, 50),
+                // A late answer saying more is left changes nothing.
+                refilling(None, Some((600, 400, 1_000)), 0),
+                denied_window("B", 50, 50),
+                Step::Advance { ms: 50 },
+                with_tokens("B", 50),
+                // A fixed end is kept as it is (Anthropic): nothing grows back before it.
+                window(None, Some((0, 300)), 0),
+                Step::Advance { ms: 200 },
+                denied_window("C", 1, 100),
             ],
         ),
         SpecCase {
