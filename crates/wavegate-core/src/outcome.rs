@@ -6,6 +6,7 @@
 //! |---|---|---|---|
 //! | 2xx | success | success | — |
 //! | 429, 529, 503 with `Retry-After` | by [kind](RateLimitKind): capacity, overload, unknown cut + cooldown; a rate window pauses the fleet until its reset | never counted | through a new permit (a spent quota: never) |
+//! | 402 (Payment Required) | a spent quota, whatever the body says | never counted | never |
 //! | 502, 503, 504, connect, reset, timeout | — | failure | with backoff, inside the retry budget |
 //! | other 5xx | — | failure | no |
 //! | other 4xx | — | ignored | never |
@@ -159,6 +160,10 @@ impl Outcome {
         match status {
             200..=299 => Outcome::Success { status, signals },
             429 | 529 => refused(status),
+            // Payment Required: the account's quota is spent, whatever the body says (DESIGN:
+            // "a spent quota (402 and the providers' quota codes)"), never a plain client error
+            // that the next caller sends again.
+            402 => Outcome::RateLimited { status, retry_after, kind: RateLimitKind::QuotaExhausted, signals },
             503 if retry_after.is_some() => refused(status),
             502..=504 => {
                 Outcome::Transient { kind: Transient::Status(status), retry_after, unreadable: signals.unreadable }
@@ -427,6 +432,24 @@ mod tests {
         let overloaded = Outcome::from_status(529, None, now).with_error_code("insufficient_quota");
         assert_eq!(overloaded.rate_limit_kind(), Some(RateLimitKind::Overloaded));
         assert_eq!(Outcome::success(200).with_error_code("insufficient_quota"), Outcome::success(200));
+    }
+
+    #[test]
+    fn a_402_is_a_spent_quota_with_or_without_its_code() {
+        // Found by the drawn nemesis (seed 1): a 402 was a plain client error, so every
+        // caller of every process sent its call again into the spent quota.
+        let now = SystemTime::now();
+        for outcome in [
+            Outcome::from_status(402, None, now),
+            Outcome::from_status(402, Some("30"), now).with_error_code("insufficient_quota"),
+            Outcome::from_status(402, None, now).with_error_code("rate_limit_exceeded"),
+        ] {
+            assert_eq!(outcome.rate_limit_kind(), Some(RateLimitKind::QuotaExhausted), "{outcome:?}");
+            assert!(!outcome.is_retryable());
+            assert_eq!(outcome.wave_signal(), WaveSignal::Neutral, "a spent quota cuts nothing");
+            assert_eq!(outcome.breaker_result(), CallResult::Ignored, "nor opens the breaker");
+            assert_eq!(outcome.status(), Some(402));
+        }
     }
 
     #[test]
