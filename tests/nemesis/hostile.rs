@@ -44,8 +44,11 @@ pub(crate) fn hook(seed: u64, style: HeaderStyle, hostility: f64, skew_ms: i64, 
                 }
             }
         }
-        if rng.random_bool(hostility) {
-            let kind = if answer.status == 429 && !answer.body.contains("insufficient_quota") {
+        // A rate window's 429 is rare (the fleet waits for the window it announces): half of
+        // them are made hostile, so each run sees a few absurd `Retry-After`s.
+        let rate_429 = answer.status == 429 && !answer.body.contains("insufficient_quota");
+        if rng.random_bool(if rate_429 { 0.5 } else { hostility }) {
+            let kind = if rate_429 {
                 let values = [
                     ("retry-after huge", "86400".to_string()),
                     ("retry-after overflow", "99999999999999999999".to_string()),
