@@ -24,30 +24,42 @@
 //! stricter than the truth (the run must then report every invariant broken: a check that
 //! cannot fail checks nothing). This binary is its own worker (run with
 //! `WAVEGATE_NEMESIS_ROLE=worker`). `harness = false`: it prints `N passed, M failed` itself.
+//!
+//! The second scenario, `nemesis_drawn` (`nemesis/drawn.rs`), draws the configuration and a
+//! hostile provider from each seed as well; both share the workers, timelines and faults of
+//! `nemesis/fleet.rs`.
 
 use std::collections::{BTreeMap, HashSet};
-use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::{Arc, Mutex, mpsc};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use wavegate::{Mode, Scheduler, UpstreamConfig};
-use wavegate_testkit::{Fault, FaultProxy, MockUpstream, MockUpstreamConfig, RedisServer};
+use wavegate_testkit::{FaultProxy, MockUpstream, MockUpstreamConfig, RedisServer};
 
+#[path = "nemesis/checks.rs"]
+mod checks;
 mod common;
+#[path = "nemesis/draw.rs"]
+mod draw;
+#[path = "nemesis/drawn.rs"]
+mod drawn;
+#[path = "nemesis/fleet.rs"]
+mod fleet;
+#[path = "nemesis/hostile.rs"]
+mod hostile;
+#[path = "nemesis/worker.rs"]
+mod worker;
 use common::{call_mock, env, field};
+use fleet::{FaultKind, Life, ROLE, Worker, report_mode_changes, serve_commands, store_fault, unix_ms};
 
-const ROLE: &str = "WAVEGATE_NEMESIS_ROLE";
 const PROCESSES: usize = 4;
 const CALLERS: usize = 25;
 const LIMIT: usize = 10;
 /// How long each call takes at the mock.
 const SERVICE: Duration = Duration::from_millis(100);
-/// A change of mode within this of a moment makes it a switching moment.
-const SWITCH_WINDOW_MS: u64 = 300;
 /// Faults begin after the first throughput window and end this long before the last one.
 const BASELINE: (u64, u64) = (1_000, 6_000);
 const QUIET_BEFORE_END_MS: u64 = 11_000;
@@ -56,126 +68,12 @@ const DEFAULT_LEASE_MS: u64 = 3_000;
 const FIXED_TTL: Duration = Duration::from_secs(660);
 
 fn main() {
-    if std::env::var(ROLE).is_ok() {
-        worker_main();
-        return;
+    match std::env::var(ROLE).as_deref() {
+        Ok("drawn") => return worker::worker_main(),
+        Ok(_) => return worker_main(),
+        Err(_) => {}
     }
-    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
-    if !filter.is_empty() && !filter.iter().any(|f| "nemesis".contains(f.as_str())) {
-        println!("0 passed, 0 failed");
-        return;
-    }
-    let started = Instant::now();
-    match std::panic::catch_unwind(nemesis) {
-        Ok(()) => println!("test nemesis ... ok ({:.1} s)\n1 passed, 0 failed", started.elapsed().as_secs_f64()),
-        Err(_) => {
-            println!("test nemesis ... FAILED\n0 passed, 1 failed");
-            std::process::exit(1);
-        }
-    }
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
-
-// ------------------------------------------------------------------------------------------
-// The orchestrator's side.
-
-/// One life of a worker process: its mode timeline, as it printed it.
-#[derive(Debug, Default)]
-struct Life {
-    spawned_ms: u64,
-    killed_ms: Option<u64>,
-    /// (unix ms, mode, fallback share) at each change of mode.
-    modes: Vec<(u64, Mode, usize)>,
-}
-
-impl Life {
-    /// Whether its calls can be at the mock at `t`: from its start until the calls it had
-    /// running when it was killed have ended there (the mock finishes them anyway).
-    fn alive_at(&self, t: u64) -> bool {
-        let outlive = SERVICE.as_millis() as u64 + 100;
-        self.spawned_ms <= t && self.killed_ms.is_none_or(|k| t < k + outlive)
-    }
-
-    /// The mode at `t` (shared before the first report: a process starts in shared mode).
-    fn mode_at(&self, t: u64) -> (Mode, usize) {
-        self.modes.iter().take_while(|(at, ..)| *at <= t).last().map_or((Mode::Shared, 0), |(_, m, s)| (*m, *s))
-    }
-}
-
-/// A running worker; killed on drop.
-struct Worker {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: mpsc::Receiver<String>,
-    life: Arc<Mutex<Life>>,
-}
-
-impl Worker {
-    fn spawn(envs: &[(&str, String)]) -> Worker {
-        let mut command = Command::new(std::env::current_exe().expect("own path"));
-        command.env(ROLE, "worker").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
-        for (key, value) in envs {
-            command.env(key, value);
-        }
-        let spawned_ms = unix_ms();
-        let mut child = command.spawn().expect("spawn worker");
-        let life = Arc::new(Mutex::new(Life { spawned_ms, ..Life::default() }));
-        let stdout = child.stdout.take().expect("piped stdout");
-        let stdin = child.stdin.take();
-        let (tx, lines) = mpsc::channel();
-        let timeline = life.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(rest) = line.strip_prefix("MODE ") {
-                    let parts: Vec<&str> = rest.split_whitespace().collect();
-                    let mode = match parts.first() {
-                        Some(&"fallback") => Mode::Fallback,
-                        _ => Mode::Shared,
-                    };
-                    let at = parts.get(1).and_then(|v| v.parse().ok()).unwrap_or_else(unix_ms);
-                    let share = parts.get(2).and_then(|v| v.parse().ok()).unwrap_or(0);
-                    timeline.lock().expect("timeline").modes.push((at, mode, share));
-                } else if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Worker { child, stdin, lines, life }
-    }
-
-    fn expect_line(&self, prefix: &str, timeout: Duration) -> String {
-        common::expect_line(&self.lines, self.child.id(), prefix, timeout)
-    }
-
-    fn send(&mut self, command: &str) {
-        let stdin = self.stdin.as_mut().expect("worker stdin");
-        writeln!(stdin, "{command}").and_then(|()| stdin.flush()).expect("write to worker");
-    }
-
-    fn mode(&self) -> Mode {
-        self.life.lock().expect("timeline").mode_at(u64::MAX).0
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        drop(self.stdin.take());
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-#[derive(Debug, Clone, Copy)]
-enum FaultKind {
-    RedisKillRestart,
-    RedisStop,
-    ClientPause,
-    ScriptFlush,
-    BlackHole,
-    WorkerKill,
+    common::run_scenarios(&[("nemesis", nemesis), ("nemesis_drawn", drawn::run)]);
 }
 
 fn nemesis() {
@@ -226,7 +124,7 @@ fn nemesis() {
             ("CLASSES", u8::from(classes).to_string()),
         ]
     };
-    let mut workers: Vec<Worker> = proxies.iter().map(|p| Worker::spawn(&env_for(p))).collect();
+    let mut workers: Vec<Worker> = proxies.iter().map(|p| Worker::spawn("worker", &env_for(p))).collect();
     let mut lives: Vec<Arc<Mutex<Life>>> = workers.iter().map(|w| w.life.clone()).collect();
     let mut killed_pids: Vec<(u32, u64)> = Vec::new();
 
@@ -260,49 +158,16 @@ fn nemesis() {
         }
         let t = (unix_ms() - start_ms) as f64 / 1e3;
         match kind {
-            FaultKind::RedisKillRestart => {
-                redis.kill().expect("kill -9 redis");
-                let down = rng.random_range(300..1_500);
-                std::thread::sleep(Duration::from_millis(down));
-                redis.restart().expect("restart redis, empty");
-                log.push(format!("{t:.1}s kill -9 redis, empty restart after {down} ms"));
-            }
-            FaultKind::RedisStop => {
-                let stopped = rng.random_range(1_000..3_000);
-                redis.pause().expect("SIGSTOP");
-                std::thread::sleep(Duration::from_millis(stopped));
-                redis.resume().expect("SIGCONT");
-                log.push(format!("{t:.1}s SIGSTOP redis for {stopped} ms"));
-            }
-            FaultKind::ClientPause => {
-                let mut con = redis.connection().expect("connection");
-                redis::cmd("CLIENT").arg("PAUSE").arg(2_000).arg("ALL").exec(&mut con).expect("CLIENT PAUSE");
-                std::thread::sleep(Duration::from_millis(2_000));
-                log.push(format!("{t:.1}s CLIENT PAUSE 2000 ALL"));
-            }
-            FaultKind::ScriptFlush => {
-                redis.flush_scripts().expect("SCRIPT FLUSH");
-                log.push(format!("{t:.1}s SCRIPT FLUSH"));
-            }
-            FaultKind::BlackHole => {
-                let i = rng.random_range(0..PROCESSES);
-                proxies[i].set_fault(Fault::BlackHole);
-                std::thread::sleep(Duration::from_millis(2_000));
-                proxies[i].set_fault(Fault::None);
-                log.push(format!("{t:.1}s black hole between worker {i} and redis for 2 s"));
-            }
             FaultKind::WorkerKill => {
                 let i = rng.random_range(0..PROCESSES);
                 let pid = workers[i].child.id();
-                workers[i].child.kill().expect("kill -9 worker");
-                let killed = unix_ms();
-                let _ = workers[i].child.wait();
-                workers[i].life.lock().expect("timeline").killed_ms = Some(killed);
+                let killed = workers[i].kill();
                 killed_pids.push((pid, killed));
-                workers[i] = Worker::spawn(&env_for(&proxies[i]));
+                workers[i] = Worker::spawn("worker", &env_for(&proxies[i]));
                 lives.push(workers[i].life.clone());
                 log.push(format!("{t:.1}s kill -9 of worker {i} (pid {pid}), respawned"));
             }
+            _ => log.push(format!("{t:.1}s {}", store_fault(kind, &mut rng, &mut redis, &proxies))),
         }
     }
     for line in &log {
@@ -394,75 +259,26 @@ fn nemesis() {
     let to_ms = |i: Instant| base_ms + i.duration_since(base_instant).as_millis() as u64;
     let spans: Vec<(u64, u64)> = mock.spans().into_iter().map(|(a, b)| (to_ms(a), to_ms(b))).collect();
     let lives: Vec<std::sync::MutexGuard<'_, Life>> = lives.iter().map(|l| l.lock().expect("timeline")).collect();
+    let outlive = SERVICE.as_millis() as u64 + 100;
+    let peaks = fleet::concurrency(&spans, &lives, LIMIT, notch, start_ms, fleet::SWITCH_WINDOW_MS, outlive);
+    let (max_shared, max_fallback, max_mixed, max_switching) =
+        (peaks.shared, peaks.fallback, peaks.partial, peaks.switching);
+    let (violations, shares_over, switches) = (peaks.violations, peaks.shares_over, peaks.switches);
     let mut starts: Vec<u64> = spans.iter().map(|s| s.0).collect();
-    let mut ends: Vec<u64> = spans.iter().map(|s| s.1).collect();
     starts.sort_unstable();
-    ends.sort_unstable();
-    let changes: Vec<u64> = lives.iter().flat_map(|l| l.modes.iter().skip(1).map(|m| m.0)).collect();
-    let (mut max_shared, mut max_fallback, mut max_mixed, mut max_switching) = (0, 0, 0, 0);
-    let mut violations = Vec::new();
-    let mut shares_over = Vec::new();
-    let mut j = 0;
-    for (i, &t) in starts.iter().enumerate() {
-        while j < ends.len() && ends[j] <= t {
-            j += 1;
-        }
-        let in_flight = i + 1 - j;
-        let live: Vec<&std::sync::MutexGuard<'_, Life>> = lives.iter().filter(|l| l.alive_at(t)).collect();
-        let modes: Vec<(Mode, usize)> = live.iter().map(|l| l.mode_at(t)).collect();
-        let switching = changes.iter().any(|c| c.abs_diff(t) <= SWITCH_WINDOW_MS);
-        let fallback_shares: usize = modes.iter().filter(|m| m.0 == Mode::Fallback).map(|m| m.1).sum();
-        let all_fallback = modes.iter().all(|m| m.0 == Mode::Fallback);
-        let (kind, bound) = if switching {
-            let window: usize = live
-                .iter()
-                .map(|l| {
-                    l.modes
-                        .iter()
-                        .filter(|m| m.1 == Mode::Fallback && m.0 <= t + SWITCH_WINDOW_MS)
-                        .filter(|m| {
-                            // in fallback at some moment of the window
-                            let left = l.modes.iter().find(|n| n.0 > m.0).map_or(u64::MAX, |n| n.0);
-                            left.saturating_add(SWITCH_WINDOW_MS) >= t
-                        })
-                        .map(|m| m.2)
-                        .max()
-                        .unwrap_or(0)
-                })
-                .sum();
-            max_switching = max_switching.max(in_flight);
-            ("switching", LIMIT + window - notch)
-        } else if fallback_shares == 0 {
-            max_shared = max_shared.max(in_flight);
-            ("shared", LIMIT - notch)
-        } else if all_fallback {
-            max_fallback = max_fallback.max(in_flight);
-            if fallback_shares + notch * LIMIT > LIMIT {
-                shares_over.push(format!("at +{} ms: shares sum to {fallback_shares}", t.saturating_sub(start_ms)));
-            }
-            ("fallback", fallback_shares - notch)
-        } else {
-            max_mixed = max_mixed.max(in_flight);
-            ("partial", LIMIT + fallback_shares - notch)
-        };
-        if in_flight > bound {
-            violations
-                .push(format!("{in_flight} at once ({kind}, bound {bound}) at +{} ms", t.saturating_sub(start_ms)));
-        }
-    }
     let rate = |from: u64, to: u64| {
         starts.iter().filter(|t| (from..to).contains(*t)).count() as f64 * 1e3 / (to - from) as f64
     };
     let first = rate(start_ms + BASELINE.0, start_ms + BASELINE.1);
     let last = rate(end_ms - 5_000, end_ms);
-    let switches = changes.len();
     println!(
         "      calls: submitted {submitted}, ok {ok}, typed errors {errors} {codes:?}, lost {}",
         submitted - ok - errors
     );
     println!(
         "      most at once at the mock (limit {LIMIT}): shared {max_shared}, all in fallback {max_fallback}, \
-         partial {max_mixed}, within {SWITCH_WINDOW_MS} ms of one of the {switches} changes of mode {max_switching}"
+         partial {max_mixed}, within {} ms of one of the {switches} changes of mode {max_switching}",
+        fleet::SWITCH_WINDOW_MS
     );
     println!("      throughput: first 5 s {first:.0} calls/s, last 5 s {last:.0} calls/s");
     println!(
@@ -565,69 +381,5 @@ fn worker_main() {
             .unwrap_or(usize::MAX);
         println!("RESULT submitted={submitted} ok={ok} err={err} held={held} {}", codes.join(" "));
         serve_commands(scheduler).await;
-    });
-}
-
-/// Answers the orchestrator's commands on stdin until it closes it.
-async fn serve_commands(scheduler: Scheduler) {
-    let mock = scheduler.upstream("mock").expect("configured");
-    let (tx, mut commands) = tokio::sync::mpsc::unbounded_channel();
-    std::thread::spawn(move || {
-        for line in std::io::stdin().lock().lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut holding = None;
-    while let Some(command) = commands.recv().await {
-        let mut words = command.split_whitespace();
-        match words.next() {
-            Some("hold") => match tokio::time::timeout(Duration::from_secs(5), mock.request().acquire()).await {
-                Ok(Ok(permit)) => {
-                    println!("HOLDING {}", permit.id());
-                    holding = Some(permit);
-                }
-                _ => println!("HOLDING none"),
-            },
-            Some("release") => {
-                if let Some(permit) = holding.take() {
-                    permit.succeeded();
-                }
-                println!("RELEASED");
-            }
-            Some("capacity") => {
-                let n: usize = words.next().and_then(|n| n.parse().ok()).unwrap_or(1);
-                let started = Instant::now();
-                let asks = (0..n).map(|_| tokio::time::timeout(Duration::from_secs(3), mock.request().acquire()));
-                let answers = futures_util::future::join_all(asks).await;
-                let permits: Vec<_> = answers.into_iter().filter_map(|a| a.ok().and_then(Result::ok)).collect();
-                println!("CAPACITY got={} in_ms={}", permits.len(), started.elapsed().as_millis());
-                drop(permits);
-            }
-            _ => {}
-        }
-    }
-}
-
-/// Prints `MODE <mode> <unix ms> <fallback share>` at every change of the scheduler's mode.
-fn report_mode_changes(scheduler: Scheduler) {
-    actix::spawn(async move {
-        let mut last = None;
-        loop {
-            let Ok(mode) = scheduler.mode().await else { return };
-            if last != Some(mode) {
-                let at = unix_ms();
-                let share = match mode {
-                    Mode::Fallback => {
-                        scheduler.upstream("mock").expect("configured").status().await.map(|s| s.limit).unwrap_or(0)
-                    }
-                    _ => 0,
-                };
-                println!("MODE {mode} {at} {share}");
-                last = Some(mode);
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
     });
 }

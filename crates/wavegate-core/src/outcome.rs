@@ -162,7 +162,11 @@ impl Outcome {
         };
         match status {
             200..=299 => Outcome::Success { status, signals },
-            429 | 529 | 402 => refused(status),
+            429 | 529 => refused(status),
+            // Payment Required: the account's quota is spent, whatever the body says (DESIGN:
+            // "a spent quota (402 and the providers' quota codes)"), never a plain client error
+            // that the next caller sends again.
+            402 => Outcome::RateLimited { status, retry_after, kind: RateLimitKind::QuotaExhausted, signals },
             503 if retry_after.is_some() => refused(status),
             400..=499 if error_code.is_some_and(RateLimitKind::is_quota_code) => refused(status),
             500 | 502..=504 => {
@@ -480,12 +484,28 @@ mod tests {
         // Other client errors stay client errors, whatever else their body says.
         let invalid = Outcome::from_status(400, None, now).with_error_code("invalid_request_error");
         assert_eq!(invalid, Outcome::ClientError { status: 400 });
-        // Headers that name a spent window with a reset still win over the wording.
+        // On a 429, headers that name a spent window with a reset still win over the wording.
         let headers = [("x-ratelimit-remaining-requests", "0"), ("x-ratelimit-reset-requests", "20s")];
         let signals = ProviderSignals::from_headers(headers.iter().map(|(n, v)| (*n, v.as_bytes())), now);
-        for status in [429, 402] {
-            let outcome = Outcome::from_signals(status, Some("project_spend_limit_exceeded"), signals);
-            assert_eq!(outcome.rate_limit_kind(), Some(RateLimitKind::RateWindow), "{status}");
+        let outcome = Outcome::from_signals(429, Some("project_spend_limit_exceeded"), signals);
+        assert_eq!(outcome.rate_limit_kind(), Some(RateLimitKind::RateWindow));
+    }
+
+    #[test]
+    fn a_402_is_a_spent_quota_with_or_without_its_code() {
+        // Found by the drawn nemesis (seed 1): a 402 was a plain client error, so every
+        // caller of every process sent its call again into the spent quota.
+        let now = SystemTime::now();
+        for outcome in [
+            Outcome::from_status(402, None, now),
+            Outcome::from_status(402, Some("30"), now).with_error_code("insufficient_quota"),
+            Outcome::from_status(402, None, now).with_error_code("rate_limit_exceeded"),
+        ] {
+            assert_eq!(outcome.rate_limit_kind(), Some(RateLimitKind::QuotaExhausted), "{outcome:?}");
+            assert!(!outcome.is_retryable());
+            assert_eq!(outcome.wave_signal(), WaveSignal::Neutral, "a spent quota cuts nothing");
+            assert_eq!(outcome.breaker_result(), CallResult::Ignored, "nor opens the breaker");
+            assert_eq!(outcome.status(), Some(402));
         }
     }
 

@@ -6,6 +6,10 @@
 //! headers (see [`provider_limits`](crate::ProviderLimits)). A call reserves the tokens named
 //! in its path's query (`GET /anything?tokens=250`; none: 0). A refused call is answered at
 //! once with 429, `retry-after` and the provider's error body, and costs nothing.
+//!
+//! A [`Hook`] ([`MockProvider::set_hook`]) may rewrite any answer before it is sent (a hostile
+//! provider: absurd `Retry-After`s, a skewed clock, a 402), and [`MockProvider::spans`] gives
+//! every call's arrival, end, status and path, for a referee that counts what ran at once.
 
 use std::io;
 use std::net::SocketAddr;
@@ -19,12 +23,35 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 
 use crate::mock_upstream::read_request_head;
-use crate::provider_limits::{ProviderLimits, WindowCounter};
+use crate::provider_limits::{Answer, ProviderLimits, WindowCounter};
 
-#[derive(Debug)]
+/// Rewrites an answer before it is sent: given the answer and the request's path. Its status,
+/// headers and body go out as it leaves them (a 200 still takes the service time).
+pub type Hook = Arc<dyn Fn(&mut Answer, &str) + Send + Sync>;
+
 struct State {
     limits: ProviderLimits,
     windows: WindowCounter,
+    hook: Option<Hook>,
+}
+
+impl std::fmt::Debug for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("State").field("limits", &self.limits).field("hook", &self.hook.is_some()).finish()
+    }
+}
+
+/// One call as the mock saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderCall {
+    /// When its head was read.
+    pub arrived: Instant,
+    /// When its answer was written (or the write failed).
+    pub ended: Instant,
+    /// The status answered.
+    pub status: u16,
+    /// The request's path, query included.
+    pub path: String,
 }
 
 #[derive(Debug, Default)]
@@ -33,8 +60,8 @@ struct Counters {
     rate_limited: AtomicU64,
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
-    /// Arrival time and status of every call, in order of answer.
-    calls: Mutex<Vec<(Instant, u16)>>,
+    /// Every call, in order of answer.
+    calls: Mutex<Vec<ProviderCall>>,
 }
 
 /// A running mock provider; stops on drop.
@@ -53,7 +80,7 @@ impl MockProvider {
         let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
-        let state = Arc::new(Mutex::new(State { limits, windows: WindowCounter::default() }));
+        let state = Arc::new(Mutex::new(State { limits, windows: WindowCounter::default(), hook: None }));
         let counters = Arc::new(Counters::default());
         let (shutdown, stopped) = oneshot::channel();
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -89,6 +116,16 @@ impl MockProvider {
         self.state.lock().unwrap_or_else(PoisonError::into_inner).limits = limits;
     }
 
+    /// Rewrites every answer from the next call on with `hook` (`None`: answers as counted).
+    pub fn set_hook(&self, hook: Option<Hook>) {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).hook = hook;
+    }
+
+    /// Every call's arrival, end, status and path, in order of answer.
+    pub fn spans(&self) -> Vec<ProviderCall> {
+        self.counters.calls.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
     /// Calls answered 200.
     pub fn served(&self) -> u64 {
         self.counters.served.load(Ordering::SeqCst)
@@ -106,7 +143,8 @@ impl MockProvider {
 
     /// Every call's arrival and status, in order of answer.
     pub fn calls(&self) -> Vec<(Instant, u16)> {
-        self.counters.calls.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        let calls = self.counters.calls.lock().unwrap_or_else(PoisonError::into_inner);
+        calls.iter().map(|c| (c.arrived, c.status)).collect()
     }
 }
 
@@ -132,6 +170,12 @@ pub(crate) fn tokens_asked(head: &[u8]) -> u64 {
         .unwrap_or(0)
 }
 
+/// The path of a request line (`GET /v1?x=1 HTTP/1.1`: `/v1?x=1`), else empty.
+fn request_path(head: &[u8]) -> String {
+    let line = head.split(|b| *b == b'\r').next().unwrap_or_default();
+    String::from_utf8_lossy(line).split_whitespace().nth(1).unwrap_or_default().to_string()
+}
+
 async fn answer(
     mut stream: TcpStream,
     state: &Mutex<State>,
@@ -142,18 +186,28 @@ async fn answer(
     let arrived = Instant::now();
     let now = counters.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
     counters.max_in_flight.fetch_max(now, Ordering::SeqCst);
-    let reply = {
+    let path = request_path(&head);
+    let (reply, hook) = {
         let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
         let limits = state.limits;
-        state.windows.answer(&limits, arrived, tokens_asked(&head))
+        (state.windows.answer(&limits, arrived, tokens_asked(&head)), state.hook.clone())
     };
+    let mut reply = reply;
+    if let Some(hook) = hook {
+        hook(&mut reply, &path);
+    }
     if reply.status == 200 {
         tokio::time::sleep(service_time).await;
         counters.served.fetch_add(1, Ordering::SeqCst);
     } else {
         counters.rate_limited.fetch_add(1, Ordering::SeqCst);
     }
-    let reason = if reply.status == 200 { "OK" } else { "Too Many Requests" };
+    let reason = match reply.status {
+        200 => "OK",
+        402 => "Payment Required",
+        429 => "Too Many Requests",
+        _ => "Error",
+    };
     let mut text = format!("HTTP/1.1 {} {reason}\r\n", reply.status);
     for (name, value) in &reply.headers {
         text.push_str(&format!("{name}: {value}\r\n"));
@@ -161,7 +215,8 @@ async fn answer(
     text.push_str(&format!("Content-Length: {}\r\nConnection: close\r\n\r\n{}", reply.body.len(), reply.body));
     let written = stream.write_all(text.as_bytes()).await;
     counters.in_flight.fetch_sub(1, Ordering::SeqCst);
-    counters.calls.lock().unwrap_or_else(PoisonError::into_inner).push((arrived, reply.status));
+    let call = ProviderCall { arrived, ended: Instant::now(), status: reply.status, path };
+    counters.calls.lock().unwrap_or_else(PoisonError::into_inner).push(call);
     written?;
     stream.shutdown().await
 }

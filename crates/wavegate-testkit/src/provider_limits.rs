@@ -198,8 +198,19 @@ fn go_duration(d: Duration) -> String {
     if minutes > 0 { format!("{minutes}m{seconds}s") } else { format!("{seconds}s") }
 }
 
-/// An RFC 3339 date-time in whole seconds, rounded up, UTC.
-fn rfc3339_ceil(at: SystemTime) -> String {
+/// An HTTP-date (IMF-fixdate, `Sun, 06 Nov 1994 08:49:37 GMT`) in whole seconds, rounded
+/// down, as a `Retry-After` may carry it.
+pub fn http_date(at: SystemTime) -> String {
+    let secs = at.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs();
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    let (y, m, d) = civil_from_days(days);
+    let weekday = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][days.rem_euclid(7) as usize];
+    let month = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"][(m - 1) as usize];
+    format!("{weekday}, {d:02} {month} {y:04} {:02}:{:02}:{:02} GMT", rem / 3600, rem / 60 % 60, rem % 60)
+}
+
+/// An RFC 3339 date-time in whole seconds, rounded up, UTC (Anthropic's resets).
+pub fn rfc3339_ceil(at: SystemTime) -> String {
     let since = at.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
     let secs = since.as_secs() + u64::from(since.subsec_nanos() > 0);
     let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
@@ -295,5 +306,9 @@ mod tests {
         assert_eq!(go_duration(Duration::from_millis(61_500)), "1m1.5s");
         let at = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_001);
         assert_eq!(rfc3339_ceil(at), "2023-11-14T22:13:21Z");
+        assert_eq!(
+            http_date(SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_777)),
+            "Sun, 06 Nov 1994 08:49:37 GMT"
+        );
     }
 }

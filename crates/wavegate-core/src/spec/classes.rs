@@ -321,6 +321,8 @@ pub(super) fn cases() -> Vec<SpecCase> {
                         tokens_each: 0,
                         learned_requests: Some((2, 200)),
                         learned_tokens: None,
+                        refills_requests: None,
+                        refills_tokens: None,
                     },
                     // Batch's share is half of that: bursts of 1 (half the configured would be 2).
                     granted("alpha", vec![ask("b1", "batch", 2)], "b1", 4),
