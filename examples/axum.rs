@@ -71,6 +71,7 @@ pub(crate) async fn main() -> Result<(), Box<dyn std::error::Error>> {
         capacity: Some(4),
         service_time: Duration::from_millis(20),
         retry_after: "0".to_string(),
+        ..MockUpstreamConfig::default()
     })?;
     // Built once per process, outside any per-worker factory, and shared through the state.
     let scheduler = Scheduler::builder()

@@ -21,6 +21,7 @@ pub(crate) async fn main() -> Result<(), Box<dyn std::error::Error>> {
         capacity: Some(4),
         service_time: Duration::from_millis(20),
         retry_after: "0".to_string(),
+        ..MockUpstreamConfig::default()
     })?;
     // No actix system here: the scheduler starts its actors on a thread of its own.
     let scheduler = Scheduler::builder()

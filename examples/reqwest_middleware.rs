@@ -23,6 +23,7 @@ pub(crate) async fn main() -> Result<(), Box<dyn std::error::Error>> {
         capacity: Some(4),
         service_time: Duration::from_millis(20),
         retry_after: "0".to_string(),
+        ..MockUpstreamConfig::default()
     })?;
     let scheduler = Scheduler::builder()
         .upstream(UpstreamConfig::builder("llm").limit(6).max_wait(Duration::from_secs(10)).build()?)

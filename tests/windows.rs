@@ -26,13 +26,6 @@ fn rate_window_429(retry_after: &str) -> Outcome {
     Outcome::from_status(429, Some(retry_after), SystemTime::now()).with_error_code("rate_limit_exceeded")
 }
 
-/// A 200 saying, as OpenAI does, that `remaining` requests are left until `reset`.
-fn ok_with_requests_left(remaining: &str, reset: &str) -> Outcome {
-    let headers =
-        [("x-ratelimit-remaining-requests", remaining.as_bytes()), ("x-ratelimit-reset-requests", reset.as_bytes())];
-    Outcome::from_signals(200, None, ProviderSignals::from_headers(headers, SystemTime::now()))
-}
-
 /// Asks `s` for a permit with a short timeout: refused while a window runs, with the hint.
 async fn refused_with_hint(s: &Scheduler) -> Duration {
     let llm = s.upstream("llm").expect("configured");
@@ -114,6 +107,15 @@ mod fleet {
     use wavegate_testkit::RedisServer;
 
     use super::*;
+
+    /// A 200 saying, as OpenAI does, that `remaining` requests are left until `reset`.
+    fn ok_with_requests_left(remaining: &str, reset: &str) -> Outcome {
+        let headers = [
+            ("x-ratelimit-remaining-requests", remaining.as_bytes()),
+            ("x-ratelimit-reset-requests", reset.as_bytes()),
+        ];
+        Outcome::from_signals(200, None, ProviderSignals::from_headers(headers, SystemTime::now()))
+    }
 
     /// The store's end of the requests window of `llm`, in ms from the store's now.
     fn window_left_ms(redis: &RedisServer) -> Option<i64> {
