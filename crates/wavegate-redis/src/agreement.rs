@@ -404,6 +404,9 @@ fn disagreement(
 
 /// Runs `cases` random scenarios on both twins with the scripts' text passed through
 /// `mutate`; the first disagreement, if any.
+/// How many rounds of random scenarios a mutant gets before it counts as not caught.
+const MUTANT_ROUNDS: usize = 6;
+
 fn first_disagreement(
     server: &RedisServer,
     store: &Store,
@@ -484,9 +487,10 @@ fn one_line_mutants_of_the_scripts_make_the_twins_disagree() {
         let found: Vec<usize> = sources.iter().map(|s| s.matches(original).count()).collect();
         assert!(found.contains(&1) && found.iter().all(|n| *n <= 1), "the mutant's original line: {original}");
         let mutate = |s: &str| s.replacen(original, mutant, 1);
-        assert!(
-            first_disagreement(&server, &store, &mutate, 300).is_some(),
-            "the mutant `{original}` -> `{mutant}` was not caught"
-        );
+        // Fresh random scenarios each round until one tells the mutant apart: a mutant that
+        // only rare scenarios reach (a class's settlement, a tie on the waiting list) was missed
+        // by one round of 300 in some runs. A caught mutant costs one round at most.
+        let caught = (0..MUTANT_ROUNDS).any(|_| first_disagreement(&server, &store, &mutate, 300).is_some());
+        assert!(caught, "the mutant `{original}` -> `{mutant}` was not caught in {MUTANT_ROUNDS} rounds of 300");
     }
 }
