@@ -16,7 +16,7 @@ use wavegate::{Mode, Scheduler, UpstreamConfig, WaveState};
 use wavegate_testkit::{MockUpstream, MockUpstreamConfig, RedisServer};
 
 mod common;
-use common::{Worker, call_mock, env, field, run_scenarios, wait_for_mode};
+use common::{Worker, call_mock, call_until, env, field, run_scenarios, wait_for_mode};
 
 const ROLE: &str = "WAVEGATE_RECLAIM_ROLE";
 const PERMITS: &str = "wavegate:{mock}:permits";
@@ -243,31 +243,7 @@ fn worker_main() {
         let handle = scheduler.upstream("mock").expect("configured");
         let callers: usize = env("CALLERS").parse().expect("CALLERS");
         let until = Instant::now() + Duration::from_millis(env("DURATION_MS").parse().expect("DURATION_MS"));
-        let tasks: Vec<_> = (0..callers)
-            .map(|_| {
-                let handle = handle.clone();
-                actix::spawn(async move {
-                    let (mut ok, mut err, mut first_error) = (0u64, 0u64, None);
-                    while Instant::now() < until {
-                        match handle.request().call(move |_| call_mock(mock)).await {
-                            Ok(()) => ok += 1,
-                            Err(error) => {
-                                err += 1;
-                                first_error.get_or_insert(error.to_string());
-                            }
-                        }
-                    }
-                    (ok, err, first_error)
-                })
-            })
-            .collect();
-        let (mut ok, mut err, mut first_error) = (0, 0, None);
-        for task in tasks {
-            let (o, e, f) = task.await.expect("caller task");
-            ok += o;
-            err += e;
-            first_error = first_error.or(f);
-        }
+        let (ok, err, first_error) = call_until(&handle, mock, callers, until).await;
         println!("RESULT ok={ok} err={err} first_error={first_error:?}");
     });
 }

@@ -18,7 +18,7 @@ use wavegate::{Scheduler, UpstreamConfig};
 use wavegate_testkit::{MockUpstream, MockUpstreamConfig, SentinelGroup};
 
 mod common;
-use common::{Worker, call_mock, env, field, run_scenarios};
+use common::{Worker, call_until, env, field, run_scenarios};
 
 const ROLE: &str = "WAVEGATE_SENTINEL_ROLE";
 const PROCESSES: usize = 4;
@@ -309,30 +309,8 @@ fn worker_main() {
         }
         let callers: usize = env("CALLERS").parse().expect("CALLERS");
         let until = Instant::now() + Duration::from_millis(env("DURATION_MS").parse().expect("DURATION_MS"));
-        let mut tasks = Vec::new();
-        for _ in 0..callers {
-            let upstream = scheduler.upstream("mock").expect("configured");
-            tasks.push(actix::spawn(async move {
-                let (mut ok, mut err, mut first_error) = (0u64, 0u64, None);
-                while Instant::now() < until {
-                    match upstream.request().call(move |_| call_mock(mock)).await {
-                        Ok(()) => ok += 1,
-                        Err(error) => {
-                            err += 1;
-                            first_error.get_or_insert(error.to_string());
-                        }
-                    }
-                }
-                (ok, err, first_error)
-            }));
-        }
-        let (mut ok, mut err, mut first_error) = (0, 0, None);
-        for task in tasks {
-            let (o, e, f) = task.await.expect("caller task");
-            ok += o;
-            err += e;
-            first_error = first_error.or(f);
-        }
+        let upstream = scheduler.upstream("mock").expect("configured");
+        let (ok, err, first_error) = call_until(&upstream, mock, callers, until).await;
         // Let the last releases reach the store before the orchestrator looks.
         tokio::time::sleep(Duration::from_millis(300)).await;
         println!("RESULT ok={ok} err={err} first_error={first_error:?}");

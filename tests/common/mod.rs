@@ -50,6 +50,42 @@ pub(crate) async fn call_mock(mock: SocketAddr) -> Result<(), Outcome> {
     }
 }
 
+/// A worker's load: `callers` tasks calling the mock through `upstream` until `until`; the
+/// calls that succeeded, those that failed, and the first failure's words.
+pub(crate) async fn call_until(
+    upstream: &wavegate::Upstream,
+    mock: SocketAddr,
+    callers: usize,
+    until: std::time::Instant,
+) -> (u64, u64, Option<String>) {
+    let tasks: Vec<_> = (0..callers)
+        .map(|_| {
+            let upstream = upstream.clone();
+            actix::spawn(async move {
+                let (mut ok, mut err, mut first_error) = (0u64, 0u64, None);
+                while std::time::Instant::now() < until {
+                    match upstream.request().call(move |_| call_mock(mock)).await {
+                        Ok(()) => ok += 1,
+                        Err(error) => {
+                            err += 1;
+                            first_error.get_or_insert(error.to_string());
+                        }
+                    }
+                }
+                (ok, err, first_error)
+            })
+        })
+        .collect();
+    let (mut ok, mut err, mut first_error) = (0, 0, None);
+    for task in tasks {
+        let (o, e, f) = task.await.expect("caller task");
+        ok += o;
+        err += e;
+        first_error = first_error.or(f);
+    }
+    (ok, err, first_error)
+}
+
 /// Runs the named scenarios of a `harness = false` test (those whose name contains one of the
 /// command line's words, or all), each caught on its own; prints libtest-like lines and exits
 /// with 1 if one failed.
