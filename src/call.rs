@@ -46,11 +46,9 @@ pub(crate) async fn acquire(inner: &Inner, upstream: usize, request: Request) ->
         None => max_wait,
     };
     match acquire_permit(inner, upstream, &request, AttemptKind::First, wait_until).await {
-        Err(error)
-            if error.kind() == ErrorKind::WaitedTooLong
-                && request.deadline.is_some_and(|deadline| Instant::now() >= deadline) =>
-        {
-            Err(Error::deadline_passed_waiting(config.name().as_str(), &error))
+        // The deadline bound the wait (it passed, or no permit could come before it).
+        Err(error) if error.kind() == ErrorKind::WaitedTooLong && request.deadline == Some(wait_until) => {
+            Err(Error::deadline_passed_waiting(config.name().as_str(), &error, 0))
         }
         result => result,
     }
@@ -155,8 +153,9 @@ where
         let wait_until = deadline.min(clock::after(now, config.max_wait()));
         let permit = match acquire_permit(inner, upstream, &request, kind, wait_until).await {
             Ok(permit) => permit,
-            Err(error) if error.kind() == ErrorKind::WaitedTooLong && Instant::now() >= deadline => {
-                return Err(Error::deadline_passed(name(), log.attempts));
+            // The deadline bound the wait (it passed, or no permit could come before it).
+            Err(error) if error.kind() == ErrorKind::WaitedTooLong && wait_until == deadline => {
+                return Err(Error::deadline_passed_waiting(name(), &error, log.attempts));
             }
             Err(error) if matches!(error.kind(), ErrorKind::RetryBudgetSpent | ErrorKind::QuotaExhausted) => {
                 return Err(error.with_attempts(log.attempts).widen());

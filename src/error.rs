@@ -149,14 +149,15 @@ impl<E> Error<E> {
         Self::new(ErrorKind::DeadlinePassed, Some(upstream.into()), Some(attempts), Detail::None)
     }
 
-    /// [`ErrorKind::DeadlinePassed`] while waiting for a permit that `waited` (a
-    /// [`ErrorKind::WaitedTooLong`]) says when may come: the hint is kept.
-    pub(crate) fn deadline_passed_waiting(upstream: impl Into<String>, waited: &Self) -> Self {
+    /// [`ErrorKind::DeadlinePassed`] after `attempts`, for a permit that `waited` (a
+    /// [`ErrorKind::WaitedTooLong`] bounded by the deadline) says could not come in time: the
+    /// hint of when one may come is kept.
+    pub(crate) fn deadline_passed_waiting<F>(upstream: impl Into<String>, waited: &Error<F>, attempts: u32) -> Self {
         let detail = match waited.inner.detail {
             Detail::WaitedTooLong { retry_after: Some(retry_after), .. } => Detail::DeadlineHint { retry_after },
             _ => Detail::None,
         };
-        Self::new(ErrorKind::DeadlinePassed, Some(upstream.into()), Some(0), detail)
+        Self::new(ErrorKind::DeadlinePassed, Some(upstream.into()), Some(attempts), detail)
     }
 
     /// [`ErrorKind::Upstream`]: the last attempt's `outcome`, with the caller's own error if it
@@ -504,8 +505,8 @@ impl<E> fmt::Display for Error<E> {
             }
             (Detail::DeadlineHint { retry_after }, _) => write!(
                 f,
-                "upstream `{upstream}` timed out: the request's deadline passed while waiting for a permit, \
-                 which may come in {retry_after:?}"
+                "upstream `{upstream}` timed out: no permit could come before the request's deadline \
+                 (after {attempts}; one may come in {retry_after:?})"
             ),
             (_, ErrorKind::DeadlinePassed) => {
                 write!(f, "upstream `{upstream}` timed out: the request's deadline passed after {attempts}")

@@ -13,13 +13,16 @@ pub enum ErrorKind {
     /// This process already has as many callers waiting for the upstream as it allows
     /// ([`queue_capacity`](crate::Error::queue_capacity)).
     QueueFull,
-    /// No permit came within the longest wait ([`waited`](crate::Error::waited)).
+    /// No permit came within the longest wait ([`waited`](crate::Error::waited)), or none
+    /// could: a cooldown the upstream is in ends after it, and the caller is told at once
+    /// ([`retry_after`](crate::Error::retry_after): when it ends).
     WaitedTooLong,
     /// The upstream's circuit breaker is open.
     BreakerOpen,
     /// A retry was needed but the upstream's retry budget is spent.
     RetryBudgetSpent,
-    /// The request's deadline (or the upstream's total timeout) passed.
+    /// The request's deadline (or the upstream's total timeout) passed, or no permit could
+    /// come before it (told at once, with [`retry_after`](crate::Error::retry_after)).
     DeadlinePassed,
     /// The upstream answered with a failure that is not retried (or no retries were left),
     /// or its last attempt ran past the call timeout: see [`outcome`](crate::Error::outcome) and

@@ -21,6 +21,11 @@ use crate::engine::request::{AttemptKind, ClassRef, Request};
 use crate::error::{Budget, Error};
 use crate::metrics;
 
+/// How far past a caller's wait bound a known cooldown must end for the caller to be refused
+/// at once: clocks are read in milliseconds, and a bound that meets the cooldown's end is not
+/// hopeless.
+pub(super) const HOPELESS_MARGIN: Duration = Duration::from_millis(10);
+
 impl Lane {
     /// Checks `acquire` and queues it, or answers it with the refusal.
     pub(super) fn admit(&mut self, acquire: Acquire, ctx: &mut Context<Self>) {
@@ -32,12 +37,18 @@ impl Lane {
                 return;
             }
         };
+        let now = Instant::now();
+        if let Some(until) = self.cooldown_until.filter(|until| *until > wait_until + HOPELESS_MARGIN) {
+            // A cooldown this lane was told of ends after this caller's wait bound: no permit
+            // can come in time, so it is told now, with when to come back, not at its deadline.
+            self.refuse_hopeless(ticket, reply, until - now);
+            return;
+        }
         self.sequence += 1;
         let class_name = self.config.classes().get(class).map(|c| c.name());
         // Without classes a tenant is fair in this process only, and not part of the id.
         let tenant = request.tenant.filter(|_| class_name.is_some());
         let id = PermitId::new(class_name, &self.instance, self.sequence, tenant);
-        let now = Instant::now();
         self.waiters.push(Waiter {
             id: id.clone(),
             enqueued: now,
@@ -59,6 +70,21 @@ impl Lane {
             let after = wait_until.saturating_duration_since(Instant::now());
             waiter.deadline_timer = Some(ctx.run_later(after, |act, ctx| act.expire(ctx)));
         }
+    }
+
+    /// Refuses a caller no permit can reach before its wait bound (a cooldown ends after it):
+    /// [`ErrorKind::WaitedTooLong`](crate::ErrorKind::WaitedTooLong) at once, with the time it
+    /// would have needed; its breaker ticket goes back unused.
+    fn refuse_hopeless(
+        &mut self,
+        ticket: BreakerTicket,
+        reply: tokio::sync::oneshot::Sender<Result<crate::engine::grant::Grant, Error>>,
+        needed: Duration,
+    ) {
+        let now_ms = self.clock.now_ms();
+        self.observe_breaker(|breaker| breaker.record(ticket, CallResult::Ignored, now_ms));
+        metrics::overload_refused(self.name(), "waited_too_long");
+        let _ = reply.send(Err(Error::waited_too_long(self.name(), Duration::ZERO, Some(needed))));
     }
 
     /// The class an admitted request waits in, and its breaker ticket; or why it is refused.

@@ -13,6 +13,7 @@ use rand::Rng;
 use wavegate_core::{Ask, Clock, Decision, DenyReason, duration_ms};
 
 use super::actor::{Held, Lane};
+use super::admission::HOPELESS_MARGIN;
 use super::messages::StoreTrouble;
 use super::waiters::{Waiter, Waiters};
 use crate::engine::clock::Instant;
@@ -194,6 +195,8 @@ impl Lane {
                 }
                 let jitter = COOLDOWN_JITTER.mul_f64(rand::rng().random::<f64>());
                 self.block_until(rest + jitter, ctx);
+                // Those whose wait bound comes before the cooldown's end are told now.
+                self.refuse_waiters_before(now + rest, ctx);
                 false
             }
             Decision::Denied { reason: DenyReason::AtLimit, retry_after_ms, .. } => {
@@ -373,6 +376,24 @@ impl Lane {
         } else {
             tracing::error!(upstream = %self.name(), command, %error, "shared store error");
             self.retry_in(jittered(STORE_ERROR_RETRY), ctx);
+        }
+    }
+
+    /// Answers now the waiters whose wait bound comes before `until` (the end of a cooldown):
+    /// [`WaitedTooLong`](crate::ErrorKind::WaitedTooLong) with the time they would have needed.
+    fn refuse_waiters_before(&mut self, until: Instant, ctx: &mut Context<Self>) {
+        let hopeless = self.waiters.take_expired(until.checked_sub(HOPELESS_MARGIN).unwrap_or(until));
+        if hopeless.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        self.gauges.queue(self.config.name().as_str(), self.waiters.len());
+        for waiter in hopeless {
+            if !waiter.reply.is_closed() {
+                metrics::overload_refused(self.name(), "waited_too_long");
+            }
+            let error = Waiters::timed_out(&waiter, self.name(), now, Some(until.saturating_duration_since(now)));
+            self.fail(waiter, error, ctx);
         }
     }
 
