@@ -153,6 +153,9 @@ pub struct UpstreamSettings {
     /// How long a permit stays held after its call was cancelled while at the provider.
     #[serde(default, deserialize_with = "duration::deserialize")]
     pub cancelled_call_hold: Option<Duration>,
+    /// Whether transient failures (500–504, a reset before any byte) are retried; `false` for
+    /// calls that are not safe to repeat (default `true`).
+    pub retry_transient: Option<bool>,
     /// A permit's lease, renewed while the call runs.
     #[serde(default, deserialize_with = "duration::deserialize")]
     pub renewed_lease: Option<Duration>,
@@ -330,6 +333,9 @@ impl UpstreamSettings {
         }
         if let Some(hold) = self.cancelled_call_hold {
             builder = builder.cancelled_call_hold(hold);
+        }
+        if let Some(retry) = self.retry_transient {
+            builder = builder.retry_transient(retry);
         }
         if let Some(lease) = self.renewed_lease {
             builder = builder.renewed_lease(lease);

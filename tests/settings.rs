@@ -24,6 +24,7 @@ fn the_example_file_reads_and_every_key_reaches_the_configuration() {
     assert_eq!(config.max_wait(), Duration::from_secs(25));
     assert_eq!(config.call_timeout(), Duration::from_secs(120));
     assert_eq!(config.total_timeout(), Duration::from_secs(150));
+    assert!(config.retries_transient());
     assert!(config.renews_leases());
     assert_eq!(config.permit_ttl(), Duration::from_secs(3));
     assert_eq!(config.fallback_limit().map(|l| l.get()), Some(2));
@@ -45,6 +46,7 @@ async fn the_environment_overrides_the_file_and_the_scheduler_builds() {
         ("WAVEGATE__UPSTREAMS__LLM__TOKENS_PER_MINUTE__PER_MINUTE", "60000"),
         ("WAVEGATE__UPSTREAMS__LLM__TOKENS_PER_MINUTE__BURST", "1000"),
         ("WAVEGATE__UPSTREAMS__EMBED__LIMIT", "2"),
+        ("WAVEGATE__UPSTREAMS__EMBED__RETRY_TRANSIENT", "false"),
         ("PATH", "/usr/bin"), // not ours: ignored
     ];
     let settings = Settings::from_sources(Some(file), env).expect("settings");
@@ -53,7 +55,10 @@ async fn the_environment_overrides_the_file_and_the_scheduler_builds() {
     assert_eq!(llm.config().limit().get(), 4, "the environment wins");
     assert_eq!(llm.config().max_wait(), Duration::from_secs(5), "the file's value stays");
     assert_eq!(llm.config().budgets().tokens.map(|b| b.burst()), Some(1_000));
-    assert_eq!(scheduler.upstream("embed").expect("from the environment alone").config().limit().get(), 2);
+    let embed = scheduler.upstream("embed").expect("from the environment alone");
+    assert_eq!(embed.config().limit().get(), 2);
+    assert!(!embed.config().retries_transient(), "not safe to repeat, from the environment");
+    assert!(llm.config().retries_transient(), "retried by default");
     assert_eq!(scheduler.mode().await.expect("mode"), Mode::Local);
 }
 
