@@ -1,29 +1,19 @@
 //! Pools through the public API: one logical upstream over several members (keys), each a
 //! configured upstream in front of its own mock provider. The mocks count what really arrives.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use wavegate::config::{PoolConfigError, PoolPolicy};
-use wavegate::{BuildError, Error, ErrorKind, Outcome, PoolConfig, ProviderSignals, Scheduler, UpstreamConfig};
+use wavegate::{BuildError, Error, ErrorKind, Outcome, PoolConfig, Scheduler, UpstreamConfig};
 
 mod common;
+use common::classify;
 use wavegate_testkit::{
-    HeaderStyle, HttpReply, MockProvider, MockUpstream, MockUpstreamConfig, ProviderLimits, error_code, http_get,
+    HeaderStyle, HttpReply, MockProvider, MockUpstream, MockUpstreamConfig, ProviderLimits, http_get,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 const SERVICE: Duration = Duration::from_millis(2);
-
-fn classify(result: &Result<HttpReply, std::io::Error>) -> Outcome {
-    match result {
-        Ok(reply) => {
-            let headers = reply.headers.iter().map(|(name, value)| (name.as_str(), value.as_bytes()));
-            let signals = ProviderSignals::from_headers(headers, SystemTime::now());
-            Outcome::from_signals(reply.status, error_code(&reply.body), signals)
-        }
-        Err(_) => Outcome::from_transport(wavegate::TransportError::Connect),
-    }
-}
 
 fn limits(requests: u64, quota_exhausted: bool) -> ProviderLimits {
     ProviderLimits {

@@ -10,23 +10,12 @@ use futures_util::future::join_all;
 use wavegate::{Error, ErrorKind, Outcome, ProviderSignals, RateLimitKind, Scheduler, UpstreamConfig, WaveState};
 #[cfg(feature = "redis")]
 use wavegate_testkit::RedisServer;
-use wavegate_testkit::{HeaderStyle, HttpReply, MockProvider, ProviderLimits, error_code, http_get};
+use wavegate_testkit::{HeaderStyle, HttpReply, MockProvider, ProviderLimits, http_get};
 
 mod common;
+use common::classify;
 
 const TIMEOUT: Duration = Duration::from_secs(5);
-
-/// What the provider's answer means: its status, its headers and its body's error code.
-fn classify(result: &Result<HttpReply, std::io::Error>) -> Outcome {
-    match result {
-        Ok(reply) => {
-            let headers = reply.headers.iter().map(|(name, value)| (name.as_str(), value.as_bytes()));
-            let signals = ProviderSignals::from_headers(headers, SystemTime::now());
-            Outcome::from_signals(reply.status, error_code(&reply.body), signals)
-        }
-        Err(_) => Outcome::from_transport(wavegate::TransportError::Connect),
-    }
-}
 
 async fn call(s: &Scheduler, provider: &MockProvider, tokens: u64) -> Result<HttpReply, Error<std::io::Error>> {
     let llm = s.upstream("llm").expect("configured");

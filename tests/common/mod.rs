@@ -41,6 +41,19 @@ pub(crate) fn expect_line(lines: &Receiver<String>, pid: u32, prefix: &str, time
     }
 }
 
+/// What a mock provider's answer means: its status, its headers and its body's error code (a
+/// transport failure as a connect error).
+pub(crate) fn classify(result: &Result<wavegate_testkit::HttpReply, std::io::Error>) -> Outcome {
+    match result {
+        Ok(reply) => {
+            let headers = reply.headers.iter().map(|(name, value)| (name.as_str(), value.as_bytes()));
+            let signals = wavegate::ProviderSignals::from_headers(headers, SystemTime::now());
+            Outcome::from_signals(reply.status, wavegate_testkit::error_code(&reply.body), signals)
+        }
+        Err(_) => Outcome::from_transport(TransportError::Connect),
+    }
+}
+
 /// One `GET /` to the mock upstream, its answer as the scheduler's closures return it.
 pub(crate) async fn call_mock(mock: SocketAddr) -> Result<(), Outcome> {
     match http_get(mock, "/", Duration::from_secs(10)).await {

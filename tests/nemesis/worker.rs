@@ -5,31 +5,19 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use wavegate::{Outcome, ProviderSignals, Scheduler};
-use wavegate_testkit::{HttpReply, error_code, http_get};
+use wavegate::Scheduler;
+use wavegate_testkit::http_get;
 
-use crate::common::env;
+use crate::common::{classify, env};
 use crate::draw::Drawn;
 use crate::fleet::{report_mode_changes, serve_commands, unix_ms};
 
 /// A call that ends this long after its deadline is late.
 pub(crate) const DEADLINE_SLACK_MS: u64 = 500;
-
-/// What the provider's answer means: its status, its headers and its body's error code.
-fn classify(result: &Result<HttpReply, std::io::Error>) -> Outcome {
-    match result {
-        Ok(reply) => {
-            let headers = reply.headers.iter().map(|(name, value)| (name.as_str(), value.as_bytes()));
-            let signals = ProviderSignals::from_headers(headers, SystemTime::now());
-            Outcome::from_signals(reply.status, error_code(&reply.body), signals)
-        }
-        Err(_) => Outcome::from_transport(wavegate::TransportError::Connect),
-    }
-}
 
 /// The code a caller's call that got the provider's non-200 answer back is counted under.
 fn answered(status: u16) -> &'static str {

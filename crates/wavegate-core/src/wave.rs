@@ -215,6 +215,29 @@ pub struct WaveSnapshot {
     pub on_trial: bool,
 }
 
+impl WaveSnapshot {
+    /// `state` at `limit` in wave `wave`, with nothing else remembered (no cooldown, no count
+    /// of successes, no ceiling, no re-test): a fresh machine, or a state carried elsewhere.
+    pub const fn bare(state: WaveState, limit: u32, wave: u64) -> Self {
+        Self {
+            state,
+            limit,
+            wave,
+            cooldown_until_ms: 0,
+            successes: 0,
+            step: 0,
+            threshold: limit,
+            ceiling: 0,
+            good: 0,
+            retest_at_ms: 0,
+            spacing_ms: 0,
+            rounds: 0,
+            retest_rounds: 0,
+            on_trial: false,
+        }
+    }
+}
+
 /// The answer to "may one more permit be issued now?".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admission {
@@ -331,25 +354,7 @@ impl WaveMachine {
     /// A machine in NORMAL at the base limit, wave 1.
     pub fn new(config: WaveConfig) -> Self {
         let base = config.base_limit.get();
-        Self {
-            config,
-            snapshot: WaveSnapshot {
-                state: WaveState::Normal,
-                limit: base,
-                wave: 1,
-                cooldown_until_ms: 0,
-                successes: 0,
-                step: 0,
-                threshold: base,
-                ceiling: 0,
-                good: 0,
-                retest_at_ms: 0,
-                spacing_ms: 0,
-                rounds: 0,
-                retest_rounds: 0,
-                on_trial: false,
-            },
-        }
+        Self { config, snapshot: WaveSnapshot::bare(WaveState::Normal, base, 1) }
     }
 
     /// The machine's configuration.

@@ -46,22 +46,7 @@ impl CarryBackCase {
     /// The store's state before, as a snapshot.
     pub fn store_snapshot(&self) -> WaveSnapshot {
         let (state, limit, wave) = self.store;
-        WaveSnapshot {
-            state,
-            limit,
-            wave,
-            cooldown_until_ms: 0,
-            successes: 0,
-            step: 0,
-            threshold: limit,
-            ceiling: 0,
-            good: 0,
-            retest_at_ms: 0,
-            spacing_ms: 0,
-            rounds: 0,
-            retest_rounds: 0,
-            on_trial: false,
-        }
+        WaveSnapshot::bare(state, limit, wave)
     }
 }
 
