@@ -10,11 +10,13 @@
 -- ARGV[16] the wave the permit was issued in
 -- ARGV[17] outcome: 'success', 'rate_limited' or 'neutral'
 -- ARGV[18] Retry-After in ms for 'rate_limited', or '' when the provider gave none
--- ARGV[19] channel to PUBLISH to when a permit is freed, or '' for none: the message is the
---          instance id of the process that has waited longest at the limit (taken off the
---          list), so one process asks, not all; nothing is published when nobody waits. With
---          priority classes it is the process the fleet-wide choice of class reaches
---          (priority.lua), and it keeps its place until it is granted
+-- ARGV[19] the text before the instance id of the wake-up channels ('<prefix>:{wake:'), or ''
+--          for no announcement: when a permit is freed, the name of the upstream (the hash tag
+--          of KEYS[1]) is published on the channel of the process that has waited longest at
+--          the limit only, '<prefix>:{wake:<instance>}:released' (taken off the list), so one
+--          process asks, not all, and no other process receives anything; nothing is published
+--          when nobody waits. With priority classes it is the process the fleet-wide choice of
+--          class reaches (priority.lua), and it keeps its place until it is granted
 -- ARGV[20] tokens used beyond the reservation (negative: a refund), settled on the tokens budget
 -- ARGV[21] the generation of the state the process last saw, '' for none (see `generation` in
 --          wave.lua: if it is gone, WAVEGATE_LOST and nothing is written)
@@ -22,7 +24,7 @@
 --         woken}
 --   held: 1 if the id was held; effect: 'cut', 'late' or 'none';
 --   changed_from: the state a success moved the machine out of, or '';
---   woken: the instance id published on ARGV[19] (the one to wake), or '' for none.
+--   woken: the instance id of the process woken on its channel (ARGV[19]), or '' for none.
 -- (wavegate_core::LocalGate::finish is the Rust twin.)
 if #ARGV ~= CONFIG_ARGS + 7 then return fail('finish', 'expected ' .. (CONFIG_ARGS + 7) .. ' ARGV, got ' .. #ARGV) end
 local config = read_config(1)
@@ -83,7 +85,9 @@ if held == 1 and channel ~= '' then
   end
   -- The announcement is a courtesy: a user without channel rights (NOPERM) must not turn the
   -- release into an error (the ZREM above has happened; the waiter's poll finds the slot).
-  if woken then redis.pcall('PUBLISH', channel, woken) end
+  if woken then
+    redis.pcall('PUBLISH', channel .. woken .. '}:released', string.match(KEYS[1], '{([^}]*)}') or '')
+  end
 end
 local cooldown_ms = 0
 if s.state == 'COOLDOWN' then cooldown_ms = math.max(0, s.cooldown_until - now) end

@@ -167,3 +167,33 @@ fn a_scheduler_dropped_right_after_its_last_call_leaves_no_permit_behind() {
         assert_eq!(held, 0, "run {run}: the exiting scheduler left its permit in Redis");
     }
 }
+
+/// A release in one process wakes the waiter of another at once (not at its next poll, 250 to
+/// 500 ms later), through that process's own wake-up channel: each process subscribes to one
+/// channel whatever its number of upstreams, and a release is delivered to one process.
+#[actix::test]
+async fn a_release_wakes_another_process_at_once_on_its_own_channel() {
+    let redis = RedisServer::start().expect("redis-server");
+    let (a, b) = fleet(&redis, 1);
+    let held = a.upstream("llm").expect("configured").request().acquire().await.expect("permit");
+    let waiter = {
+        let b = b.clone();
+        actix::spawn(async move {
+            let permit = b.upstream("llm").expect("configured").request().acquire().await.expect("the waiter's permit");
+            (Instant::now(), permit)
+        })
+    };
+    // Past the waiter's first polls, so only a wake-up serves it fast.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let mut con = redis.connection().expect("connection");
+    let channels: Vec<String> =
+        redis::cmd("PUBSUB").arg("CHANNELS").arg("wavegate:*").query(&mut con).expect("PUBSUB CHANNELS");
+    assert_eq!(channels.len(), 2, "one channel per process: {channels:?}");
+    assert!(channels.iter().all(|c| c.starts_with("wavegate:{wake:") && c.ends_with("}:released")), "{channels:?}");
+    let released = Instant::now();
+    held.succeeded();
+    let (granted, permit) = waiter.await.expect("waiter");
+    let took = granted.duration_since(released);
+    assert!(took < Duration::from_millis(150), "the other process's waiter was served {took:?} after the release");
+    permit.succeeded();
+}

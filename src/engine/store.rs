@@ -176,9 +176,9 @@ mod present {
         store.config().topology() == "cluster"
     }
 
-    /// The channel a release of `gate`'s upstream is announced on.
-    pub(crate) fn release_channel(gate: &SharedGate) -> String {
-        gate.keys().released.clone()
+    /// The channel on which releases anywhere in the fleet wake `gate`'s process.
+    pub(crate) fn wake_channel(gate: &SharedGate) -> String {
+        gate.wake_channel()
     }
 
     /// Whether the store rejects wavegate now (credentials, rights, version).

@@ -125,8 +125,8 @@ pub(crate) fn read_acquire(reply: &[Value], heads: &[Head<'_>]) -> Result<Acquir
     Ok((index, admission, in_flight, generation))
 }
 
-/// `finish.lua`: the config, the id, its wave, the outcome, its `Retry-After`, the release
-/// channel, the token delta and the generation of the state last seen (`''` for none).
+/// `finish.lua`: the config, the id, its wave, the outcome, its `Retry-After`, the head of the
+/// wake-up channels, the token delta and the generation of the state last seen (`''` for none).
 pub(crate) fn finish<'a>(
     keys: &'a UpstreamKeys,
     config: &'a [String],
@@ -147,7 +147,7 @@ pub(crate) fn finish<'a>(
         .arg(wave)
         .arg(outcome)
         .arg(retry_after)
-        .arg(&keys.released)
+        .arg(&keys.wakes)
         .arg(token_delta)
         .arg(generation)
 }
@@ -163,7 +163,7 @@ pub struct Finished {
     pub transition: Option<Transition>,
     /// The state after the call.
     pub status: SharedStatus,
-    /// The process the release woke (published on the release channel): the one the
+    /// The process the release woke (on its own wake-up channel): the one the
     /// fleet-wide choice of class reaches, or without classes the one that waited longest;
     /// `None` when nobody waits, the id was not held, or the instance id is not one
     /// [`Instance::new`] accepts.

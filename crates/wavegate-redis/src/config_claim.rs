@@ -80,11 +80,11 @@ impl SharedGate {
         Ok(other)
     }
 
-    /// Publishes an empty message on the release channel (it wakes nobody): the scripts
-    /// publish with `pcall`, so missing channel rights would only show here.
+    /// Publishes an empty message on this process's wake-up channel (it wakes nobody): the
+    /// scripts publish with `pcall`, so missing channel rights would only show here.
     pub(crate) async fn check_publish(&self) -> Result<(), StoreError> {
         const COMMAND: &str = "PUBLISH";
-        let channel = self.keys.released.clone();
+        let channel = self.wake_channel();
         let timeout = self.store.config().command_timeout;
         let _receivers: i64 = self
             .store

@@ -29,7 +29,7 @@ impl Keyspace {
             permits: format!("{base}:permits"),
             wave: format!("{base}:wave"),
             permit_waves: format!("{base}:permit_waves"),
-            released: format!("{base}:released"),
+            wakes: format!("{}:{{wake:", self.prefix),
             waiting: format!("{base}:waiting"),
             waiting_seen: format!("{base}:waiting_seen"),
             config: format!("{base}:config"),
@@ -54,7 +54,7 @@ impl Default for Keyspace {
     }
 }
 
-/// The keys (and the release channel) of one upstream.
+/// The keys (and the wake-up channels) of one upstream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct UpstreamKeys {
@@ -64,8 +64,9 @@ pub struct UpstreamKeys {
     pub wave: String,
     /// Hash of permit id → the wave it was issued in.
     pub permit_waves: String,
-    /// Pub/sub channel that announces released permits, so waiters wake instead of polling.
-    pub released: String,
+    /// The text before the instance id in the wake-up channels (`<prefix>:{wake:`): see
+    /// [`wake_channel`](Self::wake_channel).
+    pub wakes: String,
     /// Sorted set of the processes waiting at the limit: member = instance id, score = since
     /// when (ms). A release wakes the one that waited longest, not every process.
     pub waiting: String,
@@ -91,6 +92,16 @@ impl UpstreamKeys {
     /// above, then `waiting_seen`.
     pub fn waiting_script_keys(&self) -> [&str; 6] {
         [&self.permits, &self.wave, &self.permit_waves, &self.waiting, &self.waiting_seen, &self.waiting_demand]
+    }
+
+    /// The pub/sub channel that wakes process `instance`: `<prefix>:{wake:<instance>}:released`.
+    /// A release that frees a permit for a waiting process publishes the upstream's name on
+    /// that process's channel only (one delivery per release, whatever the fleet's size); each
+    /// process subscribes to its own channel, for all its upstreams. (Upstream names hold no
+    /// `:`, so no upstream's keys share the tag `{wake:...}`; the ACL channel pattern
+    /// `&<prefix>:{*}:released` covers every such channel.)
+    pub fn wake_channel(&self, instance: &str) -> String {
+        format!("{}{instance}}}:released", self.wakes)
     }
 }
 

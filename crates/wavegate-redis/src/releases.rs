@@ -1,8 +1,9 @@
-//! Release announcements: a pub/sub subscription to upstreams' release channels.
+//! Wake-ups: a pub/sub subscription to a process's wake-up channel.
 //!
-//! `finish.lua` publishes on the upstream's channel, when it frees a permit, the instance id of
-//! the process that has waited longest at the limit. Processes subscribe so the one named asks
-//! again at once instead of polling.
+//! When `finish.lua` frees a permit, it publishes the upstream's name on the channel of the
+//! process that has waited longest at the limit (or that the choice of class reaches), and on
+//! no other ([`UpstreamKeys::wake_channel`](crate::UpstreamKeys::wake_channel)). Each process
+//! subscribes to its own channel, so the one named asks again at once instead of polling.
 
 use redis::aio::PubSub;
 
@@ -48,8 +49,8 @@ impl ReleaseSubscription {
         Err(last)
     }
 
-    /// The channel and the message (the instance id to wake) of the next release, or `None`
-    /// when the connection is gone.
+    /// The channel and the message (the upstream to ask again for) of the next wake-up, or
+    /// `None` when the connection is gone.
     pub async fn next(&mut self) -> Option<(String, String)> {
         use futures_util::StreamExt;
         let message = self.pubsub.on_message().next().await?;

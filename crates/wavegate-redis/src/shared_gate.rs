@@ -148,6 +148,12 @@ impl SharedGate {
         self
     }
 
+    /// The channel on which a release anywhere in the fleet wakes this gate's process (see
+    /// [`UpstreamKeys::wake_channel`]): the message is the upstream's name.
+    pub fn wake_channel(&self) -> String {
+        self.keys.wake_channel(&self.instance)
+    }
+
     /// Shares the permits among priority `classes` (the upstream's, in configured order; the
     /// one at `default` takes permits whose id names no class): see [`acquire_among`](Self::acquire_among).
     /// A permit counts in its class's share of the fleet only while its lease ends at least
@@ -174,6 +180,11 @@ impl SharedGate {
         self.config_args[CONFIG_ARGS - 1] = entries.join(",");
         self.default_class = classes.get(default).or(classes.first()).map(|c| c.name().to_owned());
         self
+    }
+
+    /// The upstream's name.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// The upstream's keys.

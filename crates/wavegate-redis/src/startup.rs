@@ -33,7 +33,7 @@ pub struct ServerInfo {
     pub name: String,
     /// The version, e.g. `7.0.15`.
     pub version: String,
-    /// What works but not as it should: the release channels cannot be published to (the
+    /// What works but not as it should: the wake-up channels cannot be published to (the
     /// ACL user lacks the channel rights), so processes wake one another by polling only.
     pub warnings: Vec<String>,
     /// Live processes counted by the check's heartbeat, this one included.
@@ -80,7 +80,7 @@ impl Store {
             // rights wavegate works, only slower to wake another process's waiter.
             match gate.check_publish().await {
                 Err(error) if error.rejection() == Some(Rejection::Permission) => {
-                    info.warnings.push(format!("cannot publish on {}: {error}", gate.keys().released));
+                    info.warnings.push(format!("cannot publish on {}: {error}", gate.wake_channel()));
                 }
                 other => other?,
             }

@@ -132,7 +132,10 @@ async fn a_release_wakes_the_process_that_waited_longest() {
     let first = gate(&server, "pubsub", 1).await.for_instance("first-waiter");
     let second = gate(&server, "pubsub", 1).await.for_instance("second-waiter");
     let mut pubsub = server.client().get_async_pubsub().await.expect("pubsub");
-    pubsub.subscribe(&holder.keys().released).await.expect("subscribe");
+    // Each process hears only its own channel; the holder's stays silent.
+    pubsub.subscribe(&first.wake_channel()).await.expect("subscribe");
+    pubsub.subscribe(&second.wake_channel()).await.expect("subscribe");
+    pubsub.subscribe(&holder.wake_channel()).await.expect("subscribe");
     let wave = granted_wave(holder.acquire_text("a", LEASE, 0).await.expect("acquire").admission);
     assert!(matches!(first.acquire_text("f", LEASE, 0).await.expect("acquire").admission, Admission::Denied { .. }));
     tokio::time::sleep(Duration::from_millis(5)).await;
@@ -145,12 +148,22 @@ async fn a_release_wakes_the_process_that_waited_longest() {
         .expect("a release message within 2 s")
         .expect("stream open");
     let payload: String = message.get_payload().expect("payload");
-    assert_eq!(payload, "first-waiter", "the process that waited longest is woken, and only on a real release");
+    assert_eq!(
+        (message.get_channel_name(), payload.as_str()),
+        (first.wake_channel().as_str(), "pubsub"),
+        "the process that waited longest is woken, on its own channel, and only on a real release"
+    );
     // It takes the slot and leaves the list; the next release wakes the second one.
     let wave = granted_wave(first.acquire_text("f", LEASE, 0).await.expect("acquire").admission);
     first.finish_text("f", wave, WaveSignal::Success, 0).await.expect("finish");
     let message = tokio::time::timeout(Duration::from_secs(2), messages.next()).await.expect("message").expect("open");
-    assert_eq!(message.get_payload::<String>().expect("payload"), "second-waiter");
+    assert_eq!(message.get_channel_name(), second.wake_channel(), "then the second one, on its channel");
+    assert_eq!(message.get_payload::<String>().expect("payload"), "pubsub");
+    // Nothing else was published: two releases, two deliveries.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), messages.next()).await.is_err(),
+        "one delivery per release"
+    );
 }
 
 #[tokio::test]

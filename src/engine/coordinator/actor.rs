@@ -174,12 +174,16 @@ impl Actor for Coordinator {
         let Some(store) = self.store.clone() else { return };
         #[cfg(feature = "redis")]
         {
-            let channels = self
+            // Every gate of this process has the same wake-up channel (its instance's).
+            let channel = self.gates.iter().flatten().next().map(store::wake_channel);
+            let lanes = self
                 .gates
                 .iter()
                 .zip(&self.lanes)
-                .filter_map(|(gate, lane)| gate.as_ref().map(|gate| (store::release_channel(gate), lane.clone())));
-            pubsub::spawn_listener(store.clone(), self.instance.to_string(), channels.collect());
+                .filter_map(|(gate, lane)| gate.as_ref().map(|gate| (gate.name().to_owned(), lane.clone())));
+            if let Some(channel) = channel {
+                pubsub::spawn_listener(store.clone(), channel, lanes.collect());
+            }
         }
         ctx.spawn(store::preload(&store).into_actor(self).map(|result, _, _| {
             if let Err(error) = result {
