@@ -110,7 +110,10 @@ pub const ALL: &[&str] = &[
 /// Permits released after their lease had ended: for a while the fleet could admit one more
 /// than the limit (a call longer than its fixed TTL, or a watchdog that could not renew).
 pub const RELEASED_AFTER_LEASE_TOTAL: &str = "wavegate_released_after_lease_total";
-/// What is left of a rate budget, by `budget` (`requests`, `tokens`).
+/// What is left of a rate budget, by `budget` (`requests`, `tokens`). In shared mode this and
+/// the two gauges below are read from Redis by one process of the fleet at a time (the gauge
+/// reader, chosen by the heartbeats), so their cost does not grow with the fleet; the other
+/// processes export NaN, which `min`/`max` by upstream skip: aggregate with them.
 pub const BUDGET_REMAINING: &str = "wavegate_budget_remaining";
 /// Seconds until a spent rate budget has room for one more unit, by `budget`.
 pub const BUDGET_NEXT_REFILL_SECONDS: &str = "wavegate_budget_next_refill_seconds";
@@ -272,6 +275,17 @@ pub(crate) fn learned(upstream: &str, learned: wavegate_core::LearnedStatus) {
     for (budget, value) in [("requests", learned.requests), ("tokens", learned.tokens)] {
         let per_minute = value.map_or(0.0, |l| f64::from(l.limit.budget().per_minute()));
         gauge!(LEARNED_LIMIT_PER_MINUTE, "upstream" => upstream.to_owned(), "budget" => budget).set(per_minute);
+    }
+}
+
+/// In shared mode, a process that is not the fleet's gauge reader: its budget and learned-limit
+/// gauges say "not read here" (NaN, which Prometheus's `min` and `max` skip) rather than keep a
+/// value it read earlier (as the reader, or in a fallback), which would go stale.
+pub(crate) fn budgets_read_elsewhere(upstream: &str) {
+    for budget in ["requests", "tokens"] {
+        gauge!(BUDGET_REMAINING, "upstream" => upstream.to_owned(), "budget" => budget).set(f64::NAN);
+        gauge!(BUDGET_NEXT_REFILL_SECONDS, "upstream" => upstream.to_owned(), "budget" => budget).set(f64::NAN);
+        gauge!(LEARNED_LIMIT_PER_MINUTE, "upstream" => upstream.to_owned(), "budget" => budget).set(f64::NAN);
     }
 }
 

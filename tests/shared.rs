@@ -197,3 +197,45 @@ async fn a_release_wakes_another_process_at_once_on_its_own_channel() {
     assert!(took < Duration::from_millis(150), "the other process's waiter was served {took:?} after the release");
     permit.succeeded();
 }
+
+/// What an idle fleet asks of Redis does not grow with its size times its upstreams: each
+/// process beats once a second, and only the fleet's gauge reader reads the budgets' gauges
+/// (one status script per upstream per second), not every process.
+#[actix::test]
+async fn an_idle_fleet_reads_its_budget_gauges_once_not_once_per_process() {
+    const PROCESSES: usize = 8;
+    const UPSTREAMS: usize = 2;
+    let redis = RedisServer::start().expect("redis-server");
+    let fleet: Vec<Scheduler> = (0..PROCESSES)
+        .map(|_| {
+            let mut builder = Scheduler::builder();
+            for u in 0..UPSTREAMS {
+                let config = UpstreamConfig::builder(format!("llm{u}"))
+                    .limit(4)
+                    .requests_per_minute(600, 10)
+                    .build()
+                    .expect("config");
+                builder = builder.upstream(config);
+            }
+            builder.redis(redis.url()).build().expect("scheduler")
+        })
+        .collect();
+    let mut con = redis.connection().expect("connection");
+    let scripts = |con: &mut redis::Connection| -> u64 {
+        let info: String = redis::cmd("INFO").arg("commandstats").query(con).expect("INFO");
+        info.lines()
+            .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |calls| calls.parse().expect("a count"))
+    };
+    tokio::time::sleep(Duration::from_millis(1_500)).await; // past the startup checks
+    let before = scripts(&mut con);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let per_second = (scripts(&mut con) - before) as f64 / 4.0;
+    // Heartbeats: one per process per second; gauges: one per upstream per second. Read by
+    // every process, the gauges alone would be PROCESSES × UPSTREAMS = 16 a second.
+    let bound = (PROCESSES + UPSTREAMS) as f64 + 2.0;
+    assert!(per_second <= bound, "{per_second} scripts a second from an idle fleet (at most {bound})");
+    assert!(per_second >= PROCESSES as f64 - 1.0, "{per_second} scripts a second: the heartbeats are missing");
+    drop(fleet);
+}

@@ -24,6 +24,7 @@ pub(crate) mod store;
 mod wake;
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use actix::{Actor, Addr, AsyncContext, Context};
 use tokio::sync::oneshot;
@@ -76,6 +77,8 @@ impl Engine {
             .iter()
             .map(|config| store.as_ref().map(|store| store::shared_gate(store, config, instance.as_str())))
             .collect();
+        // Set by the coordinator's heartbeats: whether this process reads the shared gauges.
+        let gauge_reader = Arc::new(AtomicBool::new(false));
         let lanes: Vec<Addr<Lane>> = upstreams
             .iter()
             .enumerate()
@@ -89,12 +92,13 @@ impl Engine {
                     namespace: namespace.clone(),
                     quota: quotas[upstream].clone(),
                     coordinator: coordinator.clone().recipient(),
+                    gauge_reader: gauge_reader.clone(),
                 };
                 Lane::start_in_arbiter(&arbiter, move |ctx| Lane::new(setup, ctx.address().downgrade().recipient()))
             })
             .collect();
         let weak = lanes.iter().map(Addr::downgrade).collect();
-        let actor = Coordinator::new(store, instance, weak, gates, live);
+        let actor = Coordinator::new(store, instance, weak, gates, live, gauge_reader);
         arbiter.spawn_fn(move || {
             let context = Context::with_receiver(receiver);
             actix::spawn(context.into_future(actor));

@@ -191,10 +191,21 @@ mod present {
         error.rejection().map(|reason| (reason.as_str(), reason.advice()))
     }
 
-    /// Records this process's heartbeat; answers how many processes are live.
-    pub(crate) fn heartbeat(store: &Store, instance: String, ttl: Duration) -> GateFuture<u32> {
+    /// Records this process's heartbeat, taking part in the choice of the fleet's gauge
+    /// reader with turns of `reader_turn` (zero: no part); answers how many processes are
+    /// live, and whether this one reads the shared gauges until its next heartbeat.
+    pub(crate) fn heartbeat(
+        store: &Store,
+        instance: String,
+        ttl: Duration,
+        reader_turn: Duration,
+    ) -> GateFuture<(u32, bool)> {
         let store = store.clone();
-        async move { store.heartbeat(&instance, ttl).await }.boxed_local()
+        async move {
+            let beat = store.beat(&instance, ttl, reader_turn).await?;
+            Ok((beat.live, beat.gauge_reader))
+        }
+        .boxed_local()
     }
 
     pub(crate) fn ping(store: &Store) -> GateFuture<()> {
@@ -325,7 +336,7 @@ mod absent {
         None
     }
 
-    pub(crate) fn heartbeat(store: &Store, _: String, _: Duration) -> GateFuture<u32> {
+    pub(crate) fn heartbeat(store: &Store, _: String, _: Duration, _: Duration) -> GateFuture<(u32, bool)> {
         match *store {}
     }
 

@@ -189,9 +189,14 @@ pub(crate) async fn read(store: &Store, names: &[String]) -> Result<FleetView, R
     }
     let mut cmd = redis::cmd("ZRANGEBYSCORE");
     cmd.arg(store.config().keyspace.instances()).arg(now).arg("+inf").arg("WITHSCORES");
-    let live: Vec<(String, u64)> = store.query("ZRANGEBYSCORE", cmd).await?;
-    view.processes =
-        live.into_iter().map(|(id, until)| (id, Duration::from_millis(until.saturating_sub(now)))).collect();
+    let live: Vec<(String, f64)> = store.query("ZRANGEBYSCORE", cmd).await?;
+    // Instance ids hold no ':'; the one member that does names the fleet's gauge reader
+    // ('reader:<instance>', heartbeat.lua), not a process.
+    view.processes = live
+        .into_iter()
+        .filter(|(id, _)| !id.contains(':'))
+        .map(|(id, until)| (id, Duration::from_millis((until as u64).saturating_sub(now))))
+        .collect();
     Ok(view)
 }
 

@@ -344,9 +344,10 @@ pub(crate) fn report_window<'a>(
         .arg(refills_to(report.tokens))
 }
 
-/// `heartbeat.lua`: the instance and the ttl (at least 1 ms).
-pub(crate) fn heartbeat<'a>(instances: &'a str, instance: &str, ttl: Duration) -> Call<'a> {
-    Call::new(&[instances]).arg(instance).arg(duration_ms(ttl).max(1))
+/// `heartbeat.lua`: the instance, the ttl (at least 1 ms) and the length of a turn as the
+/// fleet's gauge reader (zero: no part in it).
+pub(crate) fn heartbeat<'a>(instances: &'a str, instance: &str, ttl: Duration, reader_turn: Duration) -> Call<'a> {
+    Call::new(&[instances]).arg(instance).arg(duration_ms(ttl).max(1)).arg(duration_ms(reader_turn))
 }
 
 /// A script's array reply, read field by field with typed errors.
@@ -487,7 +488,7 @@ mod tests {
             ),
             ("status", &s.status, status(keys, config), true),
             ("report_window", &s.report_window, report_window(keys, "x", report, 10, false), true),
-            ("heartbeat", &s.heartbeat, heartbeat(&instances, "alpha", lease), true),
+            ("heartbeat", &s.heartbeat, heartbeat(&instances, "alpha", lease, lease), true),
             ("renew", &s.renew, renew(keys, (lease, ""), []), false),
             ("reconcile", &s.reconcile, reconcile(keys, config, (&[], &[]), lease, (1, 2), None), false),
         ];
@@ -603,7 +604,7 @@ mod tests {
                 source::REPORT_WINDOW,
                 report_window(&keys, "x", report, 0, false).keys.len(),
             ),
-            (source::HEARTBEAT, source::HEARTBEAT, heartbeat("instances", "x", lease).keys.len()),
+            (source::HEARTBEAT, source::HEARTBEAT, heartbeat("instances", "x", lease, lease).keys.len()),
         ];
         for (body, whole, sent) in scripts {
             let name = body.lines().next().unwrap_or("");

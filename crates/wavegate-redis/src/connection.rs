@@ -139,6 +139,16 @@ struct Link {
     renewing: tokio::sync::Mutex<()>,
 }
 
+/// What a heartbeat found ([`Store::beat`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Heartbeat {
+    /// Live processes, this one included.
+    pub live: u32,
+    /// Whether this process is the fleet's gauge reader until its next heartbeat.
+    pub gauge_reader: bool,
+}
+
 /// A cheap-to-clone handle on the shared store.
 #[derive(Clone)]
 pub struct Store {
@@ -200,13 +210,25 @@ impl Store {
     }
 
     /// Records a heartbeat of `instance`, counting for `ttl`; returns how many instances are
-    /// live (this one included).
+    /// live (this one included). Takes no part in the choice of the gauge reader.
     pub async fn heartbeat(&self, instance: &str, ttl: Duration) -> Result<u32, StoreError> {
+        Ok(self.beat(instance, ttl, Duration::ZERO).await?.live)
+    }
+
+    /// Records a heartbeat of `instance`, counting for `ttl`, and takes part in the choice of
+    /// the fleet's gauge reader with turns of `reader_turn` (zero: no part): the one process
+    /// that reads the shared gauges (budgets left, learned limits) for the whole fleet, so
+    /// their cost does not grow with the number of processes. A reader keeps its turn as long
+    /// as it beats within `reader_turn`; when it stops, the next process to beat takes over.
+    pub async fn beat(&self, instance: &str, ttl: Duration, reader_turn: Duration) -> Result<Heartbeat, StoreError> {
         const COMMAND: &str = "heartbeat";
         let instances = self.config.keyspace.instances();
-        let call = crate::calls::heartbeat(&instances, instance, ttl);
-        let live: i64 = self.invoke(COMMAND, &call.invocation(&crate::scripts::scripts().heartbeat)).await?;
-        u32::try_from(live).map_err(|_| StoreError::unexpected(COMMAND, format!("instance count {live}")))
+        let call = crate::calls::heartbeat(&instances, instance, ttl, reader_turn);
+        let reply: Vec<redis::Value> =
+            self.invoke(COMMAND, &call.invocation(&crate::scripts::scripts().heartbeat)).await?;
+        let r = crate::calls::Reply::new(COMMAND, &reply);
+        r.expect_len(2)?;
+        Ok(Heartbeat { live: r.u32(0)?, gauge_reader: r.uint(1)? == 1 })
     }
 
     /// The store's configuration.

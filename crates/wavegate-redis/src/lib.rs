@@ -57,7 +57,7 @@ mod shared_gate;
 mod startup;
 
 pub use config_claim::CONFIG_CLAIM_TTL;
-pub use connection::{Store, StoreConfig};
+pub use connection::{Heartbeat, Store, StoreConfig};
 pub use error::{Rejection, StoreError};
 pub use health::StoreHealth;
 pub use keys::{Keyspace, UpstreamKeys};

@@ -321,6 +321,32 @@ async fn heartbeats_count_live_instances() {
 }
 
 #[tokio::test]
+async fn one_process_at_a_time_reads_the_gauges_and_another_takes_over_when_it_stops() {
+    let server = RedisServer::start().expect("redis-server");
+    let store = Store::connect(StoreConfig::new(server.url())).await.expect("store");
+    let (ttl, turn) = (Duration::from_secs(30), Duration::from_millis(300));
+    let beat = |instance: &'static str| {
+        let store = store.clone();
+        async move { store.beat(instance, ttl, turn).await.expect("heartbeat") }
+    };
+    let first = beat("a").await;
+    assert_eq!((first.live, first.gauge_reader), (1, true), "the first to beat reads");
+    let second = beat("b").await;
+    assert_eq!((second.live, second.gauge_reader), (2, false), "the reader's entry is not a live process");
+    assert_eq!(store.heartbeat("c", ttl).await.expect("heartbeat"), 3, "a process may stay out of the choice");
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert!(beat("a").await.gauge_reader, "a reader that keeps beating keeps its turn");
+        assert!(!beat("b").await.gauge_reader, "one reader at a time");
+    }
+    // a stops (killed, paused): its turn ends, and the next to beat takes over.
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    assert!(beat("b").await.gauge_reader, "b takes over once a's turn has ended");
+    let back = beat("a").await;
+    assert_eq!((back.live, back.gauge_reader), (3, false), "a, back, does not take it back");
+}
+
+#[tokio::test]
 async fn a_raised_configured_limit_takes_effect() {
     let server = RedisServer::start().expect("redis-server");
     let small = gate(&server, "grown", 2).await;

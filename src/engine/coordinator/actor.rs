@@ -1,5 +1,7 @@
 //! The coordinator actor's state, its start, the heartbeat, and the messages it answers.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, MessageResult, WeakAddr, WrapFuture};
@@ -21,6 +23,9 @@ const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 /// counted by the others when they compute their fallback shares. A process that is gone for
 /// good makes the others' shares smaller (the safe side) for this long.
 pub(crate) const HEARTBEAT_TTL: Duration = Duration::from_secs(30);
+/// How long a turn as the fleet's gauge reader lasts unless the next heartbeat renews it: a
+/// reader that stops (killed, paused, cut off) is replaced within this.
+const GAUGE_READER_TURN: Duration = Duration::from_secs(3);
 /// How often each upstream's configuration is claimed (the claim stands for a minute).
 const CONFIG_CLAIM_EVERY: Duration = Duration::from_secs(10);
 
@@ -46,6 +51,9 @@ pub(crate) struct Coordinator {
     pub(super) rejection_logged: Option<Instant>,
     /// When a failed heartbeat that switches no mode (a Cluster's) was last logged.
     pub(super) heartbeat_logged: Option<Instant>,
+    /// Whether this process reads the shared gauges for the fleet (told by each heartbeat;
+    /// read by the lanes).
+    pub(super) gauge_reader: Arc<AtomicBool>,
 }
 
 impl Coordinator {
@@ -55,6 +63,7 @@ impl Coordinator {
         lanes: Vec<WeakAddr<Lane>>,
         gates: Vec<Option<SharedGate>>,
         live: Option<u32>,
+        gauge_reader: Arc<AtomicBool>,
     ) -> Self {
         let mode = if store.is_some() { Mode::Shared } else { Mode::Local };
         let cluster = store.as_ref().is_some_and(store::is_cluster);
@@ -70,6 +79,7 @@ impl Coordinator {
             live_peak: None,
             rejection_logged: None,
             heartbeat_logged: None,
+            gauge_reader,
         };
         if let Some(live) = live {
             coordinator.note_live(live);
@@ -98,13 +108,19 @@ impl Coordinator {
         }
         let epoch = domain.map_or(0, |d| self.domains[d].epoch);
         let instance = self.instance.to_string();
-        let call = store::heartbeat(&store, instance, HEARTBEAT_TTL);
+        let call = store::heartbeat(&store, instance, HEARTBEAT_TTL, GAUGE_READER_TURN);
         ctx.spawn(call.into_actor(self).map(move |result, act, ctx| match result {
-            Ok(live) => act.note_live(live),
-            Err(error) => match domain {
-                Some(domain) => act.on_store_error(domain, epoch, "heartbeat", &error, ctx),
-                None => act.log_lost_heartbeat(&error),
-            },
+            Ok((live, reader)) => {
+                act.note_live(live);
+                act.gauge_reader.store(reader, Ordering::Relaxed);
+            }
+            Err(error) => {
+                act.gauge_reader.store(false, Ordering::Relaxed);
+                match domain {
+                    Some(domain) => act.on_store_error(domain, epoch, "heartbeat", &error, ctx),
+                    None => act.log_lost_heartbeat(&error),
+                }
+            }
         }));
     }
 

@@ -103,7 +103,7 @@ impl Coordinator {
             let instance = self.instance.to_string();
             async move {
                 store::ping(&store).await?;
-                store::heartbeat(&store, instance, HEARTBEAT_TTL).await.map(Some)
+                store::heartbeat(&store, instance, HEARTBEAT_TTL, Duration::ZERO).await.map(|(live, _)| Some(live))
             }
             .boxed_local()
         } else {

@@ -2,6 +2,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use actix::{Actor, AsyncContext, Context, Handler, MessageResult, Recipient, SpawnHandle, WeakRecipient};
@@ -102,6 +103,8 @@ pub(crate) struct Lane {
     pub(super) gauges: Gauges,
     /// Whether the learned-limit gauges were last set to a limit.
     pub(super) learned_recorded: bool,
+    /// Whether this process reads the shared gauges for the fleet (see `record_budgets`).
+    pub(super) gauge_reader: Arc<AtomicBool>,
     pub(super) breaker: CircuitBreaker,
     pub(super) retry_budget: RetryBudget,
     pub(super) quota: Arc<QuotaBlock>,
@@ -126,12 +129,15 @@ pub(crate) struct LaneSetup {
     pub(crate) namespace: Option<Arc<str>>,
     pub(crate) quota: Arc<QuotaBlock>,
     pub(crate) coordinator: Recipient<StoreTrouble>,
+    /// Whether this process is the fleet's gauge reader (set by the coordinator's heartbeats).
+    pub(crate) gauge_reader: Arc<AtomicBool>,
 }
 
 impl Lane {
     /// The lane `setup` describes; `me` is its own address (from its context).
     pub(crate) fn new(setup: LaneSetup, me: WeakRecipient<Wake>) -> Self {
-        let LaneSetup { upstream, config, instance, shared, store, namespace, quota, coordinator } = setup;
+        let LaneSetup { upstream, config, instance, shared, store, namespace, quota, coordinator, gauge_reader } =
+            setup;
         let shared = shared.map(Arc::new);
         let local = match (&shared, &namespace) {
             (None, Some(namespace)) => process_gate::shared(namespace, &config),
@@ -175,6 +181,7 @@ impl Lane {
             recent_grants: VecDeque::new(),
             gauges: Gauges::default(),
             learned_recorded: false,
+            gauge_reader,
             quota,
             releases_in_flight: 0,
             drains: Vec::new(),

@@ -1,6 +1,8 @@
 //! What a lane can tell about its upstream: the status (the shared store's part read in shared
 //! mode), the gauges, and the room a pool sees.
 
+use std::sync::atomic::Ordering;
+
 use actix::{ActorFutureExt, AsyncContext, Context, Handler, Message, MessageResult, WrapFuture};
 use wavegate_core::{Budgets, Clock, LearnedBudgets, LearnedStatus};
 
@@ -152,7 +154,9 @@ impl Lane {
     }
 
     /// Records what is left of the rate budgets and the limits learned (read from the store in
-    /// shared mode: one status call, for an upstream with budgets, configured or learned).
+    /// shared mode: one status call, for an upstream with budgets, configured or learned, by
+    /// the fleet's gauge reader only — one process at a time, chosen by the heartbeats — so the
+    /// fleet sends one status script per upstream per second whatever its size).
     pub(super) fn record_budgets(&mut self, ctx: &mut Context<Self>) {
         let now_ms = self.clock.now_ms();
         // Every gauge is written again at its next value (a recorder installed late gets them).
@@ -179,6 +183,7 @@ impl Lane {
         }
         self.learned_recorded = learned != LearnedBudgets::default();
         match &self.gate {
+            Gate::Shared(_) if !self.gauge_reader.load(Ordering::Relaxed) => metrics::budgets_read_elsewhere(name),
             Gate::Shared(gate) => {
                 let call = store::status(gate);
                 ctx.spawn(call.into_actor(self).map(|result, act, _| {
