@@ -27,6 +27,7 @@ mod redis_stats;
 mod report;
 mod runner;
 mod scale;
+mod scale_worker;
 mod scenario;
 mod stats;
 mod strategy;
@@ -43,7 +44,7 @@ fn main() -> ExitCode {
         Ok("provider") => provider::main(),
         Ok("worker") => worker::main(),
         Ok("mixed-worker") => mixed::worker_main(),
-        Ok("scale-worker") => scale::worker_main(),
+        Ok("scale-worker") => scale_worker::worker_main(),
         Ok(other) => {
             eprintln!("unknown {ROLE_ENV}={other:?} (expected `provider` or `worker`)");
             ExitCode::FAILURE

@@ -1,155 +1,45 @@
 //! Many processes, many upstreams, one Redis: what the shared store costs at scale. 32 real
 //! worker processes × 10 callers, each call to one of 100 upstreams (limit 2 each) drawn at
 //! random, against one mock provider; it reports the calls per second, the script calls sent
-//! per granted permit, the Redis server's CPU (from `INFO cpu`) and the permit wait.
+//! per granted permit, the Redis server's CPU (from `INFO cpu`), the permit wait and the
+//! changes of mode.
 //!
-//! With `--cluster` (and the crate's `cluster` feature) the same run follows on a 3-master
-//! Redis Cluster, in the same invocation: the CPU is then the sum over the masters, and each
-//! master's share is given too.
+//! * `--schedulers K`: each worker process runs `K` schedulers (each its own instance, as `K`
+//!   processes would be), its callers spread over them: `--processes 20 --schedulers 10` is a
+//!   fleet of 200 schedulers;
+//! * `--classes`: every upstream has two priority classes (a reserve for one, a share of a
+//!   requests budget for the other), each call names a class and one of four tenants, and the
+//!   mock provider announces its limits in the IETF headers on every answer, which wavegate
+//!   learns (`scale_worker.rs` has the configuration);
+//! * `--cluster` (and the crate's `cluster` feature): the same run follows on a 3-master Redis
+//!   Cluster, in the same invocation: the CPU is then the sum over the masters, and each
+//!   master's share is given too;
+//! * always, last: an **oracle** with the same callers in one process, each upstream's limit a
+//!   semaphore (it knows every limit and coordinates for free): the permit wait a perfect
+//!   coordinator would give the same load.
 //!
 //! ```text
 //! cargo run --release -p wavegate-scenarios -- scale
-//! cargo run --release -p wavegate-scenarios -- scale --processes 8 --upstreams 20 --secs 10
+//! cargo run --release -p wavegate-scenarios -- scale --processes 20 --schedulers 10 --callers 20 --classes
 //! cargo run --release -p wavegate-scenarios --features cluster -- scale --cluster
 //! ```
 
-use std::io::{BufRead, Write};
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use rand::Rng;
-use wavegate::{Mode, Scheduler, UpstreamConfig};
-use wavegate_testkit::{MockUpstream, MockUpstreamConfig, RedisCluster, RedisServer, http_get};
+use wavegate_testkit::{
+    HeaderStyle, MockProvider, MockUpstream, MockUpstreamConfig, ProviderLimits, RedisCluster, RedisServer, http_get,
+};
 
 use crate::process_fleet::{ProcessFleet, option};
 use crate::redis_stats::CommandStats;
+use crate::scale_worker::{
+    ENV_CALLERS, ENV_CLASSES, ENV_CLUSTER, ENV_PROVIDER, ENV_REDIS, ENV_SCHEDULERS, ENV_SECS, ENV_UPSTREAMS, LIMIT,
+};
 use crate::stats::percentile;
-
-/// The limit of each upstream.
-const LIMIT: u32 = 2;
-
-/// The server's URL, or a cluster's seed URLs separated by commas (with [`ENV_CLUSTER`]).
-const ENV_REDIS: &str = "WAVEGATE_SCALE_REDIS";
-/// Set: [`ENV_REDIS`] lists the seeds of a Redis Cluster.
-const ENV_CLUSTER: &str = "WAVEGATE_SCALE_CLUSTER";
-const ENV_PROVIDER: &str = "WAVEGATE_SCALE_PROVIDER";
-const ENV_UPSTREAMS: &str = "WAVEGATE_SCALE_UPSTREAMS";
-const ENV_CALLERS: &str = "WAVEGATE_SCALE_CALLERS";
-const ENV_SECS: &str = "WAVEGATE_SCALE_SECS";
-
-fn name(index: usize) -> String {
-    format!("u{index:03}")
-}
-
-fn env(key: &str) -> Result<String, String> {
-    std::env::var(key).map_err(|_| format!("{key} is not set"))
-}
-
-fn number<T: std::str::FromStr>(key: &str) -> Result<T, String> {
-    env(key)?.parse().map_err(|_| format!("{key} is not a number"))
-}
-
-/// The worker role: `ready` once in shared mode, then on `go` calls for `secs` seconds, then
-/// prints each call's permit wait (`w <ms>`, or `e` for a failed call) and `done`.
-pub(crate) fn worker_main() -> ExitCode {
-    match worker() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("scale worker: {error}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn worker() -> Result<(), String> {
-    let redis = env(ENV_REDIS)?;
-    let provider: SocketAddr = env(ENV_PROVIDER)?.parse().map_err(|e| format!("provider address: {e}"))?;
-    let upstreams: usize = number(ENV_UPSTREAMS)?;
-    let callers: usize = number(ENV_CALLERS)?;
-    let secs: f64 = number(ENV_SECS)?;
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
-    let local = tokio::task::LocalSet::new();
-    local.block_on(&runtime, async move {
-        let mut builder = match std::env::var_os(ENV_CLUSTER) {
-            Some(_) => Scheduler::builder().redis_cluster(redis.split(',')),
-            None => Scheduler::builder().redis(redis),
-        };
-        for index in 0..upstreams {
-            let config = UpstreamConfig::builder(name(index)).limit(LIMIT).max_wait(Duration::from_secs(60));
-            builder = builder.upstream(config.build().map_err(|e| e.to_string())?);
-        }
-        let scheduler = builder.build().map_err(|e| e.to_string())?;
-        let started = Instant::now();
-        while scheduler.mode().await.map_err(|e| e.to_string())? != Mode::Shared {
-            if started.elapsed() > Duration::from_secs(20) {
-                return Err("not in shared mode after 20 s".to_string());
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let handles = (0..upstreams)
-            .map(|index| scheduler.upstream(&name(index)).map_err(|e| e.to_string()))
-            .collect::<Result<Vec<_>, _>>()?;
-        println!("ready");
-        let mut line = String::new();
-        std::io::stdin().lock().read_line(&mut line).map_err(|e| e.to_string())?;
-        let end = Instant::now() + Duration::from_secs_f64(secs);
-        // Every change of mode this process goes through (a store too slow for its command
-        // timeout sends it to fallback).
-        let switches = Rc::new(std::cell::Cell::new(0u32));
-        {
-            let (scheduler, switches) = (scheduler.clone(), switches.clone());
-            tokio::task::spawn_local(async move {
-                let mut last = Mode::Shared;
-                loop {
-                    if let Ok(mode) = scheduler.mode().await
-                        && mode != last
-                    {
-                        switches.set(switches.get() + 1);
-                        last = mode;
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            });
-        }
-        let waits = Rc::new(std::cell::RefCell::new(Vec::new()));
-        let handles = Rc::new(handles);
-        let tasks: Vec<_> = (0..callers)
-            .map(|_| {
-                let (waits, handles) = (waits.clone(), handles.clone());
-                tokio::task::spawn_local(async move {
-                    while Instant::now() < end {
-                        let upstream = &handles[rand::rng().random_range(0..handles.len())];
-                        let mut waited = Duration::ZERO;
-                        let reply = upstream
-                            .request()
-                            .call(|attempt| {
-                                waited += attempt.waited;
-                                http_get(provider, "/", Duration::from_secs(10))
-                            })
-                            .await;
-                        let ok = reply.is_ok_and(|r| r.status == 200);
-                        waits.borrow_mut().push(ok.then_some(waited.as_secs_f64() * 1000.0));
-                    }
-                })
-            })
-            .collect();
-        for task in tasks {
-            task.await.map_err(|e| e.to_string())?;
-        }
-        let mut stdout = std::io::stdout().lock();
-        for wait in waits.borrow().iter() {
-            match wait {
-                Some(ms) => writeln!(stdout, "w {ms:.3}"),
-                None => writeln!(stdout, "e"),
-            }
-            .map_err(|e| e.to_string())?;
-        }
-        writeln!(stdout, "modes {}", switches.get()).map_err(|e| e.to_string())?;
-        writeln!(stdout, "done").map_err(|e| e.to_string())
-    })
-}
 
 /// The runner (`scale [--processes N] [--callers N] [--upstreams N] [--secs N] [--service-ms N]
 /// [--cluster]`).
@@ -205,21 +95,26 @@ impl Target {
 }
 
 /// The options of a run.
+#[derive(Debug, Clone, Copy)]
 struct Options {
     processes: usize,
+    schedulers: usize,
     callers: usize,
     upstreams: usize,
     secs: f64,
     service_ms: f64,
+    classes: bool,
 }
 
 fn run(args: &[String]) -> Result<(), String> {
     let options = Options {
         processes: option(args, "--processes", 32.0)? as usize,
+        schedulers: (option(args, "--schedulers", 1.0)? as usize).max(1),
         callers: option(args, "--callers", 10.0)? as usize,
         upstreams: option(args, "--upstreams", 100.0)? as usize,
         secs: option(args, "--secs", 15.0)?,
         service_ms: option(args, "--service-ms", 50.0)?,
+        classes: args.iter().any(|a| a == "--classes"),
     };
     let cluster = args.iter().any(|a| a == "--cluster");
     if cluster && !cfg!(feature = "cluster") {
@@ -227,33 +122,76 @@ fn run(args: &[String]) -> Result<(), String> {
                     --features cluster -- scale --cluster"
             .to_string());
     }
-    let Options { processes, callers, upstreams, secs, service_ms } = options;
+    let Options { processes, schedulers, callers, upstreams, secs, service_ms, classes } = options;
     println!(
-        "# scale: {processes} processes x {callers} callers, {upstreams} upstreams of limit {LIMIT} (each call to one \
-         drawn at random), {service_ms} ms calls, {secs} s, on one Redis{}",
+        "# scale: {processes} processes x {schedulers} schedulers, {callers} callers per process, {upstreams} upstreams \
+         of limit {LIMIT} (each call to one drawn at random), {service_ms} ms calls, {secs} s, {}; on one Redis{}, then \
+         an oracle",
+        if classes { "with classes, tenants, a class budget and learned limits" } else { "no classes" },
         if cluster { ", then on a 3-master Redis Cluster" } else { "" }
     );
     let mut rows = vec![pass(&options, Target::Single(RedisServer::start().map_err(|e| e.to_string())?))?];
     if cluster {
         rows.push(pass(&options, Target::Cluster(RedisCluster::start(3).map_err(|e| e.to_string())?))?);
     }
+    rows.push(oracle(&options)?);
     println!();
     println!(
-        "| store | processes x callers | upstreams | calls | calls/s | failed | changes of mode | script calls sent per permit | commands executed per permit | Redis CPU (per master) | permit wait p50 / p99 / max (ms) | max at the provider |"
+        "| store | processes x schedulers x callers | classes | upstreams | calls | calls/s | failed | changes of mode | script calls sent per permit | commands executed per permit | Redis CPU per permit (µs) | Redis CPU (per master) | permit wait p50 / p99 / max (ms) | max at the provider |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for row in rows {
         println!("{row}");
     }
     Ok(())
 }
 
+/// The mock provider of a run: a plain one, or (with classes) one that announces its limits.
+enum Provider {
+    Plain(MockUpstream),
+    Announcing(MockProvider),
+}
+
+impl Provider {
+    fn start(options: &Options) -> Result<Self, String> {
+        let service = Duration::from_secs_f64(options.service_ms / 1000.0);
+        if options.classes {
+            // Announced on every answer and learned; far above what the run sends, so it
+            // refuses nothing (the limits are the upstreams' own).
+            let limits = ProviderLimits {
+                style: HeaderStyle::Ietf,
+                requests: Some(6_000_000),
+                tokens: None,
+                window: Duration::from_secs(60),
+                quota_exhausted: false,
+            };
+            MockProvider::start(limits, service).map(Provider::Announcing).map_err(|e| format!("mock provider: {e}"))
+        } else {
+            MockUpstream::start(MockUpstreamConfig { service_time: service, ..Default::default() })
+                .map(Provider::Plain)
+                .map_err(|e| format!("mock provider: {e}"))
+        }
+    }
+
+    fn addr(&self) -> SocketAddr {
+        match self {
+            Provider::Plain(mock) => mock.addr(),
+            Provider::Announcing(mock) => mock.addr(),
+        }
+    }
+
+    fn max_in_flight(&self) -> usize {
+        match self {
+            Provider::Plain(mock) => mock.max_in_flight(),
+            Provider::Announcing(mock) => mock.max_in_flight(),
+        }
+    }
+}
+
 /// One run of the fleet against `target`: its row of the table.
 fn pass(options: &Options, mut target: Target) -> Result<String, String> {
-    let Options { processes, callers, upstreams, secs, service_ms } = *options;
-    let service = Duration::from_secs_f64(service_ms / 1000.0);
-    let provider = MockUpstream::start(MockUpstreamConfig { service_time: service, ..Default::default() })
-        .map_err(|e| format!("mock provider: {e}"))?;
+    let Options { processes, schedulers, callers, upstreams, secs, classes, .. } = *options;
+    let provider = Provider::start(options)?;
     println!("# {}: starting {processes} workers", target.label());
     let ((redis_url, cluster), provider_addr) = (target.env(), provider.addr().to_string());
     let mut fleet = ProcessFleet::spawn("scale-worker", processes, |_| {
@@ -263,9 +201,13 @@ fn pass(options: &Options, mut target: Target) -> Result<String, String> {
             (ENV_UPSTREAMS, upstreams.to_string()),
             (ENV_CALLERS, callers.to_string()),
             (ENV_SECS, secs.to_string()),
+            (ENV_SCHEDULERS, schedulers.to_string()),
         ];
         if cluster {
             env.push((ENV_CLUSTER, "1".to_string()));
+        }
+        if classes {
+            env.push((ENV_CLASSES, "1".to_string()));
         }
         env
     })?;
@@ -276,7 +218,7 @@ fn pass(options: &Options, mut target: Target) -> Result<String, String> {
         _ if line.starts_with("modes ") => switches += line[6..].parse::<u64>().unwrap_or(0),
         _ => waits.extend(line.strip_prefix("w ").and_then(|v| v.parse::<f64>().ok())),
     };
-    fleet.wait_all("ready", Duration::from_secs(60), &mut take)?;
+    fleet.wait_all("ready", Duration::from_secs(120), &mut take)?;
     let mut cons = target.connections()?;
     let mut cpu_before = Vec::new();
     for con in &mut cons {
@@ -305,13 +247,66 @@ fn pass(options: &Options, mut target: Target) -> Result<String, String> {
     } else {
         String::new()
     };
+    // CPU % of one core over `took` seconds, per permit, in µs.
+    let cpu_per_permit_us = cpu / 100.0 * took / granted * 1e6;
     Ok(format!(
-        "| {} | {processes} x {callers} | {upstreams} | {} | {:.0} | {failed} | {switches} | {:.2} | {:.1} | {cpu:.0} %{per_master} of one core | {p50:.1} / {p99:.1} / {max:.0} | {} |",
+        "| {} | {processes} x {schedulers} x {callers} | {} | {upstreams} | {} | {:.0} | {failed} | {switches} | {:.2} | {:.1} | {cpu_per_permit_us:.0} | {cpu:.0} %{per_master} of one core | {p50:.1} / {p99:.1} / {max:.0} | {} |",
         target.label(),
+        if classes { "yes" } else { "no" },
         calls,
         calls as f64 / took,
         evalsha / granted,
         stats.executed() as f64 / granted,
+        provider.max_in_flight(),
+    ))
+}
+
+/// The oracle's row: the same callers (`processes × callers`) in this process, each upstream's
+/// limit a semaphore: a coordinator that knows every limit and costs nothing.
+fn oracle(options: &Options) -> Result<String, String> {
+    let Options { processes, schedulers, callers, upstreams, secs, classes, .. } = *options;
+    let provider = Provider::start(options)?;
+    let addr = provider.addr();
+    println!("# oracle: {} callers in one process", processes * callers);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let local = tokio::task::LocalSet::new();
+    let (waits, failed, took) = local.block_on(&runtime, async move {
+        let limits: Rc<Vec<tokio::sync::Semaphore>> =
+            Rc::new((0..upstreams).map(|_| tokio::sync::Semaphore::new(LIMIT as usize)).collect());
+        let waits = Rc::new(std::cell::RefCell::new((Vec::new(), 0u64)));
+        let started = Instant::now();
+        let end = started + Duration::from_secs_f64(secs);
+        let tasks: Vec<_> = (0..processes * callers)
+            .map(|_| {
+                let (limits, waits) = (limits.clone(), waits.clone());
+                tokio::task::spawn_local(async move {
+                    while Instant::now() < end {
+                        let index = rand::rng().random_range(0..limits.len());
+                        let asked = Instant::now();
+                        let Ok(_permit) = limits[index].acquire().await else { return };
+                        let waited = asked.elapsed().as_secs_f64() * 1000.0;
+                        let ok = http_get(addr, "/", Duration::from_secs(10)).await.is_ok_and(|r| r.status == 200);
+                        let mut waits = waits.borrow_mut();
+                        if ok { waits.0.push(waited) } else { waits.1 += 1 }
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            let _ = task.await;
+        }
+        let took = started.elapsed().as_secs_f64();
+        let (waits, failed) = std::mem::take(&mut *waits.borrow_mut());
+        (waits, failed, took)
+    });
+    let mut waits = waits;
+    let calls = waits.len();
+    let mut p = |q| percentile(&mut waits, q).unwrap_or(f64::NAN);
+    let (p50, p99, max) = (p(50.0), p(99.0), p(100.0));
+    Ok(format!(
+        "| oracle (one process, a semaphore per upstream) | {processes} x {schedulers} x {callers} | {} | {upstreams} | {calls} | {:.0} | {failed} | – | – | – | – | – | {p50:.1} / {p99:.1} / {max:.0} | {} |",
+        if classes { "yes" } else { "no" },
+        calls as f64 / took,
         provider.max_in_flight(),
     ))
 }
