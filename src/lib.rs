@@ -91,6 +91,7 @@ mod engine;
 mod error;
 mod error_kind;
 mod handle;
+pub mod history;
 pub mod metrics;
 pub mod middleware;
 mod permit;

@@ -10,6 +10,7 @@ use wavegate_core::{CircuitBreaker, Instance, PermitId, RetryBudget, UpstreamCon
 use super::book::OutageBook;
 use super::gauges::Gauges;
 use super::messages::{Acquire, DRAIN_BOUND, Drain, DrainReply, ReadMode, StoreTrouble};
+use super::tally::Tally;
 use super::waiters::Waiters;
 use crate::engine::clock::{EngineClock, Instant};
 use crate::engine::gate::Gate;
@@ -17,12 +18,15 @@ use crate::engine::grant::Finish;
 use crate::engine::process_gate::{self, ProcessGate};
 use crate::engine::store::{Reconciled, SharedGate, Store};
 use crate::engine::wake::Wake;
+use crate::history::HistoryRing;
 use crate::metrics;
 use crate::quota::QuotaBlock;
 use crate::status::Mode;
 
 /// How often the budget gauges are refreshed.
 const BUDGET_GAUGES_EVERY: Duration = Duration::from_secs(1);
+/// How often the history takes a sample (`crate::history`).
+const HISTORY_EVERY: Duration = Duration::from_secs(1);
 
 /// What this process knows of an upstream's shared state, from the last script replies.
 #[derive(Debug, Clone, Copy, Default)]
@@ -102,6 +106,9 @@ pub(crate) struct Lane {
     pub(super) gauges: Gauges,
     /// Whether the learned-limit gauges were last set to a limit.
     pub(super) learned_recorded: bool,
+    /// The counts since the last history sample, and the history (see `sampler.rs`).
+    pub(super) tally: Tally,
+    pub(super) history: Arc<HistoryRing>,
     pub(super) breaker: CircuitBreaker,
     pub(super) retry_budget: RetryBudget,
     pub(super) quota: Arc<QuotaBlock>,
@@ -125,13 +132,15 @@ pub(crate) struct LaneSetup {
     /// with the process's other local schedulers (`None`: a gate of its own).
     pub(crate) namespace: Option<Arc<str>>,
     pub(crate) quota: Arc<QuotaBlock>,
+    /// Where the lane keeps its second-by-second history.
+    pub(crate) history: Arc<HistoryRing>,
     pub(crate) coordinator: Recipient<StoreTrouble>,
 }
 
 impl Lane {
     /// The lane `setup` describes; `me` is its own address (from its context).
     pub(crate) fn new(setup: LaneSetup, me: WeakRecipient<Wake>) -> Self {
-        let LaneSetup { upstream, config, instance, shared, store, namespace, quota, coordinator } = setup;
+        let LaneSetup { upstream, config, instance, shared, store, namespace, quota, history, coordinator } = setup;
         let shared = shared.map(Arc::new);
         let local = match (&shared, &namespace) {
             (None, Some(namespace)) => process_gate::shared(namespace, &config),
@@ -175,6 +184,8 @@ impl Lane {
             recent_grants: VecDeque::new(),
             gauges: Gauges::default(),
             learned_recorded: false,
+            tally: Tally::default(),
+            history,
             quota,
             releases_in_flight: 0,
             drains: Vec::new(),
@@ -213,6 +224,9 @@ impl Actor for Lane {
         }
         // Every upstream may come to have a budget: a learned limit is one.
         ctx.run_interval(BUDGET_GAUGES_EVERY, |act, ctx| act.record_budgets(ctx));
+        // The history: a first sample now, then one a second.
+        self.record_sample();
+        ctx.run_interval(HISTORY_EVERY, |act, _| act.record_sample());
     }
 }
 
