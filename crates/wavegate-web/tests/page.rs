@@ -258,7 +258,13 @@ async fn the_page_shows_each_upstream_its_limit_its_calls_and_its_429s() {
     }
     let llm = card(&dom, "llm");
     assert_eq!(number(llm, "rate-limited"), rate_limited, "the 429s the provider sent:\n{llm}");
-    assert!(llm.contains("data-state=\"COOLDOWN\""), "the mode timeline misses the cooldown:\n{llm}");
+    // The timeline starts NORMAL and shows the wave the 429s started (a step back or a cooldown).
+    let timeline = &llm[llm.find("data-chart=\"modes\"").expect("the mode timeline")..];
+    assert!(timeline.contains("data-state=\"NORMAL\""), "{timeline}");
+    assert!(
+        ["DEGRADED", "COOLDOWN", "PROBE"].iter().any(|s| timeline.contains(&format!("data-state=\"{s}\""))),
+        "the mode timeline misses the wave:\n{timeline}"
+    );
     assert!(points(llm, "rate-limited") >= 3, "the 429 chart has no line:\n{llm}");
     let images_card = card(&dom, "images");
     assert_eq!(number(images_card, "limit"), 3);
