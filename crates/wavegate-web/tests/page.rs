@@ -1,8 +1,12 @@
 //! The status page in a real headless browser: an actix-web server on loopback with a real
-//! scheduler (local mode) in front of a mock provider that answers 429 beyond its capacity,
-//! calls driven through it, then Chromium (`/usr/bin/chromium`, or `$WAVEGATE_CHROMIUM`) loads
+//! scheduler in front of a mock provider that answers 429 beyond its capacity, calls driven
+//! through it, then Chromium (`/usr/bin/chromium`, or `$WAVEGATE_CHROMIUM`) loads
 //! `/wavegate`, runs its script, and the test reads what the page shows from the DOM Chromium
 //! dumps. A screenshot goes to the target directory; its path is printed.
+//!
+//! In local mode by default; with this crate's `redis` feature (CI's `--all-features` run) the
+//! scheduler shares a `redis-server` the test starts with three more (a fleet of four
+//! processes, with traffic of their own), and the page shows the four.
 //!
 //! Chromium is a requirement: without it the test fails and says how to install it.
 
@@ -95,6 +99,33 @@ async fn call_mock(scheduler: &Scheduler, upstream: &str, provider: SocketAddr) 
         .await;
 }
 
+/// The schedulers of the fleet: the page's first. In local mode it is alone; with the `redis`
+/// feature three more share the test's `redis-server` (returned too, to be stopped last).
+fn fleet() -> (Vec<Scheduler>, Option<wavegate_testkit::RedisServer>) {
+    let prefix = format!("page-{}", std::process::id());
+    let build = |redis: Option<&str>| {
+        let mut builder = Scheduler::builder().key_prefix(prefix.clone());
+        for (name, limit) in UPSTREAMS {
+            let config = UpstreamConfig::builder(name).limit(limit).max_wait(Duration::from_secs(30)).build().unwrap();
+            builder = builder.upstream(config);
+        }
+        #[cfg(feature = "redis")]
+        if let Some(url) = redis {
+            builder = builder.redis(url);
+        }
+        #[cfg(not(feature = "redis"))]
+        let _ = redis;
+        builder.build().expect("scheduler")
+    };
+    if cfg!(feature = "redis") {
+        let redis = wavegate_testkit::RedisServer::start().expect("redis-server");
+        let url = redis.url();
+        ((0..4).map(|_| build(Some(&url))).collect(), Some(redis))
+    } else {
+        (vec![build(None)], None)
+    }
+}
+
 /// Light traffic on `upstream` until the test ends: calls of 50 to 250 ms, a few at once.
 async fn background(scheduler: Scheduler, upstream: &'static str, seed: u64) {
     let handle = scheduler.upstream(upstream).expect("configured");
@@ -178,12 +209,8 @@ async fn the_page_shows_each_upstream_its_limit_its_calls_and_its_429s() {
         ..MockUpstreamConfig::default()
     })
     .expect("mock provider");
-    let mut builder = Scheduler::builder().key_prefix(format!("page-{}", std::process::id()));
-    for (name, limit) in UPSTREAMS {
-        builder = builder
-            .upstream(UpstreamConfig::builder(name).limit(limit).max_wait(Duration::from_secs(30)).build().unwrap());
-    }
-    let scheduler = builder.build().expect("scheduler");
+    let (fleet, _redis) = fleet();
+    let scheduler = fleet[0].clone();
     let app_scheduler = scheduler.clone();
     let server =
         HttpServer::new(move || App::new().app_data(web::Data::new(app_scheduler.clone())).configure(configure))
@@ -202,10 +229,12 @@ async fn the_page_shows_each_upstream_its_limit_its_calls_and_its_429s() {
     }
     let waiter = images.clone();
     let waiting = actix_web::rt::spawn(async move { waiter.request().acquire().await.map(drop) });
-    // Light traffic on the eight others.
+    // Light traffic on the eight others, from every process of the fleet.
     let mut traffic = Vec::new();
-    for (seed, (name, _)) in UPSTREAMS.iter().enumerate().skip(2) {
-        traffic.push(actix_web::rt::spawn(background(scheduler.clone(), name, seed as u64)));
+    for (process, scheduler) in fleet.iter().enumerate() {
+        for (seed, (name, _)) in UPSTREAMS.iter().enumerate().skip(2) {
+            traffic.push(actix_web::rt::spawn(background(scheduler.clone(), name, (seed * 7 + process) as u64)));
+        }
     }
     // `llm`: six calls at once against a provider that takes two: some are answered 429, the
     // limit is cut, the upstream cools down, then they are served.
@@ -236,7 +265,15 @@ async fn the_page_shows_each_upstream_its_limit_its_calls_and_its_429s() {
         assert!(Instant::now() < deadline, "the history never showed the calls: {body:#}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    assert_eq!(body["processes"], serde_json::Value::Null, "local mode: no fleet count");
+    let samples: usize =
+        body["upstreams"].as_array().unwrap().iter().map(|u| u["samples"]["at_ms"].as_array().unwrap().len()).sum();
+    println!("history: {} bytes of JSON for {samples} samples", body.to_string().len());
+    let (processes, mode) = if fleet.len() > 1 { ("4", "shared") } else { ("this one (local mode)", "local") };
+    if fleet.len() > 1 {
+        assert_eq!(body["processes"], 4, "the fleet's four processes");
+    } else {
+        assert_eq!(body["processes"], serde_json::Value::Null, "local mode: no fleet count");
+    }
 
     // What the browser shows.
     let url = format!("http://{addr}{PAGE_PATH}");
@@ -246,6 +283,7 @@ async fn the_page_shows_each_upstream_its_limit_its_calls_and_its_429s() {
     run_chromium(&url, &[budget[0].clone(), "--dump-dom".to_string()], &dom_file).await;
     let dom = std::fs::read_to_string(&dom_file).expect("the dumped DOM");
     assert!(dom.contains("id=\"cards\""), "not the status page:\n{dom}");
+    assert!(dom.contains(&format!("<b id=\"processes\">{processes}</b>")), "the processes live:\n{dom}");
     let error = &dom[dom.find("id=\"error\"").expect("the error box")..];
     let error = &error[error.find('>').expect("its end") + 1..error.find("</div>").expect("its close")];
     assert_eq!(error, "", "the page shows an error");
@@ -270,7 +308,7 @@ async fn the_page_shows_each_upstream_its_limit_its_calls_and_its_429s() {
     assert_eq!(number(images_card, "limit"), 3);
     assert_eq!(number(images_card, "in-flight"), 3, "the held permits:\n{images_card}");
     assert_eq!(number(images_card, "waiting"), 1, "the waiting caller:\n{images_card}");
-    assert_eq!(figure(images_card, "mode"), "local");
+    assert_eq!(figure(images_card, "mode"), mode);
     assert_eq!(figure(images_card, "state"), "NORMAL");
 
     // A screenshot, for people (and the docs).
