@@ -1,6 +1,6 @@
-//! The lane's second-by-second history (see `crate::history`): what it counts between two
-//! ticks, and the sample it takes at each, from what the process holds (nothing is asked of
-//! the shared store).
+//! The lane's second-by-second history (see `crate::history`): the sample it takes at each
+//! tick, from what it counted since the last one (`tally.rs`) and what the process holds
+//! (nothing is asked of the shared store).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
