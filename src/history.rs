@@ -10,11 +10,14 @@
 
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use wavegate_core::WaveState;
 
 use crate::status::Mode;
 
+/// How often each upstream takes a sample.
+pub const HISTORY_EVERY: Duration = Duration::from_secs(1);
 /// How many samples an upstream keeps: five minutes at one a second.
 pub const HISTORY_SAMPLES: usize = 300;
 /// How many changes of mode or state an upstream keeps.
@@ -164,6 +167,13 @@ mod tests {
             changes.last().map(|c| (c.at_ms, c.state)),
             Some((1_000 + HISTORY_CHANGES as u64 * 2 - 1, WaveState::Normal))
         );
+    }
+
+    #[test]
+    fn an_upstream_keeps_about_15_kb() {
+        // What docs/status-page.md and the module docs say.
+        let bytes = HISTORY_SAMPLES * std::mem::size_of::<Sample>() + HISTORY_CHANGES * std::mem::size_of::<Change>();
+        assert!(bytes <= 16 * 1024, "{bytes} bytes an upstream");
     }
 
     #[test]

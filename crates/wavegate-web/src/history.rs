@@ -6,7 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use wavegate::Scheduler;
-use wavegate::history::{HISTORY_SAMPLES, UpstreamHistory};
+use wavegate::history::{HISTORY_EVERY, HISTORY_SAMPLES, UpstreamHistory};
 
 use crate::error::WebError;
 
@@ -117,5 +117,10 @@ pub async fn history(scheduler: &Scheduler) -> Result<HistoryBody, WebError> {
         .map(|(history, config)| UpstreamHistoryView::new(history, config.limit().get()))
         .collect();
     let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |since| since.as_millis() as u64);
-    Ok(HistoryBody { now_ms, window_ms: HISTORY_SAMPLES as u64 * 1000, processes, upstreams })
+    Ok(HistoryBody {
+        now_ms,
+        window_ms: HISTORY_SAMPLES as u64 * HISTORY_EVERY.as_millis() as u64,
+        processes,
+        upstreams,
+    })
 }

@@ -18,15 +18,13 @@ use crate::engine::grant::Finish;
 use crate::engine::process_gate::{self, ProcessGate};
 use crate::engine::store::{Reconciled, SharedGate, Store};
 use crate::engine::wake::Wake;
-use crate::history::HistoryRing;
+use crate::history::{HISTORY_EVERY, HistoryRing};
 use crate::metrics;
 use crate::quota::QuotaBlock;
 use crate::status::Mode;
 
 /// How often the budget gauges are refreshed.
 const BUDGET_GAUGES_EVERY: Duration = Duration::from_secs(1);
-/// How often the history takes a sample (`crate::history`).
-const HISTORY_EVERY: Duration = Duration::from_secs(1);
 
 /// What this process knows of an upstream's shared state, from the last script replies.
 #[derive(Debug, Clone, Copy, Default)]
