@@ -10,6 +10,7 @@ use wavegate_core::{PoolConfig, UpstreamConfig, UpstreamSet};
 use crate::engine::Engine;
 use crate::engine::store::Store;
 use crate::error::Error;
+use crate::history::HistoryRing;
 use crate::quota::QuotaBlock;
 use crate::registry::{self, Registration};
 use crate::status::UpstreamStatus;
@@ -24,6 +25,8 @@ pub(crate) struct Inner {
     pub(crate) engine: Engine,
     /// Each upstream's spent quota, if any (see `quota.rs`).
     pub(crate) quota: Vec<Arc<QuotaBlock>>,
+    /// Each upstream's history, written by its lane (see `history.rs`).
+    pub(crate) history: Vec<Arc<HistoryRing>>,
     /// The pools over the upstreams (see `pool.rs`).
     pub(crate) pools: Vec<PoolSlot>,
     /// Counted among the process's local schedulers (local mode only).

@@ -26,6 +26,8 @@
 //!   ([`classify`]), the status ([`UpstreamStatus`], [`Mode`]) and, with Redis, the store's
 //!   configuration and health (`StoreConfig`, `StoreHealth`);
 //! * [`config`] holds the parts of a configuration (builders, their arguments, their errors);
+//! * [`history`] holds each upstream's last minutes as this process saw them, one sample a
+//!   second (`Scheduler::history`, for a live status page such as `wavegate-web`'s);
 //! * [`dev`] holds the lower-level types that the values above are made of, for libraries
 //!   built on wavegate.
 //!
@@ -91,6 +93,7 @@ mod engine;
 mod error;
 mod error_kind;
 mod handle;
+pub mod history;
 pub mod metrics;
 pub mod middleware;
 mod permit;

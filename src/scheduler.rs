@@ -14,6 +14,7 @@ use crate::engine::store::Store;
 use crate::error::Error;
 use crate::handle::Inner;
 use crate::handle::PoolSlot;
+use crate::history::UpstreamHistory;
 use crate::permit::Permit;
 use crate::pool::Pool;
 use crate::registry::Registration;
@@ -178,6 +179,40 @@ impl Scheduler {
             all.push(self.inner.status(index).await?);
         }
         Ok(all)
+    }
+
+    /// Every upstream's history over the last minutes, in configuration order: one
+    /// [`Sample`](crate::history::Sample) a second (the limit, permits in flight, callers
+    /// waiting, grants and their waits, 429s, mode and state) and the changes of mode and state,
+    /// as this process saw them. Kept in process and bounded (see [`history`](crate::history));
+    /// reading it sends nothing to the shared store and does not wait for the actors.
+    ///
+    /// ```
+    /// # use wavegate::{Scheduler, UpstreamConfig};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let scheduler = Scheduler::builder().upstream(UpstreamConfig::builder("llm").limit(4).build()?).build()?;
+    /// # tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    /// // A first sample is taken as the scheduler starts, then one a second.
+    /// let llm = &scheduler.history()[0];
+    /// assert_eq!(llm.upstream, "llm");
+    /// assert_eq!(llm.samples.last().map(|s| s.limit), Some(4));
+    /// # Ok(()) }
+    /// ```
+    pub fn history(&self) -> Vec<UpstreamHistory> {
+        self.inner
+            .history
+            .iter()
+            .zip(&self.inner.upstreams)
+            .map(|(ring, config)| ring.read(config.name().as_str()))
+            .collect()
+    }
+
+    /// How many processes of the fleet are live (their heartbeat in the shared store within
+    /// the last 30 s), as this process's last heartbeat learned (no Redis round trip); `None`
+    /// in local mode or before the first heartbeat.
+    pub async fn live_processes(&self) -> Result<Option<u32>, Error> {
+        self.inner.engine.live_processes().await
     }
 
     /// Waits until the releases already on their way to the shared store have their replies,
@@ -363,14 +398,16 @@ impl SchedulerBuilder {
         let health = store.clone();
         let local = store.is_none();
         let quota: Vec<_> = self.upstreams.iter().map(|_| Arc::default()).collect();
+        let history: Vec<_> = self.upstreams.iter().map(|_| Arc::default()).collect();
         // In local mode the schedulers of this process that name an upstream in one namespace
         // share its in-process gate.
         let namespace = local.then(|| self.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE));
-        let engine =
-            Engine::start(&self.upstreams, store, namespace, &quota, (instance, live)).map_err(BuildError::Runtime)?;
+        let engine = Engine::start(&self.upstreams, store, namespace, &quota, &history, (instance, live))
+            .map_err(BuildError::Runtime)?;
         let registration = local.then(|| Registration::new(self.upstreams.iter().map(|u| u.name().to_string())));
         let names = self.upstreams.iter().map(|u| Arc::from(u.name().as_str())).collect();
-        let inner = Inner { upstreams: self.upstreams, names, set, engine, quota, pools, registration, store: health };
+        let inner =
+            Inner { upstreams: self.upstreams, names, set, engine, quota, history, pools, registration, store: health };
         Ok(Scheduler { inner: Arc::new(inner) })
     }
 }

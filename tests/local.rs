@@ -864,3 +864,50 @@ async fn a_caller_dropped_while_admitted_as_a_probe_does_not_hold_the_breaker_ha
     let probe = upstream.request().acquire().await.expect("the probe slot of the caller that went away is free again");
     probe.succeeded();
 }
+
+/// The history (`Scheduler::history`) counts what happened in each second: the permits
+/// granted and the longest wait among them, the 429s reported, the callers waiting and the
+/// permits held when the sample was taken, and the change of state the 429 made.
+#[actix::test]
+async fn the_history_counts_each_seconds_grants_waits_and_429s() {
+    let scheduler = scheduler(seed().limit(1).max_wait(ms(5_000)));
+    let upstream = scheduler.upstream("x").unwrap();
+    let first = upstream.request().acquire().await.expect("a free permit");
+    let waiter = upstream.clone();
+    let second = actix::spawn(async move { waiter.request().acquire().await });
+    until_queued(&scheduler, 1).await;
+    // A sample sees the held permit and the waiting caller.
+    let deadline = Instant::now() + ms(3_000);
+    loop {
+        let history = scheduler.history().remove(0);
+        if history.samples.last().is_some_and(|s| s.in_flight_local == 1 && s.waiting == 1) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no sample with the permit and the waiter: {history:?}");
+        tokio::time::sleep(ms(50)).await;
+    }
+    tokio::time::sleep(ms(300)).await;
+    first.report(status_outcome(200));
+    let second = second.await.expect("joined").expect("the permit after the first");
+    second.report(status_outcome(429));
+    // Within two ticks every count is in a sample.
+    let deadline = Instant::now() + ms(3_000);
+    let history = loop {
+        let history = scheduler.history().remove(0);
+        let granted: u32 = history.samples.iter().map(|s| s.granted).sum();
+        let rate_limited: u32 = history.samples.iter().map(|s| s.rate_limited).sum();
+        if granted == 2 && rate_limited == 1 {
+            break history;
+        }
+        assert!(Instant::now() < deadline, "the grants and the 429 are not all counted: {history:?}");
+        tokio::time::sleep(ms(50)).await;
+    };
+    assert_eq!(history.upstream, "x");
+    let longest = history.samples.iter().map(|s| s.wait_max_ms).max().unwrap_or(0);
+    assert!((300..5_000).contains(&longest), "the second caller waited about 300 ms or more, not {longest} ms");
+    let states: Vec<WaveState> = history.changes.iter().map(|c| c.state).collect();
+    assert_eq!(states.first(), Some(&WaveState::Normal), "{history:?}");
+    assert!(states.contains(&WaveState::Cooldown), "the seed's 429 starts a cooldown: {history:?}");
+    assert!(history.samples.windows(2).all(|w| w[0].at_ms <= w[1].at_ms), "oldest first");
+    assert_eq!(scheduler.live_processes().await.expect("running"), None, "local mode counts no fleet");
+}

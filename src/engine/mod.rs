@@ -31,12 +31,13 @@ use tokio::sync::oneshot;
 use wavegate_core::{Instance, UpstreamConfig};
 
 use self::clock::Instant;
-use self::coordinator::Coordinator;
+use self::coordinator::{Coordinator, ReadLive};
 use self::grant::Grant;
 use self::lane::{Acquire, ClearWindows, Drain, DrainReply, Lane, LaneSetup, ReadHeadroom, ReadMode, ReadStatus};
 use self::request::{AttemptKind, Request};
 use self::store::Store;
 use crate::error::Error;
+use crate::history::HistoryRing;
 use crate::quota::QuotaBlock;
 use crate::status::{Mode, UpstreamStatus};
 #[cfg(feature = "redis")]
@@ -64,6 +65,7 @@ impl Engine {
         store: Option<Store>,
         namespace: Option<&str>,
         quotas: &[Arc<QuotaBlock>],
+        histories: &[Arc<HistoryRing>],
         process: (Instance, Option<u32>),
     ) -> std::io::Result<Self> {
         let namespace: Option<Arc<str>> = namespace.map(Arc::from);
@@ -91,6 +93,7 @@ impl Engine {
                     store: store.clone(),
                     namespace: namespace.clone(),
                     quota: quotas[upstream].clone(),
+                    history: histories[upstream].clone(),
                     coordinator: coordinator.clone().recipient(),
                     gauge_reader: gauge_reader.clone(),
                 };
@@ -144,6 +147,12 @@ impl Engine {
             None => self.coordinator.send(ReadMode).await,
         }
         .map_err(|_| Error::stopped())
+    }
+
+    /// How many processes are live, as the last heartbeat counted (no Redis round trip;
+    /// `None` in local mode or before the first).
+    pub(crate) async fn live_processes(&self) -> Result<Option<u32>, Error> {
+        self.coordinator.send(ReadLive).await.map_err(|_| Error::stopped())
     }
 
     /// What this process sees of each of `upstreams`' room (no Redis round trip).

@@ -23,7 +23,7 @@ use rand::Rng;
 use wavegate::config::Recovery;
 use wavegate::{Outcome, Scheduler, SchedulerBuilder, Upstream, UpstreamConfig};
 use wavegate_testkit::http_get;
-use wavegate_web::{METRICS_PATH, STATUS_PATH, WebError, configure, install_prometheus};
+use wavegate_web::{METRICS_PATH, PAGE_PATH, STATUS_PATH, WebError, configure, install_prometheus};
 
 /// A provider that can serve `capacity` calls at once and answers 429 beyond that.
 #[derive(Debug, Default)]
@@ -161,7 +161,9 @@ async fn main() -> std::io::Result<()> {
     let addr = server.addrs()[0];
     let mode = if redis.is_some() { "shared mode (REDIS_URL)" } else { "local mode (no REDIS_URL)" };
     if options.serve {
-        println!("wavegate demo, {mode}: GET http://{addr}/ask, {STATUS_PATH}, {METRICS_PATH}");
+        println!(
+            "wavegate demo, {mode}: GET http://{addr}/ask, {STATUS_PATH}, {METRICS_PATH}, the status page {PAGE_PATH}"
+        );
         return server.run().await;
     }
     let running = server.run();

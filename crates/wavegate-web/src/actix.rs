@@ -7,21 +7,28 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use wavegate::Scheduler;
 
 use crate::error::{ErrorBody, WebError};
+use crate::history::PAGE_HTML;
 use crate::prometheus::{CONTENT_TYPE, install_prometheus, render};
-use crate::{METRICS_PATH, STATUS_PATH, status};
+use crate::{HISTORY_PATH, METRICS_PATH, PAGE_PATH, STATUS_PATH, history, status};
 
-/// Mounts `/metrics` and `/wavegate/status`. The app must hold `web::Data<Scheduler>`.
+/// Mounts `/metrics`, `/wavegate/status`, the status page `/wavegate` and its
+/// `/wavegate/history`. The app must hold `web::Data<Scheduler>`.
 ///
 /// `/metrics` cannot be mounted without its recorder: `configure` installs the Prometheus
 /// recorder ([`install_prometheus`], once per process) and hands its handle to the app. If
 /// another `metrics` recorder is installed already, the app's own
 /// `web::Data<PrometheusHandle>` is used, and without one `/metrics` answers 500 with a message
-/// that says what to add. A missing scheduler is answered the same way on `/wavegate/status`.
+/// that says what to add. A missing scheduler is answered the same way on `/wavegate/status`
+/// and `/wavegate/history` (and the page shows that message).
 pub fn configure(config: &mut web::ServiceConfig) {
     if let Ok(handle) = install_prometheus() {
         config.app_data(web::Data::new(handle));
     }
-    config.route(METRICS_PATH, web::get().to(metrics_handler)).route(STATUS_PATH, web::get().to(status_handler));
+    config
+        .route(METRICS_PATH, web::get().to(metrics_handler))
+        .route(STATUS_PATH, web::get().to(status_handler))
+        .route(PAGE_PATH, web::get().to(page_handler))
+        .route(HISTORY_PATH, web::get().to(history_handler));
 }
 
 /// The `/metrics` handler: renders every metric of the process. Needs the handle in
@@ -43,16 +50,40 @@ const MISSING: &str = "wavegate: /metrics is mounted but the app holds no web::D
 /// 500 with a body that says what to add (not actix's bare 500).
 pub async fn status_handler(scheduler: Option<web::Data<Scheduler>>) -> Result<HttpResponse, WebError> {
     let Some(scheduler) = scheduler else {
-        return Ok(HttpResponse::InternalServerError().json(ErrorBody {
-            code: "scheduler_missing",
-            message: "wavegate: /wavegate/status is mounted but the app holds no web::Data<Scheduler>; add \
-                      .app_data(web::Data::new(scheduler.clone())) to the App"
-                .to_string(),
-            retry_after_seconds: None,
-            upstream_status: None,
-        }));
+        return Ok(scheduler_missing(STATUS_PATH));
     };
     Ok(HttpResponse::Ok().json(status(&scheduler).await?))
+}
+
+/// The status page's handler: the page itself (it reads `/wavegate/history`, under its own
+/// path, every second).
+pub async fn page_handler() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/html; charset=utf-8")
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .body(PAGE_HTML)
+}
+
+/// The history handler: each upstream's last minutes, for the status page. Needs the scheduler
+/// in `web::Data<Scheduler>`; without it, it answers 500 with a body that says what to add.
+pub async fn history_handler(scheduler: Option<web::Data<Scheduler>>) -> Result<HttpResponse, WebError> {
+    let Some(scheduler) = scheduler else {
+        return Ok(scheduler_missing(HISTORY_PATH));
+    };
+    Ok(HttpResponse::Ok().insert_header((header::CACHE_CONTROL, "no-store")).json(history(&scheduler).await?))
+}
+
+/// What an endpoint that reads the scheduler says when the app holds none.
+fn scheduler_missing(path: &str) -> HttpResponse {
+    HttpResponse::InternalServerError().json(ErrorBody {
+        code: "scheduler_missing",
+        message: format!(
+            "wavegate: {path} is mounted but the app holds no web::Data<Scheduler>; add \
+             .app_data(web::Data::new(scheduler.clone())) to the App"
+        ),
+        retry_after_seconds: None,
+        upstream_status: None,
+    })
 }
 
 impl ResponseError for WebError {

@@ -1,7 +1,8 @@
-//! The same endpoints for axum (feature `axum`): [`router`] serves `/metrics` and
-//! `/wavegate/status`, and [`WebError`] is an axum response too.
+//! The same endpoints for axum (feature `axum`): [`router`] serves `/metrics`,
+//! `/wavegate/status`, the status page `/wavegate` and its `/wavegate/history`, and
+//! [`WebError`] is an axum response too.
 //!
-//! The status body and the error responses are the actix-web ones (the same JSON, status
+//! The page, the status and history bodies and the error responses are the actix-web ones (the same JSON, status
 //! codes and `Retry-After`), built by the same code. [`router`] installs the Prometheus
 //! recorder as actix-web's `configure` does; an app that has its own Prometheus
 //! recorder passes its handle to [`router_with_handle`] instead.
@@ -59,10 +60,12 @@ use serde::Serialize;
 use wavegate::Scheduler;
 
 use crate::error::WebError;
+use crate::history::PAGE_HTML;
 use crate::prometheus::{CONTENT_TYPE, InstallError, install_prometheus, render};
-use crate::{METRICS_PATH, STATUS_PATH};
+use crate::{HISTORY_PATH, METRICS_PATH, PAGE_PATH, STATUS_PATH};
 
-/// `/metrics` and `/wavegate/status` for `scheduler`, with the Prometheus recorder installed
+/// `/metrics`, `/wavegate/status`, `/wavegate` and `/wavegate/history` for `scheduler`, with
+/// the Prometheus recorder installed
 /// ([`install_prometheus`], once per process).
 ///
 /// If another `metrics` recorder is installed already, `/metrics` answers 500 with a message
@@ -74,7 +77,8 @@ where
     routes(Endpoints { scheduler, metrics: install_prometheus() })
 }
 
-/// `/metrics` and `/wavegate/status` for `scheduler`, rendering the metrics of the Prometheus
+/// `/metrics`, `/wavegate/status`, `/wavegate` and `/wavegate/history` for `scheduler`,
+/// rendering the metrics of the Prometheus
 /// recorder `handle` belongs to (the app's own).
 pub fn router_with_handle<S>(scheduler: Scheduler, handle: PrometheusHandle) -> Router<S>
 where
@@ -83,7 +87,7 @@ where
     routes(Endpoints { scheduler, metrics: Ok(handle) })
 }
 
-/// What the two endpoints read.
+/// What the endpoints read.
 struct Endpoints {
     scheduler: Scheduler,
     metrics: Result<PrometheusHandle, InstallError>,
@@ -93,7 +97,12 @@ fn routes<S>(endpoints: Endpoints) -> Router<S>
 where
     S: Clone + Send + Sync + 'static,
 {
-    Router::new().route(METRICS_PATH, get(metrics)).route(STATUS_PATH, get(status)).with_state(Arc::new(endpoints))
+    Router::new()
+        .route(METRICS_PATH, get(metrics))
+        .route(STATUS_PATH, get(status))
+        .route(PAGE_PATH, get(page))
+        .route(HISTORY_PATH, get(history))
+        .with_state(Arc::new(endpoints))
 }
 
 async fn metrics(State(endpoints): State<Arc<Endpoints>>) -> Response {
@@ -113,6 +122,17 @@ async fn metrics(State(endpoints): State<Arc<Endpoints>>) -> Response {
 
 async fn status(State(endpoints): State<Arc<Endpoints>>) -> Result<Response, WebError> {
     Ok(json(StatusCode::OK, &crate::status(&endpoints.scheduler).await?))
+}
+
+async fn page() -> Response {
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-store")], PAGE_HTML)
+        .into_response()
+}
+
+async fn history(State(endpoints): State<Arc<Endpoints>>) -> Result<Response, WebError> {
+    let mut response = json(StatusCode::OK, &crate::history(&endpoints.scheduler).await?);
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(response)
 }
 
 /// `body` as a JSON response (what actix-web's `HttpResponse::json` answers).

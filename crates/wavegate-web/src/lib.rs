@@ -5,10 +5,18 @@
 //! * `/metrics` with [`install_prometheus`]: the Prometheus text;
 //! * `/wavegate/status` ([`status`]): each upstream's mode, state, limit, wave, permits in
 //!   flight, queue depth, breaker and cooldown;
-//! * for actix-web, [`configure`] mounts both ([`metrics_handler`], [`status_handler`]) and
-//!   `WebError` is a `ResponseError`;
-//! * for axum, [`axum::router`] serves both and `WebError` is an `IntoResponse`, with the same
-//!   bodies.
+//! * `/wavegate` ([`PAGE_HTML`]): a live status page, one self-contained HTML document (inline
+//!   CSS, SVG charts drawn by an inline script, no front-end build, nothing fetched from
+//!   elsewhere): a card per upstream with its limit, permits in flight, callers waiting, the
+//!   longest wait and the 429s over the last five minutes and the timeline of its modes and
+//!   states, redrawn every second, and the fleet's live processes in shared mode;
+//! * `/wavegate/history` ([`history`]): what the page draws, as JSON — each upstream's samples
+//!   (one a second, kept in process by the scheduler: `wavegate::history`; reading them sends
+//!   nothing to Redis) and its changes of mode and state;
+//! * for actix-web, [`configure`] mounts all four ([`metrics_handler`], [`status_handler`],
+//!   [`page_handler`], [`history_handler`]) and `WebError` is a `ResponseError`;
+//! * for axum, [`axum::router`] serves all four and `WebError` is an `IntoResponse`, with the
+//!   same bodies.
 //!
 //! # Features
 //!
@@ -37,22 +45,31 @@
 #![cfg_attr(not(feature = "actix-web"), doc = "[`configure`]: #features")]
 #![cfg_attr(not(feature = "actix-web"), doc = "[`metrics_handler`]: #features")]
 #![cfg_attr(not(feature = "actix-web"), doc = "[`status_handler`]: #features")]
+#![cfg_attr(not(feature = "actix-web"), doc = "[`page_handler`]: #features")]
+#![cfg_attr(not(feature = "actix-web"), doc = "[`history_handler`]: #features")]
 
 #[cfg(feature = "actix-web")]
 mod actix;
 #[cfg(feature = "axum")]
 pub mod axum;
 mod error;
+mod history;
 mod prometheus;
 mod status;
 
 #[cfg(feature = "actix-web")]
-pub use self::actix::{configure, metrics_handler, status_handler};
+pub use self::actix::{configure, history_handler, metrics_handler, page_handler, status_handler};
 pub use error::{ErrorBody, WebError};
+pub use history::{ChangeView, HistoryBody, PAGE_HTML, SeriesView, UpstreamHistoryView, history};
 pub use prometheus::{InstallError, install_prometheus};
 pub use status::{BudgetView, ClassView, RejectionView, StatusBody, StoreView, UpstreamView, status};
 
 /// The path of the status endpoint.
 pub const STATUS_PATH: &str = "/wavegate/status";
+/// The path of the live status page ([`PAGE_HTML`]).
+pub const PAGE_PATH: &str = "/wavegate";
+/// The path of the history the status page draws ([`history`]): the page's own path and
+/// `/history`, which the page finds wherever the app mounts it.
+pub const HISTORY_PATH: &str = "/wavegate/history";
 /// The path of the metrics endpoint.
 pub const METRICS_PATH: &str = "/metrics";

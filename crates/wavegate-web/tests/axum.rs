@@ -9,7 +9,7 @@ use axum::extract::{Path, State};
 use axum::routing::get;
 use wavegate::{Outcome, Scheduler, Upstream, UpstreamConfig};
 use wavegate_testkit::{HttpReply, http_get};
-use wavegate_web::{METRICS_PATH, STATUS_PATH, WebError};
+use wavegate_web::{HISTORY_PATH, METRICS_PATH, PAGE_HTML, PAGE_PATH, STATUS_PATH, WebError};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -143,4 +143,48 @@ async fn the_apps_own_recorder_handle_is_rendered() {
     let counted = r#"wavegate_upstream_call_seconds_count{upstream="own",outcome="success"} 1"#;
     assert!(reply.body.contains(counted), "{}", reply.body);
     assert_eq!(get_reply(addr, STATUS_PATH).await.status, 200);
+}
+
+#[tokio::test]
+async fn the_page_and_its_history_are_served_as_by_actix() {
+    let scheduler = Scheduler::builder()
+        .upstream(UpstreamConfig::builder("paged").limit(5).build().unwrap())
+        .build()
+        .expect("scheduler");
+    let addr = serve(scheduler.clone(), "paged").await;
+    let page = get_reply(addr, PAGE_PATH).await;
+    assert_eq!(page.status, 200);
+    assert_eq!(page.header("content-type"), Some("text/html; charset=utf-8"));
+    assert_eq!(page.body, PAGE_HTML);
+    // A 429 reported on a permit (a call through the app would wait out the cooldown).
+    let permit = scheduler.upstream("paged").unwrap().request().acquire().await.expect("a permit");
+    permit.report(Outcome::from_status(429, Some("1"), SystemTime::now()));
+    // The lane samples once a second: wait (bounded) for the one after the 429.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let body = loop {
+        let reply = get_reply(addr, HISTORY_PATH).await;
+        assert_eq!(reply.status, 200, "{reply:?}");
+        assert_eq!(reply.header("cache-control"), Some("no-store"));
+        let body = json(&reply);
+        let seen: u64 = body["upstreams"][0]["samples"]["rate_limited"]
+            .as_array()
+            .expect("a column")
+            .iter()
+            .filter_map(serde_json::Value::as_u64)
+            .sum();
+        if seen > 0 {
+            break body;
+        }
+        assert!(std::time::Instant::now() < deadline, "no 429 in the history: {body:#}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let paged = &body["upstreams"][0];
+    assert_eq!(paged["upstream"], "paged");
+    assert_eq!(paged["base_limit"], 5);
+    assert_eq!(paged["mode"], "local");
+    assert_eq!(body["processes"], serde_json::Value::Null);
+    assert!(
+        paged["changes"].as_array().is_some_and(|c| c.iter().any(|c| c["state"] == "COOLDOWN"))
+            || paged["state"] != "NORMAL"
+    );
 }

@@ -232,3 +232,16 @@ impl Handler<ReadMode> for Coordinator {
         MessageResult(if mode == Mode::Fallback && rejected { Mode::Rejected } else { mode })
     }
 }
+
+/// How many processes are live, as the last heartbeat counted (`None`: none counted yet).
+#[derive(Debug, actix::Message)]
+#[rtype(result = "Option<u32>")]
+pub(crate) struct ReadLive;
+
+impl Handler<ReadLive> for Coordinator {
+    type Result = MessageResult<ReadLive>;
+
+    fn handle(&mut self, _: ReadLive, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.live_instances)
+    }
+}

@@ -20,6 +20,6 @@ mod modes;
 mod pubsub;
 mod rejection;
 
-pub(crate) use actor::Coordinator;
 #[cfg(feature = "redis")]
 pub(crate) use actor::HEARTBEAT_TTL;
+pub(crate) use actor::{Coordinator, ReadLive};

@@ -11,6 +11,7 @@ use wavegate_core::{CircuitBreaker, Instance, PermitId, RetryBudget, UpstreamCon
 use super::book::OutageBook;
 use super::gauges::Gauges;
 use super::messages::{Acquire, DRAIN_BOUND, Drain, DrainReply, ReadMode, StoreTrouble};
+use super::tally::Tally;
 use super::waiters::Waiters;
 use crate::engine::clock::{EngineClock, Instant};
 use crate::engine::gate::Gate;
@@ -18,6 +19,7 @@ use crate::engine::grant::Finish;
 use crate::engine::process_gate::{self, ProcessGate};
 use crate::engine::store::{Reconciled, SharedGate, Store};
 use crate::engine::wake::Wake;
+use crate::history::{HISTORY_EVERY, HistoryRing};
 use crate::metrics;
 use crate::quota::QuotaBlock;
 use crate::status::Mode;
@@ -105,6 +107,9 @@ pub(crate) struct Lane {
     pub(super) learned_recorded: bool,
     /// Whether this process reads the shared gauges for the fleet (see `record_budgets`).
     pub(super) gauge_reader: Arc<AtomicBool>,
+    /// The counts since the last history sample, and the history (see `sampler.rs`).
+    pub(super) tally: Tally,
+    pub(super) history: Arc<HistoryRing>,
     pub(super) breaker: CircuitBreaker,
     pub(super) retry_budget: RetryBudget,
     pub(super) quota: Arc<QuotaBlock>,
@@ -128,6 +133,8 @@ pub(crate) struct LaneSetup {
     /// with the process's other local schedulers (`None`: a gate of its own).
     pub(crate) namespace: Option<Arc<str>>,
     pub(crate) quota: Arc<QuotaBlock>,
+    /// Where the lane keeps its second-by-second history.
+    pub(crate) history: Arc<HistoryRing>,
     pub(crate) coordinator: Recipient<StoreTrouble>,
     /// Whether this process is the fleet's gauge reader (set by the coordinator's heartbeats).
     pub(crate) gauge_reader: Arc<AtomicBool>,
@@ -136,8 +143,18 @@ pub(crate) struct LaneSetup {
 impl Lane {
     /// The lane `setup` describes; `me` is its own address (from its context).
     pub(crate) fn new(setup: LaneSetup, me: WeakRecipient<Wake>) -> Self {
-        let LaneSetup { upstream, config, instance, shared, store, namespace, quota, coordinator, gauge_reader } =
-            setup;
+        let LaneSetup {
+            upstream,
+            config,
+            instance,
+            shared,
+            store,
+            namespace,
+            quota,
+            history,
+            coordinator,
+            gauge_reader,
+        } = setup;
         let shared = shared.map(Arc::new);
         let local = match (&shared, &namespace) {
             (None, Some(namespace)) => process_gate::shared(namespace, &config),
@@ -182,6 +199,8 @@ impl Lane {
             gauges: Gauges::default(),
             learned_recorded: false,
             gauge_reader,
+            tally: Tally::default(),
+            history,
             quota,
             releases_in_flight: 0,
             drains: Vec::new(),
@@ -220,6 +239,9 @@ impl Actor for Lane {
         }
         // Every upstream may come to have a budget: a learned limit is one.
         ctx.run_interval(BUDGET_GAUGES_EVERY, |act, ctx| act.record_budgets(ctx));
+        // The history: a first sample now, then one a second.
+        self.record_sample();
+        ctx.run_interval(HISTORY_EVERY, |act, _| act.record_sample());
     }
 }
 

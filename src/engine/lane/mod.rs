@@ -22,7 +22,9 @@ pub(crate) mod messages;
 mod outage;
 mod pump;
 mod release;
+mod sampler;
 mod status;
+mod tally;
 mod waiters;
 mod windows;
 

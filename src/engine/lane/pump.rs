@@ -273,6 +273,7 @@ impl Lane {
         info.permit_wait = now.saturating_duration_since(at_head);
         let name = self.config.name().as_str();
         metrics::permit_granted(name, info.queue_wait, info.permit_wait);
+        self.tally.granted(info.queue_wait + info.permit_wait);
         if let Some(class) = self.config.classes().get(waiter.class) {
             metrics::class_granted(name, class.name(), info.queue_wait + info.permit_wait);
         }

@@ -144,10 +144,14 @@ impl Lane {
                 if store_epoch.is_some() == self.gate.is_shared() {
                     if self.mode != Mode::Fallback {
                         self.gauges.fleet(name, after.in_flight as usize);
+                        self.tally.fleet(after.in_flight);
                     }
                     self.gauges.wave(name, after.state, after.limit, after.wave);
                 }
                 record_rate_limit(name, released.rate_limit);
+                if released.rate_limit.is_some() {
+                    self.tally.rate_limited();
+                }
                 self.pump(ctx);
             }
             Err(error) if !error.is_outage() => {
