@@ -91,6 +91,7 @@ mod engine;
 mod error;
 mod error_kind;
 mod handle;
+mod held;
 pub mod metrics;
 pub mod middleware;
 mod permit;
@@ -105,6 +106,7 @@ pub mod settings;
 #[cfg(feature = "redis")]
 mod startup_check;
 mod status;
+pub mod stream;
 mod upstream;
 
 // The scheduler and its handles.
@@ -118,7 +120,10 @@ pub use upstream::Upstream;
 // What a request ends with.
 pub use classify::{ByError, ByStatus, Classify, Meter, Reserved, UpstreamError};
 pub use error::{Budget, Error, ErrorKind};
+pub use stream::{HeldStream, StreamMeter};
 pub use wavegate_core::{Outcome, ProviderSignals, RateLimitKind, TransportError, UnknownUpstream};
+#[cfg(feature = "sse")]
+pub use wavegate_core::{SseUsage, StreamUsage};
 // Configuration (its parts are in `config`).
 pub use wavegate_core::{PoolConfig, UpstreamConfig};
 // Status.
