@@ -12,6 +12,8 @@ use tokio::time::Sleep;
 use wavegate_core::{Outcome, TransportError};
 
 use crate::call::Kept;
+#[cfg(any(feature = "reqwest-middleware", all(feature = "tower", feature = "http")))]
+use crate::engine::clock::Instant;
 use crate::error::Error;
 use crate::permit::Permit;
 
@@ -38,6 +40,20 @@ impl Hold {
             None => (None, None),
         };
         Self { permit, outcome, upstream: upstream.to_string(), attempts, ends }
+    }
+
+    /// Holds the `permit` of one attempt whose answer's head said `outcome` until the answer
+    /// ends, or `ends`, if it is a success; any other outcome is reported at once.
+    #[cfg(any(feature = "reqwest-middleware", all(feature = "tower", feature = "http")))]
+    pub(crate) fn of_attempt(permit: Permit, outcome: Outcome, ends: Instant) -> Self {
+        let upstream = permit.upstream().to_string();
+        let held = if matches!(outcome, Outcome::Success { .. }) {
+            Some((permit, ends))
+        } else {
+            permit.report(outcome);
+            None
+        };
+        Self::new(&upstream, Kept { outcome, attempts: 1, held })
     }
 
     /// Whether the permit is still held.

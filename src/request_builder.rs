@@ -208,6 +208,18 @@ impl<'a, C, M> RequestBuilder<'a, ToUpstream, C, M> {
         Ok(HeldStream::new(into_stream(value), self.meter, Hold::new(name, kept)))
     }
 
+    /// [`call`](Self::call), a success's permit kept held for an answer that goes on (the
+    /// middleware's streamed bodies).
+    #[cfg(feature = "reqwest-middleware")]
+    pub(crate) async fn call_kept<F, Fut, T, E>(self, f: F) -> Result<(T, call::Kept), Error<E>>
+    where
+        F: FnMut(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        C: Classify<T, E>,
+    {
+        call::call(self.inner, self.target.0, self.request, &self.classify, &Reserved, f, true).await
+    }
+
     /// A permit for one call that the caller makes itself; report the outcome on it
     /// ([`Permit::report`], [`Permit::report_usage`]). Waits at most the upstream's
     /// `max_wait` (and not past the deadline).

@@ -85,6 +85,17 @@ where
     }
 }
 
+/// `None`: the reservation stands (a meter chosen by the answer, e.g. only for event streams).
+impl<I, M: StreamMeter<I>> StreamMeter<I> for Option<M> {
+    fn observe(&mut self, item: &I) -> Option<u64> {
+        self.as_mut()?.observe(item)
+    }
+
+    fn finish(&mut self) -> Option<u64> {
+        self.as_mut()?.finish()
+    }
+}
+
 impl<I> StreamMeter<I> for Reserved {
     fn observe(&mut self, _item: &I) -> Option<u64> {
         None
