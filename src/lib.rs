@@ -44,7 +44,11 @@
 //!   `reqwest::Error`;
 //! * `reqwest-middleware` — `middleware::reqwest::WavegateMiddleware`, a `reqwest-middleware`
 //!   middleware;
-//! * `tower` — `middleware::tower::WavegateLayer`, a tower `Layer`;
+//! * `tower` — `middleware::tower::WavegateLayer`, a tower `Layer` (with `http`, its
+//!   `hold_bodies` keeps a streamed response's permit until its body ends);
+//! * `sse` — `SseUsage`: the usage a streamed answer reports in its server-sent events (OpenAI,
+//!   Anthropic), a [`StreamMeter`] for [`RequestBuilder::call_stream`] (`reqwest-middleware`
+//!   turns it on);
 //! * `config` — `settings::Settings`: the configuration from TOML and the environment
 //!   (`WAVEGATE__UPSTREAMS__LLM__LIMIT=10`), with the builders' validation;
 //! * `tls` — `rediss://` Redis URLs (rustls with the ring provider; the system's roots or

@@ -1,12 +1,11 @@
 //! A response body that holds its call's permit until it has been read to its end or dropped
 //! (feature `http`): the middleware's answer to a streamed response.
 //!
-//! The reqwest middleware and the tower layer's [`hold_bodies`](crate::middleware::tower::WavegateLayer::hold_bodies)
-//! wrap a body whose answer is still arriving (its length unknown: server-sent events, a
-//! chunked generation) in a [`HeldBody`]: the permit is released with the response's outcome
-//! at the body's end, with the tokens its [`StreamMeter`] read (for server-sent events,
-//! `SseUsage`, feature `sse`, reads OpenAI's and Anthropic's final usage), or with the
-//! reservation when it read none. A body error is reported as a reset; a body that outlives its
+//! The reqwest middleware and the tower layer's `hold_bodies` wrap a body whose answer is still
+//! arriving (its length unknown: server-sent events, a chunked generation) in a [`HeldBody`]:
+//! the permit is released with the response's outcome at the body's end, with the tokens its
+//! [`StreamMeter`] read (for server-sent events, `SseUsage`, feature `sse`, reads OpenAI's and
+//! Anthropic's final usage), or with the reservation when it read none. A body error is reported as a reset; a body that outlives its
 //! call timeout is cut with a timeout error; a body dropped before its end gives the permit
 //! back at once (see [`stream`](crate::stream)).
 

@@ -8,9 +8,9 @@
 //! * `tower::WavegateLayer` (feature `tower`): a `tower::Layer` for hyper, tonic or axum
 //!   clients; one permit per request, reported with the response's outcome (compose it with
 //!   tower's own retry if you want retries, since a request body cannot be replayed in
-//!   general); with [`hold_bodies`](tower::WavegateLayer::hold_bodies) (feature `http`) a
+//!   general); with `hold_bodies` (feature `http`) a
 //!   streamed response body keeps the permit until its end;
-//! * [`HeldBody`] (feature `http`): a response body holding its call's permit until it has
+//! * `HeldBody` (feature `http`): a response body holding its call's permit until it has
 //!   been read to its end or dropped, for streamed answers (both middlewares use it).
 //!
 //! The actix-web glue stays in `wavegate-web`.

@@ -37,7 +37,7 @@
 //! A successful response whose body is still arriving — an event stream
 //! (`Content-Type: text/event-stream`) or a body of unknown length (chunked) — keeps its permit
 //! until the body is read to its end or the response is dropped
-//! ([`HeldBody`](crate::middleware::HeldBody)): the provider's concurrency limit covers the
+//! ([`HeldBody`]): the provider's concurrency limit covers the
 //! generation, not only its head. An event stream's final usage (OpenAI's `include_usage`
 //! chunk, Anthropic's `message_start` and `message_delta`) settles the tokens budget. A body
 //! with a `Content-Length` releases the permit when the response arrives, as before.
