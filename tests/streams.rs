@@ -244,3 +244,37 @@ async fn a_stream_past_its_call_timeout_ends_with_a_timeout() {
     assert!(!answer.is_holding());
     assert_eq!(llm.status().await.expect("status").in_flight_local, 0);
 }
+
+/// An error item midway: reported as what it says (a reset: transient), given back inside an
+/// `Error` with the stream's own error, not retried; the permit goes back.
+#[tokio::test]
+async fn an_error_midway_is_reported_and_not_retried() {
+    let (_scheduler, llm) = local(upstream(1));
+    let mut calls = 0;
+    let mut answer = llm
+        .request()
+        .call_stream(
+            |_| {
+                calls += 1;
+                async {
+                    Ok::<_, Outcome>(futures_util::stream::iter([
+                        Ok(b"data: {}\n\n".to_vec()),
+                        Err(io::Error::from(io::ErrorKind::ConnectionReset)),
+                    ]))
+                }
+            },
+            |stream| stream,
+        )
+        .await
+        .expect("a stream");
+    assert!(answer.next().await.expect("an item").is_ok());
+    let error = answer.next().await.expect("an item").expect_err("the reset");
+    assert_eq!(error.kind(), ErrorKind::Upstream);
+    assert!(matches!(error.outcome(), Some(Outcome::Transient { .. })), "{error}");
+    assert_eq!(error.source_error().map(io::Error::kind), Some(io::ErrorKind::ConnectionReset));
+    assert!(!answer.is_holding());
+    assert!(answer.next().await.is_none());
+    drop(answer);
+    assert_eq!(calls, 1, "a failure after the stream began was retried");
+    assert_eq!(llm.status().await.expect("status").in_flight_local, 0);
+}
