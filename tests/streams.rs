@@ -136,46 +136,58 @@ async fn a_stream_dropped_halfway_frees_its_permit_at_once() {
     assert_eq!(mock.completed(), 0);
 }
 
-/// A stream three times longer than its 1 s lease, in shared mode: another process gets no
-/// permit until it ends (the lease was renewed), then gets one at once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stream_longer_than_its_lease_keeps_its_permit() {
-    let redis = RedisServer::start().expect("redis-server");
+fn short_lease() -> UpstreamConfig {
+    UpstreamConfig::builder("llm")
+        .limit(1)
+        .renewed_lease(Duration::from_secs(1))
+        .max_wait(Duration::from_secs(10))
+        .build()
+        .expect("config")
+}
+
+/// A stream three times longer than its 1 s lease, streamed through `a`: a caller of `b` gets
+/// no permit until it ends (the lease was renewed), then gets one at once.
+async fn outlives_its_lease(a: Upstream, b: Upstream) {
     let mock = MockSse::start(MockSseConfig { chunks: 60, ..Default::default() }).expect("mock");
-    let config = || {
-        UpstreamConfig::builder("llm")
-            .limit(1)
-            .renewed_lease(Duration::from_secs(1))
-            .max_wait(Duration::from_secs(10))
-            .build()
-            .expect("config")
-    };
-    let build = || Scheduler::builder().upstream(config()).redis(redis.url()).build().expect("scheduler");
-    let (a, b) = (build(), build());
-    let (llm_a, llm_b) = (a.upstream("llm").expect("configured"), b.upstream("llm").expect("configured"));
     let addr = mock.addr();
     let streamed = tokio::spawn(async move {
-        let bytes = stream_to_end(&llm_a, addr).await;
+        let bytes = stream_to_end(&a, addr).await;
         (bytes, Instant::now())
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(mock.open(), 1);
-    // Over two leases (and their renewals) pass while the other process waits.
-    let refused = llm_b
+    // Over two leases (and their renewals) pass while the other caller waits.
+    let refused = b
         .request()
         .timeout(Duration::from_millis(2200))
         .acquire()
         .await
-        .expect_err("a permit while the stream held the only one");
+        .expect_err("a permit while the stream held it");
     assert_eq!(refused.kind(), ErrorKind::DeadlinePassed, "{refused}");
     assert_eq!(mock.open(), 1, "the stream ended early");
-    let permit = llm_b.request().acquire().await.expect("a permit once the stream ended");
+    let permit = b.request().acquire().await.expect("a permit once the stream ended");
     let got = Instant::now();
     let (bytes, ended) = streamed.await.expect("the streaming task");
     assert!(bytes > 3000);
     assert!(got >= ended || ended.duration_since(got) < Duration::from_millis(50), "a permit before the stream ended");
     assert_eq!(mock.max_open(), 1);
     drop(permit);
+}
+
+/// In shared mode: the lease in Redis is renewed; another process waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_longer_than_its_lease_keeps_its_permit() {
+    let redis = RedisServer::start().expect("redis-server");
+    let build = || Scheduler::builder().upstream(short_lease()).redis(redis.url()).build().expect("scheduler");
+    let (a, b) = (build(), build());
+    outlives_its_lease(a.upstream("llm").expect("configured"), b.upstream("llm").expect("configured")).await;
+}
+
+/// In local mode: the in-process gate's lease is renewed too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_longer_than_its_lease_keeps_its_permit_in_local_mode() {
+    let (_scheduler, llm) = local(short_lease());
+    outlives_its_lease(llm.clone(), llm).await;
 }
 
 /// The tokens budget: `estimate` reserved while the stream runs, the final usage settled at its
