@@ -250,32 +250,13 @@ where
 }
 
 /// Runs attempt `number` on `permit`: the caller's future under the call timeout (less near the
-/// `deadline`), its result classified and reported to the permit with its usage. `None`: the
-/// deadline cut it short (nothing to learn; the permit, whose request is at the provider, stays
-/// held until the provider has plausibly finished).
-pub(crate) async fn run_attempt<F, Fut, T, E, C, M>(
-    permit: Permit,
-    f: &mut F,
-    number: u32,
-    deadline: Instant,
-    call_timeout: Duration,
-    classify: &C,
-    meter: &M,
-) -> Option<(Outcome, Option<Result<T, E>>)>
-where
-    F: FnMut(Attempt) -> Fut,
-    Fut: Future<Output = Result<T, E>>,
-    C: Classify<T, E>,
-    M: Meter<T>,
-{
-    let ran = attempt_on(permit, f, number, deadline, call_timeout, classify, meter, false).await;
-    ran.map(|(outcome, result, _)| (outcome, result))
-}
-
-/// [`run_attempt`], and with `keep` a success is not reported: its permit comes back, held,
-/// with when the attempt's time is up (its answer goes on as a stream).
+/// `deadline`), its result classified and reported to the permit with its usage — except, with
+/// `keep`, a success: its permit comes back, held, with when the attempt's time is up (its
+/// answer goes on as a stream). `None`: the deadline cut it short (nothing to learn; the
+/// permit, whose request is at the provider, stays held until the provider has plausibly
+/// finished).
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
-async fn attempt_on<F, Fut, T, E, C, M>(
+pub(crate) async fn attempt_on<F, Fut, T, E, C, M>(
     mut permit: Permit,
     f: &mut F,
     number: u32,

@@ -290,3 +290,35 @@ async fn an_error_midway_is_reported_and_not_retried() {
     assert_eq!(calls, 1, "a failure after the stream began was retried");
     assert_eq!(llm.status().await.expect("status").in_flight_local, 0);
 }
+
+/// A pool's streamed answers hold their member's permit to their end: two members of limit 1,
+/// four callers, never more than two streams open at the provider.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pools_streams_hold_their_members_permits() {
+    let mock = MockSse::start(MockSseConfig { chunks: 10, ..Default::default() }).expect("mock");
+    let member =
+        |name: &str| UpstreamConfig::builder(name).limit(1).max_wait(Duration::from_secs(10)).build().expect("config");
+    let pool = wavegate::PoolConfig::builder("llm").member("key-a", 1).member("key-b", 1).build().expect("pool");
+    let scheduler =
+        common::isolated().upstream(member("key-a")).upstream(member("key-b")).pool(pool).build().expect("scheduler");
+    let llm = scheduler.pool("llm").expect("configured");
+    let addr = mock.addr();
+    let members = futures_util::future::join_all((0..4).map(|_| async {
+        let mut answer = llm
+            .request()
+            .meter(SseUsage::new())
+            .call_stream(|_member, _| open_stream(addr), |body| body)
+            .await
+            .expect("a stream");
+        let member = answer.permit().expect("held").upstream().to_string();
+        while let Some(chunk) = answer.next().await {
+            chunk.expect("a chunk");
+        }
+        assert_eq!(answer.tokens_used(), Some(32));
+        member
+    }))
+    .await;
+    assert_eq!(mock.completed(), 4);
+    assert_eq!(mock.max_open(), 2, "{} streams open at once with two members of limit 1", mock.max_open());
+    assert!(members.iter().any(|m| m == "key-a") && members.iter().any(|m| m == "key-b"), "{members:?}");
+}
