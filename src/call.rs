@@ -62,9 +62,18 @@ pub(crate) struct Kept {
     pub(crate) outcome: Outcome,
     /// The attempts the call made.
     pub(crate) attempts: u32,
-    /// The permit, and when the attempt's time is up (its call timeout, or the deadline if
-    /// sooner).
-    pub(crate) held: Option<(Permit, Instant)>,
+    /// The permit, still held.
+    pub(crate) held: Option<Held>,
+}
+
+/// A success's permit kept held, and when its attempt's time is up.
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub(crate) permit: Permit,
+    /// The end of the attempt's time: its call timeout, or the deadline if sooner.
+    pub(crate) ends: Instant,
+    /// The deadline came first: an answer cut there teaches nothing about the upstream.
+    pub(crate) by_deadline: bool,
 }
 
 /// Runs the whole policy for one call; see the module docs. With `keep`, a call whose last
@@ -255,7 +264,7 @@ where
 /// answer goes on as a stream). `None`: the deadline cut it short (nothing to learn; the
 /// permit, whose request is at the provider, stays held until the provider has plausibly
 /// finished).
-#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn attempt_on<F, Fut, T, E, C, M>(
     mut permit: Permit,
     f: &mut F,
@@ -265,7 +274,7 @@ pub(crate) async fn attempt_on<F, Fut, T, E, C, M>(
     classify: &C,
     meter: &M,
     keep: bool,
-) -> Option<(Outcome, Option<Result<T, E>>, Option<(Permit, Instant)>)>
+) -> Option<(Outcome, Option<Result<T, E>>, Option<Held>)>
 where
     F: FnMut(Attempt) -> Fut,
     Fut: Future<Output = Result<T, E>>,
@@ -284,7 +293,10 @@ where
         Err(_) => (Outcome::from_transport(TransportError::Timeout), None),
     };
     match (&outcome, &result) {
-        (Outcome::Success { .. }, Some(Ok(_))) if keep => return Some((outcome, result, Some((permit, ends)))),
+        (Outcome::Success { .. }, Some(Ok(_))) if keep => {
+            let held = Held { permit, ends, by_deadline: timeout < call_timeout };
+            return Some((outcome, result, Some(held)));
+        }
         (Outcome::Success { .. }, Some(Ok(value))) => {
             let used = meter.tokens_used(value, permit.reserved_tokens());
             permit.report_usage(outcome, used);

@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use tokio::time::Sleep;
 use wavegate_core::{Outcome, TransportError};
 
-use crate::call::Kept;
+use crate::call::{Held, Kept};
 #[cfg(any(feature = "reqwest-middleware", all(feature = "tower", feature = "http")))]
 use crate::engine::clock::Instant;
 use crate::error::Error;
@@ -28,6 +28,8 @@ pub(crate) struct Hold {
     attempts: u32,
     /// When the attempt's time is up: the stream is then cut, reported as a timeout.
     ends: Option<Pin<Box<Sleep>>>,
+    /// The request's deadline, not the call timeout, sets `ends`: a cut there teaches nothing.
+    by_deadline: bool,
 }
 
 impl Hold {
@@ -35,11 +37,13 @@ impl Hold {
     /// that was not a success, whose permit was reported already).
     pub(crate) fn new(upstream: &str, kept: Kept) -> Self {
         let Kept { outcome, attempts, held } = kept;
-        let (permit, ends) = match held {
-            Some((permit, ends)) => (Some(permit), Some(Box::pin(tokio::time::sleep_until(ends)))),
-            None => (None, None),
+        let (permit, ends, by_deadline) = match held {
+            Some(Held { permit, ends, by_deadline }) => {
+                (Some(permit), Some(Box::pin(tokio::time::sleep_until(ends))), by_deadline)
+            }
+            None => (None, None, false),
         };
-        Self { permit, outcome, upstream: upstream.to_string(), attempts, ends }
+        Self { permit, outcome, upstream: upstream.to_string(), attempts, ends, by_deadline }
     }
 
     /// Holds the `permit` of one attempt whose answer's head said `outcome` until the answer
@@ -48,7 +52,7 @@ impl Hold {
     pub(crate) fn of_attempt(permit: Permit, outcome: Outcome, ends: Instant) -> Self {
         let upstream = permit.upstream().to_string();
         let held = if matches!(outcome, Outcome::Success { .. }) {
-            Some((permit, ends))
+            Some(Held { permit, ends, by_deadline: false })
         } else {
             permit.report(outcome);
             None
@@ -72,17 +76,23 @@ impl Hold {
     }
 
     /// `Ready` with the error to give the caller once the attempt's time is up while the permit
-    /// is held: the permit is reported as a timeout.
+    /// is held: past the call timeout, the permit is reported as a timeout (an
+    /// [`Upstream`](crate::ErrorKind::Upstream) error); past the request's deadline, it is
+    /// released with nothing learned ([`DeadlinePassed`](crate::ErrorKind::DeadlinePassed)),
+    /// as `call` does.
     pub(crate) fn poll_expired<E>(&mut self, cx: &mut Context<'_>) -> Poll<Error<E>> {
         let (Some(ends), true) = (self.ends.as_mut(), self.permit.is_some()) else { return Poll::Pending };
         if ends.as_mut().poll(cx).is_pending() {
             return Poll::Pending;
         }
         self.ends = None;
-        let outcome = Outcome::from_transport(TransportError::Timeout);
-        if let Some(permit) = self.permit.take() {
-            permit.report(outcome);
+        let Some(permit) = self.permit.take() else { return Poll::Pending };
+        if self.by_deadline {
+            permit.release_unfinished();
+            return Poll::Ready(Error::deadline_passed(self.upstream.as_str(), self.attempts));
         }
+        let outcome = Outcome::from_transport(TransportError::Timeout);
+        permit.report(outcome);
         Poll::Ready(Error::upstream_failed(self.upstream.as_str(), outcome, self.attempts, None))
     }
 

@@ -14,8 +14,10 @@
 //! * to an error item: reported as that error says ([`UpstreamError`]: a reset is a transient
 //!   failure for the breaker); the error comes back inside an [`Error`]. Never retried: part of
 //!   the answer was given already;
-//! * to the attempt's time (the call timeout, or the deadline if sooner): then the stream
-//!   yields a timeout error and the permit is reported as a timed-out call;
+//! * to the attempt's time: past the call timeout the stream yields a timeout error and the
+//!   permit is reported as a timed-out call; past the request's deadline (when it comes
+//!   first) it yields an [`ErrorKind::DeadlinePassed`](crate::ErrorKind::DeadlinePassed) error
+//!   and the permit goes back with nothing learned, as `call` does;
 //! * to its drop: the permit goes back at once, nothing learned and the reservation standing
 //!   (dropping a streamed answer closes its connection, which is how a client stops a
 //!   generation).

@@ -322,3 +322,27 @@ async fn a_pools_streams_hold_their_members_permits() {
     assert_eq!(mock.max_open(), 2, "{} streams open at once with two members of limit 1", mock.max_open());
     assert!(members.iter().any(|m| m == "key-a") && members.iter().any(|m| m == "key-b"), "{members:?}");
 }
+
+/// A stream that outlives the request's deadline (before its call timeout) ends with
+/// `DeadlinePassed`: nothing learned about the upstream, the permit back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_past_its_deadline_ends_with_deadline_passed() {
+    let mock = MockSse::start(MockSseConfig::default()).expect("mock");
+    let (_scheduler, llm) = local(upstream(1));
+    let mut answer = llm
+        .request()
+        .timeout(Duration::from_millis(400))
+        .call_stream(|_| open_stream(mock.addr()), |body| body)
+        .await
+        .expect("a stream");
+    let error = loop {
+        match answer.next().await.expect("an item before the end") {
+            Ok(_) => continue,
+            Err(error) => break error,
+        }
+    };
+    assert_eq!(error.kind(), ErrorKind::DeadlinePassed, "{error}");
+    assert!(!answer.is_holding());
+    let status = llm.status().await.expect("status");
+    assert_eq!((status.in_flight_local, status.breaker), (0, "closed"));
+}
