@@ -54,7 +54,30 @@ pub(crate) async fn acquire(inner: &Inner, upstream: usize, request: Request) ->
     }
 }
 
-/// Runs the whole policy for one call; see the module docs.
+/// How a call that came back with a value ended: its last outcome, and with `keep` a
+/// success's permit, still held un-reported (its answer goes on: a stream).
+#[derive(Debug)]
+pub(crate) struct Kept {
+    /// The outcome of the last attempt (of the answer's head).
+    pub(crate) outcome: Outcome,
+    /// The attempts the call made.
+    pub(crate) attempts: u32,
+    /// The permit, still held.
+    pub(crate) held: Option<Held>,
+}
+
+/// A success's permit kept held, and when its attempt's time is up.
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub(crate) permit: Permit,
+    /// The end of the attempt's time: its call timeout, or the deadline if sooner.
+    pub(crate) ends: Instant,
+    /// The deadline came first: an answer cut there teaches nothing about the upstream.
+    pub(crate) by_deadline: bool,
+}
+
+/// Runs the whole policy for one call; see the module docs. With `keep`, a call whose last
+/// attempt succeeded comes back with its permit still held ([`Kept::held`]): its answer goes on.
 pub(crate) async fn call<F, Fut, T, E, C, M>(
     inner: &Inner,
     upstream: usize,
@@ -62,7 +85,8 @@ pub(crate) async fn call<F, Fut, T, E, C, M>(
     classify: &C,
     meter: &M,
     f: F,
-) -> Result<T, Error<E>>
+    keep: bool,
+) -> Result<(T, Kept), Error<E>>
 where
     F: FnMut(Attempt) -> Fut,
     Fut: Future<Output = Result<T, E>>,
@@ -81,7 +105,7 @@ where
         outcome = tracing::field::Empty,
     );
     let mut log = CallLog::default();
-    let result = attempts(inner, upstream, request, classify, meter, f, &mut log).instrument(span.clone()).await;
+    let result = attempts(inner, upstream, request, classify, meter, f, keep, &mut log).instrument(span.clone()).await;
     let outcome = match &result {
         Ok(_) => log.last.unwrap_or("success"),
         Err(error) => error.outcome().map_or(error.code(), Outcome::label),
@@ -124,6 +148,7 @@ struct CallLog {
     last: Option<&'static str>,
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn attempts<F, Fut, T, E, C, M>(
     inner: &Inner,
     upstream: usize,
@@ -131,8 +156,9 @@ async fn attempts<F, Fut, T, E, C, M>(
     classify: &C,
     meter: &M,
     mut f: F,
+    keep: bool,
     log: &mut CallLog,
-) -> Result<T, Error<E>>
+) -> Result<(T, Kept), Error<E>>
 where
     F: FnMut(Attempt) -> Fut,
     Fut: Future<Output = Result<T, E>>,
@@ -167,9 +193,10 @@ where
         log.queue_wait += permit.queue_wait();
         log.permit_wait += permit.permit_wait();
         let started = Instant::now();
-        let ran = run_attempt(permit, &mut f, log.attempts, deadline, config.call_timeout(), classify, meter).await;
+        let timeout = config.call_timeout();
+        let ran = attempt_on(permit, &mut f, log.attempts, deadline, timeout, classify, meter, keep).await;
         log.call += started.elapsed();
-        let Some((outcome, result)) = ran else {
+        let Some((outcome, result, kept)) = ran else {
             // Cut short by the deadline, not by the upstream: nothing to learn.
             return Err(Error::deadline_passed(name(), log.attempts));
         };
@@ -210,13 +237,13 @@ where
             // The last answer comes back as it came: a value (a final 4xx response with its
             // body, say) as a value, the caller's error inside an `ErrorKind::Upstream` error.
             return match result {
-                Some(Ok(value)) => Ok(value),
+                Some(Ok(value)) => Ok((value, Kept { outcome, attempts: log.attempts, held: kept })),
                 Some(Err(source)) => Err(Error::upstream_failed(name(), outcome, log.attempts, Some(source))),
                 None => Err(Error::upstream_failed(name(), outcome, log.attempts, None)),
             };
         };
         // Not the last answer: let go of it (and of what it holds) before waiting.
-        drop(result);
+        drop((result, kept));
         if let Some(delay) = delay {
             let until = clock::after(Instant::now(), delay);
             if until >= deadline {
@@ -232,10 +259,13 @@ where
 }
 
 /// Runs attempt `number` on `permit`: the caller's future under the call timeout (less near the
-/// `deadline`), its result classified and reported to the permit with its usage. `None`: the
-/// deadline cut it short (nothing to learn; the permit, whose request is at the provider, stays
-/// held until the provider has plausibly finished).
-pub(crate) async fn run_attempt<F, Fut, T, E, C, M>(
+/// `deadline`), its result classified and reported to the permit with its usage — except, with
+/// `keep`, a success: its permit comes back, held, with when the attempt's time is up (its
+/// answer goes on as a stream). `None`: the deadline cut it short (nothing to learn; the
+/// permit, whose request is at the provider, stays held until the provider has plausibly
+/// finished).
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn attempt_on<F, Fut, T, E, C, M>(
     mut permit: Permit,
     f: &mut F,
     number: u32,
@@ -243,7 +273,8 @@ pub(crate) async fn run_attempt<F, Fut, T, E, C, M>(
     call_timeout: Duration,
     classify: &C,
     meter: &M,
-) -> Option<(Outcome, Option<Result<T, E>>)>
+    keep: bool,
+) -> Option<(Outcome, Option<Result<T, E>>, Option<Held>)>
 where
     F: FnMut(Attempt) -> Fut,
     Fut: Future<Output = Result<T, E>>,
@@ -251,6 +282,7 @@ where
     M: Meter<T>,
 {
     let timeout = call_timeout.min(deadline.saturating_duration_since(Instant::now()));
+    let ends = clock::after(Instant::now(), timeout);
     let attempt = Attempt { number, wave: permit.wave(), timeout, waited: permit.waited() };
     // From here on the request is the provider's: a cancelled call keeps its permit until the
     // provider has plausibly finished with it.
@@ -261,11 +293,15 @@ where
         Err(_) => (Outcome::from_transport(TransportError::Timeout), None),
     };
     match (&outcome, &result) {
+        (Outcome::Success { .. }, Some(Ok(_))) if keep => {
+            let held = Held { permit, ends, by_deadline: timeout < call_timeout };
+            return Some((outcome, result, Some(held)));
+        }
         (Outcome::Success { .. }, Some(Ok(value))) => {
             let used = meter.tokens_used(value, permit.reserved_tokens());
             permit.report_usage(outcome, used);
         }
         _ => permit.report(outcome),
     }
-    Some((outcome, result))
+    Some((outcome, result, None))
 }

@@ -46,7 +46,11 @@
 //!   `reqwest::Error`;
 //! * `reqwest-middleware` — `middleware::reqwest::WavegateMiddleware`, a `reqwest-middleware`
 //!   middleware;
-//! * `tower` — `middleware::tower::WavegateLayer`, a tower `Layer`;
+//! * `tower` — `middleware::tower::WavegateLayer`, a tower `Layer` (with `http`, its
+//!   `hold_bodies` keeps a streamed response's permit until its body ends);
+//! * `sse` — `SseUsage`: the usage a streamed answer reports in its server-sent events (OpenAI,
+//!   Anthropic), a [`StreamMeter`] for [`RequestBuilder::call_stream`] (`reqwest-middleware`
+//!   turns it on);
 //! * `config` — `settings::Settings`: the configuration from TOML and the environment
 //!   (`WAVEGATE__UPSTREAMS__LLM__LIMIT=10`), with the builders' validation;
 //! * `tls` — `rediss://` Redis URLs (rustls with the ring provider; the system's roots or
@@ -93,6 +97,7 @@ mod engine;
 mod error;
 mod error_kind;
 mod handle;
+mod held;
 pub mod history;
 pub mod metrics;
 pub mod middleware;
@@ -108,6 +113,7 @@ pub mod settings;
 #[cfg(feature = "redis")]
 mod startup_check;
 mod status;
+pub mod stream;
 mod upstream;
 
 // The scheduler and its handles.
@@ -121,7 +127,10 @@ pub use upstream::Upstream;
 // What a request ends with.
 pub use classify::{ByError, ByStatus, Classify, Meter, Reserved, UpstreamError};
 pub use error::{Budget, Error, ErrorKind};
+pub use stream::{HeldStream, StreamMeter};
 pub use wavegate_core::{Outcome, ProviderSignals, RateLimitKind, TransportError, UnknownUpstream};
+#[cfg(feature = "sse")]
+pub use wavegate_core::{SseUsage, StreamUsage};
 // Configuration (its parts are in `config`).
 pub use wavegate_core::{PoolConfig, UpstreamConfig};
 // Status.

@@ -118,6 +118,15 @@ impl Permit {
         self.grant.finish(outcome.wave_signal(), outcome.breaker_result(), tokens, window);
     }
 
+    /// Releases the permit at once, with no outcome and the reservation standing as the usage:
+    /// a streamed answer its caller dropped before its end. Unlike a drop after
+    /// [`request_sent`](Self::request_sent), nothing stays held: the answer was streaming, so
+    /// dropping it closed the connection, which is how a client stops a generation.
+    pub(crate) fn release_unfinished(self) {
+        let reserved = self.reserved_tokens();
+        self.grant.finish(WaveSignal::Neutral, CallResult::Ignored, reserved, None);
+    }
+
     /// Reports a success (using the reserved tokens) and releases the permit.
     pub fn succeeded(self) {
         crate::metrics::upstream_call(&self.name, "success", self.granted_at.elapsed());

@@ -15,7 +15,8 @@
 //! rounds, and a request no member can take ends at once.
 //!
 //! A pooled request is built like an upstream's ([`RequestBuilder`]: tokens, priority, tenant,
-//! deadline, classify, meter) and ends with `call` (the closure is also told the member) or
+//! deadline, classify, meter) and ends with `call` (the closure is also told the member),
+//! `call_stream` (the same, for a streamed answer that holds its member's permit to its end) or
 //! `acquire` (a permit of one member, [`Permit::upstream`] names it).
 //!
 //! ```
@@ -44,16 +45,20 @@ use std::time::Duration;
 use wavegate_core::{MemberView, Outcome, UnknownUpstream};
 
 use crate::attempt::{Attempt, acquire_permit};
-use crate::call::run_attempt;
-use crate::classify::{Classify, Meter};
+use futures_util::Stream;
+
+use crate::call::{Kept, attempt_on};
+use crate::classify::{Classify, Meter, Reserved};
 use crate::engine::clock::{self, Instant};
 use crate::engine::request::{AttemptKind, Request};
 use crate::error::{Error, ErrorKind};
 use crate::handle::{Inner, PoolSlot};
+use crate::held::Hold;
 use crate::metrics;
 use crate::permit::Permit;
 use crate::request_builder::{RequestBuilder, ToPool};
 use crate::status::UpstreamStatus;
+use crate::stream::{HeldStream, StreamMeter};
 
 /// The shortest wait when every member refused a request in a round and none said when to
 /// come back.
@@ -122,12 +127,42 @@ impl<'a, C, M> RequestBuilder<'a, ToPool, C, M> {
     /// which key or deployment to use) and the attempt. Each attempt runs as
     /// [`RequestBuilder::call`] runs one on an upstream; see the module docs for how members
     /// are picked and left. The deadline defaults to the longest total timeout of the members.
-    pub async fn call<F, Fut, T, E>(self, mut f: F) -> Result<T, Error<E>>
+    pub async fn call<F, Fut, T, E>(self, f: F) -> Result<T, Error<E>>
     where
         F: FnMut(&'a str, Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         C: Classify<T, E>,
         M: Meter<T>,
+    {
+        self.run(f, &self.meter, false).await.map(|(value, _, _)| value)
+    }
+
+    /// Runs the request like [`call`](Self::call), for an answer that is a stream: as
+    /// [`RequestBuilder::call_stream`] on an upstream, the last value becomes a
+    /// [`HeldStream`] holding its member's permit until the stream ends or is dropped.
+    pub async fn call_stream<F, Fut, T, E, S, I, SE>(
+        self,
+        f: F,
+        into_stream: impl FnOnce(T) -> S,
+    ) -> Result<HeldStream<S, M>, Error<E>>
+    where
+        F: FnMut(&'a str, Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        C: Classify<T, E>,
+        S: Stream<Item = Result<I, SE>>,
+        M: StreamMeter<I>,
+    {
+        let (value, kept, member) = self.run(f, &Reserved, true).await?;
+        Ok(HeldStream::new(into_stream(value), self.meter, Hold::new(member, kept)))
+    }
+
+    /// The pooled call's loop; with `keep`, a success's permit stays held ([`Kept`]).
+    async fn run<F, Fut, T, E, M2>(&self, mut f: F, meter: &M2, keep: bool) -> Result<(T, Kept, &'a str), Error<E>>
+    where
+        F: FnMut(&'a str, Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        C: Classify<T, E>,
+        M2: Meter<T>,
     {
         let mut round = Round::new(self.inner, self.target.0, &self.request);
         let mut kind = AttemptKind::First;
@@ -137,17 +172,18 @@ impl<'a, C, M> RequestBuilder<'a, ToPool, C, M> {
             let member_name: &'a str = config.name().as_str();
             round.attempts += 1;
             let mut on_member = |attempt| f(member_name, attempt);
-            let (classify, meter) = (&self.classify, &self.meter);
-            let ran = run_attempt(
+            let timeout = config.call_timeout();
+            let ran = attempt_on(
                 permit,
                 &mut on_member,
                 round.attempts,
                 round.deadline,
-                config.call_timeout(),
-                classify,
+                timeout,
+                &self.classify,
                 meter,
+                keep,
             );
-            let Some((outcome, result)) = ran.await else {
+            let Some((outcome, result, held)) = ran.await else {
                 return Err(Error::deadline_passed(round.name, round.attempts));
             };
             let moves = match outcome {
@@ -161,7 +197,9 @@ impl<'a, C, M> RequestBuilder<'a, ToPool, C, M> {
                 _ => None,
             };
             let source = match result {
-                Some(Ok(value)) if moves.is_none() => return Ok(value),
+                Some(Ok(value)) if moves.is_none() => {
+                    return Ok((value, Kept { outcome, attempts: round.attempts, held }, member_name));
+                }
                 Some(Err(source)) => Some(source),
                 _ => None,
             };

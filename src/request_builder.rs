@@ -14,13 +14,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::attempt::Attempt;
+use futures_util::Stream;
+
 use crate::call;
 use crate::classify::{ByError, Classify, Meter, Reserved};
 use crate::engine::clock;
 use crate::engine::request::{ClassRef, Request};
 use crate::error::Error;
 use crate::handle::Inner;
+use crate::held::Hold;
 use crate::permit::Permit;
+use crate::stream::{HeldStream, StreamMeter};
 
 /// A request's target: one upstream ([`Upstream::request`](crate::Upstream::request)).
 #[derive(Debug, Clone, Copy)]
@@ -150,7 +154,70 @@ impl<'a, C, M> RequestBuilder<'a, ToUpstream, C, M> {
         C: Classify<T, E>,
         M: Meter<T>,
     {
-        call::call(self.inner, self.target.0, self.request, &self.classify, &self.meter, f).await
+        let called = call::call(self.inner, self.target.0, self.request, &self.classify, &self.meter, f, false).await;
+        called.map(|(value, _)| value)
+    }
+
+    /// Runs `f` like [`call`](Self::call), for an answer that is a stream (server-sent events,
+    /// a body read in chunks): the value of the last attempt is turned into the stream by
+    /// `into_stream` and comes back as a [`HeldStream`], which holds the permit until the
+    /// stream ends, fails, runs out of time or is dropped (see [`stream`](crate::stream)).
+    ///
+    /// A 429 or a transient failure before the answer began (the classifier's verdict on the
+    /// value, as for `call`) is retried as usual; once the stream is given back, nothing is
+    /// retried. The [`meter`](Self::meter) is a [`StreamMeter`] here: it reads the usage the
+    /// stream reports at its end (`SseUsage` with the feature `sse`, or any
+    /// `FnMut(&Item) -> Option<u64>`), which settles the tokens budget; without one the
+    /// reservation stands. A last value the classifier did not call a success (a final 400
+    /// with its body) is turned into a stream too, its permit already reported.
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use wavegate::{Outcome, Scheduler, UpstreamConfig};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let scheduler = Scheduler::builder().upstream(UpstreamConfig::builder("llm").limit(2).build()?).build()?;
+    /// let llm = scheduler.upstream("llm")?;
+    /// let answer = llm
+    ///     .request()
+    ///     .call_stream(
+    ///         |_attempt| async { Ok::<_, Outcome>(vec!["a", "b", "c"]) },
+    ///         |chunks| futures_util::stream::iter(chunks.into_iter().map(Ok::<_, Outcome>)),
+    ///     )
+    ///     .await?;
+    /// let text: Vec<_> = answer.collect().await;
+    /// assert_eq!(text.len(), 3);
+    /// # Ok(()) }
+    /// ```
+    pub async fn call_stream<F, Fut, T, E, S, I, SE>(
+        self,
+        f: F,
+        into_stream: impl FnOnce(T) -> S,
+    ) -> Result<HeldStream<S, M>, Error<E>>
+    where
+        F: FnMut(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        C: Classify<T, E>,
+        S: Stream<Item = Result<I, SE>>,
+        M: StreamMeter<I>,
+    {
+        let name = self.inner.upstreams[self.target.0].name().as_str();
+        let called = call::call(self.inner, self.target.0, self.request, &self.classify, &Reserved, f, true).await;
+        let (value, kept) = called?;
+        Ok(HeldStream::new(into_stream(value), self.meter, Hold::new(name, kept)))
+    }
+
+    /// [`call`](Self::call), a success's permit kept held for an answer that goes on (the
+    /// middleware's streamed bodies).
+    #[cfg(feature = "reqwest-middleware")]
+    pub(crate) async fn call_kept<F, Fut, T, E>(self, f: F) -> Result<(T, call::Kept), Error<E>>
+    where
+        F: FnMut(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        C: Classify<T, E>,
+    {
+        call::call(self.inner, self.target.0, self.request, &self.classify, &Reserved, f, true).await
     }
 
     /// A permit for one call that the caller makes itself; report the outcome on it

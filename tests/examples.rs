@@ -13,6 +13,16 @@ mod axum_service;
 #[path = "../examples/reqwest_middleware.rs"]
 mod reqwest_middleware;
 
+#[cfg(feature = "reqwest-middleware")]
+#[path = "../examples/streaming.rs"]
+mod streaming;
+
+#[cfg(feature = "reqwest-middleware")]
+#[test]
+fn streaming_runs() {
+    streaming::main().expect("examples/streaming.rs");
+}
+
 #[cfg(feature = "reqwest")]
 #[test]
 fn plain_tokio_runs() {

@@ -70,3 +70,49 @@ async fn an_extension_names_the_upstream_and_unknown_hosts_pass_through() {
     assert!(replies.into_iter().all(|reply| reply.expect("a call").status() == 200));
     assert!(mock.max_in_flight() > 1, "an unknown host was limited");
 }
+
+/// A streamed response (server-sent events) holds its permit until its body is read to the end
+/// or dropped, and its final usage settles the tokens budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_response_holds_its_permit_until_its_body_ends() {
+    use wavegate_testkit::{MockSse, MockSseConfig};
+    let mock = MockSse::start(MockSseConfig::default()).expect("mock provider");
+    // 60 tokens a minute: the budget's figures stay put during the test.
+    let config = UpstreamConfig::builder("llm")
+        .limit(2)
+        .tokens_per_minute(60, 10_000)
+        .max_wait(Duration::from_secs(10))
+        .build()
+        .expect("config");
+    let scheduler = common::isolated().upstream(config).build().expect("scheduler");
+    let llm = scheduler.upstream("llm").expect("configured");
+    let client = ClientBuilder::new(reqwest::Client::new())
+        .with(WavegateMiddleware::new().host("127.0.0.1", llm.clone()))
+        .build();
+    let url = format!("http://{}/v1/chat/completions", mock.addr());
+    let read = join_all((0..6).map(|_| async {
+        let mut response = client.get(&url).send().await.expect("a response");
+        let mut bytes = 0;
+        while let Some(chunk) = response.chunk().await.expect("a chunk") {
+            bytes += chunk.len();
+        }
+        bytes
+    }))
+    .await;
+    assert!(read.iter().all(|&bytes| bytes > 1000), "{read:?}");
+    assert_eq!(mock.completed(), 6);
+    assert_eq!(mock.max_open(), 2, "the provider had {} streams open with a limit of 2", mock.max_open());
+    let status = llm.status().await.expect("status");
+    assert_eq!(status.in_flight_local, 0);
+    // Nothing was reserved; each stream's final usage (12 + 20 tokens) was charged.
+    let left = status.budgets.tokens.expect("a tokens budget").0;
+    assert!((10_000 - 6 * 32..10_000 - 6 * 32 + 10).contains(&left), "{left} tokens left");
+
+    // A response dropped after its first chunk gives its permit back at once.
+    let single = scheduler.upstream("llm").expect("configured");
+    let mut response = client.get(&url).send().await.expect("a response");
+    response.chunk().await.expect("a chunk").expect("not the end");
+    assert_eq!(single.status().await.expect("status").in_flight_local, 1);
+    drop(response);
+    assert_eq!(single.status().await.expect("status").in_flight_local, 0);
+}

@@ -90,3 +90,133 @@ async fn the_services_error_comes_back_typed_and_a_429_cuts_the_limit() {
     assert!(llm.status().await.expect("status").limit < 4);
     assert_eq!(llm.status().await.expect("status").in_flight_local, 0, "every permit was released");
 }
+
+/// An HTTP provider whose answers stream: a body of 10 frames, one every 50 ms, that counts the
+/// bodies open at once (until read to their end or dropped).
+#[cfg(feature = "http")]
+mod streamed {
+    use super::*;
+    use http_body::{Body, Frame};
+
+    #[derive(Clone, Default)]
+    pub(super) struct Streaming {
+        pub(super) open: Arc<AtomicUsize>,
+        pub(super) max: Arc<AtomicUsize>,
+    }
+
+    pub(super) struct SlowBody {
+        left: usize,
+        tick: Option<Pin<Box<tokio::time::Sleep>>>,
+        open: Option<Arc<AtomicUsize>>,
+    }
+
+    impl SlowBody {
+        fn close(&mut self) {
+            if let Some(open) = self.open.take() {
+                open.fetch_sub(1, SeqCst);
+            }
+        }
+    }
+
+    impl Drop for SlowBody {
+        fn drop(&mut self) {
+            self.close();
+        }
+    }
+
+    impl Body for SlowBody {
+        type Data = &'static [u8];
+        type Error = io::Error;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<&'static [u8]>, io::Error>>> {
+            if self.left == 0 {
+                self.close();
+                return Poll::Ready(None);
+            }
+            let tick = self.tick.get_or_insert_with(|| Box::pin(tokio::time::sleep(Duration::from_millis(50))));
+            if tick.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            self.tick = None;
+            self.left -= 1;
+            Poll::Ready(Some(Ok(Frame::data(&b"data: {\"choices\":[]}\n\n"[..]))))
+        }
+    }
+
+    impl Service<()> for Streaming {
+        type Response = http::Response<SlowBody>;
+        type Error = io::Error;
+        type Future = Pin<Box<dyn Future<Output = Result<http::Response<SlowBody>, io::Error>> + Send>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), io::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, (): ()) -> Self::Future {
+            let (open, max) = (self.open.clone(), self.max.clone());
+            Box::pin(async move {
+                max.fetch_max(open.fetch_add(1, SeqCst) + 1, SeqCst);
+                let body = SlowBody { left: 10, tick: None, open: Some(open) };
+                http::Response::builder()
+                    .header("content-type", "text/event-stream")
+                    .body(body)
+                    .map_err(io::Error::other)
+            })
+        }
+    }
+}
+
+/// With `hold_bodies`, a streamed response keeps its permit until its body ends or is dropped:
+/// the provider never has more bodies open than the limit. Without it, the permit goes back
+/// with the head and the bodies all stream at once.
+#[cfg(feature = "http")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_bodies_keep_the_permit_until_the_body_ends() {
+    use http_body::Body;
+    use wavegate::Reserved;
+
+    async fn read_all<B: Body + Unpin>(mut body: B) -> usize {
+        let mut frames = 0;
+        while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+            assert!(frame.is_ok());
+            frames += 1;
+        }
+        frames
+    }
+
+    let scheduler = scheduler(2);
+    let llm = scheduler.upstream("llm").expect("configured");
+    let provider = streamed::Streaming::default();
+    let held = WavegateLayer::new(llm.clone(), wavegate::ByError).hold_bodies(Reserved).layer(provider.clone());
+    let frames = join_all((0..6).map(|_| {
+        let mut service = held.clone();
+        async move {
+            let response = service.call(()).await.expect("a response");
+            read_all(response.into_body()).await
+        }
+    }))
+    .await;
+    assert_eq!(frames, vec![10; 6]);
+    assert_eq!(provider.max.load(SeqCst), 2, "bodies open at once with a limit of 2");
+    assert_eq!(llm.status().await.expect("status").in_flight_local, 0);
+
+    // A body dropped midway gives its permit back at once.
+    let mut service = held.clone();
+    let response = service.call(()).await.expect("a response");
+    assert_eq!(llm.status().await.expect("status").in_flight_local, 1);
+    drop(response);
+    assert_eq!(llm.status().await.expect("status").in_flight_local, 0);
+
+    // The layer without `hold_bodies`: the permit goes with the head.
+    let unheld = streamed::Streaming::default();
+    let plain = WavegateLayer::new(llm.clone(), wavegate::ByError).layer(unheld.clone());
+    join_all((0..6).map(|_| {
+        let mut service = plain.clone();
+        async move { read_all(service.call(()).await.expect("a response").into_body()).await }
+    }))
+    .await;
+    assert!(unheld.max.load(SeqCst) > 2, "without hold_bodies the bodies were still limited");
+}

@@ -33,15 +33,26 @@
 //! with its body); reqwest's own error comes back untouched; wavegate's refusals (waited too
 //! long, breaker open, ...) come back as `reqwest_middleware::Error::Middleware` holding the
 //! [`Error`].
+//!
+//! A successful response whose body is still arriving — an event stream
+//! (`Content-Type: text/event-stream`) or a body of unknown length (chunked) — keeps its permit
+//! until the body is read to its end or the response is dropped
+//! ([`HeldBody`]): the provider's concurrency limit covers the
+//! generation, not only its head. An event stream's final usage (OpenAI's `include_usage`
+//! chunk, Anthropic's `message_start` and `message_delta`) settles the tokens budget. A body
+//! with a `Content-Length` releases the permit when the response arrives, as before.
 
-use ::reqwest::{Request, Response};
+use ::reqwest::{Request, Response, ResponseBuilderExt};
 use http::Extensions;
 use reqwest_middleware::{Middleware, Next};
+use tokio::time::Instant;
+use wavegate_core::{Outcome, SseUsage};
 
 use crate::classify::{ByStatus, Classify, UpstreamError};
 use crate::error::Error;
+use crate::held::Hold;
+use crate::middleware::held_body::{HeldBody, is_event_stream, is_streamed};
 use crate::upstream::Upstream;
-use wavegate_core::Outcome;
 
 /// The middleware: requests to known upstreams go through their scheduler.
 #[derive(Debug, Clone, Default)]
@@ -100,17 +111,18 @@ impl Middleware for WavegateMiddleware {
         let Some(template) = request.try_clone() else {
             // A streaming body cannot be replayed: one permit, one attempt.
             let mut permit = upstream.request().acquire().await.map_err(reqwest_middleware::Error::middleware)?;
+            let ends = Instant::now() + upstream.config().call_timeout();
             permit.request_sent();
             let result = next.run(request, extensions).await;
-            permit.report(ByStatus.classify(&result));
-            return result;
+            let hold = Hold::of_attempt(permit, ByStatus.classify(&result), ends);
+            return result.map(|response| held(response, hold));
         };
         let mut first = Some(request);
         let shared: &Extensions = extensions;
         let result = upstream
             .request()
             .classify(ByStatus)
-            .call(|_attempt| {
+            .call_kept(|_attempt| {
                 let request = first.take().or_else(|| template.try_clone());
                 let next = next.clone();
                 let mut extensions = shared.clone();
@@ -124,6 +136,26 @@ impl Middleware for WavegateMiddleware {
                 }
             })
             .await;
-        result.map_err(into_middleware_error)
+        let (response, kept) = result.map_err(into_middleware_error)?;
+        Ok(held(response, Hold::new(upstream.name(), kept)))
     }
+}
+
+/// `response` with its body holding `hold`'s permit when the answer is still arriving (an event
+/// stream, or a body of unknown length); otherwise the permit is released now.
+fn held(response: Response, mut hold: Hold) -> Response {
+    let event_stream = is_event_stream(response.headers());
+    if !hold.is_held() || !is_streamed(response.headers(), response.content_length()) {
+        hold.finish(None);
+        return response;
+    }
+    let url = response.url().clone();
+    let (mut parts, body) = http::Response::<::reqwest::Body>::from(response).into_parts();
+    let meter = event_stream.then(SseUsage::new);
+    let body = ::reqwest::Body::wrap(HeldBody::new(body, meter, hold));
+    // Converting back to a reqwest response reads its URL from an extension only reqwest sets.
+    if let Ok(with_url) = http::Response::builder().url(url).body(()) {
+        parts.extensions.extend(with_url.into_parts().0.extensions);
+    }
+    Response::from(http::Response::from_parts(parts, body))
 }

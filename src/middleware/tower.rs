@@ -10,6 +10,10 @@
 //! around this layer. The service's own error comes back untouched inside
 //! an [`ErrorKind::Upstream`](crate::ErrorKind::Upstream) error ([`Error::source_error`]).
 //!
+//! The permit is released when the response arrives. For an HTTP service whose answers are
+//! streamed (server-sent events from an LLM), `WavegateLayer::hold_bodies` (feature `http`)
+//! keeps it until the response's body has been read to its end or dropped.
+//!
 //! ```
 //! use std::convert::Infallible;
 //! use std::future::{Ready, ready};
@@ -55,6 +59,11 @@ use crate::classify::Classify;
 use crate::error::Error;
 use crate::upstream::Upstream;
 
+#[cfg(feature = "http")]
+mod held;
+#[cfg(feature = "http")]
+pub use held::{HoldingLayer, HoldingService};
+
 /// Wraps a service so that its requests go through `upstream`'s permits.
 #[derive(Debug, Clone)]
 pub struct WavegateLayer<C> {
@@ -67,6 +76,18 @@ impl<C> WavegateLayer<C> {
     /// each result means ([`ByStatus`](crate::ByStatus) for HTTP responses).
     pub fn new(upstream: Upstream, classify: C) -> Self {
         Self { upstream, classify }
+    }
+
+    /// A layer for HTTP services (`http::Response<B>`) whose successful responses keep their
+    /// permit while their body is still arriving — an event stream, or a body of unknown
+    /// length — until the body is read to its end or dropped
+    /// ([`HeldBody`](crate::middleware::HeldBody)); `meter` (cloned for each response) reads the
+    /// usage the body reports (`SseUsage` with the feature `sse`, [`Reserved`](crate::Reserved)
+    /// to keep the reservation). A body with a known length releases the permit when the
+    /// response arrives.
+    #[cfg(feature = "http")]
+    pub fn hold_bodies<M>(self, meter: M) -> HoldingLayer<C, M> {
+        HoldingLayer::new(self.upstream, self.classify, meter)
     }
 }
 

@@ -66,6 +66,8 @@ mod retry_budget;
 mod signals;
 #[cfg(feature = "spec")]
 pub mod spec;
+#[cfg(feature = "sse")]
+mod sse_usage;
 pub mod tenant;
 mod wave;
 
@@ -98,6 +100,8 @@ pub use rate_limit_kind::RateLimitKind;
 pub use retry_after::{RetryAfterError, parse_retry_after};
 pub use retry_budget::{RetryBudget, RetryBudgetConfig};
 pub use signals::{DOCUMENTED_PERIOD, MAX_RESET, ProviderSignals, SignalKind, Unreadable, Window};
+#[cfg(feature = "sse")]
+pub use sse_usage::{SseUsage, StreamUsage, UsageUpdate, usage_of_event};
 pub use wave::{
     Admission, DenyReason, RateLimitEffect, Recovery, Transition, WaveConfig, WaveMachine, WaveSnapshot, WaveState,
 };

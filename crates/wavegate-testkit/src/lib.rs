@@ -35,6 +35,8 @@
 //! it serves at once and answers 429 beyond a hidden capacity; [`http_get`] calls it.
 //! [`MockProvider`] is a provider that announces its requests and tokens windows in OpenAI's
 //! or Anthropic's headers ([`ProviderLimits`], [`HeaderStyle`]) and refuses beyond them.
+//! [`MockSse`] streams its answers slowly as server-sent events (OpenAI's or Anthropic's, with
+//! their final usage) and counts the streams it has open at once.
 //!
 //! # Requirements
 //!
@@ -70,6 +72,7 @@ mod fault_proxy;
 mod http;
 mod log;
 mod mock_provider;
+mod mock_sse;
 mod mock_upstream;
 mod port;
 mod process;
@@ -84,6 +87,7 @@ pub use error::HarnessError;
 pub use fault_proxy::{Fault, FaultProxy};
 pub use http::{HttpReply, http_get};
 pub use mock_provider::{Hook, MockProvider, ProviderCall};
+pub use mock_sse::{MockSse, MockSseConfig, SseStyle};
 pub use mock_upstream::{MockUpstream, MockUpstreamConfig, read_request_head};
 pub use port::free_port;
 pub use provider_limits::{Answer, HeaderStyle, ProviderLimits, WindowCounter, error_code, http_date, rfc3339_ceil};

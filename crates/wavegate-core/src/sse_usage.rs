@@ -1,0 +1,263 @@
+//! The usage a streamed LLM answer reports at its end, read from its server-sent events
+//! (feature `sse`).
+//!
+//! A streamed answer does not know its token count when its head arrives: the providers send it
+//! in the stream itself —
+//!
+//! * OpenAI's Chat Completions, with `stream_options: {"include_usage": true}`: a last chunk
+//!   whose `usage` holds `prompt_tokens`, `completion_tokens` and `total_tokens` (the chunks
+//!   before it carry `"usage": null`); the Responses API: a `response.completed` event whose
+//!   `response.usage` holds `input_tokens`, `output_tokens` and `total_tokens`;
+//! * Anthropic's Messages: `message_start`, whose `message.usage` holds the input
+//!   (`input_tokens`, `cache_creation_input_tokens`, `cache_read_input_tokens`), then
+//!   `message_delta` events whose `usage.output_tokens` is the output so far (the last one is
+//!   the total).
+//!
+//! [`SseUsage`] is fed the stream's bytes as they come (in chunks of any size: a line split
+//! across two chunks is joined) and keeps the latest usage seen; [`usage_of_event`] reads one
+//! event's `data`. Nothing here panics on bad input: what is not an event with a usage is
+//! skipped, a line longer than [`SseUsage::MAX_LINE`] is dropped (memory stays bounded).
+//!
+//! ```
+//! use wavegate_core::SseUsage;
+//!
+//! let mut usage = SseUsage::new();
+//! usage.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}],\"usage\":null}\n\nda");
+//! usage.feed(b"ta: {\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":30,\"total_tokens\":42}}\n\n");
+//! usage.feed(b"data: [DONE]\n\n");
+//! let seen = usage.usage().unwrap();
+//! assert_eq!((seen.input, seen.output, seen.tokens()), (12, 30, 42));
+//! ```
+
+use serde_json::Value;
+
+/// The tokens a streamed answer used, as its provider reported them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StreamUsage {
+    /// Input (prompt) tokens the provider counts against its limits: OpenAI's `prompt_tokens`
+    /// or `input_tokens` (cached ones included, as OpenAI counts them); Anthropic's
+    /// `input_tokens` plus `cache_creation_input_tokens`.
+    pub input: u64,
+    /// Anthropic's `cache_read_input_tokens` (not in [`input`](Self::input): Anthropic does
+    /// not count them against its input tokens per minute).
+    pub cache_read: u64,
+    /// Output (completion) tokens: `completion_tokens` or `output_tokens`.
+    pub output: u64,
+}
+
+impl StreamUsage {
+    /// The tokens to settle a tokens-per-minute budget with: input plus output (cache reads
+    /// left out).
+    pub fn tokens(&self) -> u64 {
+        self.input.saturating_add(self.output)
+    }
+}
+
+/// What one event said about the usage: each field it carries replaces the one seen before
+/// (Anthropic's `message_delta` carries the output only, so the input of `message_start` stays).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UsageUpdate {
+    /// Input tokens, if the event said.
+    pub input: Option<u64>,
+    /// Cache reads (Anthropic), if the event said.
+    pub cache_read: Option<u64>,
+    /// Output tokens, if the event said.
+    pub output: Option<u64>,
+}
+
+impl UsageUpdate {
+    fn is_empty(&self) -> bool {
+        self.input.is_none() && self.cache_read.is_none() && self.output.is_none()
+    }
+}
+
+/// Reads the usage in one event's `data` (a JSON object), if it has one: `usage` at the top
+/// (OpenAI's last chunk, Anthropic's `message_delta`), `message.usage` (Anthropic's
+/// `message_start`) or `response.usage` (OpenAI's Responses API). `[DONE]`, `"usage": null`,
+/// other events and data that is not JSON give `None`.
+pub fn usage_of_event(data: &str) -> Option<UsageUpdate> {
+    // Most events are content deltas: no need to parse those.
+    if !data.contains("\"usage\"") {
+        return None;
+    }
+    let event: Value = serde_json::from_str(data).ok()?;
+    let usage = [event.get("usage"), event.get("message").and_then(|m| m.get("usage"))]
+        .into_iter()
+        .chain([event.get("response").and_then(|r| r.get("usage"))])
+        .flatten()
+        .find(|usage| usage.is_object())?;
+    let field = |name: &str| usage.get(name).and_then(Value::as_u64);
+    let input = match (field("prompt_tokens"), field("input_tokens"), field("cache_creation_input_tokens")) {
+        (Some(prompt), _, _) => Some(prompt),
+        (None, Some(input), created) => Some(input.saturating_add(created.unwrap_or(0))),
+        (None, None, created) => created,
+    };
+    let output = field("completion_tokens").or_else(|| field("output_tokens"));
+    // Only a total: all of it counts (as input, for want of a split).
+    let input = input.or_else(|| if output.is_none() { field("total_tokens") } else { None });
+    let update = UsageUpdate { input, cache_read: field("cache_read_input_tokens"), output };
+    (!update.is_empty()).then_some(update)
+}
+
+/// Reads the usage of a stream of server-sent events as its bytes come; see the module docs.
+#[derive(Debug, Clone, Default)]
+pub struct SseUsage {
+    /// The current line, not yet ended.
+    line: Vec<u8>,
+    /// The line being read is too long: skipped up to its end.
+    skipping: bool,
+    /// The current event's `data` lines, joined by `\n`.
+    data: String,
+    /// The latest usage seen, if any.
+    usage: Option<StreamUsage>,
+    /// The last byte was a `\r` (a `\n` right after it ends nothing more).
+    after_cr: bool,
+}
+
+impl SseUsage {
+    /// The longest line kept (1 MiB): a longer one is dropped, whatever it held.
+    pub const MAX_LINE: usize = 1 << 20;
+
+    /// A reader that has seen nothing.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Reads `chunk`, the next bytes of the stream.
+    pub fn feed(&mut self, chunk: &[u8]) {
+        for &byte in chunk {
+            let after_cr = std::mem::replace(&mut self.after_cr, byte == b'\r');
+            match byte {
+                b'\n' if after_cr => {}
+                b'\n' | b'\r' => self.end_line(),
+                _ if self.skipping => {}
+                _ if self.line.len() >= Self::MAX_LINE => {
+                    self.line.clear();
+                    self.skipping = true;
+                }
+                _ => self.line.push(byte),
+            }
+        }
+    }
+
+    /// The stream ended: an event not followed by its blank line is read too.
+    pub fn finish(&mut self) {
+        if !self.line.is_empty() || self.skipping {
+            self.end_line();
+        }
+        self.dispatch();
+    }
+
+    /// The latest usage seen so far, if any.
+    pub fn usage(&self) -> Option<StreamUsage> {
+        self.usage
+    }
+
+    fn end_line(&mut self) {
+        let line = std::mem::take(&mut self.line);
+        if std::mem::replace(&mut self.skipping, false) {
+            return;
+        }
+        if line.is_empty() {
+            self.dispatch();
+            return;
+        }
+        // `data: x` or `data:x`; other fields (`event:`, `id:`, comments) say nothing of usage.
+        let Some(value) = line.strip_prefix(b"data:") else { return };
+        let value = value.strip_prefix(b" ").unwrap_or(value);
+        if self.data.len() + value.len() > Self::MAX_LINE {
+            return;
+        }
+        if !self.data.is_empty() {
+            self.data.push('\n');
+        }
+        self.data.push_str(&String::from_utf8_lossy(value));
+    }
+
+    fn dispatch(&mut self) {
+        let data = std::mem::take(&mut self.data);
+        let Some(update) = usage_of_event(&data) else { return };
+        let usage = self.usage.get_or_insert_with(StreamUsage::default);
+        usage.input = update.input.unwrap_or(usage.input);
+        usage.cache_read = update.cache_read.unwrap_or(usage.cache_read);
+        usage.output = update.output.unwrap_or(usage.output);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(chunks: &[&[u8]]) -> Option<StreamUsage> {
+        let mut usage = SseUsage::new();
+        for chunk in chunks {
+            usage.feed(chunk);
+        }
+        usage.finish();
+        usage.usage()
+    }
+
+    #[test]
+    fn openai_chat_completions_final_chunk() {
+        let stream = concat!(
+            "data: {\"id\":\"c\",\"choices\":[{\"delta\":{\"content\":\"Hel\"}}],\"usage\":null}\n\n",
+            "data: {\"id\":\"c\",\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":null}\n\n",
+            "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":19,\"completion_tokens\":10,",
+            "\"total_tokens\":29,\"prompt_tokens_details\":{\"cached_tokens\":0}}}\n\n",
+            "data: [DONE]\n\n"
+        );
+        let expected = StreamUsage { input: 19, cache_read: 0, output: 10 };
+        assert_eq!(read(&[stream.as_bytes()]), Some(expected));
+        // Cut anywhere, byte by byte, with CRLF line ends: the same.
+        let bytes: Vec<&[u8]> = stream.as_bytes().chunks(1).collect();
+        assert_eq!(read(&bytes), Some(expected));
+        let crlf = stream.replace('\n', "\r\n");
+        let (a, b) = crlf.as_bytes().split_at(crlf.len() / 2);
+        assert_eq!(read(&[a, b]), Some(expected));
+        assert_eq!(expected.tokens(), 29);
+    }
+
+    #[test]
+    fn anthropic_message_start_then_message_delta() {
+        let stream = concat!(
+            "event: message_start\n",
+            "data: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"usage\":{\"input_tokens\":25,",
+            "\"cache_creation_input_tokens\":5,\"cache_read_input_tokens\":100,\"output_tokens\":1}}}\n\n",
+            "event: content_block_delta\n",
+            "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n",
+            "event: message_delta\n",
+            "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":15}}\n\n",
+            "event: message_stop\n",
+            "data: {\"type\":\"message_stop\"}\n\n"
+        );
+        let usage = read(&[stream.as_bytes()]).expect("a usage");
+        assert_eq!(usage, StreamUsage { input: 30, cache_read: 100, output: 15 });
+        assert_eq!(usage.tokens(), 45);
+    }
+
+    #[test]
+    fn openai_responses_api_completed_event() {
+        let event = "{\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":7,\"output_tokens\":3,\"total_tokens\":10}}}";
+        assert_eq!(usage_of_event(event), Some(UsageUpdate { input: Some(7), cache_read: None, output: Some(3) }));
+    }
+
+    #[test]
+    fn no_usage_bad_input_and_long_lines_are_skipped() {
+        assert_eq!(usage_of_event("[DONE]"), None);
+        assert_eq!(usage_of_event("{\"usage\":null}"), None);
+        assert_eq!(usage_of_event("{\"usage\": {broken"), None);
+        assert_eq!(usage_of_event("{\"usage\":{\"prompt_tokens\":-3}}"), None);
+        assert_eq!(read(&[b"\xff\xfe\n\n: comment\n\nevent: x\n\n"]), None);
+        // A line over the bound is dropped; the stream goes on being read after it.
+        let mut usage = SseUsage::new();
+        usage.feed(b"data: {\"usage\":{\"prompt_tokens\":1,");
+        usage.feed(&vec![b' '; SseUsage::MAX_LINE + 10]);
+        usage.feed(b"\"completion_tokens\":2}}\n\ndata: {\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":5}}\n\n");
+        assert_eq!(usage.usage(), Some(StreamUsage { input: 4, cache_read: 0, output: 5 }));
+        // An event without its final blank line still counts at the end.
+        assert_eq!(
+            read(&[b"data: {\"usage\":{\"total_tokens\":9}}"]),
+            Some(StreamUsage { input: 9, ..Default::default() })
+        );
+    }
+}
