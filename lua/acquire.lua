@@ -173,6 +173,6 @@ else
 end
 -- Not granted after all (the provider's window, a budget): the asks wait, on the list.
 if deferred then register_waiting(config, instance, asks, now, false) end
-if changed or redis.call('HEXISTS', KEYS[2], 'state') == 0 then save_state(s, config) end
+if changed or not state_read({ 'state' })[1] then save_state(s, config) end
 result[#result + 1] = gen
 return result

@@ -38,14 +38,14 @@ end
 -- classes' shares of them into theirs. An end read back lies at most LL_KEPT_WINDOWS windows
 -- after now (a backward jump of TIME, a hand): a later one is saved as that.
 local function ll_apply(config, now)
-  local v = redis.call('HMGET', KEYS[2], 'll_requests_limit', 'll_requests_window', 'll_requests_until',
-    'll_tokens_limit', 'll_tokens_window', 'll_tokens_until')
+  local v = state_read({ 'll_requests_limit', 'll_requests_window', 'll_requests_until',
+    'll_tokens_limit', 'll_tokens_window', 'll_tokens_until' })
   for i, name in ipairs(LL_NAMES) do
     local limit, window, ends = tonumber(v[3 * i - 2]), tonumber(v[3 * i - 1]), tonumber(v[3 * i])
     if limit and window and ends and now < ends then
       local most = now + math.max(1, window) * LL_KEPT_WINDOWS
       if ends > most then
-        redis.call('HSET', KEYS[2], 'll_' .. name .. '_until', string.format('%.0f', most))
+        state_write('ll_' .. name .. '_until', string.format('%.0f', most))
       end
       local rate, burst = ll_budget(limit, window)
       config[name] = ll_tightest(config[name], rate, burst)
@@ -57,7 +57,7 @@ end
 -- Keeps a limit of `limit` per `window` ms announced at `now` for `name` ('requests' or 'tokens').
 local function ll_report(now, name, limit, window)
   if limit < 1 or window < 1 then return end
-  redis.call('HSET', KEYS[2], 'll_' .. name .. '_limit', string.format('%.0f', limit),
+  state_write('ll_' .. name .. '_limit', string.format('%.0f', limit),
     'll_' .. name .. '_window', string.format('%.0f', window),
     'll_' .. name .. '_until', string.format('%.0f', now + window * LL_KEPT_WINDOWS))
 end
@@ -66,8 +66,8 @@ end
 -- (-1, -1, -1 when none).
 local function ll_status(now)
   local out = {}
-  local v = redis.call('HMGET', KEYS[2], 'll_requests_limit', 'll_requests_window', 'll_requests_until',
-    'll_tokens_limit', 'll_tokens_window', 'll_tokens_until')
+  local v = state_read({ 'll_requests_limit', 'll_requests_window', 'll_requests_until',
+    'll_tokens_limit', 'll_tokens_window', 'll_tokens_until' })
   for i = 1, 2 do
     local limit, window, ends = tonumber(v[3 * i - 2]), tonumber(v[3 * i - 1]), tonumber(v[3 * i])
     if limit and window and ends and now < ends then

@@ -44,7 +44,7 @@ end
 
 local function pw_save(w)
   local f = function(n) return string.format('%.0f', n) end
-  redis.call('HSET', KEYS[2],
+  state_write(
     'pw_requests_left', f(w.requests.left), 'pw_requests_until', f(w.requests['until']),
     'pw_requests_at', f(w.requests.at), 'pw_requests_to', f(w.requests.to),
     'pw_tokens_left', f(w.tokens.left), 'pw_tokens_until', f(w.tokens['until']),
@@ -54,8 +54,8 @@ end
 -- The windows as stored, clamped to what they may mean at `now`; a clamped end is saved, so it
 -- stays put rather than moving with now.
 local function pw_load(now)
-  local v = redis.call('HMGET', KEYS[2], 'pw_requests_left', 'pw_requests_until', 'pw_requests_at', 'pw_requests_to',
-    'pw_tokens_left', 'pw_tokens_until', 'pw_tokens_at', 'pw_tokens_to')
+  local v = state_read({ 'pw_requests_left', 'pw_requests_until', 'pw_requests_at', 'pw_requests_to',
+    'pw_tokens_left', 'pw_tokens_until', 'pw_tokens_at', 'pw_tokens_to' })
   local last = now + PW_MAX_RESET
   local w = {
     requests = { left = pw_clamp(v[1], PW_MOST_LEFT), ['until'] = pw_clamp(v[2], last),

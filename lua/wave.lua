@@ -18,6 +18,47 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- KEYS[2]'s fields as this script run has read them: the first read of any field reads every
+-- field a script may need in one HMGET (STATE_FIELDS; a field outside the list is read when
+-- first asked for), and every write goes through state_write, which keeps the copy in step. A
+-- missing field is `false`, as HMGET answers. (One command instead of one per reader — the
+-- state, the generation, the budgets, the learned limits, the provider's windows — per script.)
+local STATE_FIELDS = { 'state', 'limit', 'wave', 'cooldown_until', 'successes', 'step', 'threshold', 'base', 'ceiling',
+  'good', 'retest_at', 'spacing', 'on_trial', 'rounds', 'retest_rounds', 'gen', 'requests_tat', 'tokens_tat',
+  'll_requests_limit', 'll_requests_window', 'll_requests_until', 'll_tokens_limit', 'll_tokens_window',
+  'll_tokens_until', 'pw_requests_left', 'pw_requests_until', 'pw_requests_at', 'pw_requests_to', 'pw_tokens_left',
+  'pw_tokens_until', 'pw_tokens_at', 'pw_tokens_to' }
+local state_cache = nil
+
+-- The values of `fields` of KEYS[2] (a list, in order; `false` for a missing one).
+local function state_read(fields)
+  if state_cache == nil then
+    state_cache = {}
+    local values = redis.call('HMGET', KEYS[2], unpack(STATE_FIELDS))
+    for i, field in ipairs(STATE_FIELDS) do state_cache[field] = values[i] end
+  end
+  local missing = {}
+  for _, field in ipairs(fields) do
+    if state_cache[field] == nil then table.insert(missing, field) end
+  end
+  if #missing > 0 then
+    local values = redis.call('HMGET', KEYS[2], unpack(missing))
+    for i, field in ipairs(missing) do state_cache[field] = values[i] end
+  end
+  local out = {}
+  for i, field in ipairs(fields) do out[i] = state_cache[field] end
+  return out
+end
+
+-- HSET KEYS[2] with `...` (field, value, field, value, ...), the copy kept in step.
+local function state_write(...)
+  redis.call('HSET', KEYS[2], ...)
+  if state_cache ~= nil then
+    local args = { ... }
+    for i = 1, #args, 2 do state_cache[args[i]] = tostring(args[i + 1]) end
+  end
+end
+
 local function fail(script, message)
   return redis.error_reply('ERR wavegate ' .. script .. ': ' .. message)
 end
@@ -125,8 +166,8 @@ end
 -- deadlines are clamped to what they may mean at `now`: a cooldown ends at most max_cooldown
 -- ahead, a re-test at most retest_max ahead (a backward jump of TIME cannot stall them).
 local function load_state(config, now)
-  local v = redis.call('HMGET', KEYS[2], 'state', 'limit', 'wave', 'cooldown_until', 'successes', 'step', 'threshold',
-    'base', 'ceiling', 'good', 'retest_at', 'spacing', 'on_trial', 'rounds', 'retest_rounds')
+  local v = state_read({ 'state', 'limit', 'wave', 'cooldown_until', 'successes', 'step', 'threshold',
+    'base', 'ceiling', 'good', 'retest_at', 'spacing', 'on_trial', 'rounds', 'retest_rounds' })
   local s = {
     state = v[1],
     limit = tonumber(v[2]),
@@ -160,7 +201,7 @@ local function load_state(config, now)
     -- Saved at once, so the clamped deadline stays put rather than moving with now.
     s.cooldown_until = math.min(s.cooldown_until, cooldown_most)
     s.retest_at = math.min(s.retest_at, retest_most)
-    redis.call('HSET', KEYS[2], 'cooldown_until', s.cooldown_until, 'retest_at', s.retest_at)
+    state_write('cooldown_until', s.cooldown_until, 'retest_at', s.retest_at)
   end
   s.limit = math.max(1, math.min(s.limit, config.base))
   s.threshold = math.max(1, math.min(s.threshold, config.base))
@@ -170,7 +211,7 @@ local function load_state(config, now)
 end
 
 local function save_state(s, config)
-  redis.call('HSET', KEYS[2], 'state', s.state, 'limit', s.limit, 'wave', s.wave,
+  state_write('state', s.state, 'limit', s.limit, 'wave', s.wave,
     'cooldown_until', s.cooldown_until, 'successes', s.successes, 'step', s.step, 'threshold', s.threshold,
     'base', config.base, 'ceiling', s.ceiling, 'good', s.good, 'retest_at', s.retest_at, 'spacing', s.spacing,
     'on_trial', s.on_trial and 1 or 0, 'rounds', s.rounds, 'retest_rounds', s.retest_rounds)
@@ -369,25 +410,25 @@ local TAT_MOST_DEBT = 60000000
 -- A budget's TAT as stored, clamped to what it may mean at `now` (µs); a clamped TAT is saved,
 -- so it stays put rather than moving with now.
 local function load_tat(field, b, now)
-  local tat = tonumber(redis.call('HGET', KEYS[2], field)) or 0
+  local tat = tonumber(state_read({ field })[1]) or 0
   if tat ~= tat or tat < 0 then return 0 end
   local most = math.floor(now + b.tolerance + TAT_MOST_DEBT)
   if tat > most then
-    redis.call('HSET', KEYS[2], field, string.format('%.0f', most))
+    state_write(field, string.format('%.0f', most))
     return most
   end
   return tat
 end
 
 local function save_tat(field, tat)
-  redis.call('HSET', KEYS[2], field, string.format('%.0f', tat))
+  state_write(field, string.format('%.0f', tat))
 end
 
 -- The wave an adopted permit (a call already running) reports against: the current one in
 -- NORMAL, otherwise the one before, so its 429 is late and its success does not count.
 -- Reads the state without a config (renew has none): a missing state is wave 1, NORMAL.
 local function adopt_wave()
-  local v = redis.call('HMGET', KEYS[2], 'state', 'wave')
+  local v = state_read({ 'state', 'wave' })
   local wave = tonumber(v[2]) or 1
   if v[1] == 'NORMAL' or v[1] == false or v[1] == nil then return wave end
   return math.max(wave - 1, 0)
@@ -414,7 +455,7 @@ end
 -- set. With `create`, a caller that has seen none writes one when there is none. Returns the
 -- generation in force ('' for none), or nil when the caller's is gone.
 local function generation(expected, create)
-  local gen = redis.call('HGET', KEYS[2], 'gen')
+  local gen = state_read({ 'gen' })[1]
   if expected ~= '' then
     if gen ~= expected then return nil end
     return gen
@@ -422,7 +463,7 @@ local function generation(expected, create)
   if not gen and create then
     local t = redis.call('TIME')
     gen = t[1] .. string.format('%06d', tonumber(t[2]))
-    redis.call('HSET', KEYS[2], 'gen', gen)
+    state_write('gen', gen)
   end
   return gen or ''
 end

@@ -17,6 +17,7 @@ const DRIVER: &str = r#"
 local out = {}
 for i = 1, #ARGV, 7 do
   redis.call('DEL', KEYS[2])
+  state_cache = nil -- wave.lua's copy of KEYS[2]: a script never deletes it, this driver does
   local name = ARGV[i]
   local config = {}
   config[name] = budget(tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]))

@@ -238,6 +238,12 @@ fn pass(options: &Options, mut target: Target) -> Result<String, String> {
     drop(fleet);
     let granted = waits.len().max(1) as f64;
     let evalsha = stats.calls.get("evalsha").copied().unwrap_or(0) as f64;
+    // Where the commands go: each command's calls per permit, the most first.
+    let mut each: Vec<(&String, &u64)> = stats.calls.iter().collect();
+    each.sort_by(|a, b| b.1.cmp(a.1));
+    let each: Vec<String> =
+        each.iter().map(|(name, calls)| format!("{name} {:.2}", **calls as f64 / granted)).collect();
+    println!("# {}: per permit: {}", target.label(), each.join(", "));
     let calls = waits.len();
     let mut p = |q| percentile(&mut waits, q).unwrap_or(f64::NAN);
     let (p50, p99, max) = (p(50.0), p(99.0), p(100.0));
