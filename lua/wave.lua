@@ -121,6 +121,19 @@ local function fresh_state(config)
            retest_rounds = 0, on_trial = false }
 end
 
+-- The base limit the state was saved under (`stored_base`, nil for none) against the one sent
+-- (a configured or live change of the limit): NORMAL, or a limit at the old base, follows it;
+-- what was learned below it is kept, clamped to it (WaveMachine::rebase, spec::rebase_cases).
+local function rebase(s, stored_base, config)
+  if stored_base and stored_base ~= config.base and (s.state == 'NORMAL' or s.limit == stored_base) then
+    s.limit = config.base
+  end
+  s.limit = math.max(1, math.min(s.limit, config.base))
+  s.threshold = math.max(1, math.min(s.threshold, config.base))
+  s.ceiling = math.min(s.ceiling, config.base)
+  s.good = math.min(s.good, config.base)
+end
+
 -- Reads the state; a missing or unreadable hash starts over in NORMAL at the base limit. The
 -- deadlines are clamped to what they may mean at `now`: a cooldown ends at most max_cooldown
 -- ahead, a re-test at most retest_max ahead (a backward jump of TIME cannot stall them).
@@ -150,11 +163,7 @@ local function load_state(config, now)
     end
     return fresh_state(config)
   end
-  local stored_base = tonumber(v[8])
-  if stored_base and stored_base ~= config.base and (s.state == 'NORMAL' or s.limit == stored_base) then
-    -- The configured limit changed: NORMAL (or a limit at the old base) follows it.
-    s.limit = config.base
-  end
+  rebase(s, tonumber(v[8]), config)
   local cooldown_most, retest_most = now + config.max_cooldown, now + math.max(config.retest_max, config.retest_after)
   if s.cooldown_until > cooldown_most or s.retest_at > retest_most then
     -- Saved at once, so the clamped deadline stays put rather than moving with now.
@@ -162,10 +171,6 @@ local function load_state(config, now)
     s.retest_at = math.min(s.retest_at, retest_most)
     redis.call('HSET', KEYS[2], 'cooldown_until', s.cooldown_until, 'retest_at', s.retest_at)
   end
-  s.limit = math.max(1, math.min(s.limit, config.base))
-  s.threshold = math.max(1, math.min(s.threshold, config.base))
-  s.ceiling = math.min(s.ceiling, config.base)
-  s.good = math.min(s.good, config.base)
   return s
 end
 

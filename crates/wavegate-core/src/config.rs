@@ -337,6 +337,13 @@ impl UpstreamConfig {
     pub fn limit(&self) -> NonZeroU32 {
         self.wave.base_limit
     }
+    /// The same configuration with another concurrency limit (a live change: see
+    /// [`LiveChange`](crate::LiveChange)); everything else, the fallback limit included, stays.
+    pub fn with_limit(&self, limit: NonZeroU32) -> Self {
+        let mut config = self.clone();
+        config.wave.base_limit = limit;
+        config
+    }
     /// The wave machine's parameters (limit, probe successes, cooldown).
     pub fn wave(&self) -> &WaveConfig {
         &self.wave

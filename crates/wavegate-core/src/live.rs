@@ -1,0 +1,255 @@
+//! Live settings: what an operator changes while the fleet runs, over the configuration each
+//! process was built with.
+//!
+//! A change is stored with a version — in the shared store for the fleet (`lua/live.lua`), or
+//! on a [`LiveBoard`] in local mode — and every process compares the version it applied with
+//! the stored one about once a second; a new version is read and applied whole. A value set
+//! with a time to live (an override) reverts to each process's configured value when it runs
+//! out: the store (or the board) drops it at the first look after its end and bumps the
+//! version, so a process started after the change sees the same thing as one that saw it
+//! made.
+//!
+//! ```
+//! use std::num::NonZeroU32;
+//! use std::time::Duration;
+//! use wavegate_core::{LiveBoard, LiveChange, LiveSetting};
+//!
+//! let mut board = LiveBoard::default();
+//! let change = LiveChange::set(LiveSetting::Limit, 4, Some(Duration::from_secs(60)))?;
+//! assert_eq!(board.apply(&change, 0), 1);
+//! let configured = NonZeroU32::new(10).unwrap();
+//! assert_eq!(board.read(30_000).limit_or(configured).get(), 4);
+//! // The override ran out: back to the configured limit, under a new version.
+//! let after = board.read(60_000);
+//! assert_eq!((after.version, after.limit_or(configured).get()), (2, 10));
+//! # Ok::<(), wavegate_core::LiveError>(())
+//! ```
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use crate::clock::duration_ms;
+
+/// A setting that can be changed live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LiveSetting {
+    /// The concurrency limit in NORMAL (the configured [`limit`](crate::UpstreamConfig::limit)).
+    Limit,
+}
+
+impl LiveSetting {
+    /// Every live setting.
+    pub const ALL: [LiveSetting; 1] = [LiveSetting::Limit];
+
+    /// Its name in the store and on the command line.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            LiveSetting::Limit => "limit",
+        }
+    }
+
+    /// The setting named `name`, if it is one.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|setting| setting.as_str() == name)
+    }
+}
+
+/// A live value as it stands: the value, and what is left of its time to live (`None`: it
+/// stays until changed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LiveValue {
+    /// The value.
+    pub value: u64,
+    /// The rest of an override's time to live, when it has one.
+    pub remaining: Option<Duration>,
+}
+
+/// The live settings of one upstream under one version; a setting that is `None` is the
+/// configured one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct LiveSettings {
+    /// The version (0: nothing was ever set).
+    pub version: u64,
+    /// The live concurrency limit.
+    pub limit: Option<LiveValue>,
+}
+
+impl LiveSettings {
+    /// Nothing live, under `version`.
+    pub fn empty(version: u64) -> Self {
+        Self { version, limit: None }
+    }
+
+    /// Sets `setting` to `value` (a value 0 or out of range for the setting is ignored: the
+    /// store is read, not trusted).
+    pub fn with(mut self, setting: LiveSetting, value: LiveValue) -> Self {
+        match setting {
+            LiveSetting::Limit => {
+                self.limit = Some(value).filter(|v| v.value >= 1 && v.value <= u64::from(u32::MAX));
+            }
+        }
+        self
+    }
+
+    /// The limit in force: the live one, else `configured`.
+    pub fn limit_or(&self, configured: NonZeroU32) -> NonZeroU32 {
+        self.limit.and_then(|v| u32::try_from(v.value).ok()).and_then(NonZeroU32::new).unwrap_or(configured)
+    }
+}
+
+/// A live change refused before anything was stored.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LiveError {
+    /// A limit of 0.
+    #[error("a limit of 0 admits nothing; set it to at least 1")]
+    ZeroLimit,
+    /// A value the setting cannot hold.
+    #[error("{setting} {value} is out of range; the most is {max}")]
+    OutOfRange {
+        /// The setting.
+        setting: &'static str,
+        /// The value given.
+        value: u64,
+        /// The largest accepted.
+        max: u64,
+    },
+    /// An override's time to live of zero or longer than accepted.
+    #[error("an override must last between 1 ms and {max:?}; got {given:?}")]
+    BadTimeToLive {
+        /// The time to live given.
+        given: Duration,
+        /// The longest accepted.
+        max: Duration,
+    },
+}
+
+/// One live change, validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LiveChange {
+    /// `setting` becomes `value`; with a time to live, only for that long.
+    Set {
+        /// The setting.
+        setting: LiveSetting,
+        /// The value.
+        value: u64,
+        /// How long it holds (`None`: until changed).
+        ttl: Option<Duration>,
+    },
+    /// `setting` goes back to the configured value.
+    Clear(LiveSetting),
+}
+
+impl LiveChange {
+    /// The longest override: 7 days (as [`UpstreamConfig::MAX_DURATION`](crate::UpstreamConfig::MAX_DURATION)).
+    pub const MAX_TTL: Duration = crate::UpstreamConfig::MAX_DURATION;
+
+    /// `setting` set to `value`, for `ttl` if given.
+    ///
+    /// # Errors
+    ///
+    /// [`LiveError`] when the value or the time to live cannot be used.
+    pub fn set(setting: LiveSetting, value: u64, ttl: Option<Duration>) -> Result<Self, LiveError> {
+        match setting {
+            LiveSetting::Limit if value == 0 => return Err(LiveError::ZeroLimit),
+            LiveSetting::Limit if value > u64::from(u32::MAX) => {
+                return Err(LiveError::OutOfRange { setting: setting.as_str(), value, max: u64::from(u32::MAX) });
+            }
+            LiveSetting::Limit => {}
+        }
+        if let Some(given) = ttl.filter(|ttl| duration_ms(*ttl) == 0 || *ttl > Self::MAX_TTL) {
+            return Err(LiveError::BadTimeToLive { given, max: Self::MAX_TTL });
+        }
+        Ok(Self::Set { setting, value, ttl })
+    }
+
+    /// The setting it changes.
+    pub fn setting(&self) -> LiveSetting {
+        match *self {
+            LiveChange::Set { setting, .. } | LiveChange::Clear(setting) => setting,
+        }
+    }
+}
+
+/// The live settings of one upstream held in process (local mode): the twin of `lua/live.lua`.
+#[derive(Debug, Clone, Default)]
+pub struct LiveBoard {
+    version: u64,
+    /// The live limit and when it ends (ms), if it has an end.
+    limit: Option<(u64, Option<u64>)>,
+}
+
+impl LiveBoard {
+    /// Applies `change` at `now_ms`; answers the new version.
+    pub fn apply(&mut self, change: &LiveChange, now_ms: u64) -> u64 {
+        match *change {
+            LiveChange::Set { setting: LiveSetting::Limit, value, ttl } => {
+                self.limit = Some((value, ttl.map(|ttl| now_ms.saturating_add(duration_ms(ttl)))));
+            }
+            LiveChange::Clear(LiveSetting::Limit) => self.limit = None,
+        }
+        self.version += 1;
+        self.version
+    }
+
+    /// The settings at `now_ms`: an override whose time is up is dropped first, under a new
+    /// version.
+    pub fn read(&mut self, now_ms: u64) -> LiveSettings {
+        if self.limit.is_some_and(|(_, until)| until.is_some_and(|until| until <= now_ms)) {
+            self.limit = None;
+            self.version += 1;
+        }
+        let mut settings = LiveSettings::empty(self.version);
+        if let Some((value, until)) = self.limit {
+            let remaining = until.map(|until| Duration::from_millis(until.saturating_sub(now_ms)));
+            settings = settings.with(LiveSetting::Limit, LiveValue { value, remaining });
+        }
+        settings
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_change_is_validated_before_it_is_stored() {
+        assert_eq!(LiveChange::set(LiveSetting::Limit, 0, None), Err(LiveError::ZeroLimit));
+        assert!(matches!(LiveChange::set(LiveSetting::Limit, 1 << 40, None), Err(LiveError::OutOfRange { .. })));
+        let zero = LiveChange::set(LiveSetting::Limit, 3, Some(Duration::ZERO));
+        assert!(matches!(zero, Err(LiveError::BadTimeToLive { .. })));
+        let long = LiveChange::set(LiveSetting::Limit, 3, Some(LiveChange::MAX_TTL + Duration::from_secs(1)));
+        assert!(matches!(long, Err(LiveError::BadTimeToLive { .. })));
+        assert_eq!(LiveSetting::parse("limit"), Some(LiveSetting::Limit));
+        assert_eq!(LiveSetting::parse("nope"), None);
+    }
+
+    #[test]
+    fn the_board_versions_each_change_and_reverts_an_override_once() {
+        let ten = NonZeroU32::new(10).unwrap();
+        let mut board = LiveBoard::default();
+        assert_eq!(board.read(0), LiveSettings::empty(0));
+        let set = LiveChange::set(LiveSetting::Limit, 20, None).unwrap();
+        assert_eq!(board.apply(&set, 0), 1);
+        assert_eq!(board.read(1_000_000).limit_or(ten).get(), 20, "a plain set stays");
+        let brief = LiveChange::set(LiveSetting::Limit, 2, Some(Duration::from_millis(500))).unwrap();
+        assert_eq!(board.apply(&brief, 1_000), 2);
+        let during = board.read(1_499);
+        assert_eq!((during.version, during.limit_or(ten).get()), (2, 2));
+        assert_eq!(during.limit.unwrap().remaining, Some(Duration::from_millis(1)));
+        let after = board.read(1_500);
+        assert_eq!((after.version, after.limit_or(ten).get()), (3, 10), "reverted to the configured limit");
+        assert_eq!(board.read(2_000).version, 3, "reverted once");
+        assert_eq!(board.apply(&LiveChange::Clear(LiveSetting::Limit), 2_000), 4);
+    }
+
+    #[test]
+    fn a_value_the_store_should_not_hold_is_ignored() {
+        let ten = NonZeroU32::new(10).unwrap();
+        let zero = LiveSettings::empty(1).with(LiveSetting::Limit, LiveValue { value: 0, remaining: None });
+        assert_eq!(zero.limit, None);
+        assert_eq!(zero.limit_or(ten), ten);
+    }
+}
