@@ -34,6 +34,7 @@ impl Keyspace {
             waiting_seen: format!("{base}:waiting_seen"),
             config: format!("{base}:config"),
             waiting_demand: format!("{base}:waiting_demand"),
+            live: format!("{base}:live"),
         }
     }
 
@@ -79,6 +80,8 @@ pub struct UpstreamKeys {
     /// How many callers of each waiting process wait, by class (hash: `<class>|<instance>` →
     /// count; priority classes only).
     pub waiting_demand: String,
+    /// Hash of the live settings an operator set, with their version (see `lua/live.lua`).
+    pub live: String,
 }
 
 impl UpstreamKeys {

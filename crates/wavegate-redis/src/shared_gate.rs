@@ -5,6 +5,7 @@
 //! wavegate-core's types. Replies are checked field by field; a reply of the wrong shape is a
 //! [`StoreError::UnexpectedReply`], never a panic.
 
+use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -82,6 +83,9 @@ pub struct SharedGate {
     /// The configured fallback limit, claimed with the scripts' configuration
     /// ([`for_upstream`](Self::for_upstream) sets it).
     pub(crate) fallback_limit: Option<u32>,
+    /// The live limit sent as the base limit instead of the configured one (0: none), shared
+    /// by the clones: see [`set_live_limit`](Self::set_live_limit).
+    pub(crate) live_limit: Arc<AtomicU32>,
 }
 
 impl SharedGate {
@@ -122,6 +126,7 @@ impl SharedGate {
             default_class: None,
             generation: Arc::default(),
             fallback_limit: None,
+            live_limit: Arc::default(),
         }
     }
 
@@ -233,7 +238,9 @@ impl SharedGate {
             return Err(StoreError::unexpected(COMMAND, "nothing to ask for"));
         }
         let generation = self.generation();
-        let call = calls::acquire(&self.keys, &self.config_args, (&self.instance, &generation), lease, heads, classes);
+        let mut call =
+            calls::acquire(&self.keys, &self.config_args, (&self.instance, &generation), lease, heads, classes);
+        self.send_live(&mut call);
         let reply: Vec<Value> = self.store.invoke(COMMAND, &call.invocation(&scripts().acquire)).await?;
         let (index, admission, in_flight, generation) = calls::read_acquire(&reply, heads)?;
         self.learn_generation(generation, false);
@@ -290,7 +297,8 @@ impl SharedGate {
     ) -> Result<Finished, StoreError> {
         const COMMAND: &str = "finish";
         let generation = self.generation();
-        let call = calls::finish(&self.keys, &self.config_args, (id, &generation), wave, signal, token_delta);
+        let mut call = calls::finish(&self.keys, &self.config_args, (id, &generation), wave, signal, token_delta);
+        self.send_live(&mut call);
         let reply: Vec<Value> = self.store.invoke(COMMAND, &call.invocation(&scripts().finish)).await?;
         calls::read_finish(&reply, wave)
     }
@@ -359,7 +367,9 @@ impl SharedGate {
         carried: Option<(WaveState, u32)>,
     ) -> Result<Reconciled, StoreError> {
         const COMMAND: &str = "reconcile";
-        let call = calls::reconcile(&self.keys, &self.config_args, (adopt, drop), lease, (requests, tokens), carried);
+        let mut call =
+            calls::reconcile(&self.keys, &self.config_args, (adopt, drop), lease, (requests, tokens), carried);
+        self.send_live(&mut call);
         let reply: Vec<Value> = self.store.invoke(COMMAND, &call.invocation(&scripts().reconcile)).await?;
         let r = Reply::new(COMMAND, &reply);
         r.expect_len(6)?;
@@ -433,7 +443,8 @@ impl SharedGate {
     /// (those of processes that asked within the last 1.5 s).
     pub async fn status_with_classes(&self) -> Result<(SharedStatus, Vec<(u32, u32)>), StoreError> {
         const COMMAND: &str = "status";
-        let call = calls::status(&self.keys, &self.config_args);
+        let mut call = calls::status(&self.keys, &self.config_args);
+        self.send_live(&mut call);
         let reply: Vec<Value> = self.store.invoke(COMMAND, &call.invocation(&scripts().status)).await?;
         calls::read_status(&reply)
     }

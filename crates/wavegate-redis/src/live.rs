@@ -1,0 +1,188 @@
+//! An upstream's live settings in the store (`lua/live.lua`): read by every process about once
+//! a second, changed by an operator (the `Upstream` handle, the `wavegate` tool).
+//!
+//! The settings sit in one hash per upstream (`…:{upstream}:live`) with a version. A process
+//! sends the version it applied; the script answers the settings only when the version
+//! differs, so the look each process takes every second is one small script call. A change
+//! also announces itself on the upstream's release channel (`:live`), so processes look at
+//! once rather than at their next second.
+//!
+//! A live limit reaches the wave's scripts as the base limit each process sends them
+//! ([`SharedGate::set_live_limit`]); their `rebase` (`lua/wave.lua`) keeps what the wave learned
+//! below it.
+
+use std::num::NonZeroU32;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use redis::Value;
+use wavegate_core::{LiveChange, LiveSetting, LiveSettings, LiveValue, duration_ms};
+
+use crate::calls::{Call, Reply};
+use crate::error::StoreError;
+use crate::scripts::scripts;
+use crate::shared_gate::SharedGate;
+
+/// The message a change announces on the upstream's release channel. Never an instance's name
+/// (an instance has no `:`), so a release's wake-up is never read as one.
+pub const LIVE_NUDGE: &str = ":live";
+
+/// `live.lua`, reading: the version the process applied (`None`: none yet).
+pub(crate) fn read<'a>(key: &'a str, known: Option<u64>) -> Call<'a> {
+    Call::new(&[key]).arg("read").arg(known.map(|v| v.to_string()).unwrap_or_default())
+}
+
+/// `live.lua`, changing: set or clear a setting, announced on `channel`.
+pub(crate) fn change<'a>(key: &'a str, change: &LiveChange, channel: &'a str) -> Call<'a> {
+    let call = Call::new(&[key]);
+    match *change {
+        LiveChange::Set { setting, value, ttl } => {
+            call.arg("set").arg(setting.as_str()).arg(value).arg(ttl.map_or(0, duration_ms)).arg(channel)
+        }
+        LiveChange::Clear(setting) => call.arg("clear").arg(setting.as_str()).arg("").arg("").arg(channel),
+    }
+}
+
+/// Reads a `read` reply: `None` when the version is `known`.
+pub(crate) fn read_reply(reply: &[Value], known: Option<u64>) -> Result<Option<LiveSettings>, StoreError> {
+    const COMMAND: &str = "live";
+    let r = Reply::new(COMMAND, reply);
+    let version = r.uint(0)?;
+    if known == Some(version) && reply.len() == 1 {
+        return Ok(None);
+    }
+    if reply.len() % 3 != 1 {
+        return Err(StoreError::unexpected(COMMAND, format!("{} fields, not 1 + 3 per setting", reply.len())));
+    }
+    let mut settings = LiveSettings::empty(version);
+    for at in (1..reply.len()).step_by(3) {
+        let name = r.string(at)?;
+        // A setting this build does not know (a newer tool's) is not this process's to apply.
+        let Some(setting) = LiveSetting::parse(&name) else { continue };
+        let value: u64 = r
+            .string(at + 1)?
+            .parse()
+            .map_err(|_| StoreError::unexpected(COMMAND, format!("{name} is not a number")))?;
+        let remaining = u64::try_from(r.int(at + 2)?).ok().map(Duration::from_millis);
+        settings = settings.with(setting, LiveValue { value, remaining });
+    }
+    Ok(Some(settings))
+}
+
+impl SharedGate {
+    /// The upstream's live settings, when their version is not `known` (the one this process
+    /// applied; `None` reads them whatever their version). An override whose time is up is
+    /// dropped by this read (for the fleet) and the settings come back without it.
+    pub async fn live(&self, known: Option<u64>) -> Result<Option<LiveSettings>, StoreError> {
+        const COMMAND: &str = "live";
+        let call = read(&self.keys.live, known);
+        let reply: Vec<Value> = self.store.invoke(COMMAND, &call.invocation(&scripts().live)).await?;
+        read_reply(&reply, known)
+    }
+
+    /// Stores `change` for the fleet and announces it; answers the new version.
+    pub async fn change_live(&self, change: &LiveChange) -> Result<u64, StoreError> {
+        const COMMAND: &str = "live";
+        let call = self::change(&self.keys.live, change, &self.keys.released);
+        let version: i64 = self.store.invoke(COMMAND, &call.invocation(&scripts().live)).await?;
+        u64::try_from(version).map_err(|_| StoreError::unexpected(COMMAND, format!("version {version}")))
+    }
+
+    /// Sends the scripts `limit` as the base limit from now on, for this gate and its clones
+    /// (`None`: the configured one again).
+    pub fn set_live_limit(&self, limit: Option<NonZeroU32>) {
+        self.live_limit.store(limit.map_or(0, NonZeroU32::get), Ordering::Relaxed);
+    }
+
+    /// The live limit this gate sends, if one is set.
+    pub fn live_limit(&self) -> Option<NonZeroU32> {
+        NonZeroU32::new(self.live_limit.load(Ordering::Relaxed))
+    }
+
+    /// Puts the live limit, if any, in `call`'s base-limit argument (the first of the
+    /// configuration's).
+    pub(crate) fn send_live(&self, call: &mut Call<'_>) {
+        if let (Some(limit), Some(first)) = (self.live_limit(), call.args.first_mut()) {
+            *first = limit.get().to_string().into();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use wavegate_core::{UpstreamConfig, UpstreamName};
+    use wavegate_testkit::RedisServer;
+
+    use super::*;
+    use crate::connection::{Store, StoreConfig};
+
+    #[test]
+    fn the_script_takes_what_the_rust_side_sends_and_refuses_one_more() {
+        let server = RedisServer::start().expect("redis-server");
+        let mut con = server.connection().expect("connection");
+        let script = &scripts().live;
+        let set = LiveChange::set(LiveSetting::Limit, 3, Some(Duration::from_secs(5))).expect("valid");
+        for call in [
+            read("k", Some(2)),
+            read("k", None),
+            change("k", &set, "ch"),
+            change("k", &LiveChange::Clear(LiveSetting::Limit), "ch"),
+        ] {
+            assert!(call.invocation(script).invoke::<Value>(&mut con).is_ok(), "{call:?}");
+            let mut more = call.clone();
+            more.args.push("0".into());
+            let refused = more.invocation(script).invoke::<Value>(&mut con);
+            assert!(matches!(&refused, Err(e) if e.to_string().contains("expected")), "{refused:?}");
+        }
+    }
+
+    #[test]
+    fn a_change_is_versioned_read_once_and_an_override_reverts_for_the_fleet() {
+        let server = RedisServer::start().expect("redis-server");
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let store = runtime.block_on(Store::connect(StoreConfig::new(server.url()))).expect("store");
+        let config = UpstreamConfig::builder("live").limit(10).build().expect("valid");
+        let one = SharedGate::for_upstream(store.clone(), &config);
+        let other = SharedGate::for_upstream(store, &config);
+        runtime.block_on(async {
+            assert_eq!(one.live(None).await.expect("read"), Some(LiveSettings::empty(0)));
+            assert_eq!(one.live(Some(0)).await.expect("read"), None, "nothing new");
+            let brief = LiveChange::set(LiveSetting::Limit, 4, Some(Duration::from_millis(300))).expect("valid");
+            assert_eq!(one.change_live(&brief).await.expect("set"), 1);
+            let seen = other.live(Some(0)).await.expect("read").expect("a new version");
+            assert_eq!(seen.version, 1);
+            let limit = seen.limit.expect("a live limit");
+            assert_eq!(limit.value, 4);
+            assert!(limit.remaining.is_some_and(|r| r <= Duration::from_millis(300)), "{limit:?}");
+            assert_eq!(other.live(Some(1)).await.expect("read"), None);
+            tokio::time::sleep(Duration::from_millis(350)).await;
+            // The first look after the end reverts it, under a new version, for everyone.
+            assert_eq!(other.live(Some(1)).await.expect("read"), Some(LiveSettings::empty(2)));
+            assert_eq!(one.live(Some(1)).await.expect("read"), Some(LiveSettings::empty(2)));
+            assert_eq!(one.live(Some(2)).await.expect("read"), None);
+            let kept = LiveChange::set(LiveSetting::Limit, 7, None).expect("valid");
+            assert_eq!(one.change_live(&kept).await.expect("set"), 3);
+            let seen = other.live(Some(2)).await.expect("read").expect("new");
+            assert_eq!(seen.limit, Some(LiveValue { value: 7, remaining: None }));
+            assert_eq!(one.change_live(&LiveChange::Clear(LiveSetting::Limit)).await.expect("clear"), 4);
+            assert_eq!(other.live(Some(3)).await.expect("read"), Some(LiveSettings::empty(4)));
+        });
+    }
+
+    #[test]
+    fn a_live_limit_is_the_base_the_scripts_are_sent() {
+        let server = RedisServer::start().expect("redis-server");
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let store = runtime.block_on(Store::connect(StoreConfig::new(server.url()))).expect("store");
+        let name = UpstreamName::new("based").expect("valid");
+        let config = UpstreamConfig::builder(name.as_str()).limit(10).build().expect("valid");
+        let gate = SharedGate::for_upstream(store, &config);
+        let clone = gate.clone();
+        gate.set_live_limit(NonZeroU32::new(3));
+        runtime.block_on(async {
+            assert_eq!(clone.status().await.expect("status").limit, 3, "clones send it too");
+            gate.set_live_limit(None);
+            assert_eq!(clone.status().await.expect("status").limit, 10);
+        });
+    }
+}
