@@ -10,8 +10,8 @@ use std::num::NonZeroU32;
 use actix::WeakRecipient;
 use parking_lot::Mutex;
 use wavegate_core::{
-    Ask, BudgetStatus, Budgets, Decision, FallbackStart, Instance, LearnedBudgets, LocalGate, PermitId,
-    ProviderWindows, UpstreamConfig, WaveSignal, WaveSnapshot, WindowReport,
+    Ask, BudgetStatus, Budgets, Decision, FallbackStart, Instance, LearnedBudgets, LiveBoard, LiveChange, LiveSettings,
+    LocalGate, PermitId, ProviderWindows, UpstreamConfig, WaveSignal, WaveSnapshot, WindowReport,
 };
 
 use super::store::{Released, Snapshot};
@@ -24,6 +24,9 @@ pub(crate) struct ProcessGate {
     /// The lanes asking at this gate, by their instance: a release wakes the one it names.
     /// (Held weakly: a gate does not keep its lanes alive.)
     members: Mutex<Vec<(Instance, WeakRecipient<Wake>)>>,
+    /// The live settings of local mode (an operator's changes, with their version), shared by
+    /// the lanes asking here as the store's are by the fleet.
+    live: Mutex<LiveBoard>,
 }
 
 impl ProcessGate {
@@ -33,7 +36,7 @@ impl ProcessGate {
     }
 
     fn with_gate(gate: LocalGate) -> Self {
-        Self { gate: Mutex::new(gate), members: Mutex::new(Vec::new()) }
+        Self { gate: Mutex::new(gate), members: Mutex::new(Vec::new()), live: Mutex::new(LiveBoard::default()) }
     }
 
     /// The gate of a fallback: this process's share of the limit and the budgets, what it last
@@ -148,6 +151,21 @@ impl ProcessGate {
     /// The wave machine's state.
     pub(crate) fn wave(&self) -> WaveSnapshot {
         self.gate.lock().machine().snapshot()
+    }
+
+    /// Takes a new base limit (a live change), keeping what the wave learned below it.
+    pub(crate) fn rebase(&self, limit: NonZeroU32) {
+        self.gate.lock().machine_mut().rebase(limit);
+    }
+
+    /// Stores a live change for the lanes asking here (local mode); answers its version.
+    pub(crate) fn change_live(&self, change: &LiveChange, now_ms: u64) -> u64 {
+        self.live.lock().apply(change, now_ms)
+    }
+
+    /// The live settings at `now_ms` (an override whose time is up reverted).
+    pub(crate) fn live(&self, now_ms: u64) -> LiveSettings {
+        self.live.lock().read(now_ms)
     }
 
     /// The base limit (a fallback's share).

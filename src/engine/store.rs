@@ -75,10 +75,13 @@ pub(crate) struct ConfigConflict {
 
 #[cfg(feature = "redis")]
 mod present {
+    use std::num::NonZeroU32;
     use std::time::Duration;
 
     use futures_util::FutureExt;
-    use wavegate_core::{Ask, Decision, PermitId, UpstreamConfig, WaveSignal, WaveState, WindowReport};
+    use wavegate_core::{
+        Ask, Decision, LiveChange, LiveSettings, PermitId, UpstreamConfig, WaveSignal, WaveState, WindowReport,
+    };
     use wavegate_redis::{SharedGate, Store, StoreError};
 
     use super::{ConfigConflict, GateFuture, Reconciled, Released, SharedView, Snapshot};
@@ -208,6 +211,28 @@ mod present {
         async move { store.preload_scripts().await }.boxed_local()
     }
 
+    /// The upstream's live settings, when their version is not `known`.
+    pub(crate) fn live(gate: &SharedGate, known: Option<u64>) -> GateFuture<Option<LiveSettings>> {
+        let gate = gate.clone();
+        async move { gate.live(known).await }.boxed_local()
+    }
+
+    /// Stores a live change for the fleet; answers its version.
+    pub(crate) fn change_live(gate: &SharedGate, change: LiveChange) -> GateFuture<u64> {
+        let gate = gate.clone();
+        async move { gate.change_live(&change).await }.boxed_local()
+    }
+
+    /// Sends the scripts `limit` as the base limit from now on (`None`: the configured one).
+    pub(crate) fn set_live_limit(gate: &SharedGate, limit: Option<NonZeroU32>) {
+        gate.set_live_limit(limit);
+    }
+
+    /// Whether a message on a release channel is a live change's announcement.
+    pub(crate) fn is_live_nudge(message: &str) -> bool {
+        message == wavegate_redis::LIVE_NUDGE
+    }
+
     /// Claims the upstream's configuration; answers another process's, if it differs.
     pub(crate) fn claim_config(gate: &SharedGate) -> GateFuture<Option<ConfigConflict>> {
         let gate = gate.clone();
@@ -231,9 +256,12 @@ mod absent {
     //! No shared store in a build without the `redis` feature: these types have no values,
     //! and the functions over them cannot be called.
 
+    use std::num::NonZeroU32;
     use std::time::Duration;
 
-    use wavegate_core::{Ask, Decision, PermitId, UpstreamConfig, WaveSignal, WaveState, WindowReport};
+    use wavegate_core::{
+        Ask, Decision, LiveChange, LiveSettings, PermitId, UpstreamConfig, WaveSignal, WaveState, WindowReport,
+    };
 
     use super::{ConfigConflict, GateFuture, Reconciled, Released, SharedView};
 
@@ -340,10 +368,22 @@ mod absent {
     pub(crate) fn claim_config(gate: &SharedGate) -> GateFuture<Option<ConfigConflict>> {
         match *gate {}
     }
+
+    pub(crate) fn live(gate: &SharedGate, _: Option<u64>) -> GateFuture<Option<LiveSettings>> {
+        match *gate {}
+    }
+
+    pub(crate) fn change_live(gate: &SharedGate, _: LiveChange) -> GateFuture<u64> {
+        match *gate {}
+    }
+
+    pub(crate) fn set_live_limit(gate: &SharedGate, _: Option<NonZeroU32>) {
+        match *gate {}
+    }
 }
 
 #[cfg(not(feature = "redis"))]
 pub(crate) use absent::{
-    acquire, claim_config, clear_windows, finish, heartbeat, is_cluster, ping, preload, probe, reconcile, rejected,
-    rejection, renew, report_window, shared_gate, status,
+    acquire, change_live, claim_config, clear_windows, finish, heartbeat, is_cluster, live, ping, preload, probe,
+    reconcile, rejected, rejection, renew, report_window, set_live_limit, shared_gate, status,
 };

@@ -2,7 +2,8 @@
 //!
 //! A release anywhere in the fleet is announced on the upstream's channel, naming the process
 //! that has waited longest at the limit; when that is this process, the listener turns it into
-//! a [`Wake`] for the upstream's lane, which asks again at once instead of polling. The
+//! a [`Wake`] for the upstream's lane, which asks again at once instead of polling. A live
+//! change is announced there too: the lane looks at the live settings at once ([`CheckLive`]). The
 //! listener resubscribes with backoff when the server goes away, and ends when the coordinator
 //! stops. Polling at the limit remains as a safety net, so a lost message costs latency only.
 
@@ -12,7 +13,8 @@ use std::time::Duration;
 use actix::WeakAddr;
 use wavegate_redis::{ReleaseSubscription, Store};
 
-use crate::engine::lane::Lane;
+use crate::engine::lane::{CheckLive, Lane};
+use crate::engine::store;
 use crate::engine::wake::Wake;
 
 const RESUBSCRIBE_MIN: Duration = Duration::from_millis(100);
@@ -36,10 +38,11 @@ pub(super) fn spawn_listener(store: Store, instance: String, channels: Vec<(Stri
                         if !connected() {
                             return;
                         }
-                        if let Some(lane) =
-                            routes.get(&channel).filter(|_| wake == instance).and_then(WeakAddr::upgrade)
-                        {
+                        let Some(lane) = routes.get(&channel).and_then(WeakAddr::upgrade) else { continue };
+                        if wake == instance {
                             lane.do_send(Wake);
+                        } else if store::is_live_nudge(&wake) {
+                            lane.do_send(CheckLive);
                         }
                     }
                     tracing::debug!("release subscription closed; resubscribing");

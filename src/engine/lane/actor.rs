@@ -1,11 +1,12 @@
 //! The lane actor's state, its start, and the messages it answers directly.
 
 use std::collections::{HashMap, VecDeque};
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix::{Actor, AsyncContext, Context, Handler, MessageResult, Recipient, SpawnHandle, WeakRecipient};
-use wavegate_core::{CircuitBreaker, Instance, PermitId, RetryBudget, UpstreamConfig, WaveState};
+use wavegate_core::{CircuitBreaker, Instance, LiveSettings, PermitId, RetryBudget, UpstreamConfig, WaveState};
 
 use super::book::OutageBook;
 use super::gauges::Gauges;
@@ -23,6 +24,9 @@ use crate::status::Mode;
 
 /// How often the budget gauges are refreshed.
 const BUDGET_GAUGES_EVERY: Duration = Duration::from_secs(1);
+
+/// How often the live settings are looked at (besides when a change is announced).
+const LIVE_EVERY: Duration = Duration::from_secs(1);
 
 /// What this process knows of an upstream's shared state, from the last script replies.
 #[derive(Debug, Clone, Copy, Default)]
@@ -111,6 +115,13 @@ pub(crate) struct Lane {
     pub(super) coordinator: Recipient<StoreTrouble>,
     /// This lane, to be woken by the in-process gate's releases.
     pub(super) me: WeakRecipient<Wake>,
+    /// The limit this process was built with (`config` holds the one in force).
+    pub(super) configured_limit: NonZeroU32,
+    /// The live settings last applied, and whether any were read yet.
+    pub(super) live: LiveSettings,
+    pub(super) live_read: bool,
+    /// A look at the store's live settings is in flight.
+    pub(super) live_reading: bool,
 }
 
 /// What a lane starts with.
@@ -133,6 +144,7 @@ impl Lane {
     pub(crate) fn new(setup: LaneSetup, me: WeakRecipient<Wake>) -> Self {
         let LaneSetup { upstream, config, instance, shared, store, namespace, quota, coordinator } = setup;
         let shared = shared.map(Arc::new);
+        let config_limit = config.limit();
         let local = match (&shared, &namespace) {
             (None, Some(namespace)) => process_gate::shared(namespace, &config),
             _ => Arc::new(ProcessGate::new(&config)),
@@ -180,6 +192,10 @@ impl Lane {
             drains: Vec::new(),
             coordinator,
             me,
+            configured_limit: config_limit,
+            live: LiveSettings::default(),
+            live_read: false,
+            live_reading: false,
         }
     }
 
@@ -213,6 +229,10 @@ impl Actor for Lane {
         }
         // Every upstream may come to have a budget: a learned limit is one.
         ctx.run_interval(BUDGET_GAUGES_EVERY, |act, ctx| act.record_budgets(ctx));
+        // The live settings: at start (a process built with another limit adopts the fleet's),
+        // then every second.
+        self.check_live(ctx, None);
+        ctx.run_interval(LIVE_EVERY, |act, ctx| act.check_live(ctx, None));
     }
 }
 

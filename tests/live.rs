@@ -1,0 +1,252 @@
+//! Live changes across a fleet of real processes on one real Redis: a new limit reaches every
+//! process within a second, the provider's calls in flight follow it, an override reverts to
+//! the configured limit, a process built with another limit adopts the fleet's, no call is
+//! lost and no permit leaks.
+//!
+//! This test binary is its own worker (`WAVEGATE_LIVE_ROLE=worker`): a process with a
+//! `Scheduler` in shared mode whose callers call the mock provider until told `STOP`, printing
+//! `APPLIED version=V limit=L configured=C at_ms=T` each time it applies new live settings.
+//! The orchestrator changes the limit through a scheduler of its own (no load) and reads the
+//! mock's most calls in flight from one second after each change. (`harness = false`.)
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use wavegate::{Scheduler, Upstream, UpstreamConfig};
+use wavegate_testkit::{MockUpstream, MockUpstreamConfig, RedisServer};
+
+mod common;
+use common::{Worker, call_mock, env, field, run_scenarios};
+
+const ROLE: &str = "WAVEGATE_LIVE_ROLE";
+/// How long a new limit may take to reach every process.
+const PICK_UP: Duration = Duration::from_secs(1);
+/// How long the mock's calls in flight are watched after [`PICK_UP`].
+const WATCH: Duration = Duration::from_secs(2);
+const CALLERS: usize = 12;
+const CONFIGURED: u32 = 8;
+
+fn main() {
+    if std::env::var(ROLE).is_ok() {
+        worker_main();
+        return;
+    }
+    let scenarios: [(&str, fn()); 1] =
+        [("four_processes_follow_a_live_limit_within_a_second", four_processes_follow_a_live_limit_within_a_second)];
+    run_scenarios(&scenarios);
+}
+
+fn now_ms() -> u64 {
+    u64::try_from(SystemTime::now().duration_since(UNIX_EPOCH).expect("after 1970").as_millis()).expect("ms")
+}
+
+/// The orchestrator's own scheduler of the upstream (it makes no calls).
+struct Operator {
+    runtime: tokio::runtime::Runtime,
+    _scheduler: Scheduler,
+    upstream: Upstream,
+}
+
+impl Operator {
+    fn new(redis: &RedisServer) -> Self {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let scheduler = runtime.block_on(async {
+            Scheduler::builder().upstream(config(CONFIGURED)).redis(redis.url()).build().expect("scheduler")
+        });
+        let upstream = scheduler.upstream("mock").expect("configured");
+        Self { runtime, _scheduler: scheduler, upstream }
+    }
+}
+
+fn config(limit: u32) -> UpstreamConfig {
+    UpstreamConfig::builder("mock")
+        .limit(limit)
+        .call_timeout(Duration::from_secs(10))
+        .max_wait(Duration::from_secs(60))
+        .total_timeout(Duration::from_secs(120))
+        .build()
+        .expect("config")
+}
+
+fn spawn(redis: &RedisServer, mock: &MockUpstream, limit: u32) -> Worker {
+    let env = [
+        ("REDIS_URL", redis.url()),
+        ("MOCK_ADDR", mock.addr().to_string()),
+        ("LIMIT", limit.to_string()),
+        ("CALLERS", CALLERS.to_string()),
+    ];
+    let worker = Worker::spawn(ROLE, &env);
+    worker.expect_line("READY", Duration::from_secs(30));
+    worker
+}
+
+/// Each worker applied `version` at `limit` within [`PICK_UP`] of `changed_ms`; how long the
+/// slowest took.
+fn all_applied(workers: &[Worker], version: u64, limit: u32, changed_ms: u64) -> u64 {
+    let mut slowest = 0;
+    for worker in workers {
+        let line = worker.expect_line(&format!("APPLIED version={version} "), Duration::from_secs(5));
+        assert_eq!(field(&line, "limit"), u64::from(limit), "{line}");
+        let took = field(&line, "at_ms").saturating_sub(changed_ms);
+        assert!(took <= PICK_UP.as_millis() as u64, "applied {took} ms after the change: {line}");
+        slowest = slowest.max(took);
+    }
+    slowest
+}
+
+/// The mock's most calls in flight from [`PICK_UP`] after `changed` for [`WATCH`].
+fn max_after(mock: &MockUpstream, changed: Instant) -> usize {
+    std::thread::sleep((changed + PICK_UP).saturating_duration_since(Instant::now()));
+    mock.reset_max_in_flight();
+    std::thread::sleep(WATCH);
+    mock.max_in_flight()
+}
+
+fn four_processes_follow_a_live_limit_within_a_second() {
+    let redis = RedisServer::start().expect("redis-server");
+    let mock =
+        MockUpstream::start(MockUpstreamConfig { service_time: Duration::from_millis(40), ..Default::default() })
+            .expect("mock upstream");
+    let operator = Operator::new(&redis);
+    let mut workers: Vec<Worker> = (0..3).map(|_| spawn(&redis, &mock, CONFIGURED)).collect();
+    let configured = max_after(&mock, Instant::now());
+    println!("configured {CONFIGURED}: max in flight {configured}");
+    assert!(configured <= CONFIGURED as usize && configured >= CONFIGURED as usize - 1, "{configured}");
+
+    // Down, then up: every process within a second, the provider within a second of it.
+    for limit in [3, 12] {
+        let (changed, changed_ms) = (Instant::now(), now_ms());
+        let version = operator.runtime.block_on(operator.upstream.set_limit(limit)).expect("set");
+        let slowest = all_applied(&workers, version, limit, changed_ms);
+        let max = max_after(&mock, changed);
+        println!("limit {limit} (version {version}): applied by all within {slowest} ms; max in flight {max}");
+        assert!(max <= limit as usize, "{max} in flight under a limit of {limit}");
+        assert!(max + 1 >= limit as usize, "the new limit {limit} is used: {max}");
+    }
+
+    // An override for 2.5 s, then back to the configured limit (not the 12 set before it).
+    let (changed, changed_ms) = (Instant::now(), now_ms());
+    let ttl = Duration::from_millis(2_500);
+    let overridden = operator.runtime.block_on(operator.upstream.override_limit(5, ttl)).expect("override");
+    all_applied(&workers, overridden, 5, changed_ms);
+    std::thread::sleep((changed + PICK_UP).saturating_duration_since(Instant::now()));
+    mock.reset_max_in_flight();
+    std::thread::sleep(Duration::from_millis(1_200));
+    let max = mock.max_in_flight();
+    println!("override 5 for {ttl:?} (version {overridden}): max in flight {max}");
+    assert!(max <= 5, "{max} in flight under an override of 5");
+    let ended_ms = changed_ms + 2_500;
+    let reverted = overridden + 1;
+    all_applied(&workers, reverted, CONFIGURED, ended_ms);
+    let max = max_after(&mock, changed + ttl);
+    println!("override ended (version {reverted}): max in flight {max}");
+    assert!(max <= CONFIGURED as usize && max + 1 >= CONFIGURED as usize, "back at {CONFIGURED}: {max}");
+
+    // A process built with another limit adopts the fleet's live one.
+    let (changed, changed_ms) = (Instant::now(), now_ms());
+    let version = operator.runtime.block_on(operator.upstream.set_limit(6)).expect("set");
+    assert!(version > reverted);
+    all_applied(&workers, version, 6, changed_ms);
+    let other = spawn(&redis, &mock, 20);
+    let line = other.expect_line(&format!("APPLIED version={version} "), Duration::from_secs(5));
+    assert_eq!((field(&line, "limit"), field(&line, "configured")), (6, 20), "{line}");
+    workers.push(other);
+    let max = max_after(&mock, changed.max(Instant::now()));
+    println!("limit 6 with a fourth process configured at 20: max in flight {max}");
+    assert!((5..=6).contains(&max), "{max}");
+
+    // Every call succeeded, and nothing is held once the workers are done.
+    for worker in &mut workers {
+        worker.tell("STOP");
+    }
+    let mut ok = 0;
+    for worker in &workers {
+        let line = worker.expect_line("RESULT", Duration::from_secs(30));
+        assert_eq!(field(&line, "err"), 0, "a call was lost: {line}");
+        ok += field(&line, "ok");
+    }
+    assert_eq!(ok, mock.served(), "every call the workers count was served once");
+    let status = operator.runtime.block_on(operator.upstream.status()).expect("status");
+    assert_eq!(status.in_flight_fleet, Some(0), "a permit leaked: {status:?}");
+    assert_eq!(mock.in_flight(), 0);
+    println!("{ok} calls, none lost; no permit held at the end");
+}
+
+// ------------------------------------------------------------------------------------------
+// The worker's side.
+
+fn worker_main() {
+    let system = actix::System::new();
+    system.block_on(async {
+        let limit: u32 = env("LIMIT").parse().expect("LIMIT");
+        let mock: SocketAddr = env("MOCK_ADDR").parse().expect("MOCK_ADDR");
+        let callers: usize = env("CALLERS").parse().expect("CALLERS");
+        let scheduler =
+            Scheduler::builder().upstream(config(limit)).redis(env("REDIS_URL")).build().expect("scheduler");
+        let upstream = scheduler.upstream("mock").expect("configured");
+        let stop = Arc::new(AtomicBool::new(false));
+        let told = stop.clone();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            while std::io::stdin().read_line(&mut line).is_ok_and(|n| n > 0) {
+                if line.trim() == "STOP" {
+                    told.store(true, Ordering::Relaxed);
+                    return;
+                }
+                line.clear();
+            }
+        });
+        report_live(upstream.clone());
+        println!("READY");
+        let tasks: Vec<_> = (0..callers)
+            .map(|_| {
+                let (upstream, stop) = (upstream.clone(), stop.clone());
+                actix::spawn(async move {
+                    let (mut ok, mut err, mut first_error) = (0u64, 0u64, None);
+                    while !stop.load(Ordering::Relaxed) {
+                        match upstream.request().call(move |_| call_mock(mock)).await {
+                            Ok(()) => ok += 1,
+                            Err(error) => {
+                                err += 1;
+                                first_error.get_or_insert(error.to_string());
+                            }
+                        }
+                    }
+                    (ok, err, first_error)
+                })
+            })
+            .collect();
+        let (mut ok, mut err, mut first_error) = (0, 0, None);
+        for task in tasks {
+            let (o, e, f) = task.await.expect("caller task");
+            ok += o;
+            err += e;
+            first_error = first_error.or(f);
+        }
+        scheduler.shutdown().await;
+        println!("RESULT ok={ok} err={err} first_error={first_error:?}");
+    });
+}
+
+/// Prints each version of the live settings this process applies, when it sees it applied.
+fn report_live(upstream: Upstream) {
+    actix::spawn(async move {
+        let mut last = 0;
+        loop {
+            let Ok(status) = upstream.status().await else { return };
+            if status.live_version != last {
+                last = status.live_version;
+                println!(
+                    "APPLIED version={} limit={} configured={} at_ms={}",
+                    status.live_version,
+                    status.base_limit,
+                    status.configured_limit,
+                    now_ms()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+}
