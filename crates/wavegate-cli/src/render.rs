@@ -4,9 +4,9 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use wavegate_core::LearnedLimitStatus;
+use wavegate_core::{LearnedLimitStatus, LiveChange, LiveSettings};
 
-use crate::fleet::{FleetView, UpstreamView, WindowView};
+use crate::fleet::{FleetView, SetView, UpstreamView, WindowView};
 
 fn ms(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
@@ -41,7 +41,43 @@ fn upstream_json(u: &UpstreamView) -> Value {
         "learned": { "requests": learned_json(u.learned.requests), "tokens": learned_json(u.learned.tokens) },
         "windows": { "requests": window_json(u.windows[0]), "tokens": window_json(u.windows[1]) },
         "fallback_limit": u.fallback_limit,
+        "live": live_json(&u.live),
     })
+}
+
+fn live_json(live: &LiveSettings) -> Value {
+    let limit = live.limit.map_or(Value::Null, |l| json!({ "value": l.value, "for_ms": l.remaining.map(ms) }));
+    json!({ "version": live.version, "limit": limit })
+}
+
+/// What `set` did, as one JSON document.
+pub(crate) fn set_json(upstream: &str, change: &LiveChange, set: &SetView) -> String {
+    let (value, for_ms) = match *change {
+        LiveChange::Set { value, ttl, .. } => (json!(value), ttl.map(ms)),
+        LiveChange::Clear(_) => (json!("configured"), None),
+    };
+    json!({
+        "upstream": upstream,
+        "setting": change.setting().as_str(),
+        "value": value,
+        "for_ms": for_ms,
+        "version": set.version,
+        "live": live_json(&set.live),
+    })
+    .to_string()
+}
+
+/// What `set` did, for a person.
+pub(crate) fn set_text(upstream: &str, change: &LiveChange, set: &SetView) -> String {
+    let setting = change.setting().as_str();
+    let what = match *change {
+        LiveChange::Set { value, ttl: Some(ttl), .. } => {
+            format!("{setting} {value} for {}, then back to the configured {setting}", secs(ttl))
+        }
+        LiveChange::Set { value, ttl: None, .. } => format!("{setting} {value} until changed"),
+        LiveChange::Clear(_) => format!("{setting} back to the configured one"),
+    };
+    format!("{upstream}: {what} (version {}); every process applies it within a second\n", set.version)
 }
 
 /// The fleet as one JSON document.
@@ -87,6 +123,14 @@ pub(crate) fn text(fleet: &FleetView) -> String {
             u.in_flight,
             cooling
         );
+        if let Some(limit) = u.live.limit {
+            let until = limit.remaining.map_or("until changed".to_owned(), |left| format!("for {}", secs(left)));
+            let _ = writeln!(
+                out,
+                "  live limit {} {until} (version {}; wavegate set {} --limit configured)",
+                limit.value, u.live.version, u.name
+            );
+        }
         for c in &u.classes {
             let _ = writeln!(out, "  class {:<16} {:>5} in flight {:>6} waiting", c.name, c.in_flight, c.waiting);
         }

@@ -1,4 +1,4 @@
-//! `wavegate status`, `clear-window` and their mistakes, run as the real binary against a real
+//! `wavegate status`, `clear-window`, `set` and their mistakes, run as the real binary against a real
 //! redis-server that two schedulers (two processes of a fleet, as far as the store can tell)
 //! share.
 
@@ -104,4 +104,82 @@ fn mistakes_are_usage_errors_and_an_unreachable_store_is_a_store_error() {
     assert!(started.elapsed() < Duration::from_secs(5));
     let bad = wavegate(&["clear-window", "no such name", "--redis", &format!("redis://127.0.0.1:{port}")]);
     assert_ne!(bad.status.code(), Some(0));
+}
+
+/// `set`: a live limit every scheduler applies within a second, shown by `status`; an override
+/// that reverts; back to the configured limit; a name no process configures is refused.
+#[actix::test]
+async fn set_changes_the_fleets_limit_live() {
+    let redis = RedisServer::start().expect("redis-server");
+    let url = redis.url();
+    let build = || {
+        let llm = UpstreamConfig::builder("llm").limit(8).build().expect("valid");
+        Scheduler::builder().upstream(llm).redis(url.clone()).build().expect("scheduler")
+    };
+    let (a, b) = (build(), build());
+    let set = |extra: &[&str]| {
+        let mut args = vec!["set", "llm", "--redis", &url];
+        args.extend_from_slice(extra);
+        wavegate(&args)
+    };
+    let applied_by_both = |limit: u32| {
+        let (a, b) = (a.upstream("llm").expect("llm"), b.upstream("llm").expect("llm"));
+        async move {
+            let started = Instant::now();
+            loop {
+                let (sa, sb) = (a.status().await.expect("status"), b.status().await.expect("status"));
+                if sa.base_limit == limit && sb.base_limit == limit {
+                    return (started.elapsed(), sa);
+                }
+                assert!(started.elapsed() < Duration::from_secs(3), "not applied: {sa:?} {sb:?}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+
+    let out = set(&["--limit", "3", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let reply: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    println!("{reply}");
+    assert_eq!(
+        (reply["setting"].as_str(), reply["value"].as_u64(), reply["version"].as_u64()),
+        (Some("limit"), Some(3), Some(1))
+    );
+    assert_eq!(reply["live"]["limit"]["value"].as_u64(), Some(3));
+    let (took, seen) = applied_by_both(3).await;
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    assert_eq!((seen.limit, seen.configured_limit, seen.live_version), (3, 8, 1));
+    let view = upstream(&status(&url), "llm").clone();
+    assert_eq!((view["limit"].as_u64(), view["live"]["limit"]["value"].as_u64()), (Some(3), Some(3)));
+    let text = wavegate(&["status", "--redis", &url]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    println!("{text}");
+    assert!(
+        text.contains("llm: NORMAL limit 3 (configured 8)") && text.contains("live limit 3 until changed"),
+        "{text}"
+    );
+
+    // An override for a second, then the configured limit again.
+    let out = set(&["--limit", "5", "--for", "1s"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    println!("{said}");
+    assert!(said.contains("llm: limit 5 for 1.0s, then back to the configured limit (version 2)"), "{said}");
+    applied_by_both(5).await;
+    let (took, seen) = applied_by_both(8).await;
+    assert_eq!(seen.live_version, 3, "reverted under a version of its own");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+
+    let out = set(&["--limit", "4"]);
+    assert!(out.status.success());
+    applied_by_both(4).await;
+    let out = set(&["--limit", "configured", "--json"]);
+    let reply: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    assert_eq!((reply["value"].as_str(), reply["live"]["limit"].is_null()), (Some("configured"), true), "{reply}");
+    applied_by_both(8).await;
+
+    let typo = wavegate(&["set", "lmm", "--limit", "3", "--redis", &url]);
+    assert_eq!(typo.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&typo.stderr).contains("no live process configures \"lmm\""));
+    let zero = wavegate(&["set", "llm", "--limit", "0", "--redis", &url]);
+    assert_eq!(zero.status.code(), Some(2), "a usage error, before the store");
 }

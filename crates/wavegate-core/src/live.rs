@@ -93,9 +93,14 @@ impl LiveSettings {
         self
     }
 
+    /// The live limit, if one is set.
+    pub fn live_limit(&self) -> Option<NonZeroU32> {
+        self.limit.and_then(|v| u32::try_from(v.value).ok()).and_then(NonZeroU32::new)
+    }
+
     /// The limit in force: the live one, else `configured`.
     pub fn limit_or(&self, configured: NonZeroU32) -> NonZeroU32 {
-        self.limit.and_then(|v| u32::try_from(v.value).ok()).and_then(NonZeroU32::new).unwrap_or(configured)
+        self.live_limit().unwrap_or(configured)
     }
 }
 
