@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use wavegate::{Scheduler, Upstream, UpstreamConfig};
+use wavegate::{ErrorKind, Scheduler, Upstream, UpstreamConfig};
 use wavegate_testkit::{MockUpstream, MockUpstreamConfig, RedisServer};
 
 mod common;
@@ -33,8 +33,10 @@ fn main() {
         worker_main();
         return;
     }
-    let scenarios: [(&str, fn()); 1] =
-        [("four_processes_follow_a_live_limit_within_a_second", four_processes_follow_a_live_limit_within_a_second)];
+    let scenarios: [(&str, fn()); 2] = [
+        ("four_processes_follow_a_live_limit_within_a_second", four_processes_follow_a_live_limit_within_a_second),
+        ("local_mode_holds_a_live_limit_in_process", local_mode_holds_a_live_limit_in_process),
+    ];
     run_scenarios(&scenarios);
 }
 
@@ -172,6 +174,59 @@ fn four_processes_follow_a_live_limit_within_a_second() {
     assert_eq!(status.in_flight_fleet, Some(0), "a permit leaked: {status:?}");
     assert_eq!(mock.in_flight(), 0);
     println!("{ok} calls, none lost; no permit held at the end");
+}
+
+/// Local mode: the live limit is held in process, shared by the schedulers of one namespace;
+/// permits held above a lowered limit run to their end and nobody is admitted until fewer are
+/// held; an override reverts; a bad value is a typed error.
+fn local_mode_holds_a_live_limit_in_process() {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    runtime.block_on(async {
+        let prefix = format!("live-local-{}", std::process::id());
+        let config =
+            || UpstreamConfig::builder("local").limit(4).max_wait(Duration::from_millis(50)).build().expect("config");
+        let one = Scheduler::builder().key_prefix(&prefix).upstream(config()).build().expect("scheduler");
+        let two = Scheduler::builder().key_prefix(&prefix).upstream(config()).build().expect("scheduler");
+        let (a, b) = (one.upstream("local").expect("local"), two.upstream("local").expect("local"));
+        let mut held = Vec::new();
+        for _ in 0..4 {
+            held.push(a.request().acquire().await.expect("a permit under the configured 4"));
+        }
+        assert_eq!(a.set_limit(2).await.expect("set"), 1);
+        // Both schedulers share the in-process gate: the other applies it within its second.
+        let started = Instant::now();
+        while b.status().await.expect("status").base_limit != 2 {
+            assert!(started.elapsed() < PICK_UP, "not applied within a second");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The four held run on; nobody is admitted until fewer than two are held.
+        let refused = b.request().acquire().await.expect_err("at the lowered limit");
+        assert_eq!(refused.kind(), ErrorKind::WaitedTooLong);
+        held.truncate(2);
+        assert!(b.request().acquire().await.is_err(), "two held: still at the limit");
+        held.pop();
+        held.push(b.request().acquire().await.expect("one held: room for one"));
+        held.clear();
+        // An override of 6 for 300 ms, then the configured 4 again.
+        assert_eq!(a.override_limit(6, Duration::from_millis(300)).await.expect("override"), 2);
+        for _ in 0..6 {
+            held.push(b.request().acquire().await.expect("under the override"));
+        }
+        held.clear();
+        tokio::time::sleep(Duration::from_millis(1_400)).await;
+        let status = a.status().await.expect("status");
+        assert_eq!((status.base_limit, status.configured_limit, status.live_version), (4, 4, 3), "reverted");
+        for _ in 0..4 {
+            held.push(a.request().acquire().await.expect("under the configured 4"));
+        }
+        assert!(a.request().acquire().await.is_err(), "the override has run out");
+        held.clear();
+        for bad in [a.set_limit(0).await, a.override_limit(3, Duration::ZERO).await] {
+            let error = bad.expect_err("refused");
+            assert_eq!((error.kind(), error.code()), (ErrorKind::InvalidSetting, "invalid_setting"), "{error}");
+        }
+        assert_eq!(a.clear_limit().await.expect("clear"), 4);
+    });
 }
 
 // ------------------------------------------------------------------------------------------
