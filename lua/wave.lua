@@ -388,6 +388,41 @@ local function save_tat(field, tat)
   redis.call('HSET', KEYS[2], field, string.format('%.0f', tat))
 end
 
+-- A budget's TAT carried across a change of its rate from `from` to `to` a minute: the units it
+-- holds stay the same, so the budget is neither reset nor given a second burst; a TAT not after
+-- `now` or a rate of 0 is kept (wavegate_core::rescale_tat, spec::rescale_cases).
+local function rescale_tat(tat, now, from, to)
+  if tat <= now or from == to or from == 0 or to == 0 then return tat end
+  return now + math.floor((tat - now) * from / to)
+end
+
+-- The configured rates the budgets' TATs were last saved under ('requests_rate', 'tokens_rate'
+-- in KEYS[2]) against the ones sent (a live change of a rate, a rolling deploy): every TAT of a
+-- budget whose rate changed, the upstream's and each capped class's, is rescaled
+-- (LocalGate::set_budgets). `now` in µs. Before ll_apply: the configured rates.
+local function rebudget(config, now)
+  local stored = redis.call('HMGET', KEYS[2], 'requests_rate', 'tokens_rate')
+  for i, kind in ipairs({ 'requests', 'tokens' }) do
+    local rate = config[kind] and config[kind].rate or 0
+    local was = tonumber(stored[i])
+    if was ~= rate and not (was == nil and rate == 0) then
+      if was and was > 0 and rate > 0 then
+        local function rescale(field, from, to)
+          local tat = tonumber(redis.call('HGET', KEYS[2], field))
+          if tat then save_tat(field, rescale_tat(tat, now, from, to)) end
+        end
+        rescale(kind .. '_tat', was, rate)
+        for _, class in ipairs(config.classes) do
+          if class.share < 100 then
+            rescale(kind .. '_tat|' .. class.name, class_share(was, class.share), class_share(rate, class.share))
+          end
+        end
+      end
+      redis.call('HSET', KEYS[2], kind .. '_rate', rate)
+    end
+  end
+end
+
 -- The wave an adopted permit (a call already running) reports against: the current one in
 -- NORMAL, otherwise the one before, so its 429 is late and its success does not count.
 -- Reads the state without a config (renew has none): a missing state is wave 1, NORMAL.

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use wavegate::{ErrorKind, Scheduler, Upstream, UpstreamConfig};
+use wavegate::{ErrorKind, LiveChange, LiveSetting, Scheduler, Upstream, UpstreamConfig};
 use wavegate_testkit::{MockUpstream, MockUpstreamConfig, RedisServer};
 
 mod common;
@@ -33,9 +33,10 @@ fn main() {
         worker_main();
         return;
     }
-    let scenarios: [(&str, fn()); 2] = [
+    let scenarios: [(&str, fn()); 3] = [
         ("four_processes_follow_a_live_limit_within_a_second", four_processes_follow_a_live_limit_within_a_second),
         ("local_mode_holds_a_live_limit_in_process", local_mode_holds_a_live_limit_in_process),
+        ("a_live_rate_keeps_the_budget_exact_across_the_change", a_live_rate_keeps_the_budget_exact_across_the_change),
     ];
     run_scenarios(&scenarios);
 }
@@ -227,6 +228,89 @@ fn local_mode_holds_a_live_limit_in_process() {
         }
         assert_eq!(a.clear_limit().await.expect("clear"), 4);
     });
+}
+
+/// The calls the mock saw from `from` for `window`.
+fn arrivals_in(mock: &MockUpstream, from: Instant, window: Duration) -> usize {
+    mock.arrivals().into_iter().filter(|at| *at >= from && *at < from + window).count()
+}
+
+/// Two schedulers in shared mode under a requests budget of 600 a minute (burst 10), kept
+/// saturated; a third changes its rate live. A cut to 120 a minute leaves the empty budget
+/// empty (no second burst: the old debt counts as the same 10 requests at the new interval),
+/// and a raise to 1,200 a minute goes on at the new rate at once (no stall waiting out the old
+/// debt, no fresh burst).
+fn a_live_rate_keeps_the_budget_exact_across_the_change() {
+    let redis = RedisServer::start().expect("redis-server");
+    let mock = MockUpstream::start(MockUpstreamConfig { service_time: Duration::from_millis(5), ..Default::default() })
+        .expect("mock upstream");
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let config = || {
+        UpstreamConfig::builder("budgeted")
+            .limit(50)
+            .requests_per_minute(600, 10)
+            .max_wait(Duration::from_secs(30))
+            .build()
+            .expect("config")
+    };
+    let build = || {
+        let _entered = runtime.enter();
+        Scheduler::builder().upstream(config()).redis(redis.url()).build().expect("scheduler")
+    };
+    let (a, b, operator) = (build(), build(), build());
+    let stop = Arc::new(AtomicBool::new(false));
+    let addr = mock.addr();
+    let callers: Vec<_> = [&a, &b]
+        .iter()
+        .flat_map(|scheduler| (0..10).map(move |_| scheduler.upstream("budgeted").expect("configured")))
+        .map(|upstream| {
+            let stop = stop.clone();
+            runtime.spawn(async move {
+                let (mut ok, mut err) = (0u64, 0u64);
+                while !stop.load(Ordering::Relaxed) {
+                    match upstream.request().call(move |_| call_mock(addr)).await {
+                        Ok(()) => ok += 1,
+                        Err(_) => err += 1,
+                    }
+                }
+                (ok, err)
+            })
+        })
+        .collect();
+    let operator = operator.upstream("budgeted").expect("configured");
+    let change = |per_minute| {
+        let change = LiveChange::set(LiveSetting::RequestsPerMinute, per_minute, None).expect("valid");
+        let changed = Instant::now();
+        runtime.block_on(operator.change_live(change)).expect("change");
+        changed
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    let steady = arrivals_in(&mock, Instant::now() - Duration::from_secs(1), Duration::from_secs(1));
+    println!("600 a minute: {steady} calls in the last second");
+    assert!((8..=12).contains(&steady), "{steady}");
+
+    // The cut: from the change on, at most the new rate (2 a second) and the one due.
+    let cut = change(120);
+    std::thread::sleep(Duration::from_millis(4_200));
+    let after_cut = arrivals_in(&mock, cut, Duration::from_secs(4));
+    println!("cut to 120 a minute: {after_cut} calls in the 4 s after it (a second burst would add 8)");
+    assert!((6..=10).contains(&after_cut), "{after_cut} calls in 4 s at 2 a second");
+
+    // The raise: the new rate at once (20 a second), neither a stall nor a fresh burst.
+    let raised = change(1_200);
+    std::thread::sleep(Duration::from_millis(2_200));
+    let after_raise = arrivals_in(&mock, raised, Duration::from_secs(2));
+    println!("raised to 1,200 a minute: {after_raise} calls in the 2 s after it (a stall would leave ~0)");
+    assert!((30..=42).contains(&after_raise), "{after_raise} calls in 2 s at 20 a second");
+
+    stop.store(true, Ordering::Relaxed);
+    let mut failed = 0;
+    for caller in callers {
+        failed += runtime.block_on(caller).expect("caller").1;
+    }
+    assert_eq!(failed, 0, "no call lost");
+    drop((a, b));
+    runtime.shutdown_timeout(Duration::from_secs(2));
 }
 
 // ------------------------------------------------------------------------------------------

@@ -153,9 +153,14 @@ impl ProcessGate {
         self.gate.lock().machine().snapshot()
     }
 
-    /// Takes a new base limit (a live change), keeping what the wave learned below it.
-    pub(crate) fn rebase(&self, limit: NonZeroU32) {
-        self.gate.lock().machine_mut().rebase(limit);
+    /// Takes a live change of `config` (the limit and the budgets in force): the wave keeps
+    /// what it learned below a new limit, each budget the units it holds under a new rate.
+    pub(crate) fn apply_live(&self, config: &UpstreamConfig, now_ms: u64) {
+        let mut gate = self.gate.lock();
+        gate.machine_mut().rebase(config.limit());
+        if gate.configured() != config.budgets() {
+            gate.set_budgets(config.budgets(), now_ms);
+        }
     }
 
     /// Stores a live change for the lanes asking here (local mode); answers its version.

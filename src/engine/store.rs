@@ -75,7 +75,6 @@ pub(crate) struct ConfigConflict {
 
 #[cfg(feature = "redis")]
 mod present {
-    use std::num::NonZeroU32;
     use std::time::Duration;
 
     use futures_util::FutureExt;
@@ -223,9 +222,9 @@ mod present {
         async move { gate.change_live(&change).await }.boxed_local()
     }
 
-    /// Sends the scripts `limit` as the base limit from now on (`None`: the configured one).
-    pub(crate) fn set_live_limit(gate: &SharedGate, limit: Option<NonZeroU32>) {
-        gate.set_live_limit(limit);
+    /// Sends the scripts `settings`' live values from now on.
+    pub(crate) fn set_live(gate: &SharedGate, settings: &LiveSettings) {
+        gate.set_live(settings);
     }
 
     /// Whether a message on a release channel is a live change's announcement.
@@ -256,7 +255,6 @@ mod absent {
     //! No shared store in a build without the `redis` feature: these types have no values,
     //! and the functions over them cannot be called.
 
-    use std::num::NonZeroU32;
     use std::time::Duration;
 
     use wavegate_core::{
@@ -377,7 +375,7 @@ mod absent {
         match *gate {}
     }
 
-    pub(crate) fn set_live_limit(gate: &SharedGate, _: Option<NonZeroU32>) {
+    pub(crate) fn set_live(gate: &SharedGate, _: &LiveSettings) {
         match *gate {}
     }
 }
@@ -385,5 +383,5 @@ mod absent {
 #[cfg(not(feature = "redis"))]
 pub(crate) use absent::{
     acquire, change_live, claim_config, clear_windows, finish, heartbeat, is_cluster, live, ping, preload, probe,
-    reconcile, rejected, rejection, renew, report_window, set_live_limit, shared_gate, status,
+    reconcile, rejected, rejection, renew, report_window, set_live, shared_gate, status,
 };

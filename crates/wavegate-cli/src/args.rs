@@ -52,6 +52,10 @@ commands:
                           that long, then back to the configured limit
   set UPSTREAM --limit configured
                           back to the configured limit now
+  set UPSTREAM --requests-per-minute N|configured [--for DURATION]
+  set UPSTREAM --tokens-per-minute N|configured [--for DURATION]
+                          the same for the rate of a configured budget (its burst stays);
+                          the units the budget holds are kept across the change
 
 options:
   --redis URL             the store (default $WAVEGATE_REDIS_URL, else redis://127.0.0.1:6379);
@@ -76,7 +80,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>, env_redis: Option<St
         json: false,
     };
     let mut every = Duration::from_secs(1);
-    let (mut limit, mut ttl) = (None, None);
+    let (mut setting, mut ttl) = (None, None);
     let mut positional = Vec::new();
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
@@ -101,7 +105,14 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>, env_redis: Option<St
                 }
                 every = Duration::from_secs_f64(seconds);
             }
-            "--limit" => limit = Some(value("--limit")?),
+            "--limit" | "--requests-per-minute" | "--tokens-per-minute" => {
+                if setting.is_some() {
+                    return Err("set changes one setting at a time".to_owned());
+                }
+                let name = arg.trim_start_matches("--").replace('-', "_");
+                let which = LiveSetting::parse(&name).ok_or_else(|| format!("unknown setting {arg}"))?;
+                setting = Some((which, value(&arg)?));
+            }
             "--for" => {
                 let given = value("--for")?;
                 ttl = Some(duration(&given).ok_or_else(|| format!("--for {given:?}: expected e.g. 90s, 10m, 2h, 1d"))?);
@@ -117,24 +128,27 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>, env_redis: Option<St
         ["top"] => Command::Top { every },
         ["clear-window", upstream] => Command::ClearWindow { upstream: upstream.to_owned() },
         ["clear-window"] => return Err("clear-window needs the upstream's name".to_owned()),
-        ["set", upstream] => Command::Set { upstream: upstream.to_owned(), change: change(limit, ttl)? },
+        ["set", upstream] => Command::Set { upstream: upstream.to_owned(), change: change(setting, ttl)? },
         ["set"] => return Err("set needs the upstream's name".to_owned()),
         [command, ..] => return Err(format!("unknown command {command:?} (status, top, clear-window, set)")),
     };
     Ok(parsed)
 }
 
-/// The change `set` asks for: `--limit N` (with `--for`, an override) or `--limit configured`.
-fn change(limit: Option<String>, ttl: Option<Duration>) -> Result<LiveChange, String> {
-    let limit = limit.ok_or("set needs what to change: --limit N")?;
-    if limit == "configured" {
+/// The change `set` asks for: `--limit N` (with `--for`, an override) or `--limit configured`,
+/// the same for a budget's rate.
+fn change(setting: Option<(LiveSetting, String)>, ttl: Option<Duration>) -> Result<LiveChange, String> {
+    let (setting, given) =
+        setting.ok_or("set needs what to change: --limit N, --requests-per-minute N or --tokens-per-minute N")?;
+    let flag = format!("--{}", setting.as_str().replace('_', "-"));
+    if given == "configured" {
         if ttl.is_some() {
-            return Err("--limit configured takes no --for".to_owned());
+            return Err(format!("{flag} configured takes no --for"));
         }
-        return Ok(LiveChange::Clear(LiveSetting::Limit));
+        return Ok(LiveChange::Clear(setting));
     }
-    let value: u64 = limit.parse().map_err(|_| format!("--limit {limit:?}: expected a number or `configured`"))?;
-    LiveChange::set(LiveSetting::Limit, value, ttl).map_err(|error| format!("--limit {limit}: {error}"))
+    let value: u64 = given.parse().map_err(|_| format!("{flag} {given:?}: expected a number or `configured`"))?;
+    LiveChange::set(setting, value, ttl).map_err(|error| format!("{flag} {given}: {error}"))
 }
 
 /// A duration as an operator writes it: a number and a unit (`ms`, `s`, `m`, `h`, `d`).
@@ -203,6 +217,16 @@ mod tests {
         let kept = args("set llm --limit 12").expect("valid").command;
         let change = LiveChange::set(LiveSetting::Limit, 12, None).expect("valid");
         assert_eq!(kept, Command::Set { upstream: "llm".to_owned(), change });
+        let rpm = args("set llm --requests-per-minute 300 --for 1h").expect("valid").command;
+        let change =
+            LiveChange::set(LiveSetting::RequestsPerMinute, 300, Some(Duration::from_secs(3_600))).expect("ok");
+        assert_eq!(rpm, Command::Set { upstream: "llm".to_owned(), change });
+        let tpm = args("set llm --tokens-per-minute configured").expect("valid").command;
+        assert_eq!(
+            tpm,
+            Command::Set { upstream: "llm".to_owned(), change: LiveChange::Clear(LiveSetting::TokensPerMinute) }
+        );
+        assert!(args("set llm --limit 3 --tokens-per-minute 9").unwrap_err().contains("one setting"));
         let back = args("set llm --limit configured").expect("valid").command;
         assert_eq!(back, Command::Set { upstream: "llm".to_owned(), change: LiveChange::Clear(LiveSetting::Limit) });
         assert_eq!(duration("1500ms"), Some(Duration::from_millis(1_500)));

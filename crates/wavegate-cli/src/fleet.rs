@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use wavegate_core::{BudgetStatus, LearnedStatus, LiveChange, LiveSettings, UpstreamName, WaveState};
+use wavegate_core::{BudgetStatus, LearnedStatus, LiveChange, LiveSetting, LiveSettings, UpstreamName, WaveState};
 use wavegate_redis::{SharedGate, Store, StoreError};
 
 /// One provider window as the fleet keeps it.
@@ -64,6 +64,8 @@ pub(crate) enum ReadError {
     BadName(String),
     /// An upstream no live process configures (no claim under the prefix).
     Unconfigured(String),
+    /// A rate for a budget the upstream is not configured with.
+    NoSuchBudget(String, &'static str),
 }
 
 impl std::fmt::Display for ReadError {
@@ -71,6 +73,9 @@ impl std::fmt::Display for ReadError {
         match self {
             ReadError::Store(error) => write!(f, "{error}"),
             ReadError::BadName(name) => write!(f, "{name:?} is not an upstream name"),
+            ReadError::NoSuchBudget(name, setting) => {
+                write!(f, "{name:?} has no budget {setting} configured; a live change only changes a configured rate")
+            }
             ReadError::Unconfigured(name) => write!(
                 f,
                 "no live process configures {name:?} under this prefix (see `wavegate status`); nothing changed"
@@ -147,7 +152,7 @@ async fn upstream(
     let Some(gate) = SharedGate::from_claim(store.clone(), name, claim) else { return Ok(None) };
     // The live limit is the base the processes send the status script, not the claimed one.
     let live = gate.live(None).await?.unwrap_or_default();
-    gate.set_live_limit(live.live_limit());
+    gate.set_live(&live);
     let (status, classes) = gate.status_with_classes().await?;
     let keys = store.config().keyspace.upstream(name);
     let mut cmd = redis::cmd("HMGET");
@@ -228,8 +233,15 @@ pub(crate) async fn set(store: &Store, name: &str, change: &LiveChange) -> Resul
     let upstream = UpstreamName::new(name).map_err(|_| ReadError::BadName(name.to_owned()))?;
     let key = store.config().keyspace.upstream(&upstream).config;
     let claim: Option<String> = store.query("GET", redis::cmd("GET").arg(key).clone()).await?;
-    if claim.is_none() {
-        return Err(ReadError::Unconfigured(name.to_owned()));
+    let Some(claim) = claim else { return Err(ReadError::Unconfigured(name.to_owned())) };
+    // A rate only for a budget the fleet is configured with (the claim's rates: a minute).
+    let field = match change {
+        LiveChange::Set { setting: LiveSetting::RequestsPerMinute, .. } => Some(5),
+        LiveChange::Set { setting: LiveSetting::TokensPerMinute, .. } => Some(7),
+        _ => None,
+    };
+    if field.is_some_and(|field| claim.split('|').nth(field).is_none_or(|rate| rate == "0")) {
+        return Err(ReadError::NoSuchBudget(name.to_owned(), change.setting().as_str()));
     }
     let gate = SharedGate::new(store.clone(), &upstream, &wavegate_core::WaveConfig::new(std::num::NonZeroU32::MIN));
     let version = gate.change_live(change).await?;

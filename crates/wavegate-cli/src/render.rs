@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use wavegate_core::{LearnedLimitStatus, LiveChange, LiveSettings};
+use wavegate_core::{LearnedLimitStatus, LiveChange, LiveSetting, LiveSettings};
 
 use crate::fleet::{FleetView, SetView, UpstreamView, WindowView};
 
@@ -46,8 +46,14 @@ fn upstream_json(u: &UpstreamView) -> Value {
 }
 
 fn live_json(live: &LiveSettings) -> Value {
-    let limit = live.limit.map_or(Value::Null, |l| json!({ "value": l.value, "for_ms": l.remaining.map(ms) }));
-    json!({ "version": live.version, "limit": limit })
+    let value =
+        |setting| live.get(setting).map_or(Value::Null, |l| json!({ "value": l.value, "for_ms": l.remaining.map(ms) }));
+    json!({
+        "version": live.version,
+        "limit": value(LiveSetting::Limit),
+        "requests_per_minute": value(LiveSetting::RequestsPerMinute),
+        "tokens_per_minute": value(LiveSetting::TokensPerMinute),
+    })
 }
 
 /// What `set` did, as one JSON document.
@@ -69,7 +75,7 @@ pub(crate) fn set_json(upstream: &str, change: &LiveChange, set: &SetView) -> St
 
 /// What `set` did, for a person.
 pub(crate) fn set_text(upstream: &str, change: &LiveChange, set: &SetView) -> String {
-    let setting = change.setting().as_str();
+    let setting = change.setting().as_str().replace('_', " ");
     let what = match *change {
         LiveChange::Set { value, ttl: Some(ttl), .. } => {
             format!("{setting} {value} for {}, then back to the configured {setting}", secs(ttl))
@@ -123,12 +129,14 @@ pub(crate) fn text(fleet: &FleetView) -> String {
             u.in_flight,
             cooling
         );
-        if let Some(limit) = u.live.limit {
-            let until = limit.remaining.map_or("until changed".to_owned(), |left| format!("for {}", secs(left)));
+        for setting in LiveSetting::ALL {
+            let Some(live) = u.live.get(setting) else { continue };
+            let until = live.remaining.map_or("until changed".to_owned(), |left| format!("for {}", secs(left)));
+            let (name, flag) = (setting.as_str().replace('_', " "), setting.as_str().replace('_', "-"));
             let _ = writeln!(
                 out,
-                "  live limit {} {until} (version {}; wavegate set {} --limit configured)",
-                limit.value, u.live.version, u.name
+                "  live {name} {} {until} (version {}; wavegate set {} --{flag} configured)",
+                live.value, u.live.version, u.name
             );
         }
         for c in &u.classes {

@@ -113,7 +113,7 @@ async fn set_changes_the_fleets_limit_live() {
     let redis = RedisServer::start().expect("redis-server");
     let url = redis.url();
     let build = || {
-        let llm = UpstreamConfig::builder("llm").limit(8).build().expect("valid");
+        let llm = UpstreamConfig::builder("llm").limit(8).requests_per_minute(600, 20).build().expect("valid");
         Scheduler::builder().upstream(llm).redis(url.clone()).build().expect("scheduler")
     };
     let (a, b) = (build(), build());
@@ -176,6 +176,23 @@ async fn set_changes_the_fleets_limit_live() {
     let reply: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
     assert_eq!((reply["value"].as_str(), reply["live"]["limit"].is_null()), (Some("configured"), true), "{reply}");
     applied_by_both(8).await;
+
+    // A budget's rate: shown by status; a budget the upstream does not have is refused.
+    let out = set(&["--requests-per-minute", "300", "--for", "10m"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    println!("{said}");
+    assert!(said.contains("llm: requests per minute 300 for 600.0s"), "{said}");
+    let view = upstream(&status(&url), "llm").clone();
+    let live = &view["live"]["requests_per_minute"];
+    assert_eq!(live["value"].as_u64(), Some(300), "{view}");
+    assert!(live["for_ms"].as_u64().is_some_and(|ms| ms > 590_000 && ms <= 600_000), "{live}");
+    let text = wavegate(&["status", "--redis", &url]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    println!("{text}");
+    assert!(text.contains("live requests per minute 300 for"), "{text}");
+    let none = set(&["--tokens-per-minute", "300"]);
+    assert_eq!(none.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&none.stderr).contains("no budget tokens_per_minute"), "{none:?}");
 
     let typo = wavegate(&["set", "lmm", "--limit", "3", "--redis", &url]);
     assert_eq!(typo.status.code(), Some(1));

@@ -344,6 +344,13 @@ impl UpstreamConfig {
         config.wave.base_limit = limit;
         config
     }
+    /// The same configuration with other budgets (a live change of a rate: see
+    /// [`LiveSettings::apply_to`](crate::LiveSettings::apply_to)); everything else stays.
+    pub fn with_budgets(&self, budgets: Budgets) -> Self {
+        let mut config = self.clone();
+        config.budgets = budgets;
+        config
+    }
     /// The wave machine's parameters (limit, probe successes, cooldown).
     pub fn wave(&self) -> &WaveConfig {
         &self.wave

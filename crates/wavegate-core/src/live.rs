@@ -25,10 +25,13 @@
 //! # Ok::<(), wavegate_core::LiveError>(())
 //! ```
 
+use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
 use crate::clock::duration_ms;
+use crate::config::UpstreamConfig;
+use crate::gcra::RateBudget;
 
 /// A setting that can be changed live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -36,16 +39,25 @@ use crate::clock::duration_ms;
 pub enum LiveSetting {
     /// The concurrency limit in NORMAL (the configured [`limit`](crate::UpstreamConfig::limit)).
     Limit,
+    /// The rate of the requests budget, a minute (its burst stays as configured); only for an
+    /// upstream configured with one.
+    RequestsPerMinute,
+    /// The rate of the tokens budget, a minute (its burst stays as configured); only for an
+    /// upstream configured with one.
+    TokensPerMinute,
 }
 
 impl LiveSetting {
     /// Every live setting.
-    pub const ALL: [LiveSetting; 1] = [LiveSetting::Limit];
+    pub const ALL: [LiveSetting; 3] =
+        [LiveSetting::Limit, LiveSetting::RequestsPerMinute, LiveSetting::TokensPerMinute];
 
     /// Its name in the store and on the command line.
     pub const fn as_str(self) -> &'static str {
         match self {
             LiveSetting::Limit => "limit",
+            LiveSetting::RequestsPerMinute => "requests_per_minute",
+            LiveSetting::TokensPerMinute => "tokens_per_minute",
         }
     }
 
@@ -74,28 +86,60 @@ pub struct LiveSettings {
     pub version: u64,
     /// The live concurrency limit.
     pub limit: Option<LiveValue>,
+    /// The live rate of the requests budget, a minute.
+    pub requests_per_minute: Option<LiveValue>,
+    /// The live rate of the tokens budget, a minute.
+    pub tokens_per_minute: Option<LiveValue>,
 }
 
 impl LiveSettings {
     /// Nothing live, under `version`.
     pub fn empty(version: u64) -> Self {
-        Self { version, limit: None }
+        Self { version, limit: None, requests_per_minute: None, tokens_per_minute: None }
     }
 
     /// Sets `setting` to `value` (a value 0 or out of range for the setting is ignored: the
     /// store is read, not trusted).
     pub fn with(mut self, setting: LiveSetting, value: LiveValue) -> Self {
+        let value = Some(value).filter(|v| v.value >= 1 && v.value <= u64::from(u32::MAX));
         match setting {
-            LiveSetting::Limit => {
-                self.limit = Some(value).filter(|v| v.value >= 1 && v.value <= u64::from(u32::MAX));
-            }
+            LiveSetting::Limit => self.limit = value,
+            LiveSetting::RequestsPerMinute => self.requests_per_minute = value,
+            LiveSetting::TokensPerMinute => self.tokens_per_minute = value,
         }
         self
     }
 
+    /// The live value of `setting`, if one is set.
+    pub fn get(&self, setting: LiveSetting) -> Option<LiveValue> {
+        match setting {
+            LiveSetting::Limit => self.limit,
+            LiveSetting::RequestsPerMinute => self.requests_per_minute,
+            LiveSetting::TokensPerMinute => self.tokens_per_minute,
+        }
+    }
+
+    /// The live value of `setting` as a positive `u32`, if one is set.
+    pub fn get_u32(&self, setting: LiveSetting) -> Option<NonZeroU32> {
+        self.get(setting).and_then(|v| u32::try_from(v.value).ok()).and_then(NonZeroU32::new)
+    }
+
+    /// `configured` with these settings in force: the live limit, and the live rates of the
+    /// budgets it has (their bursts as configured; a rate for a budget it does not have is
+    /// not applied).
+    pub fn apply_to(&self, configured: &UpstreamConfig) -> UpstreamConfig {
+        let mut budgets = configured.budgets();
+        let rate = |b: Option<RateBudget>, setting| {
+            b.map(|b| self.get_u32(setting).and_then(|r| RateBudget::new(r.get(), b.burst())).unwrap_or(b))
+        };
+        budgets.requests = rate(budgets.requests, LiveSetting::RequestsPerMinute);
+        budgets.tokens = rate(budgets.tokens, LiveSetting::TokensPerMinute);
+        configured.with_limit(self.limit_or(configured.limit())).with_budgets(budgets)
+    }
+
     /// The live limit, if one is set.
     pub fn live_limit(&self) -> Option<NonZeroU32> {
-        self.limit.and_then(|v| u32::try_from(v.value).ok()).and_then(NonZeroU32::new)
+        self.get_u32(LiveSetting::Limit)
     }
 
     /// The limit in force: the live one, else `configured`.
@@ -108,9 +152,12 @@ impl LiveSettings {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LiveError {
-    /// A limit of 0.
-    #[error("a limit of 0 admits nothing; set it to at least 1")]
-    ZeroLimit,
+    /// A limit or a rate of 0.
+    #[error("{setting} 0 admits nothing; set it to at least 1")]
+    ZeroValue {
+        /// The setting.
+        setting: &'static str,
+    },
     /// A value the setting cannot hold.
     #[error("{setting} {value} is out of range; the most is {max}")]
     OutOfRange {
@@ -120,6 +167,13 @@ pub enum LiveError {
         value: u64,
         /// The largest accepted.
         max: u64,
+    },
+    /// A rate for a budget the upstream is not configured with (a live change sets a budget's
+    /// rate; it does not make one).
+    #[error("{setting}: the upstream has no such budget configured; a live change only changes a configured rate")]
+    NoSuchBudget {
+        /// The setting.
+        setting: &'static str,
     },
     /// An override's time to live of zero or longer than accepted.
     #[error("an override must last between 1 ms and {max:?}; got {given:?}")]
@@ -157,17 +211,31 @@ impl LiveChange {
     ///
     /// [`LiveError`] when the value or the time to live cannot be used.
     pub fn set(setting: LiveSetting, value: u64, ttl: Option<Duration>) -> Result<Self, LiveError> {
-        match setting {
-            LiveSetting::Limit if value == 0 => return Err(LiveError::ZeroLimit),
-            LiveSetting::Limit if value > u64::from(u32::MAX) => {
-                return Err(LiveError::OutOfRange { setting: setting.as_str(), value, max: u64::from(u32::MAX) });
-            }
-            LiveSetting::Limit => {}
+        if value == 0 {
+            return Err(LiveError::ZeroValue { setting: setting.as_str() });
+        }
+        if value > u64::from(u32::MAX) {
+            return Err(LiveError::OutOfRange { setting: setting.as_str(), value, max: u64::from(u32::MAX) });
         }
         if let Some(given) = ttl.filter(|ttl| duration_ms(*ttl) == 0 || *ttl > Self::MAX_TTL) {
             return Err(LiveError::BadTimeToLive { given, max: Self::MAX_TTL });
         }
         Ok(Self::Set { setting, value, ttl })
+    }
+
+    /// Whether the upstream `config` can take this change: a rate only for a budget it has.
+    ///
+    /// # Errors
+    ///
+    /// [`LiveError::NoSuchBudget`] for the rate of a budget `config` does not have.
+    pub fn check_for(&self, config: &UpstreamConfig) -> Result<(), LiveError> {
+        let LiveChange::Set { setting, .. } = *self else { return Ok(()) };
+        let missing = match setting {
+            LiveSetting::Limit => false,
+            LiveSetting::RequestsPerMinute => config.budgets().requests.is_none(),
+            LiveSetting::TokensPerMinute => config.budgets().tokens.is_none(),
+        };
+        if missing { Err(LiveError::NoSuchBudget { setting: setting.as_str() }) } else { Ok(()) }
     }
 
     /// The setting it changes.
@@ -182,34 +250,37 @@ impl LiveChange {
 #[derive(Debug, Clone, Default)]
 pub struct LiveBoard {
     version: u64,
-    /// The live limit and when it ends (ms), if it has an end.
-    limit: Option<(u64, Option<u64>)>,
+    /// Each live setting's value and when it ends (ms), if it has an end.
+    values: HashMap<LiveSetting, (u64, Option<u64>)>,
 }
 
 impl LiveBoard {
     /// Applies `change` at `now_ms`; answers the new version.
     pub fn apply(&mut self, change: &LiveChange, now_ms: u64) -> u64 {
         match *change {
-            LiveChange::Set { setting: LiveSetting::Limit, value, ttl } => {
-                self.limit = Some((value, ttl.map(|ttl| now_ms.saturating_add(duration_ms(ttl)))));
+            LiveChange::Set { setting, value, ttl } => {
+                self.values.insert(setting, (value, ttl.map(|ttl| now_ms.saturating_add(duration_ms(ttl)))));
             }
-            LiveChange::Clear(LiveSetting::Limit) => self.limit = None,
+            LiveChange::Clear(setting) => {
+                self.values.remove(&setting);
+            }
         }
         self.version += 1;
         self.version
     }
 
-    /// The settings at `now_ms`: an override whose time is up is dropped first, under a new
-    /// version.
+    /// The settings at `now_ms`: the overrides whose time is up are dropped first, under one
+    /// new version.
     pub fn read(&mut self, now_ms: u64) -> LiveSettings {
-        if self.limit.is_some_and(|(_, until)| until.is_some_and(|until| until <= now_ms)) {
-            self.limit = None;
+        let before = self.values.len();
+        self.values.retain(|_, (_, until)| until.is_none_or(|until| until > now_ms));
+        if self.values.len() != before {
             self.version += 1;
         }
         let mut settings = LiveSettings::empty(self.version);
-        if let Some((value, until)) = self.limit {
+        for (&setting, &(value, until)) in &self.values {
             let remaining = until.map(|until| Duration::from_millis(until.saturating_sub(now_ms)));
-            settings = settings.with(LiveSetting::Limit, LiveValue { value, remaining });
+            settings = settings.with(setting, LiveValue { value, remaining });
         }
         settings
     }
@@ -221,7 +292,7 @@ mod tests {
 
     #[test]
     fn a_change_is_validated_before_it_is_stored() {
-        assert_eq!(LiveChange::set(LiveSetting::Limit, 0, None), Err(LiveError::ZeroLimit));
+        assert_eq!(LiveChange::set(LiveSetting::Limit, 0, None), Err(LiveError::ZeroValue { setting: "limit" }));
         assert!(matches!(LiveChange::set(LiveSetting::Limit, 1 << 40, None), Err(LiveError::OutOfRange { .. })));
         let zero = LiveChange::set(LiveSetting::Limit, 3, Some(Duration::ZERO));
         assert!(matches!(zero, Err(LiveError::BadTimeToLive { .. })));
@@ -248,6 +319,26 @@ mod tests {
         assert_eq!((after.version, after.limit_or(ten).get()), (3, 10), "reverted to the configured limit");
         assert_eq!(board.read(2_000).version, 3, "reverted once");
         assert_eq!(board.apply(&LiveChange::Clear(LiveSetting::Limit), 2_000), 4);
+    }
+
+    #[test]
+    fn live_rates_change_the_configured_budgets_only() {
+        let plain = UpstreamConfig::builder("p").limit(4).build().unwrap();
+        let budgeted = UpstreamConfig::builder("b").limit(4).requests_per_minute(600, 20).build().unwrap();
+        let rpm = LiveChange::set(LiveSetting::RequestsPerMinute, 60, None).unwrap();
+        assert_eq!(rpm.check_for(&plain), Err(LiveError::NoSuchBudget { setting: "requests_per_minute" }));
+        assert_eq!(rpm.check_for(&budgeted), Ok(()));
+        let tpm = LiveChange::set(LiveSetting::TokensPerMinute, 60, None).unwrap();
+        assert!(tpm.check_for(&budgeted).is_err());
+        let mut board = LiveBoard::default();
+        board.apply(&rpm, 0);
+        board.apply(&tpm, 0);
+        let settings = board.read(0);
+        let applied = settings.apply_to(&budgeted);
+        assert_eq!(applied.budgets().requests, RateBudget::new(60, 20), "the rate changes, the burst stays");
+        assert_eq!(applied.budgets().tokens, None, "a rate for a budget it does not have is not applied");
+        assert_eq!(applied.limit().get(), 4);
+        assert_eq!(settings.apply_to(&plain).budgets(), plain.budgets());
     }
 
     #[test]

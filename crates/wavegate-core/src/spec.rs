@@ -13,7 +13,8 @@
 //! clock.
 //!
 //! The fallback's gate has a table of its own, [`fallback_cases`]; so have the carry-back, [`carry_back_cases`],
-//! and the rebase to a new base limit, [`rebase_cases`].
+//! the rebase to a new base limit, [`rebase_cases`], and a budget's TAT across a change of its
+//! rate, [`rescale_cases`].
 //!
 //! This module is test material, behind the `spec` feature.
 //!
@@ -46,10 +47,12 @@ mod carry_back;
 mod classes;
 mod fallback;
 mod rebase;
+mod rescale;
 mod waves;
 pub use carry_back::{CarryBackCase, carry_back_cases};
 pub use fallback::{FallbackAsk, FallbackCase, FallbackExpect, fallback_cases};
 pub use rebase::{RebaseCase, rebase_cases};
+pub use rescale::{RescaleCase, rescale_cases};
 
 /// The instance of the one process of the cases that ask with [`Step::Acquire`].
 pub const SPEC_INSTANCE: &str = "spec";

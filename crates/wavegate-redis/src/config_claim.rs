@@ -6,9 +6,9 @@
 //! therefore claims its configuration every few seconds: `SET …:config <its configuration>
 //! GET PX 60000`. The value it replaces is the configuration of the last process that claimed;
 //! a different one is a conflict, recorded in the store's health (and logged by the
-//! scheduler) until a claim replaces its own configuration again. While a live limit is in
-//! force (`lua/live.lua`), claims that differ only in the configured limit are no conflict:
-//! every process runs the live one.
+//! scheduler) until a claim replaces its own configuration again. While a live value is in
+//! force (`lua/live.lua`), claims that differ only in that setting are no conflict: every
+//! process runs the live one.
 
 use std::time::Duration;
 
@@ -82,13 +82,20 @@ impl SharedGate {
         Ok(other)
     }
 
-    /// Whether another process's claim `theirs` is `mine`: the same text, or while a live
-    /// limit is in force ([`set_live_limit`](Self::set_live_limit)) the same but for the
-    /// configured limit, which the live one overrides in every process alike (a process built
-    /// with another limit adopts the fleet's and does not fight over it).
+    /// Whether another process's claim `theirs` is `mine`: the same text, or the same but for
+    /// the settings a live value is in force for ([`set_live`](Self::set_live)): the live one
+    /// overrides them in every process alike (a process built with another limit adopts the
+    /// fleet's and does not fight over it).
     fn same_claim(&self, theirs: &str, mine: &str) -> bool {
-        let rest = |claim: &str| claim.split_once('|').map(|(_, rest)| rest.to_owned());
-        theirs == mine || (self.live_limit().is_some() && rest(theirs).is_some() && rest(theirs) == rest(mine))
+        let live = self.live_fields();
+        let masked = |claim: &str| -> Vec<String> {
+            claim
+                .split('|')
+                .enumerate()
+                .map(|(at, field)| if live.contains(&at) { String::new() } else { field.to_owned() })
+                .collect()
+        };
+        theirs == mine || (!live.is_empty() && masked(theirs) == masked(mine))
     }
 
     /// Publishes an empty message on the release channel (it wakes nobody): the scripts

@@ -8,8 +8,9 @@
 //! once rather than at their next second.
 //!
 //! A live limit reaches the wave's scripts as the base limit each process sends them
-//! ([`SharedGate::set_live_limit`]); their `rebase` (`lua/wave.lua`) keeps what the wave learned
-//! below it.
+//! ([`SharedGate::set_live`]); their `rebase` (`lua/wave.lua`) keeps what the wave learned
+//! below it. A live rate reaches them as its budget's rate, and their `rebudget` keeps the
+//! units each budget holds.
 
 use std::num::NonZeroU32;
 use std::sync::atomic::Ordering;
@@ -88,25 +89,49 @@ impl SharedGate {
         u64::try_from(version).map_err(|_| StoreError::unexpected(COMMAND, format!("version {version}")))
     }
 
-    /// Sends the scripts `limit` as the base limit from now on, for this gate and its clones
-    /// (`None`: the configured one again).
-    pub fn set_live_limit(&self, limit: Option<NonZeroU32>) {
-        self.live_limit.store(limit.map_or(0, NonZeroU32::get), Ordering::Relaxed);
+    /// Sends the scripts `settings`' live values from now on, for this gate and its clones: the
+    /// live limit as the base limit, a live rate as its budget's rate (only for a budget the
+    /// gate is configured with); what `settings` leaves unset, as configured.
+    pub fn set_live(&self, settings: &LiveSettings) {
+        for (slot, (_, setting)) in self.live_args.iter().zip(LIVE_ARGS) {
+            slot.store(settings.get_u32(setting).map_or(0, NonZeroU32::get), Ordering::Relaxed);
+        }
     }
 
     /// The live limit this gate sends, if one is set.
     pub fn live_limit(&self) -> Option<NonZeroU32> {
-        NonZeroU32::new(self.live_limit.load(Ordering::Relaxed))
+        self.live_values().find(|(field, _)| *field == 0).map(|(_, value)| value)
     }
 
-    /// Puts the live limit, if any, in `call`'s base-limit argument (the first of the
-    /// configuration's).
+    /// The live values this gate sends now: (the configuration argument each replaces, the
+    /// value). A rate for a budget the gate is not configured with (`"0"`) is not sent.
+    pub(crate) fn live_values(&self) -> impl Iterator<Item = (usize, NonZeroU32)> + '_ {
+        self.live_args.iter().zip(LIVE_ARGS).filter_map(|(slot, (field, _))| {
+            let value = NonZeroU32::new(slot.load(Ordering::Relaxed))?;
+            (self.config_args[field] != "0").then_some((field, value))
+        })
+    }
+
+    /// Which of the configuration's arguments (by index) hold a live value now.
+    pub(crate) fn live_fields(&self) -> Vec<usize> {
+        self.live_values().map(|(field, _)| field).collect()
+    }
+
+    /// Puts the live values, if any, in `call`'s configuration arguments (which come first).
     pub(crate) fn send_live(&self, call: &mut Call<'_>) {
-        if let (Some(limit), Some(first)) = (self.live_limit(), call.args.first_mut()) {
-            *first = limit.get().to_string().into();
+        for (field, value) in self.live_values() {
+            if let Some(arg) = call.args.get_mut(field) {
+                *arg = value.get().to_string().into();
+            }
         }
     }
 }
+
+/// The configuration arguments a live value replaces (`read_config` in `lua/wave.lua`): the
+/// base limit, the requests rate, the tokens rate (a rate of `"0"`, no budget, is never
+/// replaced: a budget needs its configured burst).
+pub(crate) const LIVE_ARGS: [(usize, LiveSetting); 3] =
+    [(0, LiveSetting::Limit), (5, LiveSetting::RequestsPerMinute), (7, LiveSetting::TokensPerMinute)];
 
 #[cfg(test)]
 mod tests {
@@ -169,6 +194,40 @@ mod tests {
         });
     }
 
+    /// A live rate's change keeps the units the budget holds, in both twins: `rebudget` in
+    /// the scripts, `LocalGate::set_budgets` in process.
+    #[test]
+    fn a_changed_rate_keeps_the_units_held_in_both_twins() {
+        use wavegate_core::{Ask, Instance, LocalGate, PermitId};
+        let server = RedisServer::start().expect("redis-server");
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let store = runtime.block_on(Store::connect(StoreConfig::new(server.url()))).expect("store");
+        let config = UpstreamConfig::builder("rated").limit(100).requests_per_minute(60, 10).build().expect("valid");
+        let gate = SharedGate::for_upstream(store, &config).for_instance("alpha");
+        let mut local = LocalGate::for_upstream(&config);
+        let me = Instance::new("alpha").expect("valid");
+        let lease = Duration::from_secs(30);
+        // Seven of the ten spent in both.
+        for n in 0..7 {
+            let ask = [Ask { id: PermitId::new(None, &me, n, None), tokens: 0, waiting: 1 }];
+            runtime.block_on(gate.acquire(&ask, lease)).expect("acquire");
+            local.acquire(&me, &ask, 30_000, 0);
+        }
+        let shared_left = || runtime.block_on(gate.status()).expect("status").budgets.requests.expect("a budget");
+        assert_eq!(shared_left().0, 3);
+        assert_eq!(local.budget_status(0).requests.map(|r| r.0), Some(3));
+        for (per_minute, left) in [(120, 3), (30, 3), (90, 3), (60, 3)] {
+            let settings = LiveSettings::empty(1)
+                .with(LiveSetting::RequestsPerMinute, LiveValue { value: per_minute, remaining: None });
+            gate.set_live(&settings);
+            local.set_budgets(settings.apply_to(&config).budgets(), 0);
+            // The seven spent stay spent at every rate (within the few ms the test takes, a
+            // budget of 10 at these rates refills less than one).
+            assert_eq!(shared_left().0, left, "the store at {per_minute} a minute");
+            assert_eq!(local.budget_status(0).requests.map(|r| r.0), Some(left), "in process at {per_minute}");
+        }
+    }
+
     #[test]
     fn a_live_limit_is_the_base_the_scripts_are_sent() {
         let server = RedisServer::start().expect("redis-server");
@@ -178,10 +237,14 @@ mod tests {
         let config = UpstreamConfig::builder(name.as_str()).limit(10).build().expect("valid");
         let gate = SharedGate::for_upstream(store, &config);
         let clone = gate.clone();
-        gate.set_live_limit(NonZeroU32::new(3));
+        let three = LiveSettings::empty(1).with(LiveSetting::Limit, LiveValue { value: 3, remaining: None });
+        // A rate for a budget it does not have is not sent (the script would refuse a rate
+        // without a burst).
+        let rpm = three.with(LiveSetting::RequestsPerMinute, LiveValue { value: 60, remaining: None });
+        gate.set_live(&rpm);
         runtime.block_on(async {
             assert_eq!(clone.status().await.expect("status").limit, 3, "clones send it too");
-            gate.set_live_limit(None);
+            gate.set_live(&LiveSettings::empty(2));
             assert_eq!(clone.status().await.expect("status").limit, 10);
         });
     }

@@ -83,9 +83,10 @@ pub struct SharedGate {
     /// The configured fallback limit, claimed with the scripts' configuration
     /// ([`for_upstream`](Self::for_upstream) sets it).
     pub(crate) fallback_limit: Option<u32>,
-    /// The live limit sent as the base limit instead of the configured one (0: none), shared
-    /// by the clones: see [`set_live_limit`](Self::set_live_limit).
-    pub(crate) live_limit: Arc<AtomicU32>,
+    /// The live values sent instead of the configured ones (0: none), by
+    /// [`LIVE_ARGS`](crate::live::LIVE_ARGS), shared by the clones: see
+    /// [`set_live`](Self::set_live).
+    pub(crate) live_args: Arc<[AtomicU32; 3]>,
 }
 
 impl SharedGate {
@@ -126,7 +127,7 @@ impl SharedGate {
             default_class: None,
             generation: Arc::default(),
             fallback_limit: None,
-            live_limit: Arc::default(),
+            live_args: Arc::default(),
         }
     }
 

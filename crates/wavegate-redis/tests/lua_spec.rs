@@ -158,6 +158,28 @@ fn lua_rebase_passes_its_table() {
     }
 }
 
+#[test]
+fn lua_rescale_tat_passes_its_table() {
+    use wavegate_core::spec::rescale_cases;
+    let server = RedisServer::start().expect("redis-server");
+    let mut con = server.connection().expect("connection");
+    let source = format!(
+        "{WAVE_LUA}\nreturn string.format('%.0f', rescale_tat(tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])))"
+    );
+    for case in rescale_cases() {
+        let got: String = redis::cmd("EVAL")
+            .arg(&source)
+            .arg(0)
+            .arg(case.tat_us)
+            .arg(case.now_us)
+            .arg(case.rates.0)
+            .arg(case.rates.1)
+            .query(&mut con)
+            .expect("the driver runs");
+        assert_eq!(got, case.expect_us.to_string(), "{}", case.name);
+    }
+}
+
 /// A store that forgot an upstream's state under a process that saw it: every script but
 /// status refuses with `StateLost` and writes nothing; a reconciliation rebuilds it (the held
 /// permit registered again, the stepped-back limit carried back) and the scripts serve again.

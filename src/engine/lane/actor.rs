@@ -1,7 +1,6 @@
 //! The lane actor's state, its start, and the messages it answers directly.
 
 use std::collections::{HashMap, VecDeque};
-use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -115,8 +114,9 @@ pub(crate) struct Lane {
     pub(super) coordinator: Recipient<StoreTrouble>,
     /// This lane, to be woken by the in-process gate's releases.
     pub(super) me: WeakRecipient<Wake>,
-    /// The limit this process was built with (`config` holds the one in force).
-    pub(super) configured_limit: NonZeroU32,
+    /// The configuration this process was built with (`config` holds the one in force, with
+    /// the live settings applied).
+    pub(super) configured: UpstreamConfig,
     /// The live settings last applied, and whether any were read yet.
     pub(super) live: LiveSettings,
     pub(super) live_read: bool,
@@ -144,7 +144,7 @@ impl Lane {
     pub(crate) fn new(setup: LaneSetup, me: WeakRecipient<Wake>) -> Self {
         let LaneSetup { upstream, config, instance, shared, store, namespace, quota, coordinator } = setup;
         let shared = shared.map(Arc::new);
-        let config_limit = config.limit();
+        let configured = config.clone();
         let local = match (&shared, &namespace) {
             (None, Some(namespace)) => process_gate::shared(namespace, &config),
             _ => Arc::new(ProcessGate::new(&config)),
@@ -192,7 +192,7 @@ impl Lane {
             drains: Vec::new(),
             coordinator,
             me,
-            configured_limit: config_limit,
+            configured: configured.clone(),
             live: LiveSettings::default(),
             live_read: false,
             live_reading: false,

@@ -1,4 +1,5 @@
-//! Live settings: an operator's changes to the upstream's limit while the fleet runs.
+//! Live settings: an operator's changes to the upstream's limit and budget rates while the
+//! fleet runs.
 //!
 //! In shared mode the lane looks at the store's live settings once a second (one small script
 //! call, `lua/live.lua`, that answers the settings only when their version is not the one
@@ -6,15 +7,14 @@
 //! local mode it reads the in-process gate's board. A new version is applied whole: the limit
 //! in force becomes the live one (or the configured one again), sent to the scripts as their
 //! base limit and given to the in-process gate, whose wave keeps what it learned below it
-//! (`WaveMachine::rebase`). Permits held above a lowered limit run to their end; nobody is
+//! (`WaveMachine::rebase`); a live rate is sent as its budget's, and each budget keeps the
+//! units it holds (`rebudget` in `wave.lua`, `LocalGate::set_budgets`). Permits held above a lowered limit run to their end; nobody is
 //! admitted until the fleet is below it. In a fallback the last settings applied stay (and a
 //! change is refused: it needs the store).
 
-use std::num::NonZeroU32;
-
 use actix::{ActorFutureExt, AsyncContext, Context, Handler, Message, WrapFuture};
 use tokio::sync::oneshot;
-use wavegate_core::{Clock, LiveChange, LiveSettings};
+use wavegate_core::{Clock, LiveChange, LiveSetting, LiveSettings};
 
 use super::actor::Lane;
 use crate::engine::gate::Gate;
@@ -50,6 +50,10 @@ impl Handler<ChangeLive> for Lane {
     fn handle(&mut self, change: ChangeLive, ctx: &mut Context<Self>) {
         let ChangeLive { change, reply } = change;
         match (&self.gate, &self.shared) {
+            _ if change.check_for(&self.configured).is_err() => {
+                let error = change.check_for(&self.configured).err().map(|e| Error::invalid_setting(self.name(), e));
+                let _ = reply.send(Err(error.unwrap_or_else(Error::stopped)));
+            }
             (Gate::Shared(gate), _) => {
                 let call = store::change_live(gate, change);
                 ctx.spawn(call.into_actor(self).map(move |result, act, ctx| match result {
@@ -123,45 +127,48 @@ impl Lane {
         }
     }
 
-    /// Applies `settings`: the limit in force becomes the live one, or the configured one.
+    /// Applies `settings`: the limit and the budgets' rates in force become the live ones, or
+    /// the configured ones.
     fn apply_live(&mut self, settings: LiveSettings, ctx: &mut Context<Self>) {
         let first = !self.live_read;
         self.live_read = true;
         let before = self.config.limit();
-        let limit = settings.limit_or(self.configured_limit);
-        let live_limit: Option<NonZeroU32> = settings.limit.map(|_| limit);
+        let config = settings.apply_to(&self.configured);
         if let Some(shared) = &self.shared {
-            store::set_live_limit(shared, live_limit);
+            store::set_live(shared, &settings);
         }
-        if limit != before {
-            self.config = self.config.with_limit(limit);
-            self.local.rebase(limit);
+        if config != self.config {
+            self.local.apply_live(&config, self.clock.now_ms());
+            self.config = config;
         }
         let changed = settings != self.live;
         self.live = settings;
-        if first && settings.limit.is_none() {
+        let nothing_live = LiveSetting::ALL.iter().all(|s| settings.get(*s).is_none());
+        if first && nothing_live {
             // Nothing live at start: the configured settings stand, nothing to say.
             return;
         }
         if changed || first {
-            let remaining = settings.limit.and_then(|v| v.remaining);
+            let limit = self.config.limit();
+            let rate = |b: Option<wavegate_core::RateBudget>| b.map(|b| b.per_minute());
             tracing::info!(
                 upstream = %self.name(),
                 version = settings.version,
                 limit = limit.get(),
-                configured = self.configured_limit.get(),
-                before = before.get(),
-                override_for = ?remaining,
+                configured = self.configured.limit().get(),
+                requests_per_minute = ?rate(self.config.budgets().requests),
+                tokens_per_minute = ?rate(self.config.budgets().tokens),
+                override_for = ?LiveSetting::ALL.iter().filter_map(|s| settings.get(*s)?.remaining).min(),
                 "live settings applied{}",
-                if first && live_limit.is_some_and(|l| l != self.configured_limit) {
-                    ": this process adopts the fleet's live limit over its configured one"
+                if first && self.config != self.configured {
+                    ": this process adopts the fleet's live settings over its configured ones"
                 } else {
                     ""
                 }
             );
         }
-        if limit > before {
-            // Room for the callers waiting here.
+        // Room for the callers waiting here (a raised limit or rate).
+        if self.config.limit() > before || changed {
             self.pump(ctx);
         }
     }

@@ -104,7 +104,7 @@ impl Lane {
             schedulers_in_process: 0,
             classes: self.class_statuses(),
             base_limit: self.config.limit().get(),
-            configured_limit: self.configured_limit.get(),
+            configured_limit: self.configured.limit().get(),
             live_version: self.live.version,
         };
         if mode == Mode::Local {
