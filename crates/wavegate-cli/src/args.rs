@@ -15,6 +15,8 @@ pub(crate) enum Command {
     ClearWindow { upstream: String },
     /// Change an upstream's setting live for the whole fleet.
     Set { upstream: String, change: LiveChange },
+    /// Lift every process's refusal of an upstream for a spent quota, and its windows.
+    ResetQuota { upstream: String },
     /// The usage.
     Help,
 }
@@ -46,6 +48,8 @@ commands:
                           class, budgets, learned limits, provider windows, live processes
   top [--every SECONDS]   the same, refreshed (default every 1 s) until interrupted
   clear-window UPSTREAM   forget UPSTREAM's provider windows for the whole fleet
+  reset-quota UPSTREAM    lift every process's refusal of UPSTREAM for a spent quota (after
+                          paying the bill) and forget its provider windows
   set UPSTREAM --limit N [--for DURATION]
                           change UPSTREAM's concurrency limit for the whole fleet (every
                           process within a second); with --for (e.g. 90s, 10m, 2h, 1d) only
@@ -130,7 +134,11 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>, env_redis: Option<St
         ["clear-window"] => return Err("clear-window needs the upstream's name".to_owned()),
         ["set", upstream] => Command::Set { upstream: upstream.to_owned(), change: change(setting, ttl)? },
         ["set"] => return Err("set needs the upstream's name".to_owned()),
-        [command, ..] => return Err(format!("unknown command {command:?} (status, top, clear-window, set)")),
+        ["reset-quota", upstream] => Command::ResetQuota { upstream: upstream.to_owned() },
+        ["reset-quota"] => return Err("reset-quota needs the upstream's name".to_owned()),
+        [command, ..] => {
+            return Err(format!("unknown command {command:?} (status, top, clear-window, set, reset-quota)"));
+        }
     };
     Ok(parsed)
 }
@@ -199,6 +207,8 @@ mod tests {
         assert!(args("status --sentinel nope").unwrap_err().contains("MASTER="));
         assert_eq!(args("").expect("help").command, Command::Help);
         assert!(args("set").unwrap_err().contains("needs the upstream"));
+        assert!(args("reset-quota").unwrap_err().contains("needs the upstream"));
+        assert_eq!(args("reset-quota llm").expect("valid").command, Command::ResetQuota { upstream: "llm".to_owned() });
         assert!(args("set llm").unwrap_err().contains("--limit"));
         assert!(args("set llm --limit 0").unwrap_err().contains("at least 1"));
         assert!(args("set llm --limit x").unwrap_err().contains("a number"));

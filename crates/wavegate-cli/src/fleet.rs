@@ -249,6 +249,21 @@ pub(crate) async fn set(store: &Store, name: &str, change: &LiveChange) -> Resul
     Ok(SetView { version, live })
 }
 
+/// Lifts every process's refusal of `name` for a spent quota (a new mark in its live
+/// settings, the store's time) and forgets its provider windows; answers the live settings'
+/// version.
+pub(crate) async fn reset_quota(store: &Store, name: &str) -> Result<u64, ReadError> {
+    let upstream = UpstreamName::new(name).map_err(|_| ReadError::BadName(name.to_owned()))?;
+    let key = store.config().keyspace.upstream(&upstream).config;
+    let claim: Option<String> = store.query("GET", redis::cmd("GET").arg(key).clone()).await?;
+    if claim.is_none() {
+        return Err(ReadError::Unconfigured(name.to_owned()));
+    }
+    let gate = SharedGate::new(store.clone(), &upstream, &wavegate_core::WaveConfig::new(std::num::NonZeroU32::MIN));
+    gate.clear_windows().await?;
+    Ok(gate.reset_quota_fleet(store_now_ms(store).await?).await?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,6 +5,7 @@
 //! wavegate top [--every SECONDS]      the same, refreshed
 //! wavegate clear-window UPSTREAM      forget a provider window for the whole fleet
 //! wavegate set UPSTREAM --limit N [--for 10m]   change a limit live for the whole fleet
+//! wavegate reset-quota UPSTREAM       lift a spent quota's refusal in every process
 //! ```
 //!
 //! It reads the keys the processes write, through the same store crate (TLS with the `tls`
@@ -65,6 +66,17 @@ async fn run(args: Args) -> Result<(), String> {
                     render::set_text(&upstream, &change, &set)
                 }
             );
+        }
+        Command::ResetQuota { upstream } => {
+            let version = fleet::reset_quota(&store, &upstream).await.map_err(|e| e.to_string())?;
+            if args.json {
+                println!("{}", serde_json::json!({ "upstream": upstream, "quota_reset": true, "version": version }));
+            } else {
+                println!(
+                    "{upstream}: spent-quota refusals lifted and provider windows cleared for the fleet (version \
+                     {version}; every process within a second)"
+                );
+            }
         }
         Command::ClearWindow { upstream } => {
             fleet::clear_window(&store, &upstream).await.map_err(|e| e.to_string())?;

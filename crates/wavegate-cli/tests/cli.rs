@@ -200,3 +200,44 @@ async fn set_changes_the_fleets_limit_live() {
     let zero = wavegate(&["set", "llm", "--limit", "0", "--redis", &url]);
     assert_eq!(zero.status.code(), Some(2), "a usage error, before the store");
 }
+
+/// `reset-quota`: a spent quota refuses the upstream in the processes that met it; the tool
+/// lifts the refusal in every one of them within a second.
+#[actix::test]
+async fn reset_quota_lifts_the_refusal_in_every_process() {
+    let redis = RedisServer::start().expect("redis-server");
+    let url = redis.url();
+    let build = || {
+        let llm = UpstreamConfig::builder("llm").limit(4).max_wait(Duration::from_millis(200)).build().expect("valid");
+        Scheduler::builder().upstream(llm).redis(url.clone()).build().expect("scheduler")
+    };
+    let (a, b) = (build(), build());
+    for scheduler in [&a, &b] {
+        let permit = scheduler.upstream("llm").expect("llm").request().acquire().await.expect("permit");
+        permit.report(Outcome::from_status(429, None, SystemTime::now()).with_error_code("insufficient_quota"));
+        let refused = scheduler.upstream("llm").expect("llm").request().acquire().await.expect_err("refused");
+        assert_eq!(refused.kind(), wavegate::ErrorKind::QuotaExhausted, "{refused}");
+    }
+    let out = wavegate(&["reset-quota", "llm", "--redis", &url]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    println!("{said}");
+    assert!(out.status.success() && said.contains("spent-quota refusals lifted"), "{said} {out:?}");
+    let started = Instant::now();
+    for scheduler in [&a, &b] {
+        let llm = scheduler.upstream("llm").expect("llm");
+        loop {
+            match llm.request().acquire().await {
+                Ok(permit) => {
+                    permit.succeeded();
+                    break;
+                }
+                Err(error) => assert!(started.elapsed() < Duration::from_secs(2), "still refused: {error}"),
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    println!("both admit {:?} after the reset", started.elapsed());
+    assert!(started.elapsed() < Duration::from_secs(1));
+    let typo = wavegate(&["reset-quota", "lmm", "--redis", &url]);
+    assert_eq!(typo.status.code(), Some(1));
+}

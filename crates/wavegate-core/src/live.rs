@@ -90,12 +90,15 @@ pub struct LiveSettings {
     pub requests_per_minute: Option<LiveValue>,
     /// The live rate of the tokens budget, a minute.
     pub tokens_per_minute: Option<LiveValue>,
+    /// The mark of the last fleet-wide reset of a spent quota (an operator's `wavegate
+    /// reset-quota`): a process that sees it change lifts its refusal of the upstream.
+    pub quota_reset: Option<u64>,
 }
 
 impl LiveSettings {
     /// Nothing live, under `version`.
     pub fn empty(version: u64) -> Self {
-        Self { version, limit: None, requests_per_minute: None, tokens_per_minute: None }
+        Self { version, limit: None, requests_per_minute: None, tokens_per_minute: None, quota_reset: None }
     }
 
     /// Sets `setting` to `value` (a value 0 or out of range for the setting is ignored: the

@@ -28,6 +28,9 @@ use crate::shared_gate::SharedGate;
 /// (an instance has no `:`), so a release's wake-up is never read as one.
 pub const LIVE_NUDGE: &str = ":live";
 
+/// The field of the live settings that marks the last fleet-wide reset of a spent quota.
+const QUOTA_RESET: &str = "quota_reset";
+
 /// `live.lua`, reading: the version the process applied (`None`: none yet).
 pub(crate) fn read<'a>(key: &'a str, known: Option<u64>) -> Call<'a> {
     Call::new(&[key]).arg("read").arg(known.map(|v| v.to_string()).unwrap_or_default())
@@ -58,12 +61,16 @@ pub(crate) fn read_reply(reply: &[Value], known: Option<u64>) -> Result<Option<L
     let mut settings = LiveSettings::empty(version);
     for at in (1..reply.len()).step_by(3) {
         let name = r.string(at)?;
-        // A setting this build does not know (a newer tool's) is not this process's to apply.
-        let Some(setting) = LiveSetting::parse(&name) else { continue };
         let value: u64 = r
             .string(at + 1)?
             .parse()
             .map_err(|_| StoreError::unexpected(COMMAND, format!("{name} is not a number")))?;
+        if name == QUOTA_RESET {
+            settings.quota_reset = Some(value);
+            continue;
+        }
+        // A setting this build does not know (a newer tool's) is not this process's to apply.
+        let Some(setting) = LiveSetting::parse(&name) else { continue };
         let remaining = u64::try_from(r.int(at + 2)?).ok().map(Duration::from_millis);
         settings = settings.with(setting, LiveValue { value, remaining });
     }
@@ -85,6 +92,22 @@ impl SharedGate {
     pub async fn change_live(&self, change: &LiveChange) -> Result<u64, StoreError> {
         const COMMAND: &str = "live";
         let call = self::change(&self.keys.live, change, &self.keys.released);
+        let version: i64 = self.store.invoke(COMMAND, &call.invocation(&scripts().live)).await?;
+        u64::try_from(version).map_err(|_| StoreError::unexpected(COMMAND, format!("version {version}")))
+    }
+
+    /// Lifts every process's refusal of the upstream for a spent quota (an operator's reset,
+    /// fleet-wide): a new mark `marker` (any positive number other than the last, e.g. the
+    /// time) in the live settings, which each process applies within a second. Answers the
+    /// new version.
+    pub async fn reset_quota_fleet(&self, marker: u64) -> Result<u64, StoreError> {
+        const COMMAND: &str = "live";
+        let call = Call::new(&[&self.keys.live])
+            .arg("set")
+            .arg(QUOTA_RESET)
+            .arg(marker.max(1))
+            .arg(0)
+            .arg(&self.keys.released);
         let version: i64 = self.store.invoke(COMMAND, &call.invocation(&scripts().live)).await?;
         u64::try_from(version).map_err(|_| StoreError::unexpected(COMMAND, format!("version {version}")))
     }
@@ -191,6 +214,9 @@ mod tests {
             assert_eq!(seen.limit, Some(LiveValue { value: 7, remaining: None }));
             assert_eq!(one.change_live(&LiveChange::Clear(LiveSetting::Limit)).await.expect("clear"), 4);
             assert_eq!(other.live(Some(3)).await.expect("read"), Some(LiveSettings::empty(4)));
+            assert_eq!(one.reset_quota_fleet(77).await.expect("reset"), 5);
+            let seen = other.live(Some(4)).await.expect("read").expect("new");
+            assert_eq!((seen.quota_reset, seen.limit), (Some(77), None));
         });
     }
 

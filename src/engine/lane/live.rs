@@ -142,8 +142,17 @@ impl Lane {
             self.config = config;
         }
         let changed = settings != self.live;
+        if !first
+            && settings.quota_reset.is_some()
+            && settings.quota_reset != self.live.quota_reset
+            && self.quota.reset()
+        {
+            tracing::info!(upstream = %self.name(), version = settings.version, "quota refusal lifted by an operator, fleet-wide");
+            crate::metrics::quota_exhausted(self.name(), false);
+        }
         self.live = settings;
-        let nothing_live = LiveSetting::ALL.iter().all(|s| settings.get(*s).is_none());
+        let nothing_live =
+            LiveSetting::ALL.iter().all(|s| settings.get(*s).is_none()) && settings.quota_reset.is_none();
         if first && nothing_live {
             // Nothing live at start: the configured settings stand, nothing to say.
             return;
