@@ -151,6 +151,7 @@ impl Lane {
             crate::metrics::quota_exhausted(self.name(), false);
         }
         self.live = settings;
+        crate::metrics::live_version(self.name(), self.live.version);
         let nothing_live =
             LiveSetting::ALL.iter().all(|s| settings.get(*s).is_none()) && settings.quota_reset.is_none();
         if first && nothing_live {

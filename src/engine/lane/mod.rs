@@ -30,7 +30,9 @@ mod waiters;
 mod windows;
 
 pub(crate) use actor::{Lane, LaneSetup};
-pub(crate) use live::{ChangeLive, CheckLive};
+pub(crate) use live::ChangeLive;
+#[cfg(feature = "redis")]
+pub(crate) use live::CheckLive;
 pub(crate) use messages::{Acquire, ClearWindows, DRAIN_BOUND, Drain, DrainReply, ReadMode, ReadStatus, StoreTrouble};
 pub(crate) use outage::{Reconcile, Switch};
 pub(crate) use status::{Headroom, ReadHeadroom};
