@@ -10,7 +10,8 @@
 --                later reads the same.
 --        Reply: {version} when the version is the one sent, else {version, name, value,
 --               remaining ms (-1: no end), ...} for each setting held.
--- set    ARGV[2] setting, ARGV[3] value (a positive integer), ARGV[4] time to live in ms
+-- set    ARGV[2] setting (`limit`, `requests_per_minute`, ..., or a class's: `weight|<class>`,
+--        `reserve|<class>`), ARGV[3] value (a non-negative integer), ARGV[4] time to live in ms
 --        (0: none), ARGV[5] the upstream's release channel, told ':live' so the processes look
 --        at once (with pcall: a user without channel rights still sets; they look within 1 s)
 -- clear  ARGV[2] setting, ARGV[3] '', ARGV[4] '', ARGV[5] the release channel, as for set
@@ -57,10 +58,12 @@ end
 if op ~= 'set' and op ~= 'clear' then return bad('the operation must be read, set or clear, got ' .. tostring(op)) end
 if #ARGV ~= 5 then return bad('expected 5 ARGV, got ' .. #ARGV) end
 local name = ARGV[2]
-if not string.match(name, '^[a-z][a-z_]*$') or name == 'version' then return bad('bad setting ' .. name) end
+local plain = string.match(name, '^[a-z][a-z_]*$') and name ~= 'version'
+local of_class = string.match(name, '^[a-z]+|[%w_.%-]+$')
+if not plain and not of_class then return bad('bad setting ' .. name) end
 if op == 'set' then
   local value, ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
-  if value == nil or value ~= math.floor(value) or value < 1 then return bad('the value must be a positive integer') end
+  if value == nil or value ~= math.floor(value) or value < 0 then return bad('the value must be a non-negative integer') end
   if ttl == nil or ttl ~= math.floor(ttl) or ttl < 0 then return bad('the time to live must be a non-negative integer') end
   redis.call('HSET', KEYS[1], name, ARGV[3])
   if ttl > 0 then

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use wavegate::{ErrorKind, LiveChange, LiveSetting, Scheduler, Upstream, UpstreamConfig};
+use wavegate::{ClassSetting, ErrorKind, LiveChange, LiveSetting, Scheduler, Upstream, UpstreamConfig};
 use wavegate_testkit::{MockUpstream, MockUpstreamConfig, RedisServer};
 
 mod common;
@@ -33,7 +33,8 @@ fn main() {
         worker_main();
         return;
     }
-    let scenarios: [(&str, fn()); 3] = [
+    let scenarios: [(&str, fn()); 4] = [
+        ("a_live_class_weight_shifts_the_shares", a_live_class_weight_shifts_the_shares),
         ("four_processes_follow_a_live_limit_within_a_second", four_processes_follow_a_live_limit_within_a_second),
         ("local_mode_holds_a_live_limit_in_process", local_mode_holds_a_live_limit_in_process),
         ("a_live_rate_keeps_the_budget_exact_across_the_change", a_live_rate_keeps_the_budget_exact_across_the_change),
@@ -310,6 +311,73 @@ fn a_live_rate_keeps_the_budget_exact_across_the_change() {
     }
     assert_eq!(failed, 0, "no call lost");
     drop((a, b));
+    runtime.shutdown_timeout(Duration::from_secs(2));
+}
+
+/// Two priority classes of equal weight share a saturated limit about evenly; a live weight
+/// of 4 for one of them shifts the shares to about 4 to 1 within the next seconds, in shared
+/// mode (the scripts' choice) and in local mode (the in-process twin's).
+fn a_live_class_weight_shifts_the_shares() {
+    let redis = RedisServer::start().expect("redis-server");
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let config = || {
+        UpstreamConfig::builder("classed")
+            .limit(2)
+            .class("a", 1)
+            .class("b", 1)
+            .max_wait(Duration::from_secs(30))
+            .build()
+            .expect("config")
+    };
+    for shared in [true, false] {
+        let scheduler = {
+            let _entered = runtime.enter();
+            let builder = Scheduler::builder().key_prefix(format!("classes-{shared}-{}", std::process::id()));
+            let builder = if shared { builder.redis(redis.url()) } else { builder };
+            builder.upstream(config()).build().expect("scheduler")
+        };
+        let upstream = scheduler.upstream("classed").expect("configured");
+        let stop = Arc::new(AtomicBool::new(false));
+        let grants = Arc::new([std::sync::atomic::AtomicU64::new(0), std::sync::atomic::AtomicU64::new(0)]);
+        let callers: Vec<_> = (0..16)
+            .map(|n| {
+                let (upstream, stop, grants) = (upstream.clone(), stop.clone(), grants.clone());
+                runtime.spawn(async move {
+                    let class = n % 2;
+                    while !stop.load(Ordering::Relaxed) {
+                        let permit = upstream.request().priority(["a", "b"][class]).acquire().await.expect("permit");
+                        grants[class].fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        permit.succeeded();
+                    }
+                })
+            })
+            .collect();
+        let window = |grants: &[std::sync::atomic::AtomicU64; 2]| {
+            let before = [grants[0].load(Ordering::Relaxed), grants[1].load(Ordering::Relaxed)];
+            std::thread::sleep(Duration::from_secs(2));
+            [grants[0].load(Ordering::Relaxed) - before[0], grants[1].load(Ordering::Relaxed) - before[1]]
+        };
+        std::thread::sleep(Duration::from_millis(500));
+        let even = window(&grants);
+        let change = LiveChange::set_class("b", ClassSetting::Weight, 4, None).expect("valid");
+        runtime.block_on(upstream.change_live(change)).expect("change");
+        std::thread::sleep(Duration::from_millis(300));
+        let weighted = window(&grants);
+        let status = runtime.block_on(upstream.status()).expect("status");
+        let weights: Vec<u32> = status.classes.iter().map(|c| c.weight).collect();
+        println!(
+            "shared {shared}: grants a:b {even:?} at 1:1, {weighted:?} after a live weight of 4 for b; weights now {weights:?}"
+        );
+        stop.store(true, Ordering::Relaxed);
+        for caller in callers {
+            runtime.block_on(caller).expect("caller");
+        }
+        let ratio = |g: [u64; 2]| g[1] as f64 / g[0].max(1) as f64;
+        assert!((0.6..=1.6).contains(&ratio(even)), "about even at 1:1: {even:?}");
+        assert!((2.8..=5.5).contains(&ratio(weighted)), "about 4:1 after the change: {weighted:?}");
+        assert_eq!(weights, [1, 4]);
+    }
     runtime.shutdown_timeout(Duration::from_secs(2));
 }
 

@@ -161,6 +161,9 @@ impl ProcessGate {
         if gate.configured() != config.budgets() {
             gate.set_budgets(config.budgets(), now_ms);
         }
+        if gate.classes() != config.classes() {
+            gate.set_classes(config.classes());
+        }
     }
 
     /// Stores a live change for the lanes asking here (local mode); answers its version.

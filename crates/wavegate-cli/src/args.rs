@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use wavegate_core::{LiveChange, LiveSetting};
+use wavegate_core::{ClassSetting, LiveChange, LiveSetting};
 
 /// What the operator asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +60,10 @@ commands:
   set UPSTREAM --tokens-per-minute N|configured [--for DURATION]
                           the same for the rate of a configured budget (its burst stays);
                           the units the budget holds are kept across the change
+  set UPSTREAM --weight CLASS=N|configured [--for DURATION]
+  set UPSTREAM --reserve CLASS=PERCENT|configured [--for DURATION]
+                          a priority class's weight (1..=1000) or reserve (the reserves add
+                          up to at most 100 %)
 
 options:
   --redis URL             the store (default $WAVEGATE_REDIS_URL, else redis://127.0.0.1:6379);
@@ -109,13 +113,11 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>, env_redis: Option<St
                 }
                 every = Duration::from_secs_f64(seconds);
             }
-            "--limit" | "--requests-per-minute" | "--tokens-per-minute" => {
+            "--limit" | "--requests-per-minute" | "--tokens-per-minute" | "--weight" | "--reserve" => {
                 if setting.is_some() {
                     return Err("set changes one setting at a time".to_owned());
                 }
-                let name = arg.trim_start_matches("--").replace('-', "_");
-                let which = LiveSetting::parse(&name).ok_or_else(|| format!("unknown setting {arg}"))?;
-                setting = Some((which, value(&arg)?));
+                setting = Some((arg.clone(), value(&arg)?));
             }
             "--for" => {
                 let given = value("--for")?;
@@ -144,19 +146,44 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>, env_redis: Option<St
 }
 
 /// The change `set` asks for: `--limit N` (with `--for`, an override) or `--limit configured`,
-/// the same for a budget's rate.
-fn change(setting: Option<(LiveSetting, String)>, ttl: Option<Duration>) -> Result<LiveChange, String> {
-    let (setting, given) =
-        setting.ok_or("set needs what to change: --limit N, --requests-per-minute N or --tokens-per-minute N")?;
-    let flag = format!("--{}", setting.as_str().replace('_', "-"));
-    if given == "configured" {
-        if ttl.is_some() {
-            return Err(format!("{flag} configured takes no --for"));
+/// the same for a budget's rate, and `--weight CLASS=N` / `--reserve CLASS=N` for a class's.
+fn change(setting: Option<(String, String)>, ttl: Option<Duration>) -> Result<LiveChange, String> {
+    let (flag, given) = setting.ok_or(
+        "set needs what to change: --limit N, --requests-per-minute N, --tokens-per-minute N, --weight CLASS=N \
+         or --reserve CLASS=N",
+    )?;
+    let class_setting = match flag.as_str() {
+        "--weight" => Some(ClassSetting::Weight),
+        "--reserve" => Some(ClassSetting::Reserve),
+        _ => None,
+    };
+    let (class, given) = match class_setting {
+        Some(_) => {
+            let (class, value) = given
+                .split_once('=')
+                .ok_or_else(|| format!("{flag} {given:?}: expected CLASS=N or CLASS=configured"))?;
+            (Some(class.to_owned()), value.to_owned())
         }
-        return Ok(LiveChange::Clear(setting));
+        None => (None, given),
+    };
+    if given == "configured" && ttl.is_some() {
+        return Err(format!("{flag} configured takes no --for"));
     }
-    let value: u64 = given.parse().map_err(|_| format!("{flag} {given:?}: expected a number or `configured`"))?;
-    LiveChange::set(setting, value, ttl).map_err(|error| format!("{flag} {given}: {error}"))
+    let value = || given.parse::<u64>().map_err(|_| format!("{flag} {given:?}: expected a number or `configured`"));
+    match (class_setting, class) {
+        (Some(setting), Some(class)) if given == "configured" => Ok(LiveChange::ClearClass { class, setting }),
+        (Some(setting), Some(class)) => {
+            LiveChange::set_class(class, setting, value()?, ttl).map_err(|error| format!("{flag}: {error}"))
+        }
+        _ => {
+            let setting = LiveSetting::parse(&flag.trim_start_matches("--").replace('-', "_"))
+                .ok_or_else(|| format!("unknown setting {flag}"))?;
+            if given == "configured" {
+                return Ok(LiveChange::Clear(setting));
+            }
+            LiveChange::set(setting, value()?, ttl).map_err(|error| format!("{flag} {given}: {error}"))
+        }
+    }
 }
 
 /// A duration as an operator writes it: a number and a unit (`ms`, `s`, `m`, `h`, `d`).
@@ -237,6 +264,16 @@ mod tests {
             Command::Set { upstream: "llm".to_owned(), change: LiveChange::Clear(LiveSetting::TokensPerMinute) }
         );
         assert!(args("set llm --limit 3 --tokens-per-minute 9").unwrap_err().contains("one setting"));
+        let weight = args("set llm --weight batch=4 --for 10m").expect("valid").command;
+        let change =
+            LiveChange::set_class("batch", ClassSetting::Weight, 4, Some(Duration::from_secs(600))).expect("ok");
+        assert_eq!(weight, Command::Set { upstream: "llm".to_owned(), change });
+        let reserve = args("set llm --reserve interactive=configured").expect("valid").command;
+        let change = LiveChange::ClearClass { class: "interactive".to_owned(), setting: ClassSetting::Reserve };
+        assert_eq!(reserve, Command::Set { upstream: "llm".to_owned(), change });
+        assert!(args("set llm --weight 4").unwrap_err().contains("CLASS=N"));
+        assert!(args("set llm --weight batch=0").unwrap_err().contains("outside"));
+        assert!(args("set llm --reserve batch=101").unwrap_err().contains("outside"));
         let back = args("set llm --limit configured").expect("valid").command;
         assert_eq!(back, Command::Set { upstream: "llm".to_owned(), change: LiveChange::Clear(LiveSetting::Limit) });
         assert_eq!(duration("1500ms"), Some(Duration::from_millis(1_500)));

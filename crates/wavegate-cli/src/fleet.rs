@@ -65,7 +65,9 @@ pub(crate) enum ReadError {
     /// An upstream no live process configures (no claim under the prefix).
     Unconfigured(String),
     /// A rate for a budget the upstream is not configured with.
-    NoSuchBudget(String, &'static str),
+    NoSuchBudget(String, String),
+    /// A setting of a class the upstream does not have.
+    NoSuchClass(String, String),
 }
 
 impl std::fmt::Display for ReadError {
@@ -75,6 +77,9 @@ impl std::fmt::Display for ReadError {
             ReadError::BadName(name) => write!(f, "{name:?} is not an upstream name"),
             ReadError::NoSuchBudget(name, setting) => {
                 write!(f, "{name:?} has no budget {setting} configured; a live change only changes a configured rate")
+            }
+            ReadError::NoSuchClass(name, class) => {
+                write!(f, "{name:?} has no priority class {class:?}; nothing changed")
             }
             ReadError::Unconfigured(name) => write!(
                 f,
@@ -221,7 +226,7 @@ pub(crate) async fn clear_window(store: &Store, name: &str) -> Result<(), ReadEr
 }
 
 /// What `set` did: the version, and the settings as they stand after it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct SetView {
     pub(crate) version: u64,
     pub(crate) live: LiveSettings,
@@ -241,7 +246,13 @@ pub(crate) async fn set(store: &Store, name: &str, change: &LiveChange) -> Resul
         _ => None,
     };
     if field.is_some_and(|field| claim.split('|').nth(field).is_none_or(|rate| rate == "0")) {
-        return Err(ReadError::NoSuchBudget(name.to_owned(), change.setting().as_str()));
+        return Err(ReadError::NoSuchBudget(name.to_owned(), change.name()));
+    }
+    // A class's setting only for a class the fleet has (the claim's classes).
+    if let LiveChange::SetClass { class, .. } | LiveChange::ClearClass { class, .. } = change
+        && !class_names(&claim).contains(class)
+    {
+        return Err(ReadError::NoSuchClass(name.to_owned(), class.clone()));
     }
     let gate = SharedGate::new(store.clone(), &upstream, &wavegate_core::WaveConfig::new(std::num::NonZeroU32::MIN));
     let version = gate.change_live(change).await?;

@@ -48,23 +48,32 @@ fn upstream_json(u: &UpstreamView) -> Value {
 fn live_json(live: &LiveSettings) -> Value {
     let value =
         |setting| live.get(setting).map_or(Value::Null, |l| json!({ "value": l.value, "for_ms": l.remaining.map(ms) }));
+    let class_value = |v: Option<wavegate_core::LiveValue>| {
+        v.map_or(Value::Null, |l| json!({ "value": l.value, "for_ms": l.remaining.map(ms) }))
+    };
+    let classes: serde_json::Map<String, Value> = live
+        .classes
+        .iter()
+        .map(|(name, c)| (name.clone(), json!({ "weight": class_value(c.weight), "reserve": class_value(c.reserve) })))
+        .collect();
     json!({
         "version": live.version,
         "limit": value(LiveSetting::Limit),
         "requests_per_minute": value(LiveSetting::RequestsPerMinute),
         "tokens_per_minute": value(LiveSetting::TokensPerMinute),
+        "classes": classes,
     })
 }
 
 /// What `set` did, as one JSON document.
 pub(crate) fn set_json(upstream: &str, change: &LiveChange, set: &SetView) -> String {
-    let (value, for_ms) = match *change {
-        LiveChange::Set { value, ttl, .. } => (json!(value), ttl.map(ms)),
-        LiveChange::Clear(_) => (json!("configured"), None),
+    let (value, for_ms) = match change.value() {
+        Some((value, ttl)) => (json!(value), ttl.map(ms)),
+        None => (json!("configured"), None),
     };
     json!({
         "upstream": upstream,
-        "setting": change.setting().as_str(),
+        "setting": change.name(),
         "value": value,
         "for_ms": for_ms,
         "version": set.version,
@@ -75,13 +84,16 @@ pub(crate) fn set_json(upstream: &str, change: &LiveChange, set: &SetView) -> St
 
 /// What `set` did, for a person.
 pub(crate) fn set_text(upstream: &str, change: &LiveChange, set: &SetView) -> String {
-    let setting = change.setting().as_str().replace('_', " ");
-    let what = match *change {
-        LiveChange::Set { value, ttl: Some(ttl), .. } => {
-            format!("{setting} {value} for {}, then back to the configured {setting}", secs(ttl))
+    let setting = match change {
+        LiveChange::SetClass { class, setting, .. } | LiveChange::ClearClass { class, setting } => {
+            format!("{} of class {class}", setting.as_str())
         }
-        LiveChange::Set { value, ttl: None, .. } => format!("{setting} {value} until changed"),
-        LiveChange::Clear(_) => format!("{setting} back to the configured one"),
+        _ => change.name().replace('_', " "),
+    };
+    let what = match change.value() {
+        Some((value, Some(ttl))) => format!("{setting} {value} for {}, then back to the configured one", secs(ttl)),
+        Some((value, None)) => format!("{setting} {value} until changed"),
+        None => format!("{setting} back to the configured one"),
     };
     format!("{upstream}: {what} (version {}); every process applies it within a second\n", set.version)
 }
@@ -129,6 +141,17 @@ pub(crate) fn text(fleet: &FleetView) -> String {
             u.in_flight,
             cooling
         );
+        for (class, live) in &u.live.classes {
+            for (name, value) in [("weight", live.weight), ("reserve", live.reserve)] {
+                let Some(value) = value else { continue };
+                let until = value.remaining.map_or("until changed".to_owned(), |left| format!("for {}", secs(left)));
+                let _ = writeln!(
+                    out,
+                    "  live {name} of class {class} {} {until} (version {}; wavegate set {} --{name} {class}=configured)",
+                    value.value, u.live.version, u.name
+                );
+            }
+        }
         for setting in LiveSetting::ALL {
             let Some(live) = u.live.get(setting) else { continue };
             let until = live.remaining.map_or("until changed".to_owned(), |left| format!("for {}", secs(left)));

@@ -163,7 +163,7 @@ async fn set_changes_the_fleets_limit_live() {
     let out = set(&["--limit", "5", "--for", "1s"]);
     let said = String::from_utf8_lossy(&out.stdout);
     println!("{said}");
-    assert!(said.contains("llm: limit 5 for 1.0s, then back to the configured limit (version 2)"), "{said}");
+    assert!(said.contains("llm: limit 5 for 1.0s, then back to the configured one (version 2)"), "{said}");
     applied_by_both(5).await;
     let (took, seen) = applied_by_both(8).await;
     assert_eq!(seen.live_version, 3, "reverted under a version of its own");
@@ -193,6 +193,10 @@ async fn set_changes_the_fleets_limit_live() {
     let none = set(&["--tokens-per-minute", "300"]);
     assert_eq!(none.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&none.stderr).contains("no budget tokens_per_minute"), "{none:?}");
+
+    let classless = set(&["--weight", "batch=2"]);
+    assert_eq!(classless.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&classless.stderr).contains("no priority class \"batch\""), "{classless:?}");
 
     let typo = wavegate(&["set", "lmm", "--limit", "3", "--redis", &url]);
     assert_eq!(typo.status.code(), Some(1));

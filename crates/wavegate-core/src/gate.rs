@@ -232,6 +232,17 @@ impl LocalGate {
         self.configured = budgets;
     }
 
+    /// Takes the priority classes' new weights and reserves (a live change): `classes` are
+    /// this gate's, by name and order (otherwise nothing changes); the weighted turns and the
+    /// classes' budgets stay.
+    pub fn set_classes(&mut self, classes: &[PriorityClass]) {
+        let same = classes.len() == self.classes.len()
+            && classes.iter().zip(&self.classes).all(|(new, old)| new.name() == old.name());
+        if same {
+            self.classes = classes.to_vec();
+        }
+    }
+
     /// The configured budgets (in a fallback: this process's share of them), without what is
     /// learned.
     pub fn configured(&self) -> Budgets {

@@ -25,13 +25,14 @@
 //! # Ok::<(), wavegate_core::LiveError>(())
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::num::NonZeroU32;
 use std::time::Duration;
 
 use crate::clock::duration_ms;
 use crate::config::UpstreamConfig;
 use crate::gcra::RateBudget;
+use crate::priority::PriorityClass;
 
 /// A setting that can be changed live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -77,9 +78,46 @@ pub struct LiveValue {
     pub remaining: Option<Duration>,
 }
 
+/// A priority class's live weight and reserve (`None`: as configured).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ClassLive {
+    /// The live weight.
+    pub weight: Option<LiveValue>,
+    /// The live reserve, in percent.
+    pub reserve: Option<LiveValue>,
+}
+
+/// A priority class's setting that can be changed live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ClassSetting {
+    /// Its weight (1..=1000).
+    Weight,
+    /// Its reserved share of the limit, in percent (0..=100; the reserves of an upstream add
+    /// up to at most 100).
+    Reserve,
+}
+
+impl ClassSetting {
+    /// Its name in the store (before `|<class>`) and on the command line.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ClassSetting::Weight => "weight",
+            ClassSetting::Reserve => "reserve",
+        }
+    }
+
+    /// The range of its values.
+    const fn range(self) -> (u64, u64) {
+        match self {
+            ClassSetting::Weight => (1, 1000),
+            ClassSetting::Reserve => (0, 100),
+        }
+    }
+}
+
 /// The live settings of one upstream under one version; a setting that is `None` is the
 /// configured one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct LiveSettings {
     /// The version (0: nothing was ever set).
@@ -93,12 +131,60 @@ pub struct LiveSettings {
     /// The mark of the last fleet-wide reset of a spent quota (an operator's `wavegate
     /// reset-quota`): a process that sees it change lifts its refusal of the upstream.
     pub quota_reset: Option<u64>,
+    /// The priority classes' live weights and reserves, by class name.
+    pub classes: BTreeMap<String, ClassLive>,
 }
 
 impl LiveSettings {
     /// Nothing live, under `version`.
     pub fn empty(version: u64) -> Self {
-        Self { version, limit: None, requests_per_minute: None, tokens_per_minute: None, quota_reset: None }
+        Self {
+            version,
+            limit: None,
+            requests_per_minute: None,
+            tokens_per_minute: None,
+            quota_reset: None,
+            classes: BTreeMap::new(),
+        }
+    }
+
+    /// Sets the setting the store names `name` (`limit`, `weight|<class>`, `quota_reset`, ...)
+    /// to `value`; a name this build does not know, or a value out of its range, is ignored
+    /// (the store is read, not trusted).
+    pub fn with_named(mut self, name: &str, value: LiveValue) -> Self {
+        if let Some(setting) = LiveSetting::parse(name) {
+            return self.with(setting, value);
+        }
+        if name == QUOTA_RESET {
+            self.quota_reset = Some(value.value);
+            return self;
+        }
+        let Some((kind, class)) = name.split_once('|') else { return self };
+        let kind = match kind {
+            "weight" => ClassSetting::Weight,
+            "reserve" => ClassSetting::Reserve,
+            _ => return self,
+        };
+        let (low, high) = kind.range();
+        if (low..=high).contains(&value.value) && !class.is_empty() {
+            let entry = self.classes.entry(class.to_owned()).or_default();
+            match kind {
+                ClassSetting::Weight => entry.weight = Some(value),
+                ClassSetting::Reserve => entry.reserve = Some(value),
+            }
+        }
+        self
+    }
+
+    /// Whether nothing is live (no setting, no class setting, no quota reset).
+    pub fn is_empty(&self) -> bool {
+        LiveSetting::ALL.iter().all(|s| self.get(*s).is_none()) && self.classes.is_empty() && self.quota_reset.is_none()
+    }
+
+    /// Every override's shortest rest, if one has an end.
+    pub fn next_end(&self) -> Option<Duration> {
+        let classes = self.classes.values().flat_map(|c| [c.weight, c.reserve]).flatten();
+        LiveSetting::ALL.iter().filter_map(|s| self.get(*s)).chain(classes).filter_map(|v| v.remaining).min()
     }
 
     /// Sets `setting` to `value` (a value 0 or out of range for the setting is ignored: the
@@ -137,7 +223,37 @@ impl LiveSettings {
         };
         budgets.requests = rate(budgets.requests, LiveSetting::RequestsPerMinute);
         budgets.tokens = rate(budgets.tokens, LiveSetting::TokensPerMinute);
-        configured.with_limit(self.limit_or(configured.limit())).with_budgets(budgets)
+        let config = configured.with_limit(self.limit_or(configured.limit())).with_budgets(budgets);
+        self.apply_classes(config)
+    }
+
+    /// `config` with the classes' live weights and reserves; unchanged when they do not fit
+    /// it (a class it does not have, reserves above 100 % together).
+    fn apply_classes(&self, config: UpstreamConfig) -> UpstreamConfig {
+        self.classes_applied(config.classes())
+            .and_then(|classes| config.with_class_shares(&classes).ok())
+            .unwrap_or(config)
+    }
+
+    /// `classes` (an upstream's, in order) with their live weights and reserves: `None` when
+    /// none is live for them, or when the result would not be valid (reserves above 100 %
+    /// together).
+    pub fn classes_applied(&self, classes: &[PriorityClass]) -> Option<Vec<PriorityClass>> {
+        if self.classes.is_empty() || !classes.iter().any(|c| self.classes.contains_key(c.name())) {
+            return None;
+        }
+        let applied: Vec<PriorityClass> = classes
+            .iter()
+            .map(|class| {
+                let live = self.classes.get(class.name()).copied().unwrap_or_default();
+                let weight = live.weight.map_or(class.weight_value().get(), |v| v.value as u32);
+                let reserve = live.reserve.map_or(class.reserve_percent_value(), |v| v.value as u8);
+                class.clone().weight(weight).and_then(|c| c.reserve_percent(reserve))
+            })
+            .collect::<Result<_, _>>()
+            .ok()?;
+        crate::priority::validate("live", &applied).ok()?;
+        Some(applied)
     }
 
     /// The live limit, if one is set.
@@ -178,6 +294,10 @@ pub enum LiveError {
         /// The setting.
         setting: &'static str,
     },
+    /// A class the upstream does not have, or a class setting that would not fit its
+    /// classes (reserves above 100 % together).
+    #[error("{0}")]
+    BadClass(String),
     /// An override's time to live of zero or longer than accepted.
     #[error("an override must last between 1 ms and {max:?}; got {given:?}")]
     BadTimeToLive {
@@ -189,7 +309,7 @@ pub enum LiveError {
 }
 
 /// One live change, validated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LiveChange {
     /// `setting` becomes `value`; with a time to live, only for that long.
     Set {
@@ -202,6 +322,24 @@ pub enum LiveChange {
     },
     /// `setting` goes back to the configured value.
     Clear(LiveSetting),
+    /// A priority class's `setting` becomes `value`; with a time to live, only for that long.
+    SetClass {
+        /// The class.
+        class: String,
+        /// The setting.
+        setting: ClassSetting,
+        /// The value.
+        value: u64,
+        /// How long it holds (`None`: until changed).
+        ttl: Option<Duration>,
+    },
+    /// A priority class's `setting` goes back to the configured value.
+    ClearClass {
+        /// The class.
+        class: String,
+        /// The setting.
+        setting: ClassSetting,
+    },
 }
 
 impl LiveChange {
@@ -220,18 +358,83 @@ impl LiveChange {
         if value > u64::from(u32::MAX) {
             return Err(LiveError::OutOfRange { setting: setting.as_str(), value, max: u64::from(u32::MAX) });
         }
-        if let Some(given) = ttl.filter(|ttl| duration_ms(*ttl) == 0 || *ttl > Self::MAX_TTL) {
-            return Err(LiveError::BadTimeToLive { given, max: Self::MAX_TTL });
-        }
+        check_ttl(ttl)?;
         Ok(Self::Set { setting, value, ttl })
     }
 
-    /// Whether the upstream `config` can take this change: a rate only for a budget it has.
+    /// Priority class `class`'s `setting` set to `value`, for `ttl` if given.
     ///
     /// # Errors
     ///
-    /// [`LiveError::NoSuchBudget`] for the rate of a budget `config` does not have.
+    /// [`LiveError`] when the value or the time to live cannot be used, or `class` is not a
+    /// class name.
+    pub fn set_class(
+        class: impl Into<String>,
+        setting: ClassSetting,
+        value: u64,
+        ttl: Option<Duration>,
+    ) -> Result<Self, LiveError> {
+        let class = class.into();
+        if crate::priority::PriorityClass::new(class.clone()).is_err() {
+            return Err(LiveError::BadClass(format!("{class:?} is not a class name")));
+        }
+        let (low, high) = setting.range();
+        if !(low..=high).contains(&value) {
+            return Err(LiveError::BadClass(format!(
+                "{} {value} of class {class} is outside {low}..={high}",
+                setting.as_str()
+            )));
+        }
+        check_ttl(ttl)?;
+        Ok(Self::SetClass { class, setting, value, ttl })
+    }
+
+    /// The name of what it changes, as the store keeps it: `limit`, `requests_per_minute`,
+    /// `weight|<class>`, ...
+    pub fn name(&self) -> String {
+        match self {
+            LiveChange::Set { setting, .. } | LiveChange::Clear(setting) => setting.as_str().to_owned(),
+            LiveChange::SetClass { class, setting, .. } | LiveChange::ClearClass { class, setting } => {
+                format!("{}|{class}", setting.as_str())
+            }
+        }
+    }
+
+    /// The value it sets and for how long (`None` for a clear).
+    pub fn value(&self) -> Option<(u64, Option<Duration>)> {
+        match *self {
+            LiveChange::Set { value, ttl, .. } | LiveChange::SetClass { value, ttl, .. } => Some((value, ttl)),
+            LiveChange::Clear(_) | LiveChange::ClearClass { .. } => None,
+        }
+    }
+
+    /// Whether the upstream `config` can take this change: a rate only for a budget it has, a
+    /// class setting only for a class it has (a reserve only if the configured reserves of
+    /// the others leave room for it).
+    ///
+    /// # Errors
+    ///
+    /// [`LiveError::NoSuchBudget`] for the rate of a budget `config` does not have,
+    /// [`LiveError::BadClass`] for a class it does not have or a reserve that does not fit.
     pub fn check_for(&self, config: &UpstreamConfig) -> Result<(), LiveError> {
+        if let LiveChange::SetClass { class, .. } | LiveChange::ClearClass { class, .. } = self
+            && config.class_index(class).is_none()
+        {
+            return Err(LiveError::BadClass(format!("the upstream has no class {class:?}")));
+        }
+        if let LiveChange::SetClass { class, setting: ClassSetting::Reserve, value, .. } = self {
+            let others: u64 = config
+                .classes()
+                .iter()
+                .filter(|c| c.name() != class)
+                .map(|c| u64::from(c.reserve_percent_value()))
+                .sum();
+            if others + value > 100 {
+                return Err(LiveError::BadClass(format!(
+                    "reserve {value} % of class {class} with the others' {others} % is above 100 %"
+                )));
+            }
+        }
         let LiveChange::Set { setting, .. } = *self else { return Ok(()) };
         let missing = match setting {
             LiveSetting::Limit => false,
@@ -241,11 +444,22 @@ impl LiveChange {
         if missing { Err(LiveError::NoSuchBudget { setting: setting.as_str() }) } else { Ok(()) }
     }
 
-    /// The setting it changes.
-    pub fn setting(&self) -> LiveSetting {
+    /// The upstream setting it changes (`None` for a class's).
+    pub fn setting(&self) -> Option<LiveSetting> {
         match *self {
-            LiveChange::Set { setting, .. } | LiveChange::Clear(setting) => setting,
+            LiveChange::Set { setting, .. } | LiveChange::Clear(setting) => Some(setting),
+            LiveChange::SetClass { .. } | LiveChange::ClearClass { .. } => None,
         }
+    }
+}
+
+/// The store's name of the mark of the last fleet-wide reset of a spent quota.
+pub(crate) const QUOTA_RESET: &str = "quota_reset";
+
+fn check_ttl(ttl: Option<Duration>) -> Result<(), LiveError> {
+    match ttl.filter(|ttl| duration_ms(*ttl) == 0 || *ttl > LiveChange::MAX_TTL) {
+        Some(given) => Err(LiveError::BadTimeToLive { given, max: LiveChange::MAX_TTL }),
+        None => Ok(()),
     }
 }
 
@@ -253,19 +467,19 @@ impl LiveChange {
 #[derive(Debug, Clone, Default)]
 pub struct LiveBoard {
     version: u64,
-    /// Each live setting's value and when it ends (ms), if it has an end.
-    values: HashMap<LiveSetting, (u64, Option<u64>)>,
+    /// Each live setting's value and when it ends (ms), if it has an end, by the store's name.
+    values: HashMap<String, (u64, Option<u64>)>,
 }
 
 impl LiveBoard {
     /// Applies `change` at `now_ms`; answers the new version.
     pub fn apply(&mut self, change: &LiveChange, now_ms: u64) -> u64 {
-        match *change {
-            LiveChange::Set { setting, value, ttl } => {
-                self.values.insert(setting, (value, ttl.map(|ttl| now_ms.saturating_add(duration_ms(ttl)))));
+        match change.value() {
+            Some((value, ttl)) => {
+                self.values.insert(change.name(), (value, ttl.map(|ttl| now_ms.saturating_add(duration_ms(ttl)))));
             }
-            LiveChange::Clear(setting) => {
-                self.values.remove(&setting);
+            None => {
+                self.values.remove(&change.name());
             }
         }
         self.version += 1;
@@ -281,9 +495,9 @@ impl LiveBoard {
             self.version += 1;
         }
         let mut settings = LiveSettings::empty(self.version);
-        for (&setting, &(value, until)) in &self.values {
+        for (name, &(value, until)) in &self.values {
             let remaining = until.map(|until| Duration::from_millis(until.saturating_sub(now_ms)));
-            settings = settings.with(setting, LiveValue { value, remaining });
+            settings = settings.with_named(name, LiveValue { value, remaining });
         }
         settings
     }
@@ -342,6 +556,39 @@ mod tests {
         assert_eq!(applied.budgets().tokens, None, "a rate for a budget it does not have is not applied");
         assert_eq!(applied.limit().get(), 4);
         assert_eq!(settings.apply_to(&plain).budgets(), plain.budgets());
+    }
+
+    #[test]
+    fn class_weights_and_reserves_apply_when_they_fit() {
+        let config = UpstreamConfig::builder("c")
+            .class("interactive", 3)
+            .class("batch", 1)
+            .reserve("interactive", 20)
+            .build()
+            .unwrap();
+        let weight = LiveChange::set_class("batch", ClassSetting::Weight, 6, None).unwrap();
+        assert_eq!(weight.name(), "weight|batch");
+        assert_eq!(weight.check_for(&config), Ok(()));
+        let nope = LiveChange::set_class("nope", ClassSetting::Weight, 6, None).unwrap();
+        assert!(matches!(nope.check_for(&config), Err(LiveError::BadClass(_))));
+        let too_much = LiveChange::set_class("batch", ClassSetting::Reserve, 90, None).unwrap();
+        assert!(matches!(too_much.check_for(&config), Err(LiveError::BadClass(_))), "20 + 90 > 100");
+        assert!(LiveChange::set_class("batch", ClassSetting::Weight, 0, None).is_err());
+        assert!(LiveChange::set_class("batch", ClassSetting::Weight, 1001, None).is_err());
+        assert!(LiveChange::set_class("a b", ClassSetting::Weight, 1, None).is_err());
+        let mut board = LiveBoard::default();
+        board.apply(&weight, 0);
+        board.apply(&LiveChange::set_class("interactive", ClassSetting::Reserve, 0, None).unwrap(), 0);
+        let applied = board.read(0).apply_to(&config);
+        let shares: Vec<(u32, u8)> =
+            applied.classes().iter().map(|c| (c.weight_value().get(), c.reserve_percent_value())).collect();
+        assert_eq!(shares, [(3, 0), (6, 0)]);
+        // Reserves that would add up to more than 100 % leave the classes as configured.
+        let mut board = LiveBoard::default();
+        board.apply(&LiveChange::set_class("batch", ClassSetting::Reserve, 90, None).unwrap(), 0);
+        assert_eq!(board.read(0).apply_to(&config).classes(), config.classes());
+        board.apply(&LiveChange::ClearClass { class: "batch".into(), setting: ClassSetting::Reserve }, 0);
+        assert!(board.read(0).is_empty());
     }
 
     #[test]

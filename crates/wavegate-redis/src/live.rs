@@ -13,16 +13,18 @@
 //! units each budget holds.
 
 use std::num::NonZeroU32;
+use std::sync::PoisonError;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use redis::Value;
 use wavegate_core::{LiveChange, LiveSetting, LiveSettings, LiveValue, duration_ms};
 
-use crate::calls::{Call, Reply};
+use crate::calls::{CONFIG_ARGS, Call, Reply};
 use crate::error::StoreError;
 use crate::scripts::scripts;
 use crate::shared_gate::SharedGate;
+use crate::shared_gate::classes_arg;
 
 /// The message a change announces on the upstream's release channel. Never an instance's name
 /// (an instance has no `:`), so a release's wake-up is never read as one.
@@ -39,11 +41,11 @@ pub(crate) fn read<'a>(key: &'a str, known: Option<u64>) -> Call<'a> {
 /// `live.lua`, changing: set or clear a setting, announced on `channel`.
 pub(crate) fn change<'a>(key: &'a str, change: &LiveChange, channel: &'a str) -> Call<'a> {
     let call = Call::new(&[key]);
-    match *change {
-        LiveChange::Set { setting, value, ttl } => {
-            call.arg("set").arg(setting.as_str()).arg(value).arg(ttl.map_or(0, duration_ms)).arg(channel)
+    match change.value() {
+        Some((value, ttl)) => {
+            call.arg("set").arg(change.name()).arg(value).arg(ttl.map_or(0, duration_ms)).arg(channel)
         }
-        LiveChange::Clear(setting) => call.arg("clear").arg(setting.as_str()).arg("").arg("").arg(channel),
+        None => call.arg("clear").arg(change.name()).arg("").arg("").arg(channel),
     }
 }
 
@@ -65,14 +67,9 @@ pub(crate) fn read_reply(reply: &[Value], known: Option<u64>) -> Result<Option<L
             .string(at + 1)?
             .parse()
             .map_err(|_| StoreError::unexpected(COMMAND, format!("{name} is not a number")))?;
-        if name == QUOTA_RESET {
-            settings.quota_reset = Some(value);
-            continue;
-        }
-        // A setting this build does not know (a newer tool's) is not this process's to apply.
-        let Some(setting) = LiveSetting::parse(&name) else { continue };
         let remaining = u64::try_from(r.int(at + 2)?).ok().map(Duration::from_millis);
-        settings = settings.with(setting, LiveValue { value, remaining });
+        // A setting this build does not know (a newer tool's) is not this process's to apply.
+        settings = settings.with_named(&name, LiveValue { value, remaining });
     }
     Ok(Some(settings))
 }
@@ -119,6 +116,13 @@ impl SharedGate {
         for (slot, (_, setting)) in self.live_args.iter().zip(LIVE_ARGS) {
             slot.store(settings.get_u32(setting).map_or(0, NonZeroU32::get), Ordering::Relaxed);
         }
+        // The classes' live weights and reserves, rendered as the classes' argument when they
+        // fit the configured classes (the same rule as the processes': LiveSettings::apply_to).
+        let classes = self.class_config.as_ref().and_then(|config| {
+            let (classes, default, window) = &**config;
+            settings.classes_applied(classes).map(|applied| classes_arg(&applied, *default, *window))
+        });
+        *self.live_classes.lock().unwrap_or_else(PoisonError::into_inner) = classes;
     }
 
     /// The live limit this gate sends, if one is set.
@@ -135,9 +139,15 @@ impl SharedGate {
         })
     }
 
+    /// The classes' argument with their live weights and reserves, when any is in force.
+    fn live_classes(&self) -> Option<String> {
+        self.live_classes.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
     /// Which of the configuration's arguments (by index) hold a live value now.
     pub(crate) fn live_fields(&self) -> Vec<usize> {
-        self.live_values().map(|(field, _)| field).collect()
+        let classes = self.live_classes().map(|_| CONFIG_ARGS - 1);
+        self.live_values().map(|(field, _)| field).chain(classes).collect()
     }
 
     /// Puts the live values, if any, in `call`'s configuration arguments (which come first).
@@ -146,6 +156,9 @@ impl SharedGate {
             if let Some(arg) = call.args.get_mut(field) {
                 *arg = value.get().to_string().into();
             }
+        }
+        if let (Some(classes), Some(arg)) = (self.live_classes(), call.args.get_mut(CONFIG_ARGS - 1)) {
+            *arg = classes.into();
         }
     }
 }

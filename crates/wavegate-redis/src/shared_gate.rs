@@ -24,6 +24,28 @@ use crate::error::StoreError;
 use crate::keys::UpstreamKeys;
 use crate::scripts::scripts;
 
+/// The classes' configuration argument (see `read_config` in `lua/wave.lua`):
+/// `[*]name:weight:reserve[:budget]` joined by `,`, the default marked `*`, then `@<ms>`, the
+/// counting window, unless zero.
+pub(crate) fn classes_arg(classes: &[PriorityClass], default: usize, count_window: Duration) -> String {
+    let mut entries: Vec<String> = classes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let mark = if i == default { "*" } else { "" };
+            let (name, weight, reserve) = (c.name(), c.weight_value(), c.reserve_percent_value());
+            match c.budget_percent_value() {
+                100 => format!("{mark}{name}:{weight}:{reserve}"),
+                share => format!("{mark}{name}:{weight}:{reserve}:{share}"),
+            }
+        })
+        .collect();
+    if !count_window.is_zero() {
+        entries.push(format!("@{}", duration_ms(count_window)));
+    }
+    entries.join(",")
+}
+
 /// One priority class's part of an [`acquire_among`](SharedGate::acquire_among): the head of
 /// this process's callers of the class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +109,11 @@ pub struct SharedGate {
     /// [`LIVE_ARGS`](crate::live::LIVE_ARGS), shared by the clones: see
     /// [`set_live`](Self::set_live).
     pub(crate) live_args: Arc<[AtomicU32; 3]>,
+    /// The priority classes as configured (with the default's index and the counting window),
+    /// from which a live change of their weights and reserves is rendered.
+    pub(crate) class_config: Option<Arc<(Vec<PriorityClass>, usize, Duration)>>,
+    /// The classes' argument with their live weights and reserves, when any is in force.
+    pub(crate) live_classes: Arc<Mutex<Option<String>>>,
 }
 
 impl SharedGate {
@@ -128,6 +155,8 @@ impl SharedGate {
             generation: Arc::default(),
             fallback_limit: None,
             live_args: Arc::default(),
+            class_config: None,
+            live_classes: Arc::default(),
         }
     }
 
@@ -162,23 +191,9 @@ impl SharedGate {
     ///
     /// [`UpstreamConfig::class_count_window`]: wavegate_core::UpstreamConfig::class_count_window
     pub fn with_classes(mut self, classes: &[PriorityClass], default: usize, count_window: Duration) -> Self {
-        let mut entries: Vec<String> = classes
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                let mark = if i == default { "*" } else { "" };
-                let (name, weight, reserve) = (c.name(), c.weight_value(), c.reserve_percent_value());
-                match c.budget_percent_value() {
-                    100 => format!("{mark}{name}:{weight}:{reserve}"),
-                    share => format!("{mark}{name}:{weight}:{reserve}:{share}"),
-                }
-            })
-            .collect();
-        if !count_window.is_zero() {
-            entries.push(format!("@{}", duration_ms(count_window)));
-        }
-        self.config_args[CONFIG_ARGS - 1] = entries.join(",");
+        self.config_args[CONFIG_ARGS - 1] = classes_arg(classes, default, count_window);
         self.default_class = classes.get(default).or(classes.first()).map(|c| c.name().to_owned());
+        self.class_config = Some(Arc::new((classes.to_vec(), default, count_window)));
         self
     }
 

@@ -14,7 +14,7 @@
 
 use actix::{ActorFutureExt, AsyncContext, Context, Handler, Message, WrapFuture};
 use tokio::sync::oneshot;
-use wavegate_core::{Clock, LiveChange, LiveSetting, LiveSettings};
+use wavegate_core::{Clock, LiveChange, LiveSettings};
 
 use super::actor::Lane;
 use crate::engine::gate::Gate;
@@ -127,8 +127,8 @@ impl Lane {
         }
     }
 
-    /// Applies `settings`: the limit and the budgets' rates in force become the live ones, or
-    /// the configured ones.
+    /// Applies `settings`: the limit, the budgets' rates and the classes' weights and reserves
+    /// in force become the live ones, or the configured ones.
     fn apply_live(&mut self, settings: LiveSettings, ctx: &mut Context<Self>) {
         let first = !self.live_read;
         self.live_read = true;
@@ -152,23 +152,28 @@ impl Lane {
         }
         self.live = settings;
         crate::metrics::live_version(self.name(), self.live.version);
-        let nothing_live =
-            LiveSetting::ALL.iter().all(|s| settings.get(*s).is_none()) && settings.quota_reset.is_none();
-        if first && nothing_live {
+        if first && self.live.is_empty() {
             // Nothing live at start: the configured settings stand, nothing to say.
             return;
         }
         if changed || first {
             let limit = self.config.limit();
             let rate = |b: Option<wavegate_core::RateBudget>| b.map(|b| b.per_minute());
+            let classes: Vec<String> = self
+                .config
+                .classes()
+                .iter()
+                .map(|c| format!("{}:{}:{}%", c.name(), c.weight_value(), c.reserve_percent_value()))
+                .collect();
             tracing::info!(
                 upstream = %self.name(),
-                version = settings.version,
+                version = self.live.version,
                 limit = limit.get(),
                 configured = self.configured.limit().get(),
                 requests_per_minute = ?rate(self.config.budgets().requests),
                 tokens_per_minute = ?rate(self.config.budgets().tokens),
-                override_for = ?LiveSetting::ALL.iter().filter_map(|s| settings.get(*s)?.remaining).min(),
+                classes = %classes.join(","),
+                override_for = ?self.live.next_end(),
                 "live settings applied{}",
                 if first && self.config != self.configured {
                     ": this process adopts the fleet's live settings over its configured ones"
