@@ -166,9 +166,16 @@ impl ProcessGate {
         }
     }
 
-    /// Stores a live change for the lanes asking here (local mode); answers its version.
+    /// Stores a live change for the lanes asking here (local mode), and wakes them (a lane
+    /// woken in local mode looks at the live settings first); answers its version.
     pub(crate) fn change_live(&self, change: &LiveChange, now_ms: u64) -> u64 {
-        self.live.lock().apply(change, now_ms)
+        let version = self.live.lock().apply(change, now_ms);
+        for (_, lane) in self.members.lock().iter() {
+            if let Some(lane) = lane.upgrade() {
+                lane.do_send(Wake);
+            }
+        }
+        version
     }
 
     /// The live settings at `now_ms` (an override whose time is up reverted).

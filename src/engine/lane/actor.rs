@@ -256,6 +256,11 @@ impl Handler<Wake> for Lane {
     type Result = ();
 
     fn handle(&mut self, _: Wake, ctx: &mut Context<Self>) {
+        if self.shared.is_none() {
+            // Local mode: a live change of the in-process gate wakes its lanes too (reading
+            // the board is a lock, no round trip).
+            self.check_live(ctx, None);
+        }
         self.pump(ctx);
     }
 }
