@@ -122,6 +122,8 @@ pub(crate) struct Lane {
     pub(super) live_read: bool,
     /// A look at the store's live settings is in flight.
     pub(super) live_reading: bool,
+    /// The look due at the end of the next override, if one runs.
+    pub(super) live_timer: Option<SpawnHandle>,
 }
 
 /// What a lane starts with.
@@ -196,6 +198,7 @@ impl Lane {
             live: LiveSettings::default(),
             live_read: false,
             live_reading: false,
+            live_timer: None,
         }
     }
 

@@ -10,7 +10,8 @@
 //! (`WaveMachine::rebase`); a live rate is sent as its budget's, and each budget keeps the
 //! units it holds (`rebudget` in `wave.lua`, `LocalGate::set_budgets`). Permits held above a lowered limit run to their end; nobody is
 //! admitted until the fleet is below it. In a fallback the last settings applied stay (and a
-//! change is refused: it needs the store).
+//! change is refused: it needs the store). An override's lane looks again right at its end, so
+//! the revert reaches every process within a few milliseconds of it.
 
 use actix::{ActorFutureExt, AsyncContext, Context, Handler, Message, WrapFuture};
 use tokio::sync::oneshot;
@@ -21,6 +22,10 @@ use crate::engine::gate::Gate;
 use crate::engine::store;
 use crate::error::Error;
 use crate::status::Mode;
+
+/// How long after an override's end (as the store said it) its lane looks again: the store's
+/// clock and this process's may disagree by a little.
+const OVERRIDE_END_SLACK: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Look at the live settings now (a change was announced).
 #[derive(Debug, Message)]
@@ -152,6 +157,18 @@ impl Lane {
         }
         self.live = settings;
         crate::metrics::live_version(self.name(), self.live.version);
+        // An override ends at a known time: look again right then (the first look after its
+        // end reverts it for everyone), not at the next second.
+        if let Some(timer) = self.live_timer.take() {
+            ctx.cancel_future(timer);
+        }
+        if let Some(left) = self.live.next_end() {
+            let after = left + OVERRIDE_END_SLACK;
+            self.live_timer = Some(ctx.run_later(after, |act, ctx| {
+                act.live_timer = None;
+                act.check_live(ctx, None);
+            }));
+        }
         if first && self.live.is_empty() {
             // Nothing live at start: the configured settings stand, nothing to say.
             return;
