@@ -48,6 +48,7 @@ local classes = #config.classes > 0 and n >= 7
 local gen = generation(ARGV[CONFIG_ARGS + 5], true)
 if not gen then return state_lost('acquire') end
 local now = now_ms()
+rebudget(config, now * 1000) -- a changed rate keeps its budget's units (wave.lua)
 ll_apply(config, now) -- the learned limits tighten the budgets (learned_limit.lua)
 
 purge(now)

@@ -40,6 +40,7 @@ if token_delta == nil or token_delta ~= math.floor(token_delta) then
 end
 if not generation(ARGV[CONFIG_ARGS + 7], false) then return state_lost('finish') end
 local now = now_ms()
+rebudget(config, now * 1000) -- a changed rate keeps its budget's units (wave.lua)
 ll_apply(config, now)
 if config.tokens and token_delta ~= 0 then
   save_tat('tokens_tat', gcra_settle(config.tokens, load_tat('tokens_tat', config.tokens, now * 1000), now * 1000, token_delta))

@@ -28,6 +28,7 @@ local adopt = to_int(ARGV[CONFIG_ARGS + 5], 'adopt count')
 if #ARGV < FIRST_ID - 1 + adopt then return fail('reconcile', 'fewer ids than the adopt count') end
 local gen = generation('', true)
 local now = now_ms()
+rebudget(config, now * 1000) -- a changed rate keeps its budget's units (wave.lua)
 ll_apply(config, now)
 if config.requests and used_requests > 0 then
   save_tat('requests_tat', gcra_charge_past(config.requests, load_tat('requests_tat', config.requests, now * 1000), now * 1000, used_requests))

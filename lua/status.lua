@@ -13,6 +13,7 @@
 if #ARGV ~= CONFIG_ARGS then return fail('status', 'expected ' .. CONFIG_ARGS .. ' ARGV, got ' .. #ARGV) end
 local config = read_config(1)
 local now = now_ms()
+rebudget(config, now * 1000) -- a changed rate keeps its budget's units (wave.lua)
 ll_apply(config, now)
 purge(now)
 local s = load_state(config, now)

@@ -27,7 +27,7 @@ local STATE_FIELDS = { 'state', 'limit', 'wave', 'cooldown_until', 'successes', 
   'good', 'retest_at', 'spacing', 'on_trial', 'rounds', 'retest_rounds', 'gen', 'requests_tat', 'tokens_tat',
   'll_requests_limit', 'll_requests_window', 'll_requests_until', 'll_tokens_limit', 'll_tokens_window',
   'll_tokens_until', 'pw_requests_left', 'pw_requests_until', 'pw_requests_at', 'pw_requests_to', 'pw_tokens_left',
-  'pw_tokens_until', 'pw_tokens_at', 'pw_tokens_to' }
+  'pw_tokens_until', 'pw_tokens_at', 'pw_tokens_to', 'requests_rate', 'tokens_rate' }
 local state_cache = nil
 
 -- The values of `fields` of KEYS[2] (a list, in order; `false` for a missing one).
@@ -162,6 +162,19 @@ local function fresh_state(config)
            retest_rounds = 0, on_trial = false }
 end
 
+-- The base limit the state was saved under (`stored_base`, nil for none) against the one sent
+-- (a configured or live change of the limit): NORMAL, or a limit at the old base, follows it;
+-- what was learned below it is kept, clamped to it (WaveMachine::rebase, spec::rebase_cases).
+local function rebase(s, stored_base, config)
+  if stored_base and stored_base ~= config.base and (s.state == 'NORMAL' or s.limit == stored_base) then
+    s.limit = config.base
+  end
+  s.limit = math.max(1, math.min(s.limit, config.base))
+  s.threshold = math.max(1, math.min(s.threshold, config.base))
+  s.ceiling = math.min(s.ceiling, config.base)
+  s.good = math.min(s.good, config.base)
+end
+
 -- Reads the state; a missing or unreadable hash starts over in NORMAL at the base limit. The
 -- deadlines are clamped to what they may mean at `now`: a cooldown ends at most max_cooldown
 -- ahead, a re-test at most retest_max ahead (a backward jump of TIME cannot stall them).
@@ -191,11 +204,7 @@ local function load_state(config, now)
     end
     return fresh_state(config)
   end
-  local stored_base = tonumber(v[8])
-  if stored_base and stored_base ~= config.base and (s.state == 'NORMAL' or s.limit == stored_base) then
-    -- The configured limit changed: NORMAL (or a limit at the old base) follows it.
-    s.limit = config.base
-  end
+  rebase(s, tonumber(v[8]), config)
   local cooldown_most, retest_most = now + config.max_cooldown, now + math.max(config.retest_max, config.retest_after)
   if s.cooldown_until > cooldown_most or s.retest_at > retest_most then
     -- Saved at once, so the clamped deadline stays put rather than moving with now.
@@ -203,10 +212,6 @@ local function load_state(config, now)
     s.retest_at = math.min(s.retest_at, retest_most)
     state_write('cooldown_until', s.cooldown_until, 'retest_at', s.retest_at)
   end
-  s.limit = math.max(1, math.min(s.limit, config.base))
-  s.threshold = math.max(1, math.min(s.threshold, config.base))
-  s.ceiling = math.min(s.ceiling, config.base)
-  s.good = math.min(s.good, config.base)
   return s
 end
 
@@ -422,6 +427,41 @@ end
 
 local function save_tat(field, tat)
   state_write(field, string.format('%.0f', tat))
+end
+
+-- A budget's TAT carried across a change of its rate from `from` to `to` a minute: the units it
+-- holds stay the same, so the budget is neither reset nor given a second burst; a TAT not after
+-- `now` or a rate of 0 is kept (wavegate_core::rescale_tat, spec::rescale_cases).
+local function rescale_tat(tat, now, from, to)
+  if tat <= now or from == to or from == 0 or to == 0 then return tat end
+  return now + math.floor((tat - now) * from / to)
+end
+
+-- The configured rates the budgets' TATs were last saved under ('requests_rate', 'tokens_rate'
+-- in KEYS[2]) against the ones sent (a live change of a rate, a rolling deploy): every TAT of a
+-- budget whose rate changed, the upstream's and each capped class's, is rescaled
+-- (LocalGate::set_budgets). `now` in µs. Before ll_apply: the configured rates.
+local function rebudget(config, now)
+  local stored = state_read({ 'requests_rate', 'tokens_rate' })
+  for i, kind in ipairs({ 'requests', 'tokens' }) do
+    local rate = config[kind] and config[kind].rate or 0
+    local was = tonumber(stored[i])
+    if was ~= rate and not (was == nil and rate == 0) then
+      if was and was > 0 and rate > 0 then
+        local function rescale(field, from, to)
+          local tat = tonumber(state_read({ field })[1])
+          if tat then save_tat(field, rescale_tat(tat, now, from, to)) end
+        end
+        rescale(kind .. '_tat', was, rate)
+        for _, class in ipairs(config.classes) do
+          if class.share < 100 then
+            rescale(kind .. '_tat|' .. class.name, class_share(was, class.share), class_share(rate, class.share))
+          end
+        end
+      end
+      state_write(kind .. '_rate', rate)
+    end
+  end
 end
 
 -- The wave an adopted permit (a call already running) reports against: the current one in

@@ -7,7 +7,7 @@ use std::fmt;
 pub use crate::error_kind::{Budget, ErrorKind};
 use std::time::Duration;
 
-use wavegate_core::{Outcome, Transient, TransportError, UnknownUpstream};
+use wavegate_core::{LiveError, Outcome, Transient, TransportError, UnknownUpstream};
 
 /// The hint [`Error::retry_after`] gives when nothing more precise is known.
 const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
@@ -104,6 +104,8 @@ enum Detail {
         operation: &'static str,
         message: String,
     },
+    /// A live change refused before anything was stored.
+    InvalidSetting(LiveError),
     /// A deadline that passed while a known wait (a cooldown, a provider window) held the
     /// permits back: when it ends.
     DeadlineHint {
@@ -203,6 +205,11 @@ impl<E> Error<E> {
     pub(crate) fn store_unavailable(upstream: impl Into<String>, operation: &'static str, message: String) -> Self {
         let detail = Detail::Store { operation, message };
         Self::new(ErrorKind::StoreUnavailable, Some(upstream.into()), None, detail)
+    }
+
+    /// [`ErrorKind::InvalidSetting`]: a live change of `upstream` that cannot be used.
+    pub(crate) fn invalid_setting(upstream: impl Into<String>, error: LiveError) -> Self {
+        Self::new(ErrorKind::InvalidSetting, Some(upstream.into()), None, Detail::InvalidSetting(error))
     }
 
     /// [`ErrorKind::Stopped`].
@@ -464,6 +471,9 @@ impl<E: fmt::Debug> fmt::Debug for Error<E> {
             Detail::Store { operation, message } => {
                 debug.field("operation", operation).field("message", message);
             }
+            Detail::InvalidSetting(error) => {
+                debug.field("setting", error);
+            }
             Detail::DeadlineHint { retry_after } => {
                 debug.field("retry_after", retry_after);
             }
@@ -547,6 +557,9 @@ impl<E> fmt::Display for Error<E> {
                 "upstream `{upstream}`: {operation} needs the shared store, which did not answer ({message}); \
                  nothing changed for the fleet, try again once it is back"
             ),
+            (Detail::InvalidSetting(error), _) => {
+                write!(f, "upstream `{upstream}`: the live change was refused: {error}")
+            }
             (Detail::None, _) => f.write_str("the scheduler has stopped"),
         }
     }

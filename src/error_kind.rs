@@ -44,6 +44,9 @@ pub enum ErrorKind {
     /// An operation that needs the shared store (an operator's clear of a provider window)
     /// could not reach it; nothing was changed for the fleet. Try again once it is back.
     StoreUnavailable,
+    /// A live change (e.g. [`Upstream::set_limit`](crate::Upstream::set_limit)) with a value
+    /// the setting cannot take (a limit of 0, an override of no time); nothing was changed.
+    InvalidSetting,
 }
 
 impl ErrorKind {
@@ -62,6 +65,7 @@ impl ErrorKind {
             ErrorKind::UnknownClass => "unknown_class",
             ErrorKind::Stopped => "stopped",
             ErrorKind::StoreUnavailable => "store_unavailable",
+            ErrorKind::InvalidSetting => "invalid_setting",
         }
     }
 

@@ -136,6 +136,8 @@ pub use wavegate_core::{PoolConfig, UpstreamConfig};
 // Status.
 pub use status::{ClassStatus, Mode, UpstreamStatus};
 pub use wavegate_core::{BudgetStatus, LearnedStatus, WaveState};
+// Live changes.
+pub use wavegate_core::{ClassSetting, LiveChange, LiveError, LiveSetting};
 // The shared store.
 #[cfg(feature = "redis")]
 pub use wavegate_redis::{Keyspace, Rejection, SentinelConfig, StoreConfig, StoreError, StoreHealth};

@@ -67,6 +67,10 @@ pub const CLASS_GRANTS_TOTAL: &str = "wavegate_class_grants_total";
 /// (histogram; upstreams with classes).
 pub const CLASS_PERMIT_WAIT_SECONDS: &str = "wavegate_class_permit_wait_seconds";
 
+/// The version of the upstream's live settings this process applied (0: none ever set);
+/// see `Upstream::set_limit`.
+pub const LIVE_VERSION: &str = "wavegate_live_version";
+
 /// Every metric name above.
 pub const ALL: &[&str] = &[
     PERMITS_IN_FLIGHT,
@@ -105,6 +109,7 @@ pub const ALL: &[&str] = &[
     PROVIDER_WINDOW_REPORTS_TOTAL,
     POOL_PICKS_TOTAL,
     POOL_MOVES_TOTAL,
+    LIVE_VERSION,
 ];
 
 /// Permits released after their lease had ended: for a while the fleet could admit one more
@@ -303,6 +308,10 @@ pub(crate) fn unreadable_signal(upstream: &str, kind: &'static str) {
 
 pub(crate) fn quota_exhausted(upstream: &str, exhausted: bool) {
     gauge!(QUOTA_EXHAUSTED, "upstream" => upstream.to_owned()).set(if exhausted { 1.0 } else { 0.0 });
+}
+
+pub(crate) fn live_version(upstream: &str, version: u64) {
+    gauge!(LIVE_VERSION, "upstream" => upstream.to_owned()).set(version as f64);
 }
 
 pub(crate) fn provider_window_report(upstream: &str) {

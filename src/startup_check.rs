@@ -41,7 +41,7 @@ pub(crate) fn check_store(
         Ok(info) => {
             tracing::info!(server = %info.name, version = %info.version, prefix = store.config().keyspace.prefix(), topology = store.config().topology(), "shared store checked");
             for warning in &info.warnings {
-                tracing::warn!(%warning, "wake-ups across processes will come from polling only; see docs/redis.md");
+                tracing::warn!(%warning, "the shared store allows less than wavegate uses; see docs/redis.md");
             }
             for (upstream, theirs) in store.health().config_conflicts {
                 tracing::error!(%upstream, theirs = %theirs, "another process shares this upstream's keys with another configuration; give each application its own key prefix");

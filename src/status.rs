@@ -87,6 +87,13 @@ pub struct UpstreamStatus {
     pub schedulers_in_process: usize,
     /// The priority classes, in configured order (empty without classes).
     pub classes: Vec<ClassStatus>,
+    /// The limit in NORMAL in force: the live one (see
+    /// [`Upstream::set_limit`](crate::Upstream::set_limit)), else the configured one.
+    pub base_limit: u32,
+    /// The limit this process was configured with.
+    pub configured_limit: u32,
+    /// The version of the live settings this process applied (0: none was ever set).
+    pub live_version: u64,
 }
 
 /// One priority class of an upstream, as this process sees it (`Serialize` with the `serde`

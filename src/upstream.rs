@@ -46,8 +46,9 @@
 //! ```
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use wavegate_core::UpstreamConfig;
+use wavegate_core::{LiveChange, LiveError, LiveSetting, UpstreamConfig};
 
 use crate::error::Error;
 use crate::handle::Inner;
@@ -108,6 +109,85 @@ impl Upstream {
     /// [`ErrorKind::Stopped`](crate::ErrorKind::Stopped) when the scheduler stopped.
     pub async fn clear_window(&self) -> Result<(), Error> {
         self.inner.engine.clear_windows(self.index).await
+    }
+
+    /// Sets the upstream's concurrency limit while it runs, until changed again: in shared
+    /// mode for the whole fleet (stored in Redis with a version; every process applies it
+    /// within about a second, and one started later starts with it), in local mode for this
+    /// process's schedulers of the upstream. Answers the new version. Permits held above a
+    /// lowered limit run to their end; nobody is admitted until fewer are held. What the 429
+    /// wave learned below the new limit is kept (see
+    /// [`WaveMachine::rebase`](wavegate_core::WaveMachine::rebase)). Logged once per process
+    /// with its version. See `docs/operations.md` (Live changes).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidSetting`](crate::ErrorKind::InvalidSetting) for a limit of 0;
+    /// [`ErrorKind::StoreUnavailable`](crate::ErrorKind::StoreUnavailable) when the shared
+    /// store did not answer or the upstream is in fallback (nothing changed);
+    /// [`ErrorKind::Stopped`](crate::ErrorKind::Stopped) when the scheduler stopped.
+    pub async fn set_limit(&self, limit: u32) -> Result<u64, Error> {
+        self.change(LiveChange::set(LiveSetting::Limit, u64::from(limit), None)).await
+    }
+
+    /// Sets the upstream's concurrency limit for `ttl` only (an override): when it runs out,
+    /// every process goes back to its configured limit (the first look after its end reverts
+    /// it in the store, under a new version). Otherwise as [`set_limit`](Self::set_limit).
+    ///
+    /// # Errors
+    ///
+    /// As [`set_limit`](Self::set_limit); also
+    /// [`ErrorKind::InvalidSetting`](crate::ErrorKind::InvalidSetting) for a `ttl` under 1 ms or
+    /// over 7 days.
+    pub async fn override_limit(&self, limit: u32, ttl: Duration) -> Result<u64, Error> {
+        self.change(LiveChange::set(LiveSetting::Limit, u64::from(limit), Some(ttl))).await
+    }
+
+    /// Drops a live limit: every process goes back to its configured one. Answers the new
+    /// version.
+    ///
+    /// # Errors
+    ///
+    /// As [`set_limit`](Self::set_limit).
+    pub async fn clear_limit(&self) -> Result<u64, Error> {
+        self.change(Ok(LiveChange::Clear(LiveSetting::Limit))).await
+    }
+
+    /// Any live change (see [`LiveSetting`]: the limit, the rate of the requests or tokens
+    /// budget), built with [`LiveChange::set`] (a value, with a time to live for an override)
+    /// or [`LiveChange::Clear`] (back to the configured value). A live rate changes the rate
+    /// of a budget the upstream is configured with (its burst stays); each budget keeps the
+    /// units it holds across the change: it is neither reset nor given a second burst. Answers
+    /// the new version. Otherwise as [`set_limit`](Self::set_limit).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use wavegate::{LiveChange, LiveSetting, Scheduler, UpstreamConfig};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let scheduler = Scheduler::builder()
+    ///     .upstream(UpstreamConfig::builder("llm").requests_per_minute(600, 20).build()?)
+    ///     .build()?;
+    /// let llm = scheduler.upstream("llm")?;
+    /// let half = LiveChange::set(LiveSetting::RequestsPerMinute, 300, Some(Duration::from_secs(600)))?;
+    /// assert_eq!(llm.change_live(half).await?, 1);
+    /// assert_eq!(llm.status().await?.live_version, 1);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`set_limit`](Self::set_limit); also
+    /// [`ErrorKind::InvalidSetting`](crate::ErrorKind::InvalidSetting) for the rate of a budget
+    /// the upstream is not configured with.
+    pub async fn change_live(&self, change: LiveChange) -> Result<u64, Error> {
+        self.change(Ok(change)).await
+    }
+
+    async fn change(&self, change: Result<LiveChange, LiveError>) -> Result<u64, Error> {
+        let change = change.map_err(|error| Error::invalid_setting(self.name(), error))?;
+        self.inner.engine.change_live(self.index, change).await
     }
 
     /// Lifts the refusal a spent quota put on the upstream in this process (an operator's

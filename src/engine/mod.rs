@@ -28,12 +28,14 @@ use std::sync::atomic::AtomicBool;
 
 use actix::{Actor, Addr, AsyncContext, Context};
 use tokio::sync::oneshot;
-use wavegate_core::{Instance, UpstreamConfig};
+use wavegate_core::{Instance, LiveChange, UpstreamConfig};
 
 use self::clock::Instant;
 use self::coordinator::{Coordinator, ReadLive};
 use self::grant::Grant;
-use self::lane::{Acquire, ClearWindows, Drain, DrainReply, Lane, LaneSetup, ReadHeadroom, ReadMode, ReadStatus};
+use self::lane::{
+    Acquire, ChangeLive, ClearWindows, Drain, DrainReply, Lane, LaneSetup, ReadHeadroom, ReadMode, ReadStatus,
+};
 use self::request::{AttemptKind, Request};
 use self::store::Store;
 use crate::error::Error;
@@ -137,6 +139,14 @@ impl Engine {
     pub(crate) async fn clear_windows(&self, upstream: usize) -> Result<(), Error> {
         let (reply, answer) = oneshot::channel();
         self.lanes[upstream].do_send(ClearWindows { reply });
+        answer.await.map_err(|_| Error::stopped())?
+    }
+
+    /// Stores a live change of `upstream` (for the fleet in shared mode, for the process in
+    /// local mode) and applies it here; answers its version.
+    pub(crate) async fn change_live(&self, upstream: usize, change: LiveChange) -> Result<u64, Error> {
+        let (reply, answer) = oneshot::channel();
+        self.lanes[upstream].do_send(ChangeLive { change, reply });
         answer.await.map_err(|_| Error::stopped())?
     }
 

@@ -10,8 +10,8 @@ use std::num::NonZeroU32;
 use actix::WeakRecipient;
 use parking_lot::Mutex;
 use wavegate_core::{
-    Ask, BudgetStatus, Budgets, Decision, FallbackStart, Instance, LearnedBudgets, LocalGate, PermitId,
-    ProviderWindows, UpstreamConfig, WaveSignal, WaveSnapshot, WindowReport,
+    Ask, BudgetStatus, Budgets, Decision, FallbackStart, Instance, LearnedBudgets, LiveBoard, LiveChange, LiveSettings,
+    LocalGate, PermitId, ProviderWindows, UpstreamConfig, WaveSignal, WaveSnapshot, WindowReport,
 };
 
 use super::store::{Released, Snapshot};
@@ -24,6 +24,9 @@ pub(crate) struct ProcessGate {
     /// The lanes asking at this gate, by their instance: a release wakes the one it names.
     /// (Held weakly: a gate does not keep its lanes alive.)
     members: Mutex<Vec<(Instance, WeakRecipient<Wake>)>>,
+    /// The live settings of local mode (an operator's changes, with their version), shared by
+    /// the lanes asking here as the store's are by the fleet.
+    live: Mutex<LiveBoard>,
 }
 
 impl ProcessGate {
@@ -33,7 +36,7 @@ impl ProcessGate {
     }
 
     fn with_gate(gate: LocalGate) -> Self {
-        Self { gate: Mutex::new(gate), members: Mutex::new(Vec::new()) }
+        Self { gate: Mutex::new(gate), members: Mutex::new(Vec::new()), live: Mutex::new(LiveBoard::default()) }
     }
 
     /// The gate of a fallback: this process's share of the limit and the budgets, what it last
@@ -148,6 +151,36 @@ impl ProcessGate {
     /// The wave machine's state.
     pub(crate) fn wave(&self) -> WaveSnapshot {
         self.gate.lock().machine().snapshot()
+    }
+
+    /// Takes a live change of `config` (the limit and the budgets in force): the wave keeps
+    /// what it learned below a new limit, each budget the units it holds under a new rate.
+    pub(crate) fn apply_live(&self, config: &UpstreamConfig, now_ms: u64) {
+        let mut gate = self.gate.lock();
+        gate.machine_mut().rebase(config.limit());
+        if gate.configured() != config.budgets() {
+            gate.set_budgets(config.budgets(), now_ms);
+        }
+        if gate.classes() != config.classes() {
+            gate.set_classes(config.classes());
+        }
+    }
+
+    /// Stores a live change for the lanes asking here (local mode), and wakes them (a lane
+    /// woken in local mode looks at the live settings first); answers its version.
+    pub(crate) fn change_live(&self, change: &LiveChange, now_ms: u64) -> u64 {
+        let version = self.live.lock().apply(change, now_ms);
+        for (_, lane) in self.members.lock().iter() {
+            if let Some(lane) = lane.upgrade() {
+                lane.do_send(Wake);
+            }
+        }
+        version
+    }
+
+    /// The live settings at `now_ms` (an override whose time is up reverted).
+    pub(crate) fn live(&self, now_ms: u64) -> LiveSettings {
+        self.live.lock().read(now_ms)
     }
 
     /// The base limit (a fallback's share).

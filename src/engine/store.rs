@@ -78,7 +78,9 @@ mod present {
     use std::time::Duration;
 
     use futures_util::FutureExt;
-    use wavegate_core::{Ask, Decision, PermitId, UpstreamConfig, WaveSignal, WaveState, WindowReport};
+    use wavegate_core::{
+        Ask, Decision, LiveChange, LiveSettings, PermitId, UpstreamConfig, WaveSignal, WaveState, WindowReport,
+    };
     use wavegate_redis::{SharedGate, Store, StoreError};
 
     use super::{ConfigConflict, GateFuture, Reconciled, Released, SharedView, Snapshot};
@@ -219,6 +221,28 @@ mod present {
         async move { store.preload_scripts().await }.boxed_local()
     }
 
+    /// The upstream's live settings, when their version is not `known`.
+    pub(crate) fn live(gate: &SharedGate, known: Option<u64>) -> GateFuture<Option<LiveSettings>> {
+        let gate = gate.clone();
+        async move { gate.live(known).await }.boxed_local()
+    }
+
+    /// Stores a live change for the fleet; answers its version.
+    pub(crate) fn change_live(gate: &SharedGate, change: LiveChange) -> GateFuture<u64> {
+        let gate = gate.clone();
+        async move { gate.change_live(&change).await }.boxed_local()
+    }
+
+    /// Sends the scripts `settings`' live values from now on.
+    pub(crate) fn set_live(gate: &SharedGate, settings: &LiveSettings) {
+        gate.set_live(settings);
+    }
+
+    /// The fleet's channel of live changes (`gate`'s namespace's).
+    pub(crate) fn changes_channel(gate: &SharedGate) -> String {
+        gate.keys().changes.clone()
+    }
+
     /// Claims the upstream's configuration; answers another process's, if it differs.
     pub(crate) fn claim_config(gate: &SharedGate) -> GateFuture<Option<ConfigConflict>> {
         let gate = gate.clone();
@@ -244,7 +268,9 @@ mod absent {
 
     use std::time::Duration;
 
-    use wavegate_core::{Ask, Decision, PermitId, UpstreamConfig, WaveSignal, WaveState, WindowReport};
+    use wavegate_core::{
+        Ask, Decision, LiveChange, LiveSettings, PermitId, UpstreamConfig, WaveSignal, WaveState, WindowReport,
+    };
 
     use super::{ConfigConflict, GateFuture, Reconciled, Released, SharedView};
 
@@ -351,10 +377,22 @@ mod absent {
     pub(crate) fn claim_config(gate: &SharedGate) -> GateFuture<Option<ConfigConflict>> {
         match *gate {}
     }
+
+    pub(crate) fn live(gate: &SharedGate, _: Option<u64>) -> GateFuture<Option<LiveSettings>> {
+        match *gate {}
+    }
+
+    pub(crate) fn change_live(gate: &SharedGate, _: LiveChange) -> GateFuture<u64> {
+        match *gate {}
+    }
+
+    pub(crate) fn set_live(gate: &SharedGate, _: &LiveSettings) {
+        match *gate {}
+    }
 }
 
 #[cfg(not(feature = "redis"))]
 pub(crate) use absent::{
-    acquire, claim_config, clear_windows, finish, heartbeat, is_cluster, ping, preload, probe, reconcile, rejected,
-    rejection, renew, report_window, shared_gate, status,
+    acquire, change_live, claim_config, clear_windows, finish, heartbeat, is_cluster, live, ping, preload, probe,
+    reconcile, rejected, rejection, renew, report_window, set_live, shared_gate, status,
 };

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use wavegate_core::{ClassSetting, LiveChange, LiveSetting};
+
 /// What the operator asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Command {
@@ -11,6 +13,10 @@ pub(crate) enum Command {
     Top { every: Duration },
     /// Forget an upstream's provider windows for the whole fleet.
     ClearWindow { upstream: String },
+    /// Change an upstream's setting live for the whole fleet.
+    Set { upstream: String, change: LiveChange },
+    /// Lift every process's refusal of an upstream for a spent quota, and its windows.
+    ResetQuota { upstream: String },
     /// The usage.
     Help,
 }
@@ -42,6 +48,22 @@ commands:
                           class, budgets, learned limits, provider windows, live processes
   top [--every SECONDS]   the same, refreshed (default every 1 s) until interrupted
   clear-window UPSTREAM   forget UPSTREAM's provider windows for the whole fleet
+  reset-quota UPSTREAM    lift every process's refusal of UPSTREAM for a spent quota (after
+                          paying the bill) and forget its provider windows
+  set UPSTREAM --limit N [--for DURATION]
+                          change UPSTREAM's concurrency limit for the whole fleet (every
+                          process within a second); with --for (e.g. 90s, 10m, 2h, 1d) only
+                          that long, then back to the configured limit
+  set UPSTREAM --limit configured
+                          back to the configured limit now
+  set UPSTREAM --requests-per-minute N|configured [--for DURATION]
+  set UPSTREAM --tokens-per-minute N|configured [--for DURATION]
+                          the same for the rate of a configured budget (its burst stays);
+                          the units the budget holds are kept across the change
+  set UPSTREAM --weight CLASS=N|configured [--for DURATION]
+  set UPSTREAM --reserve CLASS=PERCENT|configured [--for DURATION]
+                          a priority class's weight (1..=1000) or reserve (the reserves add
+                          up to at most 100 %)
 
 options:
   --redis URL             the store (default $WAVEGATE_REDIS_URL, else redis://127.0.0.1:6379);
@@ -50,7 +72,7 @@ options:
   --sentinel MASTER=HOST:PORT,...   find the primary through these sentinels
   --cluster URL,...       a Redis Cluster's seed nodes (needs the `cluster` feature)
   --upstream NAME         only this upstream (repeatable); needed on a Cluster
-  --json                  one JSON document (status) or one per refresh (top)
+  --json                  one JSON document (status, set) or one per refresh (top)
 ";
 
 /// Parses the arguments after the program's name; the error says what is wrong.
@@ -66,6 +88,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>, env_redis: Option<St
         json: false,
     };
     let mut every = Duration::from_secs(1);
+    let (mut setting, mut ttl) = (None, None);
     let mut positional = Vec::new();
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
@@ -90,6 +113,16 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>, env_redis: Option<St
                 }
                 every = Duration::from_secs_f64(seconds);
             }
+            "--limit" | "--requests-per-minute" | "--tokens-per-minute" | "--weight" | "--reserve" => {
+                if setting.is_some() {
+                    return Err("set changes one setting at a time".to_owned());
+                }
+                setting = Some((arg.clone(), value(&arg)?));
+            }
+            "--for" => {
+                let given = value("--for")?;
+                ttl = Some(duration(&given).ok_or_else(|| format!("--for {given:?}: expected e.g. 90s, 10m, 2h, 1d"))?);
+            }
             "-h" | "--help" | "help" => return Ok(Args { command: Command::Help, ..parsed }),
             other if other.starts_with('-') => return Err(format!("unknown option {other}")),
             other => positional.push(other.to_owned()),
@@ -101,9 +134,72 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>, env_redis: Option<St
         ["top"] => Command::Top { every },
         ["clear-window", upstream] => Command::ClearWindow { upstream: upstream.to_owned() },
         ["clear-window"] => return Err("clear-window needs the upstream's name".to_owned()),
-        [command, ..] => return Err(format!("unknown command {command:?} (status, top, clear-window)")),
+        ["set", upstream] => Command::Set { upstream: upstream.to_owned(), change: change(setting, ttl)? },
+        ["set"] => return Err("set needs the upstream's name".to_owned()),
+        ["reset-quota", upstream] => Command::ResetQuota { upstream: upstream.to_owned() },
+        ["reset-quota"] => return Err("reset-quota needs the upstream's name".to_owned()),
+        [command, ..] => {
+            return Err(format!("unknown command {command:?} (status, top, clear-window, set, reset-quota)"));
+        }
     };
     Ok(parsed)
+}
+
+/// The change `set` asks for: `--limit N` (with `--for`, an override) or `--limit configured`,
+/// the same for a budget's rate, and `--weight CLASS=N` / `--reserve CLASS=N` for a class's.
+fn change(setting: Option<(String, String)>, ttl: Option<Duration>) -> Result<LiveChange, String> {
+    let (flag, given) = setting.ok_or(
+        "set needs what to change: --limit N, --requests-per-minute N, --tokens-per-minute N, --weight CLASS=N \
+         or --reserve CLASS=N",
+    )?;
+    let class_setting = match flag.as_str() {
+        "--weight" => Some(ClassSetting::Weight),
+        "--reserve" => Some(ClassSetting::Reserve),
+        _ => None,
+    };
+    let (class, given) = match class_setting {
+        Some(_) => {
+            let (class, value) = given
+                .split_once('=')
+                .ok_or_else(|| format!("{flag} {given:?}: expected CLASS=N or CLASS=configured"))?;
+            (Some(class.to_owned()), value.to_owned())
+        }
+        None => (None, given),
+    };
+    if given == "configured" && ttl.is_some() {
+        return Err(format!("{flag} configured takes no --for"));
+    }
+    let value = || given.parse::<u64>().map_err(|_| format!("{flag} {given:?}: expected a number or `configured`"));
+    match (class_setting, class) {
+        (Some(setting), Some(class)) if given == "configured" => Ok(LiveChange::ClearClass { class, setting }),
+        (Some(setting), Some(class)) => {
+            LiveChange::set_class(class, setting, value()?, ttl).map_err(|error| format!("{flag}: {error}"))
+        }
+        _ => {
+            let setting = LiveSetting::parse(&flag.trim_start_matches("--").replace('-', "_"))
+                .ok_or_else(|| format!("unknown setting {flag}"))?;
+            if given == "configured" {
+                return Ok(LiveChange::Clear(setting));
+            }
+            LiveChange::set(setting, value()?, ttl).map_err(|error| format!("{flag} {given}: {error}"))
+        }
+    }
+}
+
+/// A duration as an operator writes it: a number and a unit (`ms`, `s`, `m`, `h`, `d`).
+pub(crate) fn duration(text: &str) -> Option<Duration> {
+    let at = text.find(|c: char| !c.is_ascii_digit())?;
+    let (number, unit) = text.split_at(at);
+    let number: u64 = number.parse().ok()?;
+    let ms = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return None,
+    };
+    Some(Duration::from_millis(number.checked_mul(ms)?))
 }
 
 #[cfg(test)]
@@ -137,5 +233,54 @@ mod tests {
         assert!(args("status --redis").unwrap_err().contains("needs a value"));
         assert!(args("status --sentinel nope").unwrap_err().contains("MASTER="));
         assert_eq!(args("").expect("help").command, Command::Help);
+        assert!(args("set").unwrap_err().contains("needs the upstream"));
+        assert!(args("reset-quota").unwrap_err().contains("needs the upstream"));
+        assert_eq!(args("reset-quota llm").expect("valid").command, Command::ResetQuota { upstream: "llm".to_owned() });
+        assert!(args("set llm").unwrap_err().contains("--limit"));
+        assert!(args("set llm --limit 0").unwrap_err().contains("at least 1"));
+        assert!(args("set llm --limit x").unwrap_err().contains("a number"));
+        assert!(args("set llm --limit 3 --for 10").unwrap_err().contains("90s"));
+        assert!(args("set llm --limit 3 --for 0s").unwrap_err().contains("override"));
+        assert!(args("set llm --limit 3 --for 8d").unwrap_err().contains("override"));
+        assert!(args("set llm --limit configured --for 1m").unwrap_err().contains("no --for"));
+    }
+
+    #[test]
+    fn set_and_its_durations() {
+        let set = args("set llm --limit 4 --for 10m --json").expect("valid");
+        let change = LiveChange::set(LiveSetting::Limit, 4, Some(Duration::from_secs(600))).expect("valid");
+        assert_eq!(set.command, Command::Set { upstream: "llm".to_owned(), change });
+        assert!(set.json);
+        let kept = args("set llm --limit 12").expect("valid").command;
+        let change = LiveChange::set(LiveSetting::Limit, 12, None).expect("valid");
+        assert_eq!(kept, Command::Set { upstream: "llm".to_owned(), change });
+        let rpm = args("set llm --requests-per-minute 300 --for 1h").expect("valid").command;
+        let change =
+            LiveChange::set(LiveSetting::RequestsPerMinute, 300, Some(Duration::from_secs(3_600))).expect("ok");
+        assert_eq!(rpm, Command::Set { upstream: "llm".to_owned(), change });
+        let tpm = args("set llm --tokens-per-minute configured").expect("valid").command;
+        assert_eq!(
+            tpm,
+            Command::Set { upstream: "llm".to_owned(), change: LiveChange::Clear(LiveSetting::TokensPerMinute) }
+        );
+        assert!(args("set llm --limit 3 --tokens-per-minute 9").unwrap_err().contains("one setting"));
+        let weight = args("set llm --weight batch=4 --for 10m").expect("valid").command;
+        let change =
+            LiveChange::set_class("batch", ClassSetting::Weight, 4, Some(Duration::from_secs(600))).expect("ok");
+        assert_eq!(weight, Command::Set { upstream: "llm".to_owned(), change });
+        let reserve = args("set llm --reserve interactive=configured").expect("valid").command;
+        let change = LiveChange::ClearClass { class: "interactive".to_owned(), setting: ClassSetting::Reserve };
+        assert_eq!(reserve, Command::Set { upstream: "llm".to_owned(), change });
+        assert!(args("set llm --weight 4").unwrap_err().contains("CLASS=N"));
+        assert!(args("set llm --weight batch=0").unwrap_err().contains("outside"));
+        assert!(args("set llm --reserve batch=101").unwrap_err().contains("outside"));
+        let back = args("set llm --limit configured").expect("valid").command;
+        assert_eq!(back, Command::Set { upstream: "llm".to_owned(), change: LiveChange::Clear(LiveSetting::Limit) });
+        assert_eq!(duration("1500ms"), Some(Duration::from_millis(1_500)));
+        assert_eq!(duration("2h"), Some(Duration::from_secs(7_200)));
+        assert_eq!(duration("1d"), Some(Duration::from_secs(86_400)));
+        for bad in ["", "10", "m", "1.5m", "10x", "-1s"] {
+            assert_eq!(duration(bad), None, "{bad}");
+        }
     }
 }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use wavegate_core::{BudgetStatus, LearnedStatus, UpstreamName, WaveState};
+use wavegate_core::{BudgetStatus, LearnedStatus, LiveChange, LiveSetting, LiveSettings, UpstreamName, WaveState};
 use wavegate_redis::{SharedGate, Store, StoreError};
 
 /// One provider window as the fleet keeps it.
@@ -41,6 +41,8 @@ pub(crate) struct UpstreamView {
     pub(crate) windows: [Option<WindowView>; 2],
     /// The fallback limit configured, if any.
     pub(crate) fallback_limit: Option<u32>,
+    /// The live settings an operator set, with their version.
+    pub(crate) live: LiveSettings,
 }
 
 /// The whole fleet.
@@ -60,6 +62,12 @@ pub(crate) enum ReadError {
     Store(StoreError),
     /// A name that is not an upstream name.
     BadName(String),
+    /// An upstream no live process configures (no claim under the prefix).
+    Unconfigured(String),
+    /// A rate for a budget the upstream is not configured with.
+    NoSuchBudget(String, String),
+    /// A setting of a class the upstream does not have.
+    NoSuchClass(String, String),
 }
 
 impl std::fmt::Display for ReadError {
@@ -67,6 +75,16 @@ impl std::fmt::Display for ReadError {
         match self {
             ReadError::Store(error) => write!(f, "{error}"),
             ReadError::BadName(name) => write!(f, "{name:?} is not an upstream name"),
+            ReadError::NoSuchBudget(name, setting) => {
+                write!(f, "{name:?} has no budget {setting} configured; a live change only changes a configured rate")
+            }
+            ReadError::NoSuchClass(name, class) => {
+                write!(f, "{name:?} has no priority class {class:?}; nothing changed")
+            }
+            ReadError::Unconfigured(name) => write!(
+                f,
+                "no live process configures {name:?} under this prefix (see `wavegate status`); nothing changed"
+            ),
         }
     }
 }
@@ -137,6 +155,9 @@ async fn upstream(
     now: u64,
 ) -> Result<Option<UpstreamView>, ReadError> {
     let Some(gate) = SharedGate::from_claim(store.clone(), name, claim) else { return Ok(None) };
+    // The live limit is the base the processes send the status script, not the claimed one.
+    let live = gate.live(None).await?.unwrap_or_default();
+    gate.set_live(&live);
     let (status, classes) = gate.status_with_classes().await?;
     let keys = store.config().keyspace.upstream(name);
     let mut cmd = redis::cmd("HMGET");
@@ -162,6 +183,7 @@ async fn upstream(
         learned: status.learned,
         windows: [window(field(0), field(1), now), window(field(2), field(3), now)],
         fallback_limit: claim.rsplit_once("fallback:").and_then(|(_, n)| n.parse().ok()),
+        live,
     }))
 }
 
@@ -206,6 +228,56 @@ pub(crate) async fn clear_window(store: &Store, name: &str) -> Result<(), ReadEr
     let gate = SharedGate::new(store.clone(), &upstream, &wavegate_core::WaveConfig::new(std::num::NonZeroU32::MIN));
     gate.clear_windows().await?;
     Ok(())
+}
+
+/// What `set` did: the version, and the settings as they stand after it.
+#[derive(Debug, Clone)]
+pub(crate) struct SetView {
+    pub(crate) version: u64,
+    pub(crate) live: LiveSettings,
+}
+
+/// Stores `change` of `name`'s live settings for the fleet (refused for an upstream no live
+/// process configures: most likely a typo).
+pub(crate) async fn set(store: &Store, name: &str, change: &LiveChange) -> Result<SetView, ReadError> {
+    let upstream = UpstreamName::new(name).map_err(|_| ReadError::BadName(name.to_owned()))?;
+    let key = store.config().keyspace.upstream(&upstream).config;
+    let claim: Option<String> = store.query("GET", redis::cmd("GET").arg(key).clone()).await?;
+    let Some(claim) = claim else { return Err(ReadError::Unconfigured(name.to_owned())) };
+    // A rate only for a budget the fleet is configured with (the claim's rates: a minute).
+    let field = match change {
+        LiveChange::Set { setting: LiveSetting::RequestsPerMinute, .. } => Some(5),
+        LiveChange::Set { setting: LiveSetting::TokensPerMinute, .. } => Some(7),
+        _ => None,
+    };
+    if field.is_some_and(|field| claim.split('|').nth(field).is_none_or(|rate| rate == "0")) {
+        return Err(ReadError::NoSuchBudget(name.to_owned(), change.name()));
+    }
+    // A class's setting only for a class the fleet has (the claim's classes).
+    if let LiveChange::SetClass { class, .. } | LiveChange::ClearClass { class, .. } = change
+        && !class_names(&claim).contains(class)
+    {
+        return Err(ReadError::NoSuchClass(name.to_owned(), class.clone()));
+    }
+    let gate = SharedGate::new(store.clone(), &upstream, &wavegate_core::WaveConfig::new(std::num::NonZeroU32::MIN));
+    let version = gate.change_live(change).await?;
+    let live = gate.live(None).await?.unwrap_or_default();
+    Ok(SetView { version, live })
+}
+
+/// Lifts every process's refusal of `name` for a spent quota (a new mark in its live
+/// settings, the store's time) and forgets its provider windows; answers the live settings'
+/// version.
+pub(crate) async fn reset_quota(store: &Store, name: &str) -> Result<u64, ReadError> {
+    let upstream = UpstreamName::new(name).map_err(|_| ReadError::BadName(name.to_owned()))?;
+    let key = store.config().keyspace.upstream(&upstream).config;
+    let claim: Option<String> = store.query("GET", redis::cmd("GET").arg(key).clone()).await?;
+    if claim.is_none() {
+        return Err(ReadError::Unconfigured(name.to_owned()));
+    }
+    let gate = SharedGate::new(store.clone(), &upstream, &wavegate_core::WaveConfig::new(std::num::NonZeroU32::MIN));
+    gate.clear_windows().await?;
+    Ok(gate.reset_quota_fleet(store_now_ms(store).await?).await?)
 }
 
 #[cfg(test)]

@@ -4,12 +4,15 @@
 //! wavegate status [--json]            every upstream, fleet-wide
 //! wavegate top [--every SECONDS]      the same, refreshed
 //! wavegate clear-window UPSTREAM      forget a provider window for the whole fleet
+//! wavegate set UPSTREAM --limit N [--for 10m]   change a limit live for the whole fleet
+//! wavegate reset-quota UPSTREAM       lift a spent quota's refusal in every process
 //! ```
 //!
 //! It reads the keys the processes write, through the same store crate (TLS with the `tls`
 //! feature, credentials in the URL, Sentinel, Cluster with the `cluster` feature): each
 //! upstream's claimed configuration (which the status script needs), its shared state, its
-//! provider windows, and the live processes' heartbeats. Exit status: 0, 1 on a store error,
+//! provider windows, its live settings, and the live processes' heartbeats; `set` writes the live
+//! settings as `Upstream::set_limit` does (`lua/live.lua`). Exit status: 0, 1 on a store error,
 //! 2 on a usage error.
 
 mod args;
@@ -53,6 +56,28 @@ async fn run(args: Args) -> Result<(), String> {
             }
             tokio::time::sleep(every).await;
         },
+        Command::Set { upstream, change } => {
+            let set = fleet::set(&store, &upstream, &change).await.map_err(|e| e.to_string())?;
+            print!(
+                "{}",
+                if args.json {
+                    render::set_json(&upstream, &change, &set) + "\n"
+                } else {
+                    render::set_text(&upstream, &change, &set)
+                }
+            );
+        }
+        Command::ResetQuota { upstream } => {
+            let version = fleet::reset_quota(&store, &upstream).await.map_err(|e| e.to_string())?;
+            if args.json {
+                println!("{}", serde_json::json!({ "upstream": upstream, "quota_reset": true, "version": version }));
+            } else {
+                println!(
+                    "{upstream}: spent-quota refusals lifted and provider windows cleared for the fleet (version \
+                     {version}; every process within a second)"
+                );
+            }
+        }
         Command::ClearWindow { upstream } => {
             fleet::clear_window(&store, &upstream).await.map_err(|e| e.to_string())?;
             println!("{upstream}: provider windows cleared for the fleet (every process looks again within a second)");

@@ -4,9 +4,9 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use wavegate_core::LearnedLimitStatus;
+use wavegate_core::{LearnedLimitStatus, LiveChange, LiveSetting, LiveSettings};
 
-use crate::fleet::{FleetView, UpstreamView, WindowView};
+use crate::fleet::{FleetView, SetView, UpstreamView, WindowView};
 
 fn ms(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
@@ -41,7 +41,61 @@ fn upstream_json(u: &UpstreamView) -> Value {
         "learned": { "requests": learned_json(u.learned.requests), "tokens": learned_json(u.learned.tokens) },
         "windows": { "requests": window_json(u.windows[0]), "tokens": window_json(u.windows[1]) },
         "fallback_limit": u.fallback_limit,
+        "live": live_json(&u.live),
     })
+}
+
+fn live_json(live: &LiveSettings) -> Value {
+    let value =
+        |setting| live.get(setting).map_or(Value::Null, |l| json!({ "value": l.value, "for_ms": l.remaining.map(ms) }));
+    let class_value = |v: Option<wavegate_core::LiveValue>| {
+        v.map_or(Value::Null, |l| json!({ "value": l.value, "for_ms": l.remaining.map(ms) }))
+    };
+    let classes: serde_json::Map<String, Value> = live
+        .classes
+        .iter()
+        .map(|(name, c)| (name.clone(), json!({ "weight": class_value(c.weight), "reserve": class_value(c.reserve) })))
+        .collect();
+    json!({
+        "version": live.version,
+        "limit": value(LiveSetting::Limit),
+        "requests_per_minute": value(LiveSetting::RequestsPerMinute),
+        "tokens_per_minute": value(LiveSetting::TokensPerMinute),
+        "classes": classes,
+    })
+}
+
+/// What `set` did, as one JSON document.
+pub(crate) fn set_json(upstream: &str, change: &LiveChange, set: &SetView) -> String {
+    let (value, for_ms) = match change.value() {
+        Some((value, ttl)) => (json!(value), ttl.map(ms)),
+        None => (json!("configured"), None),
+    };
+    json!({
+        "upstream": upstream,
+        "setting": change.name(),
+        "value": value,
+        "for_ms": for_ms,
+        "version": set.version,
+        "live": live_json(&set.live),
+    })
+    .to_string()
+}
+
+/// What `set` did, for a person.
+pub(crate) fn set_text(upstream: &str, change: &LiveChange, set: &SetView) -> String {
+    let setting = match change {
+        LiveChange::SetClass { class, setting, .. } | LiveChange::ClearClass { class, setting } => {
+            format!("{} of class {class}", setting.as_str())
+        }
+        _ => change.name().replace('_', " "),
+    };
+    let what = match change.value() {
+        Some((value, Some(ttl))) => format!("{setting} {value} for {}, then back to the configured one", secs(ttl)),
+        Some((value, None)) => format!("{setting} {value} until changed"),
+        None => format!("{setting} back to the configured one"),
+    };
+    format!("{upstream}: {what} (version {}); every process applies it within a second\n", set.version)
 }
 
 /// The fleet as one JSON document.
@@ -87,6 +141,27 @@ pub(crate) fn text(fleet: &FleetView) -> String {
             u.in_flight,
             cooling
         );
+        for (class, live) in &u.live.classes {
+            for (name, value) in [("weight", live.weight), ("reserve", live.reserve)] {
+                let Some(value) = value else { continue };
+                let until = value.remaining.map_or("until changed".to_owned(), |left| format!("for {}", secs(left)));
+                let _ = writeln!(
+                    out,
+                    "  live {name} of class {class} {} {until} (version {}; wavegate set {} --{name} {class}=configured)",
+                    value.value, u.live.version, u.name
+                );
+            }
+        }
+        for setting in LiveSetting::ALL {
+            let Some(live) = u.live.get(setting) else { continue };
+            let until = live.remaining.map_or("until changed".to_owned(), |left| format!("for {}", secs(left)));
+            let (name, flag) = (setting.as_str().replace('_', " "), setting.as_str().replace('_', "-"));
+            let _ = writeln!(
+                out,
+                "  live {name} {} {until} (version {}; wavegate set {} --{flag} configured)",
+                live.value, u.live.version, u.name
+            );
+        }
         for c in &u.classes {
             let _ = writeln!(out, "  class {:<16} {:>5} in flight {:>6} waiting", c.name, c.in_flight, c.waiting);
         }

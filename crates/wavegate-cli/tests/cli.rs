@@ -1,4 +1,4 @@
-//! `wavegate status`, `clear-window` and their mistakes, run as the real binary against a real
+//! `wavegate status`, `clear-window`, `set` and their mistakes, run as the real binary against a real
 //! redis-server that two schedulers (two processes of a fleet, as far as the store can tell)
 //! share.
 
@@ -104,4 +104,144 @@ fn mistakes_are_usage_errors_and_an_unreachable_store_is_a_store_error() {
     assert!(started.elapsed() < Duration::from_secs(5));
     let bad = wavegate(&["clear-window", "no such name", "--redis", &format!("redis://127.0.0.1:{port}")]);
     assert_ne!(bad.status.code(), Some(0));
+}
+
+/// `set`: a live limit every scheduler applies within a second, shown by `status`; an override
+/// that reverts; back to the configured limit; a name no process configures is refused.
+#[actix::test]
+async fn set_changes_the_fleets_limit_live() {
+    let redis = RedisServer::start().expect("redis-server");
+    let url = redis.url();
+    let build = || {
+        let llm = UpstreamConfig::builder("llm").limit(8).requests_per_minute(600, 20).build().expect("valid");
+        Scheduler::builder().upstream(llm).redis(url.clone()).build().expect("scheduler")
+    };
+    let (a, b) = (build(), build());
+    let set = |extra: &[&str]| {
+        let mut args = vec!["set", "llm", "--redis", &url];
+        args.extend_from_slice(extra);
+        wavegate(&args)
+    };
+    let applied_by_both = |limit: u32| {
+        let (a, b) = (a.upstream("llm").expect("llm"), b.upstream("llm").expect("llm"));
+        async move {
+            let started = Instant::now();
+            loop {
+                let (sa, sb) = (a.status().await.expect("status"), b.status().await.expect("status"));
+                if sa.base_limit == limit && sb.base_limit == limit {
+                    return (started.elapsed(), sa);
+                }
+                assert!(started.elapsed() < Duration::from_secs(3), "not applied: {sa:?} {sb:?}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+
+    let out = set(&["--limit", "3", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let reply: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    println!("{reply}");
+    assert_eq!(
+        (reply["setting"].as_str(), reply["value"].as_u64(), reply["version"].as_u64()),
+        (Some("limit"), Some(3), Some(1))
+    );
+    assert_eq!(reply["live"]["limit"]["value"].as_u64(), Some(3));
+    let (took, seen) = applied_by_both(3).await;
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    assert_eq!((seen.limit, seen.configured_limit, seen.live_version), (3, 8, 1));
+    let view = upstream(&status(&url), "llm").clone();
+    assert_eq!((view["limit"].as_u64(), view["live"]["limit"]["value"].as_u64()), (Some(3), Some(3)));
+    let text = wavegate(&["status", "--redis", &url]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    println!("{text}");
+    assert!(
+        text.contains("llm: NORMAL limit 3 (configured 8)") && text.contains("live limit 3 until changed"),
+        "{text}"
+    );
+
+    // An override for a second, then the configured limit again.
+    let out = set(&["--limit", "5", "--for", "1s"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    println!("{said}");
+    assert!(said.contains("llm: limit 5 for 1.0s, then back to the configured one (version 2)"), "{said}");
+    applied_by_both(5).await;
+    let (took, seen) = applied_by_both(8).await;
+    assert_eq!(seen.live_version, 3, "reverted under a version of its own");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+
+    let out = set(&["--limit", "4"]);
+    assert!(out.status.success());
+    applied_by_both(4).await;
+    let out = set(&["--limit", "configured", "--json"]);
+    let reply: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    assert_eq!((reply["value"].as_str(), reply["live"]["limit"].is_null()), (Some("configured"), true), "{reply}");
+    applied_by_both(8).await;
+
+    // A budget's rate: shown by status; a budget the upstream does not have is refused.
+    let out = set(&["--requests-per-minute", "300", "--for", "10m"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    println!("{said}");
+    assert!(said.contains("llm: requests per minute 300 for 600.0s"), "{said}");
+    let view = upstream(&status(&url), "llm").clone();
+    let live = &view["live"]["requests_per_minute"];
+    assert_eq!(live["value"].as_u64(), Some(300), "{view}");
+    assert!(live["for_ms"].as_u64().is_some_and(|ms| ms > 590_000 && ms <= 600_000), "{live}");
+    let text = wavegate(&["status", "--redis", &url]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    println!("{text}");
+    assert!(text.contains("live requests per minute 300 for"), "{text}");
+    let none = set(&["--tokens-per-minute", "300"]);
+    assert_eq!(none.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&none.stderr).contains("no budget tokens_per_minute"), "{none:?}");
+
+    let classless = set(&["--weight", "batch=2"]);
+    assert_eq!(classless.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&classless.stderr).contains("no priority class \"batch\""), "{classless:?}");
+
+    let typo = wavegate(&["set", "lmm", "--limit", "3", "--redis", &url]);
+    assert_eq!(typo.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&typo.stderr).contains("no live process configures \"lmm\""));
+    let zero = wavegate(&["set", "llm", "--limit", "0", "--redis", &url]);
+    assert_eq!(zero.status.code(), Some(2), "a usage error, before the store");
+}
+
+/// `reset-quota`: a spent quota refuses the upstream in the processes that met it; the tool
+/// lifts the refusal in every one of them within a second.
+#[actix::test]
+async fn reset_quota_lifts_the_refusal_in_every_process() {
+    let redis = RedisServer::start().expect("redis-server");
+    let url = redis.url();
+    let build = || {
+        let llm = UpstreamConfig::builder("llm").limit(4).max_wait(Duration::from_millis(200)).build().expect("valid");
+        Scheduler::builder().upstream(llm).redis(url.clone()).build().expect("scheduler")
+    };
+    let (a, b) = (build(), build());
+    for scheduler in [&a, &b] {
+        let permit = scheduler.upstream("llm").expect("llm").request().acquire().await.expect("permit");
+        permit.report(Outcome::from_status(429, None, SystemTime::now()).with_error_code("insufficient_quota"));
+        let refused = scheduler.upstream("llm").expect("llm").request().acquire().await.expect_err("refused");
+        assert_eq!(refused.kind(), wavegate::ErrorKind::QuotaExhausted, "{refused}");
+    }
+    let out = wavegate(&["reset-quota", "llm", "--redis", &url]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    println!("{said}");
+    assert!(out.status.success() && said.contains("spent-quota refusals lifted"), "{said} {out:?}");
+    let started = Instant::now();
+    for scheduler in [&a, &b] {
+        let llm = scheduler.upstream("llm").expect("llm");
+        loop {
+            match llm.request().acquire().await {
+                Ok(permit) => {
+                    permit.succeeded();
+                    break;
+                }
+                Err(error) => assert!(started.elapsed() < Duration::from_secs(2), "still refused: {error}"),
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    println!("both admit {:?} after the reset", started.elapsed());
+    assert!(started.elapsed() < Duration::from_secs(1));
+    let typo = wavegate(&["reset-quota", "lmm", "--redis", &url]);
+    assert_eq!(typo.status.code(), Some(1));
 }

@@ -144,6 +144,22 @@ impl ClassBudgets {
         }
     }
 
+    /// Carries every class's TATs across a change of the upstream's budgets from `from` to
+    /// `to` (each class's share of each: see [`rescale_tat`](crate::rescale_tat)).
+    pub fn rescale(&mut self, from: Budgets, to: Budgets, now_us: u64) {
+        for held in self.classes.iter_mut().flatten() {
+            let rates = |f: Option<RateBudget>, t: Option<RateBudget>| {
+                Some((class_share(f?, held.percent).per_minute(), class_share(t?, held.percent).per_minute()))
+            };
+            if let Some((f, t)) = rates(from.requests, to.requests) {
+                held.requests_tat_us = crate::gcra::rescale_tat(held.requests_tat_us, now_us, f, t);
+            }
+            if let Some((f, t)) = rates(from.tokens, to.tokens) {
+                held.tokens_tat_us = crate::gcra::rescale_tat(held.tokens_tat_us, now_us, f, t);
+            }
+        }
+    }
+
     /// Settles a token reservation of class `class`: `delta` more tokens (negative: fewer)
     /// were used than reserved.
     pub fn settle(&mut self, class: usize, budgets: Budgets, delta: i64, now_ms: u64) {

@@ -337,6 +337,51 @@ impl UpstreamConfig {
     pub fn limit(&self) -> NonZeroU32 {
         self.wave.base_limit
     }
+    /// The same configuration with another concurrency limit (a live change: see
+    /// [`LiveChange`](crate::LiveChange)); everything else, the fallback limit included, stays.
+    pub fn with_limit(&self, limit: NonZeroU32) -> Self {
+        let mut config = self.clone();
+        config.wave.base_limit = limit;
+        config
+    }
+    /// The same configuration with other budgets (a live change of a rate: see
+    /// [`LiveSettings::apply_to`](crate::LiveSettings::apply_to)); everything else stays.
+    pub fn with_budgets(&self, budgets: Budgets) -> Self {
+        let mut config = self.clone();
+        config.budgets = budgets;
+        config
+    }
+    /// The same configuration with the priority classes' weights and reserves of `classes`
+    /// (a live change: the same classes by name, in the same order; the budget shares and
+    /// the default stay as configured).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::InvalidClass`] when `classes` are not this upstream's or their
+    /// reserves add up to more than 100 %.
+    pub fn with_class_shares(&self, classes: &[PriorityClass]) -> Result<Self, ConfigError> {
+        let same = classes.len() == self.classes.len()
+            && classes.iter().zip(&self.classes).all(|(new, old)| new.name() == old.name());
+        if !same {
+            return Err(ConfigError::InvalidClass {
+                class: classes.iter().map(|c| c.name().to_owned()).collect::<Vec<_>>().join(", "),
+                reason: format!("they are not the classes of upstream `{}`", self.name),
+            });
+        }
+        let classes: Vec<PriorityClass> = classes
+            .iter()
+            .zip(&self.classes)
+            .map(|(new, old)| {
+                old.clone()
+                    .weight(new.weight_value().get())
+                    .and_then(|c| c.reserve_percent(new.reserve_percent_value()))
+            })
+            .collect::<Result<_, _>>()?;
+        crate::priority::validate(self.name.as_str(), &classes)?;
+        let mut config = self.clone();
+        config.classes = classes;
+        Ok(config)
+    }
     /// The wave machine's parameters (limit, probe successes, cooldown).
     pub fn wave(&self) -> &WaveConfig {
         &self.wave

@@ -39,7 +39,7 @@ use crate::ask::{Ask, Decision};
 use crate::class_budget::ClassBudgets;
 use crate::clock::duration_ms;
 use crate::config::UpstreamConfig;
-use crate::gcra::{Budgets, Gcra};
+use crate::gcra::{Budgets, Gcra, RateBudget};
 use crate::learned_limit::LearnedBudgets;
 use crate::ledger::{HeldPermit, PermitLedger};
 use crate::permit_id::text::{class_of, member_instance, tenant_of};
@@ -214,6 +214,33 @@ impl LocalGate {
     /// The budgets in force at `now_ms`: the configured ones tightened by the learned limits.
     pub fn budgets(&self, now_ms: u64) -> Budgets {
         self.learned.effective(self.configured, now_ms, self.learned_share)
+    }
+
+    /// Takes new configured budgets (a live change of a rate) at `now_ms`: each budget's TAT,
+    /// and each capped class's, keeps the units it holds ([`rescale_tat`](crate::rescale_tat));
+    /// `rebudget` in `wave.lua` is the Lua twin.
+    pub fn set_budgets(&mut self, budgets: Budgets, now_ms: u64) {
+        let now_us = now_ms.saturating_mul(1000);
+        let from = self.configured;
+        let rescale = |tat: u64, f: Option<RateBudget>, t: Option<RateBudget>| match (f, t) {
+            (Some(f), Some(t)) => crate::gcra::rescale_tat(tat, now_us, f.per_minute(), t.per_minute()),
+            _ => tat,
+        };
+        self.requests_tat = rescale(self.requests_tat, from.requests, budgets.requests);
+        self.tokens_tat = rescale(self.tokens_tat, from.tokens, budgets.tokens);
+        self.class_budgets.rescale(from, budgets, now_us);
+        self.configured = budgets;
+    }
+
+    /// Takes the priority classes' new weights and reserves (a live change): `classes` are
+    /// this gate's, by name and order (otherwise nothing changes); the weighted turns and the
+    /// classes' budgets stay.
+    pub fn set_classes(&mut self, classes: &[PriorityClass]) {
+        let same = classes.len() == self.classes.len()
+            && classes.iter().zip(&self.classes).all(|(new, old)| new.name() == old.name());
+        if same {
+            self.classes = classes.to_vec();
+        }
     }
 
     /// The configured budgets (in a fallback: this process's share of them), without what is

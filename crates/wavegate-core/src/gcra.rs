@@ -73,6 +73,27 @@ impl Budgets {
     }
 }
 
+/// A budget's TAT carried across a change of its rate from `from` to `to` units a minute (a
+/// live change, a rolling deploy): the units it holds stay the same, so the budget is neither
+/// reset (a raise would otherwise wait out the old debt at the new interval's tolerance) nor
+/// given a second burst (a cut would otherwise read the same time ahead as fewer units). A
+/// TAT not after `now` (a full budget) or a rate of 0 (no budget) is kept. `wave.lua`'s
+/// `rescale_tat` is the Lua twin (table `spec::rescale_cases`).
+///
+/// ```
+/// use wavegate_core::rescale_tat;
+///
+/// // 30 s ahead at 60 a minute is 30 units; at 120 a minute they take 15 s.
+/// assert_eq!(rescale_tat(130_000_000, 100_000_000, 60, 120), 115_000_000);
+/// ```
+pub fn rescale_tat(tat_us: u64, now_us: u64, from: u32, to: u32) -> u64 {
+    if tat_us <= now_us || from == to || from == 0 || to == 0 {
+        return tat_us;
+    }
+    let ahead = ((tat_us - now_us) as f64 * f64::from(from) / f64::from(to)).floor();
+    now_us.saturating_add(ahead as u64)
+}
+
 /// The GCRA arithmetic for one budget.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Gcra {

@@ -20,6 +20,7 @@
 //! | retry budget and backoff | [`RetryBudget`], [`Backoff`] |
 //! | requests and tokens per minute (GCRA with a cost) | [`Gcra`], [`Budgets`] |
 //! | priority classes: which waiting class a free permit goes to | [`priority`] |
+//! | settings changed while the fleet runs, with versions and overrides | [`LiveBoard`], [`LiveChange`] |
 //! | configuration, validated at build time | [`UpstreamConfig`], [`UpstreamSet`] |
 //!
 //! ```
@@ -55,6 +56,7 @@ mod gate;
 mod gcra;
 mod learned_limit;
 mod ledger;
+mod live;
 mod outcome;
 mod permit_id;
 mod pool;
@@ -85,11 +87,12 @@ pub use gate::{
     BudgetStatus, Fallback, FallbackStart, FinishReport, LastShared, LocalGate, PRIORITY_FRESH_MS, WAITING_TTL_MS,
     WaveSignal,
 };
-pub use gcra::{Budgets, Gcra, RateBudget};
+pub use gcra::{Budgets, Gcra, RateBudget, rescale_tat};
 pub use learned_limit::{
     KEPT_WINDOWS, KeptLimit, LearnedBudgets, LearnedLimit, LearnedLimitStatus, LearnedLimits, LearnedStatus, tightest,
 };
 pub use ledger::{HeldPermit, PermitLedger};
+pub use live::{ClassLive, ClassSetting, LiveBoard, LiveChange, LiveError, LiveSetting, LiveSettings, LiveValue};
 pub use outcome::{Outcome, Transient, TransportError};
 pub use permit_id::{BadPermitId, Instance, PermitId, TenantTag};
 pub use pool::{MemberView, PoolConfig, PoolConfigBuilder, PoolConfigError, PoolPolicy};

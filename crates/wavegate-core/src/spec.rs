@@ -12,7 +12,9 @@
 //! on a real clock (Redis `TIME`, advanced by sleeping) passes them as well as one on a manual
 //! clock.
 //!
-//! The fallback's gate has a table of its own, [`fallback_cases`]; so has the carry-back, [`carry_back_cases`].
+//! The fallback's gate has a table of its own, [`fallback_cases`]; so have the carry-back, [`carry_back_cases`],
+//! the rebase to a new base limit, [`rebase_cases`], and a budget's TAT across a change of its
+//! rate, [`rescale_cases`].
 //!
 //! This module is test material, behind the `spec` feature.
 //!
@@ -44,9 +46,13 @@ use crate::wave::{DenyReason, Recovery, WaveConfig, WaveState};
 mod carry_back;
 mod classes;
 mod fallback;
+mod rebase;
+mod rescale;
 mod waves;
 pub use carry_back::{CarryBackCase, carry_back_cases};
 pub use fallback::{FallbackAsk, FallbackCase, FallbackExpect, fallback_cases};
+pub use rebase::{RebaseCase, rebase_cases};
+pub use rescale::{RescaleCase, rescale_cases};
 
 /// The instance of the one process of the cases that ask with [`Step::Acquire`].
 pub const SPEC_INSTANCE: &str = "spec";

@@ -570,6 +570,22 @@ impl WaveMachine {
         true
     }
 
+    /// Takes a new base limit (a live change of the configured limit): a machine in NORMAL, or
+    /// at the old base, follows it; whatever was learned below it (a stepped-back limit, the
+    /// threshold, the ceiling a 429 drew, the limit that held) is kept, clamped to it. The
+    /// Lua twin is `rebase` in `wave.lua` (every script applies it when the base it is sent
+    /// differs from the one stored; table `spec::rebase_cases`).
+    pub fn rebase(&mut self, base: NonZeroU32) {
+        let old = self.config.base_limit.get();
+        self.config.base_limit = base;
+        let s = &mut self.snapshot;
+        if old != base.get() && (s.state == WaveState::Normal || s.limit == old) {
+            s.limit = base.get();
+        }
+        let snapshot = self.snapshot;
+        self.restore(snapshot);
+    }
+
     /// Replaces the state, e.g. with one read back from Redis or carried across an outage.
     /// The limit is clamped to `[1, base]`.
     pub fn restore(&mut self, mut snapshot: WaveSnapshot) {

@@ -32,7 +32,7 @@ pub(crate) struct Call<'a> {
 }
 
 impl<'a> Call<'a> {
-    fn new(keys: &[&'a str]) -> Self {
+    pub(crate) fn new(keys: &[&'a str]) -> Self {
         Self { keys: keys.to_vec(), args: Vec::new() }
     }
 
@@ -43,7 +43,7 @@ impl<'a> Call<'a> {
         call
     }
 
-    fn arg(mut self, arg: impl ToString) -> Self {
+    pub(crate) fn arg(mut self, arg: impl ToString) -> Self {
         self.args.push(Cow::Owned(arg.to_string()));
         self
     }

@@ -2,7 +2,7 @@
 //!
 //! Redis checks a command inside a script against the user's rights only when it runs, and
 //! some paths run only with priority classes, tenants, budgets, a provider's window, a waiter
-//! to wake or a permit to adopt. A run of the scripts on the upstreams' own keys would
+//! to wake or a permit to adopt (and the live settings' change, read and clear). A run of the scripts on the upstreams' own keys would
 //! change their state (a permit, a charge to a budget, a place on a waiting list), so
 //! [`Store::check`](crate::Store::check) runs them here, on a scratch upstream of the same
 //! namespace (`<prefix>:{_startup_check.<hash of the instance>}:…`): one with classes (one
@@ -14,8 +14,8 @@ use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 use wavegate_core::{
-    Ask, Instance, LearnedLimit, LearnedLimits, PermitId, TenantTag, UpstreamConfig, WaveSignal, WindowLeft,
-    WindowReport, duration_ms,
+    Ask, Instance, LearnedLimit, LearnedLimits, LiveChange, LiveSetting, PermitId, TenantTag, UpstreamConfig,
+    WaveSignal, WindowLeft, WindowReport, duration_ms,
 };
 
 use crate::connection::Store;
@@ -95,6 +95,12 @@ impl Store {
         plain.acquire(&[Ask { id: waiter.clone(), tokens: 10, waiting: 1 }], lease).await?;
         plain.finish(&adopted, 1, WaveSignal::Neutral, 0).await?;
         classed.reconcile(&[], &every, lease, (0, 0)).await?;
+        // The live settings: a change with an override's end, a read, a clear.
+        let brief = LiveChange::set(LiveSetting::Limit, 1, Some(Duration::from_millis(1)))
+            .map_err(|error| StoreError::invalid(error.to_string()))?;
+        classed.change_live(&brief).await?;
+        classed.live(None).await?;
+        classed.change_live(&LiveChange::Clear(LiveSetting::Limit)).await?;
         self.expire_scratch(&classed).await
     }
 
@@ -103,7 +109,7 @@ impl Store {
         const COMMAND: &str = "PEXPIRE";
         let keys = gate.keys();
         let ttl = duration_ms(SCRATCH_TTL);
-        for key in keys.waiting_script_keys() {
+        for key in keys.waiting_script_keys().into_iter().chain([keys.live.as_str()]) {
             let key = key.to_owned();
             let timeout = self.config().command_timeout;
             let _: i64 = self

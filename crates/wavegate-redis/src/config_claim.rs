@@ -6,7 +6,9 @@
 //! therefore claims its configuration every few seconds: `SET …:config <its configuration>
 //! GET PX 60000`. The value it replaces is the configuration of the last process that claimed;
 //! a different one is a conflict, recorded in the store's health (and logged by the
-//! scheduler) until a claim replaces its own configuration again.
+//! scheduler) until a claim replaces its own configuration again. While a live value is in
+//! force (`lua/live.lua`), claims that differ only in that setting are no conflict: every
+//! process runs the live one.
 
 use std::time::Duration;
 
@@ -68,7 +70,7 @@ impl SharedGate {
                 redis::cmd("SET").arg(key).arg(value).arg("GET").arg("PX").arg(ttl).query_async(&mut c).await
             })
             .await?;
-        let other = previous.filter(|previous| *previous != mine);
+        let other = previous.filter(|previous| !self.same_claim(previous, &mine));
         self.store.update_health(|h| match &other {
             Some(other) => {
                 h.config_conflicts.insert(self.name.clone(), other.clone());
@@ -78,6 +80,22 @@ impl SharedGate {
             }
         });
         Ok(other)
+    }
+
+    /// Whether another process's claim `theirs` is `mine`: the same text, or the same but for
+    /// the settings a live value is in force for ([`set_live`](Self::set_live)): the live one
+    /// overrides them in every process alike (a process built with another limit adopts the
+    /// fleet's and does not fight over it).
+    fn same_claim(&self, theirs: &str, mine: &str) -> bool {
+        let live = self.live_fields();
+        let masked = |claim: &str| -> Vec<String> {
+            claim
+                .split('|')
+                .enumerate()
+                .map(|(at, field)| if live.contains(&at) { String::new() } else { field.to_owned() })
+                .collect()
+        };
+        theirs == mine || (!live.is_empty() && masked(theirs) == masked(mine))
     }
 
     /// Publishes an empty message on this process's wake-up channel (it wakes nobody): the

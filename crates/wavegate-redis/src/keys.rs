@@ -34,6 +34,8 @@ impl Keyspace {
             waiting_seen: format!("{base}:waiting_seen"),
             config: format!("{base}:config"),
             waiting_demand: format!("{base}:waiting_demand"),
+            live: format!("{base}:live"),
+            changes: format!("{}:{{live:changes}}:released", self.prefix),
         }
     }
 
@@ -80,6 +82,12 @@ pub struct UpstreamKeys {
     /// How many callers of each waiting process wait, by class (hash: `<class>|<instance>` →
     /// count; priority classes only).
     pub waiting_demand: String,
+    /// Hash of the live settings an operator set, with their version (see `lua/live.lua`).
+    pub live: String,
+    /// The fleet's pub/sub channel of live changes, `<prefix>:{live:changes}:released` (the same
+    /// for every upstream): a change publishes the upstream's name there, and every process
+    /// subscribes, so each looks at once.
+    pub changes: String,
 }
 
 impl UpstreamKeys {

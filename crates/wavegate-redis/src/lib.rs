@@ -50,6 +50,7 @@ mod connection;
 mod error;
 mod health;
 mod keys;
+mod live;
 mod releases;
 mod scripts;
 mod sentinel;

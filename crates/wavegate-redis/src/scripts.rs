@@ -3,7 +3,7 @@
 //! Each upstream script is `lua/wave.lua` (the state machine, written once),
 //! `lua/provider_window.lua` (the provider's announced windows) and `lua/learned_limit.lua`
 //! (the limits it announced) followed by the script's body;
-//! `heartbeat.lua` stands alone. [`redis::Script`] sends `EVALSHA` and on `NOSCRIPT` (a
+//! `heartbeat.lua` and `live.lua` stand alone. [`redis::Script`] sends `EVALSHA` and on `NOSCRIPT` (a
 //! restarted or flushed server) loads the script and retries, so a script flush is never an
 //! outage. [`preload`] loads all of them at start so the first calls do not pay for it.
 
@@ -54,6 +54,7 @@ pub(crate) struct Scripts {
     pub(crate) reconcile: Script,
     pub(crate) heartbeat: Script,
     pub(crate) report_window: Script,
+    pub(crate) live: Script,
 }
 
 /// Each script's source, as it is sent.
@@ -65,6 +66,7 @@ pub(crate) mod source {
     pub(crate) const RECONCILE: &str = wave_script!("reconcile.lua");
     pub(crate) const HEARTBEAT: &str = include_str!("../../../lua/heartbeat.lua");
     pub(crate) const REPORT_WINDOW: &str = wave_script!("report_window.lua");
+    pub(crate) const LIVE: &str = include_str!("../../../lua/live.lua");
 }
 
 /// The source of the script a store command names (`acquire`, `finish`, ...), if it names one.
@@ -77,6 +79,7 @@ pub(crate) fn source_of(command: &str) -> Option<&'static str> {
         "reconcile" => source::RECONCILE,
         "heartbeat" => source::HEARTBEAT,
         "report_window" => source::REPORT_WINDOW,
+        "live" => source::LIVE,
         _ => return None,
     })
 }
@@ -104,13 +107,14 @@ pub(crate) fn scripts() -> &'static Scripts {
         reconcile: Script::new(source::RECONCILE),
         heartbeat: Script::new(source::HEARTBEAT),
         report_window: Script::new(source::REPORT_WINDOW),
+        live: Script::new(source::LIVE),
     })
 }
 
 /// Loads every script into the server's script cache (`SCRIPT LOAD`).
 pub async fn preload<C: ConnectionLike>(connection: &mut C) -> redis::RedisResult<()> {
     let s = scripts();
-    for script in [&s.acquire, &s.finish, &s.renew, &s.status, &s.reconcile, &s.heartbeat, &s.report_window] {
+    for script in [&s.acquire, &s.finish, &s.renew, &s.status, &s.reconcile, &s.heartbeat, &s.report_window, &s.live] {
         script.load_async(connection).await?;
     }
     Ok(())

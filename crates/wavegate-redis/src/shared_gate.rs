@@ -5,6 +5,7 @@
 //! wavegate-core's types. Replies are checked field by field; a reply of the wrong shape is a
 //! [`StoreError::UnexpectedReply`], never a panic.
 
+use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -22,6 +23,28 @@ use crate::connection::Store;
 use crate::error::StoreError;
 use crate::keys::UpstreamKeys;
 use crate::scripts::scripts;
+
+/// The classes' configuration argument (see `read_config` in `lua/wave.lua`):
+/// `[*]name:weight:reserve[:budget]` joined by `,`, the default marked `*`, then `@<ms>`, the
+/// counting window, unless zero.
+pub(crate) fn classes_arg(classes: &[PriorityClass], default: usize, count_window: Duration) -> String {
+    let mut entries: Vec<String> = classes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let mark = if i == default { "*" } else { "" };
+            let (name, weight, reserve) = (c.name(), c.weight_value(), c.reserve_percent_value());
+            match c.budget_percent_value() {
+                100 => format!("{mark}{name}:{weight}:{reserve}"),
+                share => format!("{mark}{name}:{weight}:{reserve}:{share}"),
+            }
+        })
+        .collect();
+    if !count_window.is_zero() {
+        entries.push(format!("@{}", duration_ms(count_window)));
+    }
+    entries.join(",")
+}
 
 /// One priority class's part of an [`acquire_among`](SharedGate::acquire_among): the head of
 /// this process's callers of the class.
@@ -82,6 +105,15 @@ pub struct SharedGate {
     /// The configured fallback limit, claimed with the scripts' configuration
     /// ([`for_upstream`](Self::for_upstream) sets it).
     pub(crate) fallback_limit: Option<u32>,
+    /// The live values sent instead of the configured ones (0: none), by
+    /// [`LIVE_ARGS`](crate::live::LIVE_ARGS), shared by the clones: see
+    /// [`set_live`](Self::set_live).
+    pub(crate) live_args: Arc<[AtomicU32; 3]>,
+    /// The priority classes as configured (with the default's index and the counting window),
+    /// from which a live change of their weights and reserves is rendered.
+    pub(crate) class_config: Option<Arc<(Vec<PriorityClass>, usize, Duration)>>,
+    /// The classes' argument with their live weights and reserves, when any is in force.
+    pub(crate) live_classes: Arc<Mutex<Option<String>>>,
 }
 
 impl SharedGate {
@@ -122,6 +154,9 @@ impl SharedGate {
             default_class: None,
             generation: Arc::default(),
             fallback_limit: None,
+            live_args: Arc::default(),
+            class_config: None,
+            live_classes: Arc::default(),
         }
     }
 
@@ -162,23 +197,9 @@ impl SharedGate {
     ///
     /// [`UpstreamConfig::class_count_window`]: wavegate_core::UpstreamConfig::class_count_window
     pub fn with_classes(mut self, classes: &[PriorityClass], default: usize, count_window: Duration) -> Self {
-        let mut entries: Vec<String> = classes
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                let mark = if i == default { "*" } else { "" };
-                let (name, weight, reserve) = (c.name(), c.weight_value(), c.reserve_percent_value());
-                match c.budget_percent_value() {
-                    100 => format!("{mark}{name}:{weight}:{reserve}"),
-                    share => format!("{mark}{name}:{weight}:{reserve}:{share}"),
-                }
-            })
-            .collect();
-        if !count_window.is_zero() {
-            entries.push(format!("@{}", duration_ms(count_window)));
-        }
-        self.config_args[CONFIG_ARGS - 1] = entries.join(",");
+        self.config_args[CONFIG_ARGS - 1] = classes_arg(classes, default, count_window);
         self.default_class = classes.get(default).or(classes.first()).map(|c| c.name().to_owned());
+        self.class_config = Some(Arc::new((classes.to_vec(), default, count_window)));
         self
     }
 
@@ -244,7 +265,9 @@ impl SharedGate {
             return Err(StoreError::unexpected(COMMAND, "nothing to ask for"));
         }
         let generation = self.generation();
-        let call = calls::acquire(&self.keys, &self.config_args, (&self.instance, &generation), lease, heads, classes);
+        let mut call =
+            calls::acquire(&self.keys, &self.config_args, (&self.instance, &generation), lease, heads, classes);
+        self.send_live(&mut call);
         let reply: Vec<Value> = self.store.invoke(COMMAND, &call.invocation(&scripts().acquire)).await?;
         let (index, admission, in_flight, generation) = calls::read_acquire(&reply, heads)?;
         self.learn_generation(generation, false);
@@ -301,7 +324,8 @@ impl SharedGate {
     ) -> Result<Finished, StoreError> {
         const COMMAND: &str = "finish";
         let generation = self.generation();
-        let call = calls::finish(&self.keys, &self.config_args, (id, &generation), wave, signal, token_delta);
+        let mut call = calls::finish(&self.keys, &self.config_args, (id, &generation), wave, signal, token_delta);
+        self.send_live(&mut call);
         let reply: Vec<Value> = self.store.invoke(COMMAND, &call.invocation(&scripts().finish)).await?;
         calls::read_finish(&reply, wave)
     }
@@ -370,7 +394,9 @@ impl SharedGate {
         carried: Option<(WaveState, u32)>,
     ) -> Result<Reconciled, StoreError> {
         const COMMAND: &str = "reconcile";
-        let call = calls::reconcile(&self.keys, &self.config_args, (adopt, drop), lease, (requests, tokens), carried);
+        let mut call =
+            calls::reconcile(&self.keys, &self.config_args, (adopt, drop), lease, (requests, tokens), carried);
+        self.send_live(&mut call);
         let reply: Vec<Value> = self.store.invoke(COMMAND, &call.invocation(&scripts().reconcile)).await?;
         let r = Reply::new(COMMAND, &reply);
         r.expect_len(6)?;
@@ -444,7 +470,8 @@ impl SharedGate {
     /// (those of processes that asked within the last 1.5 s).
     pub async fn status_with_classes(&self) -> Result<(SharedStatus, Vec<(u32, u32)>), StoreError> {
         const COMMAND: &str = "status";
-        let call = calls::status(&self.keys, &self.config_args);
+        let mut call = calls::status(&self.keys, &self.config_args);
+        self.send_live(&mut call);
         let reply: Vec<Value> = self.store.invoke(COMMAND, &call.invocation(&scripts().status)).await?;
         calls::read_status(&reply)
     }

@@ -75,6 +75,9 @@ impl Store {
             other => other?,
         }
         for gate in gates {
+            // The fleet's live settings first, so that this process's first script calls (and
+            // its claim) send the fleet's limit, not the one it was built with.
+            gate.set_live(&gate.live(None).await?.unwrap_or_default());
             gate.reconcile(&[], &[], Duration::from_secs(1), (0, 0)).await?;
             // The scripts publish with `pcall` and waiters poll as well: without channel
             // rights wavegate works, only slower to wake another process's waiter.

@@ -123,6 +123,63 @@ fn lua_carry_back_passes_its_table() {
     }
 }
 
+/// Runs `rebase` of `wave.lua` on one case: ARGV = state, limit, threshold, ceiling, good, old
+/// base, new base. Answers the state, limit, threshold, ceiling and good.
+const REBASE_DRIVER: &str = r"
+local s = { state = ARGV[1], limit = tonumber(ARGV[2]), threshold = tonumber(ARGV[3]), ceiling = tonumber(ARGV[4]),
+  good = tonumber(ARGV[5]) }
+rebase(s, tonumber(ARGV[6]), { base = tonumber(ARGV[7]) })
+return { s.state, s.limit, s.threshold, s.ceiling, s.good }
+";
+
+#[test]
+fn lua_rebase_passes_its_table() {
+    use wavegate_core::spec::rebase_cases;
+    let server = RedisServer::start().expect("redis-server");
+    let mut con = server.connection().expect("connection");
+    let source = format!("{WAVE_LUA}\n{REBASE_DRIVER}");
+    for case in rebase_cases() {
+        let (state, limit, threshold, ceiling, good) = case.before;
+        let (got_state, got_limit, got_threshold, got_ceiling, got_good): (String, u32, u32, u32, u32) =
+            redis::cmd("EVAL")
+                .arg(&source)
+                .arg(0)
+                .arg(state.as_str())
+                .arg(limit)
+                .arg(threshold)
+                .arg(ceiling)
+                .arg(good)
+                .arg(case.old_base)
+                .arg(case.new_base)
+                .query(&mut con)
+                .expect("the driver runs");
+        assert_eq!(got_state, state.as_str(), "{}: the state stays", case.name);
+        assert_eq!((got_limit, got_threshold, got_ceiling, got_good), case.expect, "{}", case.name);
+    }
+}
+
+#[test]
+fn lua_rescale_tat_passes_its_table() {
+    use wavegate_core::spec::rescale_cases;
+    let server = RedisServer::start().expect("redis-server");
+    let mut con = server.connection().expect("connection");
+    let source = format!(
+        "{WAVE_LUA}\nreturn string.format('%.0f', rescale_tat(tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])))"
+    );
+    for case in rescale_cases() {
+        let got: String = redis::cmd("EVAL")
+            .arg(&source)
+            .arg(0)
+            .arg(case.tat_us)
+            .arg(case.now_us)
+            .arg(case.rates.0)
+            .arg(case.rates.1)
+            .query(&mut con)
+            .expect("the driver runs");
+        assert_eq!(got, case.expect_us.to_string(), "{}", case.name);
+    }
+}
+
 /// A store that forgot an upstream's state under a process that saw it: every script but
 /// status refuses with `StateLost` and writes nothing; a reconciliation rebuilds it (the held
 /// permit registered again, the stepped-back limit carried back) and the scripts serve again.

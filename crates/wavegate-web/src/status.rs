@@ -19,8 +19,13 @@ pub struct UpstreamView {
     pub state: &'static str,
     /// The current limit.
     pub limit: u32,
-    /// The configured limit (the limit in NORMAL).
+    /// The limit in NORMAL in force: the live one an operator set (`Upstream::set_limit`,
+    /// `wavegate set`), else the configured one.
     pub base_limit: u32,
+    /// The limit this process was configured with.
+    pub configured_limit: u32,
+    /// The version of the live settings this process applied (0: none ever set).
+    pub live_version: u64,
     /// The current wave id.
     pub wave: u64,
     /// Milliseconds of cooldown left (0 outside COOLDOWN).
@@ -119,14 +124,16 @@ impl BudgetView {
 }
 
 impl UpstreamView {
-    fn new(status: UpstreamStatus, base_limit: u32) -> Self {
+    fn new(status: UpstreamStatus) -> Self {
         let warning = warning(status.mode, status.schedulers_in_process);
         Self {
             upstream: status.upstream,
             mode: status.mode.as_str(),
             state: status.state.as_str(),
             limit: status.limit,
-            base_limit,
+            base_limit: status.base_limit,
+            configured_limit: status.configured_limit,
+            live_version: status.live_version,
             wave: status.wave,
             cooldown_remaining_ms: status.cooldown_remaining.as_millis() as u64,
             in_flight_local: status.in_flight_local,
@@ -240,11 +247,7 @@ impl StoreView {
 /// Reads the scheduler's status.
 pub async fn status(scheduler: &Scheduler) -> Result<StatusBody, WebError> {
     let statuses = scheduler.statuses().await?;
-    let upstreams = statuses
-        .into_iter()
-        .zip(scheduler.upstreams())
-        .map(|(status, config)| UpstreamView::new(status, config.limit().get()))
-        .collect();
+    let upstreams = statuses.into_iter().map(UpstreamView::new).collect();
     Ok(StatusBody { upstreams, store: store(scheduler) })
 }
 

@@ -190,8 +190,10 @@ impl Actor for Coordinator {
         let Some(store) = self.store.clone() else { return };
         #[cfg(feature = "redis")]
         {
-            // Every gate of this process has the same wake-up channel (its instance's).
-            let channel = self.gates.iter().flatten().next().map(store::wake_channel);
+            // Every gate of this process has the same wake-up channel (its instance's) and
+            // the same channel of live changes (its namespace's).
+            let channel =
+                self.gates.iter().flatten().next().map(|g| (store::wake_channel(g), store::changes_channel(g)));
             let lanes = self
                 .gates
                 .iter()

@@ -1,11 +1,15 @@
-//! Wake-ups from other processes: a subscriber to this process's own wake-up channel.
+//! Wake-ups and live changes from other processes: a subscriber to this process's own wake-up
+//! channel and to the fleet's channel of live changes.
 //!
 //! A release anywhere in the fleet that frees a permit for a process waiting at the limit
 //! publishes the upstream's name on that process's channel only (`finish.lua`), so each release
-//! is delivered once, whatever the size of the fleet. The listener turns it into a [`Wake`]
-//! for the upstream's lane, which asks again at once instead of polling. It resubscribes with
-//! backoff when the server goes away, and ends when the coordinator stops. Polling at the limit
-//! remains as a safety net, so a lost message costs latency only.
+//! is delivered once, whatever the size of the fleet; the listener turns it into a [`Wake`] for
+//! the upstream's lane, which asks again at once instead of polling. A live change publishes
+//! the upstream's name on the changes channel (`live.lua`), which every process hears; the
+//! lane looks at the live settings at once ([`CheckLive`]). The listener resubscribes with
+//! backoff when the server goes away, and ends when the coordinator stops. Polling remains as a
+//! safety net (at the limit, and the live settings' look every second), so a lost message costs
+//! latency only.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -13,15 +17,16 @@ use std::time::Duration;
 use actix::WeakAddr;
 use wavegate_redis::{ReleaseSubscription, Store};
 
-use crate::engine::lane::Lane;
+use crate::engine::lane::{CheckLive, Lane};
 use crate::engine::wake::Wake;
 
 const RESUBSCRIBE_MIN: Duration = Duration::from_millis(100);
 const RESUBSCRIBE_MAX: Duration = Duration::from_secs(2);
 
-/// Listens on `channel` (this process's wake-up channel) for the names of the upstreams in
-/// `lanes` to wake, until every lane has stopped (it holds them weakly, so it keeps none alive).
-pub(super) fn spawn_listener(store: Store, channel: String, lanes: Vec<(String, WeakAddr<Lane>)>) {
+/// Listens on `wake` (this process's wake-up channel) and `changes` (the fleet's live changes)
+/// for the names of the upstreams in `lanes`, until every lane has stopped (it holds them
+/// weakly, so it keeps none alive).
+pub(super) fn spawn_listener(store: Store, (wake, changes): (String, String), lanes: Vec<(String, WeakAddr<Lane>)>) {
     if lanes.is_empty() {
         return;
     }
@@ -30,20 +35,27 @@ pub(super) fn spawn_listener(store: Store, channel: String, lanes: Vec<(String, 
         let connected = || routes.values().any(|lane| lane.upgrade().is_some());
         let mut backoff = RESUBSCRIBE_MIN;
         while connected() {
-            match ReleaseSubscription::subscribe(&store, [channel.as_str()]).await {
+            match ReleaseSubscription::subscribe(&store, [wake.as_str(), changes.as_str()]).await {
                 Ok(mut subscription) => {
                     backoff = RESUBSCRIBE_MIN;
-                    while let Some((_, upstream)) = subscription.next().await {
+                    // A change announced while there was no subscription was not heard: look.
+                    for lane in routes.values().filter_map(WeakAddr::upgrade) {
+                        lane.do_send(CheckLive);
+                    }
+                    while let Some((channel, upstream)) = subscription.next().await {
                         if !connected() {
                             return;
                         }
-                        if let Some(lane) = routes.get(&upstream).and_then(WeakAddr::upgrade) {
+                        let Some(lane) = routes.get(&upstream).and_then(WeakAddr::upgrade) else { continue };
+                        if channel == wake {
                             lane.do_send(Wake);
+                        } else {
+                            lane.do_send(CheckLive);
                         }
                     }
                     tracing::debug!("wake-up subscription closed; resubscribing");
                 }
-                Err(error) => tracing::debug!(%error, "could not subscribe to the wake-up channel"),
+                Err(error) => tracing::debug!(%error, "could not subscribe to the wake-up channels"),
             }
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(RESUBSCRIBE_MAX);

@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use actix::{Actor, AsyncContext, Context, Handler, MessageResult, Recipient, SpawnHandle, WeakRecipient};
-use wavegate_core::{CircuitBreaker, Instance, PermitId, RetryBudget, UpstreamConfig, WaveState};
+use wavegate_core::{CircuitBreaker, Instance, LiveSettings, PermitId, RetryBudget, UpstreamConfig, WaveState};
 
 use super::book::OutageBook;
 use super::gauges::Gauges;
@@ -26,6 +26,10 @@ use crate::status::Mode;
 
 /// How often the budget gauges are refreshed.
 const BUDGET_GAUGES_EVERY: Duration = Duration::from_secs(1);
+
+/// How often the lane's live-settings timer fires: the in-process board (local mode) is read
+/// each time, the store's (shared mode) once every `LIVE_SAFETY_NET` (`live.rs`).
+const LIVE_EVERY: Duration = Duration::from_secs(1);
 
 /// What this process knows of an upstream's shared state, from the last script replies.
 #[derive(Debug, Clone, Copy, Default)]
@@ -119,6 +123,18 @@ pub(crate) struct Lane {
     pub(super) coordinator: Recipient<StoreTrouble>,
     /// This lane, to be woken by the in-process gate's releases.
     pub(super) me: WeakRecipient<Wake>,
+    /// The configuration this process was built with (`config` holds the one in force, with
+    /// the live settings applied).
+    pub(super) configured: UpstreamConfig,
+    /// The live settings last applied, and whether any were read yet.
+    pub(super) live: LiveSettings,
+    pub(super) live_read: bool,
+    /// A look at the store's live settings is in flight.
+    pub(super) live_reading: bool,
+    /// When the store's live settings were last looked at.
+    pub(super) live_looked: Option<Instant>,
+    /// The look due at the end of the next override, if one runs.
+    pub(super) live_timer: Option<SpawnHandle>,
 }
 
 /// What a lane starts with.
@@ -156,6 +172,7 @@ impl Lane {
             gauge_reader,
         } = setup;
         let shared = shared.map(Arc::new);
+        let configured = config.clone();
         let local = match (&shared, &namespace) {
             (None, Some(namespace)) => process_gate::shared(namespace, &config),
             _ => Arc::new(ProcessGate::new(&config)),
@@ -206,6 +223,12 @@ impl Lane {
             drains: Vec::new(),
             coordinator,
             me,
+            configured: configured.clone(),
+            live: LiveSettings::default(),
+            live_read: false,
+            live_reading: false,
+            live_looked: None,
+            live_timer: None,
         }
     }
 
@@ -242,6 +265,10 @@ impl Actor for Lane {
         // The history: a first sample now, then one a second.
         self.record_sample();
         ctx.run_interval(HISTORY_EVERY, |act, _| act.record_sample());
+        // The live settings: at start (a process built with another limit adopts the fleet's),
+        // then every second.
+        self.check_live(ctx, None);
+        ctx.run_interval(LIVE_EVERY, |act, ctx| act.look_at_live(ctx));
     }
 }
 
@@ -265,6 +292,11 @@ impl Handler<Wake> for Lane {
     type Result = ();
 
     fn handle(&mut self, _: Wake, ctx: &mut Context<Self>) {
+        if self.shared.is_none() {
+            // Local mode: a live change of the in-process gate wakes its lanes too (reading
+            // the board is a lock, no round trip).
+            self.check_live(ctx, None);
+        }
         self.pump(ctx);
     }
 }

@@ -11,6 +11,8 @@
 //! * **Releases** (`release.rs`): a permit's outcome goes to the gate in charge; a call
 //!   cancelled at the provider keeps its permit until the provider has plausibly finished.
 //! * **Windows** (`windows.rs`): an operator's clear of the provider's windows.
+//! * **Live settings** (`live.rs`): an operator's change of the limit, from the store (or the
+//!   in-process board in local mode), looked at every second and when a change is announced.
 //! * **Modes** (`outage.rs`): the coordinator tells the lane which gate is in charge (shared,
 //!   or this process's fallback share) and asks it to reconcile when the store is back.
 
@@ -18,6 +20,7 @@ mod actor;
 mod admission;
 mod book;
 mod gauges;
+mod live;
 pub(crate) mod messages;
 mod outage;
 mod pump;
@@ -29,6 +32,9 @@ mod waiters;
 mod windows;
 
 pub(crate) use actor::{Lane, LaneSetup};
+pub(crate) use live::ChangeLive;
+#[cfg(feature = "redis")]
+pub(crate) use live::CheckLive;
 pub(crate) use messages::{Acquire, ClearWindows, DRAIN_BOUND, Drain, DrainReply, ReadMode, ReadStatus, StoreTrouble};
 pub(crate) use outage::{Reconcile, Switch};
 pub(crate) use status::{Headroom, ReadHeadroom};

@@ -105,6 +105,9 @@ impl Lane {
             quota_exhausted_for: self.quota.remaining(),
             schedulers_in_process: 0,
             classes: self.class_statuses(),
+            base_limit: self.config.limit().get(),
+            configured_limit: self.configured.limit().get(),
+            live_version: self.live.version,
         };
         if mode == Mode::Local {
             // The in-process gate is the whole fleet's: every scheduler of this process that

@@ -1,0 +1,283 @@
+//! An upstream's live settings in the store (`lua/live.lua`): read by every process about once
+//! a second, changed by an operator (the `Upstream` handle, the `wavegate` tool).
+//!
+//! The settings sit in one hash per upstream (`…:{upstream}:live`) with a version. A process
+//! sends the version it applied; the script answers the settings only when the version
+//! differs, so the look each process takes every second is one small script call. A change
+//! also announces itself on the fleet's channel of live changes (the upstream's name on
+//! [`UpstreamKeys::changes`](crate::UpstreamKeys::changes)), so processes look at once rather
+//! than at their next second.
+//!
+//! A live limit reaches the wave's scripts as the base limit each process sends them
+//! ([`SharedGate::set_live`]); their `rebase` (`lua/wave.lua`) keeps what the wave learned
+//! below it. A live rate reaches them as its budget's rate, and their `rebudget` keeps the
+//! units each budget holds.
+
+use std::num::NonZeroU32;
+use std::sync::PoisonError;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use redis::Value;
+use wavegate_core::{LiveChange, LiveSetting, LiveSettings, LiveValue, duration_ms};
+
+use crate::calls::{CONFIG_ARGS, Call, Reply};
+use crate::error::StoreError;
+use crate::scripts::scripts;
+use crate::shared_gate::SharedGate;
+use crate::shared_gate::classes_arg;
+
+/// The field of the live settings that marks the last fleet-wide reset of a spent quota.
+const QUOTA_RESET: &str = "quota_reset";
+
+/// `live.lua`, reading: the version the process applied (`None`: none yet).
+pub(crate) fn read<'a>(key: &'a str, known: Option<u64>) -> Call<'a> {
+    Call::new(&[key]).arg("read").arg(known.map(|v| v.to_string()).unwrap_or_default())
+}
+
+/// `live.lua`, changing: set or clear a setting, announced on `channel`.
+pub(crate) fn change<'a>(key: &'a str, change: &LiveChange, channel: &'a str) -> Call<'a> {
+    let call = Call::new(&[key]);
+    match change.value() {
+        Some((value, ttl)) => {
+            call.arg("set").arg(change.name()).arg(value).arg(ttl.map_or(0, duration_ms)).arg(channel)
+        }
+        None => call.arg("clear").arg(change.name()).arg("").arg("").arg(channel),
+    }
+}
+
+/// Reads a `read` reply: `None` when the version is `known`.
+pub(crate) fn read_reply(reply: &[Value], known: Option<u64>) -> Result<Option<LiveSettings>, StoreError> {
+    const COMMAND: &str = "live";
+    let r = Reply::new(COMMAND, reply);
+    let version = r.uint(0)?;
+    if known == Some(version) && reply.len() == 1 {
+        return Ok(None);
+    }
+    if reply.len() % 3 != 1 {
+        return Err(StoreError::unexpected(COMMAND, format!("{} fields, not 1 + 3 per setting", reply.len())));
+    }
+    let mut settings = LiveSettings::empty(version);
+    for at in (1..reply.len()).step_by(3) {
+        let name = r.string(at)?;
+        let value: u64 = r
+            .string(at + 1)?
+            .parse()
+            .map_err(|_| StoreError::unexpected(COMMAND, format!("{name} is not a number")))?;
+        let remaining = u64::try_from(r.int(at + 2)?).ok().map(Duration::from_millis);
+        // A setting this build does not know (a newer tool's) is not this process's to apply.
+        settings = settings.with_named(&name, LiveValue { value, remaining });
+    }
+    Ok(Some(settings))
+}
+
+impl SharedGate {
+    /// The upstream's live settings, when their version is not `known` (the one this process
+    /// applied; `None` reads them whatever their version). An override whose time is up is
+    /// dropped by this read (for the fleet) and the settings come back without it.
+    pub async fn live(&self, known: Option<u64>) -> Result<Option<LiveSettings>, StoreError> {
+        const COMMAND: &str = "live";
+        let call = read(&self.keys.live, known);
+        let reply: Vec<Value> = self.store.invoke(COMMAND, &call.invocation(&scripts().live)).await?;
+        read_reply(&reply, known)
+    }
+
+    /// Stores `change` for the fleet and announces it; answers the new version.
+    pub async fn change_live(&self, change: &LiveChange) -> Result<u64, StoreError> {
+        const COMMAND: &str = "live";
+        let call = self::change(&self.keys.live, change, &self.keys.changes);
+        let version: i64 = self.store.invoke(COMMAND, &call.invocation(&scripts().live)).await?;
+        u64::try_from(version).map_err(|_| StoreError::unexpected(COMMAND, format!("version {version}")))
+    }
+
+    /// Lifts every process's refusal of the upstream for a spent quota (an operator's reset,
+    /// fleet-wide): a new mark `marker` (any positive number other than the last, e.g. the
+    /// time) in the live settings, which each process applies within a second. Answers the
+    /// new version.
+    pub async fn reset_quota_fleet(&self, marker: u64) -> Result<u64, StoreError> {
+        const COMMAND: &str = "live";
+        let call =
+            Call::new(&[&self.keys.live]).arg("set").arg(QUOTA_RESET).arg(marker.max(1)).arg(0).arg(&self.keys.changes);
+        let version: i64 = self.store.invoke(COMMAND, &call.invocation(&scripts().live)).await?;
+        u64::try_from(version).map_err(|_| StoreError::unexpected(COMMAND, format!("version {version}")))
+    }
+
+    /// Sends the scripts `settings`' live values from now on, for this gate and its clones: the
+    /// live limit as the base limit, a live rate as its budget's rate (only for a budget the
+    /// gate is configured with); what `settings` leaves unset, as configured.
+    pub fn set_live(&self, settings: &LiveSettings) {
+        for (slot, (_, setting)) in self.live_args.iter().zip(LIVE_ARGS) {
+            slot.store(settings.get_u32(setting).map_or(0, NonZeroU32::get), Ordering::Relaxed);
+        }
+        // The classes' live weights and reserves, rendered as the classes' argument when they
+        // fit the configured classes (the same rule as the processes': LiveSettings::apply_to).
+        let classes = self.class_config.as_ref().and_then(|config| {
+            let (classes, default, window) = &**config;
+            settings.classes_applied(classes).map(|applied| classes_arg(&applied, *default, *window))
+        });
+        *self.live_classes.lock().unwrap_or_else(PoisonError::into_inner) = classes;
+    }
+
+    /// The live limit this gate sends, if one is set.
+    pub fn live_limit(&self) -> Option<NonZeroU32> {
+        self.live_values().find(|(field, _)| *field == 0).map(|(_, value)| value)
+    }
+
+    /// The live values this gate sends now: (the configuration argument each replaces, the
+    /// value). A rate for a budget the gate is not configured with (`"0"`) is not sent.
+    pub(crate) fn live_values(&self) -> impl Iterator<Item = (usize, NonZeroU32)> + '_ {
+        self.live_args.iter().zip(LIVE_ARGS).filter_map(|(slot, (field, _))| {
+            let value = NonZeroU32::new(slot.load(Ordering::Relaxed))?;
+            (self.config_args[field] != "0").then_some((field, value))
+        })
+    }
+
+    /// The classes' argument with their live weights and reserves, when any is in force.
+    fn live_classes(&self) -> Option<String> {
+        self.live_classes.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Which of the configuration's arguments (by index) hold a live value now.
+    pub(crate) fn live_fields(&self) -> Vec<usize> {
+        let classes = self.live_classes().map(|_| CONFIG_ARGS - 1);
+        self.live_values().map(|(field, _)| field).chain(classes).collect()
+    }
+
+    /// Puts the live values, if any, in `call`'s configuration arguments (which come first).
+    pub(crate) fn send_live(&self, call: &mut Call<'_>) {
+        for (field, value) in self.live_values() {
+            if let Some(arg) = call.args.get_mut(field) {
+                *arg = value.get().to_string().into();
+            }
+        }
+        if let (Some(classes), Some(arg)) = (self.live_classes(), call.args.get_mut(CONFIG_ARGS - 1)) {
+            *arg = classes.into();
+        }
+    }
+}
+
+/// The configuration arguments a live value replaces (`read_config` in `lua/wave.lua`): the
+/// base limit, the requests rate, the tokens rate (a rate of `"0"`, no budget, is never
+/// replaced: a budget needs its configured burst).
+pub(crate) const LIVE_ARGS: [(usize, LiveSetting); 3] =
+    [(0, LiveSetting::Limit), (5, LiveSetting::RequestsPerMinute), (7, LiveSetting::TokensPerMinute)];
+
+#[cfg(test)]
+mod tests {
+    use wavegate_core::{UpstreamConfig, UpstreamName};
+    use wavegate_testkit::RedisServer;
+
+    use super::*;
+    use crate::connection::{Store, StoreConfig};
+
+    #[test]
+    fn the_script_takes_what_the_rust_side_sends_and_refuses_one_more() {
+        let server = RedisServer::start().expect("redis-server");
+        let mut con = server.connection().expect("connection");
+        let script = &scripts().live;
+        let set = LiveChange::set(LiveSetting::Limit, 3, Some(Duration::from_secs(5))).expect("valid");
+        for call in [
+            read("k", Some(2)),
+            read("k", None),
+            change("k", &set, "ch"),
+            change("k", &LiveChange::Clear(LiveSetting::Limit), "ch"),
+        ] {
+            assert!(call.invocation(script).invoke::<Value>(&mut con).is_ok(), "{call:?}");
+            let mut more = call.clone();
+            more.args.push("0".into());
+            let refused = more.invocation(script).invoke::<Value>(&mut con);
+            assert!(matches!(&refused, Err(e) if e.to_string().contains("expected")), "{refused:?}");
+        }
+    }
+
+    #[test]
+    fn a_change_is_versioned_read_once_and_an_override_reverts_for_the_fleet() {
+        let server = RedisServer::start().expect("redis-server");
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let store = runtime.block_on(Store::connect(StoreConfig::new(server.url()))).expect("store");
+        let config = UpstreamConfig::builder("live").limit(10).build().expect("valid");
+        let one = SharedGate::for_upstream(store.clone(), &config);
+        let other = SharedGate::for_upstream(store, &config);
+        runtime.block_on(async {
+            assert_eq!(one.live(None).await.expect("read"), Some(LiveSettings::empty(0)));
+            assert_eq!(one.live(Some(0)).await.expect("read"), None, "nothing new");
+            let brief = LiveChange::set(LiveSetting::Limit, 4, Some(Duration::from_millis(300))).expect("valid");
+            assert_eq!(one.change_live(&brief).await.expect("set"), 1);
+            let seen = other.live(Some(0)).await.expect("read").expect("a new version");
+            assert_eq!(seen.version, 1);
+            let limit = seen.limit.expect("a live limit");
+            assert_eq!(limit.value, 4);
+            assert!(limit.remaining.is_some_and(|r| r <= Duration::from_millis(300)), "{limit:?}");
+            assert_eq!(other.live(Some(1)).await.expect("read"), None);
+            tokio::time::sleep(Duration::from_millis(350)).await;
+            // The first look after the end reverts it, under a new version, for everyone.
+            assert_eq!(other.live(Some(1)).await.expect("read"), Some(LiveSettings::empty(2)));
+            assert_eq!(one.live(Some(1)).await.expect("read"), Some(LiveSettings::empty(2)));
+            assert_eq!(one.live(Some(2)).await.expect("read"), None);
+            let kept = LiveChange::set(LiveSetting::Limit, 7, None).expect("valid");
+            assert_eq!(one.change_live(&kept).await.expect("set"), 3);
+            let seen = other.live(Some(2)).await.expect("read").expect("new");
+            assert_eq!(seen.limit, Some(LiveValue { value: 7, remaining: None }));
+            assert_eq!(one.change_live(&LiveChange::Clear(LiveSetting::Limit)).await.expect("clear"), 4);
+            assert_eq!(other.live(Some(3)).await.expect("read"), Some(LiveSettings::empty(4)));
+            assert_eq!(one.reset_quota_fleet(77).await.expect("reset"), 5);
+            let seen = other.live(Some(4)).await.expect("read").expect("new");
+            assert_eq!((seen.quota_reset, seen.limit), (Some(77), None));
+        });
+    }
+
+    /// A live rate's change keeps the units the budget holds, in both twins: `rebudget` in
+    /// the scripts, `LocalGate::set_budgets` in process.
+    #[test]
+    fn a_changed_rate_keeps_the_units_held_in_both_twins() {
+        use wavegate_core::{Ask, Instance, LocalGate, PermitId};
+        let server = RedisServer::start().expect("redis-server");
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let store = runtime.block_on(Store::connect(StoreConfig::new(server.url()))).expect("store");
+        let config = UpstreamConfig::builder("rated").limit(100).requests_per_minute(60, 10).build().expect("valid");
+        let gate = SharedGate::for_upstream(store, &config).for_instance("alpha");
+        let mut local = LocalGate::for_upstream(&config);
+        let me = Instance::new("alpha").expect("valid");
+        let lease = Duration::from_secs(30);
+        // Seven of the ten spent in both.
+        for n in 0..7 {
+            let ask = [Ask { id: PermitId::new(None, &me, n, None), tokens: 0, waiting: 1 }];
+            runtime.block_on(gate.acquire(&ask, lease)).expect("acquire");
+            local.acquire(&me, &ask, 30_000, 0);
+        }
+        let shared_left = || runtime.block_on(gate.status()).expect("status").budgets.requests.expect("a budget");
+        assert_eq!(shared_left().0, 3);
+        assert_eq!(local.budget_status(0).requests.map(|r| r.0), Some(3));
+        for (per_minute, left) in [(120, 3), (30, 3), (90, 3), (60, 3)] {
+            let settings = LiveSettings::empty(1)
+                .with(LiveSetting::RequestsPerMinute, LiveValue { value: per_minute, remaining: None });
+            gate.set_live(&settings);
+            local.set_budgets(settings.apply_to(&config).budgets(), 0);
+            // The seven spent stay spent at every rate (within the few ms the test takes, a
+            // budget of 10 at these rates refills less than one).
+            assert_eq!(shared_left().0, left, "the store at {per_minute} a minute");
+            assert_eq!(local.budget_status(0).requests.map(|r| r.0), Some(left), "in process at {per_minute}");
+        }
+    }
+
+    #[test]
+    fn a_live_limit_is_the_base_the_scripts_are_sent() {
+        let server = RedisServer::start().expect("redis-server");
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let store = runtime.block_on(Store::connect(StoreConfig::new(server.url()))).expect("store");
+        let name = UpstreamName::new("based").expect("valid");
+        let config = UpstreamConfig::builder(name.as_str()).limit(10).build().expect("valid");
+        let gate = SharedGate::for_upstream(store, &config);
+        let clone = gate.clone();
+        let three = LiveSettings::empty(1).with(LiveSetting::Limit, LiveValue { value: 3, remaining: None });
+        // A rate for a budget it does not have is not sent (the script would refuse a rate
+        // without a burst).
+        let rpm = three.with(LiveSetting::RequestsPerMinute, LiveValue { value: 60, remaining: None });
+        gate.set_live(&rpm);
+        runtime.block_on(async {
+            assert_eq!(clone.status().await.expect("status").limit, 3, "clones send it too");
+            gate.set_live(&LiveSettings::empty(2));
+            assert_eq!(clone.status().await.expect("status").limit, 10);
+        });
+    }
+}
