@@ -55,7 +55,12 @@ local function state_write(...)
   redis.call('HSET', KEYS[2], ...)
   if state_cache ~= nil then
     local args = { ... }
-    for i = 1, #args, 2 do state_cache[args[i]] = tostring(args[i + 1]) end
+    for i = 1, #args, 2 do
+      local v = args[i + 1]
+      -- As Redis stores it: a Lua number becomes an integer (truncated toward zero).
+      if type(v) == 'number' then v = string.format('%.0f', v >= 0 and math.floor(v) or math.ceil(v)) end
+      state_cache[args[i]] = tostring(v)
+    end
   end
 end
 
