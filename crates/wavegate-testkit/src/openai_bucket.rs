@@ -19,8 +19,8 @@
 //! The bucket also keeps the **longest silence**: between two consecutive arrivals, the time
 //! during which the buckets (as the headers of the earlier answer describe them, refilled
 //! since) already held the next call's cost and nothing was sent; a fleet that follows the
-//! headers exactly has none. The hidden cap is not taken into account there (the headers do
-//! not tell it).
+//! headers exactly has none. A gap does not count while `busy_at` calls (the fleet's own
+//! concurrency limit; by default the hidden cap) were being served: then no call could be sent.
 
 use std::time::{Duration, Instant};
 
@@ -39,6 +39,9 @@ pub struct BucketLimits {
     pub errors_per_mille: u32,
     /// The seed of the 500s.
     pub seed: u64,
+    /// Calls in flight at which a gap between arrivals is not a silence: the fleet could send
+    /// nothing (its own concurrency limit; `None`: the hidden cap, or never).
+    pub busy_at: Option<usize>,
 }
 
 /// The buckets of one key, as OpenAI counts them.
@@ -54,6 +57,9 @@ pub struct OpenAiBucket {
     /// The last arrival, and the buckets right after its decision.
     last: Option<(Instant, f64, f64)>,
     longest_silence: Duration,
+    /// When the calls in flight last fell below `busy_at`, if they reached it since the last
+    /// arrival.
+    freed: Option<Instant>,
     charged: u64,
 }
 
@@ -69,6 +75,7 @@ impl OpenAiBucket {
             admitted: 0,
             last: None,
             longest_silence: Duration::ZERO,
+            freed: None,
             charged: 0,
         }
     }
@@ -122,14 +129,16 @@ impl OpenAiBucket {
             let refill = |held: f64, need: f64, limit: u64| self.wait_for(held, need, limit);
             let room = refill(r, 1.0, self.limits.requests_per_minute)
                 .zip(refill(t, cost as f64, self.limits.tokens_per_minute))
-                .map(|(a, b)| at + a.max(b));
-            if let Some(room) = room {
+                .map(|(a, b)| (at + a.max(b)).max(self.freed.unwrap_or(at)));
+            let busy = self.busy_at().is_some_and(|busy| self.in_flight >= busy);
+            if let (Some(room), false) = (room, busy) {
                 self.longest_silence = self.longest_silence.max(now.saturating_duration_since(room));
             }
         }
         let answer = self.decide(requests, tokens, cost);
         let (r, t) = (self.requests, self.tokens);
         self.last = Some((now, r, t));
+        self.freed = None;
         answer
     }
 
@@ -171,17 +180,26 @@ impl OpenAiBucket {
             used.max(0.0).ceil() as u64,
             go_duration(wait)
         );
-        let body =
-            format!(r#"{{"error":{{"message":"{message}","type":"{kind}","param":null,"code":"rate_limit_exceeded"}}}}"#);
+        let body = format!(
+            r#"{{"error":{{"message":"{message}","type":"{kind}","param":null,"code":"rate_limit_exceeded"}}}}"#
+        );
         let mut headers = self.headers();
         headers.push(("retry-after".to_string(), wait.as_secs_f64().ceil().max(1.0).to_string()));
         headers.push(("retry-after-ms".to_string(), wait.as_millis().max(1).to_string()));
         Answer { status: 429, headers, body }
     }
 
-    /// A served call's answer has been written: its place under the cap is free again.
-    pub fn finished(&mut self) {
+    /// A served call's answer has been written at `now`: its place under the cap is free again.
+    pub fn finished(&mut self, now: Instant) {
+        if self.busy_at().is_some_and(|busy| self.in_flight == busy) {
+            self.freed = Some(now);
+        }
         self.in_flight = self.in_flight.saturating_sub(1);
+    }
+
+    /// The calls in flight at which the fleet could send nothing.
+    fn busy_at(&self) -> Option<usize> {
+        self.limits.busy_at.or(self.limits.concurrency)
     }
 
     /// Calls being served now (200s not finished).
@@ -216,11 +234,8 @@ impl OpenAiBucket {
             ("requests", self.limits.requests_per_minute, self.requests),
             ("tokens", self.limits.tokens_per_minute, self.tokens),
         ] {
-            let to_full = if limit == 0 {
-                Duration::ZERO
-            } else {
-                secs((limit as f64 - held).max(0.0) / self.rate(limit))
-            };
+            let to_full =
+                if limit == 0 { Duration::ZERO } else { secs((limit as f64 - held).max(0.0) / self.rate(limit)) };
             headers.push((format!("x-ratelimit-limit-{family}"), limit.to_string()));
             headers.push((format!("x-ratelimit-remaining-{family}"), (held.max(0.0).floor() as u64).to_string()));
             headers.push((format!("x-ratelimit-reset-{family}"), go_duration(to_full)));
@@ -246,6 +261,7 @@ mod tests {
             concurrency: Some(2),
             errors_per_mille: 0,
             seed: 1,
+            busy_at: None,
         }
     }
 
@@ -265,7 +281,7 @@ mod tests {
         assert_eq!(header(&first, "x-ratelimit-reset-tokens"), Some("50s"));
         assert_eq!(header(&first, "x-ratelimit-remaining-requests"), Some("59"));
         assert_eq!(header(&first, "x-ratelimit-reset-requests"), Some("1s"));
-        bucket.finished();
+        bucket.finished(t0);
         // 1.5 s later 150 tokens have grown back: 1,150 held, 1,200 asked: refused, 0.5 s to wait.
         let refused = bucket.answer(t0 + Duration::from_millis(1_500), 1_000, 200);
         assert_eq!(refused.status, 429);
@@ -308,7 +324,7 @@ mod tests {
         let over = bucket.answer(t0, 10, 10);
         assert_eq!((over.status, over.headers.len()), (429, 0));
         assert_eq!(bucket.in_flight(), 2);
-        bucket.finished();
+        bucket.finished(t0);
         assert_eq!(bucket.answer(t0, 10, 10).status, 200);
         assert_eq!(bucket.charged(), 60, "the refusal cost nothing");
     }
@@ -321,6 +337,7 @@ mod tests {
             concurrency: None,
             errors_per_mille: 5,
             seed: 7,
+            busy_at: None,
         };
         let run = || {
             let (mut bucket, t0) = (OpenAiBucket::new(limits), Instant::now());
@@ -340,9 +357,9 @@ mod tests {
         // Spend everything but 1,000 tokens, then wait 20 s before a call of 1,000: room was
         // there all along, 20 s of silence.
         bucket.answer(t0, 5_000, 0);
-        bucket.finished();
+        bucket.finished(t0);
         bucket.answer(t0 + Duration::from_secs(20), 1_000, 0);
-        bucket.finished();
+        bucket.finished(t0);
         assert_eq!(bucket.longest_silence(), Duration::from_secs(20));
         // Now 2,000 held; a call of 4,000 needs 20 s of refill: sent after 25 s, 5 s of silence
         // (less than the 20 s kept).
@@ -350,8 +367,17 @@ mod tests {
         assert_eq!(bucket.longest_silence(), Duration::from_secs(20));
         let (mut tight, t0) = (OpenAiBucket::new(limits()), Instant::now());
         tight.answer(t0, 6_000, 0);
-        tight.finished();
+        tight.finished(t0);
         tight.answer(t0 + Duration::from_secs(10), 1_000, 0);
         assert_eq!(tight.longest_silence(), Duration::ZERO, "sent the moment the bucket held it");
+        // Two at once is the fleet's limit: a gap while both are served is no silence; from the
+        // moment one ends it is.
+        let limits = BucketLimits { concurrency: Some(5), busy_at: Some(2), ..limits() };
+        let (mut busy, t0) = (OpenAiBucket::new(limits), Instant::now());
+        busy.answer(t0, 10, 0);
+        busy.answer(t0, 10, 0);
+        busy.finished(t0 + Duration::from_secs(3));
+        busy.answer(t0 + Duration::from_secs(4), 10, 0);
+        assert_eq!(busy.longest_silence(), Duration::from_secs(1));
     }
 }
