@@ -116,6 +116,8 @@ pub(crate) struct RunResult {
     pub(crate) redis: Option<RedisUse>,
     pub(crate) crash: Option<Crash>,
     pub(crate) timed_out: bool,
+    /// What an OpenAI-like provider's bucket reported (`openai-like…` scenarios).
+    pub(crate) bucket: Option<crate::llm_report::BucketLog>,
     /// From the start signal to the last worker's end.
     pub(crate) completed_in: Duration,
     /// The whole run, setup included.
@@ -135,6 +137,7 @@ impl RunResult {
             redis: None,
             crash: None,
             timed_out: false,
+            bucket: None,
             completed_in: Duration::ZERO,
             wall: Duration::ZERO,
         }
