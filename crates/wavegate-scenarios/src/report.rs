@@ -265,6 +265,7 @@ pub(crate) fn table(scenario: &Scenario, sizes: &Sizes, results: &[RunResult]) -
     let _ = writeln!(out);
     let phases = scenario.capacity_phases(sizes.jobs);
     let capacity = match phases.as_slice() {
+        [] if scenario.bucket.is_some() => "OpenAI-like buckets and a hidden cap (the table below)".to_string(),
         [] => "no concurrency cap".to_string(),
         [(_, cap)] => format!("provider capacity {cap} (hidden)"),
         phases => format!(
