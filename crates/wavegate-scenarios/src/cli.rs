@@ -28,7 +28,7 @@ usage: wavegate-scenarios [--quick] [options]
   --scenario NAME       run only this scenario (repeatable): hidden-capacity, redis-outage, worker-crash,
                         cap-20ms, cap-200ms, cap-2s, cap-plain-429, cap-moves, nginx, rate-window,
                         provider-headers, provider-headers-anthropic, pool-3-keys, learned-tighter,
-                        learned-looser, no-cap
+                        learned-looser, no-cap, openai-like, openai-like-budgets
   --strategy NAME       run only this strategy (repeatable): naive, semaphore, wavegate-seed,
                         wavegate-adaptive, oracle (default: each scenario's own list)
   --repeat N            run each scenario N times and report the median ratios (default 1)
@@ -86,7 +86,10 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Opt
             }
             "--repeat" => repeat = number("--repeat", value("--repeat")?)?.max(1) as usize,
             "--processes" => sizes.processes = number("--processes", value("--processes")?)? as usize,
-            "--callers" => sizes.callers = number("--callers", value("--callers")?)? as usize,
+            "--callers" => {
+                sizes.callers = number("--callers", value("--callers")?)? as usize;
+                sizes.callers_given = true;
+            }
             "--service-ms" => {
                 let v = value("--service-ms")?;
                 let (a, b) = v.split_once('-').unwrap_or((&v, &v));

@@ -18,8 +18,10 @@
 //! with several concurrent callers). The runner re-executes itself for the other two.
 
 mod cli;
+mod llm_report;
 mod mixed;
 mod nginx;
+mod oracle;
 mod process_fleet;
 mod protocol;
 mod provider;

@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
-use wavegate_testkit::{Answer, HeaderStyle, ProviderLimits, WindowCounter};
+use wavegate_testkit::{Answer, BucketLimits, HeaderStyle, OpenAiBucket, ProviderLimits, WindowCounter};
 
 use crate::protocol::{field, now_us, service_ms};
 
@@ -41,6 +41,11 @@ pub(crate) struct ProviderConfig {
     pub(crate) headers: Option<HeaderStyle>,
     /// Tokens per window (with `headers`); a call reserves the `tokens=N` of its query.
     pub(crate) tpm: Option<u32>,
+    /// OpenAI's buckets instead of everything above: `(rpm, tpm, hidden cap, 500s per mille,
+    /// the fleet's concurrency limit)` (the last for the silences only: a gap while that many
+    /// are served is none); a call is charged the `tokens=` (prompt) and `max_tokens=` of its
+    /// query.
+    pub(crate) bucket: Option<(u32, u32, u32, u32, u32)>,
 }
 
 impl ProviderConfig {
@@ -55,6 +60,7 @@ impl ProviderConfig {
             ("PROVIDER_RETRY_AFTER", self.retry_after_s.map_or(String::new(), |r| r.to_string())),
             ("PROVIDER_HEADERS", self.headers.map_or(String::new(), |h| h.as_str().to_string())),
             ("PROVIDER_TPM", self.tpm.map_or(String::new(), |t| t.to_string())),
+            ("PROVIDER_BUCKET", self.bucket.map_or(String::new(), |(r, t, c, e, b)| format!("{r},{t},{c},{e},{b}"))),
         ]
     }
 
@@ -98,6 +104,18 @@ impl ProviderConfig {
                 .filter(|v| !v.is_empty())
                 .map(|v| v.parse().map_err(|_| format!("PROVIDER_TPM={v:?}")))
                 .transpose()?,
+            bucket: match get("PROVIDER_BUCKET").unwrap_or_default().as_str() {
+                "" => None,
+                text => {
+                    let bad = || format!("PROVIDER_BUCKET={text:?}");
+                    let n: Vec<u32> =
+                        text.split(',').map(|v| v.parse().map_err(|_| bad())).collect::<Result<_, _>>()?;
+                    match n[..] {
+                        [r, t, c, e, b] => Some((r, t, c, e, b)),
+                        _ => return Err(bad()),
+                    }
+                }
+            },
         })
     }
 
@@ -139,6 +157,8 @@ struct State {
     /// The announced budgets' fixed windows (with `headers`), per API key (the `key=` of the
     /// query; none: one key).
     windows: std::collections::HashMap<String, WindowCounter>,
+    /// OpenAI's buckets (with `bucket`), one key.
+    bucket: Option<OpenAiBucket>,
     records: Vec<Request>,
 }
 
@@ -243,13 +263,22 @@ pub(crate) fn main() -> ExitCode {
     for line in std::io::stdin().lock().lines().map_while(Result::ok) {
         if let Some(path) = line.strip_prefix("DUMP").and_then(|rest| field(rest, "path")) {
             match dump(&state, path) {
-                Ok(n) => println!("DUMPED n={n}"),
+                Ok(n) => println!("DUMPED n={n}{}", bucket_fields(&state)),
                 Err(error) => println!("DUMPED n=0 error={}", error.to_string().replace(' ', "_")),
             }
         }
     }
     drop(server); // detached: the process ends here
     ExitCode::SUCCESS
+}
+
+/// What the bucket saw, for the `DUMPED` line: its longest silence with room (ms) and the
+/// tokens it charged (empty without a bucket).
+fn bucket_fields(state: &Shared) -> String {
+    lock(state)
+        .bucket
+        .as_ref()
+        .map_or(String::new(), |b| format!(" silence_ms={} charged={}", b.longest_silence().as_millis(), b.charged()))
 }
 
 fn dump(state: &Shared, path: &str) -> std::io::Result<usize> {
@@ -275,6 +304,37 @@ async fn answer(mut stream: TcpStream, config: &ProviderConfig, state: &Shared) 
         lock(state).records.push(Request { start, end: now_us(), status: 400 });
         return;
     };
+    if let Some((rpm, tpm, cap, errors, busy_at)) = config.bucket {
+        let (prompt, max_tokens) = (tokens_of(&head), query_value(&head, "max_tokens").and_then(|n| n.parse().ok()));
+        let answer = {
+            let mut state = lock(state);
+            let limits = BucketLimits {
+                requests_per_minute: u64::from(rpm),
+                tokens_per_minute: u64::from(tpm),
+                concurrency: Some(cap as usize),
+                errors_per_mille: errors,
+                seed: 42,
+                busy_at: Some(busy_at as usize),
+            };
+            state.bucket.get_or_insert_with(|| OpenAiBucket::new(limits)).answer(
+                std::time::Instant::now(),
+                prompt,
+                max_tokens.unwrap_or(0),
+            )
+        };
+        if answer.status == 200 {
+            tokio::time::sleep(Duration::from_millis(service_ms(job, config.service_ms))).await;
+        }
+        reply_with(&mut stream, &answer).await;
+        let mut state = lock(state);
+        if answer.status == 200
+            && let Some(bucket) = state.bucket.as_mut()
+        {
+            bucket.finished(std::time::Instant::now());
+        }
+        state.records.push(Request { start, end: now_us(), status: answer.status });
+        return;
+    }
     if let Some(style) = config.headers {
         let (tokens, key) = (tokens_of(&head), query_value(&head, "key").unwrap_or_default());
         let answer = lock(state).announce(config, style, tokens, &key);
@@ -325,6 +385,22 @@ async fn answer(mut stream: TcpStream, config: &ProviderConfig, state: &Shared) 
     let _ = stream.shutdown().await;
 }
 
+/// Writes `answer` (status, headers, body) and closes the connection.
+async fn reply_with(stream: &mut TcpStream, answer: &Answer) {
+    let reason = match answer.status {
+        200 => "OK",
+        429 => "Too Many Requests",
+        _ => "Internal Server Error",
+    };
+    let mut reply = format!("HTTP/1.1 {} {reason}\r\n", answer.status);
+    for (name, value) in &answer.headers {
+        reply.push_str(&format!("{name}: {value}\r\n"));
+    }
+    reply.push_str(&format!("Content-Length: {}\r\nConnection: close\r\n\r\n{}", answer.body.len(), answer.body));
+    let _ = stream.write_all(reply.as_bytes()).await;
+    let _ = stream.shutdown().await;
+}
+
 /// The value of `name=` in a request line's query.
 fn query_value(head: &[u8], name: &str) -> Option<String> {
     let line = String::from_utf8_lossy(head.split(|b| *b == b'\r').next().unwrap_or_default()).into_owned();
@@ -350,6 +426,7 @@ mod tests {
             retry_after_s: Some(1),
             headers: None,
             tpm: None,
+            bucket: None,
         }
     }
 
@@ -423,7 +500,11 @@ mod tests {
 
     #[test]
     fn the_configuration_round_trips_through_the_environment() {
-        let config = ProviderConfig { capacity: vec![(0, 8), (100, 4)], ..config(None, None) };
+        let config = ProviderConfig {
+            capacity: vec![(0, 8), (100, 4)],
+            bucket: Some((400, 600_000, 48, 5, 32)),
+            ..config(None, None)
+        };
         let env = config.to_env();
         assert!(env.contains(&("PROVIDER_CAPACITY", "0:8,100:4".to_string())));
         assert!(env.contains(&("PROVIDER_RPM", String::new())));

@@ -116,6 +116,8 @@ pub(crate) struct RunResult {
     pub(crate) redis: Option<RedisUse>,
     pub(crate) crash: Option<Crash>,
     pub(crate) timed_out: bool,
+    /// What an OpenAI-like provider's bucket reported (`openai-like…` scenarios).
+    pub(crate) bucket: Option<crate::llm_report::BucketLog>,
     /// From the start signal to the last worker's end.
     pub(crate) completed_in: Duration,
     /// The whole run, setup included.
@@ -135,6 +137,7 @@ impl RunResult {
             redis: None,
             crash: None,
             timed_out: false,
+            bucket: None,
             completed_in: Duration::ZERO,
             wall: Duration::ZERO,
         }
@@ -262,6 +265,7 @@ pub(crate) fn table(scenario: &Scenario, sizes: &Sizes, results: &[RunResult]) -
     let _ = writeln!(out);
     let phases = scenario.capacity_phases(sizes.jobs);
     let capacity = match phases.as_slice() {
+        [] if scenario.bucket.is_some() => "OpenAI-like buckets and a hidden cap (the table below)".to_string(),
         [] => "no concurrency cap".to_string(),
         [(_, cap)] => format!("provider capacity {cap} (hidden)"),
         phases => format!(

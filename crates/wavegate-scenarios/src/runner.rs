@@ -12,6 +12,7 @@ use wavegate_redis::Keyspace;
 use wavegate_testkit::{HeaderStyle, RedisServer};
 
 use crate::cli::{self, Options, USAGE};
+use crate::llm_report::{self, BucketLog};
 use crate::nginx::Nginx;
 use crate::protocol::{field, now_us, num};
 use crate::provider::{ProviderConfig, Request};
@@ -122,6 +123,10 @@ fn run(options: &Options) -> Result<(), String> {
                 println!();
             }
             print!("{}", report::table(scenario, sizes, &results));
+            if scenario.bucket.is_some() {
+                println!();
+                print!("{}", llm_report::table(scenario, &results));
+            }
             runs.push(results.iter().map(|r| Row::new(scenario, sizes, r)).collect());
             if round == 1 {
                 pictured = results;
@@ -248,6 +253,7 @@ fn run_one(scenario: &Scenario, strategy: &'static Strategy, sizes: &Sizes) -> R
         tpm: scenario.announced.map(|a| a.tpm),
         service_ms: sizes.service_ms,
         retry_after_s: (!scenario.plain_429).then_some(sizes.retry_after_s),
+        bucket: scenario.bucket.map(|b| (b.rpm, b.tpm, b.cap, b.errors_per_mille, b.cap.min(scenario.limit))),
     };
     let mut provider = Proc::spawn("provider", &provider_config.to_env(), PROVIDER, tx.clone())?;
     let line = wait_for(&rx, PROVIDER, "LISTENING", START_TIMEOUT, |_| {})?;
@@ -272,6 +278,7 @@ fn run_one(scenario: &Scenario, strategy: &'static Strategy, sizes: &Sizes) -> R
             tokens: scenario.announced.map_or(0, |a| a.tokens_per_job),
             keys: scenario.announced.map_or(1, |a| a.keys),
             rpm: scenario.announced.and_then(|a| a.configured_rpm).unwrap_or(0),
+            bucket: scenario.bucket,
         };
         let proc = Proc::spawn("worker", &env.to_env(), index, tx.clone())?;
         let pid = proc.pid();
@@ -440,7 +447,7 @@ fn run_one(scenario: &Scenario, strategy: &'static Strategy, sizes: &Sizes) -> R
         }
     }
     result.redis = redis_use;
-    result.requests = dump_requests(&mut provider, &rx, scenario, strategy)?;
+    (result.requests, result.bucket) = dump_requests(&mut provider, &rx, scenario, strategy)?;
     drop(workers);
     drop(nginx);
     drop(provider);
@@ -463,13 +470,13 @@ fn killed_permits(con: &mut redis::Connection, pid: u32, killed_at: u64) -> Resu
     Ok((theirs.len(), blocked))
 }
 
-/// Asks the provider for its records and reads them.
+/// Asks the provider for its records and reads them (and what its bucket saw, if any).
 fn dump_requests(
     provider: &mut Proc,
     rx: &Receiver<Message>,
     scenario: &Scenario,
     strategy: &Strategy,
-) -> Result<Vec<Request>, String> {
+) -> Result<(Vec<Request>, Option<BucketLog>), String> {
     let path = std::env::temp_dir().join(format!(
         "wavegate-scenarios-{}-{}-{}.txt",
         std::process::id(),
@@ -480,5 +487,5 @@ fn dump_requests(
     let line = wait_for(rx, PROVIDER, "DUMPED", Duration::from_secs(30), |_| {})?;
     let text = std::fs::read_to_string(&path).map_err(|e| format!("provider records ({line}): {e}"))?;
     let _ = std::fs::remove_file(&path);
-    Ok(text.lines().filter_map(Request::parse).collect())
+    Ok((text.lines().filter_map(Request::parse).collect(), BucketLog::parse(&line)))
 }

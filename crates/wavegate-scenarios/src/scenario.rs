@@ -55,6 +55,74 @@ impl Announced {
     }
 }
 
+/// A provider with OpenAI's semantics ([`wavegate_testkit::OpenAiBucket`]): requests and tokens
+/// buckets refilled continuously, each call charged its prompt plus `max_tokens` at admission,
+/// OpenAI's headers, a hidden concurrency cap and seeded transient 500s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Bucket {
+    /// Requests per minute.
+    pub(crate) rpm: u32,
+    /// Tokens per minute.
+    pub(crate) tpm: u32,
+    /// The hidden cap on calls served at once.
+    pub(crate) cap: u32,
+    /// Transient 500s per thousand admitted calls.
+    pub(crate) errors_per_mille: u32,
+    /// A job's prompt, in tokens, drawn per job from this range.
+    pub(crate) prompt: (u64, u64),
+    /// Every job's `max_tokens`.
+    pub(crate) max_tokens: u64,
+    /// wavegate's configured budgets `(rpm, burst, tpm, burst)` as the docs advise; `None`:
+    /// none, wavegate learns from the headers.
+    pub(crate) budgets: Option<(u32, u32, u32, u32)>,
+}
+
+impl Bucket {
+    /// Job `id`'s prompt tokens (the same for every strategy and the provider).
+    pub(crate) fn prompt_of(&self, id: u64) -> u64 {
+        // Another stream of the same hash than the service times, so the two are unrelated.
+        crate::protocol::service_ms(id ^ 0x5EED_5EED, self.prompt)
+    }
+
+    /// What job `id` costs in tokens: its prompt and its `max_tokens`.
+    pub(crate) fn cost_of(&self, id: u64) -> u64 {
+        self.prompt_of(id) + self.max_tokens
+    }
+
+    /// The one-field form a worker reads it from (11 numbers, `0,0,0,0` for no budgets).
+    pub(crate) fn to_field(self) -> String {
+        let (r, rb, t, tb) = self.budgets.unwrap_or_default();
+        let (p0, p1) = self.prompt;
+        let (rpm, tpm, cap, e, m) = (self.rpm, self.tpm, self.cap, self.errors_per_mille, self.max_tokens);
+        format!("{rpm},{tpm},{cap},{e},{p0},{p1},{m},{r},{rb},{t},{tb}")
+    }
+
+    /// Reads [`Bucket::to_field`]'s form.
+    pub(crate) fn parse(text: &str) -> Option<Self> {
+        let n: Vec<u64> = text.split(',').map(str::parse).collect::<Result<_, _>>().ok()?;
+        let small = |v: u64| u32::try_from(v).ok();
+        let [rpm, tpm, cap, e, p0, p1, m, r, rb, t, tb] = n[..] else { return None };
+        Some(Self {
+            rpm: small(rpm)?,
+            tpm: small(tpm)?,
+            cap: small(cap)?,
+            errors_per_mille: small(e)?,
+            prompt: (p0, p1),
+            max_tokens: m,
+            budgets: (r > 0).then_some((small(r)?, small(rb)?, small(t)?, small(tb)?)),
+        })
+    }
+
+    /// The soonest the whole job list can be admitted, in seconds: both buckets start full
+    /// and refill at their rate (the service time of the last call comes on top).
+    pub(crate) fn admission_floor_s(&self, jobs: u64) -> f64 {
+        let tokens: u64 = (0..jobs).map(|id| self.cost_of(id)).sum();
+        let by_tokens = (tokens as f64 - f64::from(self.tpm)).max(0.0) / (f64::from(self.tpm) / 60.0);
+        let by_requests = (jobs as f64 - f64::from(self.rpm)).max(0.0) / (f64::from(self.rpm) / 60.0);
+        by_tokens.max(by_requests)
+    }
+}
+
 /// One scenario: a provider and what happens to the fleet.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Scenario {
@@ -73,6 +141,8 @@ pub(crate) struct Scenario {
     /// Requests and tokens budgets per minute (fixed windows from the first call), announced
     /// only in OpenAI's or Anthropic's headers.
     pub(crate) announced: Option<Announced>,
+    /// OpenAI's buckets instead of the provider's own accounting (no other limit then).
+    pub(crate) bucket: Option<Bucket>,
     /// The provider's 429s carry no `Retry-After` (as nginx's `limit_conn` answers).
     pub(crate) plain_429: bool,
     /// The capacity is enforced by a real nginx (`limit_conn`, plain 429s) in front of a
@@ -84,6 +154,8 @@ pub(crate) struct Scenario {
     /// The scenario's own job count and service time (the command line's win when given).
     pub(crate) jobs: Option<u64>,
     pub(crate) service_ms: Option<(u64, u64)>,
+    /// The scenario's own callers per process (the command line's win when given).
+    pub(crate) callers: Option<usize>,
     /// The strategies it runs when the command line names none (empty: all).
     pub(crate) compare: &'static [&'static str],
 }
@@ -99,12 +171,14 @@ const BASE: Scenario = Scenario {
     phases: &[],
     rate: None,
     announced: None,
+    bucket: None,
     plain_429: false,
     via_nginx: false,
     limit: 10,
     event: Event::Nothing,
     jobs: None,
     service_ms: None,
+    callers: None,
     compare: &[],
 };
 
@@ -290,7 +364,46 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
         compare: LEARNING,
         ..BASE
     },
+    Scenario {
+        name: "openai-like",
+        title: "OpenAI's semantics: 400 requests/min and 600k tokens/min in buckets refilled continuously, a call \
+                charged prompt (200-3,000) + max_tokens (500) at admission, x-ratelimit-* headers (reset = time to \
+                a full bucket), a hidden cap of 48 at once, 0.5 % transient 500s; wavegate with no budgets, learning \
+                from the headers; limit 32",
+        capacity: 0,
+        bucket: Some(OPENAI_LIKE),
+        limit: 32,
+        jobs: Some(500),
+        service_ms: Some((500, 3_000)),
+        callers: Some(25),
+        compare: &["oracle", "wavegate-adaptive", "naive"],
+        ..BASE
+    },
+    Scenario {
+        name: "openai-like-budgets",
+        title: "the same provider; wavegate configured as docs/guide.md advises: requests_per_minute(400, 20), \
+                tokens_per_minute(600_000, 16_000) (the burst covers the largest estimate)",
+        capacity: 0,
+        bucket: Some(Bucket { budgets: Some((400, 20, 600_000, 16_000)), ..OPENAI_LIKE }),
+        limit: 32,
+        jobs: Some(500),
+        service_ms: Some((500, 3_000)),
+        callers: Some(25),
+        compare: &["oracle", "wavegate-adaptive"],
+        ..BASE
+    },
 ];
+
+/// The provider of the `openai-like` scenarios (issue 23's targets).
+const OPENAI_LIKE: Bucket = Bucket {
+    rpm: 400,
+    tpm: 600_000,
+    cap: 48,
+    errors_per_mille: 5,
+    prompt: (200, 3_000),
+    max_tokens: 500,
+    budgets: None,
+};
 
 /// The capacity of the phase in force at call (or job) number `at`: the last of `phases`
 /// (`(from, capacity)`, in order) that starts at or before it; `None` before the first or
@@ -341,12 +454,36 @@ impl Scenario {
                 Some(cap) => ms as f64 / 1000.0 / cap.min(limit as usize) as f64,
             })
             .sum();
+        if let Some(bucket) = self.bucket {
+            let longest = service.iter().map(|&(_, ms)| ms).max().unwrap_or(0) as f64 / 1000.0;
+            return concurrency.max(bucket.admission_floor_s(jobs) + longest);
+        }
         let rate = self.rate_window().map_or(0.0, |(calls, window_s)| {
             let n = service.len() as u64;
             let longest = service.iter().map(|&(_, ms)| ms).max().unwrap_or(0) as f64 / 1000.0;
             (n.div_ceil(u64::from(calls)).saturating_sub(1) * window_s) as f64 + longest
         });
         concurrency.max(rate)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bucket_round_trips_and_prices_its_jobs() {
+        for bucket in [OPENAI_LIKE, Bucket { budgets: Some((400, 20, 600_000, 16_000)), ..OPENAI_LIKE }] {
+            assert_eq!(Bucket::parse(&bucket.to_field()), Some(bucket));
+        }
+        assert_eq!(Bucket::parse("1,2,3"), None);
+        let costs: Vec<u64> = (0..500).map(|id| OPENAI_LIKE.cost_of(id)).collect();
+        assert!(costs.iter().all(|c| (700..=3_500).contains(c)));
+        let mean = costs.iter().sum::<u64>() as f64 / 500.0;
+        assert!((1_900.0..2_300.0).contains(&mean), "mean {mean}");
+        // ~1.05M tokens, 600k at once, 10k a second after: about 45 s.
+        let floor = OPENAI_LIKE.admission_floor_s(500);
+        assert!((35.0..55.0).contains(&floor), "{floor}");
     }
 }
 
@@ -367,6 +504,8 @@ pub(crate) struct Sizes {
     pub(crate) retry_after_s: u32,
     /// Whether the command line set the jobs (so a scenario's own count does not apply).
     pub(crate) jobs_given: bool,
+    /// Whether the command line set the callers per process.
+    pub(crate) callers_given: bool,
     /// Whether the command line set the service time.
     pub(crate) service_given: bool,
     /// wavegate's renewed permit lease.
@@ -385,6 +524,7 @@ impl Sizes {
             retry_after_s: 1,
             lease: Duration::from_secs(5),
             jobs_given: false,
+            callers_given: false,
             service_given: false,
         }
     }
@@ -395,6 +535,9 @@ impl Sizes {
         let mut sizes = self.clone();
         if let (Some(jobs), false) = (scenario.jobs, self.jobs_given) {
             sizes.jobs = if quick { (jobs / 10).max(1) } else { jobs };
+        }
+        if let (Some(callers), false) = (scenario.callers, self.callers_given) {
+            sizes.callers = callers;
         }
         if let (Some(service), false) = (scenario.service_ms, self.service_given) {
             sizes.service_ms = service;

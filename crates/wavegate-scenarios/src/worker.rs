@@ -19,7 +19,9 @@ use wavegate::PoolConfig;
 use wavegate::{Mode, Outcome, ProviderSignals, Scheduler, TransportError};
 use wavegate_testkit::{HttpReply, http_get};
 
+use crate::oracle::{BucketOracle, Oracle};
 use crate::protocol::{now_us, num};
+use crate::scenario::Bucket;
 use crate::strategy::{self, Kind, Strategy};
 
 /// The upstream's name in wavegate (and so in Redis keys: `wavegate:{provider}:...`).
@@ -55,6 +57,9 @@ pub(crate) struct WorkerEnv {
     pub(crate) keys: u32,
     /// A requests-per-minute budget configured in wavegate (0: none).
     pub(crate) rpm: u32,
+    /// OpenAI's buckets: each job's prompt and `max_tokens`, the oracle's truth, wavegate's
+    /// configured budgets (replaces `tokens`).
+    pub(crate) bucket: Option<Bucket>,
 }
 
 impl WorkerEnv {
@@ -74,6 +79,7 @@ impl WorkerEnv {
             ("WORKER_TOKENS", self.tokens.to_string()),
             ("WORKER_KEYS", self.keys.to_string()),
             ("WORKER_RPM", self.rpm.to_string()),
+            ("WORKER_BUCKET", self.bucket.map_or(String::new(), |b| b.to_field())),
         ]
     }
 
@@ -100,6 +106,10 @@ impl WorkerEnv {
             tokens: parsed("WORKER_TOKENS")?,
             keys: parsed("WORKER_KEYS")?.max(1) as u32,
             rpm: parsed("WORKER_RPM")? as u32,
+            bucket: match std::env::var("WORKER_BUCKET").unwrap_or_default().as_str() {
+                "" => None,
+                text => Some(Bucket::parse(text).ok_or_else(|| format!("WORKER_BUCKET={text:?}"))?),
+            },
             oracle_rate: {
                 let rate = var("WORKER_ORACLE_RATE")?;
                 match rate.split_once('/') {
@@ -177,105 +187,7 @@ enum Runner {
     Semaphore(Rc<Semaphore>),
     Wavegate(Scheduler),
     Oracle(Rc<Oracle>),
-}
-
-/// This process's share of `total` among `processes` (the first ones take the remainder),
-/// at least 1.
-fn share_of(total: usize, index: usize, processes: usize) -> usize {
-    (total / processes + usize::from(index < total % processes)).max(1)
-}
-
-/// The oracle's limiter: its share of the capacity the provider announces, and of the rate
-/// window. Single-threaded (the worker's callers run on one actix system).
-struct Oracle {
-    index: usize,
-    processes: usize,
-    /// The configured limit, which the oracle respects as well.
-    limit: usize,
-    share: Cell<usize>,
-    in_flight: Cell<usize>,
-    freed: tokio::sync::Notify,
-    /// Calls this process may have admitted in any window, and the window.
-    rate: Option<(usize, Duration)>,
-    /// When its recent calls were answered (the provider admitted each before that moment,
-    /// so a window counted from here never overlaps the provider's), and the calls sent and
-    /// not answered yet.
-    answered: std::cell::RefCell<std::collections::VecDeque<std::time::Instant>>,
-    unanswered: Cell<usize>,
-}
-
-impl Oracle {
-    fn new(env: &WorkerEnv) -> Self {
-        // It respects the configured limit too: the best a fleet can do under it.
-        let share = if env.oracle_capacity == 0 {
-            env.callers
-        } else {
-            share_of(env.oracle_capacity.min(env.limit as usize), env.index, env.processes)
-        };
-        Self {
-            index: env.index,
-            processes: env.processes,
-            limit: env.limit as usize,
-            share: Cell::new(share),
-            in_flight: Cell::new(0),
-            freed: tokio::sync::Notify::new(),
-            rate: env.oracle_rate.map(|(calls, seconds)| {
-                (share_of(calls as usize, env.index, env.processes), Duration::from_secs(seconds))
-            }),
-            answered: Default::default(),
-            unanswered: Cell::new(0),
-        }
-    }
-
-    /// Waits for a place in this process's share, then for room in its rate window.
-    async fn acquire(&self) {
-        loop {
-            if self.in_flight.get() < self.share.get() {
-                self.in_flight.set(self.in_flight.get() + 1);
-                break;
-            }
-            self.freed.notified().await;
-        }
-        if let Some((calls, window)) = self.rate {
-            loop {
-                let wait_until = {
-                    let now = std::time::Instant::now();
-                    let mut answered = self.answered.borrow_mut();
-                    while answered.front().is_some_and(|t| now.duration_since(*t) >= window) {
-                        answered.pop_front();
-                    }
-                    if answered.len() + self.unanswered.get() < calls {
-                        self.unanswered.set(self.unanswered.get() + 1);
-                        None
-                    } else {
-                        // Full: wait for the oldest answer to leave the window, or for an
-                        // answer (a refused call frees its place at once).
-                        Some(answered.front().map_or(now + Duration::from_millis(5), |oldest| *oldest + window))
-                    }
-                };
-                match wait_until {
-                    None => break,
-                    Some(until) => tokio::time::sleep_until(until.into()).await,
-                }
-            }
-        }
-    }
-
-    /// Gives the place back and follows the capacity the answer announced. A served call
-    /// enters this process's window at its answer; a refused one did not enter the provider's.
-    fn release(&self, reply: Option<&HttpReply>) {
-        self.in_flight.set(self.in_flight.get() - 1);
-        if self.rate.is_some() {
-            self.unanswered.set(self.unanswered.get() - 1);
-            if reply.is_some_and(|r| r.status == 200) {
-                self.answered.borrow_mut().push_back(std::time::Instant::now());
-            }
-        }
-        if let Some(total) = reply.and_then(|r| r.header("X-Capacity")).and_then(|c| c.parse::<usize>().ok()) {
-            self.share.set(share_of(total.min(self.limit), self.index, self.processes));
-        }
-        self.freed.notify_waiters();
-    }
+    BucketOracle(Rc<BucketOracle>),
 }
 
 async fn run(
@@ -287,7 +199,10 @@ async fn run(
     let runner = match &strategy.kind {
         Kind::Naive { .. } => Runner::Naive,
         Kind::Semaphore { per_process, .. } => Runner::Semaphore(Rc::new(Semaphore::new(*per_process))),
-        Kind::Oracle => Runner::Oracle(Rc::new(Oracle::new(&env))),
+        Kind::Oracle => match &env.bucket {
+            Some(bucket) => Runner::BucketOracle(Rc::new(BucketOracle::new(&env, bucket))),
+            None => Runner::Oracle(Rc::new(Oracle::new(&env))),
+        },
         Kind::Wavegate { recovery } if env.keys > 1 => {
             // One upstream per key, pooled under the usual name.
             let mut builder = Scheduler::builder();
@@ -311,6 +226,9 @@ async fn run(
             if env.rpm > 0 {
                 config = config.requests_per_minute(env.rpm, crate::scenario::Announced::configured_burst(env.rpm));
             }
+            if let Some((rpm, rpm_burst, tpm, tpm_burst)) = env.bucket.and_then(|b| b.budgets) {
+                config = config.requests_per_minute(rpm, rpm_burst).tokens_per_minute(tpm, tpm_burst);
+            }
             let config = config.build().map_err(|e| format!("config: {e}"))?;
             let url = env.redis_url.clone().ok_or("wavegate needs WORKER_REDIS_URL")?;
             let scheduler = Scheduler::builder().upstream(config).redis(url).build().map_err(|e| e.to_string())?;
@@ -329,12 +247,19 @@ async fn run(
     let jobs = Rc::new(Mutex::new(jobs));
     let mut callers = Vec::with_capacity(env.callers);
     for _ in 0..env.callers {
-        let (jobs, runner, provider, tokens) = (jobs.clone(), runner.clone(), env.provider, env.tokens);
+        let (jobs, runner, provider, tokens, bucket) =
+            (jobs.clone(), runner.clone(), env.provider, env.tokens, env.bucket);
         callers.push(actix::spawn(async move {
             loop {
                 let next = jobs.lock().await.recv().await;
                 let Some(id) = next else { break };
-                let log = run_job(&strategy.kind, &runner, provider, id, tokens).await;
+                // The estimate wavegate reserves, and what the query tells the provider.
+                let (estimate, query) = match bucket {
+                    Some(b) => (b.cost_of(id), format!("tokens={}&max_tokens={}", b.prompt_of(id), b.max_tokens)),
+                    None if tokens > 0 => (tokens, format!("tokens={tokens}")),
+                    None => (0, String::new()),
+                };
+                let log = run_job(&strategy.kind, &runner, provider, id, (estimate, &query)).await;
                 println!(
                     "DONE id={id} ok={} attempts={} r429={} start={} success_start={} end={}",
                     u8::from(log.ok),
@@ -404,10 +329,10 @@ fn status_upstream(scheduler: &Scheduler) -> &'static str {
     if scheduler.pool(UPSTREAM).is_ok() { "provider-0" } else { UPSTREAM }
 }
 
-async fn get(provider: SocketAddr, id: u64, tokens: u64, key: &str) -> std::io::Result<HttpReply> {
+async fn get(provider: SocketAddr, id: u64, tokens: &str, key: &str) -> std::io::Result<HttpReply> {
     let mut query = Vec::new();
-    if tokens > 0 {
-        query.push(format!("tokens={tokens}"));
+    if !tokens.is_empty() {
+        query.push(tokens.to_string());
     }
     if !key.is_empty() {
         query.push(format!("key={key}"));
@@ -433,8 +358,8 @@ fn jitter(base: Duration, low: f64, high: f64) -> Duration {
     base.mul_f64(rand::rng().random_range(low..=high))
 }
 
-async fn run_job(kind: &Kind, runner: &Runner, provider: SocketAddr, id: u64, tokens: u64) -> JobLog {
-    let get = |provider, id| get(provider, id, tokens, "");
+async fn run_job(kind: &Kind, runner: &Runner, provider: SocketAddr, id: u64, (tokens, query): (u64, &str)) -> JobLog {
+    let get = |provider, id| get(provider, id, query, "");
     let mut log = JobLog { start: now_us(), ..JobLog::default() };
     match (kind, runner) {
         (Kind::Naive { attempts, base, cap }, _) => {
@@ -486,7 +411,7 @@ async fn run_job(kind: &Kind, runner: &Runner, provider: SocketAddr, id: u64, to
                         let member = member.to_string();
                         let rate_limited = rate_limited.clone();
                         async move {
-                            match self::get(provider, id, tokens, &member).await {
+                            match self::get(provider, id, query, &member).await {
                                 Ok(reply) => {
                                     rate_limited.set(rate_limited.get() + u32::from(reply.status == 429));
                                     Ok(reply)
@@ -548,6 +473,21 @@ async fn run_job(kind: &Kind, runner: &Runner, provider: SocketAddr, id: u64, to
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         }
+        (Kind::Oracle, Runner::BucketOracle(oracle)) => {
+            // A 429 or a 500 is retried through the oracle (charged again, as the provider does).
+            for attempt in 1..=ORACLE_ATTEMPTS {
+                log.attempts = attempt;
+                let permit = oracle.acquire(tokens).await;
+                let sent = now_us();
+                let reply = get(provider, id).await;
+                drop(permit);
+                if matches!(reply, Ok(ref r) if r.status == 200) {
+                    (log.ok, log.success_start) = (true, sent);
+                    break;
+                }
+                log.rate_limited += u32::from(matches!(reply, Ok(ref r) if r.status == 429));
+            }
+        }
         _ => unreachable!("the runner is built from the same strategy"),
     }
     log.end = now_us();
@@ -575,6 +515,7 @@ mod tests {
             tokens: 200,
             keys: 3,
             rpm: 1_000,
+            bucket: None,
         };
         let vars = env.to_env();
         let get = |k: &str| vars.iter().find(|(name, _)| *name == k).map(|(_, v)| v.as_str());
@@ -583,6 +524,5 @@ mod tests {
         assert_eq!(get("WORKER_REDIS_URL"), Some(""));
         assert_eq!(num::<u64>("GO t0=5", "t0"), Some(5));
         assert_eq!(get("WORKER_ORACLE_RATE"), Some("500/10"));
-        assert_eq!((share_of(8, 0, 4), share_of(10, 1, 4), share_of(10, 2, 4), share_of(2, 3, 4)), (2, 3, 2, 1));
     }
 }

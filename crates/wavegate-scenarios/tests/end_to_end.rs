@@ -47,3 +47,30 @@ fn quick_hidden_capacity_reports_every_strategy_and_wavegate_loses_no_job() {
         assert!(svg.contains(&format!(">{name}</text>")), "{name} has no panel");
     }
 }
+
+#[test]
+fn quick_openai_like_reports_the_bucket_table() {
+    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("scenarios-openai-like");
+    let output = Command::new(env!("CARGO_BIN_EXE_wavegate-scenarios"))
+        .args(["--quick", "--scenario", "openai-like", "--strategy", "oracle", "--strategy", "wavegate-adaptive"])
+        .args(["--jobs", "30", "--processes", "2", "--callers", "5", "--service-ms", "20-40"])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("run the scenario runner");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the runner failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    for name in ["oracle", "wavegate-adaptive"] {
+        // The bucket table's row: its cells, the provider's own measures included.
+        let row = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("| {name} |")) && l.contains("k tokens"))
+            .unwrap_or_else(|| panic!("no bucket row for {name}:\n{stdout}"));
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        assert_eq!(cells[4], "0", "{name}: jobs failed in {row}");
+        assert!(cells[5].starts_with("0 of "), "{name}: 429s in {row}");
+        assert!(cells[9].ends_with(" s"), "{name}: the provider's silence is measured: {row}");
+        assert!(cells[11].ends_with('%'), "{name}: the charged tokens are read: {row}");
+    }
+}

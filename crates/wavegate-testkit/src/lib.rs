@@ -36,7 +36,10 @@
 //! [`MockProvider`] is a provider that announces its requests and tokens windows in OpenAI's
 //! or Anthropic's headers ([`ProviderLimits`], [`HeaderStyle`]) and refuses beyond them.
 //! [`MockSse`] streams its answers slowly as server-sent events (OpenAI's or Anthropic's, with
-//! their final usage) and counts the streams it has open at once.
+//! their final usage) and counts the streams it has open at once. [`OpenAiBucket`] is OpenAI's
+//! accounting as its guide describes it (buckets refilled continuously, charged prompt +
+//! `max_tokens` at admission, a hidden concurrency cap, seeded transient 500s), for a provider
+//! process such as the scenario runner's.
 //!
 //! # Requirements
 //!
@@ -74,6 +77,7 @@ mod log;
 mod mock_provider;
 mod mock_sse;
 mod mock_upstream;
+mod openai_bucket;
 mod port;
 mod process;
 mod provider_limits;
@@ -89,6 +93,7 @@ pub use http::{HttpReply, http_get};
 pub use mock_provider::{Hook, MockProvider, ProviderCall};
 pub use mock_sse::{MockSse, MockSseConfig, SseStyle};
 pub use mock_upstream::{MockUpstream, MockUpstreamConfig, read_request_head};
+pub use openai_bucket::{BucketLimits, OpenAiBucket};
 pub use port::free_port;
 pub use provider_limits::{Answer, HeaderStyle, ProviderLimits, WindowCounter, error_code, http_date, rfc3339_ceil};
 pub use sentinel::{SentinelGroup, SentinelProcess};

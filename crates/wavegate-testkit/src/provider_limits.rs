@@ -187,7 +187,7 @@ pub fn error_code(body: &str) -> Option<&str> {
 }
 
 /// `6m0s`, `1.25s`, `20ms`: how OpenAI writes a reset.
-fn go_duration(d: Duration) -> String {
+pub(crate) fn go_duration(d: Duration) -> String {
     let ms = d.as_millis();
     if ms < 1000 {
         return format!("{ms}ms");
