@@ -381,10 +381,11 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "openai-like-budgets",
-        title: "the same provider; wavegate configured as docs/guide.md advises: requests_per_minute(400, 20), \
-                tokens_per_minute(600_000, 16_000) (the burst covers the largest estimate)",
+        title: "the same provider; wavegate configured as docs/guide.md advises (\"Choosing a burst\"): \
+                requests_per_minute(400, 400), tokens_per_minute(600_000, 600_000) (a continuously refilled \
+                bucket holds a minute's worth)",
         capacity: 0,
-        bucket: Some(Bucket { budgets: Some((400, 20, 600_000, 16_000)), ..OPENAI_LIKE }),
+        bucket: Some(Bucket { budgets: Some((400, 400, 600_000, 600_000)), ..OPENAI_LIKE }),
         limit: 32,
         jobs: Some(500),
         service_ms: Some((500, 3_000)),

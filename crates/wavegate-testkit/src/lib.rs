@@ -83,6 +83,7 @@ mod process;
 mod provider_limits;
 mod sentinel;
 mod server;
+mod server_thread;
 mod tls;
 
 pub use builder::RedisServerBuilder;

@@ -15,15 +15,14 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
+use tokio::net::TcpStream;
 
 use crate::mock_upstream::read_request_head;
 use crate::provider_limits::{Answer, ProviderLimits, WindowCounter};
+use crate::server_thread::ServerThread;
 
 /// Rewrites an answer before it is sent: given the answer and the request's path. Its status,
 /// headers and body go out as it leaves them (a 200 still takes the service time).
@@ -67,48 +66,32 @@ struct Counters {
 /// A running mock provider; stops on drop.
 #[derive(Debug)]
 pub struct MockProvider {
-    addr: SocketAddr,
+    server: ServerThread,
     state: Arc<Mutex<State>>,
     counters: Arc<Counters>,
-    shutdown: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
 }
 
 impl MockProvider {
     /// Starts serving on a free port of 127.0.0.1; a served call takes `service_time`.
     pub fn start(limits: ProviderLimits, service_time: Duration) -> io::Result<Self> {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-        listener.set_nonblocking(true)?;
-        let addr = listener.local_addr()?;
         let state = Arc::new(Mutex::new(State { limits, windows: WindowCounter::default(), hook: None }));
         let counters = Arc::new(Counters::default());
-        let (shutdown, stopped) = oneshot::channel();
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let (served_state, served_counters) = (state.clone(), counters.clone());
-        let thread = std::thread::Builder::new().name("mock-provider".into()).spawn(move || {
-            runtime.block_on(async move {
-                let Ok(listener) = TcpListener::from_std(listener) else { return };
-                let serve = async {
-                    loop {
-                        let Ok((stream, _)) = listener.accept().await else { continue };
-                        let (state, counters) = (served_state.clone(), served_counters.clone());
-                        tokio::spawn(async move {
-                            let _ = answer(stream, &state, &counters, service_time).await;
-                        });
-                    }
-                };
-                tokio::select! {
-                    () = serve => {}
-                    _ = stopped => {}
-                }
-            });
+        let server = ServerThread::start("mock-provider", move |listener| async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { continue };
+                let (state, counters) = (served_state.clone(), served_counters.clone());
+                tokio::spawn(async move {
+                    let _ = answer(stream, &state, &counters, service_time).await;
+                });
+            }
         })?;
-        Ok(Self { addr, state, counters, shutdown: Some(shutdown), thread: Some(thread) })
+        Ok(Self { server, state, counters })
     }
 
     /// Where it listens.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.server.addr()
     }
 
     /// Changes the limits from the next call on (e.g. the quota runs out, or is paid).
@@ -145,17 +128,6 @@ impl MockProvider {
     pub fn calls(&self) -> Vec<(Instant, u16)> {
         let calls = self.counters.calls.lock().unwrap_or_else(PoisonError::into_inner);
         calls.iter().map(|c| (c.arrived, c.status)).collect()
-    }
-}
-
-impl Drop for MockProvider {
-    fn drop(&mut self) {
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 

@@ -13,14 +13,13 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
 
 use crate::mock_upstream::read_request_head;
+use crate::server_thread::ServerThread;
 
 /// Which provider's events the mock sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,37 +74,22 @@ struct Counters {
 /// A running SSE mock; stops on drop.
 #[derive(Debug)]
 pub struct MockSse {
-    addr: SocketAddr,
+    server: ServerThread,
     counters: Arc<Counters>,
-    shutdown: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
 }
 
 impl MockSse {
     /// Starts serving on a free port of 127.0.0.1, on a thread of its own.
     pub fn start(config: MockSseConfig) -> io::Result<Self> {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-        listener.set_nonblocking(true)?;
-        let addr = listener.local_addr()?;
         let counters = Arc::new(Counters::default());
-        let (shutdown, stopped) = oneshot::channel();
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let served = counters.clone();
-        let thread = std::thread::Builder::new().name("mock-sse".into()).spawn(move || {
-            runtime.block_on(async move {
-                let Ok(listener) = TcpListener::from_std(listener) else { return };
-                tokio::select! {
-                    () = serve(listener, Arc::new(config), served) => {}
-                    _ = stopped => {}
-                }
-            });
-        })?;
-        Ok(Self { addr, counters, shutdown: Some(shutdown), thread: Some(thread) })
+        let server = ServerThread::start("mock-sse", move |listener| serve(listener, Arc::new(config), served))?;
+        Ok(Self { server, counters })
     }
 
     /// Where it listens.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.server.addr()
     }
 
     /// Every call that arrived.
@@ -136,17 +120,6 @@ impl MockSse {
     /// Calls answered 429.
     pub fn rejected(&self) -> u64 {
         self.counters.rejected.load(Ordering::SeqCst)
-    }
-}
-
-impl Drop for MockSse {
-    fn drop(&mut self) {
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 

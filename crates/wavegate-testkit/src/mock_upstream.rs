@@ -9,12 +9,12 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
+
+use crate::server_thread::ServerThread;
 
 /// How the mock behaves.
 #[derive(Debug, Clone)]
@@ -76,37 +76,22 @@ struct Counters {
 /// A running mock provider; stops on drop.
 #[derive(Debug)]
 pub struct MockUpstream {
-    addr: SocketAddr,
+    server: ServerThread,
     counters: Arc<Counters>,
-    shutdown: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
 }
 
 impl MockUpstream {
     /// Starts serving on a free port of 127.0.0.1.
     pub fn start(config: MockUpstreamConfig) -> io::Result<Self> {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-        listener.set_nonblocking(true)?;
-        let addr = listener.local_addr()?;
         let counters = Arc::new(Counters::default());
-        let (shutdown, stopped) = oneshot::channel();
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let served = counters.clone();
-        let thread = std::thread::Builder::new().name("mock-upstream".into()).spawn(move || {
-            runtime.block_on(async move {
-                let Ok(listener) = TcpListener::from_std(listener) else { return };
-                tokio::select! {
-                    () = serve(listener, config, served) => {}
-                    _ = stopped => {}
-                }
-            });
-        })?;
-        Ok(Self { addr, counters, shutdown: Some(shutdown), thread: Some(thread) })
+        let server = ServerThread::start("mock-upstream", move |listener| serve(listener, config, served))?;
+        Ok(Self { server, counters })
     }
 
     /// Where it listens.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.server.addr()
     }
 
     /// Calls being served now.
@@ -153,17 +138,6 @@ impl MockUpstream {
     /// Every call that arrived.
     pub fn calls(&self) -> u64 {
         self.counters.arrivals.lock().map(|a| a.len() as u64).unwrap_or_default()
-    }
-}
-
-impl Drop for MockUpstream {
-    fn drop(&mut self) {
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 
