@@ -293,6 +293,11 @@ impl Lane {
     fn set_mode(&mut self, to: Mode) {
         let from = std::mem::replace(&mut self.mode, to);
         metrics::upstream_mode(self.config.name().as_str(), Some(from), to);
+        if to == Mode::Shared && from != Mode::Shared {
+            // Back in shared mode: the live settings are looked at by the next tick (within a
+            // second), not at the safety net's next turn; a change made meanwhile is applied.
+            self.live_looked = None;
+        }
     }
 
     /// Replays the releases deferred while reconciling, and drops the late registrations.
