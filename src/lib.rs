@@ -110,6 +110,7 @@ mod request_builder;
 mod scheduler;
 #[cfg(feature = "config")]
 pub mod settings;
+mod shadow;
 #[cfg(feature = "redis")]
 mod startup_check;
 mod status;
@@ -134,10 +135,11 @@ pub use wavegate_core::{SseUsage, StreamUsage};
 // Configuration (its parts are in `config`).
 pub use wavegate_core::{PoolConfig, UpstreamConfig};
 // Status.
+pub use shadow::ShadowStatus;
 pub use status::{ClassStatus, Mode, UpstreamStatus};
 pub use wavegate_core::{BudgetStatus, LearnedStatus, WaveState};
 // Live changes.
-pub use wavegate_core::{ClassSetting, LiveChange, LiveError, LiveSetting};
+pub use wavegate_core::{ClassSetting, LiveChange, LiveError, LiveSetting, ShadowScope};
 // The shared store.
 #[cfg(feature = "redis")]
 pub use wavegate_redis::{Keyspace, Rejection, SentinelConfig, StoreConfig, StoreError, StoreHealth};

@@ -146,6 +146,15 @@ pub const POOL_PICKS_TOTAL: &str = "wavegate_pool_picks_total";
 /// outcome's label or the refusal's code).
 pub const POOL_MOVES_TOTAL: &str = "wavegate_pool_moves_total";
 
+/// Attempts let through at once in shadow mode (see `UpstreamConfigBuilder::shadow`).
+pub const SHADOW_CALLS_TOTAL: &str = "wavegate_shadow_calls_total";
+/// How long an attempt in shadow would have waited for its permit, seconds (histogram): its
+/// ghost's wait.
+pub const SHADOW_WAIT_SECONDS: &str = "wavegate_shadow_wait_seconds";
+/// Attempts in shadow that would have been refused, by `reason` (the refusal's code:
+/// `waited_too_long`, `queue_full`, `breaker_open`, `quota_exhausted`, ...).
+pub const SHADOW_REFUSALS_TOTAL: &str = "wavegate_shadow_refusals_total";
+
 /// Bucket bounds, seconds, for each histogram: waits from a millisecond to minutes, calls
 /// from ten milliseconds to ten minutes.
 pub const HISTOGRAM_BUCKETS: &[(&str, &[f64])] = &[
@@ -153,6 +162,7 @@ pub const HISTOGRAM_BUCKETS: &[(&str, &[f64])] = &[
     (QUEUE_WAIT_SECONDS, WAIT_BUCKETS),
     (UPSTREAM_CALL_SECONDS, CALL_BUCKETS),
     (CLASS_PERMIT_WAIT_SECONDS, WAIT_BUCKETS),
+    (SHADOW_WAIT_SECONDS, WAIT_BUCKETS),
 ];
 const WAIT_BUCKETS: &[f64] = &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0];
 const CALL_BUCKETS: &[f64] = &[0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0];
@@ -168,6 +178,21 @@ pub(crate) fn permits_in_flight(upstream: &str, scope: &'static str, value: usiz
 pub(crate) fn permit_granted(upstream: &str, queue_wait: Duration, permit_wait: Duration) {
     histogram!(QUEUE_WAIT_SECONDS, "upstream" => upstream.to_owned()).record(queue_wait.as_secs_f64());
     histogram!(PERMIT_WAIT_SECONDS, "upstream" => upstream.to_owned()).record(permit_wait.as_secs_f64());
+}
+
+/// An attempt let through in shadow.
+pub(crate) fn shadow_call(upstream: &str) {
+    counter!(SHADOW_CALLS_TOTAL, "upstream" => upstream.to_owned()).increment(1);
+}
+
+/// An attempt in shadow would have waited `wait`.
+pub(crate) fn shadow_wait(upstream: &str, wait: Duration) {
+    histogram!(SHADOW_WAIT_SECONDS, "upstream" => upstream.to_owned()).record(wait.as_secs_f64());
+}
+
+/// An attempt in shadow would have been refused with `code`.
+pub(crate) fn shadow_refused(upstream: &str, code: &'static str) {
+    counter!(SHADOW_REFUSALS_TOTAL, "upstream" => upstream.to_owned(), "reason" => code).increment(1);
 }
 
 /// A permit of priority class `class` granted after `wait` (queue and permit wait).

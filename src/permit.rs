@@ -83,6 +83,13 @@ impl Permit {
         self.grant.info().permit_wait
     }
 
+    /// Whether it is a pass of shadow mode: granted at once, holding nothing, while its ghost
+    /// waits for the permit the call would have held; its report reaches the policy when that
+    /// permit would have been released (see [`UpstreamStatus::shadow`](crate::UpstreamStatus::shadow)).
+    pub fn is_shadow(&self) -> bool {
+        self.grant.is_shadow()
+    }
+
     /// Tokens reserved for this permit at acquire.
     pub fn reserved_tokens(&self) -> u64 {
         self.grant.info().tokens

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use wavegate_core::{BudgetStatus, LearnedStatus, WaveState};
 
+use crate::shadow::ShadowStatus;
+
 /// Where permits come from. Serialized (feature `serde`) as [`as_str`](Mode::as_str) says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize), serde(rename_all = "lowercase"))]
@@ -94,6 +96,9 @@ pub struct UpstreamStatus {
     pub configured_limit: u32,
     /// The version of the live settings this process applied (0: none was ever set).
     pub live_version: u64,
+    /// Shadow mode: whether it is on, and what it recorded (see
+    /// [`UpstreamConfigBuilder::shadow`](crate::config::UpstreamConfigBuilder::shadow)).
+    pub shadow: ShadowStatus,
 }
 
 /// One priority class of an upstream, as this process sees it (`Serialize` with the `serde`

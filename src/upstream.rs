@@ -153,6 +153,22 @@ impl Upstream {
         self.change(Ok(LiveChange::Clear(LiveSetting::Limit))).await
     }
 
+    /// Switches shadow mode on or off for the whole upstream, fleet-wide, until changed (see
+    /// [`UpstreamConfigBuilder::shadow`](crate::config::UpstreamConfigBuilder::shadow)): in
+    /// shadow no call is held back, and what the policy would have done is recorded in
+    /// [`UpstreamStatus::shadow`](crate::UpstreamStatus::shadow) and the
+    /// `wavegate_shadow_*` metrics. For a time only, or for one priority class, use
+    /// [`change_live`](Self::change_live) with [`LiveChange::shadow`] or
+    /// [`LiveChange::set_class`] and [`ClassSetting::Shadow`](crate::ClassSetting::Shadow).
+    /// Answers the new version.
+    ///
+    /// # Errors
+    ///
+    /// As [`set_limit`](Self::set_limit).
+    pub async fn set_shadow(&self, on: bool) -> Result<u64, Error> {
+        self.change(LiveChange::shadow(on, None)).await
+    }
+
     /// Any live change (see [`LiveSetting`]: the limit, the rate of the requests or tokens
     /// budget), built with [`LiveChange::set`] (a value, with a time to live for an override)
     /// or [`LiveChange::Clear`] (back to the configured value). A live rate changes the rate

@@ -13,6 +13,7 @@
 use std::time::Duration;
 
 use actix::{Message, Recipient};
+use tokio::sync::oneshot;
 use wavegate_core::{BreakerTicket, CallResult, PermitId, WaveSignal, WaveState, WindowReport};
 
 use super::clock::{self, Instant};
@@ -37,6 +38,29 @@ pub(crate) struct Finish {
     pub(crate) hold_until: Option<Instant>,
 }
 
+/// How a call in shadow ended, for its ghost: the ghost reports it when the permit the call
+/// would have held is released (`lane/shadow.rs`).
+#[derive(Debug)]
+pub(crate) struct ShadowFinish {
+    pub(crate) signal: WaveSignal,
+    pub(crate) result: CallResult,
+    pub(crate) tokens_used: u64,
+    pub(crate) window: Option<WindowReport>,
+    /// When the call ended.
+    pub(crate) ended: Instant,
+    /// The call was cancelled while its request was at the provider: held until then.
+    pub(crate) hold_until: Option<Instant>,
+}
+
+/// Where a grant's release goes.
+#[derive(Debug)]
+enum Sink {
+    /// The lane that granted it.
+    Lane(Recipient<Finish>),
+    /// The ghost of a call in shadow (the grant is a pass: nothing was taken).
+    Ghost(Option<oneshot::Sender<Box<ShadowFinish>>>),
+}
+
 /// What a grant says about the permit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct GrantInfo {
@@ -57,7 +81,7 @@ pub(crate) struct GrantInfo {
 #[must_use = "a grant holds a permit until it is finished or dropped"]
 pub(crate) struct Grant {
     info: GrantInfo,
-    lane: Recipient<Finish>,
+    sink: Sink,
     ticket: Option<BreakerTicket>,
     /// How long a permit whose request was sent stays held after its call was cancelled.
     hold: Duration,
@@ -70,7 +94,26 @@ pub(crate) struct Grant {
 
 impl Grant {
     pub(crate) fn new(info: GrantInfo, lane: Recipient<Finish>, ticket: Option<BreakerTicket>, hold: Duration) -> Self {
-        Self { info, lane, ticket, hold, received: false, in_service_since: None, done: false }
+        Self { info, sink: Sink::Lane(lane), ticket, hold, received: false, in_service_since: None, done: false }
+    }
+
+    /// A pass for a call in shadow: it holds nothing; its release goes to `ghost`, which
+    /// reports it in its time.
+    pub(crate) fn shadow(info: GrantInfo, ghost: oneshot::Sender<Box<ShadowFinish>>, hold: Duration) -> Self {
+        let sink = Sink::Ghost(Some(ghost));
+        Self { info, sink, ticket: None, hold, received: false, in_service_since: None, done: false }
+    }
+
+    /// Whether it is a pass of shadow mode.
+    pub(crate) fn is_shadow(&self) -> bool {
+        matches!(self.sink, Sink::Ghost(_))
+    }
+
+    /// Releases the permit as the call in shadow `finish` ended, `late` later than the call
+    /// (the ghost was granted that much after the call started).
+    pub(crate) fn finish_late(mut self, finish: ShadowFinish, late: Duration) {
+        let hold_until = finish.hold_until.map(|until| clock::after(until, late));
+        self.send(finish.signal, finish.result, finish.tokens_used, finish.window, hold_until);
     }
 
     /// The caller has taken the grant out of its channel.
@@ -110,10 +153,21 @@ impl Grant {
         if std::mem::replace(&mut self.done, true) {
             return;
         }
+        let lane = match &mut self.sink {
+            Sink::Lane(lane) => lane,
+            Sink::Ghost(ghost) => {
+                let finish = Box::new(ShadowFinish { signal, result, tokens_used, window, ended: Instant::now(), hold_until });
+                // A ghost refused or gone has nothing to report.
+                if let Some(ghost) = ghost.take() {
+                    let _ = ghost.send(finish);
+                }
+                return;
+            }
+        };
         let used = i64::try_from(tokens_used).unwrap_or(i64::MAX);
         let token_delta = used - i64::try_from(self.info.tokens).unwrap_or(i64::MAX);
         // The lane is gone only when the scheduler stopped: nothing is left to give back to.
-        self.lane.do_send(Finish {
+        lane.do_send(Finish {
             id: self.info.id.clone(),
             wave: self.info.wave,
             signal,

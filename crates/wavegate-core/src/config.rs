@@ -44,6 +44,7 @@ use crate::cooldown::CooldownPolicy;
 use crate::gcra::{Budgets, RateBudget};
 use crate::priority::PriorityClass;
 use crate::retry_budget::RetryBudgetConfig;
+use crate::shadow::ShadowScope;
 use crate::wave::Recovery;
 use crate::wave::WaveConfig;
 
@@ -264,6 +265,8 @@ pub struct UpstreamConfig {
     default_class: usize,
     /// How long a permit stays held after its call was cancelled at the provider.
     cancelled_call_hold: Duration,
+    /// The calls that run in shadow (see [`ShadowScope`]).
+    shadow: ShadowScope,
 }
 
 impl UpstreamConfig {
@@ -320,6 +323,7 @@ impl UpstreamConfig {
             classes: Vec::new(),
             default_class: None,
             cancelled_call_hold: None,
+            shadow: ShadowScope::none(),
         }
     }
 
@@ -381,6 +385,20 @@ impl UpstreamConfig {
         let mut config = self.clone();
         config.classes = classes;
         Ok(config)
+    }
+    /// The calls that run in shadow (see [`ShadowScope`]).
+    pub fn shadow(&self) -> &ShadowScope {
+        &self.shadow
+    }
+    /// Whether a call of class `class` (its index) runs in shadow.
+    pub fn is_shadow(&self, class: usize) -> bool {
+        self.shadow.covers(self.classes.get(class).map(|c| c.name()))
+    }
+    /// The same configuration with another shadow scope (a live change); everything else stays.
+    pub fn with_shadow(&self, shadow: ShadowScope) -> Self {
+        let mut config = self.clone();
+        config.shadow = shadow;
+        config
     }
     /// The wave machine's parameters (limit, probe successes, cooldown).
     pub fn wave(&self) -> &WaveConfig {
@@ -524,6 +542,7 @@ pub struct UpstreamConfigBuilder {
     classes: Vec<(String, u32, u8, u8)>,
     default_class: Option<String>,
     cancelled_call_hold: Option<Duration>,
+    shadow: ShadowScope,
 }
 
 impl UpstreamConfigBuilder {
@@ -717,6 +736,24 @@ impl UpstreamConfigBuilder {
         self
     }
 
+    /// Runs the upstream in shadow (or not): its whole policy runs — permits, budgets, windows,
+    /// the breaker, the wave's learning — and records what it would have done (how long each
+    /// call would have waited, which it would have refused), but never holds a call back; see
+    /// [`ShadowScope`]. Switched on and off live with
+    /// [`LiveChange::shadow`](crate::LiveChange::shadow). Default off.
+    pub fn shadow(mut self, on: bool) -> Self {
+        self.shadow = self.shadow.with_upstream(on);
+        self
+    }
+
+    /// Runs priority class `name` in shadow (see [`shadow`](Self::shadow)): its calls are
+    /// never held back; the other classes' are, and meet the shadow class's would-be permits
+    /// as they would meet its permits.
+    pub fn shadow_class(mut self, name: &str) -> Self {
+        self.shadow = self.shadow.with_class(name, true);
+        self
+    }
+
     /// The class of requests that choose none; default: the first class added.
     pub fn default_class(mut self, name: impl Into<String>) -> Self {
         self.default_class = Some(name.into());
@@ -768,6 +805,15 @@ impl UpstreamConfigBuilder {
                 })?
             }
         };
+        if let Some(unknown) = self.shadow.classes().iter().find(|s| !classes.iter().any(|c| c.name() == s.as_str())) {
+            return Err(ConfigError::InvalidClass {
+                class: unknown.clone(),
+                reason: format!(
+                    "it is put in shadow (`shadow_class`) but is not a class of upstream `{name}`; add it with \
+                     `class(name, weight)`, or put the whole upstream in shadow with `shadow(true)`"
+                ),
+            });
+        }
         let zero_duration = |field| ConfigError::ZeroDuration { upstream: upstream(), field };
         let zero_count = |field| ConfigError::ZeroCount { upstream: upstream(), field };
 
@@ -935,6 +981,7 @@ impl UpstreamConfigBuilder {
             classes,
             default_class,
             cancelled_call_hold,
+            shadow: self.shadow,
         })
     }
 }

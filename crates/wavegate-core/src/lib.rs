@@ -65,6 +65,7 @@ mod provider_window;
 mod rate_limit_kind;
 mod retry_after;
 mod retry_budget;
+mod shadow;
 mod signals;
 #[cfg(feature = "spec")]
 pub mod spec;
@@ -102,6 +103,7 @@ pub use provider_window::{
 pub use rate_limit_kind::RateLimitKind;
 pub use retry_after::{RetryAfterError, parse_retry_after};
 pub use retry_budget::{RetryBudget, RetryBudgetConfig};
+pub use shadow::ShadowScope;
 pub use signals::{DOCUMENTED_PERIOD, MAX_RESET, ProviderSignals, SignalKind, Unreadable, Window};
 #[cfg(feature = "sse")]
 pub use sse_usage::{SseUsage, StreamUsage, UsageUpdate, usage_of_event};

@@ -33,6 +33,7 @@ use crate::clock::duration_ms;
 use crate::config::UpstreamConfig;
 use crate::gcra::RateBudget;
 use crate::priority::PriorityClass;
+use crate::shadow::ShadowScope;
 
 /// A setting that can be changed live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -46,12 +47,15 @@ pub enum LiveSetting {
     /// The rate of the tokens budget, a minute (its burst stays as configured); only for an
     /// upstream configured with one.
     TokensPerMinute,
+    /// Shadow mode for the whole upstream: 1 on, 0 off (see
+    /// [`ShadowScope`](crate::ShadowScope)).
+    Shadow,
 }
 
 impl LiveSetting {
     /// Every live setting.
-    pub const ALL: [LiveSetting; 3] =
-        [LiveSetting::Limit, LiveSetting::RequestsPerMinute, LiveSetting::TokensPerMinute];
+    pub const ALL: [LiveSetting; 4] =
+        [LiveSetting::Limit, LiveSetting::RequestsPerMinute, LiveSetting::TokensPerMinute, LiveSetting::Shadow];
 
     /// Its name in the store and on the command line.
     pub const fn as_str(self) -> &'static str {
@@ -59,6 +63,15 @@ impl LiveSetting {
             LiveSetting::Limit => "limit",
             LiveSetting::RequestsPerMinute => "requests_per_minute",
             LiveSetting::TokensPerMinute => "tokens_per_minute",
+            LiveSetting::Shadow => "shadow",
+        }
+    }
+
+    /// The values it may take.
+    const fn range(self) -> (u64, u64) {
+        match self {
+            LiveSetting::Shadow => (0, 1),
+            _ => (1, u32::MAX as u64),
         }
     }
 
@@ -85,6 +98,8 @@ pub struct ClassLive {
     pub weight: Option<LiveValue>,
     /// The live reserve, in percent.
     pub reserve: Option<LiveValue>,
+    /// The class's live shadow mode: 1 on, 0 off.
+    pub shadow: Option<LiveValue>,
 }
 
 /// A priority class's setting that can be changed live.
@@ -95,6 +110,8 @@ pub enum ClassSetting {
     /// Its reserved share of the limit, in percent (0..=100; the reserves of an upstream add
     /// up to at most 100).
     Reserve,
+    /// Shadow mode for the class's calls: 1 on, 0 off.
+    Shadow,
 }
 
 impl ClassSetting {
@@ -103,6 +120,7 @@ impl ClassSetting {
         match self {
             ClassSetting::Weight => "weight",
             ClassSetting::Reserve => "reserve",
+            ClassSetting::Shadow => "shadow",
         }
     }
 
@@ -111,6 +129,7 @@ impl ClassSetting {
         match self {
             ClassSetting::Weight => (1, 1000),
             ClassSetting::Reserve => (0, 100),
+            ClassSetting::Shadow => (0, 1),
         }
     }
 }
@@ -128,6 +147,8 @@ pub struct LiveSettings {
     pub requests_per_minute: Option<LiveValue>,
     /// The live rate of the tokens budget, a minute.
     pub tokens_per_minute: Option<LiveValue>,
+    /// The upstream's live shadow mode: 1 on, 0 off.
+    pub shadow: Option<LiveValue>,
     /// The mark of the last fleet-wide reset of a spent quota (an operator's `wavegate
     /// reset-quota`): a process that sees it change lifts its refusal of the upstream.
     pub quota_reset: Option<u64>,
@@ -143,6 +164,7 @@ impl LiveSettings {
             limit: None,
             requests_per_minute: None,
             tokens_per_minute: None,
+            shadow: None,
             quota_reset: None,
             classes: BTreeMap::new(),
         }
@@ -163,6 +185,7 @@ impl LiveSettings {
         let kind = match kind {
             "weight" => ClassSetting::Weight,
             "reserve" => ClassSetting::Reserve,
+            "shadow" => ClassSetting::Shadow,
             _ => return self,
         };
         let (low, high) = kind.range();
@@ -171,6 +194,7 @@ impl LiveSettings {
             match kind {
                 ClassSetting::Weight => entry.weight = Some(value),
                 ClassSetting::Reserve => entry.reserve = Some(value),
+                ClassSetting::Shadow => entry.shadow = Some(value),
             }
         }
         self
@@ -183,18 +207,20 @@ impl LiveSettings {
 
     /// Every override's shortest rest, if one has an end.
     pub fn next_end(&self) -> Option<Duration> {
-        let classes = self.classes.values().flat_map(|c| [c.weight, c.reserve]).flatten();
+        let classes = self.classes.values().flat_map(|c| [c.weight, c.reserve, c.shadow]).flatten();
         LiveSetting::ALL.iter().filter_map(|s| self.get(*s)).chain(classes).filter_map(|v| v.remaining).min()
     }
 
-    /// Sets `setting` to `value` (a value 0 or out of range for the setting is ignored: the
-    /// store is read, not trusted).
+    /// Sets `setting` to `value` (a value out of range for the setting — 0 but for the
+    /// shadow mode, above 1 for it — is ignored: the store is read, not trusted).
     pub fn with(mut self, setting: LiveSetting, value: LiveValue) -> Self {
-        let value = Some(value).filter(|v| v.value >= 1 && v.value <= u64::from(u32::MAX));
+        let (low, high) = setting.range();
+        let value = Some(value).filter(|v| (low..=high).contains(&v.value));
         match setting {
             LiveSetting::Limit => self.limit = value,
             LiveSetting::RequestsPerMinute => self.requests_per_minute = value,
             LiveSetting::TokensPerMinute => self.tokens_per_minute = value,
+            LiveSetting::Shadow => self.shadow = value,
         }
         self
     }
@@ -205,6 +231,7 @@ impl LiveSettings {
             LiveSetting::Limit => self.limit,
             LiveSetting::RequestsPerMinute => self.requests_per_minute,
             LiveSetting::TokensPerMinute => self.tokens_per_minute,
+            LiveSetting::Shadow => self.shadow,
         }
     }
 
@@ -224,7 +251,18 @@ impl LiveSettings {
         budgets.requests = rate(budgets.requests, LiveSetting::RequestsPerMinute);
         budgets.tokens = rate(budgets.tokens, LiveSetting::TokensPerMinute);
         let config = configured.with_limit(self.limit_or(configured.limit())).with_budgets(budgets);
+        let config = config.with_shadow(self.shadow_applied(configured.shadow()));
         self.apply_classes(config)
+    }
+
+    /// `configured` with the live shadow modes: the upstream's, then each class's.
+    pub fn shadow_applied(&self, configured: &ShadowScope) -> ShadowScope {
+        let on = |value: LiveValue| value.value == 1;
+        let scope = configured.clone().with_upstream(self.shadow.map_or(configured.is_upstream(), on));
+        self.classes
+            .iter()
+            .filter_map(|(class, live)| live.shadow.map(|value| (class, on(value))))
+            .fold(scope, |scope, (class, on)| scope.with_class(class, on))
     }
 
     /// `config` with the classes' live weights and reserves; unchanged when they do not fit
@@ -352,14 +390,25 @@ impl LiveChange {
     ///
     /// [`LiveError`] when the value or the time to live cannot be used.
     pub fn set(setting: LiveSetting, value: u64, ttl: Option<Duration>) -> Result<Self, LiveError> {
-        if value == 0 {
+        let (low, high) = setting.range();
+        if value < low {
             return Err(LiveError::ZeroValue { setting: setting.as_str() });
         }
-        if value > u64::from(u32::MAX) {
-            return Err(LiveError::OutOfRange { setting: setting.as_str(), value, max: u64::from(u32::MAX) });
+        if value > high {
+            return Err(LiveError::OutOfRange { setting: setting.as_str(), value, max: high });
         }
         check_ttl(ttl)?;
         Ok(Self::Set { setting, value, ttl })
+    }
+
+    /// Shadow mode for the whole upstream on or off (see [`ShadowScope`]), for `ttl` if
+    /// given (then back to the configured mode).
+    ///
+    /// # Errors
+    ///
+    /// [`LiveError::BadTimeToLive`] when the time to live cannot be used.
+    pub fn shadow(on: bool, ttl: Option<Duration>) -> Result<Self, LiveError> {
+        Self::set(LiveSetting::Shadow, u64::from(on), ttl)
     }
 
     /// Priority class `class`'s `setting` set to `value`, for `ttl` if given.
@@ -437,7 +486,7 @@ impl LiveChange {
         }
         let LiveChange::Set { setting, .. } = *self else { return Ok(()) };
         let missing = match setting {
-            LiveSetting::Limit => false,
+            LiveSetting::Limit | LiveSetting::Shadow => false,
             LiveSetting::RequestsPerMinute => config.budgets().requests.is_none(),
             LiveSetting::TokensPerMinute => config.budgets().tokens.is_none(),
         };

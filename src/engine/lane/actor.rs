@@ -22,6 +22,7 @@ use crate::engine::wake::Wake;
 use crate::history::{HISTORY_EVERY, HistoryRing};
 use crate::metrics;
 use crate::quota::QuotaBlock;
+use crate::shadow::ShadowTally;
 use crate::status::Mode;
 
 /// How often the budget gauges are refreshed.
@@ -135,6 +136,8 @@ pub(crate) struct Lane {
     pub(super) live_looked: Option<Instant>,
     /// The look due at the end of the next override, if one runs.
     pub(super) live_timer: Option<SpawnHandle>,
+    /// What shadow mode recorded (`shadow.rs`).
+    pub(super) shadow: ShadowTally,
 }
 
 /// What a lane starts with.
@@ -229,6 +232,7 @@ impl Lane {
             live_reading: false,
             live_looked: None,
             live_timer: None,
+            shadow: ShadowTally::default(),
         }
     }
 

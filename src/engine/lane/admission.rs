@@ -30,6 +30,11 @@ impl Lane {
     /// Checks `acquire` and queues it, or answers it with the refusal.
     pub(super) fn admit(&mut self, acquire: Acquire, ctx: &mut Context<Self>) {
         let Acquire { request, kind, wait_until, reply } = acquire;
+        // In shadow the caller goes at once; its ghost is admitted and waits in its place.
+        let reply = match self.shadow_class(&request) {
+            Some(class) => self.let_through(reply, &request, class),
+            None => reply,
+        };
         let (class, ticket) = match self.check(&request, kind) {
             Ok(admitted) => admitted,
             Err(error) => {

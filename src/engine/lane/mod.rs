@@ -10,6 +10,8 @@
 //!   the heads are asked for, so the store's load grows with processes, not waiting callers.
 //! * **Releases** (`release.rs`): a permit's outcome goes to the gate in charge; a call
 //!   cancelled at the provider keeps its permit until the provider has plausibly finished.
+//! * **Shadow mode** (`shadow.rs`): a call in shadow is let through at once; its ghost asks
+//!   for the permit in its place and records what enforcing would have done.
 //! * **Windows** (`windows.rs`): an operator's clear of the provider's windows.
 //! * **Live settings** (`live.rs`): an operator's change of the limit, from the store (or the
 //!   in-process board in local mode), looked at every second and when a change is announced.
@@ -26,6 +28,7 @@ mod outage;
 mod pump;
 mod release;
 mod sampler;
+mod shadow;
 mod status;
 mod tally;
 mod waiters;

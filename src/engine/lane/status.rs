@@ -108,6 +108,7 @@ impl Lane {
             base_limit: self.config.limit().get(),
             configured_limit: self.configured.limit().get(),
             live_version: self.live.version,
+            shadow: self.shadow.status(self.config.shadow()),
         };
         if mode == Mode::Local {
             // The in-process gate is the whole fleet's: every scheduler of this process that

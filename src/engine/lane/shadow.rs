@@ -1,0 +1,110 @@
+//! Shadow mode in the lane: a call in shadow is answered at once with a pass (a grant that
+//! holds nothing), and a *ghost* takes its place in the admission and the queue. When the
+//! ghost is granted, it records how long the call would have waited, then holds the permit as
+//! long as the call took — from its own grant, as enforcing would have started the call then —
+//! and reports the call's outcome, so the wave, the budgets and the breaker learn as they
+//! would have. A ghost refused records why; the call went on anyway.
+
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use wavegate_core::{Clock, WaveState};
+
+use super::actor::Lane;
+use crate::engine::clock::{self, Instant};
+use crate::engine::grant::{Grant, GrantInfo, ShadowFinish};
+use crate::engine::request::{ClassRef, Request};
+use crate::error::Error;
+use crate::metrics;
+use crate::shadow::ShadowTally;
+use crate::status::Mode;
+
+/// The reply channel of an acquire.
+type Reply = oneshot::Sender<Result<Grant, Error>>;
+
+impl Lane {
+    /// The class of `request` (its index) when its calls run in shadow now; `None` when they
+    /// do not, or it names a class the upstream does not have (refused as usual).
+    pub(super) fn shadow_class(&self, request: &Request) -> Option<usize> {
+        if self.config.shadow().is_off() {
+            return None;
+        }
+        let class = match &request.class {
+            ClassRef::Default => self.config.default_class(),
+            ClassRef::Named(name) => self.config.class_index(name)?,
+        };
+        self.config.is_shadow(class).then_some(class)
+    }
+
+    /// Answers `reply` at once with a pass for `request` of class `class`, and starts its
+    /// ghost; returns the reply the ghost waits on, for the admission to answer.
+    pub(super) fn let_through(&mut self, reply: Reply, request: &Request, class: usize) -> Reply {
+        let (state, limit, wave) = self.seen_wave();
+        self.sequence += 1;
+        let class_name = self.config.classes().get(class).map(|c| c.name());
+        let tenant = request.tenant.filter(|_| class_name.is_some());
+        let id = wavegate_core::PermitId::new(class_name, &self.instance, self.sequence, tenant);
+        let info = GrantInfo {
+            id,
+            wave,
+            state,
+            limit,
+            queue_wait: Duration::ZERO,
+            permit_wait: Duration::ZERO,
+            tokens: request.tokens,
+        };
+        let (finished, finish) = oneshot::channel();
+        let pass = Grant::shadow(info, finished, self.config.cancelled_call_hold());
+        let (ghost_reply, granted) = oneshot::channel();
+        let name = self.name().to_owned();
+        metrics::shadow_call(&name);
+        self.shadow.let_through();
+        actix::spawn(ghost(name, self.shadow.clone(), Instant::now(), granted, finish));
+        // A caller gone already drops the pass; its ghost still runs, as the call would have.
+        let _ = reply.send(Ok(pass));
+        ghost_reply
+    }
+
+    /// The wave as last seen: the store's in shared mode, the in-process gate's otherwise.
+    fn seen_wave(&self) -> (WaveState, u32, u64) {
+        match (self.mode, self.last_shared.state) {
+            (Mode::Shared, Some((state, limit))) => (state, limit, self.last_shared.wave),
+            _ => {
+                let snapshot = self.local.snapshot(self.clock.now_ms());
+                (snapshot.state, snapshot.limit, snapshot.wave)
+            }
+        }
+    }
+}
+
+/// A call's ghost: waits for the permit the call would have waited for (`granted`), records
+/// the wait or the refusal, then holds the permit as long as the call held its pass (`finish`
+/// says how it ended) and releases it with the call's outcome.
+async fn ghost(
+    name: String,
+    tally: ShadowTally,
+    asked: Instant,
+    granted: oneshot::Receiver<Result<Grant, Error>>,
+    finish: oneshot::Receiver<Box<ShadowFinish>>,
+) {
+    let mut grant = match granted.await {
+        Ok(Ok(grant)) => grant,
+        Ok(Err(error)) => {
+            metrics::shadow_refused(&name, error.code());
+            tally.refused(error.code());
+            return;
+        }
+        // The lane stopped with the scheduler.
+        Err(_) => return,
+    };
+    grant.mark_received();
+    let at = Instant::now();
+    let waited = at.saturating_duration_since(asked);
+    metrics::shadow_wait(&name, waited);
+    tally.granted(waited);
+    // The pass always reports (its drop does); a missing report means the scheduler stopped.
+    let Ok(finish) = finish.await else { return };
+    let held = finish.ended.saturating_duration_since(asked);
+    tokio::time::sleep_until(clock::after(at, held)).await;
+    grant.finish_late(*finish, waited);
+}

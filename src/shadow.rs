@@ -1,0 +1,95 @@
+//! What shadow mode recorded: the calls let through, and what their ghosts met — how long
+//! each would have waited for its permit, which would have been refused and why (see
+//! [`ShadowScope`](wavegate_core::ShadowScope) for the mode itself).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What shadow mode recorded for an upstream in this process, since the scheduler started
+/// (all zero when it never ran in shadow). Part of
+/// [`UpstreamStatus`](crate::UpstreamStatus); `Serialize` with the `serde` feature.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct ShadowStatus {
+    /// Whether the whole upstream runs in shadow now.
+    pub upstream: bool,
+    /// The priority classes that run in shadow on their own now.
+    pub classes: Vec<String>,
+    /// Attempts let through at once in shadow.
+    pub calls: u64,
+    /// Of their ghosts: granted a permit (at once or after a wait).
+    pub would_have_granted: u64,
+    /// Of those, granted after waiting 1 ms or more.
+    pub would_have_waited: u64,
+    /// The ghosts' waits, added up.
+    pub would_have_waited_total: Duration,
+    /// The longest wait of a ghost.
+    pub would_have_waited_max: Duration,
+    /// Ghosts refused (the call would have failed), by the refusal's
+    /// [`code`](crate::Error::code): `waited_too_long`, `queue_full`, `breaker_open`, ...
+    pub would_have_refused: BTreeMap<String, u64>,
+    /// Ghosts still waiting.
+    pub waiting: u64,
+}
+
+impl ShadowStatus {
+    /// The ghosts refused, all reasons together.
+    pub fn refused(&self) -> u64 {
+        self.would_have_refused.values().sum()
+    }
+
+    /// The mean wait of the ghosts granted (zero when none was).
+    pub fn mean_wait(&self) -> Duration {
+        let granted = u32::try_from(self.would_have_granted).unwrap_or(u32::MAX);
+        self.would_have_waited_total.checked_div(granted).unwrap_or_default()
+    }
+}
+
+/// The counts, shared by a lane and its ghosts.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ShadowTally(Arc<Mutex<ShadowStatus>>);
+
+impl ShadowTally {
+    fn update(&self, change: impl FnOnce(&mut ShadowStatus)) {
+        change(&mut self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    }
+
+    /// A call let through; its ghost waits.
+    pub(crate) fn let_through(&self) {
+        self.update(|s| {
+            s.calls += 1;
+            s.waiting += 1;
+        });
+    }
+
+    /// A ghost granted after `waited`.
+    pub(crate) fn granted(&self, waited: Duration) {
+        self.update(|s| {
+            s.waiting = s.waiting.saturating_sub(1);
+            s.would_have_granted += 1;
+            if waited >= Duration::from_millis(1) {
+                s.would_have_waited += 1;
+            }
+            s.would_have_waited_total += waited;
+            s.would_have_waited_max = s.would_have_waited_max.max(waited);
+        });
+    }
+
+    /// A ghost refused with `code`.
+    pub(crate) fn refused(&self, code: &str) {
+        self.update(|s| {
+            s.waiting = s.waiting.saturating_sub(1);
+            *s.would_have_refused.entry(code.to_owned()).or_default() += 1;
+        });
+    }
+
+    /// The counts, with the scope in force.
+    pub(crate) fn status(&self, scope: &wavegate_core::ShadowScope) -> ShadowStatus {
+        let mut status = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        status.upstream = scope.is_upstream();
+        status.classes = scope.classes().to_vec();
+        status
+    }
+}

@@ -1,0 +1,214 @@
+//! Shadow mode through the public API: no call is held back (the mock provider counts what
+//! really arrives at once), and what the policy would have done — how long each call would
+//! have waited, which it would have refused, where the wave would have put the limit — is
+//! recorded, and matches what the same load measured when enforcing. Local mode, and shared
+//! mode on a real Redis with the mode switched live for two schedulers.
+
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use wavegate::config::UpstreamConfigBuilder;
+use wavegate::{ClassSetting, LiveChange, Scheduler, ShadowStatus, Upstream, UpstreamConfig};
+use wavegate_testkit::{MockUpstream, MockUpstreamConfig, RedisServer};
+
+mod common;
+use common::call_mock;
+
+const SERVICE: Duration = Duration::from_millis(200);
+
+fn mock(capacity: Option<usize>) -> MockUpstream {
+    MockUpstream::start(MockUpstreamConfig { capacity, service_time: SERVICE, ..Default::default() }).expect("mock")
+}
+
+fn local(config: UpstreamConfigBuilder) -> (Scheduler, Upstream) {
+    let scheduler = common::isolated().upstream(config.build().expect("config")).build().expect("scheduler");
+    let upstream = scheduler.upstream("llm").expect("configured");
+    (scheduler, upstream)
+}
+
+/// `n` calls to the mock at once, each in the default class or `class`; how long each waited
+/// for its permit (its first attempt's), and whether it succeeded.
+async fn burst(upstream: &Upstream, mock: &MockUpstream, n: usize, class: Option<&str>) -> Vec<(Duration, bool)> {
+    let addr = mock.addr();
+    join_all((0..n).map(|_| async move {
+        let mut waited = None;
+        let request = match class {
+            Some(class) => upstream.request().priority(class),
+            None => upstream.request(),
+        };
+        let result = request
+            .call(|attempt| {
+                waited.get_or_insert(attempt.waited);
+                call_mock(addr)
+            })
+            .await;
+        (waited.unwrap_or_default(), result.is_ok())
+    }))
+    .await
+}
+
+/// The shadow counts once no ghost waits any more (bounded).
+async fn settled(upstream: &Upstream) -> ShadowStatus {
+    let started = Instant::now();
+    loop {
+        let shadow = upstream.status().await.expect("status").shadow;
+        if shadow.calls > 0 && shadow.waiting == 0 {
+            return shadow;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "ghosts still waiting: {shadow:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Within `share` of `expected`.
+fn near(measured: Duration, expected: Duration, share: f64) -> bool {
+    (measured.as_secs_f64() - expected.as_secs_f64()).abs() <= expected.as_secs_f64() * share
+}
+
+#[actix::test]
+async fn shadow_lets_every_call_through_and_records_the_waits_enforcing_measured() {
+    // Enforcing: 8 calls at once at a limit of 2 go 2 by 2.
+    let enforcing = mock(None);
+    let (_scheduler, upstream) = local(UpstreamConfig::builder("llm").limit(2));
+    let waits = burst(&upstream, &enforcing, 8, None).await;
+    assert!(waits.iter().all(|(_, ok)| *ok));
+    assert_eq!(enforcing.max_in_flight(), 2);
+    let enforced_total: Duration = waits.iter().map(|(w, _)| *w).sum();
+    let enforced_waited = waits.iter().filter(|(w, _)| *w >= Duration::from_millis(1)).count() as u64;
+    let enforced_max = waits.iter().map(|(w, _)| *w).max().unwrap_or_default();
+
+    // The same load in shadow: all 8 at once at the provider, no wait, the waits recorded.
+    let shadowed = mock(None);
+    let (_scheduler, upstream) = local(UpstreamConfig::builder("llm").limit(2).shadow(true));
+    let started = Instant::now();
+    let waits = burst(&upstream, &shadowed, 8, None).await;
+    assert!(waits.iter().all(|(w, ok)| *ok && w.is_zero()), "{waits:?}");
+    assert!(started.elapsed() < SERVICE * 2, "held back: {:?}", started.elapsed());
+    assert_eq!(shadowed.max_in_flight(), 8, "every call at the provider at once");
+    let shadow = settled(&upstream).await;
+    assert_eq!((shadow.upstream, shadow.calls, shadow.would_have_granted), (true, 8, 8), "{shadow:?}");
+    assert_eq!(shadow.would_have_waited, enforced_waited, "{shadow:?}");
+    assert!(near(shadow.would_have_waited_total, enforced_total, 0.10), "{shadow:?} vs {enforced_total:?}");
+    assert!(near(shadow.would_have_waited_max, enforced_max, 0.10), "{shadow:?} vs {enforced_max:?}");
+    assert_eq!(shadow.refused(), 0);
+}
+
+#[actix::test]
+async fn a_ghost_refused_is_recorded_and_its_call_goes_on() {
+    let provider = mock(None);
+    let config = UpstreamConfig::builder("llm").limit(1).queue_capacity(1).shadow(true);
+    let (_scheduler, upstream) = local(config);
+    let calls = burst(&upstream, &provider, 3, None).await;
+    assert!(calls.iter().all(|(_, ok)| *ok), "every call went on");
+    assert_eq!(provider.max_in_flight(), 3);
+    let shadow = settled(&upstream).await;
+    assert_eq!(shadow.would_have_granted, 2, "{shadow:?}");
+    assert_eq!(shadow.would_have_refused.get("queue_full"), Some(&1), "{shadow:?}");
+}
+
+#[actix::test]
+async fn the_wave_learns_from_the_answers_in_shadow() {
+    // A provider that serves 3 at once: 8 calls at a limit of 8 get five 429s. In shadow the
+    // calls are not held, and the wave steps the limit back as enforcing would have.
+    let provider = mock(Some(3));
+    let (_scheduler, upstream) = local(UpstreamConfig::builder("llm").limit(8).shadow(true));
+    let attempts = std::cell::Cell::new(0);
+    let addr = provider.addr();
+    join_all((0..8).map(|_| {
+        upstream.request().call(|attempt| {
+            attempts.set(attempts.get() + 1);
+            async move { if attempt.number == 1 { call_mock(addr).await } else { Ok(()) } }
+        })
+    }))
+    .await;
+    assert!(provider.rate_limited() >= 5, "the provider refused {}", provider.rate_limited());
+    settled(&upstream).await;
+    let started = Instant::now();
+    while upstream.status().await.expect("status").limit >= 8 {
+        assert!(started.elapsed() < Duration::from_secs(5), "the wave never stepped the limit back");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[actix::test]
+async fn a_class_in_shadow_goes_at_once_and_takes_its_would_be_permits() {
+    let provider = mock(None);
+    let config =
+        UpstreamConfig::builder("llm").limit(2).class("interactive", 1).class("batch", 1).shadow_class("batch");
+    let (_scheduler, upstream) = local(config);
+    let addr = provider.addr();
+    let batch = burst(&upstream, &provider, 4, Some("batch"));
+    let interactive = async {
+        // Asks once the batch ghosts hold both permits.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut waited = Duration::ZERO;
+        upstream
+            .request()
+            .priority("interactive")
+            .call(|attempt| {
+                waited = attempt.waited;
+                call_mock(addr)
+            })
+            .await
+            .expect("interactive call");
+        waited
+    };
+    let (batch, waited) = tokio::join!(batch, interactive);
+    assert!(batch.iter().all(|(w, ok)| *ok && w.is_zero()), "batch calls went at once: {batch:?}");
+    assert!(provider.max_in_flight() >= 4, "{}", provider.max_in_flight());
+    // Enforced: it waited for a batch ghost's permit (the first two end after ~200 ms).
+    assert!(waited >= Duration::from_millis(100), "interactive waited {waited:?}");
+    let shadow = settled(&upstream).await;
+    assert_eq!((shadow.upstream, shadow.classes.as_slice(), shadow.calls), (false, &["batch".to_owned()][..], 4));
+}
+
+#[actix::test]
+async fn shadow_switched_live_reaches_two_schedulers_on_redis() {
+    let redis = RedisServer::start().expect("redis-server");
+    let provider = mock(None);
+    let build = || {
+        Scheduler::builder()
+            .upstream(UpstreamConfig::builder("llm").limit(2).build().expect("config"))
+            .redis(redis.url())
+            .build()
+            .expect("scheduler")
+    };
+    let (a, b) = (build(), build());
+    let (llm_a, llm_b) = (a.upstream("llm").expect("llm"), b.upstream("llm").expect("llm"));
+    // Enforcing: 6 calls from each, at most 2 at the provider.
+    tokio::join!(burst(&llm_a, &provider, 6, None), burst(&llm_b, &provider, 6, None));
+    assert_eq!(provider.max_in_flight(), 2);
+
+    let version = llm_a.set_shadow(true).await.expect("shadow on");
+    for upstream in [&llm_a, &llm_b] {
+        let started = Instant::now();
+        while upstream.status().await.expect("status").live_version < version {
+            assert!(started.elapsed() < Duration::from_secs(1), "shadow on not picked up within 1 s");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    provider.reset_max_in_flight();
+    let (ran_a, ran_b) = tokio::join!(burst(&llm_a, &provider, 6, None), burst(&llm_b, &provider, 6, None));
+    assert!(ran_a.iter().chain(&ran_b).all(|(w, ok)| *ok && w.is_zero()));
+    assert_eq!(provider.max_in_flight(), 12, "in shadow nothing is held back");
+    // The ghosts met the fleet's limit: 12 asked for 2 permits, across both schedulers.
+    let (shadow_a, shadow_b) = (settled(&llm_a).await, settled(&llm_b).await);
+    let waited = shadow_a.would_have_waited + shadow_b.would_have_waited;
+    assert_eq!(shadow_a.calls + shadow_b.calls, 12);
+    assert!(waited >= 9, "only {waited} of 12 would have waited: {shadow_a:?} {shadow_b:?}");
+
+    // Back on: held to 2 again, and a class setting for a class it does not have is refused.
+    let version = llm_b.set_shadow(false).await.expect("shadow off");
+    let refused = llm_b.change_live(LiveChange::set_class("batch", ClassSetting::Shadow, 1, None).expect("valid"));
+    assert!(refused.await.is_err(), "no class batch");
+    for upstream in [&llm_a, &llm_b] {
+        let started = Instant::now();
+        while upstream.status().await.expect("status").live_version < version {
+            assert!(started.elapsed() < Duration::from_secs(1), "shadow off not picked up within 1 s");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    provider.reset_max_in_flight();
+    tokio::join!(burst(&llm_a, &provider, 6, None), burst(&llm_b, &provider, 6, None));
+    assert_eq!(provider.max_in_flight(), 2);
+}
