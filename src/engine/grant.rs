@@ -156,7 +156,8 @@ impl Grant {
         let lane = match &mut self.sink {
             Sink::Lane(lane) => lane,
             Sink::Ghost(ghost) => {
-                let finish = Box::new(ShadowFinish { signal, result, tokens_used, window, ended: Instant::now(), hold_until });
+                let finish =
+                    Box::new(ShadowFinish { signal, result, tokens_used, window, ended: Instant::now(), hold_until });
                 // A ghost refused or gone has nothing to report.
                 if let Some(ghost) = ghost.take() {
                     let _ = ghost.send(finish);

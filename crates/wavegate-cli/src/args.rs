@@ -60,6 +60,11 @@ commands:
   set UPSTREAM --tokens-per-minute N|configured [--for DURATION]
                           the same for the rate of a configured budget (its burst stays);
                           the units the budget holds are kept across the change
+  shadow on|off|configured UPSTREAM [--class CLASS] [--for DURATION]
+                          shadow mode for UPSTREAM (or one priority class of it), fleet-wide:
+                          no call is held back, what the policy would have done is recorded
+                          (status, metrics); with --for only that long; `configured`: back to
+                          what each process was built with
   set UPSTREAM --weight CLASS=N|configured [--for DURATION]
   set UPSTREAM --reserve CLASS=PERCENT|configured [--for DURATION]
                           a priority class's weight (1..=1000) or reserve (the reserves add
@@ -88,7 +93,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>, env_redis: Option<St
         json: false,
     };
     let mut every = Duration::from_secs(1);
-    let (mut setting, mut ttl) = (None, None);
+    let (mut setting, mut ttl, mut class) = (None, None, None);
     let mut positional = Vec::new();
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
@@ -119,6 +124,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>, env_redis: Option<St
                 }
                 setting = Some((arg.clone(), value(&arg)?));
             }
+            "--class" => class = Some(value("--class")?),
             "--for" => {
                 let given = value("--for")?;
                 ttl = Some(duration(&given).ok_or_else(|| format!("--for {given:?}: expected e.g. 90s, 10m, 2h, 1d"))?);
@@ -136,12 +142,19 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>, env_redis: Option<St
         ["clear-window"] => return Err("clear-window needs the upstream's name".to_owned()),
         ["set", upstream] => Command::Set { upstream: upstream.to_owned(), change: change(setting, ttl)? },
         ["set"] => return Err("set needs the upstream's name".to_owned()),
+        ["shadow", mode, upstream] => {
+            Command::Set { upstream: upstream.to_owned(), change: shadow(mode, class.take(), ttl)? }
+        }
+        ["shadow", ..] => return Err("shadow needs on, off or configured, then the upstream's name".to_owned()),
         ["reset-quota", upstream] => Command::ResetQuota { upstream: upstream.to_owned() },
         ["reset-quota"] => return Err("reset-quota needs the upstream's name".to_owned()),
         [command, ..] => {
-            return Err(format!("unknown command {command:?} (status, top, clear-window, set, reset-quota)"));
+            return Err(format!("unknown command {command:?} (status, top, clear-window, set, shadow, reset-quota)"));
         }
     };
+    if class.is_some() {
+        return Err("--class goes with shadow only (set takes --weight CLASS=N, --reserve CLASS=N)".to_owned());
+    }
     Ok(parsed)
 }
 
@@ -184,6 +197,27 @@ fn change(setting: Option<(String, String)>, ttl: Option<Duration>) -> Result<Li
             LiveChange::set(setting, value()?, ttl).map_err(|error| format!("{flag} {given}: {error}"))
         }
     }
+}
+
+/// The change `shadow on|off|configured` asks for, for the upstream or `class`.
+fn shadow(mode: &str, class: Option<String>, ttl: Option<Duration>) -> Result<LiveChange, String> {
+    let on = match mode {
+        "on" => true,
+        "off" => false,
+        "configured" if ttl.is_some() => return Err("shadow configured takes no --for".to_owned()),
+        "configured" => {
+            return Ok(match class {
+                Some(class) => LiveChange::ClearClass { class, setting: ClassSetting::Shadow },
+                None => LiveChange::Clear(LiveSetting::Shadow),
+            });
+        }
+        other => return Err(format!("shadow {other:?}: expected on, off or configured")),
+    };
+    match class {
+        Some(class) => LiveChange::set_class(class, ClassSetting::Shadow, u64::from(on), ttl),
+        None => LiveChange::shadow(on, ttl),
+    }
+    .map_err(|error| format!("shadow {mode}: {error}"))
 }
 
 /// A duration as an operator writes it: a number and a unit (`ms`, `s`, `m`, `h`, `d`).
@@ -276,6 +310,18 @@ mod tests {
         assert!(args("set llm --reserve batch=101").unwrap_err().contains("outside"));
         let back = args("set llm --limit configured").expect("valid").command;
         assert_eq!(back, Command::Set { upstream: "llm".to_owned(), change: LiveChange::Clear(LiveSetting::Limit) });
+        let on = args("shadow on llm --for 1h").expect("valid").command;
+        let change = LiveChange::shadow(true, Some(Duration::from_secs(3_600))).expect("ok");
+        assert_eq!(on, Command::Set { upstream: "llm".to_owned(), change });
+        let batch = args("shadow off llm --class batch").expect("valid").command;
+        let change = LiveChange::set_class("batch", ClassSetting::Shadow, 0, None).expect("ok");
+        assert_eq!(batch, Command::Set { upstream: "llm".to_owned(), change });
+        let back = args("shadow configured llm").expect("valid").command;
+        assert_eq!(back, Command::Set { upstream: "llm".to_owned(), change: LiveChange::Clear(LiveSetting::Shadow) });
+        assert!(args("shadow maybe llm").unwrap_err().contains("on, off or configured"));
+        assert!(args("shadow on").unwrap_err().contains("upstream"));
+        assert!(args("shadow configured llm --for 1m").unwrap_err().contains("no --for"));
+        assert!(args("set llm --limit 3 --class batch").unwrap_err().contains("--class goes with shadow"));
         assert_eq!(duration("1500ms"), Some(Duration::from_millis(1_500)));
         assert_eq!(duration("2h"), Some(Duration::from_secs(7_200)));
         assert_eq!(duration("1d"), Some(Duration::from_secs(86_400)));

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use wavegate_core::{LearnedLimitStatus, LiveChange, LiveSetting, LiveSettings};
+use wavegate_core::{ClassSetting, LearnedLimitStatus, LiveChange, LiveSetting, LiveSettings};
 
 use crate::fleet::{FleetView, SetView, UpstreamView, WindowView};
 
@@ -54,13 +54,14 @@ fn live_json(live: &LiveSettings) -> Value {
     let classes: serde_json::Map<String, Value> = live
         .classes
         .iter()
-        .map(|(name, c)| (name.clone(), json!({ "weight": class_value(c.weight), "reserve": class_value(c.reserve) })))
+        .map(|(name, c)| (name.clone(), json!({ "weight": class_value(c.weight), "reserve": class_value(c.reserve), "shadow": class_value(c.shadow) })))
         .collect();
     json!({
         "version": live.version,
         "limit": value(LiveSetting::Limit),
         "requests_per_minute": value(LiveSetting::RequestsPerMinute),
         "tokens_per_minute": value(LiveSetting::TokensPerMinute),
+        "shadow": value(LiveSetting::Shadow),
         "classes": classes,
     })
 }
@@ -90,7 +91,15 @@ pub(crate) fn set_text(upstream: &str, change: &LiveChange, set: &SetView) -> St
         }
         _ => change.name().replace('_', " "),
     };
+    let shadow = matches!(change.setting(), Some(LiveSetting::Shadow))
+        || matches!(change, LiveChange::SetClass { setting: ClassSetting::Shadow, .. });
     let what = match change.value() {
+        Some((value, ttl)) if shadow => {
+            let until = ttl.map_or("until changed".to_owned(), |ttl| {
+                format!("for {}, then back to the configured mode", secs(ttl))
+            });
+            format!("{setting} {} {until}", on_off(value))
+        }
         Some((value, Some(ttl))) => format!("{setting} {value} for {}, then back to the configured one", secs(ttl)),
         Some((value, None)) => format!("{setting} {value} until changed"),
         None => format!("{setting} back to the configured one"),
@@ -142,9 +151,19 @@ pub(crate) fn text(fleet: &FleetView) -> String {
             cooling
         );
         for (class, live) in &u.live.classes {
-            for (name, value) in [("weight", live.weight), ("reserve", live.reserve)] {
+            for (name, value) in [("weight", live.weight), ("reserve", live.reserve), ("shadow", live.shadow)] {
                 let Some(value) = value else { continue };
                 let until = value.remaining.map_or("until changed".to_owned(), |left| format!("for {}", secs(left)));
+                if name == "shadow" {
+                    let _ = writeln!(
+                        out,
+                        "  live shadow of class {class} {} {until} (version {}; wavegate shadow configured {} --class {class})",
+                        on_off(value.value),
+                        u.live.version,
+                        u.name
+                    );
+                    continue;
+                }
                 let _ = writeln!(
                     out,
                     "  live {name} of class {class} {} {until} (version {}; wavegate set {} --{name} {class}=configured)",
@@ -155,6 +174,15 @@ pub(crate) fn text(fleet: &FleetView) -> String {
         for setting in LiveSetting::ALL {
             let Some(live) = u.live.get(setting) else { continue };
             let until = live.remaining.map_or("until changed".to_owned(), |left| format!("for {}", secs(left)));
+            if setting == LiveSetting::Shadow {
+                let (mode, version) = (on_off(live.value), u.live.version);
+                let _ = writeln!(
+                    out,
+                    "  live shadow {mode} {until} (version {version}; wavegate shadow configured {})",
+                    u.name
+                );
+                continue;
+            }
             let (name, flag) = (setting.as_str().replace('_', " "), setting.as_str().replace('_', "-"));
             let _ = writeln!(
                 out,
@@ -197,4 +225,9 @@ pub(crate) fn text(fleet: &FleetView) -> String {
         let _ = writeln!(out, "\n{name}: no configuration claimed in the store (no live process configures it)");
     }
     out
+}
+
+/// A shadow mode's stored value as an operator says it.
+fn on_off(value: u64) -> &'static str {
+    if value == 1 { "on" } else { "off" }
 }

@@ -1,4 +1,4 @@
-//! `wavegate status`, `clear-window`, `set` and their mistakes, run as the real binary against a real
+//! `wavegate status`, `clear-window`, `set`, `shadow` and their mistakes, run as the real binary against a real
 //! redis-server that two schedulers (two processes of a fleet, as far as the store can tell)
 //! share.
 
@@ -197,6 +197,34 @@ async fn set_changes_the_fleets_limit_live() {
     let classless = set(&["--weight", "batch=2"]);
     assert_eq!(classless.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&classless.stderr).contains("no priority class \"batch\""), "{classless:?}");
+
+    // Shadow mode, fleet-wide: both schedulers let a call through at once, then hold again.
+    let shadow = wavegate(&["shadow", "on", "llm", "--redis", &url, "--for", "1h"]);
+    let said = String::from_utf8_lossy(&shadow.stdout);
+    println!("{said}");
+    assert!(said.contains("llm: shadow on for 3600.0s, then back to the configured mode"), "{said}");
+    let in_shadow = |on: bool| {
+        let (a, b) = (a.upstream("llm").expect("llm"), b.upstream("llm").expect("llm"));
+        async move {
+            let started = Instant::now();
+            while a.status().await.expect("status").shadow.upstream != on
+                || b.status().await.expect("status").shadow.upstream != on
+            {
+                assert!(started.elapsed() < Duration::from_secs(1), "shadow {on} not applied within 1 s");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    in_shadow(true).await;
+    let view = upstream(&status(&url), "llm").clone();
+    assert_eq!(view["live"]["shadow"]["value"].as_u64(), Some(1), "{view}");
+    let text = wavegate(&["status", "--redis", &url]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("live shadow on for") && text.contains("wavegate shadow configured llm"), "{text}");
+    assert!(wavegate(&["shadow", "configured", "llm", "--redis", &url]).status.success());
+    in_shadow(false).await;
+    let no_class = wavegate(&["shadow", "on", "llm", "--class", "batch", "--redis", &url]);
+    assert_eq!(no_class.status.code(), Some(1), "no class batch: {no_class:?}");
 
     let typo = wavegate(&["set", "lmm", "--limit", "3", "--redis", &url]);
     assert_eq!(typo.status.code(), Some(1));

@@ -62,7 +62,7 @@ pub use self::actix::{configure, history_handler, metrics_handler, page_handler,
 pub use error::{ErrorBody, WebError};
 pub use history::{ChangeView, HistoryBody, PAGE_HTML, SeriesView, UpstreamHistoryView, history};
 pub use prometheus::{InstallError, install_prometheus};
-pub use status::{BudgetView, ClassView, RejectionView, StatusBody, StoreView, UpstreamView, status};
+pub use status::{BudgetView, ClassView, RejectionView, ShadowView, StatusBody, StoreView, UpstreamView, status};
 
 /// The path of the status endpoint.
 pub const STATUS_PATH: &str = "/wavegate/status";

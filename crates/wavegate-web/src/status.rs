@@ -59,6 +59,54 @@ pub struct UpstreamView {
     /// The priority classes (left out when the upstream has none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub classes: Vec<ClassView>,
+    /// Shadow mode: left out when the upstream never ran in shadow in this process.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shadow: Option<ShadowView>,
+}
+
+/// What shadow mode recorded in this process: calls let through at once, and what their
+/// ghosts met (how long they would have waited, which would have been refused and why).
+#[derive(Debug, Serialize)]
+pub struct ShadowView {
+    /// Whether the whole upstream runs in shadow now.
+    pub on: bool,
+    /// The priority classes in shadow on their own now.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<String>,
+    /// Attempts let through in shadow.
+    pub calls: u64,
+    /// Ghosts granted a permit.
+    pub would_have_granted: u64,
+    /// Of those, granted after waiting 1 ms or more.
+    pub would_have_waited: u64,
+    /// Their mean wait, in milliseconds.
+    pub mean_wait_ms: u64,
+    /// The longest wait, in milliseconds.
+    pub max_wait_ms: u64,
+    /// Ghosts refused, by the refusal's code.
+    pub would_have_refused: std::collections::BTreeMap<String, u64>,
+    /// Ghosts still waiting.
+    pub waiting: u64,
+}
+
+impl ShadowView {
+    fn new(status: wavegate::ShadowStatus) -> Option<Self> {
+        let off = !status.upstream && status.classes.is_empty();
+        if off && status.calls == 0 {
+            return None;
+        }
+        Some(Self {
+            on: status.upstream,
+            calls: status.calls,
+            would_have_granted: status.would_have_granted,
+            would_have_waited: status.would_have_waited,
+            mean_wait_ms: status.mean_wait().as_millis() as u64,
+            max_wait_ms: status.would_have_waited_max.as_millis() as u64,
+            waiting: status.waiting,
+            would_have_refused: status.would_have_refused,
+            classes: status.classes,
+        })
+    }
 }
 
 /// One priority class: its configuration and this process's share of the load.
@@ -147,6 +195,7 @@ impl UpstreamView {
             quota_exhausted_for_ms: status.quota_exhausted_for.map(|left| left.as_millis() as u64),
             schedulers_in_process: status.schedulers_in_process,
             warning,
+            shadow: ShadowView::new(status.shadow),
             classes: status
                 .classes
                 .into_iter()
