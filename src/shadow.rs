@@ -3,6 +3,7 @@
 //! [`ShadowScope`](wavegate_core::ShadowScope) for the mode itself).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -49,11 +50,37 @@ impl ShadowStatus {
 
 /// The counts, shared by a lane and its ghosts.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct ShadowTally(Arc<Mutex<ShadowStatus>>);
+pub(crate) struct ShadowTally {
+    counts: Arc<Mutex<ShadowStatus>>,
+    /// Calls let through that have not ended: this process's calls at the provider.
+    passes: Arc<AtomicUsize>,
+}
+
+/// A call let through, until it ends: counted in [`ShadowTally`]'s calls at the provider.
+#[derive(Debug)]
+pub(crate) struct PassOut(Arc<AtomicUsize>);
+
+impl Drop for PassOut {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 impl ShadowTally {
     fn update(&self, change: impl FnOnce(&mut ShadowStatus)) {
-        change(&mut self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        change(&mut self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    }
+
+    /// A call let through goes to the provider: how many of this process's are there with it
+    /// (itself included), and the mark that counts it until dropped.
+    pub(crate) fn pass_out(&self) -> (usize, PassOut) {
+        let now = self.passes.fetch_add(1, Ordering::Relaxed) + 1;
+        (now, PassOut(self.passes.clone()))
+    }
+
+    /// This process's calls at the provider now.
+    pub(crate) fn passes_out(&self) -> usize {
+        self.passes.load(Ordering::Relaxed)
     }
 
     /// A call let through; its ghost waits.
@@ -87,7 +114,7 @@ impl ShadowTally {
 
     /// The counts, with the scope in force.
     pub(crate) fn status(&self, scope: &wavegate_core::ShadowScope) -> ShadowStatus {
-        let mut status = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let mut status = self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         status.upstream = scope.is_upstream();
         status.classes = scope.classes().to_vec();
         status

@@ -74,6 +74,9 @@ pub(crate) struct GrantInfo {
     pub(crate) permit_wait: Duration,
     /// Tokens reserved.
     pub(crate) tokens: u64,
+    /// Granted without waiting: nobody waited in this process when it asked, and the first
+    /// ask for it was granted.
+    pub(crate) at_once: bool,
 }
 
 /// A granted permit: released when finished or dropped (see the module docs).
@@ -110,10 +113,20 @@ impl Grant {
     }
 
     /// Releases the permit as the call in shadow `finish` ended, `late` later than the call
-    /// (the ghost was granted that much after the call started).
-    pub(crate) fn finish_late(mut self, finish: ShadowFinish, late: Duration) {
+    /// (the ghost was granted that much after the call started). A ghost that waited was
+    /// answered in another state of the provider than enforcing would have made: its 429 or
+    /// failure says nothing of the limit (the provider was busier with calls enforcing would
+    /// have held), and its success says the limit holds only when `proven` (the provider
+    /// served at least the limit's calls at once while it ran).
+    pub(crate) fn finish_late(mut self, finish: ShadowFinish, late: Duration, proven: bool) {
         let hold_until = finish.hold_until.map(|until| clock::after(until, late));
-        self.send(finish.signal, finish.result, finish.tokens_used, finish.window, hold_until);
+        let (signal, result) = match (finish.signal, finish.result) {
+            (signal, result) if self.info.at_once => (signal, result),
+            (WaveSignal::Success, result) if proven => (WaveSignal::Success, result),
+            (_, CallResult::Success) => (WaveSignal::Neutral, CallResult::Success),
+            _ => (WaveSignal::Neutral, CallResult::Ignored),
+        };
+        self.send(signal, result, finish.tokens_used, finish.window, hold_until);
     }
 
     /// The caller has taken the grant out of its channel.

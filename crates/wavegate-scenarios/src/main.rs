@@ -9,6 +9,7 @@
 //! cargo run --release -p wavegate-scenarios -- mixed      # priority classes under a batch flood
 //! cargo run --release -p wavegate-scenarios -- scale      # 32 processes, 100 upstreams, one Redis
 //! cargo run --release -p wavegate-scenarios --features cluster -- scale --cluster   # then a 3-master cluster
+//! cargo run --release -p wavegate-scenarios -- shadow     # shadow mode's "would have" against enforcing
 //! ```
 //!
 //! One binary plays three roles, chosen by the `WAVEGATE_SCENARIO_ROLE` environment variable:
@@ -31,6 +32,7 @@ mod runner;
 mod scale;
 mod scale_worker;
 mod scenario;
+mod shadow;
 mod stats;
 mod strategy;
 mod svg;
@@ -56,6 +58,7 @@ fn main() -> ExitCode {
             match args.first().map(String::as_str) {
                 Some("mixed") => mixed::runner_main(&args[1..]),
                 Some("scale") => scale::runner_main(&args[1..]),
+                Some("shadow") => shadow::runner_main(&args[1..]),
                 _ => runner::main(),
             }
         }

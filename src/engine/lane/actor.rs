@@ -138,6 +138,8 @@ pub(crate) struct Lane {
     pub(super) live_timer: Option<SpawnHandle>,
     /// What shadow mode recorded (`shadow.rs`).
     pub(super) shadow: ShadowTally,
+    /// When the acquire loop last asked the gate.
+    pub(super) asked_at: Instant,
 }
 
 /// What a lane starts with.
@@ -233,6 +235,7 @@ impl Lane {
             live_looked: None,
             live_timer: None,
             shadow: ShadowTally::default(),
+            asked_at: Instant::now(),
         }
     }
 

@@ -54,7 +54,9 @@ impl Lane {
         // Without classes a tenant is fair in this process only, and not part of the id.
         let tenant = request.tenant.filter(|_| class_name.is_some());
         let id = PermitId::new(class_name, &self.instance, self.sequence, tenant);
+        let alone = self.waiters.len() == 0;
         self.waiters.push(Waiter {
+            alone,
             id: id.clone(),
             enqueued: now,
             deadline: wait_until,

@@ -78,6 +78,8 @@ impl Lane {
             };
             let asked = asks.clone();
             let lease = self.config.permit_ttl();
+            // One gate call at a time: its grant tells which waiter was asked for the first time.
+            self.asked_at = now;
             let Some(answer) = self.gate.acquire(&self.instance, asks, lease, self.clock.now_ms()) else { return };
             if let Some(timer) = self.retry_timer.take() {
                 ctx.cancel_future(timer);
@@ -182,6 +184,7 @@ impl Lane {
                         queue_wait: Duration::ZERO,
                         permit_wait: Duration::ZERO,
                         tokens,
+                        at_once: false,
                     },
                     ctx,
                 );
@@ -268,6 +271,7 @@ impl Lane {
             ctx.cancel_future(timer);
         }
         self.waiters.granted(&waiter);
+        info.at_once = waiter.alone && waiter.at_head == Some(self.asked_at);
         let at_head = waiter.at_head.unwrap_or(now);
         info.queue_wait = at_head.saturating_duration_since(waiter.enqueued);
         info.permit_wait = now.saturating_duration_since(at_head);

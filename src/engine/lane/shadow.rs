@@ -2,8 +2,11 @@
 //! holds nothing), and a *ghost* takes its place in the admission and the queue. When the
 //! ghost is granted, it records how long the call would have waited, then holds the permit as
 //! long as the call took — from its own grant, as enforcing would have started the call then —
-//! and reports the call's outcome, so the wave, the budgets and the breaker learn as they
-//! would have. A ghost refused records why; the call went on anyway.
+//! and reports the call's outcome: the budgets are charged its usage, and the wave and the
+//! breaker learn from it — from a 429 or a failure only when the ghost was granted at once (a
+//! call enforcing would have held met a provider busier than enforcing would have let it be:
+//! its 429 is not the limit's; its success still is one). A ghost refused records why; the
+//! call went on anyway.
 
 use std::time::Duration;
 
@@ -16,7 +19,7 @@ use crate::engine::grant::{Grant, GrantInfo, ShadowFinish};
 use crate::engine::request::{ClassRef, Request};
 use crate::error::Error;
 use crate::metrics;
-use crate::shadow::ShadowTally;
+use crate::shadow::{PassOut, ShadowTally};
 use crate::status::Mode;
 
 /// The reply channel of an acquire.
@@ -52,6 +55,7 @@ impl Lane {
             queue_wait: Duration::ZERO,
             permit_wait: Duration::ZERO,
             tokens: request.tokens,
+            at_once: true,
         };
         let (finished, finish) = oneshot::channel();
         let pass = Grant::shadow(info, finished, self.config.cancelled_call_hold());
@@ -59,7 +63,8 @@ impl Lane {
         let name = self.name().to_owned();
         metrics::shadow_call(&name);
         self.shadow.let_through();
-        actix::spawn(ghost(name, self.shadow.clone(), Instant::now(), granted, finish));
+        let out = self.shadow.pass_out();
+        actix::spawn(ghost(name, self.shadow.clone(), Instant::now(), out, granted, finish));
         // A caller gone already drops the pass; its ghost still runs, as the call would have.
         let _ = reply.send(Ok(pass));
         ghost_reply
@@ -79,19 +84,24 @@ impl Lane {
 
 /// A call's ghost: waits for the permit the call would have waited for (`granted`), records
 /// the wait or the refusal, then holds the permit as long as the call held its pass (`finish`
-/// says how it ended) and releases it with the call's outcome.
+/// says how it ended) and releases it with the call's outcome. `out` counts the call among
+/// this process's calls at the provider (with how many there were when it went) until it ends.
 async fn ghost(
     name: String,
     tally: ShadowTally,
     asked: Instant,
+    out: (usize, PassOut),
     granted: oneshot::Receiver<Result<Grant, Error>>,
     finish: oneshot::Receiver<Box<ShadowFinish>>,
 ) {
+    let (mut together, out) = out;
     let mut grant = match granted.await {
         Ok(Ok(grant)) => grant,
         Ok(Err(error)) => {
             metrics::shadow_refused(&name, error.code());
             tally.refused(error.code());
+            // Counted at the provider until it ends.
+            let _ = finish.await;
             return;
         }
         // The lane stopped with the scheduler.
@@ -104,7 +114,12 @@ async fn ghost(
     tally.granted(waited);
     // The pass always reports (its drop does); a missing report means the scheduler stopped.
     let Ok(finish) = finish.await else { return };
+    together = together.max(tally.passes_out());
+    drop(out);
     let held = finish.ended.saturating_duration_since(asked);
     tokio::time::sleep_until(clock::after(at, held)).await;
-    grant.finish_late(*finish, waited);
+    // A ghost that waited proves its limit holds only if the provider really served as many
+    // calls of this process at once while its call ran.
+    let proven = together >= grant.info().limit as usize;
+    grant.finish_late(*finish, waited, proven);
 }

@@ -31,8 +31,11 @@ pub(crate) struct Waiter {
     pub(crate) tenant: Option<TenantTag>,
     /// Its breaker ticket (given back as "ignored" if no permit comes).
     pub(crate) ticket: Option<BreakerTicket>,
-    /// When it first reached the head of the queue.
+    /// When it first reached the head of the queue (the first ask that included it).
     pub(crate) at_head: Option<Instant>,
+    /// Nobody waited in this process when it came: granted at its first ask, it did not wait
+    /// for the limit at all (see [`GrantInfo::at_once`](crate::engine::grant::GrantInfo)).
+    pub(crate) alone: bool,
     /// The timer that answers it at its deadline; cancelled when it is answered before.
     pub(crate) deadline_timer: Option<SpawnHandle>,
 }
@@ -283,6 +286,7 @@ mod tests {
         let (reply, answer) = oneshot::channel();
         let now = Instant::now();
         let waiter = Waiter {
+            alone: false,
             id: pid(id),
             enqueued: now,
             deadline: now + Duration::from_secs(60),
