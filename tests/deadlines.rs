@@ -1,4 +1,5 @@
-//! Deadlines that refuse early and earliest deadline first (issue 23, item 7), through the public API: local mode, and shared mode on a real redis-server.
+//! Deadlines that refuse early, earliest deadline first, and the expected wait (issue 23, item
+//! 7), through the public API: local mode, and shared mode on a real redis-server.
 //!
 //! A refusal "at once" is checked against a bound far below the caller's own wait (under
 //! 100 ms against 300–500 ms): a refusal that only came at the deadline fails it. Each proof
@@ -194,4 +195,67 @@ async fn waiters_are_served_earliest_deadline_first() {
         tokio::time::timeout(ms(2_000), task).await.expect("served").expect("task");
     }
     assert_eq!(*served.lock().expect("lock"), ["b", "c", "a", "d"]);
+}
+
+// The status: each class's queue and an expected wait (an estimate: the callers ahead at the
+// recent pace of grants), unknown while nothing says the pace.
+#[actix::test]
+async fn the_status_shows_each_class_s_queue_and_expected_wait() {
+    let s = local(x().limit(1).class("interactive", 3).class("batch", 1).default_class("batch"));
+    let llm = s.upstream("x").expect("configured");
+    let holder = llm.request().acquire().await.expect("the only permit");
+    let waiting = {
+        let llm = llm.clone();
+        tokio::spawn(async move { llm.request().timeout(ms(3_000)).acquire().await.map(|p| p.succeeded()) })
+    };
+    let class = |status: &wavegate::UpstreamStatus, name: &str| {
+        status.classes.iter().find(|c| c.class == name).cloned().expect("the class")
+    };
+    let started = Instant::now();
+    let status = loop {
+        let status = llm.status().await.expect("status");
+        if class(&status, "batch").waiting == 1 {
+            break status;
+        }
+        assert!(started.elapsed() < ms(500), "never queued");
+        tokio::time::sleep(ms(1)).await;
+    };
+    // One grant so far: no pace known, so no estimate for a queue that is not empty.
+    assert_eq!(class(&status, "batch").expected_wait, None, "{status:?}");
+    assert_eq!(class(&status, "interactive").expected_wait, Some(Duration::ZERO), "nobody waits there");
+    holder.succeeded();
+    tokio::time::timeout(ms(1_000), waiting).await.expect("served").expect("task").expect("permit");
+    // A pace: permits held 50 ms each, one after the other.
+    for _ in 0..6 {
+        let permit = llm.request().acquire().await.expect("a permit");
+        tokio::time::sleep(ms(50)).await;
+        permit.succeeded();
+    }
+    let holder = llm.request().acquire().await.expect("the only permit");
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let llm = llm.clone();
+        tasks
+            .push(tokio::spawn(async move { llm.request().timeout(ms(5_000)).acquire().await.map(|p| p.succeeded()) }));
+    }
+    let started = Instant::now();
+    let status = loop {
+        let status = llm.status().await.expect("status");
+        if class(&status, "batch").waiting == 4 {
+            break status;
+        }
+        assert!(started.elapsed() < ms(500), "never queued");
+        tokio::time::sleep(ms(1)).await;
+    };
+    let batch = class(&status, "batch");
+    let expected = batch.expected_wait.expect("a pace is known");
+    // Four callers ahead, one grant every ~40 ms (the 6 held 50 ms each, and the quicker
+    // grants before and after; the machine may be slow: a wide bound).
+    assert!(expected >= ms(100) && expected < ms(1_500), "expected {expected:?}: {status:?}");
+    assert_eq!(status.queue_depth, 4);
+    assert_eq!(status.expected_wait, Some(expected), "one class waits: the upstream's pace is its");
+    holder.succeeded();
+    for task in tasks {
+        tokio::time::timeout(ms(2_000), task).await.expect("served").expect("task").expect("permit");
+    }
 }

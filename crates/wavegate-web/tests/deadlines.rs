@@ -1,7 +1,7 @@
 //! Deadlines that refuse early, over real HTTP: an actix-web server on loopback whose handler
 //! gives each call the deadline the client asks for. A call that cannot get a permit before
 //! it is answered at once with 503, `Retry-After` (the time it would have needed) and a JSON
-//! body.
+//! body; the status page shows the queue and the expected wait.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use actix_web::{App, HttpResponse, HttpServer, web};
 use wavegate::{Outcome, Scheduler, UpstreamConfig};
 use wavegate_testkit::{HttpReply, http_get};
-use wavegate_web::{WebError, configure, install_prometheus};
+use wavegate_web::{STATUS_PATH, WebError, configure, install_prometheus};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -69,6 +69,12 @@ async fn a_deadline_no_permit_can_meet_is_a_503_with_retry_after_at_once() {
     let body = json(&reply);
     assert_eq!(body["code"], "deadline_passed", "{body}");
     assert_eq!(body["retry_after_seconds"], 2, "{body}");
+    // The status: nobody waits, and a newcomer waits for the budget's room (under 2 s).
+    let (reply, _) = get(addr, STATUS_PATH).await;
+    let upstream = &json(&reply)["upstreams"][0];
+    assert_eq!(upstream["queue_depth"], 0, "{upstream}");
+    let expected = upstream["expected_wait_ms"].as_u64().expect("an expected wait");
+    assert!(expected > 1_000 && expected <= 2_000, "{upstream}");
     // A deadline past the room: the call waits and is served.
     let (reply, elapsed) = get(addr, "/call/3000").await;
     assert_eq!(reply.status, 200, "{reply:?}");

@@ -13,6 +13,7 @@ use wavegate_core::{
 use super::book::OutageBook;
 use super::gauges::Gauges;
 use super::messages::{Acquire, DRAIN_BOUND, Drain, DrainReply, ReadMode, StoreTrouble};
+use super::pace::Pace;
 use super::tally::Tally;
 use super::waiters::Waiters;
 use crate::engine::clock::{EngineClock, Instant};
@@ -115,6 +116,8 @@ pub(crate) struct Lane {
     pub(super) recent_grants: VecDeque<(u64, u64)>,
     /// The gauges, as last written.
     pub(super) gauges: Gauges,
+    /// This process's recent grants, for the status's expected wait.
+    pub(super) pace: Pace,
     /// Whether the learned-limit gauges were last set to a limit.
     pub(super) learned_recorded: bool,
     /// Whether this process reads the shared gauges for the fleet (see `record_budgets`).
@@ -224,6 +227,7 @@ impl Lane {
             rejoin_cap: None,
             recent_grants: VecDeque::new(),
             gauges: Gauges::default(),
+            pace: Pace::default(),
             learned_recorded: false,
             gauge_reader,
             tally: Tally::default(),

@@ -275,6 +275,7 @@ impl Lane {
             ctx.cancel_future(timer);
         }
         self.waiters.granted(&waiter);
+        self.pace.granted(waiter.class, now);
         let at_head = waiter.at_head.unwrap_or(now);
         info.queue_wait = at_head.saturating_duration_since(waiter.enqueued);
         info.permit_wait = now.saturating_duration_since(at_head);
