@@ -78,6 +78,8 @@ enum Detail {
     WaitedTooLong {
         waited: Duration,
         retry_after: Option<Duration>,
+        /// Refused before the wait bound: a permit was proved unable to come by then.
+        early: bool,
     },
     BreakerOpen {
         retry_after: Duration,
@@ -110,6 +112,7 @@ enum Detail {
     /// permits back: when it ends.
     DeadlineHint {
         retry_after: Duration,
+        early: bool,
     },
 }
 
@@ -131,7 +134,14 @@ impl<E> Error<E> {
         waited: Duration,
         retry_after: Option<Duration>,
     ) -> Self {
-        let detail = Detail::WaitedTooLong { waited, retry_after };
+        let detail = Detail::WaitedTooLong { waited, retry_after, early: false };
+        Self::new(ErrorKind::WaitedTooLong, Some(upstream.into()), None, detail)
+    }
+
+    /// [`ErrorKind::WaitedTooLong`] before the wait bound, after `waited`: what the lane knows
+    /// proves no permit can come for `needed` (see [`needed`](Self::needed)).
+    pub(crate) fn refused_early(upstream: impl Into<String>, waited: Duration, needed: Duration) -> Self {
+        let detail = Detail::WaitedTooLong { waited, retry_after: Some(needed), early: true };
         Self::new(ErrorKind::WaitedTooLong, Some(upstream.into()), None, detail)
     }
 
@@ -156,7 +166,9 @@ impl<E> Error<E> {
     /// hint of when one may come is kept.
     pub(crate) fn deadline_passed_waiting<F>(upstream: impl Into<String>, waited: &Error<F>, attempts: u32) -> Self {
         let detail = match waited.inner.detail {
-            Detail::WaitedTooLong { retry_after: Some(retry_after), .. } => Detail::DeadlineHint { retry_after },
+            Detail::WaitedTooLong { retry_after: Some(retry_after), early, .. } => {
+                Detail::DeadlineHint { retry_after, early }
+            }
             _ => Detail::None,
         };
         Self::new(ErrorKind::DeadlinePassed, Some(upstream.into()), Some(attempts), detail)
@@ -281,11 +293,25 @@ impl<E> Error<E> {
     pub fn retry_after(&self) -> Option<Duration> {
         match (&self.inner.detail, self.inner.kind) {
             (Detail::WaitedTooLong { retry_after, .. }, _) => Some(retry_after.unwrap_or(DEFAULT_RETRY_AFTER)),
-            (Detail::DeadlineHint { retry_after }, _) => Some(*retry_after),
+            (Detail::DeadlineHint { retry_after, .. }, _) => Some(*retry_after),
             (Detail::BreakerOpen { retry_after } | Detail::QuotaExhausted { retry_after }, _) => Some(*retry_after),
             (_, ErrorKind::QueueFull | ErrorKind::RetryBudgetSpent | ErrorKind::DeadlinePassed) => {
                 Some(DEFAULT_RETRY_AFTER)
             }
+            _ => None,
+        }
+    }
+
+    /// Refused before its wait bound (its deadline or the upstream's `max_wait`) because what
+    /// the scheduler knows proves that no permit can come by then — a cooldown, a spent
+    /// provider window, a rate budget without room (`docs/guarantees.md`, "Deadlines"): how
+    /// long from the refusal until one could come at the earliest (also
+    /// [`retry_after`](Self::retry_after)). `None` for any other error, and for a caller that
+    /// waited until its bound.
+    pub fn needed(&self) -> Option<Duration> {
+        match self.inner.detail {
+            Detail::WaitedTooLong { retry_after, early: true, .. } => retry_after,
+            Detail::DeadlineHint { retry_after, early: true } => Some(retry_after),
             _ => None,
         }
     }
@@ -431,60 +457,6 @@ impl<E: Clone> Clone for Error<E> {
     }
 }
 
-/// The kind, the upstream, what the kind knows and the caller's error, if any.
-impl<E: fmt::Debug> fmt::Debug for Error<E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut debug = f.debug_struct("wavegate::Error");
-        debug.field("kind", &self.inner.kind);
-        if let Some(upstream) = &self.inner.upstream {
-            debug.field("upstream", upstream);
-        }
-        if let Some(attempts) = self.inner.attempts {
-            debug.field("attempts", &attempts);
-        }
-        match &self.inner.detail {
-            Detail::None => {}
-            Detail::UnknownUpstream(unknown) => {
-                debug.field("known", &unknown.known);
-            }
-            Detail::QueueFull { capacity } => {
-                debug.field("capacity", capacity);
-            }
-            Detail::WaitedTooLong { waited, retry_after } => {
-                debug.field("waited", waited).field("retry_after", retry_after);
-            }
-            Detail::BreakerOpen { retry_after } | Detail::QuotaExhausted { retry_after } => {
-                debug.field("retry_after", retry_after);
-            }
-            Detail::RetryBudgetSpent { last } => {
-                debug.field("last", last);
-            }
-            Detail::Upstream { outcome } => {
-                debug.field("outcome", outcome);
-            }
-            Detail::InsufficientCapacity { budget, requested, burst } => {
-                debug.field("budget", budget).field("requested", requested).field("burst", burst);
-            }
-            Detail::UnknownClass { class, known } => {
-                debug.field("class", class).field("known", known);
-            }
-            Detail::Store { operation, message } => {
-                debug.field("operation", operation).field("message", message);
-            }
-            Detail::InvalidSetting(error) => {
-                debug.field("setting", error);
-            }
-            Detail::DeadlineHint { retry_after } => {
-                debug.field("retry_after", retry_after);
-            }
-        }
-        if let Some(source) = &self.inner.source {
-            debug.field("source", source);
-        }
-        debug.finish()
-    }
-}
-
 /// `n attempt` or `n attempts`.
 struct Attempts(u32);
 
@@ -506,6 +478,9 @@ impl<E> fmt::Display for Error<E> {
             (Detail::QueueFull { capacity }, _) => {
                 write!(f, "upstream `{upstream}`: {capacity} callers are already waiting for a permit")
             }
+            (Detail::WaitedTooLong { retry_after: Some(needed), early: true, .. }, _) => {
+                write!(f, "upstream `{upstream}`: no permit can come within the wait; one may in {needed:?}")
+            }
             (Detail::WaitedTooLong { waited, .. }, _) => {
                 write!(f, "upstream `{upstream}`: no permit within {waited:?}")
             }
@@ -513,7 +488,7 @@ impl<E> fmt::Display for Error<E> {
             (Detail::RetryBudgetSpent { last }, _) => {
                 write!(f, "upstream `{upstream}`: retry budget spent after {attempts} (last: {last})")
             }
-            (Detail::DeadlineHint { retry_after }, _) => write!(
+            (Detail::DeadlineHint { retry_after, .. }, _) => write!(
                 f,
                 "upstream `{upstream}` timed out: no permit could come before the request's deadline \
                  (after {attempts}; one may come in {retry_after:?})"
@@ -575,5 +550,6 @@ impl<E: std::error::Error + 'static> std::error::Error for Error<E> {
     }
 }
 
+mod debug;
 #[cfg(test)]
 mod tests;

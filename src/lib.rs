@@ -4,7 +4,8 @@
 //!
 //! It is actor-based (actix):
 //! * a **coordinator** owns the Redis connection and every upstream's permits; one acquire
-//!   loop per upstream serves this process's waiters in FIFO order, a release anywhere wakes
+//!   loop per upstream serves this process's waiters earliest deadline first (arrival order
+//!   for callers without a deadline of their own), a release anywhere wakes
 //!   them (pub/sub), a lease watchdog renews held permits;
 //! * a **supervisor** per upstream runs its circuit breaker and retry budget;
 //! * a **call** goes admission → permit → the caller's future → report → retry or answer; it

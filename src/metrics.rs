@@ -70,6 +70,15 @@ pub const CLASS_PERMIT_WAIT_SECONDS: &str = "wavegate_class_permit_wait_seconds"
 /// The version of the upstream's live settings this process applied (0: none ever set);
 /// see `Upstream::set_limit`.
 pub const LIVE_VERSION: &str = "wavegate_live_version";
+/// Callers refused before their wait bound because no permit could come by then (a cooldown,
+/// a spent provider window, a rate budget without room, as proved), by `reason` (`cooldown`,
+/// `provider_window`, `requests`, `tokens`). Also counted in the overload refusals
+/// (`waited_too_long`).
+pub const REFUSED_EARLY_TOTAL: &str = "wavegate_refused_early_total";
+/// The expected wait of a caller joining the queue now, by priority `class` (`""` without
+/// classes: the upstream as a whole), seconds, refreshed every second: an estimate (see
+/// `UpstreamStatus::expected_wait`), NaN while unknown.
+pub const EXPECTED_WAIT_SECONDS: &str = "wavegate_expected_wait_seconds";
 
 /// Every metric name above.
 pub const ALL: &[&str] = &[
@@ -110,6 +119,8 @@ pub const ALL: &[&str] = &[
     POOL_PICKS_TOTAL,
     POOL_MOVES_TOTAL,
     LIVE_VERSION,
+    REFUSED_EARLY_TOTAL,
+    EXPECTED_WAIT_SECONDS,
 ];
 
 /// Permits released after their lease had ended: for a while the fleet could admit one more
@@ -251,6 +262,14 @@ pub(crate) fn retry(upstream: &str, reason: &'static str) {
 
 pub(crate) fn retry_budget_refused(upstream: &str) {
     counter!(RETRY_BUDGET_REFUSALS_TOTAL, "upstream" => upstream.to_owned()).increment(1);
+}
+
+pub(crate) fn refused_early(upstream: &str, reason: &'static str) {
+    counter!(REFUSED_EARLY_TOTAL, "upstream" => upstream.to_owned(), "reason" => reason).increment(1);
+}
+
+pub(crate) fn expected_wait(upstream: &str, class: &str, seconds: f64) {
+    gauge!(EXPECTED_WAIT_SECONDS, "upstream" => upstream.to_owned(), "class" => class.to_owned()).set(seconds);
 }
 
 pub(crate) fn overload_refused(upstream: &str, reason: &'static str) {

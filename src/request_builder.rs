@@ -77,7 +77,7 @@ impl<'a, T, C, M> RequestBuilder<'a, T, C, M> {
     /// Puts the request in priority class `class` (configured with
     /// [`class`](crate::config::UpstreamConfigBuilder::class)): when callers of several classes
     /// wait, anywhere in the fleet, a free permit goes to the class furthest below its
-    /// weighted share, first in first out within a class. A class the upstream (a pool's
+    /// weighted share, earliest deadline first within a class (in each process). A class the upstream (a pool's
     /// member) does not have is refused when the request runs, before any wait
     /// ([`ErrorKind::UnknownClass`](crate::ErrorKind::UnknownClass)).
     pub fn priority(mut self, class: &str) -> Self {

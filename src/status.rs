@@ -71,6 +71,13 @@ pub struct UpstreamStatus {
     pub in_flight_fleet: Option<u32>,
     /// Callers of this process waiting for a permit.
     pub queue_depth: usize,
+    /// The expected wait of a caller joining the queue now: an **estimate** (it never refuses
+    /// anyone): what holds every grant back for a known time (a cooldown, a spent provider
+    /// window, a budget's wait as the gate last said, a spent quota), plus the callers
+    /// waiting times the mean interval between this process's recent grants (its last 32
+    /// within a minute). `None` while callers wait and fewer than two grants came within the
+    /// last minute.
+    pub expected_wait: Option<Duration>,
     /// The circuit breaker's state: `closed`, `open` or `half_open`.
     pub breaker: &'static str,
     /// What is left of the requests and tokens budgets in force: the configured ones, tightened
@@ -117,6 +124,9 @@ pub struct ClassStatus {
     pub budget_percent: u8,
     /// Callers of this process waiting in it.
     pub waiting: usize,
+    /// The expected wait of a caller joining it now, as [`UpstreamStatus::expected_wait`]
+    /// with this class's callers and grants: an estimate.
+    pub expected_wait: Option<Duration>,
     /// Permits of it this process holds.
     pub in_flight_local: usize,
     /// Permits of it held across the fleet (shared mode, when the store could be read).

@@ -16,7 +16,9 @@ fn upstream() -> UpstreamConfig {
     UpstreamConfig::builder("llm")
         .limit(10)
         .max_cooldown(MAX_COOLDOWN)
-        .max_wait(Duration::from_secs(20))
+        // Beyond the longest window (the cap): a caller without a deadline of its own waits for
+        // a window to end (or be cleared) instead of being told at once that it cannot.
+        .max_wait(Duration::from_secs(40))
         .build()
         .expect("valid")
 }
@@ -199,6 +201,9 @@ mod fleet {
         assert!(hint <= Duration::from_secs(86_400), "{hint:?}");
         assert_eq!(a.mode().await.expect("mode"), wavegate::Mode::Shared, "no store error");
         llm.clear_window().await.expect("cleared");
+        // B heard the window just now: for 100 ms that refuses B's callers by itself; later
+        // ones make B ask the store, which says the window is gone.
+        tokio::time::sleep(Duration::from_millis(150)).await;
         granted_after(&b).await;
         // Retry-After beyond any integer: clamped like the rest.
         llm.request().acquire().await.expect("a permit").report(rate_window_429("99999999999999999999"));

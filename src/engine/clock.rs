@@ -22,6 +22,12 @@ impl EngineClock {
         Self { origin: Instant::now() }
     }
 
+    /// The instant `ms` of this clock's milliseconds stand for (the exact millisecond, not the
+    /// truncated reading of a later instant).
+    pub(crate) fn instant_at(&self, ms: u64) -> Instant {
+        after(self.origin, Duration::from_millis(ms))
+    }
+
     /// `at` in this clock's milliseconds (0 before its origin).
     pub(crate) fn ms_at(&self, at: Instant) -> u64 {
         duration_ms(at.saturating_duration_since(self.origin))

@@ -10,8 +10,8 @@ use std::num::NonZeroU32;
 use actix::WeakRecipient;
 use parking_lot::Mutex;
 use wavegate_core::{
-    Ask, BudgetStatus, Budgets, Decision, FallbackStart, Instance, LearnedBudgets, LiveBoard, LiveChange, LiveSettings,
-    LocalGate, PermitId, ProviderWindows, UpstreamConfig, WaveSignal, WaveSnapshot, WindowReport,
+    Ask, BudgetStatus, Budgets, Decision, FallbackStart, Hold, Instance, LearnedBudgets, LiveBoard, LiveChange,
+    LiveSettings, LocalGate, PermitId, ProviderWindows, UpstreamConfig, WaveSignal, WaveSnapshot, WindowReport,
 };
 
 use super::store::{Released, Snapshot};
@@ -141,6 +141,26 @@ impl ProcessGate {
             Some(class) if !gate.classes().is_empty() => gate.tokens_burst_for(class, now_ms),
             _ => gate.tokens_burst(now_ms),
         }
+    }
+
+    /// A proved lower bound on the time until an ask of `tokens` can be granted here
+    /// ([`LocalGate::proven_hold`]). `reserved` gives the tokens each permit of this lane
+    /// reserved: the tokens budget proves something only when every permit held here is one
+    /// of them (a refund of any other is unknown).
+    pub(crate) fn proven_hold(
+        &self,
+        tokens: u64,
+        reserved: &std::collections::HashMap<&str, u64>,
+        now_ms: u64,
+    ) -> Option<Hold> {
+        let gate = self.gate.lock();
+        let refundable = gate
+            .ledger()
+            .iter()
+            .filter(|(_, permit)| permit.expires_ms > now_ms)
+            .map(|(id, _)| reserved.get(id).copied())
+            .try_fold(0u64, |sum, tokens| tokens.map(|t| sum.saturating_add(t)));
+        gate.proven_hold(tokens, refundable, now_ms)
     }
 
     /// What the provider said is left of its windows, as kept here.

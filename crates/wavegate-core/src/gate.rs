@@ -52,6 +52,7 @@ use crate::wave::{
 
 mod fallback;
 mod fleet;
+mod proof;
 mod waiting;
 
 pub use fallback::{Fallback, FallbackStart, LastShared};

@@ -161,6 +161,33 @@ impl Gcra {
         }
     }
 
+    /// A lower bound on the milliseconds until `cost` units can fit, proved from the TAT: even
+    /// if `refundable` units reserved by calls still running were all settled back at once
+    /// ([`settle`](Self::settle) with a refund: the lowest TAT they can leave), and whatever
+    /// is granted meanwhile (a grant and its own refund never lower the TAT below where it
+    /// was), no room comes sooner; 0 when it may fit now. `in_debt` is the rule of
+    /// [`check_in_debt`](Self::check_in_debt) (a fallback's share). Only a change of the rate
+    /// or the burst ([`rescale_tat`], a learned limit forgotten) can bring room sooner.
+    ///
+    /// ```
+    /// use wavegate_core::{Gcra, RateBudget};
+    ///
+    /// let gcra = Gcra::new(RateBudget::new(600, 10).expect("a budget")); // 10 a second, burst 10
+    /// let empty = gcra.charge(0, 0, 10); // all 10 spent at 0
+    /// assert_eq!(gcra.earliest_ms(empty, 0, 5, 0, false), 500); // 5 more in half a second
+    /// // Up to 3 units may still be given back by calls in flight: 200 ms at the least.
+    /// assert_eq!(gcra.earliest_ms(empty, 0, 5, 3, false), 200);
+    /// ```
+    pub fn earliest_ms(&self, tat_us: u64, now_us: u64, cost: u64, refundable: u64, in_debt: bool) -> u64 {
+        let lowest = match i64::try_from(refundable) {
+            Ok(0) => tat_us,
+            Ok(units) => self.settle(tat_us, now_us, -units),
+            Err(_) => tat_us.min(now_us),
+        };
+        let check = if in_debt { self.check_in_debt(lowest, now_us, cost) } else { self.check(lowest, now_us, cost) };
+        check.err().unwrap_or(0)
+    }
+
     /// Adds `units` just granted to the budget (their check passed).
     pub fn charge(&self, tat_us: u64, now_us: u64, units: u64) -> u64 {
         (tat_us.max(now_us) as f64 + units as f64 * self.interval_us).floor() as u64

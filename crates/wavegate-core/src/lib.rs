@@ -19,6 +19,7 @@
 //! | circuit breaker | [`CircuitBreaker`] |
 //! | retry budget and backoff | [`RetryBudget`], [`Backoff`] |
 //! | requests and tokens per minute (GCRA with a cost) | [`Gcra`], [`Budgets`] |
+//! | deadlines refused early: what a gate proves about the earliest grant | [`Hold`], [`HeardDenial`], [`LocalGate::proven_hold`] |
 //! | priority classes: which waiting class a free permit goes to | [`priority`] |
 //! | settings changed while the fleet runs, with versions and overrides | [`LiveBoard`], [`LiveChange`] |
 //! | configuration, validated at build time | [`UpstreamConfig`], [`UpstreamSet`] |
@@ -52,6 +53,7 @@ pub mod class_budget;
 mod clock;
 mod config;
 mod cooldown;
+mod deadline;
 mod gate;
 mod gcra;
 mod learned_limit;
@@ -84,6 +86,7 @@ pub use config::{
     CLASS_RENEWAL_EVERY, ConfigError, UnknownUpstream, UpstreamConfig, UpstreamConfigBuilder, UpstreamName, UpstreamSet,
 };
 pub use cooldown::CooldownPolicy;
+pub use deadline::{HeardDenial, Hold};
 pub use gate::{
     BudgetStatus, Fallback, FallbackStart, FinishReport, LastShared, LocalGate, PRIORITY_FRESH_MS, WAITING_TTL_MS,
     WaveSignal,

@@ -13,6 +13,7 @@ use wavegate::{Error, ErrorKind};
 /// |---|---|---|
 /// | waited too long, queue full, breaker open, retry budget spent (overload) | 503 | yes |
 /// | deadline passed | 504 | yes |
+/// | refused at once: no permit could come before the deadline, as proved ([`Error::needed`]) | 503 | yes (the time it would have needed) |
 /// | the upstream call timed out (the call timeout, or the client's own) | 504 | no |
 /// | the provider's quota is exhausted | 503 | yes (until the refusal ends) |
 /// | other upstream failures (4xx, 5xx — a provider's own 504 too —, connect, reset) | 502 | no |
@@ -83,6 +84,8 @@ impl WebError {
     pub fn status(&self) -> u16 {
         match self.0.kind() {
             kind if kind.is_overload() => 503,
+            // Nothing timed out: the service cannot serve it in time, and says when it could.
+            ErrorKind::DeadlinePassed if self.0.needed().is_some() => 503,
             _ if upstream_timed_out(&self.0) => 504,
             ErrorKind::DeadlinePassed => 504,
             ErrorKind::Upstream => 502,

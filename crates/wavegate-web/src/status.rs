@@ -36,6 +36,9 @@ pub struct UpstreamView {
     pub in_flight_fleet: Option<u32>,
     /// Callers of this process waiting for a permit.
     pub queue_depth: usize,
+    /// Milliseconds a caller joining the queue now may expect to wait: an estimate (see
+    /// `wavegate::UpstreamStatus::expected_wait`); null while unknown.
+    pub expected_wait_ms: Option<u64>,
     /// `closed`, `open` or `half_open`.
     pub breaker: &'static str,
     /// The requests-per-minute budget, if configured.
@@ -122,6 +125,9 @@ pub struct ClassView {
     pub budget_percent: u8,
     /// Callers of this process waiting in it.
     pub waiting: usize,
+    /// Milliseconds a caller joining it now may expect to wait: an estimate; null while
+    /// unknown.
+    pub expected_wait_ms: Option<u64>,
     /// Permits of it this process holds.
     pub in_flight_local: usize,
     /// Permits of it held across the fleet (shared mode).
@@ -187,6 +193,7 @@ impl UpstreamView {
             in_flight_local: status.in_flight_local,
             in_flight_fleet: status.in_flight_fleet,
             queue_depth: status.queue_depth,
+            expected_wait_ms: status.expected_wait.map(|wait| wait.as_millis() as u64),
             breaker: status.breaker,
             requests_budget: BudgetView::new(status.budgets.requests),
             tokens_budget: BudgetView::new(status.budgets.tokens),
@@ -205,6 +212,7 @@ impl UpstreamView {
                     reserve_percent: c.reserve_percent,
                     budget_percent: c.budget_percent,
                     waiting: c.waiting,
+                    expected_wait_ms: c.expected_wait.map(|wait| wait.as_millis() as u64),
                     in_flight_local: c.in_flight_local,
                     in_flight_fleet: c.in_flight_fleet,
                     waiting_fleet: c.waiting_fleet,

@@ -6,11 +6,14 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use actix::{Actor, AsyncContext, Context, Handler, MessageResult, Recipient, SpawnHandle, WeakRecipient};
-use wavegate_core::{CircuitBreaker, Instance, LiveSettings, PermitId, RetryBudget, UpstreamConfig, WaveState};
+use wavegate_core::{
+    CircuitBreaker, HeardDenial, Instance, LiveSettings, PermitId, RetryBudget, UpstreamConfig, WaveState,
+};
 
 use super::book::OutageBook;
 use super::gauges::Gauges;
 use super::messages::{Acquire, DRAIN_BOUND, Drain, DrainReply, ReadMode, StoreTrouble};
+use super::pace::Pace;
 use super::tally::Tally;
 use super::waiters::Waiters;
 use crate::engine::clock::{EngineClock, Instant};
@@ -52,6 +55,8 @@ pub(super) struct Held {
     pub(super) class: usize,
     /// Its call was cancelled while at the provider: released when this timer fires.
     pub(super) holding: Option<SpawnHandle>,
+    /// The tokens it reserved (what a settlement may give back).
+    pub(super) tokens: u64,
 }
 
 /// One upstream's lane (see the module docs).
@@ -98,6 +103,10 @@ pub(crate) struct Lane {
     /// The end of the provider's window that refused this lane's last ask, as the gate said:
     /// the hint a caller refused meanwhile is given.
     pub(super) window_until: Option<Instant>,
+    /// The gate's last denial as heard, under the epoch it was heard in (see `deadline.rs`).
+    pub(super) heard: Option<(u64, HeardDenial)>,
+    /// When the acquire loop's last gate call was made (clock ms).
+    pub(super) asked_at_ms: u64,
     pub(super) last_shared: LastShared,
     pub(super) outage: OutageBook,
     /// Just back in shared mode: until then hold at most this many permits (the fallback's
@@ -108,6 +117,8 @@ pub(crate) struct Lane {
     pub(super) recent_grants: VecDeque<(u64, u64)>,
     /// The gauges, as last written.
     pub(super) gauges: Gauges,
+    /// This process's recent grants, for the status's expected wait.
+    pub(super) pace: Pace,
     /// Whether the learned-limit gauges were last set to a limit.
     pub(super) learned_recorded: bool,
     /// Whether this process reads the shared gauges for the fleet (see `record_budgets`).
@@ -214,11 +225,14 @@ impl Lane {
             blocked_until: None,
             cooldown_until: None,
             window_until: None,
+            heard: None,
+            asked_at_ms: 0,
             last_shared: LastShared::default(),
             outage: OutageBook::default(),
             rejoin_cap: None,
             recent_grants: VecDeque::new(),
             gauges: Gauges::default(),
+            pace: Pace::default(),
             learned_recorded: false,
             gauge_reader,
             tally: Tally::default(),

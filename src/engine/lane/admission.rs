@@ -4,27 +4,23 @@
 //! (it never fits in any mode), a spent quota, the retry budget (a retry after a transient
 //! failure), the circuit breaker, then what holds only now: an estimate above the burst in
 //! force (a learned limit, the class's share; in fallback the fleet's, not the share's), a
-//! full queue. A request
-//! refused here never waits and never costs a gate call; one admitted takes its breaker ticket
+//! full queue; last, a wait bound that what the lane knows proves cannot be met
+//! (`deadline.rs`: told at once, with the time it would have needed). A request refused here
+//! never waits and never costs a gate call; one admitted takes its breaker ticket
 //! into the queue (given back as "ignored" if no permit comes).
 
 use actix::{AsyncContext, Context};
 use std::time::Duration;
-
 use wavegate_core::{BreakerTicket, CallResult, Clock, PermitId};
 
 use super::actor::Lane;
+use super::deadline::HOPELESS_MARGIN;
 use super::messages::Acquire;
 use super::waiters::Waiter;
 use crate::engine::clock::Instant;
 use crate::engine::request::{AttemptKind, ClassRef, Request};
 use crate::error::{Budget, Error};
 use crate::metrics;
-
-/// How far past a caller's wait bound a known cooldown must end for the caller to be refused
-/// at once: clocks are read in milliseconds, and a bound that meets the cooldown's end is not
-/// hopeless.
-pub(super) const HOPELESS_MARGIN: Duration = Duration::from_millis(10);
 
 impl Lane {
     /// Checks `acquire` and queues it, or answers it with the refusal.
@@ -43,12 +39,17 @@ impl Lane {
             }
         };
         let now = Instant::now();
-        if let Some(until) = self.cooldown_until.filter(|until| *until > wait_until + HOPELESS_MARGIN) {
-            // A cooldown this lane was told of ends after this caller's wait bound: no permit
-            // can come in time, so it is told now, with when to come back, not at its deadline.
-            self.refuse_hopeless(ticket, reply, until - now);
+        let proven = self.proven_until(request.tokens, self.reserved().as_ref());
+        if let Some((until, reason)) = proven.filter(|(until, _)| *until > wait_until + HOPELESS_MARGIN) {
+            // What this lane knows (a cooldown, a spent window, a budget without room) proves
+            // no permit can come before this caller's wait bound: it is told now, with the time
+            // it would have needed, not at its deadline (`deadline.rs`).
+            self.refuse_hopeless(ticket, reply, until.saturating_duration_since(Instant::now()), reason);
             return;
         }
+        // A denial heard a while ago would refuse it: the store is asked now, not at the next
+        // look, so its answer (the same denial, or an operator's clear) comes in one round trip.
+        let recheck = self.heard_would_refuse(request.tokens, wait_until);
         self.sequence += 1;
         let class_name = self.config.classes().get(class).map(|c| c.name());
         // Without classes a tenant is fair in this process only, and not part of the id.
@@ -71,27 +72,15 @@ impl Lane {
         let depth = self.waiters.len();
         self.gauges.queue(self.config.name().as_str(), depth);
         self.record_classes();
+        if recheck {
+            self.blocked_until = None;
+        }
         self.pump(ctx);
         // Still waiting (not granted at once): answered at its deadline at the latest.
         if let Some(waiter) = self.waiters.get_mut(&id) {
             let after = wait_until.saturating_duration_since(Instant::now());
             waiter.deadline_timer = Some(ctx.run_later(after, |act, ctx| act.expire(ctx)));
         }
-    }
-
-    /// Refuses a caller no permit can reach before its wait bound (a cooldown ends after it):
-    /// [`ErrorKind::WaitedTooLong`](crate::ErrorKind::WaitedTooLong) at once, with the time it
-    /// would have needed; its breaker ticket goes back unused.
-    fn refuse_hopeless(
-        &mut self,
-        ticket: BreakerTicket,
-        reply: tokio::sync::oneshot::Sender<Result<crate::engine::grant::Grant, Error>>,
-        needed: Duration,
-    ) {
-        let now_ms = self.clock.now_ms();
-        self.observe_breaker(|breaker| breaker.record(ticket, CallResult::Ignored, now_ms));
-        metrics::overload_refused(self.name(), "waited_too_long");
-        let _ = reply.send(Err(Error::waited_too_long(self.name(), Duration::ZERO, Some(needed))));
     }
 
     /// The class an admitted request waits in, and its breaker ticket; or why it is refused.

@@ -6,6 +6,8 @@
 //! * **Admission** (`admission.rs`): every attempt is checked once, in one place — spent quota,
 //!   breaker and retry budget, unknown class, an estimate that never fits, a full queue — then
 //!   waits in the lane's queue.
+//! * **Deadlines** (`deadline.rs`): a caller whose wait bound comes before the earliest a
+//!   permit can come, as proved by what the lane knows, is refused at once.
 //! * **Acquire loop** (`pump.rs`): serves the heads of the queue, one gate call at a time; only
 //!   the heads are asked for, so the store's load grows with processes, not waiting callers.
 //! * **Releases** (`release.rs`): a permit's outcome goes to the gate in charge; a call
@@ -21,10 +23,13 @@
 mod actor;
 mod admission;
 mod book;
+mod deadline;
+mod expected;
 mod gauges;
 mod live;
 pub(crate) mod messages;
 mod outage;
+mod pace;
 mod pump;
 mod release;
 mod sampler;

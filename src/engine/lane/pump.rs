@@ -13,7 +13,6 @@ use rand::Rng;
 use wavegate_core::{Ask, Clock, Decision, DenyReason, duration_ms};
 
 use super::actor::{Held, Lane};
-use super::admission::HOPELESS_MARGIN;
 use super::messages::StoreTrouble;
 use super::waiters::{Waiter, Waiters};
 use crate::engine::clock::Instant;
@@ -78,9 +77,12 @@ impl Lane {
             };
             let asked = asks.clone();
             let lease = self.config.permit_ttl();
-            // One gate call at a time: its grant tells which waiter was asked for the first time.
+            // One gate call at a time: its grant tells which waiter was asked for the first
+            // time (shadow mode), a denial's wait counts from its decision, no earlier than now
+            // (`deadline.rs`).
             self.asked_at = now;
-            let Some(answer) = self.gate.acquire(&self.instance, asks, lease, self.clock.now_ms()) else { return };
+            self.asked_at_ms = self.clock.now_ms();
+            let Some(answer) = self.gate.acquire(&self.instance, asks, lease, self.asked_at_ms) else { return };
             if let Some(timer) = self.retry_timer.take() {
                 ctx.cancel_future(timer);
             }
@@ -174,6 +176,7 @@ impl Lane {
                 self.cooldown_until = None;
                 self.blocked_until = None;
                 self.window_until = None;
+                self.heard = None;
                 let tokens = asked.iter().find(|ask| ask.id == id).map_or(0, |ask| ask.tokens);
                 self.grant(
                     GrantInfo {
@@ -190,7 +193,7 @@ impl Lane {
                 );
                 true
             }
-            Decision::Denied { reason: DenyReason::Cooldown, retry_after_ms, .. } => {
+            Decision::Denied { reason: DenyReason::Cooldown, retry_after_ms, in_flight, .. } => {
                 let rest = Duration::from_millis(retry_after_ms);
                 self.cooldown_until = Some(now + rest);
                 if self.mode == Mode::Shared {
@@ -199,7 +202,8 @@ impl Lane {
                 let jitter = COOLDOWN_JITTER.mul_f64(rand::rng().random::<f64>());
                 self.block_until(rest + jitter, ctx);
                 // Those whose wait bound comes before the cooldown's end are told now.
-                self.refuse_waiters_before(now + rest, ctx);
+                self.hear(DenyReason::Cooldown, retry_after_ms, 0, in_flight);
+                self.refuse_proven_hopeless(ctx);
                 false
             }
             Decision::Denied { reason: DenyReason::AtLimit, retry_after_ms, .. } => {
@@ -226,7 +230,7 @@ impl Lane {
                 }
                 true
             }
-            Decision::Denied { reason, retry_after_ms, .. } => {
+            Decision::Denied { id, reason, retry_after_ms, in_flight } => {
                 // A rate budget or the provider's window says exactly when there is room; a
                 // window is looked at again at a bounded pace (it may be shortened or cleared).
                 let exact = Duration::from_millis(retry_after_ms);
@@ -239,6 +243,10 @@ impl Lane {
                 tracing::trace!(upstream = self.name(), reason = reason.as_str(), ?wait, "budget");
                 metrics::budget_wait(self.name(), reason.as_str());
                 self.block_until(wait, ctx);
+                // What it proves (`deadline.rs`): those who cannot make it are told now.
+                let tokens = asked.iter().find(|ask| ask.id == id).map_or(0, |ask| ask.tokens);
+                self.hear(reason, retry_after_ms, tokens, in_flight);
+                self.refuse_proven_hopeless(ctx);
                 false
             }
         }
@@ -251,7 +259,7 @@ impl Lane {
         let class = self.class_of(&info.id);
         // Held from now on, whoever takes it: a waiter gone meanwhile releases it through its
         // grant's drop, like any other.
-        self.held.insert(info.id.clone(), Held { wave: info.wave, class, holding: None });
+        self.held.insert(info.id.clone(), Held { wave: info.wave, class, holding: None, tokens: info.tokens });
         if self.mode == Mode::Shared {
             self.last_shared.state = Some((info.state, info.limit));
             self.last_shared.wave = info.wave;
@@ -272,6 +280,7 @@ impl Lane {
         }
         self.waiters.granted(&waiter);
         info.at_once = waiter.alone && waiter.at_head == Some(self.asked_at);
+        self.pace.granted(waiter.class, now);
         let at_head = waiter.at_head.unwrap_or(now);
         info.queue_wait = at_head.saturating_duration_since(waiter.enqueued);
         info.permit_wait = now.saturating_duration_since(at_head);
@@ -381,24 +390,6 @@ impl Lane {
         } else {
             tracing::error!(upstream = %self.name(), command, %error, "shared store error");
             self.retry_in(jittered(STORE_ERROR_RETRY), ctx);
-        }
-    }
-
-    /// Answers now the waiters whose wait bound comes before `until` (the end of a cooldown):
-    /// [`WaitedTooLong`](crate::ErrorKind::WaitedTooLong) with the time they would have needed.
-    fn refuse_waiters_before(&mut self, until: Instant, ctx: &mut Context<Self>) {
-        let hopeless = self.waiters.take_expired(until.checked_sub(HOPELESS_MARGIN).unwrap_or(until));
-        if hopeless.is_empty() {
-            return;
-        }
-        let now = Instant::now();
-        self.gauges.queue(self.config.name().as_str(), self.waiters.len());
-        for waiter in hopeless {
-            if !waiter.reply.is_closed() {
-                metrics::overload_refused(self.name(), "waited_too_long");
-            }
-            let error = Waiters::timed_out(&waiter, self.name(), now, Some(until.saturating_duration_since(now)));
-            self.fail(waiter, error, ctx);
         }
     }
 

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use actix::{ActorFutureExt, AsyncContext, Context, WrapFuture};
-use wavegate_core::{Clock, PermitId, RateLimitEffect, WaveSignal, WindowReport};
+use wavegate_core::{Clock, DenyReason, PermitId, RateLimitEffect, WaveSignal, WindowReport};
 
 use super::actor::Lane;
 use crate::engine::clock::Instant;
@@ -68,6 +68,11 @@ impl Lane {
             self.report_window(finish.id.clone(), report, finish.tokens_reserved, ctx);
         }
         self.record_classes();
+        if finish.token_delta < 0 && self.heard.is_some_and(|(_, heard)| heard.reason == DenyReason::TokenBudget) {
+            // Tokens come back: the tokens budget may have room before the wait it gave.
+            self.blocked_until = None;
+            self.heard = None;
+        }
         let release = Release {
             id: finish.id,
             wave,

@@ -99,6 +99,7 @@ impl Lane {
             in_flight_local: self.held.len(),
             in_flight_fleet: (mode == Mode::Local).then_some(snapshot.in_flight),
             queue_depth: self.waiters.len(),
+            expected_wait: None,
             breaker: self.breaker.state().as_str(),
             budgets,
             learned: learned.status(now_ms),
@@ -110,6 +111,7 @@ impl Lane {
             live_version: self.live.version,
             shadow: self.shadow.status(self.config.shadow()),
         };
+        status.expected_wait = self.expected_wait(None, status.queue_depth);
         if mode == Mode::Local {
             // The in-process gate is the whole fleet's: every scheduler of this process that
             // shares it.
@@ -127,6 +129,8 @@ impl Lane {
             return Vec::new();
         }
         let waiting = self.waiters.lens();
+        let expected: Vec<_> =
+            waiting.iter().enumerate().map(|(class, n)| self.expected_wait(Some(class), *n)).collect();
         let mut in_flight = vec![0; waiting.len()];
         for held in self.held.values() {
             if let Some(count) = in_flight.get_mut(held.class) {
@@ -136,18 +140,31 @@ impl Lane {
         self.config
             .classes()
             .iter()
-            .zip(waiting.into_iter().zip(in_flight))
-            .map(|(class, (waiting, in_flight_local))| ClassStatus {
+            .zip(waiting.into_iter().zip(in_flight).zip(expected))
+            .map(|(class, ((waiting, in_flight_local), expected_wait))| ClassStatus {
                 class: class.name().to_owned(),
                 weight: class.weight_value().get(),
                 reserve_percent: class.reserve_percent_value(),
                 budget_percent: class.budget_percent_value(),
                 waiting,
+                expected_wait,
                 in_flight_local,
                 in_flight_fleet: None,
                 waiting_fleet: None,
             })
             .collect()
+    }
+
+    /// Records the expected waits (NaN while unknown), once a second: per class, `""` for the
+    /// upstream as a whole.
+    fn record_expected_waits(&mut self, depth: usize) {
+        let unknown = |wait: Option<std::time::Duration>| wait.map_or(f64::NAN, |w| w.as_secs_f64());
+        let classes = self.class_statuses();
+        let name = self.config.name().as_str();
+        metrics::expected_wait(name, "", unknown(self.expected_wait(None, depth)));
+        for class in classes {
+            metrics::expected_wait(name, &class.class, unknown(class.expected_wait));
+        }
     }
 
     /// Records the per-class gauges (upstreams with classes).
@@ -168,6 +185,7 @@ impl Lane {
         let depth = self.waiters.len();
         self.gauges.queue(self.config.name().as_str(), depth);
         self.gauges.local(self.config.name().as_str(), self.held.len());
+        self.record_expected_waits(depth);
         let wave = match self.mode {
             Mode::Shared => self.last_shared.state.map(|(state, limit)| (state, limit, self.last_shared.wave)),
             _ => Some(self.local.snapshot(now_ms)).map(|s| (s.state, s.limit, s.wave)),

@@ -1,8 +1,15 @@
 //! One upstream's queue of callers waiting for a permit in this process: one queue per
-//! priority class (one in all without classes), bounded, with a deadline per waiter. Within a
-//! class, callers that name a tenant are served tenant by tenant: the next is the oldest
-//! waiter of the tenant that holds the fewest permits here (callers without a tenant count as
-//! one tenant), so first in first out when no tenant is named.
+//! priority class (one in all without classes), bounded, with a deadline per waiter.
+//!
+//! Within a class the earliest deadline is served first: a queue is kept in the order of its
+//! waiters' wait bounds (a caller's deadline, or for one without a deadline of its own its
+//! ask plus the upstream's `max_wait`, whichever comes first), callers with the same bound in
+//! arrival order — so first in first out when nobody names a deadline shorter than `max_wait`.
+//! Tenant fairness comes before it: callers that name a tenant are served tenant by tenant,
+//! the next being the waiter with the earliest deadline among the tenants that hold the fewest
+//! permits here (callers without a tenant count as one tenant). A tenant cannot jump ahead of
+//! the fair order by naming short deadlines; within its turn, its most urgent caller goes
+//! first. Across the fleet the order stays the store's (it chooses among the processes' heads).
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
@@ -99,8 +106,8 @@ impl Waiters {
         std::mem::take(&mut self.abandoned)
     }
 
-    /// Where the next waiter of `class` to serve is: the front, or (with tenants) the oldest
-    /// waiter of the tenant holding the fewest permits.
+    /// Where the next waiter of `class` to serve is: the front (the earliest deadline), or
+    /// (with tenants) the earliest deadline among the tenants holding the fewest permits.
     fn next_position(&self, class: usize) -> Option<usize> {
         let queue = &self.queues[class];
         if self.with_tenant[class] == 0 {
@@ -158,11 +165,20 @@ impl Waiters {
             .collect()
     }
 
+    /// Queues `waiter` in its class, by its deadline (see the module docs).
     pub(crate) fn push(&mut self, mut waiter: Waiter) {
         let class = waiter.class.min(self.queues.len() - 1);
         waiter.class = class;
         self.with_tenant[class] += usize::from(waiter.tenant.is_some());
-        self.queues[class].push_back(waiter);
+        let queue = &mut self.queues[class];
+        // Earliest deadline first; after every waiter with the same bound (arrival order).
+        let at = queue.partition_point(|w| w.deadline <= waiter.deadline);
+        queue.insert(at, waiter);
+    }
+
+    /// Every waiter, class by class, each class in the order it is served (without tenants).
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Waiter> {
+        self.queues.iter().flatten()
     }
 
     /// The first waiter of `class` whose caller is still there (callers that gave up are
@@ -202,7 +218,8 @@ impl Waiters {
                 continue;
             }
             let id = first.id;
-            // Each tenant's oldest waiter and how many of its callers wait, in queue order.
+            // Each tenant's first waiter (its earliest deadline) and how many of its callers
+            // wait, in queue order.
             // One pass over the queue, a map lookup per waiter: the cost does not grow with the
             // number of tenants.
             let mut tenants: Vec<(Option<TenantTag>, usize, usize)> = Vec::new();
@@ -228,7 +245,7 @@ impl Waiters {
     }
 
     /// The waiter `id`, if it waits (looked for from the back: this is asked right after its
-    /// push).
+    /// push, and a caller with no deadline of its own is usually last).
     pub(crate) fn get_mut(&mut self, id: &PermitId) -> Option<&mut Waiter> {
         self.queues.iter_mut().find_map(|queue| queue.iter_mut().rev().find(|w| w.id == *id))
     }
@@ -327,6 +344,33 @@ mod tests {
             waiters.released(id);
         }
         assert!(waiters.held_by.is_empty() && waiters.held.is_empty());
+    }
+
+    #[test]
+    fn the_earliest_deadline_goes_first_within_the_fair_order_of_tenants() {
+        let mut waiters = Waiters::new(1);
+        let mut answers = Vec::new();
+        let now = Instant::now();
+        // (id, tenant, deadline in s); tenant a already holds a permit here.
+        for (id, tenant, due) in [("a1", "a", 10), ("b1", "b", 20), ("b2", "b", 5), ("a2", "a", 1), ("b3", "b", 5)] {
+            let (mut w, answer) = waiter(id, 0, Some(tenant));
+            w.deadline = now + Duration::from_secs(due);
+            answers.push(answer);
+            waiters.push(w);
+        }
+        let (held, _held) = waiter("h", 0, Some("a"));
+        waiters.granted(&held);
+        let mut served = Vec::new();
+        while let Some(head) = waiters.head_of(0, now) {
+            let id = head.id.clone();
+            let taken = waiters.take(&id).expect("the head is there");
+            waiters.granted(&taken);
+            served.push(id);
+        }
+        // b first (it holds none), its most urgent caller (b2; b3 has the same bound and came
+        // later); then a and b hold as many: the earliest deadline (a2 at 1 s), and so on.
+        let names: Vec<&str> = served.iter().map(PermitId::instance).collect();
+        assert_eq!(names, ["b2", "a2", "b3", "a1", "b1"]);
     }
 
     #[test]

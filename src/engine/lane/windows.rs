@@ -43,6 +43,7 @@ impl Lane {
         tracing::warn!(upstream = %self.name(), scope, "provider window cleared by an operator");
         self.window_until = None;
         self.blocked_until = None;
+        self.heard = None;
         self.pump(ctx);
     }
 }
