@@ -10,16 +10,22 @@
 -- ARGV[2] how long the heartbeat counts, in ms
 -- ARGV[3] how long a turn as the gauge reader lasts unless renewed, in ms (0: this process
 --         does not take part)
+-- ARGV[4] (optional) this process's mode as an operator reads it (`shared`, `fallback 2/100`,
+--         ...; '' or absent: not told), kept as member 'mode:<instance>|<mode>', score
+--         MODE_BASE + when it stops counting, for `wavegate status`
+-- ARGV[5] (with ARGV[4]) the mode it told last ('' for none): that member is replaced
 -- Reply: {live, reader}: the number of live instances, this one included; 1 if this process
 --        is the gauge reader until its next heartbeat, else 0.
 -- (Not prefixed with wave.lua's KEYS layout: this key is per namespace, not per upstream.)
-if #ARGV ~= 3 then return redis.error_reply('ERR wavegate heartbeat: expected 3 ARGV, got ' .. #ARGV) end
+if #ARGV ~= 3 and #ARGV ~= 5 then return redis.error_reply('ERR wavegate heartbeat: expected 3 or 5 ARGV, got ' .. #ARGV) end
 local ttl = tonumber(ARGV[2])
 if ttl == nil or ttl <= 0 then return redis.error_reply('ERR wavegate heartbeat: ttl must be positive') end
 local turn = tonumber(ARGV[3])
 if turn == nil or turn < 0 then return redis.error_reply('ERR wavegate heartbeat: the reader turn must be >= 0') end
 -- Far above any time in ms (2^50 ms is 35,000 years) and exact in a double with one added.
 local READER_BASE = 1125899906842624
+-- The modes' band, above the readers' (2^51: still exact with a time added).
+local MODE_BASE = 2251799813685248
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
@@ -27,7 +33,7 @@ redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
 local reader = 0
 if turn > 0 then
   local mine = 'reader:' .. ARGV[1]
-  local current = redis.call('ZRANGEBYSCORE', KEYS[1], READER_BASE, '+inf', 'WITHSCORES')
+  local current = redis.call('ZRANGEBYSCORE', KEYS[1], READER_BASE, '(' .. MODE_BASE, 'WITHSCORES')
   local held = false
   for k = 1, #current, 2 do
     local ends = tonumber(current[k + 1]) - READER_BASE
@@ -41,6 +47,13 @@ if turn > 0 then
     redis.call('ZADD', KEYS[1], READER_BASE + now + turn, mine)
     reader = 1
   end
+end
+if #ARGV == 5 then
+  -- The modes of processes that stopped beating go; this one's is replaced and renewed.
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], MODE_BASE, '(' .. (MODE_BASE + now))
+  local mine = 'mode:' .. ARGV[1] .. '|'
+  if ARGV[5] ~= '' and ARGV[5] ~= ARGV[4] then redis.call('ZREM', KEYS[1], mine .. ARGV[5]) end
+  if ARGV[4] ~= '' then redis.call('ZADD', KEYS[1], MODE_BASE + now + ttl, mine .. ARGV[4]) end
 end
 redis.call('PEXPIRE', KEYS[1], ttl * 2)
 return { redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. READER_BASE), reader }

@@ -201,10 +201,12 @@ mod present {
         instance: String,
         ttl: Duration,
         reader_turn: Duration,
+        mode: Option<(String, String)>,
     ) -> GateFuture<(u32, bool)> {
         let store = store.clone();
         async move {
-            let beat = store.beat(&instance, ttl, reader_turn).await?;
+            let mode = mode.as_ref().map(|(now, before)| (now.as_str(), before.as_str()));
+            let beat = store.beat(&instance, ttl, reader_turn, mode).await?;
             Ok((beat.live, beat.gauge_reader))
         }
         .boxed_local()
@@ -362,7 +364,13 @@ mod absent {
         None
     }
 
-    pub(crate) fn heartbeat(store: &Store, _: String, _: Duration, _: Duration) -> GateFuture<(u32, bool)> {
+    pub(crate) fn heartbeat(
+        store: &Store,
+        _: String,
+        _: Duration,
+        _: Duration,
+        _: Option<(String, String)>,
+    ) -> GateFuture<(u32, bool)> {
         match *store {}
     }
 

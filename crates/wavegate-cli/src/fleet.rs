@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use wavegate_core::{BudgetStatus, LearnedStatus, LiveChange, LiveSetting, LiveSettings, UpstreamName, WaveState};
-use wavegate_redis::{SharedGate, Store, StoreError};
+use wavegate_redis::{LiveProcess, SharedGate, Store, StoreError, live_processes};
 
 /// One provider window as the fleet keeps it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,8 +49,8 @@ pub(crate) struct UpstreamView {
 #[derive(Debug, Clone)]
 pub(crate) struct FleetView {
     pub(crate) prefix: String,
-    /// Live processes: their instance and how long their last heartbeat still counts.
-    pub(crate) processes: Vec<(String, Duration)>,
+    /// Live processes: their instance, how long their last heartbeat still counts, their mode.
+    pub(crate) processes: Vec<LiveProcess>,
     pub(crate) upstreams: Vec<UpstreamView>,
     /// Upstreams named but without a claim in the store (no live process configures them).
     pub(crate) unknown: Vec<String>,
@@ -209,16 +209,7 @@ pub(crate) async fn read(store: &Store, names: &[String]) -> Result<FleetView, R
             None => view.unknown.push(name),
         }
     }
-    let mut cmd = redis::cmd("ZRANGEBYSCORE");
-    cmd.arg(store.config().keyspace.instances()).arg(now).arg("+inf").arg("WITHSCORES");
-    let live: Vec<(String, f64)> = store.query("ZRANGEBYSCORE", cmd).await?;
-    // Instance ids hold no ':'; the one member that does names the fleet's gauge reader
-    // ('reader:<instance>', heartbeat.lua), not a process.
-    view.processes = live
-        .into_iter()
-        .filter(|(id, _)| !id.contains(':'))
-        .map(|(id, until)| (id, Duration::from_millis((until as u64).saturating_sub(now))))
-        .collect();
+    view.processes = live_processes(store, now).await?;
     Ok(view)
 }
 

@@ -111,7 +111,11 @@ pub(crate) fn set_text(upstream: &str, change: &LiveChange, set: &SetView) -> St
 pub(crate) fn json(fleet: &FleetView) -> String {
     json!({
         "prefix": fleet.prefix,
-        "processes": fleet.processes.iter().map(|(id, left)| json!({ "instance": id, "heartbeat_counts_for_ms": ms(*left) })).collect::<Vec<_>>(),
+        "processes": fleet.processes.iter().map(|p| json!({
+            "instance": p.instance,
+            "heartbeat_counts_for_ms": ms(p.counts_for),
+            "mode": p.mode,
+        })).collect::<Vec<_>>(),
         "upstreams": fleet.upstreams.iter().map(upstream_json).collect::<Vec<_>>(),
         "unknown_upstreams": fleet.unknown,
     })
@@ -126,8 +130,9 @@ fn secs(duration: Duration) -> String {
 pub(crate) fn text(fleet: &FleetView) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "wavegate fleet `{}`: {} live process(es)", fleet.prefix, fleet.processes.len());
-    for (id, _) in &fleet.processes {
-        let _ = writeln!(out, "  process {id}");
+    for p in &fleet.processes {
+        let mode = p.mode.as_deref().unwrap_or("(mode not told: an older version)");
+        let _ = writeln!(out, "  process {:<44} {mode}", p.instance);
     }
     if fleet.upstreams.is_empty() && fleet.unknown.is_empty() {
         let _ = writeln!(out, "no upstream has claimed a configuration under this prefix (no live process?)");

@@ -58,7 +58,9 @@ async fn status_shows_the_fleet_and_clear_window_frees_it() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     println!("{fleet:#}");
-    assert!(fleet["processes"].as_array().expect("processes").len() >= 2, "two live processes");
+    let processes = fleet["processes"].as_array().expect("processes");
+    assert!(processes.len() >= 2, "two live processes");
+    assert!(processes.iter().all(|p| p["mode"] == "shared"), "each told its mode: {processes:?}");
     let llm_view = upstream(&fleet, "llm");
     assert_eq!((llm_view["limit"].as_u64(), llm_view["in_flight"].as_u64()), (Some(8), Some(2)));
     let classes: Vec<(&str, u64)> = llm_view["classes"]

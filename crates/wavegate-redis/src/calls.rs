@@ -346,8 +346,18 @@ pub(crate) fn report_window<'a>(
 
 /// `heartbeat.lua`: the instance, the ttl (at least 1 ms) and the length of a turn as the
 /// fleet's gauge reader (zero: no part in it).
-pub(crate) fn heartbeat<'a>(instances: &'a str, instance: &str, ttl: Duration, reader_turn: Duration) -> Call<'a> {
-    Call::new(&[instances]).arg(instance).arg(duration_ms(ttl).max(1)).arg(duration_ms(reader_turn))
+pub(crate) fn heartbeat<'a>(
+    instances: &'a str,
+    instance: &str,
+    ttl: Duration,
+    reader_turn: Duration,
+    mode: Option<(&str, &str)>,
+) -> Call<'a> {
+    let call = Call::new(&[instances]).arg(instance).arg(duration_ms(ttl).max(1)).arg(duration_ms(reader_turn));
+    match mode {
+        Some((now, before)) => call.arg(now).arg(before),
+        None => call,
+    }
 }
 
 /// A script's array reply, read field by field with typed errors.
@@ -488,7 +498,13 @@ mod tests {
             ),
             ("status", &s.status, status(keys, config), true),
             ("report_window", &s.report_window, report_window(keys, "x", report, 10, false), true),
-            ("heartbeat", &s.heartbeat, heartbeat(&instances, "alpha", lease, lease), true),
+            ("heartbeat", &s.heartbeat, heartbeat(&instances, "alpha", lease, lease, None), true),
+            (
+                "heartbeat with a mode",
+                &s.heartbeat,
+                heartbeat(&instances, "alpha", lease, lease, Some(("shared", ""))),
+                true,
+            ),
             ("renew", &s.renew, renew(keys, (lease, ""), []), false),
             ("reconcile", &s.reconcile, reconcile(keys, config, (&[], &[]), lease, (1, 2), None), false),
         ];
@@ -604,7 +620,7 @@ mod tests {
                 source::REPORT_WINDOW,
                 report_window(&keys, "x", report, 0, false).keys.len(),
             ),
-            (source::HEARTBEAT, source::HEARTBEAT, heartbeat("instances", "x", lease, lease).keys.len()),
+            (source::HEARTBEAT, source::HEARTBEAT, heartbeat("instances", "x", lease, lease, None).keys.len()),
         ];
         for (body, whole, sent) in scripts {
             let name = body.lines().next().unwrap_or("");

@@ -212,7 +212,7 @@ impl Store {
     /// Records a heartbeat of `instance`, counting for `ttl`; returns how many instances are
     /// live (this one included). Takes no part in the choice of the gauge reader.
     pub async fn heartbeat(&self, instance: &str, ttl: Duration) -> Result<u32, StoreError> {
-        Ok(self.beat(instance, ttl, Duration::ZERO).await?.live)
+        Ok(self.beat(instance, ttl, Duration::ZERO, None).await?.live)
     }
 
     /// Records a heartbeat of `instance`, counting for `ttl`, and takes part in the choice of
@@ -220,10 +220,19 @@ impl Store {
     /// that reads the shared gauges (budgets left, learned limits) for the whole fleet, so
     /// their cost does not grow with the number of processes. A reader keeps its turn as long
     /// as it beats within `reader_turn`; when it stops, the next process to beat takes over.
-    pub async fn beat(&self, instance: &str, ttl: Duration, reader_turn: Duration) -> Result<Heartbeat, StoreError> {
+    /// With `mode` = (its mode now, the mode it told last or `""`), the process's mode as an
+    /// operator reads it (`shared`, `fallback 2/100`, ...) is kept beside its heartbeat, for
+    /// as long as the heartbeat counts ([`process_modes`](crate::process_modes) reads them).
+    pub async fn beat(
+        &self,
+        instance: &str,
+        ttl: Duration,
+        reader_turn: Duration,
+        mode: Option<(&str, &str)>,
+    ) -> Result<Heartbeat, StoreError> {
         const COMMAND: &str = "heartbeat";
         let instances = self.config.keyspace.instances();
-        let call = crate::calls::heartbeat(&instances, instance, ttl, reader_turn);
+        let call = crate::calls::heartbeat(&instances, instance, ttl, reader_turn, mode);
         let reply: Vec<redis::Value> =
             self.invoke(COMMAND, &call.invocation(&crate::scripts::scripts().heartbeat)).await?;
         let r = crate::calls::Reply::new(COMMAND, &reply);

@@ -321,13 +321,54 @@ async fn heartbeats_count_live_instances() {
 }
 
 #[tokio::test]
+async fn each_process_tells_its_mode_with_its_heartbeat() {
+    let server = RedisServer::start().expect("redis-server");
+    let store = Store::connect(StoreConfig::new(server.url())).await.expect("store");
+    let (ttl, turn) = (Duration::from_millis(400), Duration::from_millis(300));
+    let beat = |instance: &'static str, mode: Option<(&'static str, &'static str)>| {
+        let store = store.clone();
+        async move { store.beat(instance, ttl, turn, mode).await.expect("heartbeat") }
+    };
+    let now = || async {
+        let (secs, micros): (u64, u64) = store.query("TIME", redis::cmd("TIME")).await.expect("TIME");
+        secs * 1_000 + micros / 1_000
+    };
+    let modes = || async {
+        let processes = wavegate_redis::live_processes(&store, now().await).await.expect("processes");
+        processes.into_iter().map(|p| (p.instance, p.mode)).collect::<Vec<_>>()
+    };
+    let first = beat("a", Some(("shared", ""))).await;
+    assert!(first.gauge_reader, "a mode is not taken for the gauge reader's turn");
+    beat("b", None).await;
+    assert_eq!(modes().await, [("a".to_owned(), Some("shared".to_owned())), ("b".to_owned(), None)]);
+    // A new mode replaces the one told before; live counts only processes.
+    let again = beat("a", Some(("fallback 1/2", "shared"))).await;
+    assert_eq!(again.live, 2, "a mode is not a live process");
+    assert_eq!(modes().await[0], ("a".to_owned(), Some("fallback 1/2".to_owned())));
+    let members: Vec<String> = store
+        .query("ZRANGE", redis::cmd("ZRANGE").arg(store.config().keyspace.instances()).arg(0).arg(-1).clone())
+        .await
+        .expect("ZRANGE");
+    assert_eq!(members.iter().filter(|m| m.starts_with("mode:a|")).count(), 1, "{members:?}");
+    // a stops beating: its mode goes with it, at the next heartbeat that tells one.
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    beat("b", Some(("shared", ""))).await;
+    assert_eq!(modes().await, [("b".to_owned(), Some("shared".to_owned()))]);
+    let members: Vec<String> = store
+        .query("ZRANGE", redis::cmd("ZRANGE").arg(store.config().keyspace.instances()).arg(0).arg(-1).clone())
+        .await
+        .expect("ZRANGE");
+    assert!(!members.iter().any(|m| m.starts_with("mode:a|")), "a's mode was removed: {members:?}");
+}
+
+#[tokio::test]
 async fn one_process_at_a_time_reads_the_gauges_and_another_takes_over_when_it_stops() {
     let server = RedisServer::start().expect("redis-server");
     let store = Store::connect(StoreConfig::new(server.url())).await.expect("store");
     let (ttl, turn) = (Duration::from_secs(30), Duration::from_millis(300));
     let beat = |instance: &'static str| {
         let store = store.clone();
-        async move { store.beat(instance, ttl, turn).await.expect("heartbeat") }
+        async move { store.beat(instance, ttl, turn, None).await.expect("heartbeat") }
     };
     let first = beat("a").await;
     assert_eq!((first.live, first.gauge_reader), (1, true), "the first to beat reads");

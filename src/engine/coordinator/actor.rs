@@ -54,6 +54,8 @@ pub(crate) struct Coordinator {
     /// Whether this process reads the shared gauges for the fleet (told by each heartbeat;
     /// read by the lanes).
     pub(super) gauge_reader: Arc<AtomicBool>,
+    /// The mode the last heartbeat told the fleet (`""`: none yet).
+    pub(super) mode_told: String,
 }
 
 impl Coordinator {
@@ -80,6 +82,7 @@ impl Coordinator {
             rejection_logged: None,
             heartbeat_logged: None,
             gauge_reader,
+            mode_told: String::new(),
         };
         if let Some(live) = live {
             coordinator.note_live(live);
@@ -108,11 +111,14 @@ impl Coordinator {
         }
         let epoch = domain.map_or(0, |d| self.domains[d].epoch);
         let instance = self.instance.to_string();
-        let call = store::heartbeat(&store, instance, HEARTBEAT_TTL, GAUGE_READER_TURN);
+        let told = domains::told(&self.domains, store::rejected(&store));
+        let mode = (told.clone(), self.mode_told.clone());
+        let call = store::heartbeat(&store, instance, HEARTBEAT_TTL, GAUGE_READER_TURN, Some(mode));
         ctx.spawn(call.into_actor(self).map(move |result, act, ctx| match result {
             Ok((live, reader)) => {
                 act.note_live(live);
                 act.gauge_reader.store(reader, Ordering::Relaxed);
+                act.mode_told = told;
             }
             Err(error) => {
                 act.gauge_reader.store(false, Ordering::Relaxed);

@@ -49,6 +49,19 @@ pub(super) fn split(upstreams: usize, cluster: bool, mode: Mode) -> (Vec<Domain>
     }
 }
 
+/// The process's mode as its heartbeat tells the fleet (`wavegate status`): `shared`, or the
+/// least shared mode with how many of the upstreams are not shared, e.g. `fallback 2/100`
+/// (`rejected` for a fallback the store's rejection caused).
+pub(super) fn told(domains: &[Domain], rejected: bool) -> String {
+    let mode = match least_shared(domains) {
+        Mode::Fallback if rejected => Mode::Rejected,
+        mode => mode,
+    };
+    let total: usize = domains.iter().map(|d| d.upstreams.len()).sum();
+    let off: usize = domains.iter().filter(|d| d.mode != Mode::Shared).map(|d| d.upstreams.len()).sum();
+    if off == 0 { mode.as_str().to_owned() } else { format!("{mode} {off}/{total}") }
+}
+
 /// The process's mode when its domains' modes may differ: the least shared of them. Shared (or
 /// local) only when every domain is; fallback as soon as one is.
 pub(super) fn least_shared(domains: &[Domain]) -> Mode {

@@ -103,7 +103,9 @@ impl Coordinator {
             let instance = self.instance.to_string();
             async move {
                 store::ping(&store).await?;
-                store::heartbeat(&store, instance, HEARTBEAT_TTL, Duration::ZERO).await.map(|(live, _)| Some(live))
+                store::heartbeat(&store, instance, HEARTBEAT_TTL, Duration::ZERO, None)
+                    .await
+                    .map(|(live, _)| Some(live))
             }
             .boxed_local()
         } else {
