@@ -46,7 +46,8 @@ usage: wavegate <command> [options]
 commands:
   status                  every upstream, fleet-wide: limit, state, in flight and waiting per
                           class, budgets, learned limits, provider windows, live processes
-  top [--every SECONDS]   the same, refreshed (default every 1 s) until interrupted
+  top [--every SECONDS]   the fleet at a glance, refreshed (default every 1 s) until
+                          interrupted: the processes and their modes, a line per upstream
   clear-window UPSTREAM   forget UPSTREAM's provider windows for the whole fleet
   reset-quota UPSTREAM    lift every process's refusal of UPSTREAM for a spent quota (after
                           paying the bill) and forget its provider windows

@@ -18,6 +18,7 @@
 mod args;
 mod fleet;
 mod render;
+mod table;
 
 use std::process::ExitCode;
 
@@ -51,7 +52,7 @@ async fn run(args: Args) -> Result<(), String> {
             match (&fleet, args.json) {
                 (Ok(fleet), true) => println!("{}", render::json(fleet)),
                 // Clear the screen, home the cursor, then the view.
-                (Ok(fleet), false) => print!("\x1b[2J\x1b[H{}", render::text(fleet)),
+                (Ok(fleet), false) => print!("\x1b[2J\x1b[H{}", table::table(fleet)),
                 (Err(error), _) => eprintln!("store: {error}"),
             }
             tokio::time::sleep(every).await;

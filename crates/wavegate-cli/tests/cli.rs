@@ -275,3 +275,60 @@ async fn reset_quota_lifts_the_refusal_in_every_process() {
     let typo = wavegate(&["reset-quota", "lmm", "--redis", &url]);
     assert_eq!(typo.status.code(), Some(1));
 }
+
+/// `top`: a fleet of four processes and ten upstreams on one screen, refreshed.
+#[actix::test]
+async fn top_shows_four_processes_and_ten_upstreams_at_a_glance() {
+    let redis = RedisServer::start().expect("redis-server");
+    let names: Vec<String> = (0..10).map(|i| format!("api-{i}")).collect();
+    let build = || {
+        let mut builder = Scheduler::builder().redis(redis.url());
+        for (i, name) in names.iter().enumerate() {
+            let config = UpstreamConfig::builder(name.as_str()).limit(4 + i as u32);
+            let config = if i % 3 == 0 { config.requests_per_minute(600, 20) } else { config };
+            builder = builder.upstream(config.build().expect("valid"));
+        }
+        builder.build().expect("scheduler")
+    };
+    let fleet: Vec<Scheduler> = (0..4).map(|_| build()).collect();
+    let mut permits = Vec::new();
+    for (i, scheduler) in fleet.iter().enumerate() {
+        for name in names.iter().take(3 + i) {
+            permits.push(scheduler.upstream(name).expect("configured").request().acquire().await.expect("permit"));
+        }
+    }
+    // The claims and heartbeats reach the store in the background.
+    let started = Instant::now();
+    while status(&redis.url())["upstreams"].as_array().is_none_or(|u| u.len() < 10)
+        || status(&redis.url())["processes"].as_array().is_none_or(|p| p.len() < 4)
+    {
+        assert!(started.elapsed() < Duration::from_secs(15), "the fleet never showed");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut top = Command::new(env!("CARGO_BIN_EXE_wavegate"))
+        .args(["top", "--every", "0.2", "--redis", &redis.url()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("top runs");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    top.kill().expect("top stops");
+    let out = top.wait_with_output().expect("its output");
+    let screens = String::from_utf8_lossy(&out.stdout);
+    let screen = screens.rsplit("\x1b[2J\x1b[H").next().expect("a screen");
+    println!("{screen}");
+    assert!(screens.matches("\x1b[2J\x1b[H").count() >= 2, "refreshed: {screens}");
+    assert!(screen.contains("4 live process(es) (4 shared)"), "{screen}");
+    let lines: Vec<&str> = screen.lines().filter(|l| l.starts_with("api-")).collect();
+    assert_eq!(lines.len(), 10, "{screen}");
+    // api-0 is held by all four processes, api-5 by one, api-6 by none; api-0 has a budget.
+    let api0 = lines.iter().find(|l| l.starts_with("api-0 ")).expect("api-0");
+    assert!(api0.contains("NORMAL") && api0.contains("req "), "{api0}");
+    let in_flight = |line: &str| line.split_whitespace().nth(3).map(str::to_owned);
+    assert_eq!(in_flight(api0).as_deref(), Some("4"), "{api0}");
+    let api5 = lines.iter().find(|l| l.starts_with("api-5 ")).expect("api-5");
+    assert_eq!(in_flight(api5).as_deref(), Some("1"), "{api5}");
+    let api6 = lines.iter().find(|l| l.starts_with("api-6 ")).expect("api-6");
+    assert_eq!(in_flight(api6).as_deref(), Some("0"), "{api6}");
+    assert!(screen.lines().count() <= 30, "one screen: {} lines", screen.lines().count());
+    drop(permits);
+}
