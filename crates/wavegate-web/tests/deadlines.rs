@@ -6,7 +6,9 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use actix_web::{App, HttpResponse, HttpServer, web};
+use actix_web::{HttpResponse, web};
+
+mod common;
 use wavegate::{Outcome, Scheduler, UpstreamConfig};
 use wavegate_testkit::{HttpReply, http_get};
 use wavegate_web::{STATUS_PATH, WebError, configure, install_prometheus};
@@ -29,20 +31,12 @@ async fn serve() -> SocketAddr {
     // One request every 2 s, burst 1.
     let upstream = UpstreamConfig::builder("paced").limit(5).requests_per_minute(30, 1).build().expect("valid");
     let scheduler = Scheduler::builder().upstream(upstream).build().expect("scheduler");
-    let server = HttpServer::new(move || {
-        App::new()
-            .app_data(web::Data::new(scheduler.clone()))
+    common::serve(move |app| {
+        app.app_data(web::Data::new(scheduler.clone()))
             .app_data(web::Data::new(metrics.clone()))
-            .route("/call/{ms}", web::get().to(call))
-            .configure(configure)
+            .route("/call/{ms}", web::get().to(call));
+        configure(app);
     })
-    .workers(1)
-    .disable_signals()
-    .bind(("127.0.0.1", 0))
-    .expect("bind");
-    let addr = server.addrs()[0];
-    actix_web::rt::spawn(server.run());
-    addr
 }
 
 async fn get(addr: SocketAddr, path: &str) -> (HttpReply, Duration) {

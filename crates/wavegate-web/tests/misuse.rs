@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
 use actix_web::{App, HttpServer, web};
+
+mod common;
 use wavegate::{Outcome, Scheduler, UpstreamConfig};
 use wavegate_testkit::{HttpReply, http_get};
 use wavegate_web::{METRICS_PATH, STATUS_PATH, configure, metrics_handler, status_handler};
@@ -90,13 +92,10 @@ async fn schedulers_built_in_the_server_factory_share_one_limit_and_are_reported
 async fn one_scheduler_built_before_the_server_has_no_warning() {
     let upstream = UpstreamConfig::builder("built-once").limit(10).build().expect("config");
     let scheduler = Scheduler::builder().upstream(upstream).build().expect("scheduler");
-    let server = HttpServer::new(move || App::new().app_data(web::Data::new(scheduler.clone())).configure(configure))
-        .workers(2)
-        .disable_signals()
-        .bind(("127.0.0.1", 0))
-        .expect("bind");
-    let addr = server.addrs()[0];
-    let addr = start(server.run(), addr);
+    let addr = common::serve_with(2, move |app| {
+        app.app_data(web::Data::new(scheduler.clone()));
+        configure(app);
+    });
     let body = json(&get(addr, STATUS_PATH).await);
     assert_eq!(body["upstreams"][0]["schedulers_in_process"], 1, "{body}");
     assert!(body["upstreams"][0].get("warning").is_none(), "{body}");
@@ -107,13 +106,10 @@ async fn configure_serves_metrics_without_the_handle_in_the_app() {
     let upstream = UpstreamConfig::builder("metered").limit(2).build().expect("config");
     let scheduler = Scheduler::builder().upstream(upstream).build().expect("scheduler");
     let calls = scheduler.clone();
-    let server = HttpServer::new(move || App::new().app_data(web::Data::new(scheduler.clone())).configure(configure))
-        .workers(1)
-        .disable_signals()
-        .bind(("127.0.0.1", 0))
-        .expect("bind");
-    let addr = server.addrs()[0];
-    let addr = start(server.run(), addr);
+    let addr = common::serve(move |app| {
+        app.app_data(web::Data::new(scheduler.clone()));
+        configure(app);
+    });
     // The first answer shows the recorder is in place (installed when the app was built).
     assert_eq!(get(addr, METRICS_PATH).await.status, 200);
     let metered = calls.upstream("metered").expect("configured");

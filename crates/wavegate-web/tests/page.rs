@@ -15,7 +15,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-use actix_web::{App, HttpServer, web};
+use actix_web::web;
+
+mod common;
 use wavegate::{Outcome, Scheduler, UpstreamConfig};
 use wavegate_testkit::{MockUpstream, MockUpstreamConfig, http_get};
 use wavegate_web::{HISTORY_PATH, PAGE_PATH, configure};
@@ -212,14 +214,10 @@ async fn the_page_shows_each_upstream_its_limit_its_calls_and_its_429s() {
     let (fleet, _redis) = fleet();
     let scheduler = fleet[0].clone();
     let app_scheduler = scheduler.clone();
-    let server =
-        HttpServer::new(move || App::new().app_data(web::Data::new(app_scheduler.clone())).configure(configure))
-            .workers(1)
-            .disable_signals()
-            .bind(("127.0.0.1", 0))
-            .expect("bind");
-    let addr = server.addrs()[0];
-    actix_web::rt::spawn(server.run());
+    let addr = common::serve(move |app| {
+        app.app_data(web::Data::new(app_scheduler.clone()));
+        configure(app);
+    });
 
     // `images`: the test holds its three permits, and one more caller waits.
     let images = scheduler.upstream("images").unwrap();
@@ -331,13 +329,7 @@ async fn the_page_shows_each_upstream_its_limit_its_calls_and_its_429s() {
 
 #[actix_web::test]
 async fn without_a_scheduler_the_history_says_what_to_add_and_the_page_is_still_served() {
-    let server = HttpServer::new(|| App::new().configure(configure))
-        .workers(1)
-        .disable_signals()
-        .bind(("127.0.0.1", 0))
-        .expect("bind");
-    let addr = server.addrs()[0];
-    actix_web::rt::spawn(server.run());
+    let addr = common::serve(configure);
     let page = http_get(addr, PAGE_PATH, HTTP_TIMEOUT).await.expect("GET /wavegate");
     assert_eq!(page.status, 200);
     assert!(page.header("content-type").is_some_and(|t| t.starts_with("text/html")), "{page:?}");

@@ -3,7 +3,9 @@
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 
-use actix_web::{App, HttpResponse, HttpServer, web};
+use actix_web::{HttpResponse, web};
+
+mod common;
 use wavegate::{Outcome, Scheduler, UpstreamConfig};
 use wavegate_testkit::{HttpReply, http_get};
 use wavegate_web::{METRICS_PATH, STATUS_PATH, WebError, configure, install_prometheus};
@@ -31,20 +33,12 @@ async fn call(scheduler: web::Data<Scheduler>, path: web::Path<(String, u16, u64
 async fn serve(upstream: UpstreamConfig) -> SocketAddr {
     let metrics = install_prometheus().expect("recorder");
     let scheduler = Scheduler::builder().upstream(upstream).build().expect("scheduler");
-    let server = HttpServer::new(move || {
-        App::new()
-            .app_data(web::Data::new(scheduler.clone()))
+    common::serve(move |app| {
+        app.app_data(web::Data::new(scheduler.clone()))
             .app_data(web::Data::new(metrics.clone()))
-            .route("/call/{upstream}/{status}/{ms}", web::get().to(call))
-            .configure(configure)
+            .route("/call/{upstream}/{status}/{ms}", web::get().to(call));
+        configure(app);
     })
-    .workers(1)
-    .disable_signals()
-    .bind(("127.0.0.1", 0))
-    .expect("bind");
-    let addr = server.addrs()[0];
-    actix_web::rt::spawn(server.run());
-    addr
 }
 
 async fn get(addr: SocketAddr, path: &str) -> HttpReply {
