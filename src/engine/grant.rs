@@ -79,6 +79,14 @@ pub(crate) struct GrantInfo {
     pub(crate) at_once: bool,
 }
 
+impl GrantInfo {
+    /// What a gate's grant says, before the lane adds the waits.
+    pub(crate) fn granted(id: PermitId, wave: u64, state: WaveState, limit: u32, tokens: u64) -> Self {
+        let (queue_wait, permit_wait) = (Duration::ZERO, Duration::ZERO);
+        Self { id, wave, state, limit, queue_wait, permit_wait, tokens, at_once: false }
+    }
+}
+
 /// A granted permit: released when finished or dropped (see the module docs).
 #[derive(Debug)]
 #[must_use = "a grant holds a permit until it is finished or dropped"]

@@ -178,19 +178,7 @@ impl Lane {
                 self.window_until = None;
                 self.heard = None;
                 let tokens = asked.iter().find(|ask| ask.id == id).map_or(0, |ask| ask.tokens);
-                self.grant(
-                    GrantInfo {
-                        id,
-                        wave,
-                        state,
-                        limit,
-                        queue_wait: Duration::ZERO,
-                        permit_wait: Duration::ZERO,
-                        tokens,
-                        at_once: false,
-                    },
-                    ctx,
-                );
+                self.grant(GrantInfo::granted(id, wave, state, limit, tokens), ctx);
                 true
             }
             Decision::Denied { reason: DenyReason::Cooldown, retry_after_ms, in_flight, .. } => {

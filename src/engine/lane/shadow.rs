@@ -8,8 +8,6 @@
 //! its 429 is not the limit's; its success still is one). A ghost refused records why; the
 //! call went on anyway.
 
-use std::time::Duration;
-
 use tokio::sync::oneshot;
 use wavegate_core::{Clock, WaveState};
 
@@ -47,16 +45,7 @@ impl Lane {
         let class_name = self.config.classes().get(class).map(|c| c.name());
         let tenant = request.tenant.filter(|_| class_name.is_some());
         let id = wavegate_core::PermitId::new(class_name, &self.instance, self.sequence, tenant);
-        let info = GrantInfo {
-            id,
-            wave,
-            state,
-            limit,
-            queue_wait: Duration::ZERO,
-            permit_wait: Duration::ZERO,
-            tokens: request.tokens,
-            at_once: true,
-        };
+        let info = GrantInfo { at_once: true, ..GrantInfo::granted(id, wave, state, limit, request.tokens) };
         let (finished, finish) = oneshot::channel();
         let pass = Grant::shadow(info, finished, self.config.cancelled_call_hold());
         let (ghost_reply, granted) = oneshot::channel();
