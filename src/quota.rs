@@ -8,9 +8,10 @@
 //! every later call of this process is refused before it asks for a permit, for the upstream's
 //! [`quota_pause`](wavegate_core::UpstreamConfigBuilder::quota_pause) or until
 //! [`Upstream::reset_quota`](crate::Upstream::reset_quota). So a spent quota costs one
-//! attempt per process, not a retry storm. It is per process on purpose: each process learns
-//! it from its own first attempt, and an operator's reset of one process never needs the
-//! shared store.
+//! attempt, not a retry storm. In shared mode the process that met it tells the fleet, and
+//! every other process refuses the upstream for the rest of the pause too (`engine/lane/quota.rs`,
+//! lifted fleet-wide by `wavegate reset-quota`); in local mode and in fallback each process
+//! learns it from its own first attempt.
 
 use std::time::Duration;
 

@@ -13,7 +13,7 @@ use wavegate::{Scheduler, UpstreamConfig};
 use wavegate_testkit::{MockUpstream, MockUpstreamConfig, RedisServer};
 
 mod common;
-use common::{Worker, call_mock, env, field, run_scenarios};
+use common::{Worker, call_while, env, field, run_scenarios};
 
 const ROLE: &str = "WAVEGATE_FLEET_ROLE";
 
@@ -298,34 +298,11 @@ fn worker_main() {
             _ => {
                 let callers: usize = env("CALLERS").parse().expect("CALLERS");
                 let calls: usize = env("CALLS").parse().expect("CALLS");
-                let mut tasks = Vec::new();
-                for caller in 0..callers {
-                    let handle = handle.clone();
-                    let share = calls / callers + usize::from(caller < calls % callers);
-                    tasks.push(actix::spawn(async move {
-                        let (mut ok, mut err, mut first_error) = (0u64, 0u64, None);
-                        for _ in 0..share {
-                            if until.is_some_and(|until| Instant::now() >= until) {
-                                break;
-                            }
-                            match handle.request().call(move |_| call_mock(mock)).await {
-                                Ok(()) => ok += 1,
-                                Err(error) => {
-                                    err += 1;
-                                    first_error.get_or_insert(error.to_string());
-                                }
-                            }
-                        }
-                        (ok, err, first_error)
-                    }));
-                }
-                let (mut ok, mut err, mut first_error) = (0, 0, None);
-                for task in tasks {
-                    let (o, e, f) = task.await.expect("caller task");
-                    ok += o;
-                    err += e;
-                    first_error = first_error.or(f);
-                }
+                // Each caller makes its share of the calls, or stops at `until`.
+                let share = move |caller: usize| (calls / callers + usize::from(caller < calls % callers)) as u64;
+                let go_on =
+                    move |caller, made| made < share(caller) && until.is_none_or(|until| Instant::now() < until);
+                let (ok, err, first_error) = call_while(&handle, mock, callers, go_on).await;
                 println!("RESULT ok={ok} err={err} first_error={first_error:?}");
             }
         }

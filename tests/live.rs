@@ -18,7 +18,7 @@ use wavegate::{ClassSetting, ErrorKind, LiveChange, LiveSetting, Scheduler, Upst
 use wavegate_testkit::{MockUpstream, MockUpstreamConfig, RedisServer};
 
 mod common;
-use common::{Worker, call_mock, env, field, run_scenarios};
+use common::{Worker, call_mock, call_while, env, field, run_scenarios};
 
 const ROLE: &str = "WAVEGATE_LIVE_ROLE";
 /// How long a new limit may take to reach every process.
@@ -409,31 +409,8 @@ fn worker_main() {
         });
         report_live(upstream.clone());
         println!("READY");
-        let tasks: Vec<_> = (0..callers)
-            .map(|_| {
-                let (upstream, stop) = (upstream.clone(), stop.clone());
-                actix::spawn(async move {
-                    let (mut ok, mut err, mut first_error) = (0u64, 0u64, None);
-                    while !stop.load(Ordering::Relaxed) {
-                        match upstream.request().call(move |_| call_mock(mock)).await {
-                            Ok(()) => ok += 1,
-                            Err(error) => {
-                                err += 1;
-                                first_error.get_or_insert(error.to_string());
-                            }
-                        }
-                    }
-                    (ok, err, first_error)
-                })
-            })
-            .collect();
-        let (mut ok, mut err, mut first_error) = (0, 0, None);
-        for task in tasks {
-            let (o, e, f) = task.await.expect("caller task");
-            ok += o;
-            err += e;
-            first_error = first_error.or(f);
-        }
+        let (ok, err, first_error) =
+            call_while(&upstream, mock, callers, move |_, _| !stop.load(Ordering::Relaxed)).await;
         scheduler.shutdown().await;
         println!("RESULT ok={ok} err={err} first_error={first_error:?}");
     });

@@ -240,6 +240,12 @@ mod present {
         gate.set_live(settings);
     }
 
+    /// Tells the fleet the upstream's quota is spent for `pause`.
+    pub(crate) fn spend_quota(gate: &SharedGate, pause: Duration) -> GateFuture<u64> {
+        let gate = gate.clone();
+        async move { gate.spend_quota_fleet(pause).await }.boxed_local()
+    }
+
     /// The fleet's channel of live changes (`gate`'s namespace's).
     pub(crate) fn changes_channel(gate: &SharedGate) -> String {
         gate.keys().changes.clone()
@@ -397,10 +403,14 @@ mod absent {
     pub(crate) fn set_live(gate: &SharedGate, _: &LiveSettings) {
         match *gate {}
     }
+
+    pub(crate) fn spend_quota(gate: &SharedGate, _: Duration) -> GateFuture<u64> {
+        match *gate {}
+    }
 }
 
 #[cfg(not(feature = "redis"))]
 pub(crate) use absent::{
     acquire, change_live, claim_config, clear_windows, finish, heartbeat, is_cluster, live, ping, preload, probe,
-    reconcile, rejected, rejection, renew, report_window, set_live, shared_gate, status,
+    reconcile, rejected, rejection, renew, report_window, set_live, shared_gate, spend_quota, status,
 };

@@ -71,12 +71,24 @@ pub(crate) async fn call_until(
     callers: usize,
     until: std::time::Instant,
 ) -> (u64, u64, Option<String>) {
+    call_while(upstream, mock, callers, move |_, _| std::time::Instant::now() < until).await
+}
+
+/// A worker's load: `callers` tasks calling the mock through `upstream`, each as long as
+/// `go_on(caller, calls it made)` says; the calls that succeeded, those that failed, and the
+/// first failure's words.
+pub(crate) async fn call_while(
+    upstream: &wavegate::Upstream,
+    mock: SocketAddr,
+    callers: usize,
+    go_on: impl Fn(usize, u64) -> bool + Clone + 'static,
+) -> (u64, u64, Option<String>) {
     let tasks: Vec<_> = (0..callers)
-        .map(|_| {
-            let upstream = upstream.clone();
+        .map(|caller| {
+            let (upstream, go_on) = (upstream.clone(), go_on.clone());
             actix::spawn(async move {
                 let (mut ok, mut err, mut first_error) = (0u64, 0u64, None);
-                while std::time::Instant::now() < until {
+                while go_on(caller, ok + err) {
                     match upstream.request().call(move |_| call_mock(mock)).await {
                         Ok(()) => ok += 1,
                         Err(error) => {

@@ -62,6 +62,7 @@ fn live_json(live: &LiveSettings) -> Value {
         "requests_per_minute": value(LiveSetting::RequestsPerMinute),
         "tokens_per_minute": value(LiveSetting::TokensPerMinute),
         "shadow": value(LiveSetting::Shadow),
+        "quota_spent_for_ms": live.quota_spent.and_then(|v| v.remaining).map(ms),
         "classes": classes,
     })
 }
@@ -193,6 +194,14 @@ pub(crate) fn text(fleet: &FleetView) -> String {
                 out,
                 "  live {name} {} {until} (version {}; wavegate set {} --{flag} configured)",
                 live.value, u.live.version, u.name
+            );
+        }
+        if let Some(left) = u.live.quota_spent.and_then(|v| v.remaining) {
+            let _ = writeln!(
+                out,
+                "  quota spent: every process refuses it for {} (wavegate reset-quota {})",
+                secs(left),
+                u.name
             );
         }
         for c in &u.classes {

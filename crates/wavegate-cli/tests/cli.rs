@@ -235,7 +235,8 @@ async fn set_changes_the_fleets_limit_live() {
     assert_eq!(zero.status.code(), Some(2), "a usage error, before the store");
 }
 
-/// `reset-quota`: a spent quota refuses the upstream in the processes that met it; the tool
+/// A spent quota met by one process refuses the upstream in every process (told through the
+/// store); `reset-quota`: the tool
 /// lifts the refusal in every one of them within a second.
 #[actix::test]
 async fn reset_quota_lifts_the_refusal_in_every_process() {
@@ -246,12 +247,24 @@ async fn reset_quota_lifts_the_refusal_in_every_process() {
         Scheduler::builder().upstream(llm).redis(url.clone()).build().expect("scheduler")
     };
     let (a, b) = (build(), build());
-    for scheduler in [&a, &b] {
-        let permit = scheduler.upstream("llm").expect("llm").request().acquire().await.expect("permit");
-        permit.report(Outcome::from_status(429, None, SystemTime::now()).with_error_code("insufficient_quota"));
-        let refused = scheduler.upstream("llm").expect("llm").request().acquire().await.expect_err("refused");
-        assert_eq!(refused.kind(), wavegate::ErrorKind::QuotaExhausted, "{refused}");
+    // a meets the spent quota; b is refused too, without an attempt of its own: a told the fleet.
+    let permit = a.upstream("llm").expect("llm").request().acquire().await.expect("permit");
+    permit.report(Outcome::from_status(429, None, SystemTime::now()).with_error_code("insufficient_quota"));
+    let refused = a.upstream("llm").expect("llm").request().acquire().await.expect_err("refused");
+    assert_eq!(refused.kind(), wavegate::ErrorKind::QuotaExhausted, "{refused}");
+    let started = Instant::now();
+    loop {
+        match b.upstream("llm").expect("llm").request().acquire().await {
+            Err(refused) if refused.kind() == wavegate::ErrorKind::QuotaExhausted => break,
+            other => assert!(started.elapsed() < Duration::from_secs(1), "b not refused within 1 s: {other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    println!("b refused {:?} after a met the spent quota", started.elapsed());
+    let text = wavegate(&["status", "--redis", &url]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    println!("{text}");
+    assert!(text.contains("quota spent: every process refuses it for") && text.contains("reset-quota llm"), "{text}");
     let out = wavegate(&["reset-quota", "llm", "--redis", &url]);
     let said = String::from_utf8_lossy(&out.stdout);
     println!("{said}");

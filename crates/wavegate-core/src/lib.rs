@@ -96,7 +96,9 @@ pub use learned_limit::{
     KEPT_WINDOWS, KeptLimit, LearnedBudgets, LearnedLimit, LearnedLimitStatus, LearnedLimits, LearnedStatus, tightest,
 };
 pub use ledger::{HeldPermit, PermitLedger};
-pub use live::{ClassLive, ClassSetting, LiveBoard, LiveChange, LiveError, LiveSetting, LiveSettings, LiveValue};
+pub use live::{
+    ClassLive, ClassSetting, LiveBoard, LiveChange, LiveError, LiveSetting, LiveSettings, LiveValue, QUOTA_SPENT,
+};
 pub use outcome::{Outcome, Transient, TransportError};
 pub use permit_id::{BadPermitId, Instance, PermitId, TenantTag};
 pub use pool::{MemberView, PoolConfig, PoolConfigBuilder, PoolConfigError, PoolPolicy};

@@ -152,6 +152,9 @@ pub struct LiveSettings {
     /// The mark of the last fleet-wide reset of a spent quota (an operator's `wavegate
     /// reset-quota`): a process that sees it change lifts its refusal of the upstream.
     pub quota_reset: Option<u64>,
+    /// A spent quota one process met, told to the fleet: every process refuses the upstream
+    /// for what is left of it (`remaining`).
+    pub quota_spent: Option<LiveValue>,
     /// The priority classes' live weights and reserves, by class name.
     pub classes: BTreeMap<String, ClassLive>,
 }
@@ -166,6 +169,7 @@ impl LiveSettings {
             tokens_per_minute: None,
             shadow: None,
             quota_reset: None,
+            quota_spent: None,
             classes: BTreeMap::new(),
         }
     }
@@ -179,6 +183,10 @@ impl LiveSettings {
         }
         if name == QUOTA_RESET {
             self.quota_reset = Some(value.value);
+            return self;
+        }
+        if name == QUOTA_SPENT {
+            self.quota_spent = Some(value).filter(|v| v.remaining.is_some_and(|left| !left.is_zero()));
             return self;
         }
         let Some((kind, class)) = name.split_once('|') else { return self };
@@ -202,13 +210,22 @@ impl LiveSettings {
 
     /// Whether nothing is live (no setting, no class setting, no quota reset).
     pub fn is_empty(&self) -> bool {
-        LiveSetting::ALL.iter().all(|s| self.get(*s).is_none()) && self.classes.is_empty() && self.quota_reset.is_none()
+        LiveSetting::ALL.iter().all(|s| self.get(*s).is_none())
+            && self.classes.is_empty()
+            && self.quota_reset.is_none()
+            && self.quota_spent.is_none()
     }
 
     /// Every override's shortest rest, if one has an end.
     pub fn next_end(&self) -> Option<Duration> {
         let classes = self.classes.values().flat_map(|c| [c.weight, c.reserve, c.shadow]).flatten();
-        LiveSetting::ALL.iter().filter_map(|s| self.get(*s)).chain(classes).filter_map(|v| v.remaining).min()
+        LiveSetting::ALL
+            .iter()
+            .filter_map(|s| self.get(*s))
+            .chain(classes)
+            .chain(self.quota_spent)
+            .filter_map(|v| v.remaining)
+            .min()
     }
 
     /// Sets `setting` to `value` (a value out of range for the setting — 0 but for the
@@ -504,6 +521,9 @@ impl LiveChange {
 
 /// The store's name of the mark of the last fleet-wide reset of a spent quota.
 pub(crate) const QUOTA_RESET: &str = "quota_reset";
+
+/// The store's name of a spent quota told to the fleet (with the pause as its time to live).
+pub const QUOTA_SPENT: &str = "quota_spent";
 
 fn check_ttl(ttl: Option<Duration>) -> Result<(), LiveError> {
     match ttl.filter(|ttl| duration_ms(*ttl) == 0 || *ttl > LiveChange::MAX_TTL) {

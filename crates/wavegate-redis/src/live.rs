@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use redis::Value;
-use wavegate_core::{LiveChange, LiveSetting, LiveSettings, LiveValue, duration_ms};
+use wavegate_core::{LiveChange, LiveSetting, LiveSettings, LiveValue, QUOTA_SPENT, duration_ms};
 
 use crate::calls::{CONFIG_ARGS, Call, Reply};
 use crate::error::StoreError;
@@ -90,12 +90,26 @@ impl SharedGate {
         u64::try_from(version).map_err(|_| StoreError::unexpected(COMMAND, format!("version {version}")))
     }
 
+    /// Tells the fleet the upstream's quota is spent: every process refuses it for `pause`
+    /// (announced: at once; else within its next look at the live settings), until the pause
+    /// ends or an operator's [`reset_quota_fleet`](Self::reset_quota_fleet). Answers the new
+    /// version.
+    pub async fn spend_quota_fleet(&self, pause: Duration) -> Result<u64, StoreError> {
+        const COMMAND: &str = "live";
+        let ttl = duration_ms(pause).clamp(1, duration_ms(LiveChange::MAX_TTL));
+        let call = Call::new(&[&self.keys.live]).arg("set").arg(QUOTA_SPENT).arg(1).arg(ttl).arg(&self.keys.changes);
+        let version: i64 = self.store.invoke(COMMAND, &call.invocation(&scripts().live)).await?;
+        u64::try_from(version).map_err(|_| StoreError::unexpected(COMMAND, format!("version {version}")))
+    }
+
     /// Lifts every process's refusal of the upstream for a spent quota (an operator's reset,
-    /// fleet-wide): a new mark `marker` (any positive number other than the last, e.g. the
-    /// time) in the live settings, which each process applies within a second. Answers the
-    /// new version.
+    /// fleet-wide): the spent quota told to the fleet is dropped, and a new mark `marker` (any
+    /// positive number other than the last, e.g. the time) set in the live settings, which
+    /// each process applies within a second. Answers the new version.
     pub async fn reset_quota_fleet(&self, marker: u64) -> Result<u64, StoreError> {
         const COMMAND: &str = "live";
+        let clear = Call::new(&[&self.keys.live]).arg("clear").arg(QUOTA_SPENT).arg("").arg("").arg(&self.keys.changes);
+        let _: i64 = self.store.invoke(COMMAND, &clear.invocation(&scripts().live)).await?;
         let call =
             Call::new(&[&self.keys.live]).arg("set").arg(QUOTA_RESET).arg(marker.max(1)).arg(0).arg(&self.keys.changes);
         let version: i64 = self.store.invoke(COMMAND, &call.invocation(&scripts().live)).await?;

@@ -151,6 +151,9 @@ pub(crate) struct Lane {
     pub(super) shadow: ShadowTally,
     /// When the acquire loop last asked the gate.
     pub(super) asked_at: Instant,
+    /// Until when the fleet knows of this upstream's spent quota, as this process told it or
+    /// heard it (`quota.rs`).
+    pub(super) quota_told: Option<Instant>,
 }
 
 /// What a lane starts with.
@@ -250,6 +253,7 @@ impl Lane {
             live_timer: None,
             shadow: ShadowTally::default(),
             asked_at: Instant::now(),
+            quota_told: None,
         }
     }
 

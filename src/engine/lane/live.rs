@@ -167,13 +167,13 @@ impl Lane {
             self.config = config;
         }
         let changed = settings != self.live;
-        if !first
-            && settings.quota_reset.is_some()
-            && settings.quota_reset != self.live.quota_reset
-            && self.quota.reset()
-        {
-            tracing::info!(upstream = %self.name(), version = settings.version, "quota refusal lifted by an operator, fleet-wide");
-            crate::metrics::quota_exhausted(self.name(), false);
+        self.apply_spent_quota(&settings);
+        if !first && settings.quota_reset.is_some() && settings.quota_reset != self.live.quota_reset {
+            self.quota_told = None;
+            if self.quota.reset() {
+                tracing::info!(upstream = %self.name(), version = settings.version, "quota refusal lifted by an operator, fleet-wide");
+                crate::metrics::quota_exhausted(self.name(), false);
+            }
         }
         self.live = settings;
         crate::metrics::live_version(self.name(), self.live.version);

@@ -12,6 +12,7 @@
 //!   the heads are asked for, so the store's load grows with processes, not waiting callers.
 //! * **Releases** (`release.rs`): a permit's outcome goes to the gate in charge; a call
 //!   cancelled at the provider keeps its permit until the provider has plausibly finished.
+//! * **Spent quotas** (`quota.rs`): told to the fleet and heard from it.
 //! * **Shadow mode** (`shadow.rs`): a call in shadow is let through at once; its ghost asks
 //!   for the permit in its place and records what enforcing would have done.
 //! * **Windows** (`windows.rs`): an operator's clear of the provider's windows.
@@ -31,6 +32,7 @@ pub(crate) mod messages;
 mod outage;
 mod pace;
 mod pump;
+mod quota;
 mod release;
 mod sampler;
 mod shadow;

@@ -81,6 +81,7 @@ impl Lane {
             registration_only: false,
         };
         self.release(release, 0, ctx);
+        self.tell_spent_quota(ctx);
     }
 
     /// One attempt at a release with the gate in charge.
