@@ -38,6 +38,7 @@ pub(crate) async fn acquire_permit(
         block: inner.quota[upstream].clone(),
         pause: config.quota_pause(),
         retry_after_cap: config.wave().cooldown.max(),
+        keeps_estimate: config.keeps_estimate(),
     };
     Ok(Permit::new(grant, inner.names[upstream].clone(), quota))
 }

@@ -35,6 +35,8 @@ pub(crate) struct QuotaRef {
     pub(crate) pause: Duration,
     /// The longest a `Retry-After` alone may pause the fleet: the upstream's `max_cooldown`.
     pub(crate) retry_after_cap: Duration,
+    /// The provider keeps a served request's whole estimate charged (`keeps_estimate`).
+    pub(crate) keeps_estimate: bool,
 }
 
 impl Permit {
@@ -118,7 +120,12 @@ impl Permit {
 
     /// Reports the call's outcome and the tokens it really used, and releases the permit:
     /// the difference with the reservation is refunded or charged to the tokens budget.
+    /// An upstream that [keeps the estimate](crate::config::UpstreamConfigBuilder::keeps_estimate)
+    /// charged refunds nothing below the reservation of a request it served.
     pub fn report_usage(self, outcome: Outcome, tokens: u64) {
+        let unprocessed = matches!(outcome, Outcome::RateLimited { .. } | Outcome::ClientError { .. });
+        let tokens =
+            if self.quota.keeps_estimate && !unprocessed { tokens.max(self.reserved_tokens()) } else { tokens };
         crate::provider_signals::observe(&self.name, &outcome, &self.quota.block, self.quota.pause);
         crate::metrics::upstream_call(&self.name, outcome.label(), self.granted_at.elapsed());
         let window = outcome.window_report(self.quota.retry_after_cap);

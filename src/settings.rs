@@ -156,6 +156,9 @@ pub struct UpstreamSettings {
     /// Whether transient failures (500–504, a reset before any byte) are retried; `false` for
     /// calls that are not safe to repeat (default `true`).
     pub retry_transient: Option<bool>,
+    /// Whether the provider keeps a served request's whole token estimate charged (OpenAI
+    /// does): settlements never refund below the reservation (default `false`).
+    pub keeps_estimate: Option<bool>,
     /// A permit's lease, renewed while the call runs.
     #[serde(default, deserialize_with = "duration::deserialize")]
     pub renewed_lease: Option<Duration>,
@@ -336,6 +339,9 @@ impl UpstreamSettings {
         }
         if let Some(retry) = self.retry_transient {
             builder = builder.retry_transient(retry);
+        }
+        if let Some(keeps) = self.keeps_estimate {
+            builder = builder.keeps_estimate(keeps);
         }
         if let Some(lease) = self.renewed_lease {
             builder = builder.renewed_lease(lease);

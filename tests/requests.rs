@@ -212,6 +212,26 @@ async fn tokens_are_reserved_and_settled_with_the_meter() {
 }
 
 #[tokio::test]
+async fn a_provider_that_keeps_the_estimate_is_settled_to_it() {
+    // Refilled at 10 tokens a second: what the test sees is what was charged.
+    let scheduler = scheduler(llm().tokens_per_minute(600, 1_000).keeps_estimate(true));
+    let upstream = scheduler.upstream("llm").expect("configured");
+    let tokens_left = || async { upstream.status().await.expect("status").budgets.tokens.expect("a tokens budget").0 };
+    let call = |answer: Result<u64, Outcome>| {
+        upstream.request().tokens(300).meter(|used: &u64| *used).call(move |_| async move { answer.clone() })
+    };
+    assert_eq!(call(Ok(100)).await.expect("a call"), 100);
+    // 300 reserved, 100 used: the provider keeps 300 charged, so nothing comes back.
+    let left = tokens_left().await;
+    assert!((700..=705).contains(&left), "{left} tokens left: settled to the estimate, not the usage");
+    // A request the provider refused (a 400) was not charged: its reservation comes back.
+    let refused = Outcome::from_status(400, None, std::time::SystemTime::now());
+    call(Err(refused)).await.expect_err("a client error");
+    let after = tokens_left().await;
+    assert!(after >= left && after <= left + 5, "{after} tokens left after a refused request (before: {left})");
+}
+
+#[tokio::test]
 async fn an_unknown_upstream_is_refused_once_at_resolution() {
     let scheduler = scheduler(llm());
     let UnknownUpstream { name, known } = scheduler.upstream("lmm").expect_err("not configured");

@@ -261,6 +261,8 @@ pub struct UpstreamConfig {
     retry_transient: bool,
     /// How long a spent quota keeps the upstream refused (issue 14).
     quota_pause: Duration,
+    /// The provider keeps a served request's whole token estimate charged.
+    keeps_estimate: bool,
     classes: Vec<PriorityClass>,
     default_class: usize,
     /// How long a permit stays held after its call was cancelled at the provider.
@@ -320,6 +322,7 @@ impl UpstreamConfig {
             backoff: Backoff::default(),
             retry_transient: true,
             quota_pause: Self::DEFAULT_QUOTA_PAUSE,
+            keeps_estimate: false,
             classes: Vec::new(),
             default_class: None,
             cancelled_call_hold: None,
@@ -484,6 +487,12 @@ impl UpstreamConfig {
         self.quota_pause
     }
 
+    /// Whether the provider keeps a served request's whole token estimate charged (see
+    /// [`UpstreamConfigBuilder::keeps_estimate`]).
+    pub fn keeps_estimate(&self) -> bool {
+        self.keeps_estimate
+    }
+
     /// The priority classes, in configured order (empty: every caller is in one class).
     pub fn classes(&self) -> &[PriorityClass] {
         &self.classes
@@ -537,6 +546,7 @@ pub struct UpstreamConfigBuilder {
     backoff: Backoff,
     retry_transient: bool,
     quota_pause: Duration,
+    keeps_estimate: bool,
     /// (name, weight, reserve %), in order.
     /// (name, weight, reserve %, budget %).
     classes: Vec<(String, u32, u8, u8)>,
@@ -691,6 +701,16 @@ impl UpstreamConfigBuilder {
     /// a failed call on to its next member either.
     pub fn retry_transient(mut self, retry: bool) -> Self {
         self.retry_transient = retry;
+        self
+    }
+
+    /// Says the provider charges a served request its whole token estimate and gives back
+    /// nothing of it (OpenAI's rate limits charge prompt + `max_tokens` at admission): a
+    /// settlement then never refunds below the reservation, so the tokens budget paces what the
+    /// provider counts, not the smaller usage the answer reports (a request it refused, a 429
+    /// or another 4xx, is still given back). Default `false`: settled to the reported usage.
+    pub fn keeps_estimate(mut self, keeps: bool) -> Self {
+        self.keeps_estimate = keeps;
         self
     }
 
@@ -977,6 +997,7 @@ impl UpstreamConfigBuilder {
             retry_budget: self.retry_budget,
             backoff: self.backoff,
             retry_transient: self.retry_transient,
+            keeps_estimate: self.keeps_estimate,
             quota_pause: self.quota_pause,
             classes,
             default_class,

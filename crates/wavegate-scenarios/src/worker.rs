@@ -227,7 +227,9 @@ async fn run(
                 config = config.requests_per_minute(env.rpm, crate::scenario::Announced::configured_burst(env.rpm));
             }
             if let Some((rpm, rpm_burst, tpm, tpm_burst)) = env.bucket.and_then(|b| b.budgets) {
-                config = config.requests_per_minute(rpm, rpm_burst).tokens_per_minute(tpm, tpm_burst);
+                // The provider keeps prompt + max_tokens charged, as the guide says to declare.
+                config =
+                    config.requests_per_minute(rpm, rpm_burst).tokens_per_minute(tpm, tpm_burst).keeps_estimate(true);
             }
             let config = config.build().map_err(|e| format!("config: {e}"))?;
             let url = env.redis_url.clone().ok_or("wavegate needs WORKER_REDIS_URL")?;
