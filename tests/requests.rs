@@ -218,7 +218,7 @@ async fn a_provider_that_keeps_the_estimate_is_settled_to_it() {
     let upstream = scheduler.upstream("llm").expect("configured");
     let tokens_left = || async { upstream.status().await.expect("status").budgets.tokens.expect("a tokens budget").0 };
     let call = |answer: Result<u64, Outcome>| {
-        upstream.request().tokens(300).meter(|used: &u64| *used).call(move |_| async move { answer.clone() })
+        upstream.request().tokens(300).meter(|used: &u64| *used).call(move |_| async move { answer })
     };
     assert_eq!(call(Ok(100)).await.expect("a call"), 100);
     // 300 reserved, 100 used: the provider keeps 300 charged, so nothing comes back.
