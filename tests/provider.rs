@@ -165,6 +165,32 @@ async fn a_rate_limit_worded_as_a_quota_with_a_spent_window_is_a_rate_window() {
     assert_eq!(llm.status().await.expect("status").quota_exhausted_for, None);
 }
 
+#[actix::test]
+async fn a_large_prompt_within_anthropics_input_limit_is_served_not_refused() {
+    // Anthropic: ITPM 50,000 and OTPM 8,000, said on every answer. A 10,000-in / 2,000-out
+    // call is within both; learning the output limit alone would refuse its 12,000 estimate.
+    let later = |secs: u64| wavegate_testkit::rfc3339_ceil(SystemTime::now() + Duration::from_secs(secs));
+    let headers = [
+        ("anthropic-ratelimit-input-tokens-limit", "50000".to_owned()),
+        ("anthropic-ratelimit-input-tokens-remaining", "48000".to_owned()),
+        ("anthropic-ratelimit-input-tokens-reset", later(2)),
+        ("anthropic-ratelimit-output-tokens-limit", "8000".to_owned()),
+        ("anthropic-ratelimit-output-tokens-remaining", "7600".to_owned()),
+        ("anthropic-ratelimit-output-tokens-reset", later(3)),
+    ];
+    let signals = ProviderSignals::from_headers(headers.iter().map(|(n, v)| (*n, v.as_bytes())), SystemTime::now());
+    let s = common::isolated().upstream(upstream(4)).build().expect("scheduler");
+    let llm = s.upstream("llm").expect("configured");
+    let permit = llm.request().tokens(2_400).acquire().await.expect("a first call");
+    permit.report_usage(Outcome::from_signals(200, None, signals), 2_400);
+    let learned = llm.status().await.expect("status").learned;
+    assert_eq!(learned.tokens.map(|l| l.limit.limit), Some(58_000), "{learned:?}");
+    let started = Instant::now();
+    let big = llm.request().tokens(12_000).acquire().await.expect("a 12,000-token estimate is admitted");
+    assert!(started.elapsed() < Duration::from_millis(500), "held back {:?}: both windows had room", started.elapsed());
+    big.report_usage(Outcome::success(200), 12_000);
+}
+
 /// A configured requests budget (`rpm` a minute, bursts of `burst`), nothing else but the limit.
 fn budgeted(limit: u32, rpm: u32, burst: u32) -> UpstreamConfig {
     UpstreamConfig::builder("llm")

@@ -17,7 +17,8 @@
 //!
 //! The IETF fields carry no unit; they are read as a requests window. Anthropic's three token
 //! windows (`tokens`, `input-tokens`, `output-tokens`) are folded into one: the tightest
-//! (least remaining). Azure OpenAI sends `-1` for "no such limit": read as absent, not as
+//! (least remaining), whose limit is the input and output limits together when both are sent
+//! (an estimate counts both: the output limit alone would refuse a prompt Anthropic serves). Azure OpenAI sends `-1` for "no such limit": read as absent, not as
 //! unreadable.
 //!
 //! ```
@@ -388,15 +389,34 @@ impl Reader {
             }
             requests = requests.with_period(self.policy_window);
         }
+        // An estimate is input and output together: with both of Anthropic's separate limits,
+        // together they are what an estimate may reach in a minute (the output limit alone
+        // would refuse a large prompt Anthropic serves).
+        // What is left of them together: the combined limit at the share left of the more used
+        // one (none left of either: none left at all).
+        let (input_and_output, left_together) = match (self.tokens.get(1), self.tokens.get(2)) {
+            (Some(input), Some(output)) => {
+                let limit = input.limit.zip(output.limit).map(|(i, o)| i.saturating_add(o));
+                let share = |w: &Window| w.limit.zip(w.remaining).map(|(l, r)| r.min(l) as f64 / l.max(1) as f64);
+                let left = limit.zip(share(input).zip(share(output))).map(|(l, (i, o))| (l as f64 * i.min(o)) as u64);
+                (limit, left)
+            }
+            _ => (None, None),
+        };
         // The tightest token window: the least remaining (a window without a remaining
         // count only when none has one).
-        let tokens = self
+        let mut tokens = self
             .tokens
             .into_iter()
             .map(|w| w.clamped().with_period(documented))
             .filter(|w| !w.is_empty())
             .min_by_key(|w| (w.remaining.unwrap_or(u64::MAX), std::cmp::Reverse(w.reset)))
             .unwrap_or_default();
+        if input_and_output.is_some() {
+            tokens.limit = input_and_output;
+            tokens.remaining = left_together.or(tokens.remaining);
+            tokens = tokens.clamped();
+        }
         ProviderSignals {
             requests: requests.clamped(),
             tokens,
@@ -804,6 +824,37 @@ mod tests {
         assert_eq!(s.retry_after, Some(Duration::from_secs(30)));
         assert_eq!(s.exhausted_for(), Some(Duration::from_secs(30)));
         assert!(!s.requests.refills && !s.tokens.refills, "Anthropic's reset is the end of a window");
+    }
+
+    #[test]
+    fn anthropic_input_and_output_limits_are_learned_together() {
+        // ITPM 50,000 and OTPM 8,000: a 10,000-in / 2,000-out call fits what Anthropic serves.
+        let s = read(&[
+            ("anthropic-ratelimit-tokens-limit", "8000"),
+            ("anthropic-ratelimit-tokens-remaining", "7000"),
+            ("anthropic-ratelimit-input-tokens-limit", "50000"),
+            ("anthropic-ratelimit-input-tokens-remaining", "40000"),
+            ("anthropic-ratelimit-input-tokens-reset", "2023-11-14T22:13:30Z"),
+            ("anthropic-ratelimit-output-tokens-limit", "8000"),
+            ("anthropic-ratelimit-output-tokens-remaining", "7000"),
+            ("anthropic-ratelimit-output-tokens-reset", "2023-11-14T22:13:25Z"),
+        ]);
+        assert_eq!(s.tokens.limit, Some(58_000), "both limits together");
+        // 80 % of the input left, 87.5 % of the output: 80 % of both together.
+        assert_eq!(s.tokens.remaining, Some(46_400), "what is left together, at the more used one's share");
+        let s = read(&[
+            ("anthropic-ratelimit-input-tokens-limit", "50000"),
+            ("anthropic-ratelimit-input-tokens-remaining", "40000"),
+            ("anthropic-ratelimit-output-tokens-limit", "8000"),
+            ("anthropic-ratelimit-output-tokens-remaining", "0"),
+        ]);
+        assert_eq!(s.tokens.remaining, Some(0), "no output left: nothing left");
+        // Only one of them sent: its own limit.
+        let s = read(&[
+            ("anthropic-ratelimit-output-tokens-limit", "8000"),
+            ("anthropic-ratelimit-output-tokens-remaining", "7000"),
+        ]);
+        assert_eq!(s.tokens.limit, Some(8_000));
     }
 
     #[test]
