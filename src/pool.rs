@@ -3,7 +3,7 @@
 //! Every member is a full upstream — its own limit, wave, budgets, breaker, provider windows
 //! and spent-quota refusal, shared in Redis under its own name — so a member can be a real
 //! upstream underneath (an API key, an Azure deployment). A pooled request goes to the member
-//! with the most headroom as this process sees it (or by weight, [`PoolPolicy`]), and on a 429,
+//! with the most headroom (this process's view, the fleet's permits as last heard; or by weight, or in order: [`PoolPolicy`]), and on a 429,
 //! a 5xx, a transport failure or a refusal of the member (breaker open, quota spent, retry
 //! budget spent, no permit in time) it moves to another member, within its deadline. Only when
 //! every member refused it in a round does it wait: for the shortest `Retry-After` it was told
@@ -42,7 +42,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use wavegate_core::{MemberView, Outcome, UnknownUpstream};
+use wavegate_core::{MemberView, Outcome, PoolPolicy, UnknownUpstream};
 
 use crate::attempt::{Attempt, acquire_permit};
 use futures_util::Stream;
@@ -63,6 +63,10 @@ use crate::stream::{HeldStream, StreamMeter};
 /// The shortest wait when every member refused a request in a round and none said when to
 /// come back.
 const ROUND_WAIT_MIN: Duration = Duration::from_millis(50);
+/// How long a spillover request waits at a member while a later one has room: long enough for
+/// the member's gate to answer (the store's default command timeout), so a member the fleet
+/// has filled passes the request on instead of holding it.
+const SPILL_PATIENCE: Duration = Duration::from_millis(250);
 
 /// The handle of one pool, resolved once ([`Scheduler::pool`](crate::Scheduler::pool)).
 #[derive(Clone)]
@@ -315,7 +319,7 @@ impl<'a, E> Round<'a, E> {
             let rooms = inner.engine.headroom(members).await.map_err(Error::widen)?;
             let views: Vec<MemberView> = (0..members.len())
                 .map(|i| MemberView {
-                    headroom: i64::from(rooms[i].limit) - rooms[i].busy as i64,
+                    headroom: rooms[i].free(),
                     weight: slot.config.members()[i].1,
                     available: !self.refused[i] && !rooms[i].blocked,
                     picked: slot.picked[i].load(Ordering::Relaxed),
@@ -328,7 +332,15 @@ impl<'a, E> Round<'a, E> {
             let config = &inner.upstreams[member];
             slot.picked[pick].fetch_add(1, Ordering::Relaxed);
             metrics::pool_pick(self.name, config.name().as_str());
-            let wait_until = self.deadline.min(clock::after(Instant::now(), config.max_wait()));
+            let mut wait_until = self.deadline.min(clock::after(Instant::now(), config.max_wait()));
+            let later_has_room = order
+                .iter()
+                .skip_while(|&&i| i != pick)
+                .skip(1)
+                .any(|&i| !self.refused[i] && views[i].available && views[i].headroom > 0);
+            if slot.config.policy() == PoolPolicy::Spillover && later_has_room {
+                wait_until = wait_until.min(clock::after(Instant::now(), SPILL_PATIENCE));
+            }
             match acquire_permit(inner, member, request, kind, wait_until).await {
                 Ok(permit) => return Ok((member, permit)),
                 Err(error) if error.kind() == ErrorKind::Stopped => return Err(error.widen()),

@@ -250,3 +250,61 @@ async fn a_pooled_acquire_gives_a_permit_of_a_member_with_room() {
     again.succeeded();
     second.succeeded();
 }
+
+/// Ordered spillover: the primary (limit 4) takes what it can hold, the overflow the rest; once
+/// the primary has room again, it takes everything — in one process, and across two processes
+/// on a real Redis (the primary's room judged from the fleet's permits).
+#[actix::test]
+async fn spillover_fills_the_primary_first_then_the_next() {
+    let slow = Duration::from_millis(300);
+    let mocks: Vec<MockUpstream> = (0..2)
+        .map(|_| MockUpstream::start(MockUpstreamConfig { service_time: slow, ..Default::default() }).unwrap())
+        .collect();
+    let addrs: Vec<_> = mocks.iter().map(MockUpstream::addr).collect();
+    let s = pooled(2, PoolPolicy::Spillover, &[]);
+    let burst = futures_util::future::join_all((0..6).map(|_| call(&s, &addrs))).await;
+    assert!(burst.iter().all(Result::is_ok));
+    let at_once: Vec<usize> = mocks.iter().map(MockUpstream::max_in_flight).collect();
+    assert_eq!(at_once, [4, 2], "the primary full, the rest to the overflow");
+    for mock in &mocks {
+        mock.reset_max_in_flight();
+    }
+    let before = mocks[1].calls();
+    for _ in 0..3 {
+        call(&s, &addrs).await.expect("served");
+    }
+    assert_eq!(mocks[1].calls(), before, "with room, the primary takes every call");
+
+    // Two processes: the primary's four permits held by one, the other's calls spill over.
+    let redis = wavegate_testkit::RedisServer::start().expect("redis-server");
+    let shared = || {
+        let mut builder = Scheduler::builder().redis(redis.url());
+        let mut pool = PoolConfig::builder("llm").policy(PoolPolicy::Spillover);
+        for i in 0..2 {
+            builder = builder.upstream(member(&format!("key-{i}")));
+            pool = pool.member(format!("key-{i}"), 1);
+        }
+        builder.pool(pool.build().expect("valid pool")).build().expect("scheduler")
+    };
+    let (a, b) = (shared(), shared());
+    // b learns the primary's fleet count from its own call, then a fills the primary.
+    call(&b, &addrs).await.expect("served");
+    let primary = a.upstream("key-0").expect("member");
+    let held: Vec<_> =
+        futures_util::future::join_all((0..4).map(|_| primary.request().acquire())).await.into_iter().collect();
+    let held: Vec<_> = held.into_iter().map(|p| p.expect("a primary permit")).collect();
+    let before = (mocks[0].calls(), mocks[1].calls());
+    // b's first call: the primary's room as b last heard it was 4, so it asks there, is told the
+    // fleet is at the limit and passes on within the spill patience; its second call knows.
+    let mut took = Vec::new();
+    for _ in 0..2 {
+        let started = std::time::Instant::now();
+        call(&b, &addrs).await.expect("served");
+        took.push(started.elapsed());
+    }
+    println!("b's calls spilled over in {took:?}");
+    assert_eq!((mocks[0].calls(), mocks[1].calls()), (before.0, before.1 + 2), "b's calls went to the overflow");
+    assert!(took[0] < Duration::from_secs(1), "the first passed on within the patience: {took:?}");
+    assert!(took[1] < slow + Duration::from_millis(150), "the second spilled at once: {took:?}");
+    drop(held);
+}

@@ -33,6 +33,10 @@ pub enum PoolPolicy {
     /// Each member in proportion to its weight (the member furthest below its weighted share
     /// of the picks so far), whatever its headroom; a member that is not available is skipped.
     Weighted,
+    /// Ordered spillover: the members in the order they were added (a primary deployment,
+    /// then its overflow): the first available one with headroom; when none has, the first
+    /// available one (the request waits there). Weights are not used.
+    Spillover,
 }
 
 /// What a process knows of one member when it picks.
@@ -55,6 +59,11 @@ impl PoolPolicy {
     /// request that finds none available waits for the best of those).
     pub fn order(self, views: &[MemberView]) -> Vec<usize> {
         let mut order: Vec<usize> = (0..views.len()).collect();
+        if self == PoolPolicy::Spillover {
+            // Stable: among equals, the configured order.
+            order.sort_by_key(|&i| (!views[i].available, views[i].headroom <= 0));
+            return order;
+        }
         let weight = |i: usize| u64::from(views[i].weight.max(1));
         order.sort_by(|&a, &b| {
             let (va, vb) = (&views[a], &views[b]);
@@ -69,6 +78,7 @@ impl PoolPolicy {
                 }
                 PoolPolicy::Weighted => (u128::from(va.picked) * u128::from(weight(b)))
                     .cmp(&(u128::from(vb.picked) * u128::from(weight(a)))),
+                PoolPolicy::Spillover => std::cmp::Ordering::Equal,
             })
         });
         order
@@ -238,6 +248,19 @@ mod tests {
 
     fn view(headroom: i64, weight: u32, available: bool, picked: u64) -> MemberView {
         MemberView { headroom, weight, available, picked }
+    }
+
+    #[test]
+    fn spillover_takes_the_first_member_with_room_in_order() {
+        let spill = PoolPolicy::Spillover;
+        // The primary has room: it goes first, whatever the others' headroom or picks.
+        assert_eq!(spill.order(&[view(1, 1, true, 50), view(9, 1, true, 0), view(5, 1, true, 0)]), [0, 1, 2]);
+        // The primary is full: the next with room; the full ones after, in order.
+        assert_eq!(spill.order(&[view(0, 1, true, 0), view(-2, 1, true, 0), view(3, 1, true, 0)]), [2, 0, 1]);
+        // Not available (a cooldown, a spent window or quota): last, whatever its room.
+        assert_eq!(spill.order(&[view(8, 1, false, 0), view(1, 1, true, 0)]), [1, 0]);
+        // Nobody has room: the first available waits for it.
+        assert_eq!(spill.order(&[view(0, 1, true, 0), view(0, 1, true, 0)]), [0, 1]);
     }
 
     #[test]

@@ -44,6 +44,8 @@ pub(super) struct LastShared {
     pub(super) state: Option<(WaveState, u32)>,
     /// The last shared wave seen (0: none yet).
     pub(super) wave: u64,
+    /// The permits held by the fleet as the gate in charge last said, and when.
+    pub(super) in_flight: Option<(u32, Instant)>,
 }
 
 /// A permit this process holds.

@@ -171,6 +171,7 @@ impl Lane {
 
     fn on_decision(&mut self, decision: Decision, asked: &[Ask], ctx: &mut Context<Self>) -> bool {
         let now = Instant::now();
+        self.last_shared.in_flight = Some((decision.in_flight(), now));
         match decision {
             Decision::Granted { id, wave, state, limit, .. } => {
                 self.cooldown_until = None;

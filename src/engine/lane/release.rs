@@ -150,6 +150,7 @@ impl Lane {
                 if store_epoch.is_some() == self.gate.is_shared() {
                     if self.mode != Mode::Fallback {
                         self.gauges.fleet(name, after.in_flight as usize);
+                        self.last_shared.in_flight = Some((after.in_flight, Instant::now()));
                         self.tally.fleet(after.in_flight);
                     }
                     self.gauges.wave(name, after.state, after.limit, after.wave);

@@ -19,14 +19,29 @@ use crate::status::{ClassStatus, Mode, UpstreamStatus};
 #[rtype(result = "Headroom")]
 pub(crate) struct ReadHeadroom;
 
-/// One upstream's room: its current limit, this process's calls in flight and waiting, and
-/// whether no one can be admitted for now (a cooldown, a budget, a spent provider window, a
-/// spent quota).
+/// One upstream's room: its current limit, this process's calls in flight and waiting, the
+/// fleet's permits as the gate in charge said within [`FLEET_SEEN_FRESH`] (`None`: not heard
+/// that recently), and whether no one can be admitted for now (a cooldown, a budget, a spent
+/// provider window, a spent quota).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Headroom {
     pub(crate) limit: u32,
-    pub(crate) busy: usize,
+    pub(crate) held: usize,
+    pub(crate) waiting: usize,
+    pub(crate) fleet: Option<u32>,
     pub(crate) blocked: bool,
+}
+
+/// How long the fleet's permits as last heard stand for the pool's choice.
+pub(crate) const FLEET_SEEN_FRESH: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl Headroom {
+    /// Free permits: the limit less what this process holds and waits for, or less what the
+    /// fleet holds (heard recently) and this process waits for, whichever is more.
+    pub(crate) fn free(&self) -> i64 {
+        let here = self.held.max(self.fleet.map_or(0, |held| held as usize));
+        i64::from(self.limit) - i64::try_from(here + self.waiting).unwrap_or(i64::MAX)
+    }
 }
 
 impl Handler<ReadHeadroom> for Lane {
@@ -40,9 +55,15 @@ impl Handler<ReadHeadroom> for Lane {
             (Mode::Shared, None) => self.config.limit().get(),
             _ => self.local.wave().limit,
         };
+        let fleet = match self.last_shared.in_flight {
+            Some((held, at)) if self.mode == Mode::Shared && now.duration_since(at) < FLEET_SEEN_FRESH => Some(held),
+            _ => None,
+        };
         MessageResult(Headroom {
             limit,
-            busy: self.held.len() + self.waiters.len(),
+            held: self.held.len(),
+            waiting: self.waiters.len(),
+            fleet,
             // Refused for now: the gate said so, a cooldown runs, the provider said a window is
             // spent (as this process heard it), or the quota is spent.
             blocked: self.blocked_until.is_some_and(|until| until > now)
