@@ -17,6 +17,8 @@
 -- A member is counted from its ask until it is granted its last caller, asks for other classes
 -- only, or has not asked for PRIORITY_FRESH (the sweep on each choice: KEYS[5] between the last
 -- cutoff and the new one, usually nothing), and counted again at its next ask.
+-- (One difference from reading the members at each choice: a member whose last ask lies ahead of
+-- now, after a backward jump of TIME, still counts until it goes stale; the scan left it out.)
 -- Repair: '#waiting' is built again from the fresh members (KEYS[5], KEYS[4] and the members'
 -- fields, as the choice read them before these counts) when it is missing or unreadable, or
 -- older than WAITING_REBUILD; the permits' counts likewise after PC_REBUILD. So after a FLUSHALL,
