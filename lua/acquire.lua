@@ -3,7 +3,9 @@
 -- KEYS[1] permits (zset)   KEYS[2] wave state (hash)   KEYS[3] permit waves (hash)
 -- KEYS[4] processes waiting at the limit (zset: since when)
 -- KEYS[5] the same processes (zset: when each last asked; see finish.lua)
--- KEYS[6] how many callers of each waiting process wait, by class (hash; classes only)
+-- KEYS[6] how many callers of each waiting process wait, by class, and the fleet's counts
+--         (hash; classes only: priority.lua, fleet.lua)
+-- KEYS[7] the waiting members of each class and tenant in order (zset; classes only: fleet.lua)
 -- ARGV[1..14] config (see read_config in wave.lua)
 -- ARGV[15] permit id (client-chosen; an id already held is granted again, not twice, and
 --          nothing is charged again)
@@ -58,8 +60,9 @@ local changed = poll(s, now)
 for _, ask in ipairs(asks) do
   local held_wave = redis.call('HGET', KEYS[3], ask.id)
   if held_wave then
-    redis.call('ZADD', KEYS[1], 'GT', now + lease, ask.id)
+    if redis.call('ZADD', KEYS[1], 'GT', now + lease, ask.id) == 1 then pc_change(ask.id, 1) end
     if changed then save_state(s, config) end
+    pc_flush()
     return { 1, tonumber(held_wave), s.state, s.limit, redis.call('ZCARD', KEYS[1]), ask.id, gen }
   end
 end
@@ -102,7 +105,7 @@ if classes and instance ~= '' then
       asked[c] = asked[c] or {}
       asked[c][tenant_of(a.id)] = k
     end
-    local fleet = fleet_classes(config, s.limit, now, true)
+    local fleet = fleet_classes(config, s.limit, now, true, in_flight)
     if deferred then add_offers(config, fleet, instance, asks, now) end
     local asked_tokens = {}
     for _, a in ipairs(asks) do
@@ -110,7 +113,7 @@ if classes and instance ~= '' then
       asked_tokens[c] = math.max(asked_tokens[c] or 0, a.tokens)
     end
     cap_classes(config, fleet, now, asked_tokens)
-    local turns = load_turns(config)
+    local turns = load_turns(config, k6_fetch) -- read with the fleet's counts (fleet.lua)
     observe_turns(config, turns, fleet, true)
     local k, chosen, by_reserve = choose_grant(fleet, s.limit - in_flight, asked)
     if k then
@@ -150,7 +153,7 @@ else
     if requests_tat then save_tat('requests_tat', requests_tat) end
     if tokens_tat then save_tat('tokens_tat', tokens_tat) end
     if ask.class_index then charge_class(config, ask.class_index, now, tokens) end
-    redis.call('ZADD', KEYS[1], now + lease, id)
+    if redis.call('ZADD', KEYS[1], now + lease, id) == 1 then pc_change(id, 1) end
     redis.call('HSET', KEYS[3], id, s.wave)
     if pw_charge(windows, now, tokens) then pw_save(windows) end -- [provider windows]
     if ask.turns then turns_granted(config, ask.turns, ask.class_index) end
@@ -164,7 +167,7 @@ else
       if #left > 0 then register_waiting(config, instance, left, now, false) end
       deferred = false
     elseif classes and instance ~= '' then
-      granted_waiting(instance, ask, asks, now)
+      granted_waiting(config, instance, ask, asks, now)
     elseif instance ~= '' then
       redis.call('ZREM', KEYS[4], instance)
       redis.call('ZREM', KEYS[5], instance)
@@ -175,5 +178,6 @@ end
 -- Not granted after all (the provider's window, a budget): the asks wait, on the list.
 if deferred then register_waiting(config, instance, asks, now, false) end
 if changed or not state_read({ 'state' })[1] then save_state(s, config) end
+pc_flush()
 result[#result + 1] = gen
 return result

@@ -4,7 +4,9 @@
 -- KEYS[4] processes waiting at the limit (zset: since when)
 -- KEYS[5] the same processes (zset: when each last asked); one that has not asked for
 --         WAITING_TTL is taken off both, one that keeps asking keeps its place however long
--- KEYS[6] how many callers of each waiting process wait, by class (hash; classes only)
+-- KEYS[6] how many callers of each waiting process wait, by class, and the fleet's counts
+--         (hash; classes only: priority.lua, fleet.lua)
+-- KEYS[7] the waiting members of each class and tenant in order (zset; classes only: fleet.lua)
 -- ARGV[1..14] config (see read_config in wave.lua)
 -- ARGV[15] permit id
 -- ARGV[16] the wave the permit was issued in
@@ -60,13 +62,15 @@ elseif outcome == 'rate_limited' then
 elseif outcome ~= 'neutral' then
   return fail('finish', 'unknown outcome ' .. outcome)
 end
-save_state(s, config)
 
 local held = redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[3], id)
+if held == 1 then pc_change(id, -1) end
+save_state(s, config) -- with the permits' counts (wave.lua)
 local woken = nil
 if held == 1 and channel ~= '' then
   local gone = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now - WAITING_TTL)
+  if #gone > 0 then forget_counted(gone) end
   for _, instance in ipairs(gone) do
     redis.call('ZREM', KEYS[4], instance)
     redis.call('ZREM', KEYS[5], instance)
@@ -77,6 +81,7 @@ if held == 1 and channel ~= '' then
   else
     local longest = redis.call('ZPOPMIN', KEYS[4])
     if #longest > 0 then
+      if string.find(longest[1], '|', 1, true) then forget_counted({ longest[1] }) end
       redis.call('ZREM', KEYS[5], longest[1])
       redis.call('HDEL', KEYS[6], longest[1], longest[1] .. '>')
       -- A member of a process configured with classes ('<class>|<instance>'; every process

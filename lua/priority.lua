@@ -9,7 +9,7 @@
 -- Storage, on the keys of the waiting list (KEYS[4], KEYS[5]) plus KEYS[6]:
 --   a permit id of class c is '<c>|<instance>:<n>', and '<c>|<instance>:<n>|<tag>' for a
 --   caller that named a tenant (tag: wavegate_core::tenant::tenant_tag), so the in-flight
---   permits of each class and tenant are read off KEYS[1] (ids without a known class count
+--   permits of each class and tenant can be told from KEYS[1] (ids without a known class count
 --   for the default class, ids without a tag for the callers that named no tenant, '-');
 --   a process waiting with callers of class c is the member '<c>|<instance>' of KEYS[4]
 --   (score: since when), KEYS[5] (score: when it last asked) and KEYS[6] (hash: how many of
@@ -17,6 +17,8 @@
 --   Only members that asked within PRIORITY_FRESH take part: a process that waits asks again
 --   at least every 500 ms, so one that died or stopped waiting holds nothing back for longer
 --   than that bound; finish.lua removes members that have not asked for WAITING_TTL.
+-- The choice reads the fleet from counts kept as permits and members come and go, not from
+-- the permits and the members themselves: fleet.lua, concatenated after this file.
 
 -- How recently a waiting process must have asked to take part in the choice (ms;
 -- wavegate_core::PRIORITY_FRESH_MS, checked equal by wavegate-redis's tests).
@@ -60,13 +62,18 @@ end
 -- The weighted turns (the twin of wavegate_core::priority::ClassTurns), in KEYS[6] beside the
 -- waiting counts: '~v' the virtual time, '~p|<class>' a class's pass, '~w|<class>' '1' while it
 -- was waiting at the last choice. ('~' is not allowed in class names.)
-local function load_turns(config)
+-- (`read`, when given, reads the fields instead: fleet.lua reads them with its counts.)
+local function turn_fields(config)
   local fields = { '~v' }
   for _, c in ipairs(config.classes) do
     table.insert(fields, '~p|' .. c.name)
     table.insert(fields, '~w|' .. c.name)
   end
-  local values = redis.call('HMGET', KEYS[6], unpack(fields))
+  return fields
+end
+
+local function load_turns(config, read)
+  local values = read and read(turn_fields(config)) or redis.call('HMGET', KEYS[6], unpack(turn_fields(config)))
   local turns = { v = tonumber(values[1]) or 0, passes = {}, waiting = {} }
   for i = 1, #config.classes do
     turns.passes[i] = tonumber(values[2 * i]) or 0
@@ -144,75 +151,6 @@ local function tenant_entry(class, tag)
   return t
 end
 
--- The fleet's classes at `limit`: in flight from the permits, waiting from the fresh members,
--- and per class its tenants (in flight, waiting, and the members waiting for each, in the
--- order they started waiting). With `renewed_only`, a permit counts only while its lease ends
--- at least config.class_window ms ahead: a live process renews its permits every second (with
--- classes), so the permits of a process that was killed stop counting for their class and
--- tenant within a few seconds, though they hold their place under the limit until their lease
--- ends.
-local function fleet_classes(config, limit, now, renewed_only)
-  local classes = {}
-  for i, c in ipairs(config.classes) do
-    classes[i] = { weight = c.weight, reserved = math.floor(limit * c.reserve / 100), in_flight = 0, demand = 0,
-                   since = 0, pass = 0, tenants = {}, tenant_index = {} }
-  end
-  -- Only ids with a tenant field ('<c>|<instance>:<n>|<tag>', '-' for none) come from processes
-  -- that renew every second; an older process's ('<c>|<instance>:<n>', renewed every third of
-  -- its lease) always count.
-  local counted_from = renewed_only and now + config.class_window or nil
-  local permits = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
-  for k = 1, #permits, 2 do
-    local id, ends = permits[k], tonumber(permits[k + 1])
-    if counted_from == nil or ends >= counted_from or string.match(id, '^[^|]*|[^|]*|') == nil then
-      local class = classes[config.class_index[class_of(id) or ''] or config.default_class]
-      class.in_flight = class.in_flight + 1
-      local tenant = tenant_entry(class, tenant_of(id))
-      tenant.in_flight = tenant.in_flight + 1
-    end
-  end
-  -- Only the members that asked lately (stale ones are never read), and not "later than now"
-  -- (a backward jump of TIME): such a member counts again at its next ask, which writes now.
-  for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], now - PRIORITY_FRESH, now)) do
-    local i = config.class_index[class_of(member) or '']
-    local since = tonumber(redis.call('ZSCORE', KEYS[4], member))
-    if i and since then
-      local class = classes[i]
-      local values = redis.call('HMGET', KEYS[6], member, member .. '>')
-      local offers = {}
-      if values[2] then
-        for tag, count in string.gmatch(values[2], '([^:,]+):(%d+)') do
-          table.insert(offers, { tag = tag, count = tonumber(count) })
-        end
-      else
-        offers[1] = { tag = NO_TENANT, count = tonumber(values[1]) or 1 }
-      end
-      for _, offer in ipairs(offers) do
-        if offer.count > 0 then
-          if class.demand == 0 or since < class.since then class.since = since end
-          class.demand = class.demand + offer.count
-          local tenant = tenant_entry(class, offer.tag)
-          tenant.demand = tenant.demand + offer.count
-          if since < tenant.since then tenant.since = since end
-          table.insert(tenant.owners, { member = member, demand = offer.count, since = since })
-        end
-      end
-    end
-  end
-  for _, class in ipairs(classes) do
-    -- Listed by tag, owners in the order they started waiting (then by name), so the order is
-    -- the same every time.
-    table.sort(class.tenants, function(x, y) return x.name < y.name end)
-    for _, tenant in ipairs(class.tenants) do
-      table.sort(tenant.owners, function(x, y)
-        if x.since == y.since then return x.member < y.member end
-        return x.since < y.since
-      end)
-    end
-  end
-  return classes
-end
-
 -- A class with a budget of its own (a share of the upstream's, wave.lua) takes no part in the
 -- choice while that budget cannot take one more request (and, for the asker's classes, its
 -- token estimate; `tokens[c]`): its permit goes to another class that waits, and its own
@@ -265,6 +203,8 @@ local function hand_out(classes, c)
   local tenant = class.tenants[t]
   tenant.in_flight = tenant.in_flight + 1
   tenant.demand = tenant.demand - 1
+  -- (Read when first needed: fleet.lua's process_to_wake.)
+  if tenant.owners == nil then tenant.owners = tenant.fetch_owners() end
   for _, owner in ipairs(tenant.owners) do
     if owner.demand > 0 then
       owner.demand = owner.demand - 1
@@ -301,38 +241,6 @@ local function choose_class(classes, room, asked)
   return c
 end
 
--- Puts process `instance` on the waiting list for each class it asks for (keeping the place
--- of one that already waits), with how many of its callers of each tenant wait, and (with
--- `clear_others`) takes it off for the classes it no longer asks for.
-local function register_waiting(config, instance, asks, now, clear_others)
-  local by_member, order = {}, {}
-  for _, ask in ipairs(asks) do
-    local member = ask.class .. '|' .. instance
-    local m = by_member[member]
-    if m == nil then
-      m = { demand = 0, offers = {} }
-      by_member[member] = m
-      table.insert(order, member)
-    end
-    m.demand = m.demand + ask.demand
-    table.insert(m.offers, tenant_of(ask.id) .. ':' .. ask.demand)
-  end
-  for _, member in ipairs(order) do
-    redis.call('ZADD', KEYS[4], 'NX', now, member)
-    redis.call('ZADD', KEYS[5], now, member)
-    redis.call('HSET', KEYS[6], member, by_member[member].demand, member .. '>', table.concat(by_member[member].offers, ','))
-  end
-  if not clear_others then return end
-  for _, c in ipairs(config.classes) do
-    local member = c.name .. '|' .. instance
-    if not by_member[member] then
-      redis.call('ZREM', KEYS[4], member)
-      redis.call('ZREM', KEYS[5], member)
-      redis.call('HDEL', KEYS[6], member, member .. '>')
-    end
-  end
-end
-
 -- A process not on the waiting list yet joins the choice in memory: its asks, as
 -- register_waiting would put them, added to the fleet's classes from fleet_classes.
 local function add_offers(config, classes, instance, asks, now)
@@ -347,59 +255,4 @@ local function add_offers(config, classes, instance, asks, now)
       table.insert(tenant.owners, { member = ask.class .. '|' .. instance, demand = ask.demand, since = now })
     end
   end
-end
-
--- After a grant of `ask` (one of `asks`) to `instance`: one caller fewer of its class and
--- tenant waits there.
-local function granted_waiting(instance, ask, asks, now)
-  local member = ask.class .. '|' .. instance
-  local waiting = 0
-  for _, a in ipairs(asks) do
-    if a.class == ask.class then waiting = waiting + a.demand end
-  end
-  local granted, left, offers = tenant_of(ask.id), 0, {}
-  -- The common case, its last caller of the class: no need to read what it offered.
-  local listed = waiting > 1 and redis.call('HGET', KEYS[6], member .. '>') or ''
-  for tag, count in string.gmatch(listed, '([^:,]+):(%d+)') do
-    count = tonumber(count)
-    if tag == granted then
-      count = count - 1
-      granted = nil
-    end
-    if count > 0 then
-      left = left + count
-      table.insert(offers, tag .. ':' .. count)
-    end
-  end
-  if left <= 0 then
-    redis.call('ZREM', KEYS[4], member)
-    redis.call('ZREM', KEYS[5], member)
-    redis.call('HDEL', KEYS[6], member, member .. '>')
-  else
-    -- Its next caller waits from now: to the back of its class's line, so the processes of a
-    -- class take turns (each release wakes the one that waited longest).
-    redis.call('ZADD', KEYS[4], 'XX', now, member)
-    redis.call('HSET', KEYS[6], member, left, member .. '>', table.concat(offers, ','))
-  end
-end
-
--- The process to wake for a freed permit: the free permits are handed out in order (class,
--- then tenant), and the owner of the last one (earlier ones went to processes woken by earlier
--- releases) is the member of its tenant that waited longest among those not yet served. nil
--- when none waits.
-local function process_to_wake(config, limit, now)
-  -- Nobody waits (a single caller's release, say): nothing to choose.
-  if redis.call('ZCOUNT', KEYS[5], now - PRIORITY_FRESH, now) == 0 then return nil end
-  local classes = fleet_classes(config, limit, now, true)
-  cap_classes(config, classes, now, {})
-  observe_turns(config, load_turns(config), classes, false)
-  local room = limit - redis.call('ZCARD', KEYS[1])
-  local last = nil
-  for _ = 1, math.max(room, 1) do
-    local c = next_class(classes)
-    if c == nil then break end
-    last = hand_out(classes, c) or last
-  end
-  if last == nil then return nil end
-  return string.sub(last, #class_of(last) + 2)
 end

@@ -44,11 +44,12 @@ if carried_state then carry_back(s, carried_state, tonumber(carried_limit), conf
 save_state(s, config)
 local adopted_wave = adopt_wave()
 for i = FIRST_ID, FIRST_ID - 1 + adopt do
-  redis.call('ZADD', KEYS[1], 'GT', now + lease, ARGV[i])
+  if redis.call('ZADD', KEYS[1], 'GT', now + lease, ARGV[i]) == 1 then pc_change(ARGV[i], 1) end
   redis.call('HSET', KEYS[3], ARGV[i], adopted_wave)
 end
 for i = FIRST_ID + adopt, #ARGV do
-  redis.call('ZREM', KEYS[1], ARGV[i])
+  if redis.call('ZREM', KEYS[1], ARGV[i]) == 1 then pc_change(ARGV[i], -1) end
   redis.call('HDEL', KEYS[3], ARGV[i])
 end
+pc_flush() -- the counts by class and tenant, if kept (wave.lua)
 return { s.wave, s.state, s.limit, redis.call('ZCARD', KEYS[1]), adopted_wave, gen }

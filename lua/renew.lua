@@ -23,9 +23,10 @@ for i = 3, #ARGV do
     redis.call('ZADD', KEYS[1], 'XX', 'GT', now + lease, ARGV[i])
   else
     if not wave then wave = adopt_wave() end
-    redis.call('ZADD', KEYS[1], now + lease, ARGV[i])
+    if redis.call('ZADD', KEYS[1], now + lease, ARGV[i]) == 1 then pc_change(ARGV[i], 1) end
     redis.call('HSET', KEYS[3], ARGV[i], wave)
     again[#again + 1] = ARGV[i]
   end
 end
+pc_flush() -- the counts by class and tenant, if kept (wave.lua)
 return again

@@ -1,7 +1,7 @@
 -- status.lua: the wave state, the permits held and the rate budgets left, with time applied.
 --
 -- KEYS[1] permits (zset)   KEYS[2] wave state (hash)   KEYS[3] permit waves (hash)
--- KEYS[4..6] the waiting list (see acquire.lua; read with priority classes only)
+-- KEYS[4..7] the waiting list and the fleet's counts (see acquire.lua; with priority classes only)
 -- ARGV[1..14] config (see read_config in wave.lua)
 -- Reply: {state, limit, wave, cooldown_ms, successes, step, threshold, in_flight,
 --         requests_remaining, requests_next_ms, tokens_remaining, tokens_next_ms (of the budgets in

@@ -27,7 +27,7 @@ local STATE_FIELDS = { 'state', 'limit', 'wave', 'cooldown_until', 'successes', 
   'good', 'retest_at', 'spacing', 'on_trial', 'rounds', 'retest_rounds', 'gen', 'requests_tat', 'tokens_tat',
   'll_requests_limit', 'll_requests_window', 'll_requests_until', 'll_tokens_limit', 'll_tokens_window',
   'll_tokens_until', 'pw_requests_left', 'pw_requests_until', 'pw_requests_at', 'pw_requests_to', 'pw_tokens_left',
-  'pw_tokens_until', 'pw_tokens_at', 'pw_tokens_to', 'requests_rate', 'tokens_rate' }
+  'pw_tokens_until', 'pw_tokens_at', 'pw_tokens_to', 'requests_rate', 'tokens_rate', 'pc' }
 local state_cache = nil
 
 -- The values of `fields` of KEYS[2] (a list, in order; `false` for a missing one).
@@ -62,6 +62,77 @@ local function state_write(...)
       state_cache[args[i]] = tostring(v)
     end
   end
+end
+
+-- The permits held, counted by class and tenant (read by the choice of class, priority.lua):
+-- the state's field 'pc', '<built at ms>;<total>;<key>=<n>;...' with one key per class and
+-- tenant, '<class>|<tag>' ('' for an id without a class, '-' for one without a tenant; '%', ';'
+-- and '=' escaped). Once a script with classes has built it, every script that adds or removes
+-- a permit keeps it (pc_change, written with the state or by pc_flush), whatever its own
+-- configuration; the reader checks it against the permits (ZCARD, the sum of the counts, its
+-- age) and counts again from them when it does not match (pc_counts in priority.lua).
+local pc = nil -- the parsed field: nil not read yet, false absent or unreadable
+local pc_dirty = false
+
+local function pc_hex(c) return string.format('%%%02X', string.byte(c)) end
+local function pc_char(h) return string.char(tonumber(h, 16)) end
+local function pc_escape(text) return string.find(text, '[%%;=]') and (string.gsub(text, '[%%;=]', pc_hex)) or text end
+local function pc_unescape(text) return string.find(text, '%', 1, true) and (string.gsub(text, '%%(%x%x)', pc_char)) or text end
+
+-- The key a permit id is counted under: its class and its tenant tag.
+local function pc_key(id)
+  local class, rest = string.match(id, '^([^|]*)|(.*)$')
+  if class == nil then return '|-' end
+  return class .. '|' .. (string.match(rest, '^[^|]*|(.+)$') or '-')
+end
+
+-- The field's text parsed: { built, total, sum, counts = { [key] = n } }, or false.
+local function pc_parse(text)
+  if not text then return false end
+  local built, total, rest = string.match(text, '^(%d+);(%d+);(.*)$')
+  if not built then return false end
+  local parsed = { built = tonumber(built), total = tonumber(total), sum = 0, counts = {} }
+  local consumed = 0
+  for key, n in string.gmatch(rest, '([^;=]*)=(%d+);') do
+    consumed, key, n = consumed + #key + #n + 2, pc_unescape(key), tonumber(n)
+    parsed.counts[key], parsed.sum = (parsed.counts[key] or 0) + n, parsed.sum + n
+  end
+  return consumed == #rest and parsed
+end
+
+local function pc_text(p)
+  local keys = {}
+  for key, n in pairs(p.counts) do if n > 0 then table.insert(keys, key) end end
+  table.sort(keys)
+  local parts = { p.built .. ';' .. p.total .. ';' }
+  for _, key in ipairs(keys) do table.insert(parts, pc_escape(key) .. '=' .. p.counts[key] .. ';') end
+  return table.concat(parts)
+end
+
+local function pc_load()
+  if pc == nil then pc = pc_parse(state_read({ 'pc' })[1]) end
+  return pc
+end
+
+-- Permit `id` was added (1) or removed (-1): counted when the counts exist.
+local function pc_change(id, delta)
+  local p = pc_load()
+  if not p then return end
+  local key = pc_key(id)
+  p.counts[key], p.total, p.sum = math.max((p.counts[key] or 0) + delta, 0), math.max(p.total + delta, 0), p.sum + delta
+  pc_dirty = true
+end
+
+-- The ('pc', text) pair to write with the state, or nothing.
+local function pc_pending()
+  if not pc_dirty or not pc then return end
+  pc_dirty = false
+  return 'pc', pc_text(pc)
+end
+
+-- Writes the counts if they changed.
+local function pc_flush()
+  if pc_dirty and pc then state_write(pc_pending()) end
 end
 
 local function fail(script, message)
@@ -224,7 +295,7 @@ local function save_state(s, config)
   state_write('state', s.state, 'limit', s.limit, 'wave', s.wave,
     'cooldown_until', s.cooldown_until, 'successes', s.successes, 'step', s.step, 'threshold', s.threshold,
     'base', config.base, 'ceiling', s.ceiling, 'good', s.good, 'retest_at', s.retest_at, 'spacing', s.spacing,
-    'on_trial', s.on_trial and 1 or 0, 'rounds', s.rounds, 'retest_rounds', s.retest_rounds)
+    'on_trial', s.on_trial and 1 or 0, 'rounds', s.rounds, 'retest_rounds', s.retest_rounds, pc_pending())
 end
 
 -- COOLDOWN past its deadline becomes PROBE at limit 1. Returns true when it changed.
@@ -487,6 +558,8 @@ local function purge(now)
     for i = 1, #expired, 1000 do
       redis.call('HDEL', KEYS[3], unpack(expired, i, math.min(i + 999, #expired)))
     end
+    for _, id in ipairs(expired) do pc_change(id, -1) end
+    pc_flush()
   end
   return #expired
 end

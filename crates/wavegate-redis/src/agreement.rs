@@ -424,7 +424,7 @@ fn first_disagreement(
             disagreement(&mut con.borrow_mut(), store, &scripts, &scenario, &name).map_err(TestCaseError::fail)
         })
         .err()
-        .map(|e| e.to_string())
+        .map(|e| format!("{e:?}"))
 }
 
 /// A suffix that keeps each run's keys apart (mutants run on the same server).
@@ -472,9 +472,22 @@ fn one_line_mutants_of_the_scripts_make_the_twins_disagree() {
         ("redis.call('ZADD', KEYS[4], 'XX', now, member)", ""),
         ("if class.demand > 0 and own.share < 100 then", "if false then"),
         ("last = hand_out(classes, c) or last", "last = last or hand_out(classes, c)"),
-        ("        return x.since < y.since\n", "        return x.since > y.since\n"),
-        ("    redis.call('ZADD', KEYS[4], 'NX', now, member)", "    redis.call('ZADD', KEYS[4], now, member)"),
         ("    if tag == granted then\n      count = count - 1", "    if tag == granted then\n      count = count"),
+        // fleet.lua: the counts kept as members and permits come and go (each mutant reaches
+        // only the kept counts, not their rebuild from the members).
+        ("string.format('%013d', since)", "string.format('%013d', 9999999999999 - since)"),
+        ("local since = tonumber(sinces[k]) or now", "local since = now"),
+        ("local stale = redis.call('ZRANGEBYSCORE', KEYS[5], w.cutoff, '(' .. cutoff)", "local stale = {}"),
+        ("      elseif t.since >= since then", "      elseif false then"),
+        ("count_member(w, member, now, member_offers", "count_member(w, member, 0, member_offers"),
+        (
+            "    t.demand, t.owners, t.since = t.demand + offer.count,",
+            "    t.demand, t.owners, t.since = t.demand + 1,",
+        ),
+        (
+            "      t.demand, t.owners = math.max(t.demand - offer.count, 0)",
+            "      t.demand, t.owners = math.max(t.demand, 0)",
+        ),
         ("    redis.call('ZADD', KEYS[4], 'NX', now, instance)", "    redis.call('ZADD', KEYS[4], now, instance)"),
         // finish.lua: the settlement of a class's tokens, the stale members, the wake.
         ("  settle_class(config, id, now, token_delta)", ""),

@@ -632,7 +632,7 @@ mod tests {
             );
             assert!(keys_documented(body) >= keys_used(body), "{name}: reads keys its contract does not list");
         }
-        // What each contract lists: the scripts that keep the waiting list all six, the others
+        // What each contract lists: the scripts that keep the waiting list all seven, the others
         // the permits, the state and the waves (and are sent the fourth too), the heartbeat
         // its own key.
         let documented: Vec<usize> = [
@@ -647,9 +647,9 @@ mod tests {
         .into_iter()
         .map(keys_documented)
         .collect();
-        assert_eq!(documented, [6, 6, 6, 3, 3, 3, 1]);
-        assert_eq!(keys_used(source::ACQUIRE), 6);
-        assert_eq!(keys_used(source::FINISH), 6);
+        assert_eq!(documented, [7, 7, 7, 3, 3, 3, 1]);
+        assert_eq!(keys_used(source::ACQUIRE), 7);
+        assert_eq!(keys_used(source::FINISH), 7);
     }
 }
 

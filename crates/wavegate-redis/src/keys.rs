@@ -34,6 +34,7 @@ impl Keyspace {
             waiting_seen: format!("{base}:waiting_seen"),
             config: format!("{base}:config"),
             waiting_demand: format!("{base}:waiting_demand"),
+            waiting_order: format!("{base}:waiting_order"),
             live: format!("{base}:live"),
             changes: format!("{}:{{live:changes}}:released", self.prefix),
         }
@@ -82,6 +83,11 @@ pub struct UpstreamKeys {
     /// How many callers of each waiting process wait, by class (hash: `<class>|<instance>` →
     /// count; priority classes only).
     pub waiting_demand: String,
+    /// Sorted set of the counted waiting members of each class and tenant, in the order they
+    /// started waiting (every score 0, read by lexical range; priority classes only: see
+    /// `lua/fleet.lua`). With the counts kept in `waiting_demand`, the choice of class reads
+    /// a few fields per class instead of every waiting member.
+    pub waiting_order: String,
     /// Hash of the live settings an operator set, with their version (see `lua/live.lua`).
     pub live: String,
     /// The fleet's pub/sub channel of live changes, `<prefix>:{live:changes}:released` (the same
@@ -96,10 +102,18 @@ impl UpstreamKeys {
         [&self.permits, &self.wave, &self.permit_waves, &self.waiting]
     }
 
-    /// The keys of the scripts that keep the waiting list (acquire and finish): the four
-    /// above, then `waiting_seen`.
-    pub fn waiting_script_keys(&self) -> [&str; 6] {
-        [&self.permits, &self.wave, &self.permit_waves, &self.waiting, &self.waiting_seen, &self.waiting_demand]
+    /// The keys of the scripts that keep the waiting list (acquire, finish and status): the
+    /// four above, then `waiting_seen`, `waiting_demand` and `waiting_order`.
+    pub fn waiting_script_keys(&self) -> [&str; 7] {
+        [
+            &self.permits,
+            &self.wave,
+            &self.permit_waves,
+            &self.waiting,
+            &self.waiting_seen,
+            &self.waiting_demand,
+            &self.waiting_order,
+        ]
     }
 
     /// The pub/sub channel that wakes process `instance`: `<prefix>:{wake:<instance>}:released`.

@@ -27,13 +27,16 @@ macro_rules! wave_script {
 }
 
 /// A script that also chooses among priority classes: `wave.lua`, `priority.lua`,
-/// `provider_window.lua`, `learned_limit.lua`, the body.
+/// `fleet.lua` (the fleet's counts by class and tenant), `provider_window.lua`,
+/// `learned_limit.lua`, the body.
 macro_rules! priority_script {
     ($body:literal) => {
         concat!(
             include_str!("../../../lua/wave.lua"),
             "\n",
             include_str!("../../../lua/priority.lua"),
+            "\n",
+            include_str!("../../../lua/fleet.lua"),
             "\n",
             include_str!("../../../lua/provider_window.lua"),
             "\n",

@@ -16,6 +16,9 @@ use wavegate_redis::{SharedGate, Store, StoreConfig};
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct CommandStats {
     pub(crate) calls: BTreeMap<String, u64>,
+    /// The time Redis spent in each command (µs): an `EVALSHA`'s is the whole script's, the
+    /// commands it runs included.
+    pub(crate) usec: BTreeMap<String, u64>,
 }
 
 /// Commands only a client sends (never a script).
@@ -52,17 +55,17 @@ impl CommandStats {
     /// Parses the text of `INFO commandstats`.
     pub(crate) fn parse(info: &str) -> Self {
         let mut calls = BTreeMap::new();
+        let mut usec = BTreeMap::new();
         for line in info.lines() {
             let Some(rest) = line.strip_prefix("cmdstat_") else { continue };
             let Some((name, stats)) = rest.split_once(':') else { continue };
-            let count = stats
-                .split(',')
-                .find_map(|kv| kv.strip_prefix("calls="))
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0);
-            *calls.entry(name.to_string()).or_default() += count;
+            let field = |key: &str| {
+                stats.split(',').find_map(|kv| kv.strip_prefix(key)).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+            };
+            *calls.entry(name.to_string()).or_default() += field("calls=");
+            *usec.entry(name.to_string()).or_default() += field("usec=");
         }
-        Self { calls }
+        Self { calls, usec }
     }
 
     /// Reads the stats of the server at `url`.
@@ -76,6 +79,9 @@ impl CommandStats {
         for (name, count) in &other.calls {
             *self.calls.entry(name.clone()).or_default() += count;
         }
+        for (name, usec) in &other.usec {
+            *self.usec.entry(name.clone()).or_default() += usec;
+        }
     }
 
     fn base(name: &str) -> &str {
@@ -85,6 +91,21 @@ impl CommandStats {
     /// Commands sent by the clients (the fleet), the runner's left out.
     pub(crate) fn sent(&self) -> u64 {
         self.calls.iter().filter(|(n, _)| CLIENT_COMMANDS.contains(&Self::base(n))).map(|(_, c)| c).sum()
+    }
+
+    /// Per script call (`EVALSHA`): Redis's time in it and in the commands that scripts run
+    /// (every command but the clients' and the runner's own, µs); the difference is the Lua
+    /// itself. `None` without script calls.
+    pub(crate) fn script_time(&self) -> Option<(f64, f64)> {
+        let scripts = *self.calls.get("evalsha").filter(|n| **n > 0)? as f64;
+        let inside: u64 = self
+            .usec
+            .iter()
+            .filter(|(n, _)| !CLIENT_COMMANDS.contains(&Self::base(n)) && !RUNNER_COMMANDS.contains(&Self::base(n)))
+            .map(|(_, u)| u)
+            .sum();
+        let total = self.usec.get("evalsha").copied().unwrap_or(0) as f64;
+        Some((total / scripts, inside as f64 / scripts))
     }
 
     /// Every command executed, those inside scripts included, the runner's left out.
@@ -122,8 +143,8 @@ mod tests {
     #[test]
     fn sent_and_executed_are_told_apart() {
         let info = "# Commandstats\r\n\
-            cmdstat_evalsha:calls=10,usec=1,usec_per_call=0.1,rejected_calls=0,failed_calls=0\r\n\
-            cmdstat_zadd:calls=7,usec=1\r\n\
+            cmdstat_evalsha:calls=10,usec=500,usec_per_call=50.0,rejected_calls=0,failed_calls=0\r\n\
+            cmdstat_zadd:calls=7,usec=40\r\n\
             cmdstat_time:calls=10,usec=1\r\n\
             cmdstat_config|resetstat:calls=1,usec=1\r\n\
             cmdstat_client|setinfo:calls=2,usec=1\r\n\
@@ -131,6 +152,8 @@ mod tests {
         let stats = CommandStats::parse(info);
         assert_eq!(stats.sent(), 12);
         assert_eq!(stats.executed(), 29);
+        // 50 µs per script, 4 + 0.1 of them in the ZADDs and TIMEs it ran.
+        assert_eq!(stats.script_time(), Some((50.0, 4.1)));
         let mut twice = stats.clone();
         twice.add(&stats);
         assert_eq!(twice.sent(), 24);

@@ -244,6 +244,13 @@ fn pass(options: &Options, mut target: Target) -> Result<String, String> {
     let each: Vec<String> =
         each.iter().map(|(name, calls)| format!("{name} {:.2}", **calls as f64 / granted)).collect();
     println!("# {}: per permit: {}", target.label(), each.join(", "));
+    if let Some((script, inside)) = stats.script_time() {
+        println!(
+            "# {}: per script call: {script:.1} µs in Redis, {inside:.1} µs of it in the commands it ran, {:.1} µs in Lua",
+            target.label(),
+            script - inside
+        );
+    }
     let calls = waits.len();
     let mut p = |q| percentile(&mut waits, q).unwrap_or(f64::NAN);
     let (p50, p99, max) = (p(50.0), p(99.0), p(100.0));
