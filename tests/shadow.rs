@@ -212,3 +212,36 @@ async fn shadow_switched_live_reaches_two_schedulers_on_redis() {
     tokio::join!(burst(&llm_a, &provider, 6, None), burst(&llm_b, &provider, 6, None));
     assert_eq!(provider.max_in_flight(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduler_shut_down_leaves_no_ghost_permit_held_in_the_store() {
+    // Without an actix system the scheduler's actors run on a thread of their own, stopped
+    // with its last handle. Two calls at once in shadow at a limit of 1: the second's ghost
+    // waits for the first's permit, then holds one as long as its call took — after both calls
+    // returned. The application shuts down and drops the scheduler right then: the ghost's
+    // permit must not stay held in the store until its lease (a fixed TTL here, 60 s).
+    let redis = RedisServer::start().expect("redis-server");
+    let provider = mock(None);
+    let config = || UpstreamConfig::builder("llm").limit(1).permit_ttl(Duration::from_secs(660)).shadow(true);
+    let build = || {
+        let upstream = config().build().expect("config");
+        Scheduler::builder().upstream(upstream).redis(redis.url()).build().expect("scheduler")
+    };
+    let (a, watcher) = (build(), build());
+    let llm = a.upstream("llm").expect("llm");
+    let ran = burst(&llm, &provider, 2, None).await;
+    assert!(ran.iter().all(|(w, ok)| *ok && w.is_zero()), "{ran:?}");
+    a.shutdown().await;
+    drop(llm);
+    drop(a);
+    let llm = watcher.upstream("llm").expect("llm");
+    let stopped = Instant::now();
+    loop {
+        let held = llm.status().await.expect("status").in_flight_fleet;
+        if held == Some(0) {
+            break;
+        }
+        assert!(stopped.elapsed() < Duration::from_secs(3), "a ghost's permit is still held: {held:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -17,7 +17,7 @@ use crate::engine::grant::{Grant, GrantInfo, ShadowFinish};
 use crate::engine::request::{ClassRef, Request};
 use crate::error::Error;
 use crate::metrics;
-use crate::shadow::{PassOut, ShadowTally};
+use crate::shadow::{GhostHolds, PassOut, ShadowTally};
 use crate::status::Mode;
 
 /// The reply channel of an acquire.
@@ -53,7 +53,9 @@ impl Lane {
         metrics::shadow_call(&name);
         self.shadow.let_through();
         let out = self.shadow.pass_out();
-        actix::spawn(ghost(name, self.shadow.clone(), Instant::now(), out, granted, finish));
+        // Counted until it is done: a drain (shutdown) waits for it, and hurries it.
+        let holds = self.shadow.holds();
+        actix::spawn(ghost(name, self.shadow.clone(), Instant::now(), (out, holds), granted, finish));
         // A caller gone already drops the pass; its ghost still runs, as the call would have.
         let _ = reply.send(Ok(pass));
         ghost_reply
@@ -74,16 +76,18 @@ impl Lane {
 /// A call's ghost: waits for the permit the call would have waited for (`granted`), records
 /// the wait or the refusal, then holds the permit as long as the call held its pass (`finish`
 /// says how it ended) and releases it with the call's outcome. `out` counts the call among
-/// this process's calls at the provider (with how many there were when it went) until it ends.
+/// this process's calls at the provider (with how many there were when it went) until it ends;
+/// `holds` counts the ghost until it is done. A ghost started before a drain (the process
+/// shutting down) releases its permit as soon as its call has ended, not a hold later.
 async fn ghost(
     name: String,
     tally: ShadowTally,
     asked: Instant,
-    out: (usize, PassOut),
+    marks: ((usize, PassOut), GhostHolds),
     granted: oneshot::Receiver<Result<Grant, Error>>,
     finish: oneshot::Receiver<Box<ShadowFinish>>,
 ) {
-    let (mut together, out) = out;
+    let ((mut together, out), holds) = marks;
     let mut grant = match granted.await {
         Ok(Ok(grant)) => grant,
         Ok(Err(error)) => {
@@ -106,9 +110,18 @@ async fn ghost(
     together = together.max(tally.passes_out());
     drop(out);
     let held = finish.ended.saturating_duration_since(asked);
-    tokio::time::sleep_until(clock::after(at, held)).await;
+    // The process shutting down does not wait the rest of the hold: the call has ended, and
+    // a permit released after the scheduler stopped would stay held in the store until its
+    // lease ends.
+    {
+        let hold = std::pin::pin!(tokio::time::sleep_until(clock::after(at, held)));
+        let hurried = std::pin::pin!(tally.hurried(&holds));
+        futures_util::future::select(hold, hurried).await;
+    }
     // A ghost that waited proves its limit holds only if the provider really served as many
     // calls of this process at once while its call ran.
     let proven = together >= grant.info().limit as usize;
     grant.finish_late(*finish, waited, proven);
+    // Its release is in the lane's mailbox now: a drain that waited for it sees it there.
+    drop(holds);
 }
