@@ -245,3 +245,33 @@ async fn a_scheduler_shut_down_leaves_no_ghost_permit_held_in_the_store() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+#[actix::test]
+async fn a_caller_waiting_when_shadow_is_switched_on_is_let_through() {
+    // One permit held; a second caller waits for it. The operator switches the upstream to
+    // shadow: "no call is held back" holds for the caller already waiting too — it gets its
+    // pass at once, not when the permit comes back (or at its wait bound).
+    let (_scheduler, upstream) = local(UpstreamConfig::builder("llm").limit(1).max_wait(Duration::from_secs(5)));
+    let held = upstream.request().acquire().await.expect("the one permit");
+    let waiting = {
+        let upstream = upstream.clone();
+        actix::spawn(async move {
+            let permit = upstream.request().acquire().await.expect("a permit or a pass");
+            (permit.is_shadow(), Instant::now())
+        })
+    };
+    while upstream.status().await.expect("status").queue_depth == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let switched = Instant::now();
+    upstream.set_shadow(true).await.expect("shadow on");
+    let waited = tokio::time::timeout(Duration::from_secs(1), waiting).await;
+    let (shadow, at) = waited.expect("still held back 1 s after shadow on").expect("task");
+    assert!(shadow, "let through with a pass");
+    assert!(at.duration_since(switched) < Duration::from_millis(200), "{:?}", at.duration_since(switched));
+    // Its ghost takes its place: granted once the held permit comes back.
+    held.succeeded();
+    let shadow = settled(&upstream).await;
+    assert_eq!((shadow.calls, shadow.would_have_granted, shadow.waiting), (1, 1, 0), "{shadow:?}");
+    assert_eq!(upstream.status().await.expect("status").queue_depth, 0);
+}
