@@ -216,12 +216,15 @@ async fn shadow_switched_live_reaches_two_schedulers_on_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scheduler_shut_down_leaves_no_ghost_permit_held_in_the_store() {
     // Without an actix system the scheduler's actors run on a thread of their own, stopped
-    // with its last handle. Two calls at once in shadow at a limit of 1: the second's ghost
-    // waits for the first's permit, then holds one as long as its call took — after both calls
-    // returned. The application shuts down and drops the scheduler right then: the ghost's
-    // permit must not stay held in the store until its lease (a fixed TTL here, 60 s).
+    // with its last handle (whose drop drains the releases on their way). Two calls of 1.5 s
+    // at once in shadow at a limit of 1: the second's ghost waits for the first's permit, then
+    // would hold one for 1.5 s more — after both calls returned, and longer than a drain
+    // waits. The application drops the scheduler right then: no ghost's permit may stay held
+    // in the store until its lease (a fixed TTL here, 660 s).
     let redis = RedisServer::start().expect("redis-server");
-    let provider = mock(None);
+    let service = Duration::from_millis(1_500);
+    let provider =
+        MockUpstream::start(MockUpstreamConfig { service_time: service, ..Default::default() }).expect("mock");
     let config = || UpstreamConfig::builder("llm").limit(1).permit_ttl(Duration::from_secs(660)).shadow(true);
     let build = || {
         let upstream = config().build().expect("config");
@@ -231,7 +234,6 @@ async fn a_scheduler_shut_down_leaves_no_ghost_permit_held_in_the_store() {
     let llm = a.upstream("llm").expect("llm");
     let ran = burst(&llm, &provider, 2, None).await;
     assert!(ran.iter().all(|(w, ok)| *ok && w.is_zero()), "{ran:?}");
-    a.shutdown().await;
     drop(llm);
     drop(a);
     let llm = watcher.upstream("llm").expect("llm");
