@@ -8,8 +8,12 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use wavegate::config::UpstreamConfigBuilder;
-use wavegate::{ClassSetting, LiveChange, Scheduler, ShadowStatus, Upstream, UpstreamConfig};
-use wavegate_testkit::{MockUpstream, MockUpstreamConfig, RedisServer};
+#[cfg(feature = "redis")]
+use wavegate::{ClassSetting, LiveChange};
+use wavegate::{Scheduler, ShadowStatus, Upstream, UpstreamConfig};
+#[cfg(feature = "redis")]
+use wavegate_testkit::RedisServer;
+use wavegate_testkit::{MockUpstream, MockUpstreamConfig};
 
 mod common;
 use common::call_mock;
@@ -162,6 +166,7 @@ async fn a_class_in_shadow_goes_at_once_and_takes_its_would_be_permits() {
     assert_eq!((shadow.upstream, shadow.classes.as_slice(), shadow.calls), (false, &["batch".to_owned()][..], 4));
 }
 
+#[cfg(feature = "redis")]
 #[actix::test]
 async fn shadow_switched_live_reaches_two_schedulers_on_redis() {
     let redis = RedisServer::start().expect("redis-server");
@@ -213,6 +218,7 @@ async fn shadow_switched_live_reaches_two_schedulers_on_redis() {
     assert_eq!(provider.max_in_flight(), 2);
 }
 
+#[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scheduler_shut_down_leaves_no_ghost_permit_held_in_the_store() {
     // Without an actix system the scheduler's actors run on a thread of their own, stopped
