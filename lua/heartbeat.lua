@@ -12,7 +12,10 @@
 --         does not take part)
 -- ARGV[4] (optional) this process's mode as an operator reads it (`shared`, `fallback 2/100`,
 --         ...; '' or absent: not told), kept as member 'mode:<instance>|<mode>', score
---         MODE_BASE + when it stops counting, for `wavegate status`
+--         READER_BASE + when it stops counting, for `wavegate status`. In the readers' band,
+--         told apart by its prefix: the heartbeat of the version before (no modes) reads it
+--         as a reader's turn that ends with the process's heartbeat, so a fleet of both
+--         versions (an upgrade, a rollback) still elects a reader once the newer ones stop
 -- ARGV[5] (with ARGV[4]) the mode it told last ('' for none): that member is replaced
 -- Reply: {live, reader}: the number of live instances, this one included; 1 if this process
 --        is the gauge reader until its next heartbeat, else 0.
@@ -24,8 +27,6 @@ local turn = tonumber(ARGV[3])
 if turn == nil or turn < 0 then return redis.error_reply('ERR wavegate heartbeat: the reader turn must be >= 0') end
 -- Far above any time in ms (2^50 ms is 35,000 years) and exact in a double with one added.
 local READER_BASE = 1125899906842624
--- The modes' band, above the readers' (2^51: still exact with a time added).
-local MODE_BASE = 2251799813685248
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
@@ -33,11 +34,13 @@ redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
 local reader = 0
 if turn > 0 then
   local mine = 'reader:' .. ARGV[1]
-  local current = redis.call('ZRANGEBYSCORE', KEYS[1], READER_BASE, '(' .. MODE_BASE, 'WITHSCORES')
+  local current = redis.call('ZRANGEBYSCORE', KEYS[1], READER_BASE, '+inf', 'WITHSCORES')
   local held = false
   for k = 1, #current, 2 do
     local ends = tonumber(current[k + 1]) - READER_BASE
-    if current[k] ~= mine and ends > now then
+    if string.sub(current[k], 1, 7) ~= 'reader:' then
+      -- a mode (below)
+    elseif current[k] ~= mine and ends > now then
       held = true
     elseif current[k] ~= mine then
       redis.call('ZREM', KEYS[1], current[k]) -- a turn that ended (its process stopped)
@@ -50,10 +53,13 @@ if turn > 0 then
 end
 if #ARGV == 5 then
   -- The modes of processes that stopped beating go; this one's is replaced and renewed.
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], MODE_BASE, '(' .. (MODE_BASE + now))
+  local ended = redis.call('ZRANGEBYSCORE', KEYS[1], READER_BASE, '(' .. (READER_BASE + now))
+  for _, member in ipairs(ended) do
+    if string.sub(member, 1, 5) == 'mode:' then redis.call('ZREM', KEYS[1], member) end
+  end
   local mine = 'mode:' .. ARGV[1] .. '|'
   if ARGV[5] ~= '' and ARGV[5] ~= ARGV[4] then redis.call('ZREM', KEYS[1], mine .. ARGV[5]) end
-  if ARGV[4] ~= '' then redis.call('ZADD', KEYS[1], MODE_BASE + now + ttl, mine .. ARGV[4]) end
+  if ARGV[4] ~= '' then redis.call('ZADD', KEYS[1], READER_BASE + now + ttl, mine .. ARGV[4]) end
 end
 redis.call('PEXPIRE', KEYS[1], ttl * 2)
 return { redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. READER_BASE), reader }

@@ -3,9 +3,11 @@
 //! [`ShadowScope`](wavegate_core::ShadowScope) for the mode itself).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use tokio::sync::Notify;
 
 /// What shadow mode recorded for an upstream in this process, since the scheduler started
 /// (all zero when it never ran in shadow). Part of
@@ -54,6 +56,28 @@ pub(crate) struct ShadowTally {
     counts: Arc<Mutex<ShadowStatus>>,
     /// Calls let through that have not ended: this process's calls at the provider.
     passes: Arc<AtomicUsize>,
+    /// Ghosts not done yet (waiting, or holding a permit they have not released).
+    holding: Arc<AtomicUsize>,
+    /// Drains asked so far (`Scheduler::shutdown`, the last handle's drop): a ghost started
+    /// before the last one releases its permit at once instead of holding it on.
+    drains: Arc<AtomicU64>,
+    /// Wakes the ghosts holding when a drain comes.
+    hurry: Arc<Notify>,
+}
+
+/// A ghost, until it is done (refused, or its permit released): counted in
+/// [`ShadowTally`]'s ghosts holding (a drain waits for them).
+#[derive(Debug)]
+pub(crate) struct GhostHolds {
+    holding: Arc<AtomicUsize>,
+    /// The drains asked when it started.
+    drains: u64,
+}
+
+impl Drop for GhostHolds {
+    fn drop(&mut self) {
+        self.holding.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// A call let through, until it ends: counted in [`ShadowTally`]'s calls at the provider.
@@ -81,6 +105,32 @@ impl ShadowTally {
     /// This process's calls at the provider now.
     pub(crate) fn passes_out(&self) -> usize {
         self.passes.load(Ordering::Relaxed)
+    }
+
+    /// A ghost starts: the mark that counts it until dropped.
+    pub(crate) fn holds(&self) -> GhostHolds {
+        self.holding.fetch_add(1, Ordering::Relaxed);
+        GhostHolds { holding: self.holding.clone(), drains: self.drains.load(Ordering::Acquire) }
+    }
+
+    /// Ghosts not done now.
+    pub(crate) fn holding(&self) -> usize {
+        self.holding.load(Ordering::Relaxed)
+    }
+
+    /// A drain comes: the ghosts started before it release their permits at once.
+    pub(crate) fn hurry(&self) {
+        self.drains.fetch_add(1, Ordering::AcqRel);
+        self.hurry.notify_waiters();
+    }
+
+    /// Resolves once a drain is asked after `holds` started (at once if one was).
+    pub(crate) async fn hurried(&self, holds: &GhostHolds) {
+        let notified = self.hurry.notified();
+        if self.drains.load(Ordering::Acquire) != holds.drains {
+            return;
+        }
+        notified.await;
     }
 
     /// A call let through; its ghost waits.

@@ -605,3 +605,53 @@ async fn the_minimal_user_runs_classes_tenants_budgets_and_windows_under_load() 
         assert!(status.learned.requests.is_some(), "the provider's limits were kept: {:?}", status.learned);
     }
 }
+
+/// The modes the live processes told with their heartbeats (`mode:<instance>|<mode>` members
+/// of the instances set), read as an operator's `wavegate status` reads them.
+fn told_modes(redis: &RedisServer) -> Vec<String> {
+    let mut con = redis.connection().expect("connection");
+    let instances = StoreConfig::new(redis.url()).keyspace.instances();
+    let members: Vec<String> = redis::cmd("ZRANGE").arg(&instances).arg(0).arg(-1).query(&mut con).expect("ZRANGE");
+    members
+        .iter()
+        .filter_map(|m| m.strip_prefix("mode:"))
+        .filter_map(|m| m.split_once('|'))
+        .map(|(_, mode)| mode.to_owned())
+        .collect()
+}
+
+#[actix::test]
+async fn a_process_whose_rights_were_cut_does_not_go_on_telling_it_shares() {
+    // The upstream's keys are taken from the user at runtime; the instances key is left, so
+    // the probe's heartbeat still counts this process live. What it tells the fleet must say
+    // it is not sharing (`rejected` or `fallback`), not the `shared` of its last heartbeat in shared mode.
+    let redis = RedisServer::start().expect("redis-server");
+    set_user(&redis, "app", "pw", &minimal_user());
+    let scheduler =
+        Scheduler::builder().upstream(upstream("llm", 4)).redis(url(&redis, "app", "pw")).build().expect("scheduler");
+    scheduler.upstream("llm").expect("configured").request().acquire().await.expect("permit").succeeded();
+    let started = std::time::Instant::now();
+    while told_modes(&redis) != ["shared"] {
+        assert!(started.elapsed() < Duration::from_secs(3), "no heartbeat told shared: {:?}", told_modes(&redis));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let cut = minimal_user().replace("~wavegate:{*}:* ", "");
+    set_user(&redis, "app", "pw", &cut);
+    let mut con = redis.connection().expect("connection");
+    redis::cmd("CLIENT").arg("KILL").arg("USER").arg("app").exec(&mut con).expect("CLIENT KILL");
+    scheduler.upstream("llm").expect("configured").request().acquire().await.expect("calls fail open").succeeded();
+    wait_for_mode(&scheduler, Mode::Rejected, Duration::from_secs(3)).await;
+    let rejected = std::time::Instant::now();
+    loop {
+        let modes = told_modes(&redis);
+        if !modes.is_empty() && modes.iter().all(|mode| mode != "shared") {
+            break;
+        }
+        assert!(rejected.elapsed() < Duration::from_secs(5), "still told as sharing while rejected: {modes:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Fallback (the rejection is cleared by each probe's own successful heartbeat, so either
+    // word may be the one told last).
+    let modes = told_modes(&redis);
+    assert!(modes.iter().all(|m| m.starts_with("rejected") || m.starts_with("fallback")), "{modes:?}");
+}

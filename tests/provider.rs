@@ -340,3 +340,38 @@ async fn a_fallback_goes_on_with_the_learned_limits() {
     let (remaining, _) = status.budgets.requests.expect("the learned budget is in force in the fallback");
     assert_eq!(remaining, 11);
 }
+
+#[cfg(feature = "redis")]
+#[actix::test]
+async fn a_process_reset_on_its_own_stays_lifted_when_another_live_change_comes() {
+    // A meets a spent quota and tells the fleet; B refuses the upstream too. The bill is
+    // paid and B's operator lifts B's refusal (`Upstream::reset_quota`, this process only).
+    // An unrelated live change (a limit) must not put the old spent quota back on B.
+    let redis = RedisServer::start().expect("redis-server");
+    let build = || Scheduler::builder().upstream(upstream(4)).redis(redis.url()).build().expect("scheduler");
+    let (a, b) = (build(), build());
+    let mut quota = limits(HeaderStyle::OpenAi, 1_000, Duration::from_secs(60));
+    quota.quota_exhausted = true;
+    let provider = MockProvider::start(quota, Duration::from_millis(5)).unwrap();
+    let refused = call(&a, &provider, 0).await.expect_err("the spent quota");
+    assert_eq!(refused.kind(), ErrorKind::QuotaExhausted);
+    let llm_b = b.upstream("llm").expect("configured");
+    let told = Instant::now();
+    while llm_b.status().await.expect("status").quota_exhausted_for.is_none() {
+        assert!(told.elapsed() < Duration::from_secs(5), "B never heard of the spent quota");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    quota.quota_exhausted = false;
+    provider.set_limits(quota);
+    assert!(llm_b.reset_quota(), "B was refused");
+    call(&b, &provider, 0).await.expect("B is served after its reset");
+    // Another live change, applied by every process (B included).
+    let version = llm_b.set_limit(3).await.expect("live limit");
+    let applied = Instant::now();
+    while llm_b.status().await.expect("status").live_version < version {
+        assert!(applied.elapsed() < Duration::from_secs(5), "B never applied the limit");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(llm_b.status().await.expect("status").quota_exhausted_for, None, "B's reset was undone");
+    call(&b, &provider, 0).await.expect("B is still served");
+}

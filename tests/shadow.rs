@@ -8,8 +8,12 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use wavegate::config::UpstreamConfigBuilder;
-use wavegate::{ClassSetting, LiveChange, Scheduler, ShadowStatus, Upstream, UpstreamConfig};
-use wavegate_testkit::{MockUpstream, MockUpstreamConfig, RedisServer};
+#[cfg(feature = "redis")]
+use wavegate::{ClassSetting, LiveChange};
+use wavegate::{Scheduler, ShadowStatus, Upstream, UpstreamConfig};
+#[cfg(feature = "redis")]
+use wavegate_testkit::RedisServer;
+use wavegate_testkit::{MockUpstream, MockUpstreamConfig};
 
 mod common;
 use common::call_mock;
@@ -162,6 +166,7 @@ async fn a_class_in_shadow_goes_at_once_and_takes_its_would_be_permits() {
     assert_eq!((shadow.upstream, shadow.classes.as_slice(), shadow.calls), (false, &["batch".to_owned()][..], 4));
 }
 
+#[cfg(feature = "redis")]
 #[actix::test]
 async fn shadow_switched_live_reaches_two_schedulers_on_redis() {
     let redis = RedisServer::start().expect("redis-server");
@@ -211,4 +216,70 @@ async fn shadow_switched_live_reaches_two_schedulers_on_redis() {
     provider.reset_max_in_flight();
     tokio::join!(burst(&llm_a, &provider, 6, None), burst(&llm_b, &provider, 6, None));
     assert_eq!(provider.max_in_flight(), 2);
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduler_shut_down_leaves_no_ghost_permit_held_in_the_store() {
+    // Without an actix system the scheduler's actors run on a thread of their own, stopped
+    // with its last handle (whose drop drains the releases on their way). Two calls of 1.5 s
+    // at once in shadow at a limit of 1: the second's ghost waits for the first's permit, then
+    // would hold one for 1.5 s more — after both calls returned, and longer than a drain
+    // waits. The application drops the scheduler right then: no ghost's permit may stay held
+    // in the store until its lease (a fixed TTL here, 660 s).
+    let redis = RedisServer::start().expect("redis-server");
+    let service = Duration::from_millis(1_500);
+    let provider =
+        MockUpstream::start(MockUpstreamConfig { service_time: service, ..Default::default() }).expect("mock");
+    let config = || UpstreamConfig::builder("llm").limit(1).permit_ttl(Duration::from_secs(660)).shadow(true);
+    let build = || {
+        let upstream = config().build().expect("config");
+        Scheduler::builder().upstream(upstream).redis(redis.url()).build().expect("scheduler")
+    };
+    let (a, watcher) = (build(), build());
+    let llm = a.upstream("llm").expect("llm");
+    let ran = burst(&llm, &provider, 2, None).await;
+    assert!(ran.iter().all(|(w, ok)| *ok && w.is_zero()), "{ran:?}");
+    drop(llm);
+    drop(a);
+    let llm = watcher.upstream("llm").expect("llm");
+    let stopped = Instant::now();
+    loop {
+        let held = llm.status().await.expect("status").in_flight_fleet;
+        if held == Some(0) {
+            break;
+        }
+        assert!(stopped.elapsed() < Duration::from_secs(3), "a ghost's permit is still held: {held:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[actix::test]
+async fn a_caller_waiting_when_shadow_is_switched_on_is_let_through() {
+    // One permit held; a second caller waits for it. The operator switches the upstream to
+    // shadow: "no call is held back" holds for the caller already waiting too — it gets its
+    // pass at once, not when the permit comes back (or at its wait bound).
+    let (_scheduler, upstream) = local(UpstreamConfig::builder("llm").limit(1).max_wait(Duration::from_secs(5)));
+    let held = upstream.request().acquire().await.expect("the one permit");
+    let waiting = {
+        let upstream = upstream.clone();
+        actix::spawn(async move {
+            let permit = upstream.request().acquire().await.expect("a permit or a pass");
+            (permit.is_shadow(), Instant::now())
+        })
+    };
+    while upstream.status().await.expect("status").queue_depth == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let switched = Instant::now();
+    upstream.set_shadow(true).await.expect("shadow on");
+    let waited = tokio::time::timeout(Duration::from_secs(1), waiting).await;
+    let (shadow, at) = waited.expect("still held back 1 s after shadow on").expect("task");
+    assert!(shadow, "let through with a pass");
+    assert!(at.duration_since(switched) < Duration::from_millis(200), "{:?}", at.duration_since(switched));
+    // Its ghost takes its place: granted once the held permit comes back.
+    held.succeeded();
+    let shadow = settled(&upstream).await;
+    assert_eq!((shadow.calls, shadow.would_have_granted, shadow.waiting), (1, 1, 0), "{shadow:?}");
+    assert_eq!(upstream.status().await.expect("status").queue_depth, 0);
 }

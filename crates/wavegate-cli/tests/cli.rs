@@ -345,3 +345,52 @@ async fn top_shows_four_processes_and_ten_upstreams_at_a_glance() {
     assert!(screen.lines().count() <= 30, "one screen: {} lines", screen.lines().count());
     drop(permits);
 }
+
+/// A FLUSHALL while the fleet refuses a spent quota, then `reset-quota`: the reset must
+/// still lift the refusal everywhere, though the store's live version starts over.
+#[actix::test]
+#[ignore = "not fixed: after a FLUSHALL the live version starts over; a reset at the version a process applied before (2 here) reads as unchanged in lua/live.lua and is never applied (fails 3 runs in 4: depends on whether the 10 s safety net read the flushed store first)"]
+async fn reset_quota_after_a_flushall_still_lifts_the_refusal() {
+    let redis = RedisServer::start().expect("redis-server");
+    let url = redis.url();
+    let build = || {
+        let llm = UpstreamConfig::builder("llm").limit(4).max_wait(Duration::from_millis(200)).build().expect("valid");
+        Scheduler::builder().upstream(llm).redis(url.clone()).build().expect("scheduler")
+    };
+    let (a, b) = (build(), build());
+    let permit = a.upstream("llm").expect("llm").request().acquire().await.expect("permit");
+    permit.report(Outcome::from_status(429, None, SystemTime::now()).with_error_code("insufficient_quota"));
+    // Another live change: the fleet is at version 2 (the spent quota told, then this).
+    let version = a.upstream("llm").expect("llm").set_limit(3).await.expect("live limit");
+    assert_eq!(version, 2);
+    let started = Instant::now();
+    while b.upstream("llm").expect("llm").status().await.expect("status").live_version < version {
+        assert!(started.elapsed() < Duration::from_secs(2), "b never applied version 2");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(b.upstream("llm").expect("llm").status().await.expect("status").quota_exhausted_for.is_some());
+    let mut con = redis.connection().expect("connection");
+    redis::cmd("FLUSHALL").exec(&mut con).expect("FLUSHALL");
+    // The operator resets as soon as the CLI knows the upstream again (its claim is renewed).
+    let started = Instant::now();
+    loop {
+        let out = wavegate(&["reset-quota", "llm", "--redis", &url]);
+        if out.status.success() {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(15), "{out:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let reset = Instant::now();
+    for scheduler in [&a, &b] {
+        let llm = scheduler.upstream("llm").expect("llm");
+        while let Some(left) = llm.status().await.expect("status").quota_exhausted_for {
+            let version = llm.status().await.expect("status").live_version;
+            assert!(
+                reset.elapsed() < Duration::from_secs(12),
+                "still refused for {left:?} after the reset (version {version})"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use crate::{Store, StoreError};
 
-/// Where a heartbeat's member for a mode starts (`MODE_BASE` of `lua/heartbeat.lua`).
-const MODE_BASE: u64 = 1 << 51;
+/// The band of the gauge reader's turns and the modes (`READER_BASE` of `lua/heartbeat.lua`):
+/// a mode's score is it plus when it stops counting.
+const READER_BASE: u64 = 1 << 50;
 /// The longest mode text kept from the store (an operator's line, not a payload).
 const MODE_MAX: usize = 200;
 
@@ -45,10 +46,11 @@ fn read(members: Vec<(String, f64)>, now_ms: u64) -> Vec<LiveProcess> {
         let score = if score.is_finite() && score > 0.0 { score as u64 } else { 0 };
         if let Some(rest) = member.strip_prefix("mode:") {
             let Some((instance, mode)) = rest.split_once('|') else { continue };
-            if score.saturating_sub(MODE_BASE) > now_ms {
-                modes.insert(instance.to_owned(), mode.chars().take(MODE_MAX).collect());
+            if score.saturating_sub(READER_BASE) > now_ms {
+                // Read, not trusted: no control character reaches an operator's terminal.
+                modes.insert(instance.to_owned(), mode.chars().filter(|c| !c.is_control()).take(MODE_MAX).collect());
             }
-        } else if !member.contains(':') && score < MODE_BASE {
+        } else if !member.contains(':') && score < READER_BASE {
             let counts_for = Duration::from_millis(score.saturating_sub(now_ms));
             processes.push(LiveProcess { instance: member, counts_for, mode: None });
         }
@@ -66,12 +68,12 @@ mod tests {
 
     #[test]
     fn members_are_read_into_processes_with_their_modes() {
-        let base = MODE_BASE as f64;
+        let base = READER_BASE as f64;
         let members = vec![
             ("b".to_owned(), 5_000.0),
             ("a".to_owned(), 4_000.0),
             ("reader:a".to_owned(), (1u64 << 50) as f64 + 9_000.0),
-            ("mode:a|fallback 1/3".to_owned(), base + 4_000.0),
+            ("mode:a|fallback\u{1b}[2J 1/3\n".to_owned(), base + 4_000.0),
             ("mode:gone|shared".to_owned(), base + 4_000.0),
             ("mode:b|shared".to_owned(), base + 500.0),
             ("mode:broken".to_owned(), base + 9_000.0),
@@ -81,6 +83,6 @@ mod tests {
             .iter()
             .map(|p| (p.instance.as_str(), p.counts_for.as_millis() as u64, p.mode.as_deref()))
             .collect();
-        assert_eq!(seen, [("a", 3_000, Some("fallback 1/3")), ("b", 4_000, None)], "b's mode ran out");
+        assert_eq!(seen, [("a", 3_000, Some("fallback[2J 1/3")), ("b", 4_000, None)], "b's mode ran out");
     }
 }

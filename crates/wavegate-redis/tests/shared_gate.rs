@@ -428,3 +428,45 @@ async fn the_startup_check_counts_the_live_processes_this_one_included() {
     let again = store.check(&gates, "process-b", LEASE).await.expect("check");
     assert_eq!(again.live, 2, "a process is counted once: {again:?}");
 }
+
+/// `lua/heartbeat.lua` as the processes of the version before the modes run it (commit
+/// 0f83668): a fleet being upgraded, or rolled back, runs both side by side.
+const OLD_HEARTBEAT: &str = include_str!("heartbeat_0_1.lua");
+
+#[tokio::test]
+async fn a_process_of_the_version_before_takes_the_gauge_reader_turn_a_newer_one_left() {
+    // A new process beats with its mode, reads the gauges, then stops (a rollback). The older
+    // processes left must elect a reader among them once its turn ends: its mode member must
+    // not read, to their script, as a reader's turn that never ends.
+    let server = RedisServer::start().expect("redis-server");
+    let store = Store::connect(StoreConfig::new(server.url())).await.expect("store");
+    let (ttl, turn) = (Duration::from_millis(400), Duration::from_millis(300));
+    let new = store.beat("a", ttl, turn, Some(("shared", ""))).await.expect("heartbeat");
+    assert!(new.gauge_reader);
+    let mut con = server.connection().expect("connection");
+    let instances = store.config().keyspace.instances();
+    let old_beat = |con: &mut redis::Connection| -> (u32, u32) {
+        let reply: Vec<u32> = redis::cmd("EVAL")
+            .arg(OLD_HEARTBEAT)
+            .arg(1)
+            .arg(&instances)
+            .arg("old")
+            .arg(ttl.as_millis() as u64)
+            .arg(turn.as_millis() as u64)
+            .query(con)
+            .expect("the old heartbeat");
+        (reply[0], reply[1])
+    };
+    assert_eq!(old_beat(&mut con), (2, 0), "a reads while it beats");
+    // a stops; the old process beats on.
+    let stopped = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (live, reader) = old_beat(&mut con);
+        if reader == 1 {
+            assert_eq!(live, 1);
+            break;
+        }
+        assert!(stopped.elapsed() < Duration::from_secs(3), "no reader elected 3 s after the new one stopped");
+    }
+}

@@ -99,13 +99,18 @@ impl Coordinator {
             return;
         }
         let Some(store) = self.store.clone() else { return };
+        // The probe's heartbeat tells the mode too: a process the store answers but rejects
+        // (a right taken) is counted live, and must not go on telling the `shared` of its last
+        // heartbeat in shared mode.
+        let told = domains::told(&self.domains, store::rejected(&store));
         let call = if self.heartbeat_domain() == Some(domain) {
             let instance = self.instance.to_string();
+            let mode = Some((told.clone(), self.mode_told.clone()));
             async move {
                 store::ping(&store).await?;
-                store::heartbeat(&store, instance, HEARTBEAT_TTL, Duration::ZERO, None)
+                store::heartbeat(&store, instance, HEARTBEAT_TTL, Duration::ZERO, mode)
                     .await
-                    .map(|(live, _)| Some(live))
+                    .map(|(live, _)| Some((live, told)))
             }
             .boxed_local()
         } else {
@@ -120,8 +125,9 @@ impl Coordinator {
         };
         ctx.spawn(call.into_actor(self).map(move |result, act, ctx| match result {
             Ok(live) => {
-                if let Some(live) = live {
+                if let Some((live, told)) = live {
                     act.note_live(live);
+                    act.mode_told = told;
                 }
                 act.reconcile(domain, ctx);
             }

@@ -340,7 +340,9 @@ impl Handler<Drain> for Lane {
     type Result = ();
 
     fn handle(&mut self, drain: Drain, ctx: &mut Context<Self>) {
-        if self.releases_in_flight == 0 && !self.pumping && !self.reconciling {
+        // Ghosts of calls in shadow release what they hold at once, and are waited for.
+        self.shadow.hurry();
+        if self.releases_in_flight == 0 && !self.pumping && !self.reconciling && self.shadow.holding() == 0 {
             drain.reply.send();
             return;
         }

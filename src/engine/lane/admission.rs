@@ -27,8 +27,9 @@ impl Lane {
     pub(super) fn admit(&mut self, acquire: Acquire, ctx: &mut Context<Self>) {
         let Acquire { request, kind, wait_until, reply } = acquire;
         // In shadow the caller goes at once; its ghost is admitted and waits in its place.
-        let reply = match self.shadow_class(&request) {
-            Some(class) => self.let_through(reply, &request, class),
+        let ghost = self.shadow_class(&request);
+        let reply = match ghost {
+            Some(class) => self.let_through(reply, request.tenant, request.tokens, class, Instant::now()),
             None => reply,
         };
         let (class, ticket) = match self.check(&request, kind) {
@@ -58,6 +59,7 @@ impl Lane {
         let alone = self.waiters.len() == 0;
         self.waiters.push(Waiter {
             alone,
+            ghost: ghost.is_some(),
             id: id.clone(),
             enqueued: now,
             deadline: wait_until,

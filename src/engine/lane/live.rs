@@ -165,6 +165,8 @@ impl Lane {
         if config != self.config {
             self.local.apply_live(&config, self.clock.now_ms());
             self.config = config;
+            // A class switched to shadow holds none of its callers back, those waiting included.
+            self.let_waiting_through();
         }
         let changed = settings != self.live;
         self.apply_spent_quota(&settings);

@@ -42,12 +42,17 @@ impl Lane {
     }
 
     /// The fleet's spent quota, from the live settings being applied: refused here too for
-    /// what is left of it.
+    /// what is left of it — once: a spent quota already told or applied here (it stays in
+    /// every later version of the settings) is not applied again, so a refusal this process
+    /// lifted on its own (`Upstream::reset_quota`) is not put back by an unrelated change.
     pub(super) fn apply_spent_quota(&mut self, settings: &LiveSettings) {
         let Some(left) = settings.quota_spent.and_then(|spent| spent.remaining).filter(|left| !left.is_zero()) else {
             return;
         };
         let until = clock::after(Instant::now(), left);
+        if self.quota_told.is_some_and(|told| clock::after(told, TOLD_SLACK) >= until) {
+            return;
+        }
         self.quota_told = Some(self.quota_told.map_or(until, |told| told.max(until)));
         let refused_before = self.quota.remaining().is_some();
         let refused_for = self.quota.exhaust(left);

@@ -82,6 +82,10 @@ impl Lane {
         };
         self.release(release, 0, ctx);
         self.tell_spent_quota(ctx);
+        // A release answered at once (no store call) may be the last a drain waited for.
+        if !self.drains.is_empty() {
+            self.answer_drains();
+        }
     }
 
     /// One attempt at a release with the gate in charge.
@@ -200,9 +204,10 @@ impl Lane {
     }
 
     /// Answers the drains once nothing is on its way to the store: no release (or release
-    /// retry), no acquire whose grant would need a release, no reconciliation.
+    /// retry), no acquire whose grant would need a release, no reconciliation, no ghost of a
+    /// call in shadow still holding its permit.
     pub(super) fn answer_drains(&mut self) {
-        if self.releases_in_flight == 0 && !self.pumping && !self.reconciling {
+        if self.releases_in_flight == 0 && !self.pumping && !self.reconciling && self.shadow.holding() == 0 {
             for drain in self.drains.drain(..) {
                 drain.send();
             }

@@ -43,6 +43,8 @@ pub(crate) struct Waiter {
     /// Nobody waited in this process when it came: granted at its first ask, it did not wait
     /// for the limit at all (see [`GrantInfo::at_once`](crate::engine::grant::GrantInfo)).
     pub(crate) alone: bool,
+    /// It is the ghost of a call in shadow (the call went at once).
+    pub(crate) ghost: bool,
     /// The timer that answers it at its deadline; cancelled when it is answered before.
     pub(crate) deadline_timer: Option<SpawnHandle>,
 }
@@ -181,6 +183,11 @@ impl Waiters {
         self.queues.iter().flatten()
     }
 
+    /// Every waiter, to change in place (its queue and place stay).
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut Waiter> {
+        self.queues.iter_mut().flatten()
+    }
+
     /// The first waiter of `class` whose caller is still there (callers that gave up are
     /// dropped); marks when it reached the head.
     pub(crate) fn head_of(&mut self, class: usize, now: Instant) -> Option<&Waiter> {
@@ -304,6 +311,7 @@ mod tests {
         let now = Instant::now();
         let waiter = Waiter {
             alone: false,
+            ghost: false,
             id: pid(id),
             enqueued: now,
             deadline: now + Duration::from_secs(60),
