@@ -222,7 +222,7 @@ impl Store {
     /// as it beats within `reader_turn`; when it stops, the next process to beat takes over.
     /// With `mode` = (its mode now, the mode it told last or `""`), the process's mode as an
     /// operator reads it (`shared`, `fallback 2/100`, ...) is kept beside its heartbeat, for
-    /// as long as the heartbeat counts ([`process_modes`](crate::process_modes) reads them).
+    /// as long as the heartbeat counts ([`live_processes`](crate::live_processes) reads them).
     pub async fn beat(
         &self,
         instance: &str,
