@@ -252,8 +252,7 @@ async fn a_pooled_acquire_gives_a_permit_of_a_member_with_room() {
 }
 
 /// Ordered spillover: the primary (limit 4) takes what it can hold, the overflow the rest; once
-/// the primary has room again, it takes everything — in one process, and across two processes
-/// on a real Redis (the primary's room judged from the fleet's permits).
+/// the primary has room again, it takes everything.
 #[actix::test]
 async fn spillover_fills_the_primary_first_then_the_next() {
     let slow = Duration::from_millis(300);
@@ -274,8 +273,19 @@ async fn spillover_fills_the_primary_first_then_the_next() {
         call(&s, &addrs).await.expect("served");
     }
     assert_eq!(mocks[1].calls(), before, "with room, the primary takes every call");
+}
 
-    // Two processes: the primary's four permits held by one, the other's calls spill over.
+/// Ordered spillover across two processes on a real Redis: the primary's room is judged from
+/// the fleet's permits, so a process whose calls the other filled passes them on.
+#[cfg(feature = "redis")]
+#[actix::test]
+async fn spillover_passes_on_what_the_fleet_filled() {
+    let slow = Duration::from_millis(300);
+    let mocks: Vec<MockUpstream> = (0..2)
+        .map(|_| MockUpstream::start(MockUpstreamConfig { service_time: slow, ..Default::default() }).unwrap())
+        .collect();
+    let addrs: Vec<_> = mocks.iter().map(MockUpstream::addr).collect();
+    // The primary's four permits held by one process, the other's calls spill over.
     let redis = wavegate_testkit::RedisServer::start().expect("redis-server");
     let shared = || {
         let mut builder = Scheduler::builder().redis(redis.url());
