@@ -49,18 +49,7 @@ end
 
 -- The values of `fields` of KEYS[6] (one HMGET for those this run has not seen).
 local function k6_fetch(fields)
-  local missing = {}
-  for _, field in ipairs(fields) do
-    if k6_cache[field] == nil then table.insert(missing, field) end
-  end
-  for from = 1, #missing, 1000 do
-    local chunk = { unpack(missing, from, math.min(from + 999, #missing)) }
-    local values = redis.call('HMGET', KEYS[6], unpack(chunk))
-    for i, field in ipairs(chunk) do k6_cache[field] = values[i] end
-  end
-  local out = {}
-  for i, field in ipairs(fields) do out[i] = k6_cache[field] end
-  return out
+  return cached_hmget(KEYS[6], k6_cache, fields)
 end
 
 -- Calls `send` with `list` in chunks of `step` (the Lua stack bounds unpack).

@@ -30,24 +30,31 @@ local STATE_FIELDS = { 'state', 'limit', 'wave', 'cooldown_until', 'successes', 
   'pw_tokens_until', 'pw_tokens_at', 'pw_tokens_to', 'requests_rate', 'tokens_rate', 'pc' }
 local state_cache = nil
 
+-- The values of `fields` of hash `key` (a list, in order; `false` for a missing one), through
+-- `cache` (field -> value as read or written in this run): one HMGET, in chunks of 1000 (the
+-- Lua stack bounds unpack), for the fields the cache does not have yet.
+local function cached_hmget(key, cache, fields)
+  local missing = {}
+  for _, field in ipairs(fields) do
+    if cache[field] == nil then table.insert(missing, field) end
+  end
+  for from = 1, #missing, 1000 do
+    local chunk = { unpack(missing, from, math.min(from + 999, #missing)) }
+    local values = redis.call('HMGET', key, unpack(chunk))
+    for i, field in ipairs(chunk) do cache[field] = values[i] end
+  end
+  local out = {}
+  for i, field in ipairs(fields) do out[i] = cache[field] end
+  return out
+end
+
 -- The values of `fields` of KEYS[2] (a list, in order; `false` for a missing one).
 local function state_read(fields)
   if state_cache == nil then
     state_cache = {}
-    local values = redis.call('HMGET', KEYS[2], unpack(STATE_FIELDS))
-    for i, field in ipairs(STATE_FIELDS) do state_cache[field] = values[i] end
+    cached_hmget(KEYS[2], state_cache, STATE_FIELDS)
   end
-  local missing = {}
-  for _, field in ipairs(fields) do
-    if state_cache[field] == nil then table.insert(missing, field) end
-  end
-  if #missing > 0 then
-    local values = redis.call('HMGET', KEYS[2], unpack(missing))
-    for i, field in ipairs(missing) do state_cache[field] = values[i] end
-  end
-  local out = {}
-  for i, field in ipairs(fields) do out[i] = state_cache[field] end
-  return out
+  return cached_hmget(KEYS[2], state_cache, fields)
 end
 
 -- HSET KEYS[2] with `...` (field, value, field, value, ...), the copy kept in step.
