@@ -154,8 +154,13 @@ else
     if tokens_tat then save_tat('tokens_tat', tokens_tat) end
     if ask.class_index then charge_class(config, ask.class_index, now, tokens) end
     if redis.call('ZADD', KEYS[1], now + lease, id) == 1 then pc_change(id, 1) end
-    redis.call('HSET', KEYS[3], id, s.wave)
     if pw_charge(windows, now, tokens) then pw_save(windows) end -- [provider windows]
+    local mark = pw_mark(windows)
+    if mark then
+      redis.call('HSET', KEYS[3], id, s.wave, 'm|' .. id, mark)
+    else
+      redis.call('HSET', KEYS[3], id, s.wave)
+    end
     if ask.turns then turns_granted(config, ask.turns, ask.class_index) end
     if deferred then
       -- Only what still waits goes on the list.

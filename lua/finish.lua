@@ -64,7 +64,7 @@ elseif outcome ~= 'neutral' then
 end
 
 local held = redis.call('ZREM', KEYS[1], id)
-redis.call('HDEL', KEYS[3], id)
+redis.call('HDEL', KEYS[3], id, 'm|' .. id)
 if held == 1 then pc_change(id, -1) end
 save_state(s, config) -- with the permits' counts (wave.lua)
 local woken = nil

@@ -9,10 +9,17 @@
 -- pw_requests_to and the same for tokens (ms of Redis TIME; an end of 0 or in the past: no
 -- window; `to` 0: a fixed window, else the limit a continuously refilled bucket grows back to).
 --
+-- Fields pw_sent_requests and pw_sent_tokens: the grants counted since the first report (absent
+-- before it), one request and the tokens reserved per grant; a grant's count right after it is
+-- its mark, KEYS[3] field 'm|<permit id>' = '<requests>:<tokens>' (kept while the permit is).
+--
 -- Rules:
---   * a report of R left with a reset in D (at most PW_MAX_RESET ms: a day), with N other calls
---     in flight (each assumed to cost one request and as many tokens as the reporting call
---     reserved): R - cost(N) is left, until now + D; a report of the same window (ending within
+--   * a report of R left with a reset in D (at most PW_MAX_RESET ms: a day) by a call whose
+--     permit has a mark: the provider counted R at that call's admission, so what it has not
+--     counted is what was granted since the mark: R - cost(since) is left, until now + D; a
+--     call without a mark (granted before the first report): with N other calls in flight
+--     (each assumed to cost one request and as many tokens as the reporting call reserved),
+--     R - cost(N); a report of the same window (ending within
 --     PW_SAME_WINDOW ms of the known end) only lowers what is left, a later window replaces it,
 --     and so does an earlier one (an older answer's end only ever lies later: an earlier end
 --     is the provider's newer word);
@@ -44,18 +51,27 @@ end
 
 local function pw_save(w)
   local f = function(n) return string.format('%.0f', n) end
-  state_write(
-    'pw_requests_left', f(w.requests.left), 'pw_requests_until', f(w.requests['until']),
-    'pw_requests_at', f(w.requests.at), 'pw_requests_to', f(w.requests.to),
-    'pw_tokens_left', f(w.tokens.left), 'pw_tokens_until', f(w.tokens['until']),
-    'pw_tokens_at', f(w.tokens.at), 'pw_tokens_to', f(w.tokens.to))
+  if w.sent then
+    state_write(
+      'pw_requests_left', f(w.requests.left), 'pw_requests_until', f(w.requests['until']),
+      'pw_requests_at', f(w.requests.at), 'pw_requests_to', f(w.requests.to),
+      'pw_tokens_left', f(w.tokens.left), 'pw_tokens_until', f(w.tokens['until']),
+      'pw_tokens_at', f(w.tokens.at), 'pw_tokens_to', f(w.tokens.to),
+      'pw_sent_requests', f(w.sent.requests), 'pw_sent_tokens', f(w.sent.tokens))
+  else
+    state_write(
+      'pw_requests_left', f(w.requests.left), 'pw_requests_until', f(w.requests['until']),
+      'pw_requests_at', f(w.requests.at), 'pw_requests_to', f(w.requests.to),
+      'pw_tokens_left', f(w.tokens.left), 'pw_tokens_until', f(w.tokens['until']),
+      'pw_tokens_at', f(w.tokens.at), 'pw_tokens_to', f(w.tokens.to))
+  end
 end
 
 -- The windows as stored, clamped to what they may mean at `now`; a clamped end is saved, so it
 -- stays put rather than moving with now.
 local function pw_load(now)
   local v = state_read({ 'pw_requests_left', 'pw_requests_until', 'pw_requests_at', 'pw_requests_to',
-    'pw_tokens_left', 'pw_tokens_until', 'pw_tokens_at', 'pw_tokens_to' })
+    'pw_tokens_left', 'pw_tokens_until', 'pw_tokens_at', 'pw_tokens_to', 'pw_sent_requests', 'pw_sent_tokens' })
   local last = now + PW_MAX_RESET
   local w = {
     requests = { left = pw_clamp(v[1], PW_MOST_LEFT), ['until'] = pw_clamp(v[2], last),
@@ -63,6 +79,7 @@ local function pw_load(now)
     tokens = { left = pw_clamp(v[5], PW_MOST_LEFT), ['until'] = pw_clamp(v[6], last),
       at = pw_clamp(v[7], last), to = pw_clamp(v[8], PW_MOST_LEFT) },
   }
+  if v[9] then w.sent = { requests = pw_clamp(v[9], PW_MOST_LEFT), tokens = pw_clamp(v[10], PW_MOST_LEFT) } end
   if (tonumber(v[2]) or 0) > last or (tonumber(v[6]) or 0) > last then pw_save(w) end
   return w
 end
@@ -104,10 +121,16 @@ local function pw_wait(w, now, tokens)
   return wait
 end
 
--- Counts a grant reserving `tokens` down from the running windows (saved by the caller).
+-- Counts a grant reserving `tokens` down from the running windows, and in the grants counted
+-- since the first report (saved by the caller). Returns whether anything changed.
 local function pw_charge(w, now, tokens)
   local cost = { requests = 1, tokens = tokens }
   local changed = false
+  if w.sent then
+    w.sent.requests = math.min(w.sent.requests + 1, PW_MOST_LEFT)
+    w.sent.tokens = math.min(w.sent.tokens + tokens, PW_MOST_LEFT)
+    changed = true
+  end
   for _, name in ipairs(PW_NAMES) do
     local t = w[name]
     if pw_runs(t, now) then
@@ -125,6 +148,23 @@ local function pw_charge(w, now, tokens)
     end
   end
   return changed
+end
+
+-- The mark of a grant: the count of grants right after it ('<requests>:<tokens>'), or nil when
+-- none is kept.
+local function pw_mark(w)
+  if not w.sent then return nil end
+  return string.format('%.0f:%.0f', w.sent.requests, w.sent.tokens)
+end
+
+-- What was granted after `mark` (a permit's, as pw_mark wrote it), as {requests, tokens}; nil
+-- without a count, for a mark unreadable or ahead of the count (the count started over).
+local function pw_sent_since(w, mark)
+  if not w.sent or not mark then return nil end
+  local r, t = string.match(mark, '^(%d+):(%d+)$')
+  r, t = tonumber(r), tonumber(t)
+  if not r or not t or r > w.sent.requests or t > w.sent.tokens then return nil end
+  return { requests = w.sent.requests - r, tokens = w.sent.tokens - t }
 end
 
 -- Takes in one window's report: `remaining` left, resetting in `reset_ms`, `others_cost` spent

@@ -49,7 +49,7 @@ for i = FIRST_ID, FIRST_ID - 1 + adopt do
 end
 for i = FIRST_ID + adopt, #ARGV do
   if redis.call('ZREM', KEYS[1], ARGV[i]) == 1 then pc_change(ARGV[i], -1) end
-  redis.call('HDEL', KEYS[3], ARGV[i])
+  redis.call('HDEL', KEYS[3], ARGV[i], 'm|' .. ARGV[i])
 end
 pc_flush() -- the counts by class and tenant, if kept (wave.lua)
 return { s.wave, s.state, s.limit, redis.call('ZCARD', KEYS[1]), adopted_wave, gen }

@@ -4,8 +4,10 @@
 -- ARGV[1] requests left, or '' when the response did not say   ARGV[2] its reset, ms from now
 -- ARGV[3] tokens left, or ''                                    ARGV[4] its reset, ms from now
 -- ARGV[5] tokens the reporting call reserved (the others in flight are assumed to as well)
--- ARGV[6] the reporting call's permit id ('' for none): the other permits held are the calls the
---         provider may not have counted yet; this one is not counted, held or already released.
+-- ARGV[6] the reporting call's permit id ('' for none): the grants made since its mark are the
+--         calls the provider may not have counted yet; without a mark, the other permits held
+--         (this one is not counted, held or already released). A report starts the count of
+--         grants (provider_window.lua).
 -- ARGV[7] the requests limit announced, or '' when none with a known window   ARGV[8] its window, ms
 -- ARGV[9] the tokens limit announced, or ''                                   ARGV[10] its window, ms
 -- ARGV[11] '1': forget the windows kept before taking the report in (an operator's clear), '0'
@@ -23,16 +25,24 @@ if ARGV[6] ~= '' and redis.call('ZSCORE', KEYS[1], ARGV[6]) then others = others
 local tokens_each = to_int(ARGV[5], 'tokens each')
 local w = pw_load(now)
 if ARGV[11] == '1' then
-  w = { requests = { left = 0, ['until'] = 0, at = 0, to = 0 }, tokens = { left = 0, ['until'] = 0, at = 0, to = 0 } }
+  -- The count of grants goes on: the marks of the permits held refer to it.
+  w = { requests = { left = 0, ['until'] = 0, at = 0, to = 0 }, tokens = { left = 0, ['until'] = 0, at = 0, to = 0 },
+        sent = w.sent }
+end
+local requests_cost, tokens_cost = others, others * tokens_each
+if ARGV[6] ~= '' then
+  local since = pw_sent_since(w, redis.call('HGET', KEYS[3], 'm|' .. ARGV[6]))
+  if since then requests_cost, tokens_cost = since.requests, since.tokens end
 end
 if ARGV[1] ~= '' then
-  pw_report_one(w.requests, now, to_int(ARGV[1], 'requests left'), to_int(ARGV[2], 'requests reset'), others,
+  pw_report_one(w.requests, now, to_int(ARGV[1], 'requests left'), to_int(ARGV[2], 'requests reset'), requests_cost,
     to_int(ARGV[12], 'requests refill'))
 end
 if ARGV[3] ~= '' then
-  pw_report_one(w.tokens, now, to_int(ARGV[3], 'tokens left'), to_int(ARGV[4], 'tokens reset'), others * tokens_each,
+  pw_report_one(w.tokens, now, to_int(ARGV[3], 'tokens left'), to_int(ARGV[4], 'tokens reset'), tokens_cost,
     to_int(ARGV[13], 'tokens refill'))
 end
+if ARGV[11] ~= '1' and not w.sent then w.sent = { requests = 0, tokens = 0 } end
 pw_save(w)
 if ARGV[7] ~= '' then ll_report(now, 'requests', to_int(ARGV[7], 'requests limit'), to_int(ARGV[8], 'requests window')) end
 if ARGV[9] ~= '' then ll_report(now, 'tokens', to_int(ARGV[9], 'tokens limit'), to_int(ARGV[10], 'tokens window')) end

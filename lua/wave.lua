@@ -9,7 +9,8 @@
 --   KEYS[1]  sorted set of held permits: member = client-chosen permit id, score = lease end (ms)
 --   KEYS[2]  hash of the wave state: state, limit, wave, cooldown_until, successes, step, threshold,
 --            and the rate budgets' theoretical arrival times, requests_tat and tokens_tat (µs)
---   KEYS[3]  hash of permit id -> wave the permit was issued in
+--   KEYS[3]  hash of permit id -> wave the permit was issued in, and 'm|<permit id>' -> the
+--            count of grants right after it, '<requests>:<tokens>' (provider_window.lua)
 --   KEYS[4]  sorted set of processes waiting at the limit: member = instance id, score = since (ms)
 -- Time is always Redis TIME, in milliseconds.
 
@@ -27,7 +28,8 @@ local STATE_FIELDS = { 'state', 'limit', 'wave', 'cooldown_until', 'successes', 
   'good', 'retest_at', 'spacing', 'on_trial', 'rounds', 'retest_rounds', 'gen', 'requests_tat', 'tokens_tat',
   'll_requests_limit', 'll_requests_window', 'll_requests_until', 'll_tokens_limit', 'll_tokens_window',
   'll_tokens_until', 'pw_requests_left', 'pw_requests_until', 'pw_requests_at', 'pw_requests_to', 'pw_tokens_left',
-  'pw_tokens_until', 'pw_tokens_at', 'pw_tokens_to', 'requests_rate', 'tokens_rate', 'pc' }
+  'pw_tokens_until', 'pw_tokens_at', 'pw_tokens_to', 'pw_sent_requests', 'pw_sent_tokens', 'requests_rate',
+  'tokens_rate', 'pc' }
 local state_cache = nil
 
 -- The values of `fields` of hash `key` (a list, in order; `false` for a missing one), through
@@ -562,8 +564,13 @@ local function purge(now)
   local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
   if #expired > 0 then
     redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-    for i = 1, #expired, 1000 do
-      redis.call('HDEL', KEYS[3], unpack(expired, i, math.min(i + 999, #expired)))
+    for i = 1, #expired, 500 do
+      local fields = {}
+      for k = i, math.min(i + 499, #expired) do
+        table.insert(fields, expired[k])
+        table.insert(fields, 'm|' .. expired[k])
+      end
+      redis.call('HDEL', KEYS[3], unpack(fields))
     end
     for _, id in ipairs(expired) do pc_change(id, -1) end
     pc_flush()

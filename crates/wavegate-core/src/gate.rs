@@ -450,8 +450,8 @@ impl LocalGate {
                     if let Some((class, _)) = chosen {
                         self.class_budgets.charge(class, budgets, now_ms, head.tokens);
                     }
-                    self.ledger.insert(head.id, HeldPermit { expires_ms, wave: s.wave });
-                    self.windows.charge(now_ms, head.tokens);
+                    let sent = self.windows.charge(now_ms, head.tokens);
+                    self.ledger.insert(head.id, HeldPermit { expires_ms, wave: s.wave, sent });
                     if let Some((class, false)) = chosen {
                         self.turns.granted(class, self.classes[class].weight_value().get());
                     }
@@ -560,15 +560,17 @@ impl LocalGate {
     }
 
     /// Takes in what a response to permit `id` said is left of the provider's windows: the
-    /// other permits held are the calls the provider may not have counted yet, each assumed to
-    /// reserve `tokens_each` tokens (see [`ProviderWindows::report`]). `id` itself is not
-    /// counted, whether it is still held or already finished. The limits it announced are
-    /// learned ([`LearnedBudgets::report`]). (`lua/report_window.lua`.)
+    /// calls the provider may not have counted yet are the grants made since `id`'s, when it
+    /// is still held with its mark, else the other permits held, each assumed to reserve
+    /// `tokens_each` tokens (see [`ProviderWindows::report`]). `id` itself is not counted,
+    /// whether it is still held or already finished. The limits it announced are learned
+    /// ([`LearnedBudgets::report`]). (`lua/report_window.lua`.)
     pub fn report_window(&mut self, id: &str, report: WindowReport, now_ms: u64, tokens_each: u64) {
         self.ledger.purge_expired(now_ms);
-        let held = self.ledger.len() - usize::from(self.ledger.get(id).is_some());
+        let mine = self.ledger.get(id);
+        let held = self.ledger.len() - usize::from(mine.is_some());
         let others = u32::try_from(held).unwrap_or(u32::MAX);
-        self.windows.report(report, now_ms, others, tokens_each);
+        self.windows.report(report, now_ms, others, tokens_each, mine.and_then(|p| p.sent));
         self.learned.report(report.limits, now_ms);
     }
 
@@ -640,7 +642,7 @@ impl LocalGate {
         self.machine.poll(now_ms);
         let snapshot = self.machine.snapshot();
         let wave = if snapshot.state == WaveState::Normal { snapshot.wave } else { snapshot.wave - 1 };
-        self.ledger.insert(id, HeldPermit { expires_ms: now_ms.saturating_add(lease_ms), wave });
+        self.ledger.insert(id, HeldPermit { expires_ms: now_ms.saturating_add(lease_ms), wave, sent: None });
         wave
     }
 

@@ -14,6 +14,10 @@ pub struct HeldPermit {
     pub expires_ms: u64,
     /// The wave the permit was issued in.
     pub wave: u64,
+    /// What the gate had granted right after this permit's grant, when it counted
+    /// ([`ProviderWindows::charge`](crate::ProviderWindows::charge)): the mark its answer's
+    /// report is measured from.
+    pub sent: Option<crate::SentCount>,
 }
 
 /// The set of permits held against one upstream.

@@ -103,7 +103,7 @@ pub use outcome::{Outcome, Transient, TransportError};
 pub use permit_id::{BadPermitId, Instance, PermitId, TenantTag};
 pub use pool::{MemberView, PoolConfig, PoolConfigBuilder, PoolConfigError, PoolPolicy};
 pub use provider_window::{
-    MAX_WINDOW_LEFT, MAX_WINDOW_MS, ProviderWindows, SAME_WINDOW_MS, TrackedWindow, WindowLeft, WindowReport,
+    MAX_WINDOW_LEFT, MAX_WINDOW_MS, ProviderWindows, SAME_WINDOW_MS, SentCount, TrackedWindow, WindowLeft, WindowReport,
 };
 pub use rate_limit_kind::RateLimitKind;
 pub use retry_after::{RetryAfterError, parse_retry_after};

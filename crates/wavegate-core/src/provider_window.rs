@@ -9,10 +9,17 @@
 //!
 //! The rules (the spec tables check both twins):
 //!
-//! * A report of `R` left with a reset in `D`: the calls still in flight besides the reporting
-//!   one may not be counted by the provider yet, so `R` minus what they cost (one request each;
-//!   for tokens, as much as the reporting call reserved each) is what is left. The window ends
-//!   at now + `D`.
+//! * A report of `R` left with a reset in `D`: the provider counted `R` at the reporting call's
+//!   admission (providers charge at admission: OpenAI, Anthropic, every counting gateway), so
+//!   what it could not count yet is what the fleet granted after that call's grant. From the
+//!   first report on, every grant is counted ([`SentCount`]) and each permit keeps the count
+//!   right after its own grant (its mark): `R` minus the grants made since the mark (one
+//!   request each, the tokens each reserved) is what is left. A permit with no mark (granted
+//!   before the first report, or by another gate) falls back on the calls still in flight
+//!   besides it: one request each, for tokens as much as the reporting call reserved each.
+//!   (Counting every call in flight charged twice the calls the provider admitted before the
+//!   reporting one: with 32 calls of 2,100 tokens in flight, 67k tokens held back.) The window
+//!   ends at now + `D`.
 //! * A window ends at most [`MAX_RESET`] after the report that announced it (a day): no answer
 //!   can pause the fleet for longer, and no end reaches the store as a number it cannot return.
 //! * A report of the same window (ending within [`SAME_WINDOW_MS`] of the known end) only ever
@@ -41,7 +48,7 @@
 //! let mut windows = ProviderWindows::default();
 //! // "0 requests left, the window resets in 30 s", with nobody else in flight.
 //! let spent = WindowReport::spent_for(std::time::Duration::from_secs(30));
-//! windows.report(spent, 1_000, 0, 0);
+//! windows.report(spent, 1_000, 0, 0, None);
 //! assert_eq!(windows.wait_ms(2_000, 0), Some(29_000));
 //! assert_eq!(windows.wait_ms(31_000, 0), None);
 //! ```
@@ -251,6 +258,37 @@ impl TrackedWindow {
     }
 }
 
+/// What the fleet has granted since the first report: one request and its token estimate
+/// per grant, whether a window ran or not, each at most [`MAX_WINDOW_LEFT`].
+///
+/// A permit keeps the count as it stood right after its own grant (its mark); what its
+/// answer says is left was counted by the provider at that call's admission, so the grants
+/// made after the mark are exactly what the answer could not count yet
+/// ([`ProviderWindows::report`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct SentCount {
+    /// Grants made.
+    pub requests: u64,
+    /// Tokens they reserved.
+    pub tokens: u64,
+}
+
+impl SentCount {
+    /// What was granted after `mark` was taken from this count; `None` when `mark` lies
+    /// ahead of it (the count started over since: a store that lost its state).
+    pub fn since(self, mark: SentCount) -> Option<SentCount> {
+        Some(SentCount {
+            requests: self.requests.checked_sub(mark.requests)?,
+            tokens: self.tokens.checked_sub(mark.tokens)?,
+        })
+    }
+
+    fn add(&mut self, tokens: u64) {
+        self.requests = self.requests.saturating_add(1).min(MAX_WINDOW_LEFT);
+        self.tokens = self.tokens.saturating_add(tokens).min(MAX_WINDOW_LEFT);
+    }
+}
+
 /// The provider's requests and tokens windows as the fleet knows them; see the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub struct ProviderWindows {
@@ -258,20 +296,39 @@ pub struct ProviderWindows {
     pub requests: TrackedWindow,
     /// The tokens window.
     pub tokens: TrackedWindow,
+    /// What was granted since the first report (`None` before it: nothing is counted for an
+    /// upstream whose answers never say what is left).
+    pub sent: Option<SentCount>,
 }
 
 impl ProviderWindows {
-    /// Takes in a report made at `now_ms` with `others_in_flight` other calls still running,
-    /// the reporting call having reserved `tokens_each` tokens (the others are assumed to
-    /// cost as much).
-    pub fn report(&mut self, report: WindowReport, now_ms: u64, others_in_flight: u32, tokens_each: u64) {
+    /// Takes in a report made at `now_ms` by a call whose permit carries `mark` (the count
+    /// right after its grant, if it was taken), with `others_in_flight` other calls still
+    /// running, the reporting call having reserved `tokens_each` tokens.
+    ///
+    /// With a mark, the calls the answer could not count are the grants made since it, at
+    /// what they reserved; without one (a permit granted before the first report, or in
+    /// another gate), every other call in flight, each assumed to reserve `tokens_each`.
+    /// The first report starts the count of grants.
+    pub fn report(
+        &mut self,
+        report: WindowReport,
+        now_ms: u64,
+        others_in_flight: u32,
+        tokens_each: u64,
+        mark: Option<SentCount>,
+    ) {
         let others = u64::from(others_in_flight);
+        let since = self.sent.zip(mark).and_then(|(sent, mark)| sent.since(mark));
+        let (requests_cost, tokens_cost) =
+            since.map_or((others, others.saturating_mul(tokens_each)), |s| (s.requests, s.tokens));
         if let Some(left) = report.requests {
-            self.requests.report(left, now_ms, others);
+            self.requests.report(left, now_ms, requests_cost);
         }
         if let Some(left) = report.tokens {
-            self.tokens.report(left, now_ms, others.saturating_mul(tokens_each));
+            self.tokens.report(left, now_ms, tokens_cost);
         }
+        self.sent.get_or_insert_with(SentCount::default);
     }
 
     /// How long until a grant reserving `tokens` may be made, when a window refuses it now.
@@ -285,15 +342,21 @@ impl ProviderWindows {
         }
     }
 
-    /// Counts a grant reserving `tokens` down from the running windows.
-    pub fn charge(&mut self, now_ms: u64, tokens: u64) {
+    /// Counts a grant reserving `tokens` down from the running windows, and in what was
+    /// granted since the first report. Answers the grant's mark (`None` before any report).
+    pub fn charge(&mut self, now_ms: u64, tokens: u64) -> Option<SentCount> {
         self.requests.charge(now_ms, 1);
         self.tokens.charge(now_ms, tokens);
+        if let Some(sent) = &mut self.sent {
+            sent.add(tokens);
+        }
+        self.sent
     }
 
     /// Forgets both windows (an operator's clear): grants go on as if no report had come.
+    /// The count of grants goes on (the marks of the permits held still refer to it).
     pub fn clear(&mut self) {
-        *self = Self::default();
+        *self = Self { sent: self.sent, ..Self::default() };
     }
 }
 
@@ -308,7 +371,7 @@ mod tests {
     #[test]
     fn the_others_in_flight_are_counted_and_grants_count_down() {
         let mut w = ProviderWindows::default();
-        w.report(requests(5, 10_000), 0, 3, 0);
+        w.report(requests(5, 10_000), 0, 3, 0, None);
         assert_eq!(w.requests, TrackedWindow { left: 2, until_ms: 10_000, at_ms: 0, refills_to: 0 });
         assert_eq!(w.wait_ms(1, 0), None);
         w.charge(1, 0);
@@ -320,11 +383,11 @@ mod tests {
     #[test]
     fn an_older_answer_of_the_same_window_never_raises_what_is_left() {
         let mut w = ProviderWindows::default();
-        w.report(requests(3, 10_000), 0, 0, 0);
-        w.report(requests(7, 9_500), 400, 0, 0);
+        w.report(requests(3, 10_000), 0, 0, 0, None);
+        w.report(requests(7, 9_500), 400, 0, 0, None);
         assert_eq!(w.requests.left, 3);
         // A later window replaces it.
-        w.report(requests(50, 60_000), 11_000, 0, 0);
+        w.report(requests(50, 60_000), 11_000, 0, 0, None);
         assert_eq!(w.requests, TrackedWindow { left: 50, until_ms: 71_000, at_ms: 11_000, refills_to: 0 });
     }
 
@@ -332,13 +395,13 @@ mod tests {
     fn an_earlier_end_shortens_the_window_and_no_window_outlives_a_day() {
         let mut w = ProviderWindows::default();
         // A Retry-After of a day, then a 200 saying 999 are left for the next minute.
-        w.report(WindowReport::spent_for(Duration::from_secs(86_400)), 0, 0, 0);
+        w.report(WindowReport::spent_for(Duration::from_secs(86_400)), 0, 0, 0, None);
         assert_eq!(w.wait_ms(1_000, 0), Some(86_399_000));
-        w.report(requests(999, 60_000), 2_000, 0, 0);
+        w.report(requests(999, 60_000), 2_000, 0, 0, None);
         assert_eq!(w.requests, TrackedWindow { left: 999, until_ms: 62_000, at_ms: 2_000, refills_to: 0 });
         assert_eq!(w.wait_ms(2_000, 0), None, "the provider's newer word ends the pause");
         // An absurd reset is a day at most, and the end stays a number the store can return.
-        w.report(requests(0, u64::MAX), 3_000, 0, 0);
+        w.report(requests(0, u64::MAX), 3_000, 0, 0, None);
         assert_eq!(w.requests.until_ms, 3_000 + MAX_WINDOW_MS);
         assert_eq!(WindowReport::spent_for(Duration::MAX).requests.map(|r| r.reset_ms), Some(MAX_WINDOW_MS));
         w.clear();
@@ -354,7 +417,7 @@ mod tests {
     fn openai_s_reset_refills_the_bucket_instead_of_ending_a_window() {
         let mut w = ProviderWindows::default();
         // 0 of 60 left, full in 60 s: one back a second, not 0 for a minute.
-        w.report(refilling(0, 60_000, 60), 0, 0, 0);
+        w.report(refilling(0, 60_000, 60), 0, 0, 0, None);
         assert_eq!(w.wait_ms(0, 0), Some(1_000));
         assert_eq!(w.requests.level(30_000), 30);
         assert_eq!(w.wait_ms(30_000, 0), None);
@@ -363,13 +426,13 @@ mod tests {
         assert_eq!(w.requests.until_ms, 61_000, "and is back a second later");
         assert_eq!(w.wait_ms(61_000, 0), None, "full: nothing to say");
         // The others in flight are counted, and full comes later by what they cost.
-        w.report(refilling(10, 50_000, 60), 100_000, 5, 0);
+        w.report(refilling(10, 50_000, 60), 100_000, 5, 0, None);
         assert_eq!(w.requests, TrackedWindow { left: 5, until_ms: 155_000, at_ms: 100_000, refills_to: 60 });
         // Full, or an absurd reset: nothing kept beyond the bounds.
         let mut full = ProviderWindows::default();
-        full.report(refilling(60, 1_000, 60), 0, 0, 0);
+        full.report(refilling(60, 1_000, 60), 0, 0, 0, None);
         assert_eq!(full.wait_ms(0, 0), None);
-        full.report(refilling(0, u64::MAX, u64::MAX), 0, 0, 0);
+        full.report(refilling(0, u64::MAX, u64::MAX), 0, 0, 0, None);
         assert_eq!(full.requests.until_ms, MAX_WINDOW_MS);
         assert_eq!(full.requests.refills_to, MAX_WINDOW_LEFT);
         assert!(full.wait_ms(0, 0).is_some_and(|wait| wait <= MAX_WINDOW_MS));
@@ -380,7 +443,7 @@ mod tests {
         let mut w = ProviderWindows::default();
         let tokens = Some(WindowLeft::fixed(1_000, 5_000));
         let report = WindowReport { tokens, ..WindowReport::default() };
-        w.report(report, 0, 2, 300);
+        w.report(report, 0, 2, 300, None);
         assert_eq!(w.tokens.left, 400);
         assert_eq!(w.wait_ms(0, 400), None);
         assert_eq!(w.wait_ms(0, 401), Some(5_000));

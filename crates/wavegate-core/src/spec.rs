@@ -239,6 +239,9 @@ pub enum Step {
     /// and announced its limits (`(limit, window in ms)`), after its permit was finished;
     /// the calls it reserved `tokens_each` tokens.
     ReportWindow {
+        /// The permit whose answer it is (still held), or `None`: an answer with no permit
+        /// (the calls in flight are then the ones the provider may not have counted).
+        by: Option<&'static str>,
         /// The requests window.
         requests: Option<(u64, u64)>,
         /// The tokens window.
@@ -372,9 +375,14 @@ pub trait WaveModel {
     fn advance(&mut self, ms: u64) -> Result<(), Self::Error>;
     /// The current state, the number of permits held and the classes' counts.
     fn status(&mut self) -> Result<ModelStatus, Self::Error>;
-    /// Takes in what a response said is left of the provider's windows, `tokens_each` tokens
-    /// reserved by the reporting call.
-    fn report_window(&mut self, report: WindowReport, tokens_each: u64) -> Result<(), Self::Error>;
+    /// Takes in what a response to permit `id` (`None`: no permit) said is left of the
+    /// provider's windows, `tokens_each` tokens reserved by the reporting call.
+    fn report_window(
+        &mut self,
+        id: Option<&PermitId>,
+        report: WindowReport,
+        tokens_each: u64,
+    ) -> Result<(), Self::Error>;
 }
 
 /// What a release did, as every implementation says it.
@@ -518,6 +526,7 @@ pub fn run_case<M: WaveModel>(case: &SpecCase, model: &mut M) -> Result<(), Spec
             }
             Step::Advance { ms } => model.advance(*ms).map_err(io)?,
             Step::ReportWindow {
+                by,
                 requests,
                 tokens,
                 tokens_each,
@@ -536,7 +545,8 @@ pub fn run_case<M: WaveModel>(case: &SpecCase, model: &mut M) -> Result<(), Spec
                     tokens: left(tokens, refills_tokens),
                     limits,
                 };
-                model.report_window(report, *tokens_each).map_err(io)?;
+                let id = by.map(|p| ids.plain(p));
+                model.report_window(id.as_ref(), report, *tokens_each).map_err(io)?;
             }
             Step::Status { state, limit, wave, in_flight } => {
                 let status = model.status().map_err(io)?;
@@ -611,8 +621,13 @@ impl WaveModel for GateModel {
         Ok(ModelStatus { state: snapshot.state, limit: snapshot.limit, wave: snapshot.wave, in_flight, classes })
     }
 
-    fn report_window(&mut self, report: WindowReport, tokens_each: u64) -> Result<(), Self::Error> {
-        self.gate.report_window("", report, self.clock.now_ms(), tokens_each);
+    fn report_window(
+        &mut self,
+        id: Option<&PermitId>,
+        report: WindowReport,
+        tokens_each: u64,
+    ) -> Result<(), Self::Error> {
+        self.gate.report_window(id.map_or("", PermitId::as_str), report, self.clock.now_ms(), tokens_each);
         Ok(())
     }
 }

@@ -30,8 +30,8 @@ trait Mistake {
     fn advance(&mut self, model: &mut GateModel, ms: u64) {
         model.advance(ms).unwrap_or_else(|e| match e {});
     }
-    fn report_window(&mut self, model: &mut GateModel, report: WindowReport, tokens_each: u64) {
-        model.report_window(report, tokens_each).unwrap_or_else(|e| match e {});
+    fn report_window(&mut self, model: &mut GateModel, id: Option<&PermitId>, report: WindowReport, tokens_each: u64) {
+        model.report_window(id, report, tokens_each).unwrap_or_else(|e| match e {});
     }
 }
 
@@ -53,8 +53,13 @@ impl<W: Mistake> WaveModel for Wrong<W> {
     fn status(&mut self) -> Result<ModelStatus, Self::Error> {
         self.0.status()
     }
-    fn report_window(&mut self, report: WindowReport, tokens_each: u64) -> Result<(), Self::Error> {
-        self.1.report_window(&mut self.0, report, tokens_each);
+    fn report_window(
+        &mut self,
+        id: Option<&PermitId>,
+        report: WindowReport,
+        tokens_each: u64,
+    ) -> Result<(), Self::Error> {
+        self.1.report_window(&mut self.0, id, report, tokens_each);
         Ok(())
     }
 }
@@ -107,11 +112,34 @@ fn the_tables_catch_a_machine_whose_clock_stands_still() {
 struct Mishears(fn(WindowReport) -> Option<WindowReport>);
 
 impl Mistake for Mishears {
-    fn report_window(&mut self, model: &mut GateModel, report: WindowReport, tokens_each: u64) {
+    fn report_window(&mut self, model: &mut GateModel, id: Option<&PermitId>, report: WindowReport, tokens_each: u64) {
         if let Some(heard) = (self.0)(report) {
-            model.report_window(heard, tokens_each).unwrap_or_else(|e| match e {});
+            model.report_window(id, heard, tokens_each).unwrap_or_else(|e| match e {});
         }
     }
+}
+
+/// Forgets which call answered: every call in flight is taken as not counted yet by the
+/// provider (the calls admitted before the answering one, and that one, charged twice).
+struct ForgetsWhoAnswered;
+
+impl Mistake for ForgetsWhoAnswered {
+    fn report_window(&mut self, model: &mut GateModel, _: Option<&PermitId>, report: WindowReport, tokens_each: u64) {
+        model.report_window(None, report, tokens_each).unwrap_or_else(|e| match e {});
+    }
+}
+
+#[test]
+fn the_tables_catch_a_gate_that_forgets_which_call_answered() {
+    let failing: Vec<&str> = cases()
+        .iter()
+        .filter(|case| run_case(case, &mut Wrong(GateModel::new(case), ForgetsWhoAnswered)).is_err())
+        .map(|case| case.name)
+        .collect();
+    assert!(
+        failing.contains(&"provider window: an answer leaves out only what was granted after its own call"),
+        "{failing:?}"
+    );
 }
 
 /// Deaf to the provider's windows.
@@ -127,7 +155,7 @@ fn deaf_to_limits(report: WindowReport) -> Option<WindowReport> {
 #[test]
 fn the_tables_catch_a_machine_deaf_to_the_providers_windows() {
     let window_cases: Vec<_> = cases().into_iter().filter(|case| case.name.starts_with("provider window")).collect();
-    assert_eq!(window_cases.len(), 8);
+    assert_eq!(window_cases.len(), 10);
     for case in &window_cases {
         assert!(run_case(case, &mut Wrong(GateModel::new(case), Mishears(deaf_to_windows))).is_err(), "{}", case.name);
     }

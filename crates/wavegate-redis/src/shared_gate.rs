@@ -441,6 +441,7 @@ impl SharedGate {
         Ok(ProviderWindows {
             requests: TrackedWindow { left: r.uint(0)?, until_ms: r.uint(1)?, ..TrackedWindow::default() },
             tokens: TrackedWindow { left: r.uint(2)?, until_ms: r.uint(3)?, ..TrackedWindow::default() },
+            sent: None,
         })
     }
 

@@ -57,8 +57,14 @@ impl WaveModel for LuaModel {
         Ok(ModelStatus { state: s.state, limit: s.limit, wave: s.wave, in_flight: s.in_flight as usize, classes })
     }
 
-    fn report_window(&mut self, report: WindowReport, tokens_each: u64) -> Result<(), StoreError> {
-        self.runtime.block_on(self.gate.report_window("", report, tokens_each)).map(drop)
+    fn report_window(
+        &mut self,
+        id: Option<&PermitId>,
+        report: WindowReport,
+        tokens_each: u64,
+    ) -> Result<(), StoreError> {
+        let id = id.map_or("", PermitId::as_str);
+        self.runtime.block_on(self.gate.report_window(id, report, tokens_each)).map(drop)
     }
 }
 

@@ -316,6 +316,7 @@ pub(super) fn cases() -> Vec<SpecCase> {
                     // The provider announces 2 per 200 ms: 600 a minute, bursts of 2, tighter
                     // than the configured 6,000 with bursts of 4.
                     Step::ReportWindow {
+                        by: None,
                         requests: None,
                         tokens: None,
                         tokens_each: 0,

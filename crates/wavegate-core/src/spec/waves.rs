@@ -34,7 +34,22 @@ fn settle(permit: &'static str, token_delta: i64) -> Step {
 }
 
 fn window(requests: Option<(u64, u64)>, tokens: Option<(u64, u64)>, tokens_each: u64) -> Step {
+    answer(None, requests, tokens, tokens_each)
+}
+
+/// The answer to `permit` (still held): what is left, as [`window`] says it.
+fn window_by(permit: &'static str, requests: Option<(u64, u64)>, tokens: Option<(u64, u64)>, tokens_each: u64) -> Step {
+    answer(Some(permit), requests, tokens, tokens_each)
+}
+
+fn answer(
+    by: Option<&'static str>,
+    requests: Option<(u64, u64)>,
+    tokens: Option<(u64, u64)>,
+    tokens_each: u64,
+) -> Step {
     Step::ReportWindow {
+        by,
         requests,
         tokens,
         tokens_each,
@@ -49,6 +64,7 @@ fn window(requests: Option<(u64, u64)>, tokens: Option<(u64, u64)>, tokens_each:
 /// continuously refilled requests and tokens bucket.
 fn refilling(requests: Option<(u64, u64, u64)>, tokens: Option<(u64, u64, u64)>, tokens_each: u64) -> Step {
     Step::ReportWindow {
+        by: None,
         requests: requests.map(|(left, reset, _)| (left, reset)),
         tokens: tokens.map(|(left, reset, _)| (left, reset)),
         tokens_each,
@@ -62,6 +78,7 @@ fn refilling(requests: Option<(u64, u64, u64)>, tokens: Option<(u64, u64, u64)>,
 /// A response announcing limits only: `(limit, window in ms)` for requests and tokens.
 fn learn(learned_requests: Option<(u64, u64)>, learned_tokens: Option<(u64, u64)>) -> Step {
     Step::ReportWindow {
+        by: None,
         requests: None,
         tokens: None,
         tokens_each: 0,
@@ -570,6 +587,34 @@ pub(super) fn cases() -> Vec<SpecCase> {
                 denied_window("D", 0, 300),
                 Step::Advance { ms: 350 },
                 with_tokens("D", 60),
+            ],
+        ),
+        case(
+            "provider window: an answer leaves out only what was granted after its own call",
+            vec![
+                // The first answer starts the count of grants (a spent window, over soon).
+                window(None, Some((0, 100)), 0),
+                Step::Advance { ms: 150 },
+                with_tokens("Z", 50),
+                with_tokens("A", 100),
+                with_tokens("B", 200),
+                with_tokens("C", 300),
+                // A's answer says 1,000 left: Z, admitted before A, is in it; B and C, granted
+                // after A, are not yet (500 tokens), so 500 are left, not 1,000 - 3 x 100.
+                window_by("A", None, Some((1_000, 5_000)), 100),
+                with_tokens("D", 500),
+                denied_window("E", 1, 5_000),
+            ],
+        ),
+        case(
+            "provider window: an answer to a permit granted before the first report counts every call in flight",
+            vec![
+                with_tokens("A", 100),
+                with_tokens("B", 200),
+                // No count was kept when A was granted: B is assumed to cost as much as A.
+                window_by("A", None, Some((1_000, 5_000)), 100),
+                with_tokens("C", 900),
+                denied_window("D", 1, 5_000),
             ],
         ),
         case(
