@@ -22,8 +22,10 @@
 -- permit goes to the first of them the fleet-wide choice of class reaches.
 -- Reply: {1, wave, state, limit, in_flight, id, gen}    granted (id: which ask)
 --        {0, reason, wait_ms, in_flight, id, gen}       denied: reason 'cooldown', 'at_limit',
---                                                  'requests', 'tokens', 'tokens_exceed_burst'
---                                                  or 'provider_window'; id: the ask it answers
+--                                                  'requests', 'tokens', 'tokens_exceed_burst',
+--                                                  'provider_window' or 'earlier_waiter' (the
+--                                                  budgets' room is another process's turn,
+--                                                  budget_turn.lua); id: the ask it answers
 --                                                  (the one the choice reached, else the first)
 -- An ask whose estimate is above the tokens burst in force (for a class with a budget share,
 -- the smaller of it and the class's own burst) can never fit: the first such ask is refused
@@ -140,16 +142,25 @@ if denial then
   result = { 0, denial, wait, in_flight, id }
 elseif window_wait then -- [provider windows]
   result = { 0, 'provider_window', window_wait, in_flight, id }
+  if not classes then budget_turn_refused(instance, now, window_wait) end
 else
   local now_us = now * 1000
   local requests_tat, requests_wait, tokens_tat, tokens_wait = nil, 0, nil, 0
   if config.requests then requests_tat, requests_wait = gcra_check(config.requests, load_tat('requests_tat', config.requests, now_us), now_us, 1) end
   if config.tokens then tokens_tat, tokens_wait = gcra_check(config.tokens, load_tat('tokens_tat', config.tokens, now_us), now_us, tokens) end
+  -- Without classes, the turn at the budgets' room (budget_turn.lua); with classes the fleet's
+  -- choice of class orders the waiters.
+  local turn_wait = nil
+  if not classes and requests_wait == 0 and tokens_wait == 0 then turn_wait = budget_turn_wait(instance, now) end
   if requests_wait > 0 or tokens_wait > 0 then
     local reason = 'requests'
     if tokens_wait > requests_wait then reason = 'tokens' end
     result = { 0, reason, math.max(requests_wait, tokens_wait), in_flight, id }
+    if not classes then budget_turn_refused(instance, now, math.max(requests_wait, tokens_wait)) end
+  elseif turn_wait then
+    result = { 0, 'earlier_waiter', turn_wait, in_flight, id }
   else
+    if not classes then budget_turn_granted(instance, now) end
     if requests_tat then save_tat('requests_tat', requests_tat) end
     if tokens_tat then save_tat('tokens_tat', tokens_tat) end
     if ask.class_index then charge_class(config, ask.class_index, now, tokens) end

@@ -93,7 +93,8 @@ impl HeardDenial {
     ///   wait grows with the estimate);
     /// * the provider's window, only with no call in flight (no answer can end it) and for at
     ///   least the tokens of the ask it answered;
-    /// * nothing else.
+    /// * nothing else (another process's turn at the budgets' room ends when its waiter is
+    ///   served, which may be sooner).
     pub fn proves(&self, now_ms: u64, tokens: u64) -> Option<Hold> {
         let quiet = self.in_flight == 0 && tokens >= self.tokens;
         let holds = match self.reason {
@@ -101,7 +102,7 @@ impl HeardDenial {
             DenyReason::RequestBudget => !self.learned,
             DenyReason::TokenBudget => !self.learned && quiet,
             DenyReason::ProviderWindow => quiet,
-            DenyReason::AtLimit | DenyReason::TokensExceedBurst => false,
+            DenyReason::AtLimit | DenyReason::TokensExceedBurst | DenyReason::EarlierWaiter => false,
         };
         let end = self.at_ms.saturating_add(self.wait_ms);
         holds.then(|| Hold::of(self.reason, end.saturating_sub(now_ms))).flatten()

@@ -36,6 +36,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::ask::{Ask, Decision};
+use crate::budget_turn::BudgetTurn;
 use crate::class_budget::ClassBudgets;
 use crate::clock::duration_ms;
 use crate::config::UpstreamConfig;
@@ -133,6 +134,8 @@ pub struct LocalGate {
     learned_share: u32,
     /// What the provider said is left of its windows.
     windows: ProviderWindows,
+    /// The turn at the budgets' next room (`lua/budget_turn.lua`).
+    turn: BudgetTurn,
     /// The priority classes, in configured order (none: no choice of class).
     classes: Vec<PriorityClass>,
     /// The class that takes permits whose id names no known class.
@@ -166,6 +169,7 @@ impl LocalGate {
             learned: LearnedBudgets::default(),
             learned_share: 1,
             windows: ProviderWindows::default(),
+            turn: BudgetTurn::default(),
             classes: Vec::new(),
             default_class: 0,
             class_window_ms: 0,
@@ -423,6 +427,9 @@ impl LocalGate {
             }
             (answered, Admission::Denied { reason, retry_after_ms }, in_flight)
         } else if let Some(wait) = window_wait {
+            if !classes {
+                self.turn.refused(instance, now_ms, wait);
+            }
             (answered, Admission::Denied { reason: DenyReason::ProviderWindow, retry_after_ms: wait }, in_flight)
         } else {
             let now_us = now_ms.saturating_mul(1000);
@@ -438,8 +445,19 @@ impl LocalGate {
                     }
                 })
                 .transpose();
-            match (requests, tokens) {
-                (Ok(requests_tat), Ok(tokens_tat)) => {
+            // Without classes, the turn at the budgets' room; with classes the fleet's choice
+            // of class orders the waiters.
+            let room = requests.is_ok() && tokens.is_ok();
+            let turn_wait = if room && !classes { self.turn.wait_ms(instance, now_ms) } else { None };
+            match (requests, tokens, turn_wait) {
+                (Ok(_), Ok(_), Some(wait)) => {
+                    let denied = Admission::Denied { reason: DenyReason::EarlierWaiter, retry_after_ms: wait };
+                    (answered, denied, in_flight)
+                }
+                (Ok(requests_tat), Ok(tokens_tat), None) => {
+                    if !classes {
+                        self.turn.granted(instance, now_ms);
+                    }
                     if let Some(tat) = requests_tat {
                         self.requests_tat = tat;
                     }
@@ -476,12 +494,15 @@ impl LocalGate {
                     }
                     (answered, Admission::Granted { wave: s.wave, state: s.state, limit: s.limit }, in_flight + 1)
                 }
-                (requests, tokens) => {
+                (requests, tokens, _) => {
                     let (requests_wait, tokens_wait) = (requests.err().unwrap_or(0), tokens.err().unwrap_or(0));
                     let reason =
                         if tokens_wait > requests_wait { DenyReason::TokenBudget } else { DenyReason::RequestBudget };
-                    let denied = Admission::Denied { reason, retry_after_ms: requests_wait.max(tokens_wait) };
-                    (answered, denied, in_flight)
+                    let retry_after_ms = requests_wait.max(tokens_wait);
+                    if !classes {
+                        self.turn.refused(instance, now_ms, retry_after_ms);
+                    }
+                    (answered, Admission::Denied { reason, retry_after_ms }, in_flight)
                 }
             }
         };

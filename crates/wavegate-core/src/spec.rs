@@ -304,6 +304,11 @@ pub enum Expect {
         /// The longest wait expected.
         max_ms: u64,
     },
+    /// Refused: the budgets' room is another process's turn, with a wait in `(0, max_ms]`.
+    DeniedEarlierWaiter {
+        /// The longest wait expected.
+        max_ms: u64,
+    },
 }
 
 impl Expect {
@@ -326,6 +331,9 @@ impl Expect {
                 Expect::DeniedTooLarge => *reason == DenyReason::TokensExceedBurst,
                 Expect::DeniedProviderWindow { max_ms } => {
                     *reason == DenyReason::ProviderWindow && *retry_after_ms > 0 && *retry_after_ms <= max_ms
+                }
+                Expect::DeniedEarlierWaiter { max_ms } => {
+                    *reason == DenyReason::EarlierWaiter && *retry_after_ms > 0 && *retry_after_ms <= max_ms
                 }
             },
             _ => false,

@@ -278,11 +278,16 @@ pub enum DenyReason {
     /// The provider said its requests or tokens window is spent until `retry_after_ms`
     /// (see [`ProviderWindows`](crate::ProviderWindows)).
     ProviderWindow,
+    /// The rate budgets (or the provider's window) have room, but a waiter of another process
+    /// was refused for that room first: it is served first, this ask waits until
+    /// `retry_after_ms` (see [`BudgetTurn`](crate::BudgetTurn)).
+    EarlierWaiter,
 }
 
 impl DenyReason {
     /// A stable lower-case name (`cooldown`, `at_limit`, `requests`, `tokens`,
-    /// `tokens_exceed_burst`, `provider_window`), as the Lua scripts return it.
+    /// `tokens_exceed_burst`, `provider_window`, `earlier_waiter`), as the Lua scripts return
+    /// it.
     pub const fn as_str(self) -> &'static str {
         match self {
             DenyReason::Cooldown => "cooldown",
@@ -291,6 +296,7 @@ impl DenyReason {
             DenyReason::TokenBudget => "tokens",
             DenyReason::TokensExceedBurst => "tokens_exceed_burst",
             DenyReason::ProviderWindow => "provider_window",
+            DenyReason::EarlierWaiter => "earlier_waiter",
         }
     }
 
@@ -303,6 +309,7 @@ impl DenyReason {
             Self::TokenBudget,
             Self::TokensExceedBurst,
             Self::ProviderWindow,
+            Self::EarlierWaiter,
         ]
         .into_iter()
         .find(|reason| reason.as_str() == name)

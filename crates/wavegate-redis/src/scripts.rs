@@ -1,8 +1,9 @@
 //! The Lua scripts from `lua/`, compiled in and loaded once.
 //!
 //! Each upstream script is `lua/wave.lua` (the state machine, written once),
-//! `lua/provider_window.lua` (the provider's announced windows) and `lua/learned_limit.lua`
-//! (the limits it announced) followed by the script's body;
+//! `lua/provider_window.lua` (the provider's announced windows), `lua/learned_limit.lua`
+//! (the limits it announced) and `lua/budget_turn.lua` (the turn at the budgets' next room)
+//! followed by the script's body;
 //! `heartbeat.lua` and `live.lua` stand alone. [`redis::Script`] sends `EVALSHA` and on `NOSCRIPT` (a
 //! restarted or flushed server) loads the script and retries, so a script flush is never an
 //! outage. [`preload`] loads all of them at start so the first calls do not pay for it.
@@ -21,6 +22,8 @@ macro_rules! wave_script {
             "\n",
             include_str!("../../../lua/learned_limit.lua"),
             "\n",
+            include_str!("../../../lua/budget_turn.lua"),
+            "\n",
             include_str!(concat!("../../../lua/", $body))
         )
     };
@@ -28,7 +31,7 @@ macro_rules! wave_script {
 
 /// A script that also chooses among priority classes: `wave.lua`, `priority.lua`,
 /// `fleet.lua` (the fleet's counts by class and tenant), `provider_window.lua`,
-/// `learned_limit.lua`, the body.
+/// `learned_limit.lua`, `budget_turn.lua`, the body.
 macro_rules! priority_script {
     ($body:literal) => {
         concat!(
@@ -41,6 +44,8 @@ macro_rules! priority_script {
             include_str!("../../../lua/provider_window.lua"),
             "\n",
             include_str!("../../../lua/learned_limit.lua"),
+            "\n",
+            include_str!("../../../lua/budget_turn.lua"),
             "\n",
             include_str!(concat!("../../../lua/", $body))
         )

@@ -1,6 +1,6 @@
 //! The wave machine's tables: one upstream, one process, one ask at a time.
 
-use super::{Expect, SpecCase, SpecSignal, Step, Wakes};
+use super::{Expect, SpecAsk, SpecCase, SpecSignal, Step, Wakes};
 use crate::wave::{Recovery, WaveState};
 
 pub(super) const LEASE_MS: u64 = 60_000;
@@ -35,6 +35,12 @@ fn settle(permit: &'static str, token_delta: i64) -> Step {
 
 fn window(requests: Option<(u64, u64)>, tokens: Option<(u64, u64)>, tokens_each: u64) -> Step {
     answer(None, requests, tokens, tokens_each)
+}
+
+/// Process `instance` asks for `permit` reserving `tokens`; the answer must be `expect`.
+fn from(instance: &'static str, permit: &'static str, tokens: u64, expect: Expect) -> Step {
+    let ask = SpecAsk { permit, class: "default", tenant: None, tokens, waiting: 1 };
+    Step::AcquireAmong { instance, asks: vec![ask], answers: permit, expect }
 }
 
 /// The answer to `permit` (still held): what is left, as [`window`] says it.
@@ -615,6 +621,30 @@ pub(super) fn cases() -> Vec<SpecCase> {
                 window_by("A", None, Some((1_000, 5_000)), 100),
                 with_tokens("C", 900),
                 denied_window("D", 1, 5_000),
+            ],
+        ),
+        case(
+            "budget turn: waiters of every process are served in the order the budgets refused them",
+            vec![
+                // 0 of 1,000 tokens left, full in 1 s: a token a millisecond.
+                refilling(None, Some((0, 1_000, 1_000)), 0),
+                // a needs 500: refused for 500 ms, it takes the turn.
+                from("a", "A", 500, Expect::DeniedProviderWindow { max_ms: 500 }),
+                Step::Advance { ms: 200 },
+                // b's 100 fit now, but the room is a's until it is served: b joins the line.
+                from("b", "B", 100, Expect::DeniedEarlierWaiter { max_ms: 310 }),
+                Step::Advance { ms: 310 },
+                from("a", "A", 500, Expect::Granted { wave: 1, state: WaveState::Normal, limit: 10 }),
+                // a passed the turn to b, first in line: d, asking first, waits behind it.
+                from("d", "D", 5, Expect::DeniedEarlierWaiter { max_ms: 10 }),
+                // b is refused by the bucket (10 left) and keeps the turn: c's 5 would fit.
+                from("b", "B", 100, Expect::DeniedProviderWindow { max_ms: 100 }),
+                from("c", "C", 5, Expect::DeniedEarlierWaiter { max_ms: 100 }),
+                // b never comes back: 250 ms past its time the turn passes to d, then to c.
+                Step::Advance { ms: 400 },
+                from("c", "C", 5, Expect::DeniedEarlierWaiter { max_ms: 10 }),
+                Step::Advance { ms: 260 },
+                from("c", "C", 5, Expect::Granted { wave: 1, state: WaveState::Normal, limit: 10 }),
             ],
         ),
         case(
