@@ -7,7 +7,8 @@
 //! with a time to live (an override) reverts to each process's configured value when it runs
 //! out: the store (or the board) drops it at the first look after its end and bumps the
 //! version, so a process started after the change sees the same thing as one that saw it
-//! made.
+//! made. The version counts within an epoch ([`LiveStamp`]), new when the store lost the
+//! settings and started over.
 //!
 //! ```
 //! use std::num::NonZeroU32;

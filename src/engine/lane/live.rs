@@ -5,7 +5,7 @@
 //! announced on the fleet's channel of live changes ([`CheckLive`]; every process subscribes,
 //! and looks again each time its subscription is made, so a change announced while it was down
 //! is not missed), and otherwise every [`LIVE_SAFETY_NET`] (one small script call,
-//! `lua/live.lua`, that answers the settings only when their version is not the one applied):
+//! `lua/live.lua`, that answers the settings only when their epoch and version are not the ones applied):
 //! a safety net whose cost per process and upstream stays small, not a look every second. In
 //! local mode it reads the in-process gate's board every second. A new version is applied whole: the limit
 //! in force becomes the live one (or the configured one again), sent to the scripts as their
@@ -13,8 +13,10 @@
 //! (`WaveMachine::rebase`); a live rate is sent as its budget's, and each budget keeps the
 //! units it holds (`rebudget` in `wave.lua`, `LocalGate::set_budgets`). Permits held above a lowered limit run to their end; nobody is
 //! admitted until the fleet is below it. In a fallback the last settings applied stay (and a
-//! change is refused: it needs the store). An override's lane looks again right at its end, so
-//! the revert reaches every process within a few milliseconds of it.
+//! change is refused: it needs the store); back in shared mode the lane looks at once. An
+//! override's lane looks again right at its end, so the revert reaches every process within a
+//! few milliseconds of it. Settings of another epoch (the store lost them: `FLUSHALL`, an empty
+//! restart) are applied whole whatever their version — none set: the configured values again.
 
 use actix::{ActorFutureExt, AsyncContext, Context, Handler, Message, WrapFuture};
 use tokio::sync::oneshot;
