@@ -8,6 +8,11 @@
 //! `APPLIED version=V limit=L configured=C at_ms=T` each time it applies new live settings.
 //! The orchestrator changes the limit through a scheduler of its own (no load) and reads the
 //! mock's most calls in flight from one second after each change. (`harness = false`.)
+//!
+//! `a_flushall_starts_the_live_settings_over`: after a `FLUSHALL` the store's versions start
+//! over; a change made since at a version a process applied before is still applied (the
+//! settings' epoch is new), and with no change since every process goes back to its
+//! configured limit.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -33,7 +38,8 @@ fn main() {
         worker_main();
         return;
     }
-    let scenarios: [(&str, fn()); 4] = [
+    let scenarios: [(&str, fn()); 5] = [
+        ("a_flushall_starts_the_live_settings_over", a_flushall_starts_the_live_settings_over),
         ("a_live_class_weight_shifts_the_shares", a_live_class_weight_shifts_the_shares),
         ("four_processes_follow_a_live_limit_within_a_second", four_processes_follow_a_live_limit_within_a_second),
         ("local_mode_holds_a_live_limit_in_process", local_mode_holds_a_live_limit_in_process),
@@ -178,6 +184,94 @@ fn four_processes_follow_a_live_limit_within_a_second() {
     assert_eq!(status.in_flight_fleet, Some(0), "a permit leaked: {status:?}");
     assert_eq!(mock.in_flight(), 0);
     println!("{ok} calls, none lost; no permit held at the end");
+}
+
+/// The upstream's live settings hash and the fleet's channel of live changes, under the
+/// default prefix (`<prefix>:{upstream}:live`, `<prefix>:{live:changes}:released`).
+const LIVE_KEY: &str = "wavegate:{mock}:live";
+const CHANGES: &str = "wavegate:{live:changes}:released";
+
+/// Three processes under load at a live override of version 2. Then, in one transaction (no
+/// process can look in between), `FLUSHALL` and two changes as an operator makes them
+/// (`lua/live.lua`, announced): the limit 3, then an override of 6 — version 2 again, which
+/// every process must apply though it applied a version 2 before. Then a `FLUSHALL` alone:
+/// every process goes back to its configured limit within about a second (its scripts find
+/// the state gone, it reconciles, and its next look reads settings of no epoch).
+fn a_flushall_starts_the_live_settings_over() {
+    let redis = RedisServer::start().expect("redis-server");
+    let mock =
+        MockUpstream::start(MockUpstreamConfig { service_time: Duration::from_millis(40), ..Default::default() })
+            .expect("mock upstream");
+    let operator = Operator::new(&redis);
+    let mut workers: Vec<Worker> = (0..3).map(|_| spawn(&redis, &mock, CONFIGURED)).collect();
+    let changed_ms = now_ms();
+    let set = operator.runtime.block_on(operator.upstream.set_limit(3)).expect("set");
+    all_applied(&workers, set, 3, changed_ms);
+    let changed_ms = now_ms();
+    let ttl = Duration::from_secs(60);
+    let overridden = operator.runtime.block_on(operator.upstream.override_limit(5, ttl)).expect("override");
+    assert_eq!(overridden, 2);
+    all_applied(&workers, overridden, 5, changed_ms);
+
+    // (a) FLUSHALL, then a change at the version every process applied: applied by all.
+    let mut con = redis.connection().expect("connection");
+    let sha: String =
+        redis::cmd("SCRIPT").arg("LOAD").arg(include_str!("../lua/live.lua")).query(&mut con).expect("SCRIPT LOAD");
+    let (changed, changed_ms) = (Instant::now(), now_ms());
+    let (_, _, version): ((), u64, u64) = redis::pipe()
+        .atomic()
+        .cmd("FLUSHALL")
+        .cmd("EVALSHA")
+        .arg(&sha)
+        .arg(1)
+        .arg(LIVE_KEY)
+        .arg(&["set", "limit", "3", "0", CHANGES])
+        .cmd("EVALSHA")
+        .arg(&sha)
+        .arg(1)
+        .arg(LIVE_KEY)
+        .arg(&["set", "limit", "6", "60000", CHANGES])
+        .query(&mut con)
+        .expect("FLUSHALL and two changes");
+    assert_eq!(version, overridden, "the versions started over: the same version again");
+    let slowest = applied_by_all(&workers, version, 6, changed_ms);
+    let max = max_after(&mock, changed);
+    println!(
+        "FLUSHALL, then an override of 6 at version {version} again: applied by all within {slowest} ms; max in flight {max}"
+    );
+    assert!((5..=6).contains(&max), "{max} in flight under the override of 6");
+
+    // (b) FLUSHALL alone: the settings are gone, every process is back at its configured limit.
+    let (changed, changed_ms) = (Instant::now(), now_ms());
+    redis::cmd("FLUSHALL").exec(&mut con).expect("FLUSHALL");
+    let slowest = applied_by_all(&workers, 0, CONFIGURED, changed_ms);
+    let max = max_after(&mock, changed);
+    println!("FLUSHALL alone: back at the configured {CONFIGURED} in all within {slowest} ms; max in flight {max}");
+    assert!(max <= CONFIGURED as usize && max + 1 >= CONFIGURED as usize, "back at {CONFIGURED}: {max}");
+
+    for worker in &mut workers {
+        worker.tell("STOP");
+    }
+    let mut ok = 0;
+    for worker in &workers {
+        let line = worker.expect_line("RESULT", Duration::from_secs(30));
+        assert_eq!(field(&line, "err"), 0, "a call was lost: {line}");
+        ok += field(&line, "ok");
+    }
+    println!("{ok} calls, none lost");
+}
+
+/// Each worker applied `version` at `limit` within [`PICK_UP`] of `changed_ms` (a process that
+/// found the store's state gone looks once it reconciled); how long the slowest took.
+fn applied_by_all(workers: &[Worker], version: u64, limit: u32, changed_ms: u64) -> u64 {
+    let mut slowest = 0;
+    for worker in workers {
+        let line = worker.expect_line(&format!("APPLIED version={version} limit={limit} "), Duration::from_secs(5));
+        let took = field(&line, "at_ms").saturating_sub(changed_ms);
+        assert!(took <= PICK_UP.as_millis() as u64, "applied {took} ms after the change: {line}");
+        slowest = slowest.max(took);
+    }
+    slowest
 }
 
 /// Local mode: the live limit is held in process, shared by the schedulers of one namespace;
@@ -416,14 +510,15 @@ fn worker_main() {
     });
 }
 
-/// Prints each version of the live settings this process applies, when it sees it applied.
+/// Prints each version of the live settings this process applies, when it sees it applied
+/// (the same version with another limit too: after a `FLUSHALL` the versions start over).
 fn report_live(upstream: Upstream) {
     actix::spawn(async move {
-        let mut last = 0;
+        let mut last = (0, 0);
         loop {
             let Ok(status) = upstream.status().await else { return };
-            if status.live_version != last {
-                last = status.live_version;
+            if (status.live_version, status.base_limit) != last {
+                last = (status.live_version, status.base_limit);
                 println!(
                     "APPLIED version={} limit={} configured={} at_ms={}",
                     status.live_version,

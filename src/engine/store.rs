@@ -79,7 +79,8 @@ mod present {
 
     use futures_util::FutureExt;
     use wavegate_core::{
-        Ask, Decision, LiveChange, LiveSettings, PermitId, UpstreamConfig, WaveSignal, WaveState, WindowReport,
+        Ask, Decision, LiveChange, LiveSettings, LiveStamp, PermitId, UpstreamConfig, WaveSignal, WaveState,
+        WindowReport,
     };
     use wavegate_redis::{SharedGate, Store, StoreError};
 
@@ -223,8 +224,8 @@ mod present {
         async move { store.preload_scripts().await }.boxed_local()
     }
 
-    /// The upstream's live settings, when their version is not `known`.
-    pub(crate) fn live(gate: &SharedGate, known: Option<u64>) -> GateFuture<Option<LiveSettings>> {
+    /// The upstream's live settings, when their epoch and version are not `known`.
+    pub(crate) fn live(gate: &SharedGate, known: Option<LiveStamp>) -> GateFuture<Option<LiveSettings>> {
         let gate = gate.clone();
         async move { gate.live(known).await }.boxed_local()
     }
@@ -277,7 +278,8 @@ mod absent {
     use std::time::Duration;
 
     use wavegate_core::{
-        Ask, Decision, LiveChange, LiveSettings, PermitId, UpstreamConfig, WaveSignal, WaveState, WindowReport,
+        Ask, Decision, LiveChange, LiveSettings, LiveStamp, PermitId, UpstreamConfig, WaveSignal, WaveState,
+        WindowReport,
     };
 
     use super::{ConfigConflict, GateFuture, Reconciled, Released, SharedView};
@@ -392,7 +394,7 @@ mod absent {
         match *gate {}
     }
 
-    pub(crate) fn live(gate: &SharedGate, _: Option<u64>) -> GateFuture<Option<LiveSettings>> {
+    pub(crate) fn live(gate: &SharedGate, _: Option<LiveStamp>) -> GateFuture<Option<LiveSettings>> {
         match *gate {}
     }
 

@@ -347,9 +347,10 @@ async fn top_shows_four_processes_and_ten_upstreams_at_a_glance() {
 }
 
 /// A FLUSHALL while the fleet refuses a spent quota, then `reset-quota`: the reset must
-/// still lift the refusal everywhere, though the store's live version starts over.
+/// still lift the refusal everywhere within a second (it is announced), though the store's
+/// live version starts over — at the version (2) both processes applied before the flush: the
+/// live settings' epoch, new after the flush, tells them apart.
 #[actix::test]
-#[ignore = "not fixed: after a FLUSHALL the live version starts over; a reset at the version a process applied before (2 here) reads as unchanged in lua/live.lua and is never applied (fails 3 runs in 4: depends on whether the 10 s safety net read the flushed store first)"]
 async fn reset_quota_after_a_flushall_still_lifts_the_refusal() {
     let redis = RedisServer::start().expect("redis-server");
     let url = redis.url();
@@ -387,10 +388,12 @@ async fn reset_quota_after_a_flushall_still_lifts_the_refusal() {
         while let Some(left) = llm.status().await.expect("status").quota_exhausted_for {
             let version = llm.status().await.expect("status").live_version;
             assert!(
-                reset.elapsed() < Duration::from_secs(12),
-                "still refused for {left:?} after the reset (version {version})"
+                reset.elapsed() < Duration::from_secs(2),
+                "still refused for {left:?} {:?} after the reset (version {version})",
+                reset.elapsed()
             );
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
+    println!("the refusal lifted in both processes {:?} after the reset", reset.elapsed());
 }

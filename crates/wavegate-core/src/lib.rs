@@ -99,7 +99,8 @@ pub use learned_limit::{
 };
 pub use ledger::{HeldPermit, PermitLedger};
 pub use live::{
-    ClassLive, ClassSetting, LiveBoard, LiveChange, LiveError, LiveSetting, LiveSettings, LiveValue, QUOTA_SPENT,
+    ClassLive, ClassSetting, LiveBoard, LiveChange, LiveError, LiveSetting, LiveSettings, LiveStamp, LiveValue,
+    QUOTA_SPENT,
 };
 pub use outcome::{Outcome, Transient, TransportError};
 pub use permit_id::{BadPermitId, Instance, PermitId, TenantTag};

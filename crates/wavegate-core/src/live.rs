@@ -7,7 +7,8 @@
 //! with a time to live (an override) reverts to each process's configured value when it runs
 //! out: the store (or the board) drops it at the first look after its end and bumps the
 //! version, so a process started after the change sees the same thing as one that saw it
-//! made.
+//! made. The version counts within an epoch ([`LiveStamp`]), new when the store lost the
+//! settings and started over.
 //!
 //! ```
 //! use std::num::NonZeroU32;
@@ -134,12 +135,36 @@ impl ClassSetting {
     }
 }
 
+/// Which live settings a process applied: their epoch and their version within it.
+///
+/// A version alone is not enough: after the store lost the settings (`FLUSHALL`, an eviction,
+/// a Redis restarted empty) the versions start over, and a change whose version equals one a
+/// process applied before the loss would look like nothing new to it. The epoch is written
+/// with the first version (Redis `TIME` in µs; a [`LiveBoard`]'s first change, in µs) and is
+/// new each time the settings start over, so a process whose epoch differs applies the
+/// settings whole — nothing set included: back to its configured values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct LiveStamp {
+    /// The epoch (0: none written yet: nothing was set since the settings started).
+    pub epoch: u64,
+    /// The version within the epoch (0: nothing was set).
+    pub version: u64,
+}
+
+impl LiveStamp {
+    /// The highest epoch or version accepted from a store: 2⁵³ − 1, the largest integer a Lua
+    /// number holds exactly (a store answering more is answering garbage).
+    pub const MAX: u64 = (1 << 53) - 1;
+}
+
 /// The live settings of one upstream under one version; a setting that is `None` is the
 /// configured one.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct LiveSettings {
-    /// The version (0: nothing was ever set).
+    /// The epoch of the settings (see [`LiveStamp`]; 0: none written yet).
+    pub epoch: u64,
+    /// The version within the epoch (0: nothing was ever set).
     pub version: u64,
     /// The live concurrency limit.
     pub limit: Option<LiveValue>,
@@ -163,6 +188,7 @@ impl LiveSettings {
     /// Nothing live, under `version`.
     pub fn empty(version: u64) -> Self {
         Self {
+            epoch: 0,
             version,
             limit: None,
             requests_per_minute: None,
@@ -172,6 +198,18 @@ impl LiveSettings {
             quota_spent: None,
             classes: BTreeMap::new(),
         }
+    }
+
+    /// The same settings, in `epoch`.
+    #[must_use]
+    pub fn in_epoch(mut self, epoch: u64) -> Self {
+        self.epoch = epoch;
+        self
+    }
+
+    /// Their epoch and version: what a process that applied them sends with its next look.
+    pub fn stamp(&self) -> LiveStamp {
+        LiveStamp { epoch: self.epoch, version: self.version }
     }
 
     /// Sets the setting the store names `name` (`limit`, `weight|<class>`, `quota_reset`, ...)
@@ -533,8 +571,12 @@ fn check_ttl(ttl: Option<Duration>) -> Result<(), LiveError> {
 }
 
 /// The live settings of one upstream held in process (local mode): the twin of `lua/live.lua`.
+///
+/// Like the store, it writes its epoch with its first version (the time of that change, in
+/// µs); a board is never flushed, so its epoch never changes after that.
 #[derive(Debug, Clone, Default)]
 pub struct LiveBoard {
+    epoch: u64,
     version: u64,
     /// Each live setting's value and when it ends (ms), if it has an end, by the store's name.
     values: HashMap<String, (u64, Option<u64>)>,
@@ -551,8 +593,16 @@ impl LiveBoard {
                 self.values.remove(&change.name());
             }
         }
-        self.version += 1;
+        self.bump(now_ms);
         self.version
+    }
+
+    /// A new version, with the epoch written if there is none yet (as `live.lua` does).
+    fn bump(&mut self, now_ms: u64) {
+        if self.epoch == 0 {
+            self.epoch = now_ms.saturating_mul(1000).clamp(1, LiveStamp::MAX);
+        }
+        self.version += 1;
     }
 
     /// The settings at `now_ms`: the overrides whose time is up are dropped first, under one
@@ -561,9 +611,9 @@ impl LiveBoard {
         let before = self.values.len();
         self.values.retain(|_, (_, until)| until.is_none_or(|until| until > now_ms));
         if self.values.len() != before {
-            self.version += 1;
+            self.bump(now_ms);
         }
-        let mut settings = LiveSettings::empty(self.version);
+        let mut settings = LiveSettings::empty(self.version).in_epoch(self.epoch);
         for (name, &(value, until)) in &self.values {
             let remaining = until.map(|until| Duration::from_millis(until.saturating_sub(now_ms)));
             settings = settings.with_named(name, LiveValue { value, remaining });
@@ -594,7 +644,9 @@ mod tests {
         let mut board = LiveBoard::default();
         assert_eq!(board.read(0), LiveSettings::empty(0));
         let set = LiveChange::set(LiveSetting::Limit, 20, None).unwrap();
-        assert_eq!(board.apply(&set, 0), 1);
+        assert_eq!(board.apply(&set, 7), 1);
+        let epoch = board.read(8).epoch;
+        assert_eq!(epoch, 7_000, "the epoch is written with the first version, as the store writes it");
         assert_eq!(board.read(1_000_000).limit_or(ten).get(), 20, "a plain set stays");
         let brief = LiveChange::set(LiveSetting::Limit, 2, Some(Duration::from_millis(500))).unwrap();
         assert_eq!(board.apply(&brief, 1_000), 2);
@@ -605,6 +657,7 @@ mod tests {
         assert_eq!((after.version, after.limit_or(ten).get()), (3, 10), "reverted to the configured limit");
         assert_eq!(board.read(2_000).version, 3, "reverted once");
         assert_eq!(board.apply(&LiveChange::Clear(LiveSetting::Limit), 2_000), 4);
+        assert_eq!(board.read(2_000).stamp(), LiveStamp { epoch, version: 4 }, "a board keeps its epoch");
     }
 
     #[test]

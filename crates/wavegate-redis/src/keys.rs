@@ -88,7 +88,7 @@ pub struct UpstreamKeys {
     /// `lua/fleet.lua`). With the counts kept in `waiting_demand`, the choice of class reads
     /// a few fields per class instead of every waiting member.
     pub waiting_order: String,
-    /// Hash of the live settings an operator set, with their version (see `lua/live.lua`).
+    /// Hash of the live settings an operator set, with their epoch and version (see `lua/live.lua`).
     pub live: String,
     /// The fleet's pub/sub channel of live changes, `<prefix>:{live:changes}:released` (the same
     /// for every upstream): a change publishes the upstream's name there, and every process

@@ -1,9 +1,12 @@
 //! An upstream's live settings in the store (`lua/live.lua`): read by every process about once
 //! a second, changed by an operator (the `Upstream` handle, the `wavegate` tool).
 //!
-//! The settings sit in one hash per upstream (`…:{upstream}:live`) with a version. A process
-//! sends the version it applied; the script answers the settings only when the version
-//! differs, so the look each process takes every second is one small script call. A change
+//! The settings sit in one hash per upstream (`…:{upstream}:live`) with an epoch and a
+//! version ([`LiveStamp`]). A process sends the epoch and version it applied; the script
+//! answers the settings only when either differs, so the look each process takes every second
+//! is one small script call. The epoch is new whenever the store lost the hash (`FLUSHALL`, an
+//! eviction, an empty restart) and the versions started over, so a version seen before the
+//! loss is never taken for one seen after it. A change
 //! also announces itself on the fleet's channel of live changes (the upstream's name on
 //! [`UpstreamKeys::changes`](crate::UpstreamKeys::changes)), so processes look at once rather
 //! than at their next second.
@@ -19,7 +22,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use redis::Value;
-use wavegate_core::{LiveChange, LiveSetting, LiveSettings, LiveValue, QUOTA_SPENT, duration_ms};
+use wavegate_core::{LiveChange, LiveSetting, LiveSettings, LiveStamp, LiveValue, QUOTA_SPENT, duration_ms};
 
 use crate::calls::{CONFIG_ARGS, Call, Reply};
 use crate::error::StoreError;
@@ -30,9 +33,11 @@ use crate::shared_gate::classes_arg;
 /// The field of the live settings that marks the last fleet-wide reset of a spent quota.
 const QUOTA_RESET: &str = "quota_reset";
 
-/// `live.lua`, reading: the version the process applied (`None`: none yet).
-pub(crate) fn read<'a>(key: &'a str, known: Option<u64>) -> Call<'a> {
-    Call::new(&[key]).arg("read").arg(known.map(|v| v.to_string()).unwrap_or_default())
+/// `live.lua`, reading: the epoch and version the process applied (`None`: none yet; an
+/// epoch of 0 is sent as none).
+pub(crate) fn read<'a>(key: &'a str, known: Option<LiveStamp>) -> Call<'a> {
+    let epoch = known.map(|k| k.epoch).filter(|e| *e != 0).map(|e| e.to_string()).unwrap_or_default();
+    Call::new(&[key]).arg("read").arg(epoch).arg(known.map(|k| k.version.to_string()).unwrap_or_default())
 }
 
 /// `live.lua`, changing: set or clear a setting, announced on `channel`.
@@ -46,19 +51,37 @@ pub(crate) fn change<'a>(key: &'a str, change: &LiveChange, channel: &'a str) ->
     }
 }
 
-/// Reads a `read` reply: `None` when the version is `known`.
-pub(crate) fn read_reply(reply: &[Value], known: Option<u64>) -> Result<Option<LiveSettings>, StoreError> {
+/// Reads a `read` reply: `None` when its epoch and version are `known`. An epoch or a version
+/// that is not a count up to [`LiveStamp::MAX`] is an unexpected reply.
+pub(crate) fn read_reply(reply: &[Value], known: Option<LiveStamp>) -> Result<Option<LiveSettings>, StoreError> {
     const COMMAND: &str = "live";
     let r = Reply::new(COMMAND, reply);
-    let version = r.uint(0)?;
-    if known == Some(version) && reply.len() == 1 {
+    let epoch = r.string(0)?;
+    let epoch = match epoch.as_str() {
+        "" => 0,
+        digits => digits
+            .parse::<u64>()
+            .ok()
+            .filter(|e| (1..=LiveStamp::MAX).contains(e))
+            .filter(|_| digits.bytes().all(|b| b.is_ascii_digit()) && !digits.starts_with('0'))
+            .ok_or_else(|| {
+                let shown: String = digits.chars().take(40).collect();
+                StoreError::unexpected(COMMAND, format!("epoch {shown:?} is not a count"))
+            })?,
+    };
+    let version = r.uint(1)?;
+    if version > LiveStamp::MAX {
+        return Err(StoreError::unexpected(COMMAND, format!("version {version}")));
+    }
+    let stamp = LiveStamp { epoch, version };
+    if known == Some(stamp) && reply.len() == 2 {
         return Ok(None);
     }
-    if reply.len() % 3 != 1 {
-        return Err(StoreError::unexpected(COMMAND, format!("{} fields, not 1 + 3 per setting", reply.len())));
+    if reply.len() % 3 != 2 {
+        return Err(StoreError::unexpected(COMMAND, format!("{} fields, not 2 + 3 per setting", reply.len())));
     }
-    let mut settings = LiveSettings::empty(version);
-    for at in (1..reply.len()).step_by(3) {
+    let mut settings = LiveSettings::empty(version).in_epoch(epoch);
+    for at in (2..reply.len()).step_by(3) {
         let name = r.string(at)?;
         let value: u64 = r
             .string(at + 1)?
@@ -72,10 +95,13 @@ pub(crate) fn read_reply(reply: &[Value], known: Option<u64>) -> Result<Option<L
 }
 
 impl SharedGate {
-    /// The upstream's live settings, when their version is not `known` (the one this process
-    /// applied; `None` reads them whatever their version). An override whose time is up is
-    /// dropped by this read (for the fleet) and the settings come back without it.
-    pub async fn live(&self, known: Option<u64>) -> Result<Option<LiveSettings>, StoreError> {
+    /// The upstream's live settings, when their epoch and version are not `known` (the ones
+    /// this process applied, [`LiveSettings::stamp`]; `None` reads them whatever their
+    /// version). An override whose time is up is dropped by this read (for the fleet) and the
+    /// settings come back without it. After the store lost them (`FLUSHALL`, an empty
+    /// restart) they come back in another epoch — empty until a change is made — whatever
+    /// their version.
+    pub async fn live(&self, known: Option<LiveStamp>) -> Result<Option<LiveSettings>, StoreError> {
         const COMMAND: &str = "live";
         let call = read(&self.keys.live, known);
         let reply: Vec<Value> = self.store.invoke(COMMAND, &call.invocation(&scripts().live)).await?;
@@ -191,7 +217,7 @@ mod tests {
         let script = &scripts().live;
         let set = LiveChange::set(LiveSetting::Limit, 3, Some(Duration::from_secs(5))).expect("valid");
         for call in [
-            read("k", Some(2)),
+            read("k", Some(LiveStamp { epoch: 1_764_000_000_000_000, version: 2 })),
             read("k", None),
             change("k", &set, "ch"),
             change("k", &LiveChange::Clear(LiveSetting::Limit), "ch"),
@@ -214,31 +240,120 @@ mod tests {
         let other = SharedGate::for_upstream(store, &config);
         runtime.block_on(async {
             assert_eq!(one.live(None).await.expect("read"), Some(LiveSettings::empty(0)));
-            assert_eq!(one.live(Some(0)).await.expect("read"), None, "nothing new");
+            let nothing = Some(LiveStamp::default());
+            assert_eq!(one.live(nothing).await.expect("read"), None, "nothing new");
             let brief = LiveChange::set(LiveSetting::Limit, 4, Some(Duration::from_millis(300))).expect("valid");
             assert_eq!(one.change_live(&brief).await.expect("set"), 1);
-            let seen = other.live(Some(0)).await.expect("read").expect("a new version");
+            let seen = other.live(nothing).await.expect("read").expect("a new version");
             assert_eq!(seen.version, 1);
+            assert_ne!(seen.epoch, 0, "an epoch is written with the first version");
+            let at = |version| Some(LiveStamp { epoch: seen.epoch, version });
+            let in_epoch = |version| Some(LiveSettings::empty(version).in_epoch(seen.epoch));
             let limit = seen.limit.expect("a live limit");
             assert_eq!(limit.value, 4);
             assert!(limit.remaining.is_some_and(|r| r <= Duration::from_millis(300)), "{limit:?}");
-            assert_eq!(other.live(Some(1)).await.expect("read"), None);
+            assert_eq!(other.live(at(1)).await.expect("read"), None);
             tokio::time::sleep(Duration::from_millis(350)).await;
             // The first look after the end reverts it, under a new version, for everyone.
-            assert_eq!(other.live(Some(1)).await.expect("read"), Some(LiveSettings::empty(2)));
-            assert_eq!(one.live(Some(1)).await.expect("read"), Some(LiveSettings::empty(2)));
-            assert_eq!(one.live(Some(2)).await.expect("read"), None);
+            assert_eq!(other.live(at(1)).await.expect("read"), in_epoch(2));
+            assert_eq!(one.live(at(1)).await.expect("read"), in_epoch(2));
+            assert_eq!(one.live(at(2)).await.expect("read"), None);
             let kept = LiveChange::set(LiveSetting::Limit, 7, None).expect("valid");
             assert_eq!(one.change_live(&kept).await.expect("set"), 3);
-            let seen = other.live(Some(2)).await.expect("read").expect("new");
+            let seen = other.live(at(2)).await.expect("read").expect("new");
             assert_eq!(seen.limit, Some(LiveValue { value: 7, remaining: None }));
             assert_eq!(one.change_live(&LiveChange::Clear(LiveSetting::Limit)).await.expect("clear"), 4);
-            assert_eq!(other.live(Some(3)).await.expect("read"), Some(LiveSettings::empty(4)));
+            assert_eq!(other.live(at(3)).await.expect("read"), in_epoch(4));
             // Two versions: the spent quota told to the fleet is dropped, then the mark is set.
             assert_eq!(one.reset_quota_fleet(77).await.expect("reset"), 6);
-            let seen = other.live(Some(4)).await.expect("read").expect("new");
+            let seen = other.live(at(4)).await.expect("read").expect("new");
             assert_eq!((seen.quota_reset, seen.limit), (Some(77), None));
+            // Another version of another epoch is new; the same version of another epoch too.
+            assert!(other.live(Some(LiveStamp { epoch: 1, version: 6 })).await.expect("read").is_some());
         });
+    }
+
+    /// After `FLUSHALL` the versions start over: the settings come back empty (in no epoch),
+    /// then a change made since, whose version is one a process applied before, is new to it
+    /// (another epoch). A hash written by a build without epochs gets one at its next change.
+    #[test]
+    fn a_flushed_store_starts_a_new_epoch_so_an_old_version_is_never_taken_for_a_new_one() {
+        let server = RedisServer::start().expect("redis-server");
+        let mut con = server.connection().expect("connection");
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let store = runtime.block_on(Store::connect(StoreConfig::new(server.url()))).expect("store");
+        let config = UpstreamConfig::builder("flushed").limit(10).build().expect("valid");
+        let gate = SharedGate::for_upstream(store, &config);
+        let limit = |value, ttl| LiveChange::set(LiveSetting::Limit, value, ttl).expect("valid");
+        let applied = runtime.block_on(async {
+            gate.change_live(&limit(3, None)).await.expect("set");
+            gate.change_live(&limit(5, Some(Duration::from_secs(60)))).await.expect("override");
+            gate.live(None).await.expect("read").expect("settings")
+        });
+        assert_eq!((applied.version, applied.limit.map(|l| l.value)), (2, Some(5)));
+        redis::cmd("FLUSHALL").exec(&mut con).expect("FLUSHALL");
+        runtime.block_on(async {
+            // Nothing set since: the settings are gone, and say so whatever the version applied.
+            let gone = gate.live(Some(applied.stamp())).await.expect("read");
+            assert_eq!(gone, Some(LiveSettings::empty(0)), "back to the configured values");
+            // Two changes since: version 2 again, in a new epoch.
+            gate.change_live(&limit(3, None)).await.expect("set");
+            assert_eq!(gate.change_live(&limit(6, Some(Duration::from_secs(60)))).await.expect("override"), 2);
+            let seen = gate.live(Some(applied.stamp())).await.expect("read").expect("new to a process at version 2");
+            assert_eq!((seen.version, seen.limit.map(|l| l.value)), (2, Some(6)));
+            assert!(seen.epoch > applied.epoch, "{} after {}", seen.epoch, applied.epoch);
+            assert_eq!(gate.live(Some(seen.stamp())).await.expect("read"), None);
+        });
+        // A hash without an epoch (a build before them): its next change writes one.
+        let key = gate.keys.live.clone();
+        redis::cmd("DEL").arg(&key).exec(&mut con).expect("DEL");
+        redis::cmd("HSET").arg(&key).arg("version").arg(5).arg("limit").arg(4).exec(&mut con).expect("HSET");
+        runtime.block_on(async {
+            let old = gate.live(None).await.expect("read").expect("settings");
+            assert_eq!((old.epoch, old.version, old.limit.map(|l| l.value)), (0, 5, Some(4)));
+            assert_eq!(gate.live(Some(old.stamp())).await.expect("read"), None);
+            assert_eq!(gate.change_live(&limit(7, None)).await.expect("set"), 6);
+            let seen = gate.live(Some(old.stamp())).await.expect("read").expect("new");
+            assert!(seen.epoch != 0 && seen.version == 6, "{seen:?}");
+        });
+        // What the hash should not hold is refused, by the script and by the Rust side.
+        for (field, value) in [("epoch", "12ab"), ("epoch", "0"), ("epoch", "99999999999999999"), ("version", "-1")] {
+            redis::cmd("DEL").arg(&key).exec(&mut con).expect("DEL");
+            redis::cmd("HSET").arg(&key).arg(field).arg(value).exec(&mut con).expect("HSET");
+            let read = runtime.block_on(gate.live(None));
+            assert!(matches!(&read, Err(e) if e.to_string().contains("not a count")), "{field} {value}: {read:?}");
+            let set = runtime.block_on(gate.change_live(&limit(3, None)));
+            assert!(set.is_err(), "{field} {value}: {set:?}");
+        }
+        let epoch_setting = Call::new(&[&key]).arg("set").arg("epoch").arg(1).arg(0).arg("ch");
+        let refused = epoch_setting.invocation(&scripts().live).invoke::<Value>(&mut con);
+        assert!(matches!(&refused, Err(e) if e.to_string().contains("bad setting")), "{refused:?}");
+    }
+
+    #[test]
+    fn a_reply_out_of_bounds_is_unexpected_never_a_panic() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let max = i64::try_from(LiveStamp::MAX).expect("fits");
+        let bad: [Vec<Value>; 9] = [
+            vec![],
+            vec![bulk("")],
+            vec![bulk("12x"), Value::Int(1)],
+            vec![bulk("+12"), Value::Int(1)],
+            vec![bulk("012"), Value::Int(1)],
+            vec![bulk("99999999999999999999999"), Value::Int(1)],
+            vec![bulk(""), Value::Int(-1)],
+            vec![bulk("1"), Value::Int(max + 1)],
+            vec![bulk("1"), Value::Int(1), bulk("limit")],
+        ];
+        for reply in bad {
+            let read = read_reply(&reply, None);
+            assert!(matches!(read, Err(StoreError::UnexpectedReply { .. })), "{reply:?}: {read:?}");
+        }
+        let top = LiveStamp { epoch: LiveStamp::MAX, version: LiveStamp::MAX };
+        let reply = [bulk(&LiveStamp::MAX.to_string()), Value::Int(max)];
+        assert_eq!(read_reply(&reply, Some(top)).expect("in bounds"), None);
+        let read = read_reply(&reply, None).expect("in bounds").expect("settings");
+        assert_eq!(read.stamp(), top);
     }
 
     /// A live rate's change keeps the units the budget holds, in both twins: `rebudget` in

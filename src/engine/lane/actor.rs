@@ -145,6 +145,8 @@ pub(crate) struct Lane {
     pub(super) live_read: bool,
     /// A look at the store's live settings is in flight.
     pub(super) live_reading: bool,
+    /// A change was announced while a look was in flight: look again when it is back.
+    pub(super) live_again: bool,
     /// When the store's live settings were last looked at.
     pub(super) live_looked: Option<Instant>,
     /// The look due at the end of the next override, if one runs.
@@ -251,6 +253,7 @@ impl Lane {
             live: LiveSettings::default(),
             live_read: false,
             live_reading: false,
+            live_again: false,
             live_looked: None,
             live_timer: None,
             shadow: ShadowTally::default(),

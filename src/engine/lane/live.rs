@@ -5,7 +5,7 @@
 //! announced on the fleet's channel of live changes ([`CheckLive`]; every process subscribes,
 //! and looks again each time its subscription is made, so a change announced while it was down
 //! is not missed), and otherwise every [`LIVE_SAFETY_NET`] (one small script call,
-//! `lua/live.lua`, that answers the settings only when their version is not the one applied):
+//! `lua/live.lua`, that answers the settings only when their epoch and version are not the ones applied):
 //! a safety net whose cost per process and upstream stays small, not a look every second. In
 //! local mode it reads the in-process gate's board every second. A new version is applied whole: the limit
 //! in force becomes the live one (or the configured one again), sent to the scripts as their
@@ -13,8 +13,10 @@
 //! (`WaveMachine::rebase`); a live rate is sent as its budget's, and each budget keeps the
 //! units it holds (`rebudget` in `wave.lua`, `LocalGate::set_budgets`). Permits held above a lowered limit run to their end; nobody is
 //! admitted until the fleet is below it. In a fallback the last settings applied stay (and a
-//! change is refused: it needs the store). An override's lane looks again right at its end, so
-//! the revert reaches every process within a few milliseconds of it.
+//! change is refused: it needs the store); back in shared mode the lane looks at once. An
+//! override's lane looks again right at its end, so the revert reaches every process within a
+//! few milliseconds of it. Settings of another epoch (the store lost them: `FLUSHALL`, an empty
+//! restart) are applied whole whatever their version — none set: the configured values again.
 
 use actix::{ActorFutureExt, AsyncContext, Context, Handler, Message, WrapFuture};
 use tokio::sync::oneshot;
@@ -113,11 +115,15 @@ impl Lane {
         match &self.gate {
             Gate::Shared(gate) if self.mode == Mode::Shared => {
                 if self.live_reading && answer.is_none() {
+                    // A change announced while a look is in flight may have been made after
+                    // that look read the store: one more look once it is back.
+                    self.live_again = true;
                     return;
                 }
                 self.live_reading = true;
+                self.live_again = false;
                 self.live_looked = Some(crate::engine::clock::Instant::now());
-                let known = Some(self.live.version).filter(|_| self.live_read);
+                let known = Some(self.live.stamp()).filter(|_| self.live_read);
                 let call = store::live(gate, known);
                 ctx.spawn(call.into_actor(self).map(move |result, act, ctx| {
                     act.live_reading = false;
@@ -129,6 +135,9 @@ impl Lane {
                             tracing::debug!(upstream = %act.name(), %error, "could not read the live settings");
                         }
                     }
+                    if std::mem::take(&mut act.live_again) {
+                        act.check_live(ctx, None);
+                    }
                     if let Some((version, reply)) = answer {
                         let _ = reply.send(Ok(version));
                     }
@@ -136,7 +145,7 @@ impl Lane {
             }
             Gate::Local(local) if self.shared.is_none() => {
                 let settings = local.live(self.clock.now_ms());
-                if !self.live_read || settings.version != self.live.version {
+                if !self.live_read || settings.stamp() != self.live.stamp() {
                     self.apply_live(settings, ctx);
                 }
                 if let Some((version, reply)) = answer {
@@ -157,6 +166,18 @@ impl Lane {
     fn apply_live(&mut self, settings: LiveSettings, ctx: &mut Context<Self>) {
         let first = !self.live_read;
         self.live_read = true;
+        if !first && self.live.epoch != 0 && settings.epoch != self.live.epoch {
+            // The settings started over: the store lost them (the epoch is written once, with
+            // the first version). What the fleet set before is gone; what is set now applies,
+            // the configured values elsewhere. Once per loss: the new epoch is applied here.
+            tracing::warn!(
+                upstream = %self.name(),
+                applied_version = self.live.version,
+                version = settings.version,
+                "the store lost the live settings (FLUSHALL, an eviction or an empty restart): \
+                 applying the fleet's settings anew, the configured values where none is set"
+            );
+        }
         let before = self.config.limit();
         let config = settings.apply_to(&self.configured);
         if let Some(shared) = &self.shared {

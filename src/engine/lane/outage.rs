@@ -89,7 +89,15 @@ impl Handler<Switch> for Lane {
         self.switching = false;
         match switch {
             Switch::Fallback { epoch, live } => self.enter_fallback(epoch, live),
-            Switch::Shared { epoch } => self.back_to_shared(epoch),
+            Switch::Shared { epoch } => {
+                self.back_to_shared(epoch);
+                if self.mode == Mode::Shared {
+                    // The live settings at once, not at the next tick: a change made meanwhile,
+                    // or settings the store lost with its state (FLUSHALL: back to the
+                    // configured values), reach this process as soon as it is back.
+                    self.check_live(ctx, None);
+                }
+            }
             Switch::Abort => self.reconciling = false,
         }
         self.replay_deferred(ctx);
@@ -294,8 +302,8 @@ impl Lane {
         let from = std::mem::replace(&mut self.mode, to);
         metrics::upstream_mode(self.config.name().as_str(), Some(from), to);
         if to == Mode::Shared && from != Mode::Shared {
-            // Back in shared mode: the live settings are looked at by the next tick (within a
-            // second), not at the safety net's next turn; a change made meanwhile is applied.
+            // Back in shared mode: the safety net's turn starts over (the switch's handler
+            // looks at the live settings at once).
             self.live_looked = None;
         }
     }
