@@ -1,16 +1,22 @@
-//! The table of the scenarios on a provider with OpenAI's buckets (`openai-like…`), against
-//! issue 23's targets.
+//! The table of the scenarios on a provider with OpenAI's buckets (`openai-like…`) or
+//! Anthropic's (`anthropic-like`), against issue 23's targets.
 //!
 //! Per strategy: **total** (the start signal to the last job's end) and its ratio to the
 //! oracle's of the same round; **jobs failed** (no 200 in the end); **429s** as a share of the
-//! calls the provider received (its own records) and the **500s** it answered; **job latency**
-//! p50 / p99 (from the moment a caller took the job to its end, by nearest rank) and the p99's
-//! ratio to the oracle's; the **longest silence** (the longest time with no call sent while the
-//! provider's buckets, as its last answer's headers described them, held the next call's cost;
-//! the mock's own measure, [`wavegate_testkit::OpenAiBucket::longest_silence`]); **first 10 s**:
-//! the tokens of the jobs sent in the first ten seconds (a fleet that uses the full starting
-//! bucket sends up to its size there); **allowance used**: the tokens charged over what the
-//! provider allowed during the run (its full bucket plus the refill over the total time).
+//! calls the provider received (its own records), split into those of its buckets (a fleet that
+//! overshoots them) and of its hidden cap, and the **500s** it answered; **job latency** p50 /
+//! p99 (from the moment a caller took the job to its end, by nearest rank) and the p99's ratio
+//! to the oracle's; the **most open at once** (calls served, streams open, as the provider
+//! counted them); the **longest silence** (the longest time with no call sent while the
+//! provider's buckets, as its last answer left them and refilled since, held the next call's
+//! cost; the mock's own measure, [`wavegate_testkit::OpenAiBucket::longest_silence`],
+//! [`wavegate_testkit::AnthropicBucket::longest_silence`]); **first 10 s**: the tokens of the
+//! jobs sent in the first ten seconds (a fleet that uses the full starting bucket sends up to
+//! its size there); **allowance used**: the tokens charged over what the provider allowed during
+//! the run (its full bucket plus the refill over the total time; Anthropic: input and output
+//! apart). Streamed answers add the streams whose settled tokens were the final usage (prompt +
+//! completion) and the streams cut before their end; Anthropic's the **large calls** served and
+//! not served, and the longest a served one took.
 
 use std::fmt::Write as _;
 
@@ -21,7 +27,7 @@ use crate::stats::percentile;
 /// What the provider's bucket reported at the end of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct BucketLog {
-    /// The longest silence with room, in ms (OpenAI's bucket; 0 for Anthropic's).
+    /// The longest silence with room, in ms.
     pub(crate) silence_ms: u64,
     /// Tokens charged (Anthropic: input tokens).
     pub(crate) charged: u64,
@@ -98,7 +104,7 @@ fn figures(bucket: &Bucket, result: &RunResult) -> Figures {
         r500: result.requests.iter().filter(|r| r.status == 500).count(),
         p50_s: percentile(&mut latencies, 50.0).unwrap_or(0.0),
         p99_s: percentile(&mut latencies, 99.0).unwrap_or(0.0),
-        silence_s: result.bucket.filter(|_| !bucket.is_anthropic()).map(|b| b.silence_ms as f64 / 1000.0),
+        silence_s: result.bucket.map(|b| b.silence_ms as f64 / 1000.0),
         first_10s_tokens,
         allowance_used: result.bucket.map(|b| b.charged as f64 / allowance(bucket.tpm)),
         output_allowance_used: result

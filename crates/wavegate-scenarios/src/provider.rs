@@ -289,7 +289,8 @@ fn bucket_fields(state: &Shared) -> String {
     let cut = state.cut;
     if let Some(b) = &state.anthropic {
         return format!(
-            " silence_ms=0 charged={} output_charged={} max_open={} refused_cap=0 refused_budget={} cut={cut}",
+            " silence_ms={} charged={} output_charged={} max_open={} refused_cap=0 refused_budget={} cut={cut}",
+            b.longest_silence().as_millis(),
             b.input_charged(),
             b.output_charged(),
             b.max_in_flight(),

@@ -43,6 +43,9 @@ pub struct AnthropicBucket {
     input_charged: u64,
     output_charged: u64,
     refused: u64,
+    /// The buckets' state after the last arrival or end of a call (when, and what they held).
+    last: Option<(Instant, [f64; 3])>,
+    longest_silence: Duration,
 }
 
 impl AnthropicBucket {
@@ -57,6 +60,8 @@ impl AnthropicBucket {
             input_charged: 0,
             output_charged: 0,
             refused: 0,
+            last: None,
+            longest_silence: Duration::ZERO,
         }
     }
 
@@ -95,6 +100,26 @@ impl AnthropicBucket {
         let held = self.level(now);
         let sizes = Self::sizes_of(&self.limits);
         let need = [1.0, input as f64, max_tokens as f64];
+        if let Some((at, then)) = self.last {
+            // When the buckets, as they were left at the last arrival or end, held this call.
+            let waits: Option<Vec<f64>> = (0..3)
+                .map(|i| {
+                    let rate = sizes[i] as f64 / 60.0;
+                    if need[i] > sizes[i] as f64 { None } else { Some((need[i] - then[i]).max(0.0) / rate.max(1e-9)) }
+                })
+                .collect();
+            if let Some(waits) = waits {
+                let room = at + secs(waits.into_iter().fold(0.0, f64::max));
+                self.longest_silence = self.longest_silence.max(now.saturating_duration_since(room));
+            }
+        }
+        let answer = self.decide(held, need, sizes);
+        self.last = Some((now, self.held));
+        answer
+    }
+
+    fn decide(&mut self, held: [f64; 3], need: [f64; 3], sizes: [u64; 3]) -> Answer {
+        let (input, max_tokens) = (need[1] as u64, need[2] as u64);
         let short = (0..3).find(|&i| held[i] < need[i]);
         let Some(short) = short else {
             for (held, need) in self.held.iter_mut().zip(need) {
@@ -132,6 +157,15 @@ impl AnthropicBucket {
         self.held[2] = (self.held[2] + unused as f64).min(self.limits.output_tokens_per_minute as f64);
         self.output_charged = self.output_charged.saturating_sub(unused);
         self.in_flight = self.in_flight.saturating_sub(1);
+        self.last = Some((now, self.held));
+    }
+
+    /// The longest silence so far: between an arrival and the one before it (or the end of a
+    /// call since), the time during which the buckets, refilled since, already held the next
+    /// call's cost and nothing was sent. A fleet that waits for a "reset" while the buckets
+    /// refill has long ones.
+    pub fn longest_silence(&self) -> Duration {
+        self.longest_silence
     }
 
     /// Calls being served now.
@@ -239,6 +273,11 @@ mod tests {
         assert_eq!(bucket.answer(t0, 50_000, 0).status, 200);
         assert_eq!(bucket.answer(t0 + Duration::from_secs(6), 5_001, 0).status, 429, "5,000 grew back");
         assert_eq!(bucket.answer(t0 + Duration::from_secs(6), 4_999, 0).status, 200);
+        assert_eq!(bucket.longest_silence(), Duration::ZERO, "sent the moment the bucket held it");
+        // 5,000 more would have been there 6 s later; sent after 16 s: 10 s of silence.
+        assert_eq!(bucket.answer(t0 + Duration::from_secs(22), 5_000, 0).status, 200);
+        let silence = bucket.longest_silence().as_secs_f64();
+        assert!((9.99..10.01).contains(&silence), "{silence}");
         assert_eq!(bucket.level(t0 + Duration::from_secs(600)), [50.0, 50_000.0, 8_000.0]);
         // More than a bucket holds is never admitted.
         assert_eq!(bucket.answer(t0 + Duration::from_secs(600), 60_000, 0).status, 429);
