@@ -462,6 +462,20 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
         ..BASE
     },
     Scenario {
+        name: "openai-like-stream-over-cap",
+        title: "openai-like-stream with wavegate's limit at 64, above the provider's hidden cap of 48 (refused \
+                with a 429 without rate-limit headers or retry-after): the cap learned from those 429s, with \
+                streams held to their end",
+        capacity: 0,
+        bucket: Some(Bucket { stream: true, ..OPENAI_LIKE }),
+        limit: 64,
+        jobs: Some(500),
+        service_ms: Some((500, 3_000)),
+        callers: Some(25),
+        compare: &["oracle", "wavegate-adaptive"],
+        ..BASE
+    },
+    Scenario {
         name: "anthropic-like",
         title: "Anthropic's semantics: 50 requests/min, 50,000 input tokens/min (ITPM) and 8,000 output tokens/min \
                 (OTPM) enforced apart, buckets refilled continuously, output charged max_tokens at admission and \
