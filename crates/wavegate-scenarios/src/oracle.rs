@@ -6,7 +6,11 @@
 //! * [`BucketOracle`]: OpenAI's buckets ([`crate::scenario::Bucket`]): its share of the
 //!   requests and tokens buckets, full at the start and refilled continuously, a call sent
 //!   exactly when the share holds its cost (prompt + `max_tokens`), callers served in arrival
-//!   order, and its share of the hidden cap (or of the configured limit, if lower).
+//!   order, and its share of the hidden cap (or of the configured limit, if lower). With
+//!   Anthropic's buckets it takes only its share of the limit ([`BucketOracle::slot`]) and
+//!   the call waits at the provider, in arrival order across the fleet, until the provider's
+//!   buckets hold it (the provider's `queue=1`): static shares of an 8,000-token output
+//!   bucket would hold a 2,000-token call back until a process's whole share is free.
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
@@ -133,7 +137,7 @@ impl BucketOracle {
     pub(crate) fn new(env: &WorkerEnv, bucket: &Bucket) -> Self {
         let processes = env.processes.max(1) as f64;
         let share = (f64::from(bucket.rpm) / processes, f64::from(bucket.tpm) / processes);
-        let cap = (bucket.cap as usize).min(env.limit as usize);
+        let cap = if bucket.cap > 0 { (bucket.cap as usize).min(env.limit as usize) } else { env.limit as usize };
         Self {
             slots: Arc::new(Semaphore::new(share_of(cap, env.index, env.processes))),
             turn: tokio::sync::Mutex::new(()),
@@ -151,6 +155,12 @@ impl BucketOracle {
         level.1 = (level.1 + elapsed * self.share.1 / 60.0).min(self.share.1);
         level.2 = now;
         (level.0, level.1)
+    }
+
+    /// Waits for its turn and a place under the cap (or the limit), nothing else.
+    pub(crate) async fn slot(&self) -> Option<OwnedSemaphorePermit> {
+        let _turn = self.turn.lock().await;
+        self.slots.clone().acquire_owned().await.ok()
     }
 
     /// Waits for its turn, a place under the cap, and until its share holds `cost` tokens and

@@ -18,9 +18,13 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
-use wavegate_testkit::{Answer, BucketLimits, HeaderStyle, OpenAiBucket, ProviderLimits, WindowCounter};
+use wavegate_testkit::{
+    Answer, AnthropicBucket, AnthropicLimits, BucketLimits, HeaderStyle, MockSseConfig, OpenAiBucket, ProviderLimits,
+    SseStyle, WindowCounter,
+};
 
 use crate::protocol::{field, now_us, service_ms};
+use crate::scenario::Bucket;
 
 /// The provider's settings, read from the environment the runner sets.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,11 +45,11 @@ pub(crate) struct ProviderConfig {
     pub(crate) headers: Option<HeaderStyle>,
     /// Tokens per window (with `headers`); a call reserves the `tokens=N` of its query.
     pub(crate) tpm: Option<u32>,
-    /// OpenAI's buckets instead of everything above: `(rpm, tpm, hidden cap, 500s per mille,
-    /// the fleet's concurrency limit)` (the last for the silences only: a gap while that many
-    /// are served is none); a call is charged the `tokens=` (prompt) and `max_tokens=` of its
-    /// query.
-    pub(crate) bucket: Option<(u32, u32, u32, u32, u32)>,
+    /// OpenAI's (or Anthropic's) buckets instead of everything above, and the fleet's
+    /// concurrency limit (for the silences only: a gap while that many are served is none); a
+    /// call is charged the `tokens=` (prompt) and `max_tokens=` of its query, and generates
+    /// [`Bucket::output_of`] its job.
+    pub(crate) bucket: Option<(Bucket, u32)>,
 }
 
 impl ProviderConfig {
@@ -60,7 +64,7 @@ impl ProviderConfig {
             ("PROVIDER_RETRY_AFTER", self.retry_after_s.map_or(String::new(), |r| r.to_string())),
             ("PROVIDER_HEADERS", self.headers.map_or(String::new(), |h| h.as_str().to_string())),
             ("PROVIDER_TPM", self.tpm.map_or(String::new(), |t| t.to_string())),
-            ("PROVIDER_BUCKET", self.bucket.map_or(String::new(), |(r, t, c, e, b)| format!("{r},{t},{c},{e},{b}"))),
+            ("PROVIDER_BUCKET", self.bucket.map_or(String::new(), |(b, busy)| format!("{busy};{}", b.to_field()))),
         ]
     }
 
@@ -108,12 +112,8 @@ impl ProviderConfig {
                 "" => None,
                 text => {
                     let bad = || format!("PROVIDER_BUCKET={text:?}");
-                    let n: Vec<u32> =
-                        text.split(',').map(|v| v.parse().map_err(|_| bad())).collect::<Result<_, _>>()?;
-                    match n[..] {
-                        [r, t, c, e, b] => Some((r, t, c, e, b)),
-                        _ => return Err(bad()),
-                    }
+                    let (busy, bucket) = text.split_once(';').ok_or_else(bad)?;
+                    Some((Bucket::parse(bucket).ok_or_else(bad)?, busy.parse().map_err(|_| bad())?))
                 }
             },
         })
@@ -159,6 +159,14 @@ struct State {
     windows: std::collections::HashMap<String, WindowCounter>,
     /// OpenAI's buckets (with `bucket`), one key.
     bucket: Option<OpenAiBucket>,
+    /// Anthropic's buckets (with a `bucket` whose `otpm` is set), one key.
+    anthropic: Option<AnthropicBucket>,
+    /// Streams whose client hung up before their end.
+    cut: u64,
+    /// Calls queued at the provider (`queue=1`, the Anthropic oracle's), by ticket, in
+    /// arrival order; the last ticket given.
+    queue: VecDeque<u64>,
+    tickets: u64,
     records: Vec<Request>,
 }
 
@@ -272,13 +280,33 @@ pub(crate) fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// What the bucket saw, for the `DUMPED` line: its longest silence with room (ms) and the
-/// tokens it charged (empty without a bucket).
+/// What the buckets saw, for the `DUMPED` line: OpenAI's longest silence with room (ms), the
+/// tokens charged (Anthropic: input, and output apart), the most calls served (streams open)
+/// at once, the refusals by the cap and by the buckets, the streams cut (empty without a
+/// bucket).
 fn bucket_fields(state: &Shared) -> String {
-    lock(state)
-        .bucket
-        .as_ref()
-        .map_or(String::new(), |b| format!(" silence_ms={} charged={}", b.longest_silence().as_millis(), b.charged()))
+    let state = lock(state);
+    let cut = state.cut;
+    if let Some(b) = &state.anthropic {
+        return format!(
+            " silence_ms={} charged={} output_charged={} max_open={} refused_cap=0 refused_budget={} cut={cut}",
+            b.longest_silence().as_millis(),
+            b.input_charged(),
+            b.output_charged(),
+            b.max_in_flight(),
+            b.refused()
+        );
+    }
+    state.bucket.as_ref().map_or(String::new(), |b| {
+        format!(
+            " silence_ms={} charged={} max_open={} refused_cap={} refused_budget={} cut={cut}",
+            b.longest_silence().as_millis(),
+            b.charged(),
+            b.max_in_flight(),
+            b.refused_by_cap(),
+            b.refused_by_budget()
+        )
+    })
 }
 
 fn dump(state: &Shared, path: &str) -> std::io::Result<usize> {
@@ -304,33 +332,84 @@ async fn answer(mut stream: TcpStream, config: &ProviderConfig, state: &Shared) 
         lock(state).records.push(Request { start, end: now_us(), status: 400 });
         return;
     };
-    if let Some((rpm, tpm, cap, errors, busy_at)) = config.bucket {
+    if let Some((bucket, busy_at)) = config.bucket {
         let (prompt, max_tokens) = (tokens_of(&head), query_value(&head, "max_tokens").and_then(|n| n.parse().ok()));
+        let max_tokens = max_tokens.unwrap_or(0);
+        let limits = AnthropicLimits {
+            requests_per_minute: u64::from(bucket.rpm),
+            input_tokens_per_minute: u64::from(bucket.tpm),
+            output_tokens_per_minute: u64::from(bucket.otpm),
+        };
+        if bucket.is_anthropic() && query_value(&head, "queue").as_deref() == Some("1") {
+            // The oracle's calls wait here, in arrival order, until the buckets hold them.
+            let ticket = {
+                let mut state = lock(state);
+                state.tickets += 1;
+                let ticket = state.tickets;
+                state.queue.push_back(ticket);
+                ticket
+            };
+            loop {
+                {
+                    let mut state = lock(state);
+                    let now = std::time::Instant::now();
+                    if state.queue.front() == Some(&ticket)
+                        && state
+                            .anthropic
+                            .get_or_insert_with(|| AnthropicBucket::new(limits))
+                            .holds(now, prompt, max_tokens)
+                    {
+                        state.queue.pop_front();
+                        break;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
         let answer = {
             let mut state = lock(state);
-            let limits = BucketLimits {
-                requests_per_minute: u64::from(rpm),
-                tokens_per_minute: u64::from(tpm),
-                concurrency: Some(cap as usize),
-                errors_per_mille: errors,
-                seed: 42,
-                busy_at: Some(busy_at as usize),
-            };
-            state.bucket.get_or_insert_with(|| OpenAiBucket::new(limits)).answer(
-                std::time::Instant::now(),
-                prompt,
-                max_tokens.unwrap_or(0),
-            )
+            let now = std::time::Instant::now();
+            if bucket.is_anthropic() {
+                state.anthropic.get_or_insert_with(|| AnthropicBucket::new(limits)).answer(now, prompt, max_tokens)
+            } else {
+                let limits = BucketLimits {
+                    requests_per_minute: u64::from(bucket.rpm),
+                    tokens_per_minute: u64::from(bucket.tpm),
+                    concurrency: (bucket.cap > 0).then_some(bucket.cap as usize),
+                    errors_per_mille: bucket.errors_per_mille,
+                    seed: 42,
+                    busy_at: Some(busy_at as usize),
+                };
+                state.bucket.get_or_insert_with(|| OpenAiBucket::new(limits)).answer(now, prompt, max_tokens)
+            }
         };
-        if answer.status == 200 {
+        let output = bucket.output_of(job).min(max_tokens);
+        if answer.status != 200 {
+            reply_with(&mut stream, &answer).await;
+        } else if bucket.stream {
+            let service = Duration::from_millis(service_ms(job, config.service_ms));
+            if stream_answer(&mut stream, &answer, service, prompt, output).await.is_err() {
+                lock(state).cut += 1;
+            }
+        } else {
             tokio::time::sleep(Duration::from_millis(service_ms(job, config.service_ms))).await;
+            let body = if bucket.is_anthropic() {
+                format!(
+                    r#"{{"type":"message","role":"assistant","content":[],"usage":{{"input_tokens":{prompt},"output_tokens":{output}}}}}"#
+                )
+            } else {
+                answer.body.clone()
+            };
+            reply_with(&mut stream, &Answer { body, ..answer.clone() }).await;
         }
-        reply_with(&mut stream, &answer).await;
         let mut state = lock(state);
-        if answer.status == 200
-            && let Some(bucket) = state.bucket.as_mut()
-        {
-            bucket.finished(std::time::Instant::now());
+        let now = std::time::Instant::now();
+        if answer.status == 200 {
+            if let Some(anthropic) = state.anthropic.as_mut() {
+                anthropic.finished(now, max_tokens, output);
+            } else if let Some(openai) = state.bucket.as_mut() {
+                openai.finished(now);
+            }
         }
         state.records.push(Request { start, end: now_us(), status: answer.status });
         return;
@@ -399,6 +478,47 @@ async fn reply_with(stream: &mut TcpStream, answer: &Answer) {
     reply.push_str(&format!("Content-Length: {}\r\nConnection: close\r\n\r\n{}", answer.body.len(), answer.body));
     let _ = stream.write_all(reply.as_bytes()).await;
     let _ = stream.shutdown().await;
+}
+
+/// Streams an admitted answer: its head with `answer`'s headers, then OpenAI's chat-completion
+/// chunks spread over `service` (one every 100 ms or so), the last with the usage
+/// (`prompt_tokens`, `completion_tokens`, as with `stream_options.include_usage`), `[DONE]`.
+/// An error: the client hung up before the end.
+async fn stream_answer(
+    stream: &mut TcpStream,
+    answer: &Answer,
+    service: Duration,
+    prompt: u64,
+    output: u64,
+) -> std::io::Result<()> {
+    let mut head = String::from("HTTP/1.1 200 OK\r\n");
+    for (name, value) in &answer.headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("Content-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n");
+    stream.write_all(head.as_bytes()).await?;
+    stream.flush().await?;
+    let chunks = (service.as_millis() / 100).max(1) as usize;
+    let config = MockSseConfig {
+        chunks,
+        every: service / chunks as u32,
+        style: SseStyle::OpenAi,
+        prompt_tokens: prompt,
+        completion_tokens: output,
+        reject_first: 0,
+    };
+    let (content, end) = wavegate_testkit::sse_events(&config);
+    for event in content {
+        tokio::time::sleep(config.every).await;
+        stream.write_all(&wavegate_testkit::http_chunk(&event)).await?;
+        stream.flush().await?;
+    }
+    for event in end {
+        stream.write_all(&wavegate_testkit::http_chunk(&event)).await?;
+    }
+    stream.write_all(b"0\r\n\r\n").await?;
+    stream.flush().await?;
+    stream.shutdown().await
 }
 
 /// The value of `name=` in a request line's query.
@@ -502,7 +622,10 @@ mod tests {
     fn the_configuration_round_trips_through_the_environment() {
         let config = ProviderConfig {
             capacity: vec![(0, 8), (100, 4)],
-            bucket: Some((400, 600_000, 48, 5, 32)),
+            bucket: Some((
+                crate::scenario::SCENARIOS.iter().find_map(|s| s.bucket.filter(|b| b.stream)).expect("a streamed one"),
+                32,
+            )),
             ..config(None, None)
         };
         let env = config.to_env();

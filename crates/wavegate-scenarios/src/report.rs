@@ -118,6 +118,9 @@ pub(crate) struct RunResult {
     pub(crate) timed_out: bool,
     /// What an OpenAI-like provider's bucket reported (`openai-like…` scenarios).
     pub(crate) bucket: Option<crate::llm_report::BucketLog>,
+    /// Streamed answers through wavegate whose settled tokens were the provider's final usage,
+    /// and those whose were not.
+    pub(crate) settled: (u64, u64),
     /// From the start signal to the last worker's end.
     pub(crate) completed_in: Duration,
     /// The whole run, setup included.
@@ -138,6 +141,7 @@ impl RunResult {
             crash: None,
             timed_out: false,
             bucket: None,
+            settled: (0, 0),
             completed_in: Duration::ZERO,
             wall: Duration::ZERO,
         }
@@ -265,6 +269,9 @@ pub(crate) fn table(scenario: &Scenario, sizes: &Sizes, results: &[RunResult]) -
     let _ = writeln!(out);
     let phases = scenario.capacity_phases(sizes.jobs);
     let capacity = match phases.as_slice() {
+        [] if scenario.bucket.is_some_and(|b| b.is_anthropic()) => {
+            "Anthropic-like buckets, input and output apart (the table below)".to_string()
+        }
         [] if scenario.bucket.is_some() => "OpenAI-like buckets and a hidden cap (the table below)".to_string(),
         [] => "no concurrency cap".to_string(),
         [(_, cap)] => format!("provider capacity {cap} (hidden)"),

@@ -253,7 +253,7 @@ fn run_one(scenario: &Scenario, strategy: &'static Strategy, sizes: &Sizes) -> R
         tpm: scenario.announced.map(|a| a.tpm),
         service_ms: sizes.service_ms,
         retry_after_s: (!scenario.plain_429).then_some(sizes.retry_after_s),
-        bucket: scenario.bucket.map(|b| (b.rpm, b.tpm, b.cap, b.errors_per_mille, b.cap.min(scenario.limit))),
+        bucket: scenario.bucket.map(|b| (b, if b.cap > 0 { b.cap.min(scenario.limit) } else { scenario.limit })),
     };
     let mut provider = Proc::spawn("provider", &provider_config.to_env(), PROVIDER, tx.clone())?;
     let line = wait_for(&rx, PROVIDER, "LISTENING", START_TIMEOUT, |_| {})?;
@@ -391,6 +391,8 @@ fn run_one(scenario: &Scenario, strategy: &'static Strategy, sizes: &Sizes) -> R
                 }
                 Some(line) if line.starts_with("FINISHED") => {
                     worker.finished = true;
+                    result.settled.0 += num::<u64>(&line, "settled_ok").unwrap_or(0);
+                    result.settled.1 += num::<u64>(&line, "settled_bad").unwrap_or(0);
                     if let (Some(calls), Some(use_)) = (num::<u64>(&line, "status_calls"), redis_use.as_mut()) {
                         use_.status_calls += calls;
                     }

@@ -57,51 +57,94 @@ impl Announced {
 
 /// A provider with OpenAI's semantics ([`wavegate_testkit::OpenAiBucket`]): requests and tokens
 /// buckets refilled continuously, each call charged its prompt plus `max_tokens` at admission,
-/// OpenAI's headers, a hidden concurrency cap and seeded transient 500s.
+/// OpenAI's headers, a hidden concurrency cap and seeded transient 500s; its answers streamed
+/// as server-sent events when `stream` is set. With `otpm` set, Anthropic's semantics instead
+/// ([`wavegate_testkit::AnthropicBucket`]): `tpm` is then the input tokens per minute and
+/// `otpm` the output tokens per minute, enforced apart, Anthropic's headers, no cap, no 500s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Bucket {
     /// Requests per minute.
     pub(crate) rpm: u32,
-    /// Tokens per minute.
+    /// Tokens per minute (Anthropic: input tokens per minute).
     pub(crate) tpm: u32,
-    /// The hidden cap on calls served at once.
+    /// The hidden cap on calls served at once (0: none).
     pub(crate) cap: u32,
     /// Transient 500s per thousand admitted calls.
     pub(crate) errors_per_mille: u32,
     /// A job's prompt, in tokens, drawn per job from this range.
     pub(crate) prompt: (u64, u64),
-    /// Every job's `max_tokens`.
+    /// Every job's `max_tokens` (but the large ones').
     pub(crate) max_tokens: u64,
     /// wavegate's configured budgets `(rpm, burst, tpm, burst)` as the docs advise; `None`:
     /// none, wavegate learns from the headers.
     pub(crate) budgets: Option<(u32, u32, u32, u32)>,
+    /// Answers are streamed (OpenAI's chat-completion chunks, the last with `usage`), the
+    /// generation lasting the call's service time.
+    pub(crate) stream: bool,
+    /// Output tokens per minute, enforced apart from the input (Anthropic); 0: OpenAI's
+    /// semantics (one tokens bucket).
+    pub(crate) otpm: u32,
+    /// Every `large_every`-th job (ids 0, n, 2n, …) is a large one: [`LARGE_PROMPT`] in,
+    /// `max_tokens` [`LARGE_OUTPUT`], all of it used; 0: none.
+    pub(crate) large_every: u32,
 }
 
+/// A large call's prompt (issue 23's Anthropic target: 10,000 in / 2,000 out).
+pub(crate) const LARGE_PROMPT: u64 = 10_000;
+/// A large call's `max_tokens`, all used.
+pub(crate) const LARGE_OUTPUT: u64 = 2_000;
+
 impl Bucket {
+    /// Whether job `id` is a large call.
+    pub(crate) fn is_large(&self, id: u64) -> bool {
+        self.large_every > 0 && id.is_multiple_of(u64::from(self.large_every))
+    }
+
     /// Job `id`'s prompt tokens (the same for every strategy and the provider).
     pub(crate) fn prompt_of(&self, id: u64) -> u64 {
+        if self.is_large(id) {
+            return LARGE_PROMPT;
+        }
         // Another stream of the same hash than the service times, so the two are unrelated.
         crate::protocol::service_ms(id ^ 0x5EED_5EED, self.prompt)
     }
 
-    /// What job `id` costs in tokens: its prompt and its `max_tokens`.
-    pub(crate) fn cost_of(&self, id: u64) -> u64 {
-        self.prompt_of(id) + self.max_tokens
+    /// Job `id`'s `max_tokens`.
+    pub(crate) fn max_tokens_of(&self, id: u64) -> u64 {
+        if self.is_large(id) { LARGE_OUTPUT } else { self.max_tokens }
     }
 
-    /// The one-field form a worker reads it from (11 numbers, `0,0,0,0` for no budgets).
+    /// The output tokens job `id` generates (its answer's usage): a large call all its
+    /// `max_tokens`, the others a quarter to all of it, drawn per job.
+    pub(crate) fn output_of(&self, id: u64) -> u64 {
+        let max = self.max_tokens_of(id);
+        if self.is_large(id) { max } else { crate::protocol::service_ms(id ^ 0x0070_0070_0070, (max / 4, max)) }
+    }
+
+    /// What job `id` costs in tokens at admission: its prompt and its `max_tokens`.
+    pub(crate) fn cost_of(&self, id: u64) -> u64 {
+        self.prompt_of(id) + self.max_tokens_of(id)
+    }
+
+    /// Whether the provider speaks Anthropic's semantics.
+    pub(crate) fn is_anthropic(&self) -> bool {
+        self.otpm > 0
+    }
+
+    /// The one-field form a worker reads it from (14 numbers, `0,0,0,0` for no budgets).
     pub(crate) fn to_field(self) -> String {
         let (r, rb, t, tb) = self.budgets.unwrap_or_default();
         let (p0, p1) = self.prompt;
         let (rpm, tpm, cap, e, m) = (self.rpm, self.tpm, self.cap, self.errors_per_mille, self.max_tokens);
-        format!("{rpm},{tpm},{cap},{e},{p0},{p1},{m},{r},{rb},{t},{tb}")
+        let (stream, otpm, large) = (u8::from(self.stream), self.otpm, self.large_every);
+        format!("{rpm},{tpm},{cap},{e},{p0},{p1},{m},{r},{rb},{t},{tb},{stream},{otpm},{large}")
     }
 
     /// Reads [`Bucket::to_field`]'s form.
     pub(crate) fn parse(text: &str) -> Option<Self> {
         let n: Vec<u64> = text.split(',').map(str::parse).collect::<Result<_, _>>().ok()?;
         let small = |v: u64| u32::try_from(v).ok();
-        let [rpm, tpm, cap, e, p0, p1, m, r, rb, t, tb] = n[..] else { return None };
+        let [rpm, tpm, cap, e, p0, p1, m, r, rb, t, tb, stream, otpm, large] = n[..] else { return None };
         Some(Self {
             rpm: small(rpm)?,
             tpm: small(tpm)?,
@@ -110,16 +153,27 @@ impl Bucket {
             prompt: (p0, p1),
             max_tokens: m,
             budgets: (r > 0).then_some((small(r)?, small(rb)?, small(t)?, small(tb)?)),
+            stream: stream == 1,
+            otpm: small(otpm)?,
+            large_every: small(large)?,
         })
     }
 
-    /// The soonest the whole job list can be admitted, in seconds: both buckets start full
-    /// and refill at their rate (the service time of the last call comes on top).
+    /// The soonest the whole job list can be admitted, in seconds: the buckets start full
+    /// and refill at their rate (the service time of the last call comes on top). With
+    /// Anthropic's output bucket, the output counted is what the calls used (the rest of their
+    /// `max_tokens` comes back at their end).
     pub(crate) fn admission_floor_s(&self, jobs: u64) -> f64 {
-        let tokens: u64 = (0..jobs).map(|id| self.cost_of(id)).sum();
-        let by_tokens = (tokens as f64 - f64::from(self.tpm)).max(0.0) / (f64::from(self.tpm) / 60.0);
-        let by_requests = (jobs as f64 - f64::from(self.rpm)).max(0.0) / (f64::from(self.rpm) / 60.0);
-        by_tokens.max(by_requests)
+        let floor = |need: u64, per_minute: u32| {
+            (need as f64 - f64::from(per_minute)).max(0.0) / (f64::from(per_minute.max(1)) / 60.0)
+        };
+        let by_requests = floor(jobs, self.rpm);
+        if self.is_anthropic() {
+            let input = floor((0..jobs).map(|id| self.prompt_of(id)).sum(), self.tpm);
+            let output = floor((0..jobs).map(|id| self.output_of(id)).sum(), self.otpm);
+            return by_requests.max(input).max(output);
+        }
+        by_requests.max(floor((0..jobs).map(|id| self.cost_of(id)).sum(), self.tpm))
     }
 }
 
@@ -393,6 +447,49 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
         compare: &["oracle", "wavegate-adaptive"],
         ..BASE
     },
+    Scenario {
+        name: "openai-like-stream",
+        title: "the openai-like provider, its answers streamed (server-sent chat-completion chunks over the call's \
+                service time, the last with usage): the hidden cap (48) and the buckets held to each stream's \
+                end; wavegate with no budgets, streams through call_stream, settled from the final usage; limit 32",
+        capacity: 0,
+        bucket: Some(Bucket { stream: true, ..OPENAI_LIKE }),
+        limit: 32,
+        jobs: Some(500),
+        service_ms: Some((500, 3_000)),
+        callers: Some(25),
+        compare: &["oracle", "wavegate-adaptive"],
+        ..BASE
+    },
+    Scenario {
+        name: "openai-like-stream-over-cap",
+        title: "openai-like-stream with wavegate's limit at 64, above the provider's hidden cap of 48 (refused \
+                with a 429 without rate-limit headers or retry-after): the cap learned from those 429s, with \
+                streams held to their end",
+        capacity: 0,
+        bucket: Some(Bucket { stream: true, ..OPENAI_LIKE }),
+        limit: 64,
+        jobs: Some(500),
+        service_ms: Some((500, 3_000)),
+        callers: Some(25),
+        compare: &["oracle", "wavegate-adaptive"],
+        ..BASE
+    },
+    Scenario {
+        name: "anthropic-like",
+        title: "Anthropic's semantics: 50 requests/min, 50,000 input tokens/min (ITPM) and 8,000 output tokens/min \
+                (OTPM) enforced apart, buckets refilled continuously, output charged max_tokens at admission and \
+                adjusted at the end, anthropic-ratelimit-* headers (RFC 3339 resets); every 6th call 10,000 in / \
+                2,000 out, the others 500-3,000 in / up to 400 out; wavegate with no budgets; limit 32",
+        capacity: 0,
+        bucket: Some(ANTHROPIC_LIKE),
+        limit: 32,
+        jobs: Some(24),
+        service_ms: Some((500, 3_000)),
+        callers: Some(25),
+        compare: &["oracle", "wavegate-adaptive"],
+        ..BASE
+    },
 ];
 
 /// The provider of the `openai-like` scenarios (issue 23's targets).
@@ -404,6 +501,24 @@ const OPENAI_LIKE: Bucket = Bucket {
     prompt: (200, 3_000),
     max_tokens: 500,
     budgets: None,
+    stream: false,
+    otpm: 0,
+    large_every: 0,
+};
+
+/// The provider of the `anthropic-like` scenario (Anthropic's tier 1 for a model: 50 RPM,
+/// 50,000 ITPM, 8,000 OTPM).
+const ANTHROPIC_LIKE: Bucket = Bucket {
+    rpm: 50,
+    tpm: 50_000,
+    cap: 0,
+    errors_per_mille: 0,
+    prompt: (500, 3_000),
+    max_tokens: 400,
+    budgets: None,
+    stream: false,
+    otpm: 8_000,
+    large_every: 6,
 };
 
 /// The capacity of the phase in force at call (or job) number `at`: the last of `phases`
@@ -485,6 +600,20 @@ mod tests {
         // ~1.05M tokens, 600k at once, 10k a second after: about 45 s.
         let floor = OPENAI_LIKE.admission_floor_s(500);
         assert!((35.0..55.0).contains(&floor), "{floor}");
+    }
+
+    #[test]
+    fn the_anthropic_job_mix_has_its_large_calls() {
+        let b = ANTHROPIC_LIKE;
+        assert_eq!(Bucket::parse(&Bucket { stream: true, ..b }.to_field()), Some(Bucket { stream: true, ..b }));
+        let large: Vec<u64> = (0..24).filter(|&id| b.is_large(id)).collect();
+        assert_eq!(large, [0, 6, 12, 18]);
+        assert_eq!((b.prompt_of(6), b.max_tokens_of(6), b.output_of(6), b.cost_of(6)), (10_000, 2_000, 2_000, 12_000));
+        assert!((1..24).filter(|id| !b.is_large(*id)).all(|id| (100..=400).contains(&b.output_of(id))));
+        assert!(b.max_tokens_of(1) == 400 && (500..=3_000).contains(&b.prompt_of(1)));
+        // The output binds: 8,000 at once, then 133 a second.
+        let floor = b.admission_floor_s(24);
+        assert!((20.0..60.0).contains(&floor), "{floor}");
     }
 }
 

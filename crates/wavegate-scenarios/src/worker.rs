@@ -13,10 +13,11 @@ use std::process::ExitCode;
 use std::rc::Rc;
 use std::time::{Duration, SystemTime};
 
+use futures_util::StreamExt;
 use rand::Rng;
 use tokio::sync::{Mutex, Semaphore, mpsc, oneshot};
 use wavegate::PoolConfig;
-use wavegate::{Mode, Outcome, ProviderSignals, Scheduler, TransportError};
+use wavegate::{Mode, Outcome, ProviderSignals, Scheduler, SseUsage, TransportError};
 use wavegate_testkit::{HttpReply, http_get};
 
 use crate::oracle::{BucketOracle, Oracle};
@@ -30,6 +31,8 @@ pub(crate) const UPSTREAM: &str = "provider";
 const POLL_EVERY: Duration = Duration::from_millis(50);
 /// The longest one HTTP call may take.
 const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest the Anthropic oracle's call may wait at the provider and be served.
+const QUEUED_TIMEOUT: Duration = Duration::from_secs(300);
 /// The oracle's attempts per job.
 const ORACLE_ATTEMPTS: u32 = 50;
 
@@ -247,21 +250,24 @@ async fn run(
         _ => None,
     };
     let jobs = Rc::new(Mutex::new(jobs));
+    let settled = Rc::new(Settled::default());
     let mut callers = Vec::with_capacity(env.callers);
     for _ in 0..env.callers {
-        let (jobs, runner, provider, tokens, bucket) =
-            (jobs.clone(), runner.clone(), env.provider, env.tokens, env.bucket);
+        let (jobs, runner, provider, tokens, bucket, settled) =
+            (jobs.clone(), runner.clone(), env.provider, env.tokens, env.bucket, settled.clone());
         callers.push(actix::spawn(async move {
             loop {
                 let next = jobs.lock().await.recv().await;
                 let Some(id) = next else { break };
                 // The estimate wavegate reserves, and what the query tells the provider.
                 let (estimate, query) = match bucket {
-                    Some(b) => (b.cost_of(id), format!("tokens={}&max_tokens={}", b.prompt_of(id), b.max_tokens)),
+                    Some(b) => {
+                        (b.cost_of(id), format!("tokens={}&max_tokens={}", b.prompt_of(id), b.max_tokens_of(id)))
+                    }
                     None if tokens > 0 => (tokens, format!("tokens={tokens}")),
                     None => (0, String::new()),
                 };
-                let log = run_job(&strategy.kind, &runner, provider, id, (estimate, &query)).await;
+                let log = run_job(&strategy.kind, &runner, provider, id, (estimate, &query), bucket, &settled).await;
                 println!(
                     "DONE id={id} ok={} attempts={} r429={} start={} success_start={} end={}",
                     u8::from(log.ok),
@@ -280,7 +286,12 @@ async fn run(
     if let Some(poller) = poller {
         poller.abort();
     }
-    println!("FINISHED status_calls={}", status_calls.get());
+    println!(
+        "FINISHED status_calls={} settled_ok={} settled_bad={}",
+        status_calls.get(),
+        settled.ok.get(),
+        settled.bad.get()
+    );
     Ok(())
 }
 
@@ -356,14 +367,167 @@ fn classify(result: &Result<HttpReply, Outcome>) -> Outcome {
     }
 }
 
+/// How many streamed answers settled exactly the usage their provider reported (prompt +
+/// completion tokens), and how many did not (or reported none).
+#[derive(Debug, Default)]
+pub(crate) struct Settled {
+    ok: Cell<u64>,
+    bad: Cell<u64>,
+}
+
+/// The bytes of a streamed answer's body, as they arrive (chunked framing included: its size
+/// lines are not `data:` lines, and the provider writes whole events per chunk).
+type Body = std::pin::Pin<Box<dyn futures_util::Stream<Item = std::io::Result<Vec<u8>>>>>;
+
+/// A streamed answer whose head has been read: the head (a refusal's whole body in it), and
+/// the rest of the body to come (empty for a refusal).
+struct Opened {
+    head: HttpReply,
+    body: Body,
+}
+
+/// `GET path`, the head read; the body left to stream (a status other than 200: read whole).
+async fn open_stream(provider: SocketAddr, path: &str) -> std::io::Result<Opened> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::time::timeout(HTTP_TIMEOUT, tokio::net::TcpStream::connect(provider))
+        .await
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: {provider}\r\nAccept: text/event-stream\r\nConnection: close\r\n\r\n");
+    tcp.write_all(request.as_bytes()).await?;
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 4096];
+    let end = loop {
+        let n = tokio::time::timeout(HTTP_TIMEOUT, tcp.read(&mut buf))
+            .await
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        raw.extend_from_slice(&buf[..n]);
+        if let Some(at) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+    };
+    let rest = raw.split_off(end);
+    let text = String::from_utf8_lossy(&raw);
+    let mut lines = text.split("\r\n");
+    let status = lines.next().and_then(|l| l.split_whitespace().nth(1)).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(name, value)| (name.trim().to_string(), value.trim().to_string()))
+        .collect();
+    let retry_after = headers.iter().find(|(n, _)| n.eq_ignore_ascii_case("retry-after")).map(|(_, v)| v.clone());
+    let mut head = HttpReply { status, retry_after, headers, body: String::new() };
+    if status != 200 {
+        let mut body = rest;
+        let _ = tokio::time::timeout(HTTP_TIMEOUT, tcp.read_to_end(&mut body)).await;
+        head.body = String::from_utf8_lossy(&body).into_owned();
+        return Ok(Opened { head, body: Box::pin(futures_util::stream::empty()) });
+    }
+    let first = futures_util::stream::iter((!rest.is_empty()).then_some(Ok(rest)));
+    let more = futures_util::stream::unfold(tcp, |mut tcp| async move {
+        let mut buf = vec![0u8; 4096];
+        match tcp.read(&mut buf).await {
+            Ok(0) => None,
+            Ok(n) => {
+                buf.truncate(n);
+                Some((Ok(buf), tcp))
+            }
+            Err(error) => Some((Err(error), tcp)),
+        }
+    });
+    Ok(Opened { head, body: Box::pin(first.chain(more)) })
+}
+
+/// [`classify`] of a streamed answer's head.
+fn classify_opened(result: &Result<Opened, Outcome>) -> Outcome {
+    match result {
+        Ok(opened) => classify(&Ok(opened.head.clone())),
+        Err(outcome) => *outcome,
+    }
+}
+
+/// One job of a streamed answer through wavegate: `call_stream` (the permit held, its lease
+/// renewed, until the stream's end), the stream read to its end in the caller, the tokens
+/// settled from the final usage (`SseUsage`) and checked against `expected` (prompt +
+/// completion, what the provider reports).
+async fn stream_job(
+    scheduler: &Scheduler,
+    provider: SocketAddr,
+    path: &str,
+    tokens: u64,
+    log: &mut JobLog,
+    (expected, settled): (Option<u64>, &Settled),
+) {
+    let upstream = scheduler.upstream(UPSTREAM).expect("configured");
+    let (attempts, rate_limited, last_sent, last_status) =
+        (Cell::new(0u32), Cell::new(0u32), Cell::new(0u64), Cell::new(0u16));
+    let result = upstream
+        .request()
+        .tokens(tokens)
+        .classify(classify_opened)
+        .meter(SseUsage::new())
+        .call_stream(
+            |_attempt| {
+                attempts.set(attempts.get() + 1);
+                last_sent.set(now_us());
+                let (rate_limited, last_status) = (&rate_limited, &last_status);
+                async move {
+                    match open_stream(provider, path).await {
+                        Ok(opened) => {
+                            rate_limited.set(rate_limited.get() + u32::from(opened.head.status == 429));
+                            last_status.set(opened.head.status);
+                            Ok(opened)
+                        }
+                        Err(_) => Err(Outcome::from_transport(TransportError::Connect)),
+                    }
+                }
+            },
+            |opened| opened.body,
+        )
+        .await;
+    (log.attempts, log.rate_limited) = (attempts.get(), rate_limited.get());
+    match result {
+        Ok(mut answer) => {
+            let mut whole = last_status.get() == 200;
+            while let Some(item) = answer.next().await {
+                if let Err(error) = item {
+                    eprintln!("worker {}: the stream of {path} failed: {error}", std::process::id());
+                    whole = false;
+                    break;
+                }
+            }
+            if whole {
+                (log.ok, log.success_start) = (true, last_sent.get());
+                let counter = if answer.tokens_used() == expected { &settled.ok } else { &settled.bad };
+                counter.set(counter.get() + 1);
+            }
+        }
+        Err(error) => eprintln!("worker {}: {path} failed: {error}", std::process::id()),
+    }
+}
+
 fn jitter(base: Duration, low: f64, high: f64) -> Duration {
     base.mul_f64(rand::rng().random_range(low..=high))
 }
 
-async fn run_job(kind: &Kind, runner: &Runner, provider: SocketAddr, id: u64, (tokens, query): (u64, &str)) -> JobLog {
+async fn run_job(
+    kind: &Kind,
+    runner: &Runner,
+    provider: SocketAddr,
+    id: u64,
+    (tokens, query): (u64, &str),
+    bucket: Option<Bucket>,
+    settled: &Settled,
+) -> JobLog {
     let get = |provider, id| get(provider, id, query, "");
     let mut log = JobLog { start: now_us(), ..JobLog::default() };
     match (kind, runner) {
+        (Kind::Wavegate { .. }, Runner::Wavegate(scheduler)) if bucket.is_some_and(|b| b.stream) => {
+            let expected = bucket.map(|b| b.prompt_of(id) + b.output_of(id));
+            stream_job(scheduler, provider, &format!("/job/{id}?{query}"), tokens, &mut log, (expected, settled)).await;
+        }
         (Kind::Naive { attempts, base, cap }, _) => {
             for attempt in 1..=*attempts {
                 log.attempts = attempt;
@@ -477,11 +641,21 @@ async fn run_job(kind: &Kind, runner: &Runner, provider: SocketAddr, id: u64, (t
         }
         (Kind::Oracle, Runner::BucketOracle(oracle)) => {
             // A 429 or a 500 is retried through the oracle (charged again, as the provider does).
+            // A streamed answer is read to its end (`http_get` reads to the end of the body)
+            // with the place held. With Anthropic's buckets the call waits at the provider,
+            // in arrival order, until they hold it (`queue=1`).
+            let anthropic = bucket.is_some_and(|b| b.is_anthropic());
+            let queued = format!("{query}&queue=1");
             for attempt in 1..=ORACLE_ATTEMPTS {
                 log.attempts = attempt;
-                let permit = oracle.acquire(tokens).await;
+                let permit = if anthropic { oracle.slot().await } else { oracle.acquire(tokens).await };
                 let sent = now_us();
-                let reply = get(provider, id).await;
+                let reply = if anthropic {
+                    // It may wait at the provider for most of a minute.
+                    http_get(provider, &format!("/job/{id}?{queued}"), QUEUED_TIMEOUT).await
+                } else {
+                    get(provider, id).await
+                };
                 drop(permit);
                 if matches!(reply, Ok(ref r) if r.status == 200) {
                     (log.ok, log.success_start) = (true, sent);

@@ -39,7 +39,9 @@
 //! their final usage) and counts the streams it has open at once. [`OpenAiBucket`] is OpenAI's
 //! accounting as its guide describes it (buckets refilled continuously, charged prompt +
 //! `max_tokens` at admission, a hidden concurrency cap, seeded transient 500s), for a provider
-//! process such as the scenario runner's.
+//! process such as the scenario runner's; [`AnthropicBucket`] is Anthropic's (requests, input
+//! and output tokens per minute in buckets refilled continuously, output charged `max_tokens`
+//! at admission and adjusted to the output at the end).
 //!
 //! # Requirements
 //!
@@ -68,6 +70,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod anthropic_bucket;
 mod builder;
 mod cluster;
 mod error;
@@ -86,13 +89,14 @@ mod server;
 mod server_thread;
 mod tls;
 
+pub use anthropic_bucket::{AnthropicBucket, AnthropicLimits};
 pub use builder::RedisServerBuilder;
 pub use cluster::RedisCluster;
 pub use error::HarnessError;
 pub use fault_proxy::{Fault, FaultProxy};
 pub use http::{HttpReply, http_get};
 pub use mock_provider::{Hook, MockProvider, ProviderCall};
-pub use mock_sse::{MockSse, MockSseConfig, SseStyle};
+pub use mock_sse::{MockSse, MockSseConfig, SseStyle, http_chunk, sse_events};
 pub use mock_upstream::{MockUpstream, MockUpstreamConfig, read_request_head};
 pub use openai_bucket::{BucketLimits, OpenAiBucket};
 pub use port::free_port;

@@ -133,13 +133,16 @@ async fn serve(listener: TcpListener, config: Arc<MockSseConfig>, counters: Arc<
     }
 }
 
-/// One chunk of chunked transfer encoding.
-fn chunk(data: &str) -> Vec<u8> {
+/// One chunk of chunked transfer encoding (`{len:x}\r\n{data}\r\n`); the end of a body is
+/// `0\r\n\r\n`.
+pub fn http_chunk(data: &str) -> Vec<u8> {
     format!("{:x}\r\n{data}\r\n", data.len()).into_bytes()
 }
 
-/// The events of one answer: the content events (each written after a pause), then the rest.
-fn events(config: &MockSseConfig) -> (Vec<String>, Vec<String>) {
+/// The server-sent events of one answer as the mock writes them: the content events (each
+/// written after a pause of [`MockSseConfig::every`]), then the usage and the end, which follow
+/// the last content event at once.
+pub fn sse_events(config: &MockSseConfig) -> (Vec<String>, Vec<String>) {
     let (prompt, completion) = (config.prompt_tokens, config.completion_tokens);
     match config.style {
         SseStyle::OpenAi => {
@@ -199,14 +202,14 @@ async fn answer(mut stream: TcpStream, config: &MockSseConfig, counters: &Counte
 async fn write_stream(stream: &mut TcpStream, config: &MockSseConfig) -> io::Result<()> {
     let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
     stream.write_all(head.as_bytes()).await?;
-    let (content, end) = events(config);
+    let (content, end) = sse_events(config);
     for event in content {
         tokio::time::sleep(config.every).await;
-        stream.write_all(&chunk(&event)).await?;
+        stream.write_all(&http_chunk(&event)).await?;
         stream.flush().await?;
     }
     for event in end {
-        stream.write_all(&chunk(&event)).await?;
+        stream.write_all(&http_chunk(&event)).await?;
     }
     stream.write_all(b"0\r\n\r\n").await?;
     stream.flush().await

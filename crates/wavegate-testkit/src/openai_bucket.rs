@@ -61,6 +61,10 @@ pub struct OpenAiBucket {
     /// arrival.
     freed: Option<Instant>,
     charged: u64,
+    max_in_flight: usize,
+    /// Refusals by the hidden cap, and by the buckets.
+    refused_cap: u64,
+    refused_budget: u64,
 }
 
 impl OpenAiBucket {
@@ -77,6 +81,9 @@ impl OpenAiBucket {
             longest_silence: Duration::ZERO,
             freed: None,
             charged: 0,
+            max_in_flight: 0,
+            refused_cap: 0,
+            refused_budget: 0,
         }
     }
 
@@ -145,6 +152,7 @@ impl OpenAiBucket {
     fn decide(&mut self, requests: f64, tokens: f64, cost: u64) -> Answer {
         if self.limits.concurrency.is_some_and(|cap| self.in_flight >= cap) {
             let body = r#"{"error":{"message":"Too many concurrent requests for this model.","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#;
+            self.refused_cap += 1;
             return Answer { status: 429, headers: Vec::new(), body: body.to_string() };
         }
         let (rpm, tpm) = (self.limits.requests_per_minute, self.limits.tokens_per_minute);
@@ -163,9 +171,11 @@ impl OpenAiBucket {
                 answer.body = r#"{"error":{"message":"The server had an error while processing your request. Sorry about that!","type":"server_error","param":null,"code":null}}"#.to_string();
             } else {
                 self.in_flight += 1;
+                self.max_in_flight = self.max_in_flight.max(self.in_flight);
             }
             return answer;
         }
+        self.refused_budget += 1;
         let (kind, short, limit, used, wait) = if short_of_tokens {
             ("tokens", "tokens per min (TPM)", tpm, tpm as f64 - tokens, wait_tokens)
         } else {
@@ -205,6 +215,21 @@ impl OpenAiBucket {
     /// Calls being served now (200s not finished).
     pub fn in_flight(&self) -> usize {
         self.in_flight
+    }
+
+    /// The most calls served at once so far (for streamed answers: streams open at once).
+    pub fn max_in_flight(&self) -> usize {
+        self.max_in_flight
+    }
+
+    /// Calls refused by the hidden cap so far.
+    pub fn refused_by_cap(&self) -> u64 {
+        self.refused_cap
+    }
+
+    /// Calls refused by the requests or tokens bucket so far (a fleet that overshoots them).
+    pub fn refused_by_budget(&self) -> u64 {
+        self.refused_budget
     }
 
     /// The longest silence so far (see the module docs).
@@ -286,6 +311,7 @@ mod tests {
         let refused = bucket.answer(t0 + Duration::from_millis(1_500), 1_000, 200);
         assert_eq!(refused.status, 429);
         assert_eq!(header(&refused, "retry-after-ms"), Some("500"));
+        assert_eq!(bucket.refused_by_budget(), 1);
         assert_eq!(header(&refused, "retry-after"), Some("1"));
         assert_eq!(header(&refused, "x-ratelimit-remaining-tokens"), Some("1150"));
         assert_eq!(header(&refused, "x-ratelimit-reset-tokens"), Some("48.5s"));
@@ -323,7 +349,8 @@ mod tests {
         assert_eq!(bucket.answer(t0, 10, 10).status, 200);
         let over = bucket.answer(t0, 10, 10);
         assert_eq!((over.status, over.headers.len()), (429, 0));
-        assert_eq!(bucket.in_flight(), 2);
+        assert_eq!((bucket.in_flight(), bucket.max_in_flight()), (2, 2));
+        assert_eq!((bucket.refused_by_cap(), bucket.refused_by_budget()), (1, 0));
         bucket.finished(t0);
         assert_eq!(bucket.answer(t0, 10, 10).status, 200);
         assert_eq!(bucket.charged(), 60, "the refusal cost nothing");
