@@ -166,7 +166,7 @@ else
     if ask.class_index then charge_class(config, ask.class_index, now, tokens) end
     if redis.call('ZADD', KEYS[1], now + lease, id) == 1 then pc_change(id, 1) end
     if pw_charge(windows, now, tokens) then pw_save(windows) end -- [provider windows]
-    local mark = pw_mark(windows)
+    local mark = pw_mark(windows, now)
     if mark then
       redis.call('HSET', KEYS[3], id, s.wave, 'm|' .. id, mark)
     else

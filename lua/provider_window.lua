@@ -11,7 +11,8 @@
 --
 -- Fields pw_sent_requests and pw_sent_tokens: the grants counted since the first report (absent
 -- before it), one request and the tokens reserved per grant; a grant's count right after it is
--- its mark, KEYS[3] field 'm|<permit id>' = '<requests>:<tokens>' (kept while the permit is).
+-- its mark, KEYS[3] field 'm|<permit id>' = '<requests>:<tokens>:<granted ms>' (kept while the
+-- permit is).
 --
 -- Rules:
 --   * a report of R left with a reset in D (at most PW_MAX_RESET ms: a day) by a call whose
@@ -24,8 +25,10 @@
 --     and so does an earlier one (an older answer's end only ever lies later: an earlier end
 --     is the provider's newer word);
 --   * a report of a continuously refilled bucket (OpenAI: `to` its limit L, D the time until it
---     is full): E = R - cost(N) now, full again when the same rate has refilled it
---     (now + ceil(D * (L - E) / (L - R)), at most a day); in between what is left grows
+--     is full): E = R - cost(since) as of the reporting call's grant (with a mark; else
+--     R - cost(N) as of now), full again when the same rate has refilled it
+--     (then + ceil(D * (L - E) / (L - R)), at most a day; nothing kept when that is past); in
+--     between what is left grows
 --     linearly from E to L (pw_level, rounded down); a grant re-bases it at its time keeping the
 --     rate; a full bucket says nothing; a running bucket with no more left now than E keeps its
 --     word, a fixed window is replaced; the doubles are computed in the order of
@@ -150,27 +153,29 @@ local function pw_charge(w, now, tokens)
   return changed
 end
 
--- The mark of a grant: the count of grants right after it ('<requests>:<tokens>'), or nil when
+-- The mark of a grant: the count of grants right after it and its time
+-- ('<requests>:<tokens>:<ms>'), or nil when
 -- none is kept.
-local function pw_mark(w)
+local function pw_mark(w, now)
   if not w.sent then return nil end
-  return string.format('%.0f:%.0f', w.sent.requests, w.sent.tokens)
+  return string.format('%.0f:%.0f:%.0f', w.sent.requests, w.sent.tokens, now)
 end
 
--- What was granted after `mark` (a permit's, as pw_mark wrote it), as {requests, tokens}; nil
--- without a count, for a mark unreadable or ahead of the count (the count started over).
-local function pw_sent_since(w, mark)
+-- What was granted after `mark` (a permit's, as pw_mark wrote it), as {requests, tokens, at}
+-- (at: the permit's grant, at most `now`); nil without a count, for a mark unreadable or ahead
+-- of the count (the count started over).
+local function pw_sent_since(w, mark, now)
   if not w.sent or not mark then return nil end
-  local r, t = string.match(mark, '^(%d+):(%d+)$')
-  r, t = tonumber(r), tonumber(t)
-  if not r or not t or r > w.sent.requests or t > w.sent.tokens then return nil end
-  return { requests = w.sent.requests - r, tokens = w.sent.tokens - t }
+  local r, t, at = string.match(mark, '^(%d+):(%d+):(%d+)$')
+  r, t, at = tonumber(r), tonumber(t), tonumber(at)
+  if not r or not t or not at or r > w.sent.requests or t > w.sent.tokens then return nil end
+  return { requests = w.sent.requests - r, tokens = w.sent.tokens - t, at = math.min(at, now) }
 end
 
 -- Takes in one window's report: `remaining` left, resetting in `reset_ms`, `others_cost` spent
 -- by the calls still in flight; `to` > 0: a bucket refilled continuously to `to`, full in
 -- `reset_ms`.
-local function pw_report_one(t, now, remaining, reset_ms, others_cost, to)
+local function pw_report_one(t, now, remaining, reset_ms, others_cost, to, as_of)
   if to > 0 then
     to = math.min(to, PW_MOST_LEFT)
     remaining = math.min(remaining, to)
@@ -179,11 +184,13 @@ local function pw_report_one(t, now, remaining, reset_ms, others_cost, to)
     local reset = math.min(reset_ms, PW_MAX_RESET)
     local full_in = reset
     if remaining < to then full_in = math.ceil(reset * (to - estimate) / (to - remaining)) end
-    local ends = now + math.min(math.max(full_in, 1), PW_MAX_RESET)
-    if t.to > 0 and pw_runs(t, now) and pw_level(t, now) <= estimate then return end
+    local ends = as_of + math.min(math.max(full_in, 1), PW_MAX_RESET)
+    if ends <= now then return end -- full again by now
+    local reported = { left = estimate, ['until'] = ends, at = as_of, to = to }
+    if t.to > 0 and pw_runs(t, now) and pw_level(t, now) <= pw_level(reported, now) then return end
     t.left = estimate
     t['until'] = ends
-    t.at = now
+    t.at = as_of
     t.to = to
     return
   end

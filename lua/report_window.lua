@@ -29,18 +29,18 @@ if ARGV[11] == '1' then
   w = { requests = { left = 0, ['until'] = 0, at = 0, to = 0 }, tokens = { left = 0, ['until'] = 0, at = 0, to = 0 },
         sent = w.sent }
 end
-local requests_cost, tokens_cost = others, others * tokens_each
+local requests_cost, tokens_cost, as_of = others, others * tokens_each, now
 if ARGV[6] ~= '' then
-  local since = pw_sent_since(w, redis.call('HGET', KEYS[3], 'm|' .. ARGV[6]))
-  if since then requests_cost, tokens_cost = since.requests, since.tokens end
+  local since = pw_sent_since(w, redis.call('HGET', KEYS[3], 'm|' .. ARGV[6]), now)
+  if since then requests_cost, tokens_cost, as_of = since.requests, since.tokens, since.at end
 end
 if ARGV[1] ~= '' then
   pw_report_one(w.requests, now, to_int(ARGV[1], 'requests left'), to_int(ARGV[2], 'requests reset'), requests_cost,
-    to_int(ARGV[12], 'requests refill'))
+    to_int(ARGV[12], 'requests refill'), as_of)
 end
 if ARGV[3] ~= '' then
   pw_report_one(w.tokens, now, to_int(ARGV[3], 'tokens left'), to_int(ARGV[4], 'tokens reset'), tokens_cost,
-    to_int(ARGV[13], 'tokens refill'))
+    to_int(ARGV[13], 'tokens refill'), as_of)
 end
 if ARGV[11] ~= '1' and not w.sent then w.sent = { requests = 0, tokens = 0 } end
 pw_save(w)

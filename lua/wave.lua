@@ -10,7 +10,7 @@
 --   KEYS[2]  hash of the wave state: state, limit, wave, cooldown_until, successes, step, threshold,
 --            and the rate budgets' theoretical arrival times, requests_tat and tokens_tat (µs)
 --   KEYS[3]  hash of permit id -> wave the permit was issued in, and 'm|<permit id>' -> the
---            count of grants right after it, '<requests>:<tokens>' (provider_window.lua)
+--            count of grants right after it and its time, '<requests>:<tokens>:<ms>' (provider_window.lua)
 --   KEYS[4]  sorted set of processes waiting at the limit: member = instance id, score = since (ms)
 -- Time is always Redis TIME, in milliseconds.
 

@@ -35,7 +35,11 @@
 //! * OpenAI's reset is not a window's end but the time until a continuously refilled bucket
 //!   is full again ([`WindowLeft::refills_to`], its limit): what is left grows back linearly
 //!   toward the limit until then, so grants go on at the provider's refill rate instead of
-//!   stopping until the "reset" (issue 23: 5 s of near silence every 55 s). A grant re-bases
+//!   stopping until the "reset" (issue 23: 5 s of near silence every 55 s). With a mark, what
+//!   the answer says is as of the reporting call's grant, and the bucket has grown back since
+//!   (a call of 2 s at 10k tokens a second: 20k); were the provider's count taken when it
+//!   answered instead, the grants made meanwhile (taken off) and the growth (added) cancel out
+//!   at the bucket's bottom, where the fleet sends at the refill rate. A grant re-bases
 //!   the bucket at its time, keeping the rate; a full bucket says nothing; a running bucket
 //!   that has less left now than a report says keeps its word (answers arrive out of order);
 //!   a report of a fixed window replaces it (a `Retry-After` pause). The bounds hold as for
@@ -177,9 +181,11 @@ impl TrackedWindow {
         (grown as u64).min(self.refills_to)
     }
 
-    fn report(&mut self, left: WindowLeft, now_ms: u64, others_cost: u64) {
+    /// Takes in `left`, said of the provider's count at `as_of_ms` (at most `now_ms`: the
+    /// reporting call's admission when known), with `others_cost` granted since.
+    fn report(&mut self, left: WindowLeft, now_ms: u64, others_cost: u64, as_of_ms: u64) {
         if let Some(to) = left.refills_to.filter(|to| *to > 0) {
-            return self.report_refill(left, to.min(MAX_WINDOW_LEFT), now_ms, others_cost);
+            return self.report_refill(left, to.min(MAX_WINDOW_LEFT), now_ms, others_cost, as_of_ms.min(now_ms));
         }
         let until = now_ms.saturating_add(left.reset_ms.min(MAX_WINDOW_MS));
         let estimate = left.remaining.min(MAX_WINDOW_LEFT).saturating_sub(others_cost);
@@ -201,7 +207,7 @@ impl TrackedWindow {
     /// the same rate has refilled it (at most a day). A running refilled bucket that has
     /// no more left now keeps its word (an older answer never raises what is left); a fixed
     /// window is replaced.
-    fn report_refill(&mut self, left: WindowLeft, to: u64, now_ms: u64, others_cost: u64) {
+    fn report_refill(&mut self, left: WindowLeft, to: u64, now_ms: u64, others_cost: u64, as_of_ms: u64) {
         let remaining = left.remaining.min(to);
         let estimate = remaining.saturating_sub(others_cost);
         if left.reset_ms == 0 || estimate >= to {
@@ -214,11 +220,16 @@ impl TrackedWindow {
         } else {
             reset
         };
-        let until = now_ms.saturating_add(full_in.clamp(1, MAX_WINDOW_MS));
-        if self.refills_to > 0 && self.runs(now_ms) && self.level(now_ms) <= estimate {
+        let until = as_of_ms.saturating_add(full_in.clamp(1, MAX_WINDOW_MS));
+        if until <= now_ms {
+            // Full again by now.
             return;
         }
-        *self = TrackedWindow { left: estimate, until_ms: until, at_ms: now_ms, refills_to: to };
+        let reported = TrackedWindow { left: estimate, until_ms: until, at_ms: as_of_ms, refills_to: to };
+        if self.refills_to > 0 && self.runs(now_ms) && self.level(now_ms) <= reported.level(now_ms) {
+            return;
+        }
+        *self = reported;
     }
 
     fn wait_ms(&self, now_ms: u64, need: u64) -> Option<u64> {
@@ -271,6 +282,8 @@ pub struct SentCount {
     pub requests: u64,
     /// Tokens they reserved.
     pub tokens: u64,
+    /// When the last of them was counted (clock ms): for a mark, its permit's grant.
+    pub at_ms: u64,
 }
 
 impl SentCount {
@@ -280,12 +293,14 @@ impl SentCount {
         Some(SentCount {
             requests: self.requests.checked_sub(mark.requests)?,
             tokens: self.tokens.checked_sub(mark.tokens)?,
+            at_ms: self.at_ms,
         })
     }
 
-    fn add(&mut self, tokens: u64) {
+    fn add(&mut self, tokens: u64, now_ms: u64) {
         self.requests = self.requests.saturating_add(1).min(MAX_WINDOW_LEFT);
         self.tokens = self.tokens.saturating_add(tokens).min(MAX_WINDOW_LEFT);
+        self.at_ms = now_ms;
     }
 }
 
@@ -319,14 +334,14 @@ impl ProviderWindows {
         mark: Option<SentCount>,
     ) {
         let others = u64::from(others_in_flight);
-        let since = self.sent.zip(mark).and_then(|(sent, mark)| sent.since(mark));
-        let (requests_cost, tokens_cost) =
-            since.map_or((others, others.saturating_mul(tokens_each)), |s| (s.requests, s.tokens));
+        let since = self.sent.zip(mark).and_then(|(sent, mark)| Some((sent.since(mark)?, mark.at_ms)));
+        let (requests_cost, tokens_cost, as_of_ms) =
+            since.map_or((others, others.saturating_mul(tokens_each), now_ms), |(s, at)| (s.requests, s.tokens, at));
         if let Some(left) = report.requests {
-            self.requests.report(left, now_ms, requests_cost);
+            self.requests.report(left, now_ms, requests_cost, as_of_ms);
         }
         if let Some(left) = report.tokens {
-            self.tokens.report(left, now_ms, tokens_cost);
+            self.tokens.report(left, now_ms, tokens_cost, as_of_ms);
         }
         self.sent.get_or_insert_with(SentCount::default);
     }
@@ -348,7 +363,7 @@ impl ProviderWindows {
         self.requests.charge(now_ms, 1);
         self.tokens.charge(now_ms, tokens);
         if let Some(sent) = &mut self.sent {
-            sent.add(tokens);
+            sent.add(tokens, now_ms);
         }
         self.sent
     }

@@ -613,6 +613,29 @@ pub(super) fn cases() -> Vec<SpecCase> {
             ],
         ),
         case(
+            "provider window: OpenAI's bucket has grown back since the answering call's grant",
+            vec![
+                // The first answer starts the count of grants (a spent window, over soon).
+                window(None, Some((0, 100)), 0),
+                Step::Advance { ms: 150 },
+                with_tokens("A", 100),
+                Step::Advance { ms: 500 },
+                // A's answer: 0 of 1,000 left at A's admission, full in 1 s: half is back now.
+                Step::ReportWindow {
+                    by: Some("A"),
+                    requests: None,
+                    tokens: Some((0, 1_000)),
+                    tokens_each: 100,
+                    learned_requests: None,
+                    learned_tokens: None,
+                    refills_requests: None,
+                    refills_tokens: Some(1_000),
+                },
+                with_tokens("B", 500),
+                denied_window("C", 10, 20),
+            ],
+        ),
+        case(
             "provider window: an answer to a permit granted before the first report counts every call in flight",
             vec![
                 with_tokens("A", 100),
