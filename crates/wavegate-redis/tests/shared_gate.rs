@@ -470,3 +470,37 @@ async fn a_process_of_the_version_before_takes_the_gauge_reader_turn_a_newer_one
         assert!(stopped.elapsed() < Duration::from_secs(3), "no reader elected 3 s after the new one stopped");
     }
 }
+
+#[tokio::test]
+async fn a_mark_from_before_the_state_was_lost_does_not_measure_the_new_count() {
+    // The count of grants (pw_sent_*) lives in the state's hash, the marks in the permit waves
+    // hash: when only the state is lost (an eviction of that key, a `DEL` by hand), the count
+    // starts over while a permit still running keeps its mark. Once the new count has passed
+    // it, the old mark would be read as "nothing granted since": the report of that permit's
+    // answer would take off nothing for the calls granted after it.
+    use wavegate_core::{WindowLeft, WindowReport};
+    let requests = |left| WindowReport { requests: Some(WindowLeft::fixed(left, 60_000)), ..WindowReport::default() };
+    let server = RedisServer::start().expect("redis-server");
+    let gate = gate(&server, "marks", 100).await;
+    gate.report_window("", requests(1_000), 0).await.expect("a first report starts the count");
+    for i in 1..=5 {
+        let id = format!("p{i}");
+        let wave = granted_wave(gate.acquire_text(&id, LEASE, 0).await.expect("acquire").admission);
+        if i < 5 {
+            gate.finish_text(&id, wave, WaveSignal::Success, 0).await.expect("finish");
+        }
+    }
+    // p5 still runs (its mark: 5 grants); the state's hash is lost.
+    let mut con = server.connection().expect("connection");
+    redis::cmd("DEL").arg(&gate.keys().wave).exec(&mut con).expect("DEL");
+    let lost = gate.acquire_text("q0", LEASE, 0).await;
+    assert!(lost.is_err(), "the lost state is noticed: {lost:?}");
+    gate.reconcile(&["p5".to_owned()], &[], LEASE, (0, 0)).await.expect("reconcile adopts p5");
+    gate.report_window("", requests(1_000), 0).await.expect("the count starts over");
+    for i in 1..=5 {
+        granted_wave(gate.acquire_text(&format!("q{i}"), LEASE, 0).await.expect("acquire").admission);
+    }
+    // p5's answer: 10 left as of its admission; q1..q5 came after it.
+    let windows = gate.report_window("p5", requests(10), 0).await.expect("p5's report");
+    assert!(windows.requests.left <= 5, "the grants after p5 are taken off: {} left", windows.requests.left);
+}
