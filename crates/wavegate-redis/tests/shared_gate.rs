@@ -504,3 +504,52 @@ async fn a_mark_from_before_the_state_was_lost_does_not_measure_the_new_count() 
     let windows = gate.report_window("p5", requests(10), 0).await.expect("p5's report");
     assert!(windows.requests.left <= 5, "the grants after p5 are taken off: {} left", windows.requests.left);
 }
+
+#[tokio::test]
+async fn hostile_turn_and_mark_values_read_back_are_bounded() {
+    // What the budget turn and the provider windows read back from the state (a value written
+    // by hand, a backward jump of TIME, another version) never fails a script or holds
+    // anything longer than the documented clamps: a turn at most a day ahead, at most 64 in
+    // line, a mark or a count that cannot be read is no mark.
+    use wavegate_core::{WindowLeft, WindowReport};
+    const DAY_MS: u64 = 86_400_000;
+    let server = RedisServer::start().expect("redis-server");
+    let config = UpstreamConfig::builder("hostile").limit(100).tokens_per_minute(60_000, 1_000).build().expect("valid");
+    let store = || async { Store::connect(StoreConfig::new(server.url())).await.expect("store") };
+    let a = SharedGate::for_upstream(store().await, &config).for_instance("a");
+    granted_wave(a.acquire_text("A0", LEASE, 0).await.expect("acquire").admission);
+    let mut con = server.connection().expect("connection");
+    let mut line: String = (0..10_000).map(|i| format!("x{i}:5,")).collect();
+    line.push_str(";;,:,é:1,a::3,b:-4,c:1e999,d:99999999999999999999999");
+    redis::cmd("HSET")
+        .arg(&a.keys().wave)
+        .arg("turn_instance")
+        .arg("zz")
+        .arg("turn_at")
+        .arg("1e999")
+        .arg("turn_line")
+        .arg(&line)
+        .arg("pw_sent_requests")
+        .arg("-5")
+        .arg("pw_sent_tokens")
+        .arg("garbage")
+        .exec(&mut con)
+        .expect("HSET");
+    match a.acquire_text("A1", LEASE, 0).await.expect("acquire").admission {
+        Admission::Denied { reason: DenyReason::EarlierWaiter, retry_after_ms } => {
+            assert!(retry_after_ms <= DAY_MS + 10, "a turn lies at most a day ahead: {retry_after_ms} ms");
+        }
+        other => panic!("zz holds the turn: {other:?}"),
+    }
+    let kept: String = redis::cmd("HGET").arg(&a.keys().wave).arg("turn_line").query(&mut con).expect("HGET");
+    assert!(kept.split(',').count() <= 64, "the line keeps at most 64: {}", kept.split(',').count());
+    // The turn given back by hand; a mark that cannot be read is no mark.
+    redis::cmd("HSET").arg(&a.keys().wave).arg("turn_instance").arg("").exec(&mut con).expect("HSET");
+    granted_wave(a.acquire_text("A2", LEASE, 0).await.expect("acquire").admission);
+    for garbage in ["", "x:1:2", "1:2", "-1:0:0", "1e999:0:0", "99999999999999999999999:0:0"] {
+        redis::cmd("HSET").arg(&a.keys().permit_waves).arg("m|A2").arg(garbage).exec(&mut con).expect("HSET");
+        let report = WindowReport { requests: Some(WindowLeft::fixed(10, 60_000)), ..WindowReport::default() };
+        let windows = a.report_window("A2", report, 0).await.expect("a report never fails on a garbage mark");
+        assert!(windows.requests.left <= 10, "{garbage:?}: {} left", windows.requests.left);
+    }
+}
