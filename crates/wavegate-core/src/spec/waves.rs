@@ -679,11 +679,11 @@ pub(super) fn cases() -> Vec<SpecCase> {
                     let ok = Expect::Granted { wave: 1, state: WaveState::Normal, limit: 2 };
                     vec![
                         // A token a millisecond, burst 1,000: a takes it all.
-                        from("a", "A1", 1_000, ok.clone()),
+                        from("a", "A1", 1_000, ok),
                         // Above the burst: refused first, and no turn taken.
                         from("b", "B1", 2_000, Expect::DeniedTooLarge),
                         Step::Advance { ms: 100 },
-                        from("c", "C1", 50, ok.clone()),
+                        from("c", "C1", 50, ok),
                         // At the limit: refused before the budgets, no turn either.
                         from("b", "B2", 500, Expect::DeniedAtLimit),
                         finish("A1", SpecSignal::Success),
@@ -696,7 +696,7 @@ pub(super) fn cases() -> Vec<SpecCase> {
                         // 250 ms past its time b has given it up: c, first in line, holds it.
                         Step::Advance { ms: 250 },
                         from("d", "D1", 5, Expect::DeniedEarlierWaiter { max_ms: 10 }),
-                        from("c", "C2", 5, ok.clone()),
+                        from("c", "C2", 5, ok),
                         // c served passes it to d (its time: when it asks again, 10 ms on);
                         // b, asking again, waits behind d.
                         from("b", "B3", 5, Expect::DeniedEarlierWaiter { max_ms: 20 }),
