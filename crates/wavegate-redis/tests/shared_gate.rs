@@ -553,3 +553,32 @@ async fn hostile_turn_and_mark_values_read_back_are_bounded() {
         assert!(windows.requests.left <= 10, "{garbage:?}: {} left", windows.requests.left);
     }
 }
+
+/// How many times Redis ran `command` (scripts' calls included), from `INFO commandstats`.
+fn command_calls(con: &mut redis::Connection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(con).expect("INFO");
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().expect("a count"))
+}
+
+#[tokio::test]
+async fn an_acquire_reads_the_state_in_one_hmget_with_the_budget_turn() {
+    // wave.lua reads every field of the state hash a script may need in one HMGET (its
+    // STATE_FIELDS); the budget turn, read on every grant of a process with a name, must not
+    // add a second one.
+    let server = RedisServer::start().expect("redis-server");
+    let config = UpstreamConfig::builder("reads").limit(100).tokens_per_minute(60_000, 1_000).build().expect("valid");
+    let store = Store::connect(StoreConfig::new(server.url())).await.expect("store");
+    let a = SharedGate::for_upstream(store, &config).for_instance("a");
+    granted_wave(a.acquire_text("A0", LEASE, 0).await.expect("acquire").admission);
+    let mut con = server.connection().expect("connection");
+    let before = command_calls(&mut con, "hmget");
+    for i in 1..=10 {
+        granted_wave(a.acquire_text(&format!("A{i}"), LEASE, 1).await.expect("acquire").admission);
+    }
+    let per_acquire = (command_calls(&mut con, "hmget") - before) as f64 / 10.0;
+    assert!(per_acquire <= 1.0, "{per_acquire} HMGET per acquire");
+}
