@@ -283,3 +283,25 @@ async fn a_caller_refused_at_once_does_not_keep_the_budget_turn_from_the_others(
     result.expect("room for 10 tokens now").report_usage(ok(), 10);
     assert!(elapsed < ms(500), "served after {elapsed:?}");
 }
+
+// The same in local mode, with a caller that gives up (its future dropped) instead of one
+// refused at once: two schedulers of one process share the upstream's in-process gate (same
+// key prefix, same configuration), each its own instance, and LocalGate keeps the turn as
+// budget_turn.lua does.
+#[actix::test]
+#[ignore = "review2: as a_caller_refused_at_once_does_not_keep_the_budget_turn_from_the_others, for a caller that gives up, in local mode (LocalGate's BudgetTurn)"]
+async fn in_local_mode_a_caller_that_gave_up_does_not_keep_the_budget_turn_either() {
+    let prefix = format!("review2-{}", std::process::id());
+    let config = || x().max_wait(ms(60_000)).tokens_per_minute(600, 600).build().expect("valid");
+    let build = || Scheduler::builder().key_prefix(prefix.clone()).upstream(config()).build().expect("scheduler");
+    let (a, b) = (build(), build());
+    let (llm_a, llm_b) = (a.upstream("x").expect("configured"), b.upstream("x").expect("configured"));
+    llm_a.request().tokens(600).acquire().await.expect("the burst").report_usage(ok(), 600);
+    // 500 tokens need 50 s, within max_wait: b waits, and gives up after 300 ms.
+    let gave_up = tokio::time::timeout(ms(300), llm_b.request().tokens(500).acquire()).await;
+    assert!(gave_up.is_err(), "b waited: {gave_up:?}");
+    tokio::time::sleep(ms(1_200)).await;
+    let (result, elapsed) = timed(llm_a.request().tokens(10).timeout(ms(3_000)).acquire()).await;
+    result.expect("room for 10 tokens now").report_usage(ok(), 10);
+    assert!(elapsed < ms(500), "served after {elapsed:?}");
+}
