@@ -46,6 +46,9 @@ local adopted_wave = adopt_wave()
 for i = FIRST_ID, FIRST_ID - 1 + adopt do
   if redis.call('ZADD', KEYS[1], 'GT', now + lease, ARGV[i]) == 1 then pc_change(ARGV[i], 1) end
   redis.call('HSET', KEYS[3], ARGV[i], adopted_wave)
+  -- Its mark, if one is left, may refer to a count of grants since lost with the state (the
+  -- count lives in KEYS[2], the marks here): an adopted permit has none, as in LocalGate::adopt.
+  redis.call('HDEL', KEYS[3], 'm|' .. ARGV[i])
 end
 for i = FIRST_ID + adopt, #ARGV do
   if redis.call('ZREM', KEYS[1], ARGV[i]) == 1 then pc_change(ARGV[i], -1) end

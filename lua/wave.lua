@@ -29,7 +29,7 @@ local STATE_FIELDS = { 'state', 'limit', 'wave', 'cooldown_until', 'successes', 
   'll_requests_limit', 'll_requests_window', 'll_requests_until', 'll_tokens_limit', 'll_tokens_window',
   'll_tokens_until', 'pw_requests_left', 'pw_requests_until', 'pw_requests_at', 'pw_requests_to', 'pw_tokens_left',
   'pw_tokens_until', 'pw_tokens_at', 'pw_tokens_to', 'pw_sent_requests', 'pw_sent_tokens', 'requests_rate',
-  'tokens_rate', 'pc', 'turn_instance', 'turn_at' }
+  'tokens_rate', 'pc', 'turn_instance', 'turn_at', 'turn_line' }
 local state_cache = nil
 
 -- The values of `fields` of hash `key` (a list, in order; `false` for a missing one), through

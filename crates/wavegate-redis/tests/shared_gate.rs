@@ -470,3 +470,115 @@ async fn a_process_of_the_version_before_takes_the_gauge_reader_turn_a_newer_one
         assert!(stopped.elapsed() < Duration::from_secs(3), "no reader elected 3 s after the new one stopped");
     }
 }
+
+#[tokio::test]
+async fn a_mark_from_before_the_state_was_lost_does_not_measure_the_new_count() {
+    // The count of grants (pw_sent_*) lives in the state's hash, the marks in the permit waves
+    // hash: when only the state is lost (an eviction of that key, a `DEL` by hand), the count
+    // starts over while a permit still running keeps its mark. Once the new count has passed
+    // it, the old mark would be read as "nothing granted since": the report of that permit's
+    // answer would take off nothing for the calls granted after it.
+    use wavegate_core::{WindowLeft, WindowReport};
+    let requests = |left| WindowReport { requests: Some(WindowLeft::fixed(left, 60_000)), ..WindowReport::default() };
+    let server = RedisServer::start().expect("redis-server");
+    let gate = gate(&server, "marks", 100).await;
+    gate.report_window("", requests(1_000), 0).await.expect("a first report starts the count");
+    for i in 1..=5 {
+        let id = format!("p{i}");
+        let wave = granted_wave(gate.acquire_text(&id, LEASE, 0).await.expect("acquire").admission);
+        if i < 5 {
+            gate.finish_text(&id, wave, WaveSignal::Success, 0).await.expect("finish");
+        }
+    }
+    // p5 still runs (its mark: 5 grants); the state's hash is lost.
+    let mut con = server.connection().expect("connection");
+    redis::cmd("DEL").arg(&gate.keys().wave).exec(&mut con).expect("DEL");
+    let lost = gate.acquire_text("q0", LEASE, 0).await;
+    assert!(lost.is_err(), "the lost state is noticed: {lost:?}");
+    gate.reconcile(&["p5".to_owned()], &[], LEASE, (0, 0)).await.expect("reconcile adopts p5");
+    gate.report_window("", requests(1_000), 0).await.expect("the count starts over");
+    for i in 1..=5 {
+        granted_wave(gate.acquire_text(&format!("q{i}"), LEASE, 0).await.expect("acquire").admission);
+    }
+    // p5's answer: 10 left as of its admission; q1..q5 came after it.
+    let windows = gate.report_window("p5", requests(10), 0).await.expect("p5's report");
+    assert!(windows.requests.left <= 5, "the grants after p5 are taken off: {} left", windows.requests.left);
+}
+
+#[tokio::test]
+async fn hostile_turn_and_mark_values_read_back_are_bounded() {
+    // What the budget turn and the provider windows read back from the state (a value written
+    // by hand, a backward jump of TIME, another version) never fails a script or holds
+    // anything longer than the documented clamps: a turn at most a day ahead, at most 64 in
+    // line, a mark or a count that cannot be read is no mark.
+    use wavegate_core::{WindowLeft, WindowReport};
+    const DAY_MS: u64 = 86_400_000;
+    let server = RedisServer::start().expect("redis-server");
+    let config = UpstreamConfig::builder("hostile").limit(100).tokens_per_minute(60_000, 1_000).build().expect("valid");
+    let store = || async { Store::connect(StoreConfig::new(server.url())).await.expect("store") };
+    let a = SharedGate::for_upstream(store().await, &config).for_instance("a");
+    granted_wave(a.acquire_text("A0", LEASE, 0).await.expect("acquire").admission);
+    let mut con = server.connection().expect("connection");
+    let mut line: String = (0..10_000).map(|i| format!("x{i}:5,")).collect();
+    line.push_str(";;,:,é:1,a::3,b:-4,c:1e999,d:99999999999999999999999");
+    redis::cmd("HSET")
+        .arg(&a.keys().wave)
+        .arg("turn_instance")
+        .arg("zz")
+        .arg("turn_at")
+        .arg("1e999")
+        .arg("turn_line")
+        .arg(&line)
+        .arg("pw_sent_requests")
+        .arg("-5")
+        .arg("pw_sent_tokens")
+        .arg("garbage")
+        .exec(&mut con)
+        .expect("HSET");
+    match a.acquire_text("A1", LEASE, 0).await.expect("acquire").admission {
+        Admission::Denied { reason: DenyReason::EarlierWaiter, retry_after_ms } => {
+            assert!(retry_after_ms <= DAY_MS + 10, "a turn lies at most a day ahead: {retry_after_ms} ms");
+        }
+        other => panic!("zz holds the turn: {other:?}"),
+    }
+    let kept: String = redis::cmd("HGET").arg(&a.keys().wave).arg("turn_line").query(&mut con).expect("HGET");
+    assert!(kept.split(',').count() <= 64, "the line keeps at most 64: {}", kept.split(',').count());
+    // The turn given back by hand; a mark that cannot be read is no mark.
+    redis::cmd("HSET").arg(&a.keys().wave).arg("turn_instance").arg("").exec(&mut con).expect("HSET");
+    granted_wave(a.acquire_text("A2", LEASE, 0).await.expect("acquire").admission);
+    for garbage in ["", "x:1:2", "1:2", "-1:0:0", "1e999:0:0", "99999999999999999999999:0:0"] {
+        redis::cmd("HSET").arg(&a.keys().permit_waves).arg("m|A2").arg(garbage).exec(&mut con).expect("HSET");
+        let report = WindowReport { requests: Some(WindowLeft::fixed(10, 60_000)), ..WindowReport::default() };
+        let windows = a.report_window("A2", report, 0).await.expect("a report never fails on a garbage mark");
+        assert!(windows.requests.left <= 10, "{garbage:?}: {} left", windows.requests.left);
+    }
+}
+
+/// How many times Redis ran `command` (scripts' calls included), from `INFO commandstats`.
+fn command_calls(con: &mut redis::Connection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(con).expect("INFO");
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().expect("a count"))
+}
+
+#[tokio::test]
+async fn an_acquire_reads_the_state_in_one_hmget_with_the_budget_turn() {
+    // wave.lua reads every field of the state hash a script may need in one HMGET (its
+    // STATE_FIELDS); the budget turn, read on every grant of a process with a name, must not
+    // add a second one.
+    let server = RedisServer::start().expect("redis-server");
+    let config = UpstreamConfig::builder("reads").limit(100).tokens_per_minute(60_000, 1_000).build().expect("valid");
+    let store = Store::connect(StoreConfig::new(server.url())).await.expect("store");
+    let a = SharedGate::for_upstream(store, &config).for_instance("a");
+    granted_wave(a.acquire_text("A0", LEASE, 0).await.expect("acquire").admission);
+    let mut con = server.connection().expect("connection");
+    let before = command_calls(&mut con, "hmget");
+    for i in 1..=10 {
+        granted_wave(a.acquire_text(&format!("A{i}"), LEASE, 1).await.expect("acquire").admission);
+    }
+    let per_acquire = (command_calls(&mut con, "hmget") - before) as f64 / 10.0;
+    assert!(per_acquire <= 1.0, "{per_acquire} HMGET per acquire");
+}

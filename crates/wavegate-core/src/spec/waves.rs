@@ -670,6 +670,41 @@ pub(super) fn cases() -> Vec<SpecCase> {
                 from("c", "C", 5, Expect::Granted { wave: 1, state: WaveState::Normal, limit: 10 }),
             ],
         ),
+        SpecCase {
+            base_limit: 2,
+            tokens_per_minute: Some((60_000, 1_000)),
+            ..case(
+                "budget turn: only a budget takes it (not a too-large ask, not the limit); a stale holder passes it on",
+                {
+                    let ok = Expect::Granted { wave: 1, state: WaveState::Normal, limit: 2 };
+                    vec![
+                        // A token a millisecond, burst 1,000: a takes it all.
+                        from("a", "A1", 1_000, ok),
+                        // Above the burst: refused first, and no turn taken.
+                        from("b", "B1", 2_000, Expect::DeniedTooLarge),
+                        Step::Advance { ms: 100 },
+                        from("c", "C1", 50, ok),
+                        // At the limit: refused before the budgets, no turn either.
+                        from("b", "B2", 500, Expect::DeniedAtLimit),
+                        finish("A1", SpecSignal::Success),
+                        // 50 left, 500 asked: b takes the turn for 450 ms.
+                        from("b", "B2", 500, Expect::DeniedTokens),
+                        finish("C1", SpecSignal::Success),
+                        Step::Advance { ms: 460 },
+                        // b's time came and went: its room, with 10 ms between asks.
+                        from("c", "C2", 5, Expect::DeniedEarlierWaiter { max_ms: 10 }),
+                        // 250 ms past its time b has given it up: c, first in line, holds it.
+                        Step::Advance { ms: 250 },
+                        from("d", "D1", 5, Expect::DeniedEarlierWaiter { max_ms: 10 }),
+                        from("c", "C2", 5, ok),
+                        // c served passes it to d (its time: when it asks again, 10 ms on);
+                        // b, asking again, waits behind d.
+                        from("b", "B3", 5, Expect::DeniedEarlierWaiter { max_ms: 20 }),
+                        from("d", "D1", 5, ok),
+                    ]
+                },
+            )
+        },
         case(
             "provider window: OpenAI's reset is a refill: what is left grows back toward the limit",
             vec![
