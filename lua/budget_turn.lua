@@ -6,7 +6,8 @@
 -- (crates/wavegate-core/src/budget_turn.rs); both pass the "budget turn" cases of
 -- wavegate_core::spec.
 --
--- Fields of the wave state hash (KEYS[2]): turn_instance (the process holding the turn, '' for
+-- Fields of the wave state hash (KEYS[2]), read back at most TURN_HORIZON + TURN_STEP ms ahead:
+-- turn_instance (the process holding the turn, '' for
 -- none), turn_at (ms of Redis TIME: when the budgets have room for it) and turn_line (the
 -- processes refused while it held the turn, in order: '<instance>:<when it asks again>,...').
 --
@@ -20,20 +21,25 @@
 --     line: the room is the holder's;
 --   * the holder granted passes the turn to the first in line (at the later of now and the time
 --     that one asks again); a process granted without the turn leaves the line;
+--   * a refusal for longer than TURN_HORIZON ms takes no turn and no place in line (a holder told
+--     so gives the turn up): no turn outlives the waiter that took it by more than that (a caller
+--     may leave while its process holds the turn), and an ask needing a day's window does not
+--     hold back the asks that fit now;
 --   * a holder that has not been granted TURN_GRACE ms past turn_at has given it up (it died,
---     or its caller left): the turn passes on the same way; turn_at read back lies at most a day
---     ahead (PW_MAX_RESET); the line keeps at most TURN_MOST processes (the others race);
+--     or its caller left): the turn passes on the same way; the line keeps at most TURN_MOST
+--     processes (the others race);
 --   * with priority classes there is no turn (the fleet's choice of class orders the waiters).
 
 local TURN_GRACE = 250
 local TURN_STEP = 10
 local TURN_MOST = 64
+local TURN_HORIZON = 2000
 
 -- The turn as stored at `now` ({ holder = name or nil, at = ms, line = { {name, at}, ... } }),
 -- a stale holder passed on.
 local function budget_turn_load(now)
   local v = state_read({ 'turn_instance', 'turn_at', 'turn_line' })
-  local last = now + PW_MAX_RESET
+  local last = now + TURN_HORIZON + TURN_STEP -- the latest a turn may have been told
   local t = { holder = nil, at = 0, line = {} }
   for name, at in string.gmatch(v[3] or '', '([^,:]+):(%d+)') do
     if #t.line < TURN_MOST then table.insert(t.line, { name, pw_clamp(at, last) }) end
@@ -84,7 +90,21 @@ end
 local function budget_turn_refused(instance, now, wait)
   if instance == '' then return end
   local t = budget_turn_load(now)
-  local at = now + math.min(wait, PW_MAX_RESET)
+  if wait > TURN_HORIZON then
+    -- A long wait is not held against the others: its waiter may leave long before.
+    if t.holder == instance then
+      local next_in_line = table.remove(t.line, 1)
+      if next_in_line then t.holder, t.at = next_in_line[1], math.max(now, next_in_line[2])
+      else t.holder, t.at = nil, 0 end
+    elseif #t.line > 0 then
+      budget_turn_leave(t, instance)
+    else
+      return
+    end
+    budget_turn_save(t)
+    return
+  end
+  local at = now + wait
   if not t.holder or t.holder == instance then
     budget_turn_leave(t, instance)
     t.holder, t.at = instance, at

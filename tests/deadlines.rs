@@ -261,13 +261,12 @@ async fn the_status_shows_each_class_s_queue_and_expected_wait() {
 }
 
 // The budget turn (lua/budget_turn.lua) and a caller refused at once: b's large ask is refused
-// by the fleet's tokens budget (room in 50 s), which gives b's process the turn at that room,
-// and its caller, whose deadline comes long before, is told at once and leaves. Nothing of b
-// waits any more, yet a's small ask, which the budget has room for a second later, is refused
-// `earlier_waiter` until b's time (plus the 250 ms grace): 50 s for a turn nobody takes.
+// by the fleet's tokens budget (room in 50 s) and its caller, whose deadline comes long before,
+// is told at once and leaves. Had b's process taken the turn at that room, a's small ask, which
+// the budget has room for a second later, would be refused `earlier_waiter` until b's time: 50 s
+// for a turn nobody takes. A refusal longer than the turn's horizon (2 s) takes none.
 // 10 tokens a second, burst 600.
 #[actix::test]
-#[ignore = "review2: a process whose waiter left (refused at once by its deadline, cancelled, moved to another pool member) keeps the budget turn until its time + TURN_GRACE_MS; the fix needs the ask to carry how long its waiter waits (or a way to give the turn up), a change of Ask and both twins"]
 async fn a_caller_refused_at_once_does_not_keep_the_budget_turn_from_the_others() {
     let redis = RedisServer::start().expect("redis-server");
     let config = || x().tokens_per_minute(600, 600).build().expect("valid");
@@ -289,7 +288,6 @@ async fn a_caller_refused_at_once_does_not_keep_the_budget_turn_from_the_others(
 // key prefix, same configuration), each its own instance, and LocalGate keeps the turn as
 // budget_turn.lua does.
 #[actix::test]
-#[ignore = "review2: as a_caller_refused_at_once_does_not_keep_the_budget_turn_from_the_others, for a caller that gives up, in local mode (LocalGate's BudgetTurn)"]
 async fn in_local_mode_a_caller_that_gave_up_does_not_keep_the_budget_turn_either() {
     let prefix = format!("review2-{}", std::process::id());
     let config = || x().max_wait(ms(60_000)).tokens_per_minute(600, 600).build().expect("valid");

@@ -17,10 +17,14 @@
 //!   plus [`TURN_STEP_MS`] (at least that), and joins the line: the room is the holder's;
 //! * the holder granted passes the turn to the first in line (at the later of now and the
 //!   time that one asks again); a process granted without the turn leaves the line;
+//! * a refusal for longer than [`TURN_HORIZON_MS`] takes no turn and no place in line (a
+//!   holder told so gives the turn up): the turn does not outlive the waiter that took it by
+//!   more than that (a caller may leave while its process holds the turn: nothing tells the
+//!   store), and an ask needing a day's window does not hold back the asks that fit now; such
+//!   long waits are served as before, by whoever asks first when the room comes;
 //! * a holder not granted [`TURN_GRACE_MS`] past its time has given the turn up (it died, or
 //!   its caller left): the turn passes on the same way, so one costs the others that much at
-//!   most; a time lies at most a day ahead ([`MAX_WINDOW_MS`]); the line keeps at most
-//!   [`TURN_MOST`] processes (the others race for the room).
+//!   most; the line keeps at most [`TURN_MOST`] processes (the others race for the room).
 //!
 //! An ask with no process name (a gate used without one) neither takes nor waits for a turn.
 //! On an upstream with priority classes there is no turn: the fleet-wide choice of class
@@ -42,14 +46,17 @@
 
 use std::collections::VecDeque;
 
-use crate::provider_window::MAX_WINDOW_MS;
-
 /// How long past its time a turn is still held (ms): a holder that is not granted by then has
 /// given it up.
 pub const TURN_GRACE_MS: u64 = 250;
 
 /// How long after the holder's time another process asks again (ms), at least.
 pub const TURN_STEP_MS: u64 = 10;
+
+/// The longest wait a refusal may hold the turn for (ms): an ask told to wait longer takes
+/// none (and a holder told so gives it up), so no turn outlives its waiter by more than this
+/// and [`TURN_GRACE_MS`].
+pub const TURN_HORIZON_MS: u64 = 2_000;
 
 /// The most processes kept in line.
 pub const TURN_MOST: usize = 64;
@@ -116,7 +123,16 @@ impl BudgetTurn {
             return;
         }
         self.settle(now_ms);
-        let at = now_ms.saturating_add(wait_ms.min(MAX_WINDOW_MS));
+        if wait_ms > TURN_HORIZON_MS {
+            // A long wait is not held against the others: its waiter may leave long before.
+            if self.held.as_ref().is_some_and(|(holder, _)| holder == instance) {
+                self.pass(now_ms);
+            } else {
+                self.leave(instance);
+            }
+            return;
+        }
+        let at = now_ms.saturating_add(wait_ms);
         match &self.held {
             Some((holder, _)) if holder != instance => self.queue(instance, at),
             _ => {

@@ -82,7 +82,7 @@ pub use backoff::Backoff;
 pub use breaker::{
     BreakerConfig, BreakerOpen, BreakerState, BreakerTicket, BreakerTransition, CallResult, CircuitBreaker,
 };
-pub use budget_turn::{BudgetTurn, TURN_GRACE_MS, TURN_MOST, TURN_STEP_MS};
+pub use budget_turn::{BudgetTurn, TURN_GRACE_MS, TURN_HORIZON_MS, TURN_MOST, TURN_STEP_MS};
 pub use clock::{Clock, ManualClock, MonotonicClock, duration_ms};
 pub use config::{
     CLASS_RENEWAL_EVERY, ConfigError, UnknownUpstream, UpstreamConfig, UpstreamConfigBuilder, UpstreamName, UpstreamSet,

@@ -706,6 +706,18 @@ pub(super) fn cases() -> Vec<SpecCase> {
             )
         },
         case(
+            "budget turn: a refusal longer than the turn's horizon takes no turn",
+            vec![
+                // 0 of 1,000 tokens left, full in 10 s: a token every 10 ms.
+                refilling(None, Some((0, 10_000, 1_000)), 0),
+                // a needs 500: 5 s away, past the 2 s horizon; its waiter may well leave first.
+                from("a", "A", 500, Expect::DeniedProviderWindow { max_ms: 5_000 }),
+                Step::Advance { ms: 200 },
+                // b's 10 fit now and are served.
+                from("b", "B", 10, Expect::Granted { wave: 1, state: WaveState::Normal, limit: 10 }),
+            ],
+        ),
+        case(
             "provider window: OpenAI's reset is a refill: what is left grows back toward the limit",
             vec![
                 // 0 of 10 left, full again in 1 s: one request back every 100 ms.
