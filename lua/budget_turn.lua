@@ -35,6 +35,13 @@ local TURN_STEP = 10
 local TURN_MOST = 64
 local TURN_HORIZON = 2000
 
+-- The turn goes to the first in line (at the later of `now` and when it asks again), or nobody.
+local function budget_turn_pass(t, now)
+  local next_in_line = table.remove(t.line, 1)
+  if next_in_line then t.holder, t.at = next_in_line[1], math.max(now, next_in_line[2])
+  else t.holder, t.at = nil, 0 end
+end
+
 -- The turn as stored at `now` ({ holder = name or nil, at = ms, line = { {name, at}, ... } }),
 -- a stale holder passed on.
 local function budget_turn_load(now)
@@ -45,11 +52,7 @@ local function budget_turn_load(now)
     if #t.line < TURN_MOST then table.insert(t.line, { name, pw_clamp(at, last) }) end
   end
   if v[1] and v[1] ~= '' then t.holder, t.at = v[1], pw_clamp(v[2], last) end
-  while t.holder and t.at + TURN_GRACE <= now do
-    local next_in_line = table.remove(t.line, 1)
-    if next_in_line then t.holder, t.at = next_in_line[1], math.max(now, next_in_line[2])
-    else t.holder, t.at = nil, 0 end
-  end
+  while t.holder and t.at + TURN_GRACE <= now do budget_turn_pass(t, now) end
   return t
 end
 
@@ -93,9 +96,7 @@ local function budget_turn_refused(instance, now, wait)
   if wait > TURN_HORIZON then
     -- A long wait is not held against the others: its waiter may leave long before.
     if t.holder == instance then
-      local next_in_line = table.remove(t.line, 1)
-      if next_in_line then t.holder, t.at = next_in_line[1], math.max(now, next_in_line[2])
-      else t.holder, t.at = nil, 0 end
+      budget_turn_pass(t, now)
     elseif #t.line > 0 then
       budget_turn_leave(t, instance)
     else
@@ -119,9 +120,7 @@ local function budget_turn_granted(instance, now)
   if instance == '' then return end
   local t = budget_turn_load(now)
   if t.holder == instance then
-    local next_in_line = table.remove(t.line, 1)
-    if next_in_line then t.holder, t.at = next_in_line[1], math.max(now, next_in_line[2])
-    else t.holder, t.at = nil, 0 end
+    budget_turn_pass(t, now)
   elseif #t.line > 0 then
     budget_turn_leave(t, instance)
   elseif not t.holder then
