@@ -274,6 +274,14 @@ async fn a_caller_refused_at_once_does_not_keep_the_budget_turn_from_the_others(
     let (a, b) = (build(), build());
     let (llm_a, llm_b) = (a.upstream("x").expect("configured"), b.upstream("x").expect("configured"));
     llm_a.request().tokens(600).acquire().await.expect("the burst").report_usage(ok(), 600);
+    // The release reaches the store before b asks: with a call in flight the budget's wait is
+    // no proof (a refund may come), and b would wait out its deadline instead of being told.
+    let released = async {
+        while llm_a.status().await.expect("status").in_flight_fleet != Some(0) {
+            tokio::time::sleep(ms(5)).await;
+        }
+    };
+    tokio::time::timeout(ms(2_000), released).await.expect("a's permit released in the store");
     let (result, elapsed) = timed(llm_b.request().tokens(500).timeout(ms(300)).acquire()).await;
     assert_refused_early(&result.expect_err("500 tokens need 50 s"), elapsed, ms(40_000), ms(60_000));
     // 1.2 s later the budget holds 12 tokens: a's 10 fit.
