@@ -77,6 +77,11 @@ local function budget_turn_leave(t, instance)
   end
 end
 
+-- `instance` no longer waits: a turn it holds passes on, else it leaves the line.
+local function budget_turn_give_up(t, instance, now)
+  if t.holder == instance then budget_turn_pass(t, now) else budget_turn_leave(t, instance) end
+end
+
 -- How long `instance`'s ask, which the budgets have room for, waits for another process's
 -- turn (it joins the line); nil when it may be granted.
 local function budget_turn_wait(instance, now)
@@ -95,13 +100,8 @@ local function budget_turn_refused(instance, now, wait)
   local t = budget_turn_load(now)
   if wait > TURN_HORIZON then
     -- A long wait is not held against the others: its waiter may leave long before.
-    if t.holder == instance then
-      budget_turn_pass(t, now)
-    elseif #t.line > 0 then
-      budget_turn_leave(t, instance)
-    else
-      return
-    end
+    if t.holder ~= instance and #t.line == 0 then return end
+    budget_turn_give_up(t, instance, now)
     budget_turn_save(t)
     return
   end
@@ -119,12 +119,7 @@ end
 local function budget_turn_granted(instance, now)
   if instance == '' then return end
   local t = budget_turn_load(now)
-  if t.holder == instance then
-    budget_turn_pass(t, now)
-  elseif #t.line > 0 then
-    budget_turn_leave(t, instance)
-  elseif not t.holder then
-    return -- nothing held, nothing to write (the common case)
-  end
+  if not t.holder and #t.line == 0 then return end -- nothing held, nothing to write (the common case)
+  budget_turn_give_up(t, instance, now)
   budget_turn_save(t)
 end

@@ -54,20 +54,17 @@ end
 
 local function pw_save(w)
   local f = function(n) return string.format('%.0f', n) end
+  local fields = {
+    'pw_requests_left', f(w.requests.left), 'pw_requests_until', f(w.requests['until']),
+    'pw_requests_at', f(w.requests.at), 'pw_requests_to', f(w.requests.to),
+    'pw_tokens_left', f(w.tokens.left), 'pw_tokens_until', f(w.tokens['until']),
+    'pw_tokens_at', f(w.tokens.at), 'pw_tokens_to', f(w.tokens.to) }
   if w.sent then
-    state_write(
-      'pw_requests_left', f(w.requests.left), 'pw_requests_until', f(w.requests['until']),
-      'pw_requests_at', f(w.requests.at), 'pw_requests_to', f(w.requests.to),
-      'pw_tokens_left', f(w.tokens.left), 'pw_tokens_until', f(w.tokens['until']),
-      'pw_tokens_at', f(w.tokens.at), 'pw_tokens_to', f(w.tokens.to),
-      'pw_sent_requests', f(w.sent.requests), 'pw_sent_tokens', f(w.sent.tokens))
-  else
-    state_write(
-      'pw_requests_left', f(w.requests.left), 'pw_requests_until', f(w.requests['until']),
-      'pw_requests_at', f(w.requests.at), 'pw_requests_to', f(w.requests.to),
-      'pw_tokens_left', f(w.tokens.left), 'pw_tokens_until', f(w.tokens['until']),
-      'pw_tokens_at', f(w.tokens.at), 'pw_tokens_to', f(w.tokens.to))
+    for _, v in ipairs({ 'pw_sent_requests', f(w.sent.requests), 'pw_sent_tokens', f(w.sent.tokens) }) do
+      table.insert(fields, v)
+    end
   end
+  state_write(unpack(fields))
 end
 
 -- The windows as stored, clamped to what they may mean at `now`; a clamped end is saved, so it

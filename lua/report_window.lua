@@ -20,8 +20,6 @@
 if #ARGV ~= 13 then return fail('report_window', 'expected 13 ARGV, got ' .. #ARGV) end
 local now = now_ms()
 purge(now)
-local others = redis.call('ZCARD', KEYS[1])
-if ARGV[6] ~= '' and redis.call('ZSCORE', KEYS[1], ARGV[6]) then others = others - 1 end
 local tokens_each = to_int(ARGV[5], 'tokens each')
 local w = pw_load(now)
 if ARGV[11] == '1' then
@@ -29,10 +27,16 @@ if ARGV[11] == '1' then
   w = { requests = { left = 0, ['until'] = 0, at = 0, to = 0 }, tokens = { left = 0, ['until'] = 0, at = 0, to = 0 },
         sent = w.sent }
 end
-local requests_cost, tokens_cost, as_of = others, others * tokens_each, now
-if ARGV[6] ~= '' then
-  local since = pw_sent_since(w, redis.call('HGET', KEYS[3], 'm|' .. ARGV[6]), now)
-  if since then requests_cost, tokens_cost, as_of = since.requests, since.tokens, since.at end
+local since = nil
+if ARGV[6] ~= '' then since = pw_sent_since(w, redis.call('HGET', KEYS[3], 'm|' .. ARGV[6]), now) end
+local requests_cost, tokens_cost, as_of
+if since then
+  requests_cost, tokens_cost, as_of = since.requests, since.tokens, since.at
+else
+  -- No mark: the other permits held (ZCARD and ZSCORE only then).
+  local others = redis.call('ZCARD', KEYS[1])
+  if ARGV[6] ~= '' and redis.call('ZSCORE', KEYS[1], ARGV[6]) then others = others - 1 end
+  requests_cost, tokens_cost, as_of = others, others * tokens_each, now
 end
 if ARGV[1] ~= '' then
   pw_report_one(w.requests, now, to_int(ARGV[1], 'requests left'), to_int(ARGV[2], 'requests reset'), requests_cost,

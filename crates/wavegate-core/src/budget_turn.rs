@@ -99,6 +99,15 @@ impl BudgetTurn {
         self.line.retain(|(name, _)| name != instance);
     }
 
+    /// `instance` no longer waits: a turn it holds passes on, else it leaves the line.
+    fn give_up(&mut self, instance: &str, now_ms: u64) {
+        if self.held.as_ref().is_some_and(|(holder, _)| holder == instance) {
+            self.pass(now_ms);
+        } else {
+            self.leave(instance);
+        }
+    }
+
     /// How long an ask of `instance` that the budgets have room for waits for another
     /// process's turn at `now_ms` (it joins the line); `None` when it may be granted.
     pub fn wait_ms(&mut self, instance: &str, now_ms: u64) -> Option<u64> {
@@ -125,11 +134,7 @@ impl BudgetTurn {
         self.settle(now_ms);
         if wait_ms > TURN_HORIZON_MS {
             // A long wait is not held against the others: its waiter may leave long before.
-            if self.held.as_ref().is_some_and(|(holder, _)| holder == instance) {
-                self.pass(now_ms);
-            } else {
-                self.leave(instance);
-            }
+            self.give_up(instance, now_ms);
             return;
         }
         let at = now_ms.saturating_add(wait_ms);
@@ -149,16 +154,6 @@ impl BudgetTurn {
             return;
         }
         self.settle(now_ms);
-        if self.held.as_ref().is_some_and(|(holder, _)| holder == instance) {
-            self.pass(now_ms);
-        } else {
-            self.leave(instance);
-        }
-    }
-
-    /// The holder and its time at `now_ms` (a stale one passed on), for a status.
-    pub fn held_by(&mut self, now_ms: u64) -> Option<(String, u64)> {
-        self.settle(now_ms);
-        self.held.clone()
+        self.give_up(instance, now_ms);
     }
 }

@@ -69,8 +69,18 @@ fn answer(
 /// A response with OpenAI's headers: `(remaining, time to full in ms, limit)` of a
 /// continuously refilled requests and tokens bucket.
 fn refilling(requests: Option<(u64, u64, u64)>, tokens: Option<(u64, u64, u64)>, tokens_each: u64) -> Step {
+    refilling_by(None, requests, tokens, tokens_each)
+}
+
+/// [`refilling`], the answer to `by` when it names a permit (still held).
+fn refilling_by(
+    by: Option<&'static str>,
+    requests: Option<(u64, u64, u64)>,
+    tokens: Option<(u64, u64, u64)>,
+    tokens_each: u64,
+) -> Step {
     Step::ReportWindow {
-        by: None,
+        by,
         requests: requests.map(|(left, reset, _)| (left, reset)),
         tokens: tokens.map(|(left, reset, _)| (left, reset)),
         tokens_each,
@@ -621,16 +631,7 @@ pub(super) fn cases() -> Vec<SpecCase> {
                 with_tokens("A", 100),
                 Step::Advance { ms: 500 },
                 // A's answer: 0 of 1,000 left at A's admission, full in 1 s: half is back now.
-                Step::ReportWindow {
-                    by: Some("A"),
-                    requests: None,
-                    tokens: Some((0, 1_000)),
-                    tokens_each: 100,
-                    learned_requests: None,
-                    learned_tokens: None,
-                    refills_requests: None,
-                    refills_tokens: Some(1_000),
-                },
+                refilling_by(Some("A"), None, Some((0, 1_000, 1_000)), 100),
                 with_tokens("B", 500),
                 denied_window("C", 10, 20),
             ],
