@@ -21,7 +21,9 @@
 --     call without a mark (granted before the first report): with N other calls in flight
 --     (each assumed to cost one request and as many tokens as the reporting call reserved),
 --     R - cost(N); a report of the same window (ending within
---     PW_SAME_WINDOW ms of the known end) only lowers what is left, a later window replaces it,
+--     PW_SAME_WINDOW ms of the known end) only lowers what is left (also when it is a report
+--     of a refilled bucket: a running fixed window that ends when the bucket would be full
+--     again is that window), a later window replaces it,
 --     and so does an earlier one (an older answer's end only ever lies later: an earlier end
 --     is the provider's newer word);
 --   * a report of a continuously refilled bucket (OpenAI: `to` its limit L, D the time until it
@@ -173,7 +175,10 @@ end
 -- by the calls still in flight; `to` > 0: a bucket refilled continuously to `to`, full in
 -- `reset_ms`.
 local function pw_report_one(t, now, remaining, reset_ms, others_cost, to, as_of)
-  if to > 0 then
+  local ends = now + math.min(reset_ms, PW_MAX_RESET)
+  -- a running fixed window ending when this bucket would be full again is that window
+  local known_fixed = t.to == 0 and pw_runs(t, now) and math.abs(ends - t['until']) <= PW_SAME_WINDOW
+  if to > 0 and not known_fixed then
     to = math.min(to, PW_MOST_LEFT)
     remaining = math.min(remaining, to)
     local estimate = math.max(0, remaining - others_cost)
@@ -181,20 +186,19 @@ local function pw_report_one(t, now, remaining, reset_ms, others_cost, to, as_of
     local reset = math.min(reset_ms, PW_MAX_RESET)
     local full_in = reset
     if remaining < to then full_in = math.ceil(reset * (to - estimate) / (to - remaining)) end
-    local ends = as_of + math.min(math.max(full_in, 1), PW_MAX_RESET)
-    if ends <= now then return end -- full again by now
-    local reported = { left = estimate, ['until'] = ends, at = as_of, to = to }
+    local full = as_of + math.min(math.max(full_in, 1), PW_MAX_RESET)
+    if full <= now then return end -- full again by now
+    local reported = { left = estimate, ['until'] = full, at = as_of, to = to }
     if t.to > 0 and pw_runs(t, now) and pw_level(t, now) <= pw_level(reported, now) then return end
     t.left = estimate
-    t['until'] = ends
+    t['until'] = full
     t.at = as_of
     t.to = to
     return
   end
   if reset_ms == 0 then return end
-  local ends = now + math.min(reset_ms, PW_MAX_RESET)
   local estimate = math.max(0, math.min(remaining, PW_MOST_LEFT) - others_cost)
-  if t.to == 0 and pw_runs(t, now) and math.abs(ends - t['until']) <= PW_SAME_WINDOW then
+  if known_fixed then
     t.left = math.min(t.left, estimate)
     t['until'] = math.max(t['until'], ends)
   else

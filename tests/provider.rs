@@ -375,3 +375,47 @@ async fn a_process_reset_on_its_own_stays_lifted_when_another_live_change_comes(
     assert_eq!(llm_b.status().await.expect("status").quota_exhausted_for, None, "B's reset was undone");
     call(&b, &provider, 0).await.expect("B is still served");
 }
+
+/// A gateway that counts in fixed windows and speaks OpenAI's headers: its reset is the
+/// window's end, not the time to a full bucket. Read as the window's end (`Window::refills`),
+/// each window is spent at once and the next waited for, with no 429, in a fleet of four.
+/// (The stall that reading it as a refill caused with one-minute windows — the scenario
+/// provider-headers failed jobs after 5 minutes of waiting — is reproduced without a minute's
+/// wait by `wavegate-core`'s `a_fixed_window_told_in_openai_headers_is_spent_then_waited_for_not_trickled`;
+/// with 4 s windows the fleet recovered from it at each window.)
+#[cfg(feature = "redis")]
+#[actix::test]
+async fn fixed_windows_told_in_openai_headers_are_spent_window_after_window_without_429s() {
+    let redis = RedisServer::start().expect("redis-server");
+    // 100 calls of 200 tokens per 4 s window (the tokens bind; 120 requests).
+    let window = Duration::from_secs(4);
+    let limits = ProviderLimits {
+        style: HeaderStyle::OpenAi,
+        requests: Some(120),
+        tokens: Some(20_000),
+        window,
+        quota_exhausted: false,
+    };
+    let provider = MockProvider::start(limits, Duration::from_millis(20)).unwrap();
+    let config = UpstreamConfig::builder("llm").limit(10).max_wait(Duration::from_secs(60)).build().expect("valid");
+    let fleet: Vec<Scheduler> = (0..4)
+        .map(|_| Scheduler::builder().upstream(config.clone()).redis(redis.url()).build().expect("scheduler"))
+        .collect();
+    let started = Instant::now();
+    // 80 callers, 4 calls each: 320 calls, three full windows and a part of a fourth.
+    let callers = (0..80).map(|i| {
+        let (s, provider) = (&fleet[i % 4], &provider);
+        async move {
+            for _ in 0..4 {
+                call(s, provider, 200).await.expect("every call succeeds");
+            }
+        }
+    });
+    join_all(callers).await;
+    let elapsed = started.elapsed();
+    assert_eq!(provider.served(), 320);
+    // The fourth window starts 12 s after the first call; it is spent within a second.
+    assert!(elapsed < window * 3 + Duration::from_secs(3), "{elapsed:?}: the fleet stalled between windows");
+    // A call at a window's edge may meet the old window: at most a few in all.
+    assert!(provider.rate_limited() <= 4, "{} 429s: the windows were read as refills", provider.rate_limited());
+}

@@ -112,7 +112,7 @@ pub use rate_limit_kind::RateLimitKind;
 pub use retry_after::{RetryAfterError, parse_retry_after};
 pub use retry_budget::{RetryBudget, RetryBudgetConfig};
 pub use shadow::ShadowScope;
-pub use signals::{DOCUMENTED_PERIOD, MAX_RESET, ProviderSignals, SignalKind, Unreadable, Window};
+pub use signals::{DOCUMENTED_PERIOD, MAX_RESET, ProviderSignals, REFILL_SLACK, SignalKind, Unreadable, Window};
 #[cfg(feature = "sse")]
 pub use sse_usage::{SseUsage, StreamUsage, UsageUpdate, usage_of_event};
 pub use wave::{

@@ -27,7 +27,11 @@
 //!   what a newer one took. A report of a later window replaces the known one, and so does one
 //!   that ends earlier: an older answer's end, read on arrival, only ever lies later than the
 //!   truth, so an earlier end is the provider's newer word (a 200 saying 999 left for the next
-//!   minute ends a pause a `Retry-After` of a day started).
+//!   minute ends a pause a `Retry-After` of a day started). A report of a refilled bucket that
+//!   would be full again when a running fixed window ends is a report of that window: a
+//!   provider that counts in fixed windows and speaks OpenAI's headers is proved fixed by its
+//!   first answers of a window ([`Window::refills`](crate::Window::refills)), and its later
+//!   ones, with less left, would otherwise read like a refill it does not give.
 //! * A grant costs one request and its token estimate from what is left while the window runs.
 //! * While a window runs with less left than a grant needs, every grant is refused until its
 //!   end ([`DenyReason::ProviderWindow`](crate::DenyReason::ProviderWindow)); a window whose
@@ -184,17 +188,20 @@ impl TrackedWindow {
     /// Takes in `left`, said of the provider's count at `as_of_ms` (at most `now_ms`: the
     /// reporting call's admission when known), with `others_cost` granted since.
     fn report(&mut self, left: WindowLeft, now_ms: u64, others_cost: u64, as_of_ms: u64) {
-        if let Some(to) = left.refills_to.filter(|to| *to > 0) {
+        let until = now_ms.saturating_add(left.reset_ms.min(MAX_WINDOW_MS));
+        // A running fixed window that ends when this bucket would be full again is that
+        // window: its end proved it fixed (see `Window::refills`), and a report nearer its end
+        // reads like a refill only because less is left.
+        let known_fixed = self.refills_to == 0 && self.runs(now_ms) && until.abs_diff(self.until_ms) <= SAME_WINDOW_MS;
+        if let Some(to) = left.refills_to.filter(|to| *to > 0 && !known_fixed) {
             return self.report_refill(left, to.min(MAX_WINDOW_LEFT), now_ms, others_cost, as_of_ms.min(now_ms));
         }
-        let until = now_ms.saturating_add(left.reset_ms.min(MAX_WINDOW_MS));
         let estimate = left.remaining.min(MAX_WINDOW_LEFT).saturating_sub(others_cost);
         if left.reset_ms == 0 {
             // It resets now: nothing to keep.
             return;
         }
-        let same = self.refills_to == 0 && self.runs(now_ms) && until.abs_diff(self.until_ms) <= SAME_WINDOW_MS;
-        if same {
+        if known_fixed {
             self.left = self.left.min(estimate);
             self.until_ms = self.until_ms.max(until);
         } else {
@@ -381,6 +388,45 @@ mod tests {
 
     fn requests(remaining: u64, reset_ms: u64) -> WindowReport {
         WindowReport { requests: Some(WindowLeft::fixed(remaining, reset_ms)), ..WindowReport::default() }
+    }
+
+    /// The answers of a gateway that counts 100k tokens in fixed one-minute windows and speaks
+    /// OpenAI's headers (reset: the window's end), read as they arrive.
+    fn fixed_minute_in_openai_headers(remaining: u64, reset_ms: u64) -> WindowReport {
+        let (remaining, reset) = (remaining.to_string(), format!("{reset_ms}ms"));
+        let headers = [
+            ("x-ratelimit-limit-tokens", "100000"),
+            ("x-ratelimit-remaining-tokens", remaining.as_str()),
+            ("x-ratelimit-reset-tokens", reset.as_str()),
+        ];
+        let now = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+        let signals = ProviderSignals::from_headers(headers.iter().map(|(n, v)| (*n, v.as_bytes())), now);
+        WindowReport::from_signals(&signals).expect("a report")
+    }
+
+    #[test]
+    fn a_fixed_window_told_in_openai_headers_is_spent_then_waited_for_not_trickled() {
+        // The scenario provider-headers before the fix: 4 processes, limit 10, 200 tokens a
+        // call. Read as a refill, the first answer (200 spent, "full" in 59 s) with 9 other
+        // calls in flight promised 100k back over 10 minutes: after the window, one call every
+        // 1.2 s, and jobs waited 5 minutes.
+        let mut w = ProviderWindows::default();
+        w.report(fixed_minute_in_openai_headers(99_800, 59_000), 1_000, 9, 200, None);
+        let mut granted = 0;
+        while w.wait_ms(1_000, 200).is_none() {
+            w.charge(1_000, 200);
+            granted += 1;
+        }
+        assert_eq!(granted, 490, "the window's 98,000 after the 9 in flight");
+        // A later answer, nearer the end and with less left, is the same window.
+        w.report(fixed_minute_in_openai_headers(2_000, 40_000), 20_000, 0, 200, w.sent);
+        assert_eq!(w.wait_ms(20_000, 200), Some(40_000), "nothing before the window's end");
+        // At its end the whole next window may go.
+        let after = 60_001;
+        for _ in 0..400 {
+            assert_eq!(w.wait_ms(after, 200), None);
+            w.charge(after, 200);
+        }
     }
 
     #[test]

@@ -80,7 +80,9 @@ pub struct Window {
     pub period: Option<Duration>,
     /// Whether `reset` is the time until a continuously refilled bucket is full again
     /// (OpenAI's `x-ratelimit-reset-*`: what is left grows back toward `limit` all along),
-    /// rather than the end of a fixed window (Anthropic's RFC 3339 resets, the IETF fields).
+    /// rather than the end of a fixed window (Anthropic's RFC 3339 resets, the IETF fields,
+    /// and an OpenAI-style reset far later than such a bucket would need: see
+    /// [`REFILL_SLACK`]).
     pub refills: bool,
 }
 
@@ -116,7 +118,33 @@ impl Window {
         }
         self
     }
+
+    /// Keeps [`Window::refills`] only when the reset fits a bucket refilled at its limit per
+    /// period: one that is `remaining` of `limit` full is full again after about
+    /// `(limit − remaining) ÷ limit × period`. A reset far later than that (more than twice
+    /// it, plus [`REFILL_SLACK`]) is not such a bucket: the provider counts in fixed windows
+    /// and says when the window ends (a gateway speaking OpenAI's headers over its own
+    /// windows), or the limit is not per minute. Read as a refill, its
+    /// `(limit − remaining) ÷ reset` would be a trickle the real provider does not give (it
+    /// gives nothing until the reset, then everything), and an estimate that has taken off
+    /// the calls still in flight would then wait for that trickle for many minutes: it is read
+    /// as the end of a window instead, the reading that never sends early.
+    fn refill_checked(mut self) -> Self {
+        if let (true, Some(limit), Some(remaining), Some(reset), Some(period)) =
+            (self.refills, self.limit, self.remaining, self.reset, self.period)
+        {
+            let spent = limit.saturating_sub(remaining) as f64 / limit.max(1) as f64;
+            let full_after = period.mul_f64(spent.clamp(0.0, 1.0));
+            self.refills = reset <= full_after.saturating_mul(2).saturating_add(REFILL_SLACK);
+        }
+        self
+    }
 }
+
+/// How much later than a continuously refilled bucket would be full again its reset may be and
+/// still be read as a refill ([`Window::refills`]): a reset sent in whole seconds, or a clock
+/// a little off, is not taken for a fixed window.
+pub const REFILL_SLACK: Duration = Duration::from_secs(1);
 
 /// Which signal a header carried; used to say which ones could not be read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -418,8 +446,8 @@ impl Reader {
             tokens = tokens.clamped();
         }
         ProviderSignals {
-            requests: requests.clamped(),
-            tokens,
+            requests: requests.clamped().refill_checked(),
+            tokens: tokens.refill_checked(),
             retry_after: self.retry_after_ms.or(self.retry_after),
             unreadable: self.unreadable,
         }
@@ -803,6 +831,40 @@ mod tests {
         );
         assert!(s.unreadable.is_empty());
         assert_eq!(s.exhausted_for(), None);
+    }
+
+    #[test]
+    fn an_openai_reset_too_late_for_a_refill_is_a_window_end() {
+        let refills = |remaining: &str, reset: &str| {
+            let s = read(&[
+                ("x-ratelimit-limit-tokens", "100000"),
+                ("x-ratelimit-remaining-tokens", remaining),
+                ("x-ratelimit-reset-tokens", reset),
+            ]);
+            s.tokens.refills
+        };
+        // Refilled at 100k a minute: 1,000 spent come back in 0.6 s, all of it in a minute.
+        assert!(refills("99000", "600ms"));
+        assert!(refills("0", "1m0s"));
+        assert!(refills("50000", "30s"));
+        // Whole seconds and a little clock trouble are no proof of a window.
+        assert!(refills("99000", "1s"));
+        assert!(refills("50000", "1m1s"));
+        // 200 spent but full only in 59 s: a fixed window's end (or not a per-minute limit).
+        assert!(!refills("99800", "59s"));
+        assert!(!refills("50000", "2m"));
+        // A requests window is judged alike; without a limit nothing can be judged.
+        let s = read(&[
+            ("x-ratelimit-limit-requests", "600"),
+            ("x-ratelimit-remaining-requests", "590"),
+            ("x-ratelimit-reset-requests", "45s"),
+            ("x-ratelimit-remaining-tokens", "10"),
+            ("x-ratelimit-reset-tokens", "45s"),
+        ]);
+        assert!(!s.requests.refills);
+        assert!(s.tokens.refills, "no limit: no proof");
+        let report = crate::WindowReport::from_signals(&s).expect("a report");
+        assert_eq!(report.requests.map(|w| w.refills_to), Some(None), "read as a window's end");
     }
 
     #[test]

@@ -756,6 +756,23 @@ pub(super) fn cases() -> Vec<SpecCase> {
                 denied_window("C", 1, 100),
             ],
         ),
+        case(
+            "provider window: an OpenAI-style answer full when a running fixed window ends is that window",
+            vec![
+                // A fixed window: 2 left until 1 s (its first answers proved it fixed).
+                window(Some((2, 1_000)), None, 0),
+                granted("A", 1, Normal, 10),
+                granted("B", 1, Normal, 10),
+                Step::Advance { ms: 500 },
+                // 0 of 10 left, "full" in 500 ms: when the window ends. Read as a refill, 5
+                // would be back in 250 ms; the provider gives nothing before the end.
+                refilling(Some((0, 500, 10)), None, 0),
+                Step::Advance { ms: 250 },
+                denied_window("C", 0, 250),
+                Step::Advance { ms: 250 },
+                granted("C", 1, Normal, 10),
+            ],
+        ),
         SpecCase {
             requests_per_minute: Some((6_000, 4)),
             ..case(
