@@ -36,7 +36,7 @@
 //! * While a window runs with less left than a grant needs, every grant is refused until its
 //!   end ([`DenyReason::ProviderWindow`](crate::DenyReason::ProviderWindow)); a window whose
 //!   end has passed says nothing any more.
-//! * OpenAI's reset is not a window's end but the time until a continuously refilled bucket
+//! * OpenAI's and Anthropic's resets are not a window's end but the time until a continuously refilled bucket
 //!   is full again ([`WindowLeft::refills_to`], its limit): what is left grows back linearly
 //!   toward the limit until then, so grants go on at the provider's refill rate instead of
 //!   stopping until the "reset" (issue 23: 5 s of near silence every 55 s). With a mark, what

@@ -10,7 +10,7 @@
 //! | header | format | source |
 //! |---|---|---|
 //! | `x-ratelimit-limit-requests`, `x-ratelimit-remaining-requests`, `x-ratelimit-reset-requests` and the same with `-tokens` | integers; the reset a duration such as `6m0s`, `1.2s`, `20ms`: the time until the continuously refilled bucket is full again ([`Window::refills`]) | OpenAI, "Rate limits" guide, section "Rate limits in headers" (<https://platform.openai.com/docs/guides/rate-limits>) |
-//! | `anthropic-ratelimit-requests-limit`, `-remaining`, `-reset` and the same for `tokens`, `input-tokens`, `output-tokens` | integers; the reset an RFC 3339 date-time | Anthropic, "Rate limits", section "Response headers" (<https://docs.anthropic.com/en/api/rate-limits>) |
+//! | `anthropic-ratelimit-requests-limit`, `-remaining`, `-reset` and the same for `tokens`, `input-tokens`, `output-tokens` | integers; the reset an RFC 3339 date-time: when the continuously replenished bucket is full again ([`Window::refills`]) | Anthropic, "Rate limits", section "Response headers" (<https://docs.anthropic.com/en/api/rate-limits>) |
 //! | `RateLimit` and `RateLimit-Policy` | `"name";r=50;t=30` and `"name";q=100;w=60` (structured-field lists, draft 08 and later), or the older dictionary `limit=100, remaining=50, reset=30` (draft 07) | IETF draft-ietf-httpapi-ratelimit-headers (<https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/>) |
 //! | `Retry-After` | delay-seconds or an HTTP-date | RFC 9110 §10.2.3, see [`parse_retry_after`] |
 //! | `retry-after-ms`, `x-ms-retry-after-ms` | milliseconds, possibly with a fraction; they win over `Retry-After` (finer, and sent with it) | OpenAI (its SDKs read `retry-after-ms` first), Azure OpenAI ("Azure OpenAI quotas and limits": the `retry-after-ms` and `x-ms-retry-after-ms` response headers) |
@@ -79,10 +79,10 @@ pub struct Window {
     /// ([`LearnedLimit`](crate::LearnedLimit)).
     pub period: Option<Duration>,
     /// Whether `reset` is the time until a continuously refilled bucket is full again
-    /// (OpenAI's `x-ratelimit-reset-*`: what is left grows back toward `limit` all along),
-    /// rather than the end of a fixed window (Anthropic's RFC 3339 resets, the IETF fields,
-    /// and an OpenAI-style reset far later than such a bucket would need: see
-    /// [`REFILL_SLACK`]).
+    /// (OpenAI's `x-ratelimit-reset-*` and Anthropic's `anthropic-ratelimit-*-reset`, both
+    /// documented so: what is left grows back toward `limit` all along), rather than the end of
+    /// a fixed window (the IETF fields, and a reset far later than such a bucket would need:
+    /// see [`REFILL_SLACK`]).
     pub refills: bool,
 }
 
@@ -373,8 +373,10 @@ impl Reader {
                 &mut self.tokens[slot]
             }
         };
-        // OpenAI documents its reset as the time to a full bucket (refilled continuously).
-        window.refills |= format == ResetFormat::GoDuration;
+        // OpenAI and Anthropic both document their reset as the time to a full bucket
+        // (refilled continuously); `refill_checked` reads a reset too late for that as a
+        // window's end.
+        window.refills = true;
         let read = match field {
             Field::Limit | Field::Remaining => match parse_count(text) {
                 Count::Value(n) => {
@@ -885,7 +887,16 @@ mod tests {
         assert_eq!(s.tokens.reset, Some(Duration::from_secs(5)));
         assert_eq!(s.retry_after, Some(Duration::from_secs(30)));
         assert_eq!(s.exhausted_for(), Some(Duration::from_secs(30)));
-        assert!(!s.requests.refills && !s.tokens.refills, "Anthropic's reset is the end of a window");
+        // Anthropic documents its reset as the time its bucket is fully replenished, as OpenAI
+        // does: 0 of 50 full in 30 s fits a refill of 50 a minute.
+        assert!(s.requests.refills, "Anthropic's reset is the time to a full bucket");
+        // One of 50 spent and full only in 50 s: a fixed window's end.
+        let late = read(&[
+            ("anthropic-ratelimit-requests-limit", "50"),
+            ("anthropic-ratelimit-requests-remaining", "49"),
+            ("anthropic-ratelimit-requests-reset", "2023-11-14T22:14:10Z"),
+        ]);
+        assert!(!late.requests.refills);
     }
 
     #[test]
