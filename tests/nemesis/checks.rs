@@ -5,6 +5,8 @@
 
 use std::sync::MutexGuard;
 
+use wavegate::Mode;
+
 use crate::draw::Drawn;
 use crate::fleet::{self, FaultKind, Life, SWITCH_WINDOW_MS};
 
@@ -68,7 +70,8 @@ pub(crate) fn all(run: &Run<'_>, calls: &[Call]) -> Vec<String> {
 
     // The budgets, in every window of 1 s and 5 s that starts at a call: `rate × w + burst` where
     // no fault or change of mode is near; near one, a state lost (an empty restart, FLUSHALL)
-    // may hand out its burst once more and each process in fallback one share's burst more.
+    // may hand out its burst once more, each process in fallback one share's burst more, and in
+    // a partial outage each process cut off its whole share (rate and burst) beside the fleet.
     let changes: Vec<u64> = run.lives.iter().flat_map(|l| l.modes.iter().skip(1).map(|m| m.0)).collect();
     let disturbed = |from: u64, to: u64| {
         run.faults.iter().any(|&(a, b, _)| from < b + DISTURBED_AFTER_MS && a < to + 300)
@@ -81,6 +84,24 @@ pub(crate) fn all(run: &Run<'_>, calls: &[Call]) -> Vec<String> {
                 matches!(k, FaultKind::RedisKillRestart | FaultKind::FlushAll) && a < to && a + 60_000 > from
             })
             .count() as f64
+    };
+    // A partial outage: the processes still sharing Redis spend the fleet's whole budget while
+    // each one cut off spends its fallback share of it on top (guarantees.md: "each such process
+    // adds up to one share"). The fraction of the fleet cut off at some moment of the window,
+    // when the others were not.
+    let cut_off_beside_shared = |from: u64, to: u64| {
+        let alive: Vec<&Life> = run
+            .lives
+            .iter()
+            .map(|l| &**l)
+            .filter(|l| l.spawned_ms < to && l.killed_ms.is_none_or(|k| k >= from))
+            .collect();
+        let fell = |l: &Life| {
+            l.mode_at(from).0 == Mode::Fallback
+                || l.modes.iter().any(|&(at, mode, _)| from <= at && at < to && mode == Mode::Fallback)
+        };
+        let cut_off = alive.iter().filter(|l| fell(l)).count();
+        if cut_off == 0 || cut_off == alive.len() { 0.0 } else { cut_off as f64 / alive.len() as f64 }
     };
     let mut budget_report = Vec::new();
     let mut check_budget =
@@ -104,6 +125,7 @@ pub(crate) fn all(run: &Run<'_>, calls: &[Call]) -> Vec<String> {
                         let bound = clean_bound
                             + burst * lost_in(from, from + w)
                             + burst
+                            + (rate * w as f64 + burst) * cut_off_beside_shared(from, from + w)
                             + run.lives.len() as f64 * d.estimate.1 as f64;
                         worst_disturbed = worst_disturbed.max(used / clean_bound);
                         if used > bound {
