@@ -11,6 +11,7 @@ use crate::engine::Engine;
 use crate::engine::store::Store;
 use crate::error::Error;
 use crate::history::HistoryRing;
+use crate::pool_membership::PoolMembership;
 use crate::quota::QuotaBlock;
 use crate::registry::{self, Registration};
 use crate::status::UpstreamStatus;
@@ -27,6 +28,8 @@ pub(crate) struct Inner {
     pub(crate) quota: Vec<Arc<QuotaBlock>>,
     /// Each upstream's history, written by its lane (see `history.rs`).
     pub(crate) history: Vec<Arc<HistoryRing>>,
+    /// Each upstream's live weights in pools, written by its lane (see `pool_membership.rs`).
+    pub(crate) membership: Vec<Arc<PoolMembership>>,
     /// The pools over the upstreams (see `pool.rs`).
     pub(crate) pools: Vec<PoolSlot>,
     /// Counted among the process's local schedulers (local mode only).
@@ -63,13 +66,16 @@ impl Inner {
 #[derive(Debug)]
 pub(crate) struct PoolSlot {
     pub(crate) config: PoolConfig,
+    /// The configured members (upstream indices), in order.
     pub(crate) members: Vec<usize>,
+    /// Requests this process sent each upstream through the pool, by upstream index (a member
+    /// put in live counts as a configured one does).
     pub(crate) picked: Vec<AtomicU64>,
 }
 
 impl PoolSlot {
-    pub(crate) fn new(config: PoolConfig, members: Vec<usize>) -> Self {
-        let picked = members.iter().map(|_| AtomicU64::new(0)).collect();
+    pub(crate) fn new(config: PoolConfig, members: Vec<usize>, upstreams: usize) -> Self {
+        let picked = (0..upstreams).map(|_| AtomicU64::new(0)).collect();
         Self { config, members, picked }
     }
 }

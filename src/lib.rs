@@ -104,6 +104,7 @@ pub mod metrics;
 pub mod middleware;
 mod permit;
 mod pool;
+mod pool_membership;
 mod provider_signals;
 mod quota;
 mod registry;

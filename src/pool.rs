@@ -42,7 +42,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use wavegate_core::{MemberView, Outcome, PoolPolicy, UnknownUpstream};
+use wavegate_core::{LiveChange, LiveError, MemberView, Outcome, PoolPolicy, UnknownUpstream};
 
 use crate::attempt::{Attempt, acquire_permit};
 use futures_util::Stream;
@@ -56,6 +56,7 @@ use crate::handle::{Inner, PoolSlot};
 use crate::held::Hold;
 use crate::metrics;
 use crate::permit::Permit;
+use crate::pool_membership::members_in_force;
 use crate::request_builder::{RequestBuilder, ToPool};
 use crate::status::UpstreamStatus;
 use crate::stream::{HeldStream, StreamMeter};
@@ -117,6 +118,85 @@ impl Pool {
             all.push(self.inner.status(member).await?);
         }
         Ok(all)
+    }
+
+    /// The members in force now, in the order a [`PoolPolicy::Spillover`] pool tries them, with
+    /// their weights: the configured ones with their live weights (those taken out left out),
+    /// then the upstreams put in live. See [`set_member`](Self::set_member).
+    pub fn members_in_force(&self) -> Vec<(&str, u32)> {
+        in_force(&self.inner, self.slot())
+            .into_iter()
+            .map(|(upstream, weight)| (self.inner.upstreams[upstream].name().as_str(), weight))
+            .collect()
+    }
+
+    /// Sets `member`'s weight in this pool, fleet-wide, until changed: 0 takes it out (the
+    /// pool's requests no longer pick it; calls already on it finish there), 1..=1000 puts it
+    /// in with that weight — also an upstream of this scheduler the pool was not configured
+    /// with, which then comes after the configured members. Stored with the member upstream's
+    /// live settings ([`LiveChange::pool_member`](wavegate_core::LiveChange::pool_member)),
+    /// under its version, which it answers; every process of the fleet applies it within a
+    /// second of the change (at once where the announcement reaches it) and logs it once. A
+    /// pooled request reads the members when it starts. Taking out every member leaves the
+    /// pool on its configured members (logged as a warning). See `docs/operations.md`.
+    ///
+    /// ```
+    /// use wavegate::{PoolConfig, Scheduler, UpstreamConfig};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let scheduler = Scheduler::builder()
+    ///     .upstream(UpstreamConfig::builder("key-a").limit(4).build()?)
+    ///     .upstream(UpstreamConfig::builder("key-b").limit(4).build()?)
+    ///     .pool(PoolConfig::builder("gpt").member("key-a", 1).member("key-b", 1).build()?)
+    ///     .build()?;
+    /// let gpt = scheduler.pool("gpt")?;
+    /// gpt.set_member("key-a", 0).await?; // key-a out, e.g. while its deployment is replaced
+    /// assert_eq!(gpt.members_in_force(), [("key-b", 1)]);
+    /// gpt.clear_member("key-a").await?;
+    /// assert_eq!(gpt.members_in_force(), [("key-a", 1), ("key-b", 1)]);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::UnknownUpstream`] when `member` is not an upstream of this scheduler;
+    /// [`ErrorKind::InvalidSetting`] for a weight above 1000; otherwise as
+    /// [`Upstream::set_limit`](crate::Upstream::set_limit) (the store unavailable: nothing
+    /// changed).
+    pub async fn set_member(&self, member: &str, weight: u32) -> Result<u64, Error> {
+        self.change(member, LiveChange::pool_member(self.name(), weight, None)).await
+    }
+
+    /// Sets `member`'s weight in this pool for `ttl` only (an override): when it runs out,
+    /// every process goes back to the configured membership. Otherwise as
+    /// [`set_member`](Self::set_member).
+    ///
+    /// # Errors
+    ///
+    /// As [`set_member`](Self::set_member); also [`ErrorKind::InvalidSetting`] for a `ttl`
+    /// under 1 ms or over 7 days.
+    pub async fn override_member(&self, member: &str, weight: u32, ttl: Duration) -> Result<u64, Error> {
+        self.change(member, LiveChange::pool_member(self.name(), weight, Some(ttl))).await
+    }
+
+    /// Drops `member`'s live weight in this pool: back to its configured weight if it is a
+    /// configured member, out of the pool if it was only put in live. Answers the new version.
+    ///
+    /// # Errors
+    ///
+    /// As [`set_member`](Self::set_member).
+    pub async fn clear_member(&self, member: &str) -> Result<u64, Error> {
+        self.change(member, Ok(LiveChange::ClearPoolMember { pool: self.name().to_owned() })).await
+    }
+
+    async fn change(&self, member: &str, change: Result<LiveChange, LiveError>) -> Result<u64, Error> {
+        let Some(upstream) = self.inner.upstreams.iter().position(|u| u.name().as_str() == member) else {
+            let known = self.inner.upstreams.iter().map(|u| u.name().to_string()).collect::<Vec<_>>().join(", ");
+            return Err(UnknownUpstream { name: member.to_owned(), known }.into());
+        };
+        let change = change.map_err(|error| Error::invalid_setting(member, error))?;
+        self.inner.engine.change_live(upstream, change).await
     }
 
     /// A pooled request: say what it needs (the same builder as an upstream's request), then
@@ -223,8 +303,8 @@ impl<'a, C, M> RequestBuilder<'a, ToPool, C, M> {
     pub async fn acquire(self) -> Result<Permit, Error> {
         let mut request = self.request;
         let inner = self.inner;
-        let members = &inner.pools[self.target.0].members;
-        let longest = members.iter().map(|&m| inner.upstreams[m].max_wait()).max().unwrap_or_default();
+        let members = in_force(inner, &inner.pools[self.target.0]);
+        let longest = members.iter().map(|&(m, _)| inner.upstreams[m].max_wait()).max().unwrap_or_default();
         let by = clock::after(Instant::now(), longest);
         request.deadline = Some(request.deadline.map_or(by, |deadline| deadline.min(by)));
         let mut round = Round::new(inner, self.target.0, &request);
@@ -237,6 +317,8 @@ struct Round<'a, E> {
     inner: &'a Inner,
     slot: &'a PoolSlot,
     name: &'a str,
+    /// The members in force when the request started (upstream index, weight), in order.
+    members: Vec<(usize, u32)>,
     deadline: Instant,
     refused: Vec<bool>,
     /// Members that refused the request for good (a class they lack, an estimate they can
@@ -252,15 +334,17 @@ struct Round<'a, E> {
 impl<'a, E> Round<'a, E> {
     fn new(inner: &'a Inner, pool: usize, request: &Request) -> Self {
         let slot = &inner.pools[pool];
-        let longest = slot.members.iter().map(|&m| inner.upstreams[m].total_timeout()).max().unwrap_or_default();
+        let members = in_force(inner, slot);
+        let longest = members.iter().map(|&(m, _)| inner.upstreams[m].total_timeout()).max().unwrap_or_default();
         let deadline = request.deadline.unwrap_or_else(|| clock::after(Instant::now(), longest));
         Round {
             inner,
             slot,
             name: slot.config.name().as_str(),
             deadline,
-            refused: vec![false; slot.members.len()],
-            never: vec![false; slot.members.len()],
+            refused: vec![false; members.len()],
+            never: vec![false; members.len()],
+            members,
             told_wait: None,
             rounds: 0,
             attempts: 0,
@@ -270,7 +354,7 @@ impl<'a, E> Round<'a, E> {
 
     /// `member` refused the request, or failed it, saying when to come back if it did.
     fn refused(&mut self, member: usize, retry_after: Option<Duration>) {
-        if let Some(at) = self.slot.members.iter().position(|&m| m == member) {
+        if let Some(at) = self.members.iter().position(|&(m, _)| m == member) {
             self.refused[at] = true;
         }
         if let Some(after) = retry_after {
@@ -287,7 +371,9 @@ impl<'a, E> Round<'a, E> {
     /// when every member refused), or the error that ends the request.
     async fn next_permit(&mut self, request: &Request, kind: AttemptKind) -> Result<(usize, Permit), Error<E>> {
         let (inner, slot) = (self.inner, self.slot);
-        let members = &slot.members;
+        let weights: Vec<u32> = self.members.iter().map(|&(_, weight)| weight).collect();
+        let members: Vec<usize> = self.members.iter().map(|&(member, _)| member).collect();
+        let members = &members[..];
         loop {
             let now = Instant::now();
             if now >= self.deadline {
@@ -320,9 +406,9 @@ impl<'a, E> Round<'a, E> {
             let views: Vec<MemberView> = (0..members.len())
                 .map(|i| MemberView {
                     headroom: rooms[i].free(),
-                    weight: slot.config.members()[i].1,
+                    weight: weights[i],
                     available: !self.refused[i] && !rooms[i].blocked,
-                    picked: slot.picked[i].load(Ordering::Relaxed),
+                    picked: slot.picked[members[i]].load(Ordering::Relaxed),
                 })
                 .collect();
             let order = slot.config.policy().order(&views);
@@ -330,7 +416,7 @@ impl<'a, E> Round<'a, E> {
             let Some(&pick) = order.iter().find(|&&i| !self.refused[i]) else { continue };
             let member = members[pick];
             let config = &inner.upstreams[member];
-            slot.picked[pick].fetch_add(1, Ordering::Relaxed);
+            slot.picked[member].fetch_add(1, Ordering::Relaxed);
             metrics::pool_pick(self.name, config.name().as_str());
             let mut wait_until = self.deadline.min(clock::after(Instant::now(), config.max_wait()));
             let later_has_room = order
@@ -359,4 +445,17 @@ impl<'a, E> Round<'a, E> {
             }
         }
     }
+}
+
+/// The members of `slot` in force now: the configured ones with their live weights, without
+/// those taken out, then the upstreams put in live (`pool_membership.rs`). When every member
+/// was taken out, the configured members: a pool with none would refuse every request, which
+/// no operator means (take the pool's callers elsewhere instead).
+fn in_force(inner: &Inner, slot: &PoolSlot) -> Vec<(usize, u32)> {
+    let members = members_in_force(slot, &inner.membership);
+    if members.is_empty() {
+        tracing::warn!(pool = %slot.config.name(), "every member of the pool is taken out live: using the configured members");
+        return slot.members.iter().copied().zip(slot.config.members().iter().map(|(_, weight)| *weight)).collect();
+    }
+    members
 }

@@ -9,8 +9,8 @@ use wavegate_redis::{Keyspace, StoreConfig, StoreHealth};
 
 use crate::attempt::Attempt;
 use crate::build_error::BuildError;
-use crate::engine::Engine;
 use crate::engine::store::Store;
+use crate::engine::{Engine, Shared};
 use crate::error::Error;
 use crate::handle::Inner;
 use crate::handle::PoolSlot;
@@ -377,7 +377,7 @@ impl SchedulerBuilder {
                 .iter()
                 .map(|(name, _)| self.upstreams.iter().position(|u| u.name() == name).unwrap_or_default())
                 .collect();
-            pools.push(PoolSlot::new(pool, members));
+            pools.push(PoolSlot::new(pool, members, self.upstreams.len()));
         }
         #[cfg(feature = "redis")]
         if let (Some(store), Some(namespace)) = (self.store.as_mut(), &self.namespace) {
@@ -399,15 +399,27 @@ impl SchedulerBuilder {
         let local = store.is_none();
         let quota: Vec<_> = self.upstreams.iter().map(|_| Arc::default()).collect();
         let history: Vec<_> = self.upstreams.iter().map(|_| Arc::default()).collect();
+        let membership: Vec<_> = self.upstreams.iter().map(|_| Arc::default()).collect();
         // In local mode the schedulers of this process that name an upstream in one namespace
         // share its in-process gate.
         let namespace = local.then(|| self.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE));
-        let engine = Engine::start(&self.upstreams, store, namespace, &quota, &history, (instance, live))
-            .map_err(BuildError::Runtime)?;
+        let shared = Shared { quotas: &quota, histories: &history, membership: &membership };
+        let engine =
+            Engine::start(&self.upstreams, store, namespace, shared, (instance, live)).map_err(BuildError::Runtime)?;
         let registration = local.then(|| Registration::new(self.upstreams.iter().map(|u| u.name().to_string())));
         let names = self.upstreams.iter().map(|u| Arc::from(u.name().as_str())).collect();
-        let inner =
-            Inner { upstreams: self.upstreams, names, set, engine, quota, history, pools, registration, store: health };
+        let inner = Inner {
+            upstreams: self.upstreams,
+            names,
+            set,
+            engine,
+            quota,
+            history,
+            membership,
+            pools,
+            registration,
+            store: health,
+        };
         Ok(Scheduler { inner: Arc::new(inner) })
     }
 }

@@ -318,3 +318,113 @@ async fn spillover_passes_on_what_the_fleet_filled() {
     assert!(took[1] < slow + Duration::from_millis(150), "the second spilled at once: {took:?}");
     drop(held);
 }
+
+/// `pooled(3, ..)` with a fourth upstream, `key-3`, that the pool was not configured with.
+fn pooled_with_spare(policy: PoolPolicy) -> Scheduler {
+    let mut builder = common::isolated();
+    let mut pool = PoolConfig::builder("llm").policy(policy);
+    for i in 0..4 {
+        builder = builder.upstream(member(&format!("key-{i}")));
+        if i < 3 {
+            pool = pool.member(format!("key-{i}"), 1);
+        }
+    }
+    builder.pool(pool.build().expect("valid pool")).build().expect("scheduler")
+}
+
+/// Members changed live, in one process: taken out, put in (an upstream the pool was not
+/// configured with), overridden for a time, cleared; the mocks count where the calls went.
+#[actix::test]
+async fn members_taken_out_and_put_in_live_get_the_requests_they_should() {
+    let providers: Vec<MockProvider> =
+        (0..4).map(|_| MockProvider::start(limits(1_000, false), SERVICE).unwrap()).collect();
+    let addrs: Vec<_> = providers.iter().map(MockProvider::addr).collect();
+    let s = pooled_with_spare(PoolPolicy::MostHeadroom);
+    let llm = s.pool("llm").expect("configured");
+    let served = || providers.iter().map(MockProvider::served).collect::<Vec<u64>>();
+
+    llm.set_member("key-1", 0).await.expect("taken out");
+    assert_eq!(llm.members_in_force(), [("key-0", 1), ("key-2", 1)]);
+    for _ in 0..20 {
+        call(&s, &addrs).await.expect("served");
+    }
+    assert_eq!(served(), [10, 0, 10, 0], "no call to the member taken out");
+
+    llm.set_member("key-3", 1).await.expect("put in");
+    assert_eq!(llm.members_in_force(), [("key-0", 1), ("key-2", 1), ("key-3", 1)], "after the configured ones");
+    for _ in 0..30 {
+        call(&s, &addrs).await.expect("served");
+    }
+    // The newcomer first (fewest picked) until it caught up with 10, then each in turn.
+    assert_eq!(served(), [17, 0, 17, 16], "the newcomer takes its share");
+
+    // An override reverts by itself: key-0 out for 300 ms.
+    llm.override_member("key-0", 0, Duration::from_millis(300)).await.expect("override");
+    assert_eq!(llm.members_in_force(), [("key-2", 1), ("key-3", 1)]);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(llm.members_in_force(), [("key-0", 1), ("key-2", 1), ("key-3", 1)], "the override ran out");
+
+    // Cleared: back to the configuration (key-3 was never a configured member: out again).
+    llm.clear_member("key-1").await.expect("cleared");
+    llm.clear_member("key-3").await.expect("cleared");
+    assert_eq!(llm.members_in_force(), [("key-0", 1), ("key-1", 1), ("key-2", 1)]);
+
+    // Every member out: the pool keeps its configured members rather than refusing everything.
+    for i in 0..3 {
+        llm.set_member(&format!("key-{i}"), 0).await.expect("taken out");
+    }
+    assert_eq!(llm.members_in_force(), [("key-0", 1), ("key-1", 1), ("key-2", 1)]);
+    call(&s, &addrs).await.expect("still served");
+
+    // Bad input: a clear typed error, nothing changed.
+    let unknown = llm.set_member("key-9", 1).await.expect_err("not an upstream");
+    assert_eq!(unknown.kind(), ErrorKind::UnknownUpstream, "{unknown}");
+    let heavy = llm.set_member("key-0", 1001).await.expect_err("too heavy");
+    assert_eq!(heavy.kind(), ErrorKind::InvalidSetting, "{heavy}");
+    assert!(heavy.to_string().contains("above 1000"), "{heavy}");
+}
+
+/// A member taken out by one process on a real Redis: the other process's pool leaves it
+/// within a second (the change is announced fleet-wide), and none of its calls go there.
+#[cfg(feature = "redis")]
+#[actix::test]
+async fn a_member_taken_out_by_one_process_is_left_by_the_fleet_within_a_second() {
+    let providers: Vec<MockProvider> =
+        (0..2).map(|_| MockProvider::start(limits(1_000, false), SERVICE).unwrap()).collect();
+    let addrs: Vec<_> = providers.iter().map(MockProvider::addr).collect();
+    let redis = wavegate_testkit::RedisServer::start().expect("redis-server");
+    let shared = || {
+        let mut builder = Scheduler::builder().redis(redis.url());
+        let mut pool = PoolConfig::builder("llm");
+        for i in 0..2 {
+            builder = builder.upstream(member(&format!("key-{i}")));
+            pool = pool.member(format!("key-{i}"), 1);
+        }
+        builder.pool(pool.build().expect("valid pool")).build().expect("scheduler")
+    };
+    let (a, b) = (shared(), shared());
+    for _ in 0..4 {
+        call(&b, &addrs).await.expect("served");
+    }
+    let version = a.pool("llm").unwrap().set_member("key-0", 0).await.expect("stored");
+    let changed = std::time::Instant::now();
+    let b_llm = b.pool("llm").unwrap();
+    while b_llm.members_in_force() != [("key-1", 1)] {
+        assert!(changed.elapsed() < Duration::from_secs(1), "b did not apply version {version} within 1 s");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    println!("b left key-0 {:?} after a's change (version {version})", changed.elapsed());
+    let before: Vec<u64> = providers.iter().map(MockProvider::served).collect();
+    for _ in 0..10 {
+        call(&b, &addrs).await.expect("served");
+    }
+    assert_eq!(providers[0].served(), before[0], "no call of b to the member taken out");
+    assert_eq!(providers[1].served(), before[1] + 10);
+    // Back, for both.
+    a.pool("llm").unwrap().clear_member("key-0").await.expect("stored");
+    let cleared = std::time::Instant::now();
+    while b_llm.members_in_force().len() != 2 {
+        assert!(cleared.elapsed() < Duration::from_secs(1), "b did not take key-0 back within 1 s");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

@@ -40,12 +40,24 @@ use self::request::{AttemptKind, Request};
 use self::store::Store;
 use crate::error::Error;
 use crate::history::HistoryRing;
+use crate::pool_membership::PoolMembership;
 use crate::quota::QuotaBlock;
 use crate::status::{Mode, UpstreamStatus};
 #[cfg(feature = "redis")]
 pub(crate) use coordinator::HEARTBEAT_TTL;
 pub(crate) use lane::{DRAIN_BOUND, Headroom};
 pub(crate) use runtime::{ACTOR_THREAD, ActorThread};
+
+/// What each upstream's lane shares with the handles, by upstream index.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Shared<'a> {
+    /// The spent quotas (`quota.rs`).
+    pub(crate) quotas: &'a [Arc<QuotaBlock>],
+    /// The second-by-second histories (`history.rs`).
+    pub(crate) histories: &'a [Arc<HistoryRing>],
+    /// The live weights in pools (`pool_membership.rs`).
+    pub(crate) membership: &'a [Arc<PoolMembership>],
+}
 
 /// The engine of one scheduler: its actors, and the thread they run on when it owns one.
 #[derive(Debug)]
@@ -66,10 +78,10 @@ impl Engine {
         upstreams: &[UpstreamConfig],
         store: Option<Store>,
         namespace: Option<&str>,
-        quotas: &[Arc<QuotaBlock>],
-        histories: &[Arc<HistoryRing>],
+        shared: Shared<'_>,
         process: (Instance, Option<u32>),
     ) -> std::io::Result<Self> {
+        let Shared { quotas, histories, membership } = shared;
         let namespace: Option<Arc<str>> = namespace.map(Arc::from);
         let (arbiter, thread) = runtime::arbiter()?;
         let (instance, live) = process;
@@ -96,6 +108,7 @@ impl Engine {
                     namespace: namespace.clone(),
                     quota: quotas[upstream].clone(),
                     history: histories[upstream].clone(),
+                    membership: membership[upstream].clone(),
                     coordinator: coordinator.clone().recipient(),
                     gauge_reader: gauge_reader.clone(),
                 };

@@ -70,6 +70,10 @@ commands:
   set UPSTREAM --reserve CLASS=PERCENT|configured [--for DURATION]
                           a priority class's weight (1..=1000) or reserve (the reserves add
                           up to at most 100 %)
+  set UPSTREAM --pool POOL=WEIGHT|out|configured [--for DURATION]
+                          UPSTREAM's weight as a member of pool POOL (1..=1000; out: taken out
+                          of the pool; an upstream the pool was not configured with joins it,
+                          after its members); `configured`: as each process was built
 
 options:
   --redis URL             the store (default $WAVEGATE_REDIS_URL, else redis://127.0.0.1:6379);
@@ -119,7 +123,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>, env_redis: Option<St
                 }
                 every = Duration::from_secs_f64(seconds);
             }
-            "--limit" | "--requests-per-minute" | "--tokens-per-minute" | "--weight" | "--reserve" => {
+            "--limit" | "--requests-per-minute" | "--tokens-per-minute" | "--weight" | "--reserve" | "--pool" => {
                 if setting.is_some() {
                     return Err("set changes one setting at a time".to_owned());
                 }
@@ -163,9 +167,12 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>, env_redis: Option<St
 /// the same for a budget's rate, and `--weight CLASS=N` / `--reserve CLASS=N` for a class's.
 fn change(setting: Option<(String, String)>, ttl: Option<Duration>) -> Result<LiveChange, String> {
     let (flag, given) = setting.ok_or(
-        "set needs what to change: --limit N, --requests-per-minute N, --tokens-per-minute N, --weight CLASS=N \
-         or --reserve CLASS=N",
+        "set needs what to change: --limit N, --requests-per-minute N, --tokens-per-minute N, --weight CLASS=N, \
+         --reserve CLASS=N or --pool POOL=WEIGHT",
     )?;
+    if flag == "--pool" {
+        return pool_member(&given, ttl);
+    }
     let class_setting = match flag.as_str() {
         "--weight" => Some(ClassSetting::Weight),
         "--reserve" => Some(ClassSetting::Reserve),
@@ -198,6 +205,27 @@ fn change(setting: Option<(String, String)>, ttl: Option<Duration>) -> Result<Li
             LiveChange::set(setting, value()?, ttl).map_err(|error| format!("{flag} {given}: {error}"))
         }
     }
+}
+
+/// The change `set UPSTREAM --pool POOL=WEIGHT|out|configured` asks for: the upstream's weight
+/// as a member of the pool (`out`: 0, out of the pool; `configured`: as each process was built).
+fn pool_member(given: &str, ttl: Option<Duration>) -> Result<LiveChange, String> {
+    let (pool, value) = given
+        .split_once('=')
+        .ok_or_else(|| format!("--pool {given:?}: expected POOL=WEIGHT, POOL=out or POOL=configured"))?;
+    if value == "configured" {
+        if ttl.is_some() {
+            return Err("--pool POOL=configured takes no --for".to_owned());
+        }
+        return Ok(LiveChange::ClearPoolMember { pool: pool.to_owned() });
+    }
+    let weight = match value {
+        "out" => 0,
+        _ => value
+            .parse::<u32>()
+            .map_err(|_| format!("--pool {given:?}: expected a weight (0..=1000), out or configured"))?,
+    };
+    LiveChange::pool_member(pool, weight, ttl).map_err(|error| format!("--pool {given}: {error}"))
 }
 
 /// The change `shadow on|off|configured` asks for, for the upstream or `class`.
@@ -307,6 +335,15 @@ mod tests {
         let change = LiveChange::ClearClass { class: "interactive".to_owned(), setting: ClassSetting::Reserve };
         assert_eq!(reserve, Command::Set { upstream: "llm".to_owned(), change });
         assert!(args("set llm --weight 4").unwrap_err().contains("CLASS=N"));
+        let out = args("set key-a --pool gpt=out --for 10m").expect("valid").command;
+        let change = LiveChange::pool_member("gpt", 0, Some(Duration::from_secs(600))).unwrap();
+        assert_eq!(out, Command::Set { upstream: "key-a".to_owned(), change });
+        let back = args("set key-a --pool gpt=configured").expect("valid").command;
+        let change = LiveChange::ClearPoolMember { pool: "gpt".to_owned() };
+        assert_eq!(back, Command::Set { upstream: "key-a".to_owned(), change });
+        assert!(args("set key-a --pool gpt=2000").unwrap_err().contains("above 1000"));
+        assert!(args("set key-a --pool gpt").unwrap_err().contains("POOL=WEIGHT"));
+        assert!(args("set key-a --pool gpt=configured --for 1m").unwrap_err().contains("no --for"));
         assert!(args("set llm --weight batch=0").unwrap_err().contains("outside"));
         assert!(args("set llm --reserve batch=101").unwrap_err().contains("outside"));
         let back = args("set llm --limit configured").expect("valid").command;

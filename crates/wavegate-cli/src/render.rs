@@ -64,6 +64,7 @@ fn live_json(live: &LiveSettings) -> Value {
         "shadow": value(LiveSetting::Shadow),
         "quota_spent_for_ms": live.quota_spent.and_then(|v| v.remaining).map(ms),
         "classes": classes,
+        "pools": live.pools.iter().map(|(pool, l)| (pool.clone(), json!({ "weight": l.value, "for_ms": l.remaining.map(ms) }))).collect::<serde_json::Map<String, Value>>(),
     })
 }
 
@@ -89,6 +90,9 @@ pub(crate) fn set_text(upstream: &str, change: &LiveChange, set: &SetView) -> St
     let setting = match change {
         LiveChange::SetClass { class, setting, .. } | LiveChange::ClearClass { class, setting } => {
             format!("{} of class {class}", setting.as_str())
+        }
+        LiveChange::SetPoolMember { pool, .. } | LiveChange::ClearPoolMember { pool } => {
+            format!("weight in pool {pool}")
         }
         _ => change.name().replace('_', " "),
     };
@@ -194,6 +198,15 @@ pub(crate) fn text(fleet: &FleetView) -> String {
                 out,
                 "  live {name} {} {until} (version {}; wavegate set {} --{flag} configured)",
                 live.value, u.live.version, u.name
+            );
+        }
+        for (pool, live) in &u.live.pools {
+            let until = live.remaining.map_or("until changed".to_owned(), |left| format!("for {}", secs(left)));
+            let weight = if live.value == 0 { "out".to_owned() } else { live.value.to_string() };
+            let _ = writeln!(
+                out,
+                "  live weight in pool {pool} {weight} {until} (version {}; wavegate set {} --pool {pool}=configured)",
+                u.live.version, u.name
             );
         }
         if let Some(left) = u.live.quota_spent.and_then(|v| v.remaining) {

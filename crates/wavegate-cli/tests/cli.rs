@@ -397,3 +397,51 @@ async fn reset_quota_after_a_flushall_still_lifts_the_refusal() {
     }
     println!("the refusal lifted in both processes {:?} after the reset", reset.elapsed());
 }
+
+/// `set UPSTREAM --pool POOL=...`: a member taken out of a pool for the fleet (both schedulers
+/// within a second), shown by `status`, then back as configured.
+#[actix::test]
+async fn set_takes_a_pool_member_out_for_the_fleet_and_back() {
+    let redis = RedisServer::start().expect("redis-server");
+    let url = redis.url();
+    let build = || {
+        let mut builder = Scheduler::builder().redis(url.clone());
+        for key in ["key-a", "key-b"] {
+            builder = builder.upstream(UpstreamConfig::builder(key).limit(4).build().expect("valid"));
+        }
+        let pool = wavegate::PoolConfig::builder("llm").member("key-a", 1).member("key-b", 2).build().expect("pool");
+        builder.pool(pool).build().expect("scheduler")
+    };
+    let (a, b) = (build(), build());
+    let in_force = |want: Vec<(&'static str, u32)>| {
+        let (a, b) = (a.pool("llm").expect("llm"), b.pool("llm").expect("llm"));
+        async move {
+            let started = Instant::now();
+            while a.members_in_force() != want || b.members_in_force() != want {
+                assert!(started.elapsed() < Duration::from_secs(1), "not applied within 1 s: {want:?}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            started.elapsed()
+        }
+    };
+    let out = wavegate(&["set", "key-a", "--pool", "llm=out", "--for", "10m", "--json", "--redis", &url]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let reply: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    println!("{reply}");
+    assert_eq!(reply["live"]["pools"]["llm"]["weight"].as_u64(), Some(0), "{reply}");
+    let took = in_force(vec![("key-b", 2)]).await;
+    println!("both schedulers left key-a {took:?} after the tool returned");
+    let text = wavegate(&["status", "--redis", &url]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    println!("{text}");
+    assert!(text.contains("live weight in pool llm out for"), "{text}");
+    assert!(text.contains("wavegate set key-a --pool llm=configured"), "{text}");
+    let said = wavegate(&["set", "key-a", "--pool", "llm=5", "--redis", &url]);
+    let said = String::from_utf8_lossy(&said.stdout);
+    assert!(said.contains("key-a: weight in pool llm 5 until changed"), "{said}");
+    in_force(vec![("key-a", 5), ("key-b", 2)]).await;
+    assert!(wavegate(&["set", "key-a", "--pool", "llm=configured", "--redis", &url]).status.success());
+    in_force(vec![("key-a", 1), ("key-b", 2)]).await;
+    let bad = wavegate(&["set", "key-a", "--pool", "llm=1001", "--redis", &url]);
+    assert_eq!(bad.status.code(), Some(2), "a usage error, before the store");
+}

@@ -31,8 +31,9 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use crate::clock::duration_ms;
-use crate::config::UpstreamConfig;
+use crate::config::{UpstreamConfig, UpstreamName};
 use crate::gcra::RateBudget;
+use crate::pool::PoolConfig;
 use crate::priority::PriorityClass;
 use crate::shadow::ShadowScope;
 
@@ -182,6 +183,9 @@ pub struct LiveSettings {
     pub quota_spent: Option<LiveValue>,
     /// The priority classes' live weights and reserves, by class name.
     pub classes: BTreeMap<String, ClassLive>,
+    /// This upstream's live weight as a member of each pool, by pool name (0: out of the
+    /// pool; a pool it was not configured in takes it in). See [`LiveChange::pool_member`].
+    pub pools: BTreeMap<String, LiveValue>,
 }
 
 impl LiveSettings {
@@ -197,6 +201,7 @@ impl LiveSettings {
             quota_reset: None,
             quota_spent: None,
             classes: BTreeMap::new(),
+            pools: BTreeMap::new(),
         }
     }
 
@@ -228,6 +233,12 @@ impl LiveSettings {
             return self;
         }
         let Some((kind, class)) = name.split_once('|') else { return self };
+        if kind == POOL_MEMBER {
+            if value.value <= u64::from(PoolConfig::MAX_WEIGHT) && UpstreamName::new(class).is_ok() {
+                self.pools.insert(class.to_owned(), value);
+            }
+            return self;
+        }
         let kind = match kind {
             "weight" => ClassSetting::Weight,
             "reserve" => ClassSetting::Reserve,
@@ -252,6 +263,7 @@ impl LiveSettings {
             && self.classes.is_empty()
             && self.quota_reset.is_none()
             && self.quota_spent.is_none()
+            && self.pools.is_empty()
     }
 
     /// Every override's shortest rest, if one has an end.
@@ -262,6 +274,7 @@ impl LiveSettings {
             .filter_map(|s| self.get(*s))
             .chain(classes)
             .chain(self.quota_spent)
+            .chain(self.pools.values().copied())
             .filter_map(|v| v.remaining)
             .min()
     }
@@ -391,6 +404,9 @@ pub enum LiveError {
     /// classes (reserves above 100 % together).
     #[error("{0}")]
     BadClass(String),
+    /// A pool name that cannot be one, or a member's weight above 1000.
+    #[error("{0}")]
+    BadPoolMember(String),
     /// An override's time to live of zero or longer than accepted.
     #[error("an override must last between 1 ms and {max:?}; got {given:?}")]
     BadTimeToLive {
@@ -432,6 +448,23 @@ pub enum LiveChange {
         class: String,
         /// The setting.
         setting: ClassSetting,
+    },
+    /// The upstream's weight as a member of pool `pool` becomes `weight` (0: out of the pool;
+    /// an upstream the pool was not configured with joins it); with a time to live, only for
+    /// that long. Built with [`LiveChange::pool_member`].
+    SetPoolMember {
+        /// The pool.
+        pool: String,
+        /// The weight (0..=1000).
+        weight: u32,
+        /// How long it holds (`None`: until changed).
+        ttl: Option<Duration>,
+    },
+    /// The upstream's membership of pool `pool` goes back to the configured one (its
+    /// configured weight if it is a configured member, out of the pool otherwise).
+    ClearPoolMember {
+        /// The pool.
+        pool: String,
     },
 }
 
@@ -493,13 +526,41 @@ impl LiveChange {
         Ok(Self::SetClass { class, setting, value, ttl })
     }
 
+    /// The upstream's weight as a member of pool `pool` set to `weight`, for `ttl` if given:
+    /// 0 takes it out of the pool (requests to the pool no longer pick it; those already on it
+    /// finish there), 1..=1000 puts it in with that weight — also into a pool it was not
+    /// configured in, where it comes after the configured members (for
+    /// [`PoolPolicy::Spillover`](crate::PoolPolicy::Spillover), whose order is the members').
+    ///
+    /// # Errors
+    ///
+    /// [`LiveError::BadPoolMember`] for a pool name that cannot be one or a weight above
+    /// 1000; [`LiveError::BadTimeToLive`] when the time to live cannot be used.
+    pub fn pool_member(pool: impl Into<String>, weight: u32, ttl: Option<Duration>) -> Result<Self, LiveError> {
+        let pool = pool.into();
+        if UpstreamName::new(pool.clone()).is_err() {
+            return Err(LiveError::BadPoolMember(format!("{pool:?} is not a pool name")));
+        }
+        if weight > PoolConfig::MAX_WEIGHT {
+            return Err(LiveError::BadPoolMember(format!(
+                "weight {weight} in pool {pool} is above {}; 0 takes the member out",
+                PoolConfig::MAX_WEIGHT
+            )));
+        }
+        check_ttl(ttl)?;
+        Ok(Self::SetPoolMember { pool, weight, ttl })
+    }
+
     /// The name of what it changes, as the store keeps it: `limit`, `requests_per_minute`,
-    /// `weight|<class>`, ...
+    /// `weight|<class>`, `member|<pool>`, ...
     pub fn name(&self) -> String {
         match self {
             LiveChange::Set { setting, .. } | LiveChange::Clear(setting) => setting.as_str().to_owned(),
             LiveChange::SetClass { class, setting, .. } | LiveChange::ClearClass { class, setting } => {
                 format!("{}|{class}", setting.as_str())
+            }
+            LiveChange::SetPoolMember { pool, .. } | LiveChange::ClearPoolMember { pool } => {
+                format!("{POOL_MEMBER}|{pool}")
             }
         }
     }
@@ -508,7 +569,8 @@ impl LiveChange {
     pub fn value(&self) -> Option<(u64, Option<Duration>)> {
         match *self {
             LiveChange::Set { value, ttl, .. } | LiveChange::SetClass { value, ttl, .. } => Some((value, ttl)),
-            LiveChange::Clear(_) | LiveChange::ClearClass { .. } => None,
+            LiveChange::SetPoolMember { weight, ttl, .. } => Some((u64::from(weight), ttl)),
+            LiveChange::Clear(_) | LiveChange::ClearClass { .. } | LiveChange::ClearPoolMember { .. } => None,
         }
     }
 
@@ -552,13 +614,19 @@ impl LiveChange {
     pub fn setting(&self) -> Option<LiveSetting> {
         match *self {
             LiveChange::Set { setting, .. } | LiveChange::Clear(setting) => Some(setting),
-            LiveChange::SetClass { .. } | LiveChange::ClearClass { .. } => None,
+            LiveChange::SetClass { .. }
+            | LiveChange::ClearClass { .. }
+            | LiveChange::SetPoolMember { .. }
+            | LiveChange::ClearPoolMember { .. } => None,
         }
     }
 }
 
 /// The store's name of the mark of the last fleet-wide reset of a spent quota.
 pub(crate) const QUOTA_RESET: &str = "quota_reset";
+
+/// The store's name of an upstream's weight in a pool, before `|<pool>`.
+const POOL_MEMBER: &str = "member";
 
 /// The store's name of a spent quota told to the fleet (with the pause as its time to live).
 pub const QUOTA_SPENT: &str = "quota_spent";
@@ -678,6 +746,32 @@ mod tests {
         assert_eq!(applied.budgets().tokens, None, "a rate for a budget it does not have is not applied");
         assert_eq!(applied.limit().get(), 4);
         assert_eq!(settings.apply_to(&plain).budgets(), plain.budgets());
+    }
+
+    #[test]
+    fn a_pool_membership_is_stored_read_back_and_reverts() {
+        let out = LiveChange::pool_member("gpt", 0, Some(Duration::from_secs(60))).unwrap();
+        assert_eq!(out.name(), "member|gpt");
+        assert_eq!(out.value(), Some((0, Some(Duration::from_secs(60)))));
+        assert!(matches!(LiveChange::pool_member("gpt", 1001, None), Err(LiveError::BadPoolMember(_))));
+        assert!(matches!(LiveChange::pool_member("a b", 1, None), Err(LiveError::BadPoolMember(_))));
+        let mut board = LiveBoard::default();
+        board.apply(&out, 0);
+        board.apply(&LiveChange::pool_member("claude", 7, None).unwrap(), 0);
+        let settings = board.read(1_000);
+        assert_eq!(settings.pools["gpt"], LiveValue { value: 0, remaining: Some(Duration::from_secs(59)) });
+        assert_eq!(settings.pools["claude"].value, 7);
+        assert_eq!(settings.next_end(), Some(Duration::from_secs(59)), "the override's end is looked at");
+        assert!(!settings.is_empty());
+        assert!(!board.read(60_000).pools.contains_key("gpt"), "the override reverted");
+        board.apply(&LiveChange::ClearPoolMember { pool: "claude".into() }, 60_000);
+        assert!(board.read(60_000).is_empty());
+        // Read from the store, not trusted: a weight above 1000 or a name that cannot be a
+        // pool's is dropped.
+        let held = LiveValue { value: 1001, remaining: None };
+        assert!(LiveSettings::empty(1).with_named("member|gpt", held).pools.is_empty());
+        let bad = LiveValue { value: 1, remaining: None };
+        assert!(LiveSettings::empty(1).with_named("member|", bad).pools.is_empty());
     }
 
     #[test]

@@ -24,6 +24,7 @@ use crate::engine::store::{Reconciled, SharedGate, Store};
 use crate::engine::wake::Wake;
 use crate::history::{HISTORY_EVERY, HistoryRing};
 use crate::metrics;
+use crate::pool_membership::PoolMembership;
 use crate::quota::QuotaBlock;
 use crate::shadow::ShadowTally;
 use crate::status::Mode;
@@ -131,6 +132,8 @@ pub(crate) struct Lane {
     pub(super) breaker: CircuitBreaker,
     pub(super) retry_budget: RetryBudget,
     pub(super) quota: Arc<QuotaBlock>,
+    /// The upstream's live weights in pools, for the pools' requests (`pool_membership.rs`).
+    pub(super) membership: Arc<PoolMembership>,
     /// Releases sent to the store whose reply has not come back, and drains waiting for them.
     pub(super) releases_in_flight: usize,
     pub(super) drains: Vec<DrainReply>,
@@ -174,6 +177,8 @@ pub(crate) struct LaneSetup {
     pub(crate) quota: Arc<QuotaBlock>,
     /// Where the lane keeps its second-by-second history.
     pub(crate) history: Arc<HistoryRing>,
+    /// Where the lane writes the upstream's live weights in pools.
+    pub(crate) membership: Arc<PoolMembership>,
     pub(crate) coordinator: Recipient<StoreTrouble>,
     /// Whether this process is the fleet's gauge reader (set by the coordinator's heartbeats).
     pub(crate) gauge_reader: Arc<AtomicBool>,
@@ -191,6 +196,7 @@ impl Lane {
             namespace,
             quota,
             history,
+            membership,
             coordinator,
             gauge_reader,
         } = setup;
@@ -244,6 +250,7 @@ impl Lane {
             gauge_reader,
             tally: Tally::default(),
             history,
+            membership,
             quota,
             releases_in_flight: 0,
             drains: Vec::new(),

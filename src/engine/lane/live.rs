@@ -190,6 +190,7 @@ impl Lane {
             self.let_waiting_through();
         }
         let changed = settings != self.live;
+        self.membership.apply(&settings.pools);
         self.apply_spent_quota(&settings);
         if !first && settings.quota_reset.is_some() && settings.quota_reset != self.live.quota_reset {
             self.quota_told = None;
@@ -233,6 +234,7 @@ impl Lane {
                 requests_per_minute = ?rate(self.config.budgets().requests),
                 tokens_per_minute = ?rate(self.config.budgets().tokens),
                 classes = %classes.join(","),
+                pools = %self.live.pools.iter().map(|(pool, w)| format!("{pool}:{}", w.value)).collect::<Vec<_>>().join(","),
                 override_for = ?self.live.next_end(),
                 "live settings applied{}",
                 if first && self.config != self.configured {
