@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 
 use wavegate_core::{PoolConfig, UpstreamConfig, UpstreamSet};
 
@@ -71,11 +71,13 @@ pub(crate) struct PoolSlot {
     /// Requests this process sent each upstream through the pool, by upstream index (a member
     /// put in live counts as a configured one does).
     pub(crate) picked: Vec<AtomicU64>,
+    /// Whether every member is taken out live (warned once when it starts).
+    pub(crate) all_out: AtomicBool,
 }
 
 impl PoolSlot {
     pub(crate) fn new(config: PoolConfig, members: Vec<usize>, upstreams: usize) -> Self {
         let picked = (0..upstreams).map(|_| AtomicU64::new(0)).collect();
-        Self { config, members, picked }
+        Self { config, members, picked, all_out: AtomicBool::new(false) }
     }
 }

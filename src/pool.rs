@@ -56,7 +56,7 @@ use crate::handle::{Inner, PoolSlot};
 use crate::held::Hold;
 use crate::metrics;
 use crate::permit::Permit;
-use crate::pool_membership::members_in_force;
+use crate::pool_membership::PoolMembership;
 use crate::request_builder::{RequestBuilder, ToPool};
 use crate::status::UpstreamStatus;
 use crate::stream::{HeldStream, StreamMeter};
@@ -453,9 +453,30 @@ impl<'a, E> Round<'a, E> {
 /// no operator means (take the pool's callers elsewhere instead).
 fn in_force(inner: &Inner, slot: &PoolSlot) -> Vec<(usize, u32)> {
     let members = members_in_force(slot, &inner.membership);
-    if members.is_empty() {
+    let all_out = members.is_empty();
+    // Said once each time it starts, not at every request.
+    if all_out && !slot.all_out.swap(true, Ordering::Relaxed) {
         tracing::warn!(pool = %slot.config.name(), "every member of the pool is taken out live: using the configured members");
+    } else if !all_out {
+        slot.all_out.store(false, Ordering::Relaxed);
+    }
+    if all_out {
         return slot.members.iter().copied().zip(slot.config.members().iter().map(|(_, weight)| *weight)).collect();
     }
     members
+}
+
+/// The members of `slot` in force now, given every upstream's `membership`: (upstream index,
+/// weight), the configured members first (those not taken out), then the upstreams put in.
+fn members_in_force(slot: &PoolSlot, membership: &[Arc<PoolMembership>]) -> Vec<(usize, u32)> {
+    let pool = slot.config.name().as_str();
+    let configured = slot
+        .members
+        .iter()
+        .zip(slot.config.members())
+        .map(|(&upstream, (_, weight))| (upstream, membership[upstream].weight(pool).unwrap_or(*weight)));
+    let joined = (0..membership.len())
+        .filter(|upstream| !slot.members.contains(upstream))
+        .filter_map(|upstream| membership[upstream].weight(pool).map(|weight| (upstream, weight)));
+    configured.chain(joined).filter(|&(_, weight)| weight > 0).collect()
 }

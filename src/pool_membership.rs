@@ -16,8 +16,6 @@ use std::sync::{PoisonError, RwLock};
 
 use wavegate_core::LiveValue;
 
-use crate::handle::PoolSlot;
-
 /// One upstream's live weights in pools, by pool name (empty: as configured).
 #[derive(Debug, Default)]
 pub(crate) struct PoolMembership {
@@ -36,19 +34,4 @@ impl PoolMembership {
     pub(crate) fn weight(&self, pool: &str) -> Option<u32> {
         self.weights.read().unwrap_or_else(PoisonError::into_inner).get(pool).copied()
     }
-}
-
-/// The members of `slot` in force now, given every upstream's `membership`: (upstream index,
-/// weight), the configured members first (those not taken out), then the upstreams put in.
-pub(crate) fn members_in_force(slot: &PoolSlot, membership: &[std::sync::Arc<PoolMembership>]) -> Vec<(usize, u32)> {
-    let pool = slot.config.name().as_str();
-    let configured = slot
-        .members
-        .iter()
-        .zip(slot.config.members())
-        .map(|(&upstream, (_, weight))| (upstream, membership[upstream].weight(pool).unwrap_or(*weight)));
-    let joined = (0..membership.len())
-        .filter(|upstream| !slot.members.contains(upstream))
-        .filter_map(|upstream| membership[upstream].weight(pool).map(|weight| (upstream, weight)));
-    configured.chain(joined).filter(|&(_, weight)| weight > 0).collect()
 }
