@@ -311,3 +311,26 @@ async fn in_local_mode_a_caller_that_gave_up_does_not_keep_the_budget_turn_eithe
     result.expect("room for 10 tokens now").report_usage(ok(), 10);
     assert!(elapsed < ms(500), "served after {elapsed:?}");
 }
+
+// A denial heard under the old settings proves nothing once a live change raised the rate: a
+// caller right after the raise is served, not refused with the old rate's wait (the lane kept
+// its last denial for 100 ms and refused from it). One a second, burst 1, then 1,000 a second.
+#[actix::test]
+async fn a_denial_heard_before_a_live_raise_refuses_no_one_after_it() {
+    let s = local(x().requests_per_minute(60, 1));
+    let llm = s.upstream("x").expect("configured");
+    llm.request().acquire().await.expect("the burst").succeeded();
+    // A waiter the gate denies (its next room in about a second): the lane hears the denial.
+    let waiter = {
+        let llm = llm.clone();
+        actix::spawn(async move { llm.request().timeout(ms(5_000)).acquire().await.map(|p| p.succeeded()) })
+    };
+    tokio::time::sleep(ms(20)).await;
+    let raise = wavegate::LiveChange::set(wavegate::LiveSetting::RequestsPerMinute, 60_000, None).expect("valid");
+    llm.change_live(raise).await.expect("applied");
+    let (served, elapsed) = timed(waiter).await;
+    served.expect("the waiter's task").expect("served at the new rate");
+    assert!(elapsed < ms(200), "the waiter was served {elapsed:?} after the raise");
+    let (result, elapsed) = timed(llm.request().timeout(ms(300)).acquire()).await;
+    result.unwrap_or_else(|e| panic!("refused {elapsed:?} after the raise: {e:?}")).succeeded();
+}

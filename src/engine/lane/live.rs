@@ -186,6 +186,11 @@ impl Lane {
         if config != self.config {
             self.local.apply_live(&config, self.clock.now_ms());
             self.config = config;
+            // What the gate said under the old settings (a budget's wait at the old rate, the
+            // limit reached) proves nothing now: the waiters ask again at once, and no caller
+            // is refused early from it.
+            self.blocked_until = None;
+            self.heard = None;
             // A class switched to shadow holds none of its callers back, those waiting included.
             self.let_waiting_through();
         }
