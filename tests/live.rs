@@ -38,12 +38,13 @@ fn main() {
         worker_main();
         return;
     }
-    let scenarios: [(&str, fn()); 5] = [
+    let scenarios: [(&str, fn()); 6] = [
         ("a_flushall_starts_the_live_settings_over", a_flushall_starts_the_live_settings_over),
         ("a_live_class_weight_shifts_the_shares", a_live_class_weight_shifts_the_shares),
         ("four_processes_follow_a_live_limit_within_a_second", four_processes_follow_a_live_limit_within_a_second),
         ("local_mode_holds_a_live_limit_in_process", local_mode_holds_a_live_limit_in_process),
         ("a_live_rate_keeps_the_budget_exact_across_the_change", a_live_rate_keeps_the_budget_exact_across_the_change),
+        ("a_live_burst_keeps_what_was_spent_across_the_change", a_live_burst_keeps_what_was_spent_across_the_change),
     ];
     run_scenarios(&scenarios);
 }
@@ -399,6 +400,98 @@ fn a_live_rate_keeps_the_budget_exact_across_the_change() {
     let after_raise = arrivals_in(&mock, raised, Duration::from_secs(2));
     println!("raised to 1,200 a minute: {after_raise} calls in the 2 s after it (a stall would leave ~0)");
     assert!((30..=42).contains(&after_raise), "{after_raise} calls in 2 s at 20 a second");
+
+    stop.store(true, Ordering::Relaxed);
+    let mut failed = 0;
+    for caller in callers {
+        failed += runtime.block_on(caller).expect("caller").1;
+    }
+    assert_eq!(failed, 0, "no call lost");
+    drop((a, b));
+    runtime.shutdown_timeout(Duration::from_secs(2));
+}
+
+/// Two schedulers in shared mode under a requests budget of 600 a minute (10 a second), burst
+/// 10; a third changes its burst live. Cut to 3 while idle: a load that starts then gets 3 at
+/// once, not 10. Raised to 30 under the load: 27 more at once (the budget was empty: 3 − 3),
+/// then the rate. Cut back to 10 under the load: what the burst of 30 spent stays spent — the
+/// budget is 20 in debt and admits nothing for 2 s, then the rate (a reset would admit 10 at
+/// once).
+fn a_live_burst_keeps_what_was_spent_across_the_change() {
+    let redis = RedisServer::start().expect("redis-server");
+    let mock = MockUpstream::start(MockUpstreamConfig { service_time: Duration::from_millis(5), ..Default::default() })
+        .expect("mock upstream");
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let config = || {
+        UpstreamConfig::builder("bursty")
+            .limit(50)
+            .requests_per_minute(600, 10)
+            .max_wait(Duration::from_secs(30))
+            .build()
+            .expect("config")
+    };
+    let build = || {
+        let _entered = runtime.enter();
+        Scheduler::builder().upstream(config()).redis(redis.url()).build().expect("scheduler")
+    };
+    let (a, b, operator) = (build(), build(), build());
+    let operator = operator.upstream("bursty").expect("configured");
+    let change = |burst| {
+        let change = LiveChange::set(LiveSetting::RequestsBurst, burst, None).expect("valid");
+        let changed = Instant::now();
+        runtime.block_on(operator.change_live(change)).expect("change");
+        changed
+    };
+    // Idle, the budget full (10); the cut leaves 3.
+    change(3);
+    std::thread::sleep(Duration::from_millis(200));
+    let stop = Arc::new(AtomicBool::new(false));
+    let addr = mock.addr();
+    let started = Instant::now();
+    let callers: Vec<_> = [&a, &b]
+        .iter()
+        .flat_map(|scheduler| (0..15).map(move |_| scheduler.upstream("bursty").expect("configured")))
+        .map(|upstream| {
+            let stop = stop.clone();
+            runtime.spawn(async move {
+                let (mut ok, mut err) = (0u64, 0u64);
+                while !stop.load(Ordering::Relaxed) {
+                    match upstream.request().call(move |_| call_mock(addr)).await {
+                        Ok(()) => ok += 1,
+                        Err(_) => err += 1,
+                    }
+                }
+                (ok, err)
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(2_200));
+    let first = arrivals_in(&mock, started, Duration::from_millis(500));
+    let second = arrivals_in(&mock, started + Duration::from_secs(1), Duration::from_secs(1));
+    println!(
+        "burst cut to 3 while idle: {first} calls in the load's first 0.5 s (the old burst: 10 + 5), then {second} a second"
+    );
+    assert!((4..=10).contains(&first), "{first} calls in 0.5 s: 3 at once and 5 by the rate");
+    assert!((8..=12).contains(&second), "{second}");
+
+    // Raised under the load: 27 more at once, then the rate.
+    let raised = change(30);
+    std::thread::sleep(Duration::from_millis(1_200));
+    let after_raise = arrivals_in(&mock, raised, Duration::from_secs(1));
+    println!("burst raised to 30 under the load: {after_raise} calls in the second after it (no effect: 10)");
+    assert!((30..=42).contains(&after_raise), "{after_raise} calls: 27 at once and 10 by the rate");
+
+    // Cut back to 10 under the load (the budget empty at 30): 20 in debt, nothing for 2 s.
+    std::thread::sleep(Duration::from_millis(3_000));
+    let cut = change(10);
+    std::thread::sleep(Duration::from_millis(4_200));
+    let stalled = arrivals_in(&mock, cut + Duration::from_millis(100), Duration::from_millis(1_700));
+    let then = arrivals_in(&mock, cut + Duration::from_secs(2), Duration::from_secs(2));
+    println!(
+        "burst cut to 10 under the load: {stalled} calls in 0.1-1.8 s after it (a reset: 10 at once), then {then} in 2 s"
+    );
+    assert!(stalled <= 3, "{stalled} calls while the budget pays its debt back");
+    assert!((16..=24).contains(&then), "{then} calls in 2 s at 10 a second");
 
     stop.store(true, Ordering::Relaxed);
     let mut failed = 0;

@@ -911,3 +911,26 @@ async fn the_history_counts_each_seconds_grants_waits_and_429s() {
     assert!(history.samples.windows(2).all(|w| w[0].at_ms <= w[1].at_ms), "oldest first");
     assert_eq!(scheduler.live_processes().await.expect("running"), None, "local mode counts no fleet");
 }
+
+/// A live burst in local mode: what was spent stays spent. 600 a minute (one per 100 ms),
+/// burst 10, all 10 taken; cut to 3: the budget is 7 in debt, the next permit comes after
+/// 0.7 s + 100 ms, not at once, and leaves the budget empty at 3; raised to 30: 27 at once.
+#[actix::test]
+async fn a_live_burst_keeps_what_was_spent_in_local_mode() {
+    let s = scheduler(x().limit(100).requests_per_minute(600, 10).max_wait(ms(5_000)));
+    let llm = s.upstream("x").expect("configured");
+    for _ in 0..10 {
+        llm.request().acquire().await.expect("the burst").succeeded();
+    }
+    let burst = |n| wavegate::LiveChange::set(wavegate::LiveSetting::RequestsBurst, n, None).expect("valid");
+    llm.change_live(burst(3)).await.expect("applied");
+    let (permit, waited) = timed(llm.request().acquire()).await;
+    permit.expect("after the debt").succeeded();
+    assert!(waited > ms(650) && waited < ms(1_000), "the debt of 7 and one interval: waited {waited:?}");
+    llm.change_live(burst(30)).await.expect("applied");
+    let (permits, took) = timed(join_all((0..27).map(|_| llm.request().acquire()))).await;
+    assert!(permits.into_iter().all(|p| p.map(Permit::succeeded).is_ok()));
+    assert!(took < ms(100), "27 at once after the raise: took {took:?}");
+    let (_, waited) = timed(async { llm.request().acquire().await.expect("by the rate").succeeded() }).await;
+    assert!(waited > ms(40), "the 28th waits for the rate: {waited:?}");
+}

@@ -61,6 +61,11 @@ commands:
   set UPSTREAM --tokens-per-minute N|configured [--for DURATION]
                           the same for the rate of a configured budget (its burst stays);
                           the units the budget holds are kept across the change
+  set UPSTREAM --requests-burst N|configured [--for DURATION]
+  set UPSTREAM --tokens-burst N|configured [--for DURATION]
+                          the burst of a configured budget (its rate stays); what the budget
+                          has spent stays spent: a lower burst admits less at once from now,
+                          a higher one more, nothing is reset
   shadow on|off|configured UPSTREAM [--class CLASS] [--for DURATION]
                           shadow mode for UPSTREAM (or one priority class of it), fleet-wide:
                           no call is held back, what the policy would have done is recorded
@@ -123,7 +128,14 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>, env_redis: Option<St
                 }
                 every = Duration::from_secs_f64(seconds);
             }
-            "--limit" | "--requests-per-minute" | "--tokens-per-minute" | "--weight" | "--reserve" | "--pool" => {
+            "--limit"
+            | "--requests-per-minute"
+            | "--tokens-per-minute"
+            | "--requests-burst"
+            | "--tokens-burst"
+            | "--weight"
+            | "--reserve"
+            | "--pool" => {
                 if setting.is_some() {
                     return Err("set changes one setting at a time".to_owned());
                 }
@@ -167,8 +179,8 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>, env_redis: Option<St
 /// the same for a budget's rate, and `--weight CLASS=N` / `--reserve CLASS=N` for a class's.
 fn change(setting: Option<(String, String)>, ttl: Option<Duration>) -> Result<LiveChange, String> {
     let (flag, given) = setting.ok_or(
-        "set needs what to change: --limit N, --requests-per-minute N, --tokens-per-minute N, --weight CLASS=N, \
-         --reserve CLASS=N or --pool POOL=WEIGHT",
+        "set needs what to change: --limit N, --requests-per-minute N, --tokens-per-minute N, --requests-burst N, \
+         --tokens-burst N, --weight CLASS=N, --reserve CLASS=N or --pool POOL=WEIGHT",
     )?;
     if flag == "--pool" {
         return pool_member(&given, ttl);
@@ -335,6 +347,15 @@ mod tests {
         let change = LiveChange::ClearClass { class: "interactive".to_owned(), setting: ClassSetting::Reserve };
         assert_eq!(reserve, Command::Set { upstream: "llm".to_owned(), change });
         assert!(args("set llm --weight 4").unwrap_err().contains("CLASS=N"));
+        let burst = args("set llm --tokens-burst 4000 --for 1h").expect("valid").command;
+        let change = LiveChange::set(LiveSetting::TokensBurst, 4_000, Some(Duration::from_secs(3_600))).unwrap();
+        assert_eq!(burst, Command::Set { upstream: "llm".to_owned(), change });
+        let back = args("set llm --requests-burst configured").expect("valid").command;
+        assert_eq!(
+            back,
+            Command::Set { upstream: "llm".to_owned(), change: LiveChange::Clear(LiveSetting::RequestsBurst) }
+        );
+        assert!(args("set llm --requests-burst 0").unwrap_err().contains("at least 1"));
         let out = args("set key-a --pool gpt=out --for 10m").expect("valid").command;
         let change = LiveChange::pool_member("gpt", 0, Some(Duration::from_secs(600))).unwrap();
         assert_eq!(out, Command::Set { upstream: "key-a".to_owned(), change });

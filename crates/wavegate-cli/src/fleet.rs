@@ -237,8 +237,8 @@ pub(crate) async fn set(store: &Store, name: &str, change: &LiveChange) -> Resul
     let Some(claim) = claim else { return Err(ReadError::Unconfigured(name.to_owned())) };
     // A rate only for a budget the fleet is configured with (the claim's rates: a minute).
     let field = match change {
-        LiveChange::Set { setting: LiveSetting::RequestsPerMinute, .. } => Some(5),
-        LiveChange::Set { setting: LiveSetting::TokensPerMinute, .. } => Some(7),
+        LiveChange::Set { setting: LiveSetting::RequestsPerMinute | LiveSetting::RequestsBurst, .. } => Some(5),
+        LiveChange::Set { setting: LiveSetting::TokensPerMinute | LiveSetting::TokensBurst, .. } => Some(7),
         _ => None,
     };
     if field.is_some_and(|field| claim.split('|').nth(field).is_none_or(|rate| rate == "0")) {

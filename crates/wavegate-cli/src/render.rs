@@ -61,6 +61,8 @@ fn live_json(live: &LiveSettings) -> Value {
         "limit": value(LiveSetting::Limit),
         "requests_per_minute": value(LiveSetting::RequestsPerMinute),
         "tokens_per_minute": value(LiveSetting::TokensPerMinute),
+        "requests_burst": value(LiveSetting::RequestsBurst),
+        "tokens_burst": value(LiveSetting::TokensBurst),
         "shadow": value(LiveSetting::Shadow),
         "quota_spent_for_ms": live.quota_spent.and_then(|v| v.remaining).map(ms),
         "classes": classes,

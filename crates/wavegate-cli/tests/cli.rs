@@ -192,6 +192,14 @@ async fn set_changes_the_fleets_limit_live() {
     let text = String::from_utf8_lossy(&text.stdout);
     println!("{text}");
     assert!(text.contains("live requests per minute 300 for"), "{text}");
+    let said = set(&["--requests-burst", "5"]);
+    let said = String::from_utf8_lossy(&said.stdout);
+    assert!(said.contains("llm: requests burst 5 until changed"), "{said}");
+    let view = upstream(&status(&url), "llm").clone();
+    assert_eq!(view["live"]["requests_burst"]["value"].as_u64(), Some(5), "{view}");
+    let no_burst = set(&["--tokens-burst", "300"]);
+    assert_eq!(no_burst.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&no_burst.stderr).contains("no budget tokens_burst"), "{no_burst:?}");
     let none = set(&["--tokens-per-minute", "300"]);
     assert_eq!(none.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&none.stderr).contains("no budget tokens_per_minute"), "{none:?}");

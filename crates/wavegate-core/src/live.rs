@@ -49,6 +49,12 @@ pub enum LiveSetting {
     /// The rate of the tokens budget, a minute (its burst stays as configured); only for an
     /// upstream configured with one.
     TokensPerMinute,
+    /// The burst of the requests budget (its rate stays as set); only for an upstream
+    /// configured with one.
+    RequestsBurst,
+    /// The burst of the tokens budget (its rate stays as set); only for an upstream configured
+    /// with one.
+    TokensBurst,
     /// Shadow mode for the whole upstream: 1 on, 0 off (see
     /// [`ShadowScope`](crate::ShadowScope)).
     Shadow,
@@ -56,8 +62,14 @@ pub enum LiveSetting {
 
 impl LiveSetting {
     /// Every live setting.
-    pub const ALL: [LiveSetting; 4] =
-        [LiveSetting::Limit, LiveSetting::RequestsPerMinute, LiveSetting::TokensPerMinute, LiveSetting::Shadow];
+    pub const ALL: [LiveSetting; 6] = [
+        LiveSetting::Limit,
+        LiveSetting::RequestsPerMinute,
+        LiveSetting::TokensPerMinute,
+        LiveSetting::RequestsBurst,
+        LiveSetting::TokensBurst,
+        LiveSetting::Shadow,
+    ];
 
     /// Its name in the store and on the command line.
     pub const fn as_str(self) -> &'static str {
@@ -65,6 +77,8 @@ impl LiveSetting {
             LiveSetting::Limit => "limit",
             LiveSetting::RequestsPerMinute => "requests_per_minute",
             LiveSetting::TokensPerMinute => "tokens_per_minute",
+            LiveSetting::RequestsBurst => "requests_burst",
+            LiveSetting::TokensBurst => "tokens_burst",
             LiveSetting::Shadow => "shadow",
         }
     }
@@ -173,6 +187,10 @@ pub struct LiveSettings {
     pub requests_per_minute: Option<LiveValue>,
     /// The live rate of the tokens budget, a minute.
     pub tokens_per_minute: Option<LiveValue>,
+    /// The live burst of the requests budget.
+    pub requests_burst: Option<LiveValue>,
+    /// The live burst of the tokens budget.
+    pub tokens_burst: Option<LiveValue>,
     /// The upstream's live shadow mode: 1 on, 0 off.
     pub shadow: Option<LiveValue>,
     /// The mark of the last fleet-wide reset of a spent quota (an operator's `wavegate
@@ -197,6 +215,8 @@ impl LiveSettings {
             limit: None,
             requests_per_minute: None,
             tokens_per_minute: None,
+            requests_burst: None,
+            tokens_burst: None,
             shadow: None,
             quota_reset: None,
             quota_spent: None,
@@ -288,6 +308,8 @@ impl LiveSettings {
             LiveSetting::Limit => self.limit = value,
             LiveSetting::RequestsPerMinute => self.requests_per_minute = value,
             LiveSetting::TokensPerMinute => self.tokens_per_minute = value,
+            LiveSetting::RequestsBurst => self.requests_burst = value,
+            LiveSetting::TokensBurst => self.tokens_burst = value,
             LiveSetting::Shadow => self.shadow = value,
         }
         self
@@ -299,6 +321,8 @@ impl LiveSettings {
             LiveSetting::Limit => self.limit,
             LiveSetting::RequestsPerMinute => self.requests_per_minute,
             LiveSetting::TokensPerMinute => self.tokens_per_minute,
+            LiveSetting::RequestsBurst => self.requests_burst,
+            LiveSetting::TokensBurst => self.tokens_burst,
             LiveSetting::Shadow => self.shadow,
         }
     }
@@ -308,16 +332,20 @@ impl LiveSettings {
         self.get(setting).and_then(|v| u32::try_from(v.value).ok()).and_then(NonZeroU32::new)
     }
 
-    /// `configured` with these settings in force: the live limit, and the live rates of the
-    /// budgets it has (their bursts as configured; a rate for a budget it does not have is
-    /// not applied).
+    /// `configured` with these settings in force: the live limit, and the live rates and
+    /// bursts of the budgets it has (each as configured where none is live; a rate or a burst
+    /// for a budget it does not have is not applied).
     pub fn apply_to(&self, configured: &UpstreamConfig) -> UpstreamConfig {
         let mut budgets = configured.budgets();
-        let rate = |b: Option<RateBudget>, setting| {
-            b.map(|b| self.get_u32(setting).and_then(|r| RateBudget::new(r.get(), b.burst())).unwrap_or(b))
+        let live = |b: Option<RateBudget>, rate, burst| {
+            b.map(|b| {
+                let rate = self.get_u32(rate).map_or(b.per_minute(), NonZeroU32::get);
+                let burst = self.get_u32(burst).map_or(b.burst(), NonZeroU32::get);
+                RateBudget::new(rate, burst).unwrap_or(b)
+            })
         };
-        budgets.requests = rate(budgets.requests, LiveSetting::RequestsPerMinute);
-        budgets.tokens = rate(budgets.tokens, LiveSetting::TokensPerMinute);
+        budgets.requests = live(budgets.requests, LiveSetting::RequestsPerMinute, LiveSetting::RequestsBurst);
+        budgets.tokens = live(budgets.tokens, LiveSetting::TokensPerMinute, LiveSetting::TokensBurst);
         let config = configured.with_limit(self.limit_or(configured.limit())).with_budgets(budgets);
         let config = config.with_shadow(self.shadow_applied(configured.shadow()));
         self.apply_classes(config)
@@ -604,8 +632,8 @@ impl LiveChange {
         let LiveChange::Set { setting, .. } = *self else { return Ok(()) };
         let missing = match setting {
             LiveSetting::Limit | LiveSetting::Shadow => false,
-            LiveSetting::RequestsPerMinute => config.budgets().requests.is_none(),
-            LiveSetting::TokensPerMinute => config.budgets().tokens.is_none(),
+            LiveSetting::RequestsPerMinute | LiveSetting::RequestsBurst => config.budgets().requests.is_none(),
+            LiveSetting::TokensPerMinute | LiveSetting::TokensBurst => config.budgets().tokens.is_none(),
         };
         if missing { Err(LiveError::NoSuchBudget { setting: setting.as_str() }) } else { Ok(()) }
     }
@@ -746,6 +774,16 @@ mod tests {
         assert_eq!(applied.budgets().tokens, None, "a rate for a budget it does not have is not applied");
         assert_eq!(applied.limit().get(), 4);
         assert_eq!(settings.apply_to(&plain).budgets(), plain.budgets());
+        // A burst: the rate stays as set (live or configured), and only a configured budget's.
+        let burst = LiveChange::set(LiveSetting::RequestsBurst, 3, None).unwrap();
+        assert_eq!(burst.check_for(&budgeted), Ok(()));
+        assert_eq!(burst.check_for(&plain), Err(LiveError::NoSuchBudget { setting: "requests_burst" }));
+        assert!(LiveChange::set(LiveSetting::TokensBurst, 3, None).unwrap().check_for(&budgeted).is_err());
+        assert_eq!(LiveSetting::parse("tokens_burst"), Some(LiveSetting::TokensBurst));
+        board.apply(&burst, 0);
+        assert_eq!(board.read(0).apply_to(&budgeted).budgets().requests, RateBudget::new(60, 3), "both live");
+        board.apply(&LiveChange::Clear(LiveSetting::RequestsPerMinute), 0);
+        assert_eq!(board.read(0).apply_to(&budgeted).budgets().requests, RateBudget::new(600, 3), "rate configured");
     }
 
     #[test]

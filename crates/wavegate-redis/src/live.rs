@@ -143,8 +143,8 @@ impl SharedGate {
     }
 
     /// Sends the scripts `settings`' live values from now on, for this gate and its clones: the
-    /// live limit as the base limit, a live rate as its budget's rate (only for a budget the
-    /// gate is configured with); what `settings` leaves unset, as configured.
+    /// live limit as the base limit, a live rate or burst as its budget's (only for a budget
+    /// the gate is configured with); what `settings` leaves unset, as configured.
     pub fn set_live(&self, settings: &LiveSettings) {
         for (slot, (_, setting)) in self.live_args.iter().zip(LIVE_ARGS) {
             slot.store(settings.get_u32(setting).map_or(0, NonZeroU32::get), Ordering::Relaxed);
@@ -197,10 +197,15 @@ impl SharedGate {
 }
 
 /// The configuration arguments a live value replaces (`read_config` in `lua/wave.lua`): the
-/// base limit, the requests rate, the tokens rate (a rate of `"0"`, no budget, is never
-/// replaced: a budget needs its configured burst).
-pub(crate) const LIVE_ARGS: [(usize, LiveSetting); 3] =
-    [(0, LiveSetting::Limit), (5, LiveSetting::RequestsPerMinute), (7, LiveSetting::TokensPerMinute)];
+/// base limit, the requests budget's rate and burst, the tokens budget's (a rate or burst of
+/// `"0"`, no budget, is never replaced: a live value changes a budget, it does not make one).
+pub(crate) const LIVE_ARGS: [(usize, LiveSetting); 5] = [
+    (0, LiveSetting::Limit),
+    (5, LiveSetting::RequestsPerMinute),
+    (6, LiveSetting::RequestsBurst),
+    (7, LiveSetting::TokensPerMinute),
+    (8, LiveSetting::TokensBurst),
+];
 
 #[cfg(test)]
 mod tests {

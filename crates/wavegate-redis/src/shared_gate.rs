@@ -108,7 +108,7 @@ pub struct SharedGate {
     /// The live values sent instead of the configured ones (0: none), by
     /// [`LIVE_ARGS`](crate::live::LIVE_ARGS), shared by the clones: see
     /// [`set_live`](Self::set_live).
-    pub(crate) live_args: Arc<[AtomicU32; 3]>,
+    pub(crate) live_args: Arc<[AtomicU32; 5]>,
     /// The priority classes as configured (with the default's index and the counting window),
     /// from which a live change of their weights and reserves is rendered.
     pub(crate) class_config: Option<Arc<(Vec<PriorityClass>, usize, Duration)>>,

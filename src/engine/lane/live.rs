@@ -238,6 +238,8 @@ impl Lane {
                 configured = self.configured.limit().get(),
                 requests_per_minute = ?rate(self.config.budgets().requests),
                 tokens_per_minute = ?rate(self.config.budgets().tokens),
+                requests_burst = ?self.config.budgets().requests.map(|b| b.burst()),
+                tokens_burst = ?self.config.budgets().tokens.map(|b| b.burst()),
                 classes = %classes.join(","),
                 pools = %self.live.pools.iter().map(|(pool, w)| format!("{pool}:{}", w.value)).collect::<Vec<_>>().join(","),
                 override_for = ?self.live.next_end(),
