@@ -269,6 +269,14 @@ pub enum Step {
         /// Expected number of permits held.
         in_flight: usize,
     },
+    /// The budgets in force change, as a live change of a rate or a burst changes them (each
+    /// `(per minute, burst)`; only for a budget the case is configured with).
+    SetBudgets {
+        /// The requests budget from now on.
+        requests: Option<(u32, u32)>,
+        /// The tokens budget from now on.
+        tokens: Option<(u32, u32)>,
+    },
     /// Compare each class's permits in flight and callers waiting (of the processes that
     /// asked lately), in configured order.
     ClassStatus {
@@ -381,6 +389,8 @@ pub trait WaveModel {
     fn renew(&mut self, ids: &[PermitId]) -> Result<Vec<PermitId>, Self::Error>;
     /// Lets `ms` milliseconds pass.
     fn advance(&mut self, ms: u64) -> Result<(), Self::Error>;
+    /// Puts `budgets` in force from now on (a live change of a rate or a burst).
+    fn set_budgets(&mut self, budgets: Budgets) -> Result<(), Self::Error>;
     /// The current state, the number of permits held and the classes' counts.
     fn status(&mut self) -> Result<ModelStatus, Self::Error>;
     /// Takes in what a response to permit `id` (`None`: no permit) said is left of the
@@ -533,6 +543,10 @@ pub fn run_case<M: WaveModel>(case: &SpecCase, model: &mut M) -> Result<(), Spec
                 }
             }
             Step::Advance { ms } => model.advance(*ms).map_err(io)?,
+            Step::SetBudgets { requests, tokens } => {
+                let budget = |b: &Option<(u32, u32)>| b.and_then(|(rate, burst)| RateBudget::new(rate, burst));
+                model.set_budgets(Budgets { requests: budget(requests), tokens: budget(tokens) }).map_err(io)?;
+            }
             Step::ReportWindow {
                 by,
                 requests,
@@ -621,6 +635,11 @@ impl WaveModel for GateModel {
 
     fn advance(&mut self, ms: u64) -> Result<(), Self::Error> {
         self.clock.advance(Duration::from_millis(ms));
+        Ok(())
+    }
+
+    fn set_budgets(&mut self, budgets: Budgets) -> Result<(), Self::Error> {
+        self.gate.set_budgets(budgets, self.clock.now_ms());
         Ok(())
     }
 

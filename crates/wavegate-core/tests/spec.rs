@@ -50,6 +50,9 @@ impl<W: Mistake> WaveModel for Wrong<W> {
         self.1.advance(&mut self.0, ms);
         Ok(())
     }
+    fn set_budgets(&mut self, budgets: wavegate_core::Budgets) -> Result<(), Self::Error> {
+        self.0.set_budgets(budgets)
+    }
     fn status(&mut self) -> Result<ModelStatus, Self::Error> {
         self.0.status()
     }

@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use tokio::runtime::Runtime;
 use wavegate_core::spec::{ModelStatus, Released, SpecCase, WaveModel, cases, run_case};
-use wavegate_core::{Ask, Decision, Instance, PermitId, UpstreamName, WaveSignal, WindowReport};
+use wavegate_core::{
+    Ask, Budgets, Decision, Instance, LiveSetting, LiveSettings, LiveValue, PermitId, UpstreamName, WaveSignal,
+    WindowReport,
+};
 use wavegate_redis::{SharedGate, Store, StoreConfig, StoreError};
 use wavegate_testkit::RedisServer;
 
@@ -49,6 +52,23 @@ impl WaveModel for LuaModel {
 
     fn advance(&mut self, ms: u64) -> Result<(), StoreError> {
         std::thread::sleep(Duration::from_millis(ms));
+        Ok(())
+    }
+
+    fn set_budgets(&mut self, budgets: Budgets) -> Result<(), StoreError> {
+        // As a process applies a live rate or burst: sent to the scripts in the budgets'
+        // arguments (the gate's clones, one per instance, share them).
+        let value = |value: u32| LiveValue { value: u64::from(value), remaining: None };
+        let mut live = LiveSettings::empty(1);
+        for (budget, rate, burst) in [
+            (budgets.requests, LiveSetting::RequestsPerMinute, LiveSetting::RequestsBurst),
+            (budgets.tokens, LiveSetting::TokensPerMinute, LiveSetting::TokensBurst),
+        ] {
+            if let Some(budget) = budget {
+                live = live.with(rate, value(budget.per_minute())).with(burst, value(budget.burst()));
+            }
+        }
+        self.gate.set_live(&live);
         Ok(())
     }
 

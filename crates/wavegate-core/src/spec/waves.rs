@@ -380,6 +380,32 @@ pub(super) fn cases() -> Vec<SpecCase> {
             )
         },
         SpecCase {
+            requests_per_minute: Some((600, 4)),
+            ..case(
+                "a live burst: a cut keeps what was spent (in debt below it), a raise gives the difference at once",
+                vec![
+                    with_tokens("A", 0),
+                    with_tokens("B", 0),
+                    with_tokens("C", 0),
+                    with_tokens("D", 0),
+                    denied("E", 0, Expect::DeniedRequests),
+                    // 4 spent, burst 2: 2 in debt, paid back at one per 100 ms before E fits.
+                    Step::SetBudgets { requests: Some((600, 2)), tokens: None },
+                    denied("E", 0, Expect::DeniedRequests),
+                    Step::Advance { ms: 150 },
+                    denied("E", 0, Expect::DeniedRequests),
+                    Step::Advance { ms: 200 },
+                    with_tokens("E", 0),
+                    // Empty at burst 2 (150 ms ahead); burst 5: 3 more at once, not 5.
+                    Step::SetBudgets { requests: Some((600, 5)), tokens: None },
+                    with_tokens("F", 0),
+                    with_tokens("G", 0),
+                    with_tokens("H", 0),
+                    denied("I", 0, Expect::DeniedRequests),
+                ],
+            )
+        },
+        SpecCase {
             requests_per_minute: Some((600, 2)),
             base_limit: 1,
             ..case(
