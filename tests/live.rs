@@ -339,76 +339,113 @@ fn arrivals_in(mock: &MockUpstream, from: Instant, window: Duration) -> usize {
 /// and a raise to 1,200 a minute goes on at the new rate at once (no stall waiting out the old
 /// debt, no fresh burst).
 fn a_live_rate_keeps_the_budget_exact_across_the_change() {
-    let redis = RedisServer::start().expect("redis-server");
-    let mock = MockUpstream::start(MockUpstreamConfig { service_time: Duration::from_millis(5), ..Default::default() })
-        .expect("mock upstream");
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-    let config = || {
-        UpstreamConfig::builder("budgeted")
-            .limit(50)
-            .requests_per_minute(600, 10)
-            .max_wait(Duration::from_secs(30))
-            .build()
-            .expect("config")
-    };
-    let build = || {
-        let _entered = runtime.enter();
-        Scheduler::builder().upstream(config()).redis(redis.url()).build().expect("scheduler")
-    };
-    let (a, b, operator) = (build(), build(), build());
-    let stop = Arc::new(AtomicBool::new(false));
-    let addr = mock.addr();
-    let callers: Vec<_> = [&a, &b]
-        .iter()
-        .flat_map(|scheduler| (0..10).map(move |_| scheduler.upstream("budgeted").expect("configured")))
-        .map(|upstream| {
-            let stop = stop.clone();
-            runtime.spawn(async move {
-                let (mut ok, mut err) = (0u64, 0u64);
-                while !stop.load(Ordering::Relaxed) {
-                    match upstream.request().call(move |_| call_mock(addr)).await {
-                        Ok(()) => ok += 1,
-                        Err(_) => err += 1,
-                    }
-                }
-                (ok, err)
-            })
-        })
-        .collect();
-    let operator = operator.upstream("budgeted").expect("configured");
-    let change = |per_minute| {
-        let change = LiveChange::set(LiveSetting::RequestsPerMinute, per_minute, None).expect("valid");
-        let changed = Instant::now();
-        runtime.block_on(operator.change_live(change)).expect("change");
-        changed
-    };
+    let fleet = BudgetFleet::start("budgeted");
+    let load = fleet.saturate(10);
     std::thread::sleep(Duration::from_secs(2));
-    let steady = arrivals_in(&mock, Instant::now() - Duration::from_secs(1), Duration::from_secs(1));
+    let steady = arrivals_in(&fleet.mock, Instant::now() - Duration::from_secs(1), Duration::from_secs(1));
     println!("600 a minute: {steady} calls in the last second");
     assert!((8..=12).contains(&steady), "{steady}");
 
     // The cut: from the change on, at most the new rate (2 a second) and the one due.
-    let cut = change(120);
+    let cut = fleet.change(LiveSetting::RequestsPerMinute, 120);
     std::thread::sleep(Duration::from_millis(4_200));
-    let after_cut = arrivals_in(&mock, cut, Duration::from_secs(4));
+    let after_cut = arrivals_in(&fleet.mock, cut, Duration::from_secs(4));
     println!("cut to 120 a minute: {after_cut} calls in the 4 s after it (a second burst would add 8)");
     assert!((6..=10).contains(&after_cut), "{after_cut} calls in 4 s at 2 a second");
 
     // The raise: the new rate at once (20 a second), neither a stall nor a fresh burst.
-    let raised = change(1_200);
+    let raised = fleet.change(LiveSetting::RequestsPerMinute, 1_200);
     std::thread::sleep(Duration::from_millis(2_200));
-    let after_raise = arrivals_in(&mock, raised, Duration::from_secs(2));
+    let after_raise = arrivals_in(&fleet.mock, raised, Duration::from_secs(2));
     println!("raised to 1,200 a minute: {after_raise} calls in the 2 s after it (a stall would leave ~0)");
     assert!((30..=42).contains(&after_raise), "{after_raise} calls in 2 s at 20 a second");
+    fleet.stop(load);
+}
 
-    stop.store(true, Ordering::Relaxed);
-    let mut failed = 0;
-    for caller in callers {
-        failed += runtime.block_on(caller).expect("caller").1;
+/// Two schedulers in shared mode on one Redis under a requests budget of 600 a minute, burst
+/// 10, in front of a mock answering in 5 ms, and a third that changes settings live (no load).
+struct BudgetFleet {
+    _redis: RedisServer,
+    mock: MockUpstream,
+    runtime: tokio::runtime::Runtime,
+    name: &'static str,
+    a: Scheduler,
+    b: Scheduler,
+    operator: Upstream,
+}
+
+/// The callers keeping a [`BudgetFleet`] saturated, until stopped.
+struct Load {
+    stop: Arc<AtomicBool>,
+    callers: Vec<tokio::task::JoinHandle<(u64, u64)>>,
+}
+
+impl BudgetFleet {
+    fn start(name: &'static str) -> Self {
+        let redis = RedisServer::start().expect("redis-server");
+        let mock =
+            MockUpstream::start(MockUpstreamConfig { service_time: Duration::from_millis(5), ..Default::default() })
+                .expect("mock upstream");
+        let runtime =
+            tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+        let config = UpstreamConfig::builder(name)
+            .limit(50)
+            .requests_per_minute(600, 10)
+            .max_wait(Duration::from_secs(30))
+            .build()
+            .expect("config");
+        let build = || {
+            let _entered = runtime.enter();
+            Scheduler::builder().upstream(config.clone()).redis(redis.url()).build().expect("scheduler")
+        };
+        let (a, b, operator) = (build(), build(), build());
+        let operator = operator.upstream(name).expect("configured");
+        Self { _redis: redis, mock, runtime, name, a, b, operator }
     }
-    assert_eq!(failed, 0, "no call lost");
-    drop((a, b));
-    runtime.shutdown_timeout(Duration::from_secs(2));
+
+    /// `each` callers in each of the two schedulers, calling the mock until stopped.
+    fn saturate(&self, each: usize) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let addr = self.mock.addr();
+        let callers = [&self.a, &self.b]
+            .iter()
+            .flat_map(|scheduler| (0..each).map(move |_| scheduler.upstream(self.name).expect("configured")))
+            .map(|upstream| {
+                let stop = stop.clone();
+                self.runtime.spawn(async move {
+                    let (mut ok, mut err) = (0u64, 0u64);
+                    while !stop.load(Ordering::Relaxed) {
+                        match upstream.request().call(move |_| call_mock(addr)).await {
+                            Ok(()) => ok += 1,
+                            Err(_) => err += 1,
+                        }
+                    }
+                    (ok, err)
+                })
+            })
+            .collect();
+        Load { stop, callers }
+    }
+
+    /// Sets `setting` to `value` live through the operator's scheduler; when it was stored.
+    fn change(&self, setting: LiveSetting, value: u64) -> Instant {
+        let change = LiveChange::set(setting, value, None).expect("valid");
+        let changed = Instant::now();
+        self.runtime.block_on(self.operator.change_live(change)).expect("change");
+        changed
+    }
+
+    /// Stops `load`; no call may have failed.
+    fn stop(self, load: Load) {
+        load.stop.store(true, Ordering::Relaxed);
+        let mut failed = 0;
+        for caller in load.callers {
+            failed += self.runtime.block_on(caller).expect("caller").1;
+        }
+        assert_eq!(failed, 0, "no call lost");
+        drop((self.a, self.b));
+        self.runtime.shutdown_timeout(Duration::from_secs(2));
+    }
 }
 
 /// Two schedulers in shared mode under a requests budget of 600 a minute (10 a second), burst
@@ -418,56 +455,15 @@ fn a_live_rate_keeps_the_budget_exact_across_the_change() {
 /// budget is 20 in debt and admits nothing for 2 s, then the rate (a reset would admit 10 at
 /// once).
 fn a_live_burst_keeps_what_was_spent_across_the_change() {
-    let redis = RedisServer::start().expect("redis-server");
-    let mock = MockUpstream::start(MockUpstreamConfig { service_time: Duration::from_millis(5), ..Default::default() })
-        .expect("mock upstream");
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-    let config = || {
-        UpstreamConfig::builder("bursty")
-            .limit(50)
-            .requests_per_minute(600, 10)
-            .max_wait(Duration::from_secs(30))
-            .build()
-            .expect("config")
-    };
-    let build = || {
-        let _entered = runtime.enter();
-        Scheduler::builder().upstream(config()).redis(redis.url()).build().expect("scheduler")
-    };
-    let (a, b, operator) = (build(), build(), build());
-    let operator = operator.upstream("bursty").expect("configured");
-    let change = |burst| {
-        let change = LiveChange::set(LiveSetting::RequestsBurst, burst, None).expect("valid");
-        let changed = Instant::now();
-        runtime.block_on(operator.change_live(change)).expect("change");
-        changed
-    };
+    let fleet = BudgetFleet::start("bursty");
     // Idle, the budget full (10); the cut leaves 3.
-    change(3);
+    fleet.change(LiveSetting::RequestsBurst, 3);
     std::thread::sleep(Duration::from_millis(200));
-    let stop = Arc::new(AtomicBool::new(false));
-    let addr = mock.addr();
     let started = Instant::now();
-    let callers: Vec<_> = [&a, &b]
-        .iter()
-        .flat_map(|scheduler| (0..15).map(move |_| scheduler.upstream("bursty").expect("configured")))
-        .map(|upstream| {
-            let stop = stop.clone();
-            runtime.spawn(async move {
-                let (mut ok, mut err) = (0u64, 0u64);
-                while !stop.load(Ordering::Relaxed) {
-                    match upstream.request().call(move |_| call_mock(addr)).await {
-                        Ok(()) => ok += 1,
-                        Err(_) => err += 1,
-                    }
-                }
-                (ok, err)
-            })
-        })
-        .collect();
+    let load = fleet.saturate(15);
     std::thread::sleep(Duration::from_millis(2_200));
-    let first = arrivals_in(&mock, started, Duration::from_millis(500));
-    let second = arrivals_in(&mock, started + Duration::from_secs(1), Duration::from_secs(1));
+    let first = arrivals_in(&fleet.mock, started, Duration::from_millis(500));
+    let second = arrivals_in(&fleet.mock, started + Duration::from_secs(1), Duration::from_secs(1));
     println!(
         "burst cut to 3 while idle: {first} calls in the load's first 0.5 s (the old burst: 10 + 5), then {second} a second"
     );
@@ -475,32 +471,24 @@ fn a_live_burst_keeps_what_was_spent_across_the_change() {
     assert!((8..=12).contains(&second), "{second}");
 
     // Raised under the load: 27 more at once, then the rate.
-    let raised = change(30);
+    let raised = fleet.change(LiveSetting::RequestsBurst, 30);
     std::thread::sleep(Duration::from_millis(1_200));
-    let after_raise = arrivals_in(&mock, raised, Duration::from_secs(1));
+    let after_raise = arrivals_in(&fleet.mock, raised, Duration::from_secs(1));
     println!("burst raised to 30 under the load: {after_raise} calls in the second after it (no effect: 10)");
     assert!((30..=42).contains(&after_raise), "{after_raise} calls: 27 at once and 10 by the rate");
 
     // Cut back to 10 under the load (the budget empty at 30): 20 in debt, nothing for 2 s.
     std::thread::sleep(Duration::from_millis(3_000));
-    let cut = change(10);
+    let cut = fleet.change(LiveSetting::RequestsBurst, 10);
     std::thread::sleep(Duration::from_millis(4_200));
-    let stalled = arrivals_in(&mock, cut + Duration::from_millis(100), Duration::from_millis(1_700));
-    let then = arrivals_in(&mock, cut + Duration::from_secs(2), Duration::from_secs(2));
+    let stalled = arrivals_in(&fleet.mock, cut + Duration::from_millis(100), Duration::from_millis(1_700));
+    let then = arrivals_in(&fleet.mock, cut + Duration::from_secs(2), Duration::from_secs(2));
     println!(
         "burst cut to 10 under the load: {stalled} calls in 0.1-1.8 s after it (a reset: 10 at once), then {then} in 2 s"
     );
     assert!(stalled <= 3, "{stalled} calls while the budget pays its debt back");
     assert!((16..=24).contains(&then), "{then} calls in 2 s at 10 a second");
-
-    stop.store(true, Ordering::Relaxed);
-    let mut failed = 0;
-    for caller in callers {
-        failed += runtime.block_on(caller).expect("caller").1;
-    }
-    assert_eq!(failed, 0, "no call lost");
-    drop((a, b));
-    runtime.shutdown_timeout(Duration::from_secs(2));
+    fleet.stop(load);
 }
 
 /// Two priority classes of equal weight share a saturated limit about evenly; a live weight
