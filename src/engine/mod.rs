@@ -95,6 +95,9 @@ impl Engine {
             .collect();
         // Set by the coordinator's heartbeats: whether this process reads the shared gauges.
         let gauge_reader = Arc::new(AtomicBool::new(false));
+        // Set by the coordinator's listener: whether this process hears the live changes
+        // announced (its subscription is made).
+        let hears_changes = Arc::new(AtomicBool::new(false));
         let lanes: Vec<Addr<Lane>> = upstreams
             .iter()
             .enumerate()
@@ -111,12 +114,13 @@ impl Engine {
                     membership: membership[upstream].clone(),
                     coordinator: coordinator.clone().recipient(),
                     gauge_reader: gauge_reader.clone(),
+                    hears_changes: hears_changes.clone(),
                 };
                 Lane::start_in_arbiter(&arbiter, move |ctx| Lane::new(setup, ctx.address().downgrade().recipient()))
             })
             .collect();
         let weak = lanes.iter().map(Addr::downgrade).collect();
-        let actor = Coordinator::new(store, instance, weak, gates, live, gauge_reader);
+        let actor = Coordinator::new(store, instance, weak, gates, live, (gauge_reader, hears_changes));
         arbiter.spawn_fn(move || {
             let context = Context::with_receiver(receiver);
             actix::spawn(context.into_future(actor));

@@ -54,6 +54,9 @@ pub(crate) struct Coordinator {
     /// Whether this process reads the shared gauges for the fleet (told by each heartbeat;
     /// read by the lanes).
     pub(super) gauge_reader: Arc<AtomicBool>,
+    /// Whether this process hears the live changes announced (set by the listener; read by
+    /// the lanes).
+    pub(super) hears_changes: Arc<AtomicBool>,
     /// The mode the last heartbeat told the fleet (`""`: none yet).
     pub(super) mode_told: String,
 }
@@ -65,7 +68,7 @@ impl Coordinator {
         lanes: Vec<WeakAddr<Lane>>,
         gates: Vec<Option<SharedGate>>,
         live: Option<u32>,
-        gauge_reader: Arc<AtomicBool>,
+        (gauge_reader, hears_changes): (Arc<AtomicBool>, Arc<AtomicBool>),
     ) -> Self {
         let mode = if store.is_some() { Mode::Shared } else { Mode::Local };
         let cluster = store.as_ref().is_some_and(store::is_cluster);
@@ -82,6 +85,7 @@ impl Coordinator {
             rejection_logged: None,
             heartbeat_logged: None,
             gauge_reader,
+            hears_changes,
             mode_told: String::new(),
         };
         if let Some(live) = live {
@@ -206,7 +210,7 @@ impl Actor for Coordinator {
                 .zip(&self.lanes)
                 .filter_map(|(gate, lane)| gate.as_ref().map(|gate| (gate.name().to_owned(), lane.clone())));
             if let Some(channel) = channel {
-                pubsub::spawn_listener(store.clone(), channel, lanes.collect());
+                pubsub::spawn_listener(store.clone(), channel, lanes.collect(), self.hears_changes.clone());
             }
         }
         ctx.spawn(store::preload(&store).into_actor(self).map(|result, _, _| {

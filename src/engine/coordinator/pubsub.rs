@@ -8,10 +8,12 @@
 //! the upstream's name on the changes channel (`live.lua`), which every process hears; the
 //! lane looks at the live settings at once ([`CheckLive`]). The listener resubscribes with
 //! backoff when the server goes away, and ends when the coordinator stops. Polling remains as a
-//! safety net (at the limit, and the live settings' look every second), so a lost message costs
-//! latency only.
+//! safety net (at the limit, and the live settings' look: every 10 s without a subscription,
+//! every 60 s with one), so a lost message costs latency only.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use actix::WeakAddr;
@@ -26,7 +28,14 @@ const RESUBSCRIBE_MAX: Duration = Duration::from_secs(2);
 /// Listens on `wake` (this process's wake-up channel) and `changes` (the fleet's live changes)
 /// for the names of the upstreams in `lanes`, until every lane has stopped (it holds them
 /// weakly, so it keeps none alive).
-pub(super) fn spawn_listener(store: Store, (wake, changes): (String, String), lanes: Vec<(String, WeakAddr<Lane>)>) {
+/// `hears` says, while the subscription is made, that the changes are heard (the lanes' looks
+/// without an announcement can then be rare).
+pub(super) fn spawn_listener(
+    store: Store,
+    (wake, changes): (String, String),
+    lanes: Vec<(String, WeakAddr<Lane>)>,
+    hears: Arc<AtomicBool>,
+) {
     if lanes.is_empty() {
         return;
     }
@@ -38,6 +47,7 @@ pub(super) fn spawn_listener(store: Store, (wake, changes): (String, String), la
             match ReleaseSubscription::subscribe(&store, [wake.as_str(), changes.as_str()]).await {
                 Ok(mut subscription) => {
                     backoff = RESUBSCRIBE_MIN;
+                    hears.store(true, Ordering::Relaxed);
                     // A change announced while there was no subscription was not heard: look.
                     for lane in routes.values().filter_map(WeakAddr::upgrade) {
                         lane.do_send(CheckLive);
@@ -53,6 +63,7 @@ pub(super) fn spawn_listener(store: Store, (wake, changes): (String, String), la
                             lane.do_send(CheckLive);
                         }
                     }
+                    hears.store(false, Ordering::Relaxed);
                     tracing::debug!("wake-up subscription closed; resubscribing");
                 }
                 Err(error) => tracing::debug!(%error, "could not subscribe to the wake-up channels"),

@@ -33,7 +33,8 @@ use crate::status::Mode;
 const BUDGET_GAUGES_EVERY: Duration = Duration::from_secs(1);
 
 /// How often the lane's live-settings timer fires: the in-process board (local mode) is read
-/// each time, the store's (shared mode) once every `LIVE_SAFETY_NET` (`live.rs`).
+/// each time, the store's (shared mode) once every `LIVE_SAFETY_NET_HEARD` or `LIVE_SAFETY_NET`
+/// (`live.rs`).
 const LIVE_EVERY: Duration = Duration::from_secs(1);
 
 /// What this process knows of an upstream's shared state, from the last script replies.
@@ -126,6 +127,9 @@ pub(crate) struct Lane {
     pub(super) learned_recorded: bool,
     /// Whether this process reads the shared gauges for the fleet (see `record_budgets`).
     pub(super) gauge_reader: Arc<AtomicBool>,
+    /// Whether this process hears the live changes announced: the look without an
+    /// announcement is then the slower safety net (`live.rs`).
+    pub(super) hears_changes: Arc<AtomicBool>,
     /// The counts since the last history sample, and the history (see `sampler.rs`).
     pub(super) tally: Tally,
     pub(super) history: Arc<HistoryRing>,
@@ -182,6 +186,8 @@ pub(crate) struct LaneSetup {
     pub(crate) coordinator: Recipient<StoreTrouble>,
     /// Whether this process is the fleet's gauge reader (set by the coordinator's heartbeats).
     pub(crate) gauge_reader: Arc<AtomicBool>,
+    /// Whether this process hears the live changes announced (set by the coordinator).
+    pub(crate) hears_changes: Arc<AtomicBool>,
 }
 
 impl Lane {
@@ -199,6 +205,7 @@ impl Lane {
             membership,
             coordinator,
             gauge_reader,
+            hears_changes,
         } = setup;
         let shared = shared.map(Arc::new);
         let configured = config.clone();
@@ -248,6 +255,7 @@ impl Lane {
             pace: Pace::default(),
             learned_recorded: false,
             gauge_reader,
+            hears_changes,
             tally: Tally::default(),
             history,
             membership,

@@ -4,7 +4,8 @@
 //! In shared mode the lane looks at the store's live settings at once when a change is
 //! announced on the fleet's channel of live changes ([`CheckLive`]; every process subscribes,
 //! and looks again each time its subscription is made, so a change announced while it was down
-//! is not missed), and otherwise every [`LIVE_SAFETY_NET`] (one small script call,
+//! is not missed), and otherwise every [`LIVE_SAFETY_NET_HEARD`] while it hears them (every
+//! [`LIVE_SAFETY_NET`] while it does not: no subscription) (one small script call,
 //! `lua/live.lua`, that answers the settings only when their epoch and version are not the ones applied):
 //! a safety net whose cost per process and upstream stays small, not a look every second. In
 //! local mode it reads the in-process gate's board every second. A new version is applied whole: the limit
@@ -33,9 +34,17 @@ use crate::status::Mode;
 const OVERRIDE_END_SLACK: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// How often a lane in shared mode looks at the store's live settings when no change is
-/// announced (a user without channel rights, a lost message): a change reaches every process
-/// within milliseconds when announced, within this when not.
+/// announced and the process does not hear the announcements (no subscription: a user without
+/// channel rights, a connection being made again): a change reaches every process within
+/// milliseconds when announced, within this when not.
 pub(crate) const LIVE_SAFETY_NET: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The same while the process hears the announcements (its subscription is made, and each
+/// new subscription looks at once): only a change whose announcement was lost on a live
+/// connection, or made by a user without the right to publish, waits for it. At 200
+/// schedulers × 100 upstreams the 10 s look was 2,000 script calls a second, about two per
+/// permit in the scale scenario (`docs/redis.md`).
+pub(crate) const LIVE_SAFETY_NET_HEARD: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Look at the live settings now (a change was announced).
 #[derive(Debug, Message)]
@@ -99,7 +108,12 @@ impl Lane {
     pub(super) fn look_at_live(&mut self, ctx: &mut Context<Self>) {
         let shared = matches!(self.gate, Gate::Shared(_)) && self.mode == Mode::Shared;
         let now = crate::engine::clock::Instant::now();
-        if shared && self.live_looked.is_some_and(|at| now.duration_since(at) < LIVE_SAFETY_NET) {
+        let net = if self.hears_changes.load(std::sync::atomic::Ordering::Relaxed) {
+            LIVE_SAFETY_NET_HEARD
+        } else {
+            LIVE_SAFETY_NET
+        };
+        if shared && self.live_looked.is_some_and(|at| now.duration_since(at) < net) {
             return;
         }
         self.check_live(ctx, None);
