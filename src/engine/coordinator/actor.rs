@@ -56,6 +56,7 @@ pub(crate) struct Coordinator {
     pub(super) gauge_reader: Arc<AtomicBool>,
     /// Whether this process hears the live changes announced (set by the listener; read by
     /// the lanes).
+    #[cfg_attr(not(feature = "redis"), expect(dead_code, reason = "only a shared store announces changes"))]
     pub(super) hears_changes: Arc<AtomicBool>,
     /// The mode the last heartbeat told the fleet (`""`: none yet).
     pub(super) mode_told: String,
