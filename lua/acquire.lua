@@ -6,19 +6,21 @@
 -- KEYS[6] how many callers of each waiting process wait, by class, and the fleet's counts
 --         (hash; classes only: priority.lua, fleet.lua)
 -- KEYS[7] the waiting members of each class and tenant in order (zset; classes only: fleet.lua)
--- ARGV[1..14] config (see read_config in wave.lua)
--- ARGV[15] permit id (client-chosen; an id already held is granted again, not twice, and
+-- ARGV[1..16] config (see read_config in wave.lua)
+-- ARGV[17] permit id (client-chosen; an id already held is granted again, not twice, and
 --          nothing is charged again)
--- ARGV[16] lease in ms
--- ARGV[17] tokens to reserve from the tokens budget (0 without one)
--- ARGV[18] the asking process's instance id, put on the waiting list when the limit is
+-- ARGV[18] lease in ms
+-- ARGV[19] tokens to reserve from the tokens budget (0 without one): '<tokens>', or
+--          '<tokens>:<output>' with the answer's part (for the output budget; the rest is
+--          reserved from the input budget)
+-- ARGV[20] the asking process's instance id, put on the waiting list when the limit is
 --          reached (so a release wakes it) and taken off when it is granted; '' for none
--- ARGV[19] the generation of the state the process last saw, '' for none yet (see
+-- ARGV[21] the generation of the state the process last saw, '' for none yet (see
 --          `generation` in wave.lua: if it is gone, WAVEGATE_LOST and nothing is written;
 --          with '' a state that has none gets one)
 -- With priority classes (priority.lua), the ask is one head per class the process has
--- waiting callers in: ARGV[20] the class of ARGV[15], ARGV[21] its callers waiting, then
--- groups of four (class, permit id, tokens, callers waiting) for its other classes. The
+-- waiting callers in: ARGV[22] the class of ARGV[17], ARGV[23] its callers waiting, then
+-- groups of four (class, permit id, tokens as ARGV[19], callers waiting) for its other classes. The
 -- permit goes to the first of them the fleet-wide choice of class reaches.
 -- Reply: {1, wave, state, limit, in_flight, id, gen}    granted (id: which ask)
 --        {0, reason, wait_ms, in_flight, id, gen}       denied: reason 'cooldown', 'at_limit',
@@ -40,11 +42,13 @@ end
 local config = read_config(1)
 local lease = to_int(ARGV[CONFIG_ARGS + 2], 'lease')
 local instance = ARGV[CONFIG_ARGS + 4]
-local asks = { { id = ARGV[CONFIG_ARGS + 1], tokens = to_int(ARGV[CONFIG_ARGS + 3], 'tokens'), class = '', demand = 1 } }
+local asks = { { id = ARGV[CONFIG_ARGS + 1], class = '', demand = 1 } }
+asks[1].tokens, asks[1].output = to_cost(ARGV[CONFIG_ARGS + 3], 'tokens')
 if n >= 7 then
   asks[1].class, asks[1].demand = ARGV[CONFIG_ARGS + 6], to_int(ARGV[CONFIG_ARGS + 7], 'demand')
   for at = CONFIG_ARGS + 8, #ARGV, 4 do
-    table.insert(asks, { class = ARGV[at], id = ARGV[at + 1], tokens = to_int(ARGV[at + 2], 'tokens'),
+    local tokens, output = to_cost(ARGV[at + 2], 'tokens')
+    table.insert(asks, { class = ARGV[at], id = ARGV[at + 1], tokens = tokens, output = output,
                          demand = to_int(ARGV[at + 3], 'demand') })
   end
 end
@@ -80,6 +84,14 @@ if config.tokens then
       if changed then save_state(s, config) end
       return { 0, 'tokens_exceed_burst', 0, in_flight, a.id, gen }
     end
+  end
+end
+-- The same for the input and output parts (split_budget in wave.lua).
+for _, a in ipairs(asks) do
+  local input_above = config.input and a.tokens - a.output > config.input.burst
+  if input_above or (config.output and a.output > config.output.burst) then
+    if changed then save_state(s, config) end
+    return { 0, 'tokens_exceed_burst', 0, in_flight, a.id, gen }
   end
 end
 local denial, wait = wave_denial(s, now, in_flight)
@@ -148,6 +160,18 @@ else
   local requests_tat, requests_wait, tokens_tat, tokens_wait = nil, 0, nil, 0
   if config.requests then requests_tat, requests_wait = gcra_check(config.requests, load_tat('requests_tat', config.requests, now_us), now_us, 1) end
   if config.tokens then tokens_tat, tokens_wait = gcra_check(config.tokens, load_tat('tokens_tat', config.tokens, now_us), now_us, tokens) end
+  -- The input and output parts, each from its own budget; a refusal of either is the tokens'.
+  local input_tat, output_tat, part_wait = nil, nil, 0
+  if config.input then
+    local tat = load_tat('input_tat', config.input, now_us)
+    input_tat, part_wait = gcra_check(config.input, tat, now_us, tokens - ask.output)
+    tokens_wait = math.max(tokens_wait, part_wait)
+  end
+  if config.output then
+    local tat = load_tat('output_tat', config.output, now_us)
+    output_tat, part_wait = gcra_check(config.output, tat, now_us, ask.output)
+    tokens_wait = math.max(tokens_wait, part_wait)
+  end
   -- Without classes, the turn at the budgets' room (budget_turn.lua); with classes the fleet's
   -- choice of class orders the waiters.
   local turn_wait = nil
@@ -163,6 +187,8 @@ else
     if not classes then budget_turn_granted(instance, now) end
     if requests_tat then save_tat('requests_tat', requests_tat) end
     if tokens_tat then save_tat('tokens_tat', tokens_tat) end
+    if input_tat then save_tat('input_tat', input_tat) end
+    if output_tat then save_tat('output_tat', output_tat) end
     if ask.class_index then charge_class(config, ask.class_index, now, tokens) end
     if redis.call('ZADD', KEYS[1], now + lease, id) == 1 then pc_change(id, 1) end
     if pw_charge(windows, now, tokens) then pw_save(windows) end -- [provider windows]

@@ -7,26 +7,28 @@
 -- KEYS[6] how many callers of each waiting process wait, by class, and the fleet's counts
 --         (hash; classes only: priority.lua, fleet.lua)
 -- KEYS[7] the waiting members of each class and tenant in order (zset; classes only: fleet.lua)
--- ARGV[1..14] config (see read_config in wave.lua)
--- ARGV[15] permit id
--- ARGV[16] the wave the permit was issued in
--- ARGV[17] outcome: 'success', 'rate_limited' or 'neutral'
--- ARGV[18] Retry-After in ms for 'rate_limited', or '' when the provider gave none
--- ARGV[19] the text before the instance id of the wake-up channels ('<prefix>:{wake:'), or ''
+-- ARGV[1..16] config (see read_config in wave.lua)
+-- ARGV[17] permit id
+-- ARGV[18] the wave the permit was issued in
+-- ARGV[19] outcome: 'success', 'rate_limited' or 'neutral'
+-- ARGV[20] Retry-After in ms for 'rate_limited', or '' when the provider gave none
+-- ARGV[21] the text before the instance id of the wake-up channels ('<prefix>:{wake:'), or ''
 --          for no announcement: when a permit is freed, the name of the upstream (the hash tag
 --          of KEYS[1]) is published on the channel of the process that has waited longest at
 --          the limit only, '<prefix>:{wake:<instance>}:released' (taken off the list), so one
 --          process asks, not all, and no other process receives anything; nothing is published
 --          when nobody waits. With priority classes it is the process the fleet-wide choice of
 --          class reaches (priority.lua), and it keeps its place until it is granted
--- ARGV[20] tokens used beyond the reservation (negative: a refund), settled on the tokens budget
--- ARGV[21] the generation of the state the process last saw, '' for none (see `generation` in
+-- ARGV[22] tokens used beyond the reservation (negative: a refund), settled on the tokens budget:
+--          '<delta>', or '<delta>:<output delta>' with the answer's part, settled on the output
+--          budget (the rest on the input budget)
+-- ARGV[23] the generation of the state the process last saw, '' for none (see `generation` in
 --          wave.lua: if it is gone, WAVEGATE_LOST and nothing is written)
 -- Reply: {held, effect, limit_before, limit, wave, state, cooldown_ms, changed_from, in_flight,
 --         woken}
 --   held: 1 if the id was held; effect: 'cut', 'late' or 'none';
 --   changed_from: the state a success moved the machine out of, or '';
---   woken: the instance id of the process woken on its channel (ARGV[19]), or '' for none.
+--   woken: the instance id of the process woken on its channel (ARGV[21]), or '' for none.
 -- (wavegate_core::LocalGate::finish is the Rust twin.)
 if #ARGV ~= CONFIG_ARGS + 7 then return fail('finish', 'expected ' .. (CONFIG_ARGS + 7) .. ' ARGV, got ' .. #ARGV) end
 local config = read_config(1)
@@ -36,9 +38,11 @@ local outcome = ARGV[CONFIG_ARGS + 3]
 local retry_after = nil
 if ARGV[CONFIG_ARGS + 4] ~= '' then retry_after = to_int(ARGV[CONFIG_ARGS + 4], 'retry after') end
 local channel = ARGV[CONFIG_ARGS + 5]
-local token_delta = tonumber(ARGV[CONFIG_ARGS + 6])
-if token_delta == nil or token_delta ~= math.floor(token_delta) then
-  return fail('finish', 'token delta must be an integer, got ' .. tostring(ARGV[CONFIG_ARGS + 6]))
+local delta_arg = ARGV[CONFIG_ARGS + 6]
+local total_text, output_text = string.match(delta_arg, '^(-?%d+):(-?%d+)$')
+local token_delta, output_delta = tonumber(total_text or delta_arg), tonumber(output_text or '0')
+if token_delta == nil or token_delta ~= math.floor(token_delta) or output_delta == nil then
+  return fail('finish', 'token delta must be an integer or <integer>:<integer>, got ' .. tostring(delta_arg))
 end
 if not generation(ARGV[CONFIG_ARGS + 7], false) then return state_lost('finish') end
 local now = now_ms()
@@ -48,6 +52,15 @@ if config.tokens and token_delta ~= 0 then
   save_tat('tokens_tat', gcra_settle(config.tokens, load_tat('tokens_tat', config.tokens, now * 1000), now * 1000, token_delta))
   settle_class(config, id, now, token_delta)
 end
+-- The input and output parts on their own budgets (LocalGate::finish).
+local function settle_part(name, delta)
+  local b = config[name]
+  if b and delta ~= 0 then
+    save_tat(name .. '_tat', gcra_settle(b, load_tat(name .. '_tat', b, now * 1000), now * 1000, delta))
+  end
+end
+settle_part('input', token_delta - output_delta)
+settle_part('output', output_delta)
 
 purge(now)
 local s = load_state(config, now)

@@ -1,13 +1,13 @@
 -- reconcile.lua: after an outage, make the shared set match what this process really holds.
 --
 -- KEYS[1] permits (zset)   KEYS[2] wave state (hash)   KEYS[3] permit waves (hash)
--- ARGV[1..14] config (see read_config in wave.lua)
--- ARGV[15] lease in ms for the adopted permits
--- ARGV[16] requests and ARGV[17] tokens used during the outage: charged to the budgets, up to
+-- ARGV[1..16] config (see read_config in wave.lua)
+-- ARGV[17] lease in ms for the adopted permits
+-- ARGV[18] requests and ARGV[19] tokens used during the outage: charged to the budgets, up to
 --          empty (gcra_charge_past in wave.lua)
--- ARGV[18] the state and limit this process last saw in the store, 'STATE:limit', or '': put
+-- ARGV[20] the state and limit this process last saw in the store, 'STATE:limit', or '': put
 --         back if the store forgot its state (see carry_back in wave.lua)
--- ARGV[19] n, the number of ids to adopt; ARGV[20 .. 19+n] their ids: permits still in flight
+-- ARGV[21] n, the number of ids to adopt; ARGV[20 .. 19+n] their ids: permits still in flight
 --         here, registered (or re-registered, after a restart with empty data) in the current
 --         wave without an admission check, since their calls are already running
 -- ARGV[20+n ..] ids to drop: permits that finished during the outage but may still be listed

@@ -29,7 +29,8 @@ local STATE_FIELDS = { 'state', 'limit', 'wave', 'cooldown_until', 'successes', 
   'll_requests_limit', 'll_requests_window', 'll_requests_until', 'll_tokens_limit', 'll_tokens_window',
   'll_tokens_until', 'pw_requests_left', 'pw_requests_until', 'pw_requests_at', 'pw_requests_to', 'pw_tokens_left',
   'pw_tokens_until', 'pw_tokens_at', 'pw_tokens_to', 'pw_sent_requests', 'pw_sent_tokens', 'requests_rate',
-  'tokens_rate', 'pc', 'turn_instance', 'turn_at', 'turn_line' }
+  'tokens_rate', 'pc', 'turn_instance', 'turn_at', 'turn_line', 'input_tat', 'output_tat', 'input_rate',
+  'output_rate' }
 local state_cache = nil
 
 -- The values of `fields` of hash `key` (a list, in order; `false` for a missing one), through
@@ -164,6 +165,27 @@ local function budget(rate, burst)
   return { rate = rate, interval = interval, tolerance = burst * interval, burst = burst }
 end
 
+-- An input or output tokens budget, '<per minute>:<burst>' ('' for none).
+local function split_budget(value, name)
+  if value == '' then return nil end
+  local rate, burst = string.match(value, '^(%d+):(%d+)$')
+  if not rate then
+    error({ err = 'ERR wavegate: ' .. name .. ' must be <per minute>:<burst>, got ' .. tostring(value) })
+  end
+  return budget(tonumber(rate), tonumber(burst))
+end
+
+-- An ask's cost: '<tokens>' or '<tokens>:<output>', the output part (the answer's, for the
+-- output budget; the rest is the input's) at most the tokens. Returns tokens, output.
+local function to_cost(value, name)
+  local all, out = string.match(value or '', '^(%d+):(%d+)$')
+  if all then
+    local tokens = to_int(all, name)
+    return tokens, math.min(to_int(out, name), tokens)
+  end
+  return to_int(value, name), 0
+end
+
 -- `percent` of a budget's rate or burst, rounded down, at least 1 (a class's own share:
 -- wavegate_core::class_budget::class_share, the same table).
 local function class_share(units, percent)
@@ -187,10 +209,11 @@ end
 -- cooldown ladder (comma-separated ms), min cooldown ms, max cooldown ms, requests per minute,
 -- requests burst, tokens per minute, tokens burst (a rate of 0: no such budget), recovery
 -- ('seed' or 'adaptive'), the first and the longest re-test spacing in ms and the most rounds
--- between re-tests ('adaptive'), and the priority classes ('' for none).
+-- between re-tests ('adaptive'), the input and the output tokens budgets ('<per minute>:<burst>',
+-- '' for none; not shared among classes) and the priority classes ('' for none).
 -- (The Rust side sends exactly this many: wavegate-redis's calls.rs, whose tests run each script
 -- with what it sends, one argument fewer and one more.)
-local CONFIG_ARGS = 14
+local CONFIG_ARGS = 16
 local function read_config(at)
   local config = {
     base = to_int(ARGV[at], 'base limit'),
@@ -208,13 +231,15 @@ local function read_config(at)
   config.requests = budget(to_int(ARGV[at + 5], 'requests per minute'), to_int(ARGV[at + 6], 'requests burst'))
   config.tokens = budget(to_int(ARGV[at + 7], 'tokens per minute'), to_int(ARGV[at + 8], 'tokens burst'))
   config.adaptive = ARGV[at + 9] == 'adaptive'
+  config.input = split_budget(ARGV[at + 13], 'input tokens budget')
+  config.output = split_budget(ARGV[at + 14], 'output tokens budget')
   -- Priority classes: '' for none, else 'name:weight:reserve%[:budget%]' joined by ',', the
   -- default class marked with a leading '*' (see priority.lua), and optionally '@<ms>': a permit
   -- counts in its class's share only while its lease ends at least that far ahead (renewed
   -- lately). A class with a budget share below 100 % has budgets of its own, that share of the
   -- upstream's (class_budget.rs; their TATs are 'requests_tat|<class>', 'tokens_tat|<class>').
   config.classes, config.class_index, config.default_class, config.class_window = {}, {}, 1, 0
-  for entry in string.gmatch(ARGV[at + 13], '[^,]+') do
+  for entry in string.gmatch(ARGV[at + 15], '[^,]+') do
     local window = string.match(entry, '^@(%d+)$')
     local default, name, weight, reserve, share = string.match(entry, '^(%*?)([^:@]+):(%d+):(%d+):?(%d*)$')
     if window then
@@ -522,13 +547,14 @@ local function rescale_tat(tat, now, from, to)
   return now + math.floor((tat - now) * from / to)
 end
 
--- The configured rates the budgets' TATs were last saved under ('requests_rate', 'tokens_rate'
--- in KEYS[2]) against the ones sent (a live change of a rate, a rolling deploy): every TAT of a
--- budget whose rate changed, the upstream's and each capped class's, is rescaled
+-- The configured rates the budgets' TATs were last saved under ('requests_rate', 'tokens_rate',
+-- 'input_rate', 'output_rate' in KEYS[2]) against the ones sent (a live change of a rate, a
+-- rolling deploy): every TAT of a budget whose rate changed, the upstream's and each capped
+-- class's, is rescaled
 -- (LocalGate::set_budgets). `now` in µs. Before ll_apply: the configured rates.
 local function rebudget(config, now)
-  local stored = state_read({ 'requests_rate', 'tokens_rate' })
-  for i, kind in ipairs({ 'requests', 'tokens' }) do
+  local stored = state_read({ 'requests_rate', 'tokens_rate', 'input_rate', 'output_rate' })
+  for i, kind in ipairs({ 'requests', 'tokens', 'input', 'output' }) do
     local rate = config[kind] and config[kind].rate or 0
     local was = tonumber(stored[i])
     if was ~= rate and not (was == nil and rate == 0) then

@@ -100,16 +100,24 @@ pub enum Budget {
     /// The request's priority class's share of the tokens-per-minute budget (a class with a
     /// budget share).
     ClassShare,
+    /// The upstream's input-tokens-per-minute budget: the estimate's input part (less its
+    /// output, [`RequestBuilder::output_tokens`](crate::RequestBuilder::output_tokens)) never
+    /// fits.
+    InputTokensPerMinute,
+    /// The upstream's output-tokens-per-minute budget: the estimate's output part never fits.
+    OutputTokensPerMinute,
 }
 
 impl Budget {
-    /// `tokens_per_minute`, `tokens_per_minute_fallback_share` or
-    /// `tokens_per_minute_class_share`.
+    /// `tokens_per_minute`, `tokens_per_minute_fallback_share`,
+    /// `tokens_per_minute_class_share`, `input_tokens_per_minute` or `output_tokens_per_minute`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Budget::TokensPerMinute => "tokens_per_minute",
             Budget::FallbackShare => "tokens_per_minute_fallback_share",
             Budget::ClassShare => "tokens_per_minute_class_share",
+            Budget::InputTokensPerMinute => "input_tokens_per_minute",
+            Budget::OutputTokensPerMinute => "output_tokens_per_minute",
         }
     }
 }

@@ -96,14 +96,15 @@ impl Hold {
         Poll::Ready(Error::upstream_failed(self.upstream.as_str(), outcome, self.attempts, None))
     }
 
-    /// The answer ended: its head's outcome is reported, with `tokens` as the usage when the
-    /// stream said it (otherwise the reservation stands).
-    pub(crate) fn finish(&mut self, tokens: Option<u64>) {
+    /// The answer ended: its head's outcome is reported, with `parts` (input, output) or
+    /// else `tokens` as the usage when the stream said it (otherwise the reservation stands).
+    pub(crate) fn finish(&mut self, tokens: Option<u64>, parts: Option<(u64, u64)>) {
         self.ends = None;
         if let Some(permit) = self.permit.take() {
-            match tokens {
-                Some(tokens) => permit.report_usage(self.outcome, tokens),
-                None => permit.report(self.outcome),
+            match (parts, tokens) {
+                (Some((input, output)), _) => permit.report_usage_parts(self.outcome, input, output),
+                (None, Some(tokens)) => permit.report_usage(self.outcome, tokens),
+                (None, None) => permit.report(self.outcome),
             }
         }
     }

@@ -311,7 +311,9 @@ pub(crate) fn reconciled(upstream: &str, adopted: usize, dropped: usize, granted
 }
 
 pub(crate) fn budgets(upstream: &str, status: BudgetStatus) {
-    for (budget, value) in [("requests", status.requests), ("tokens", status.tokens)] {
+    let each =
+        [("requests", status.requests), ("tokens", status.tokens), ("input", status.input), ("output", status.output)];
+    for (budget, value) in each {
         if let Some((remaining, next_refill_ms)) = value {
             gauge!(BUDGET_REMAINING, "upstream" => upstream.to_owned(), "budget" => budget).set(remaining as f64);
             gauge!(BUDGET_NEXT_REFILL_SECONDS, "upstream" => upstream.to_owned(), "budget" => budget)

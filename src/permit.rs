@@ -97,6 +97,12 @@ impl Permit {
         self.grant.info().tokens
     }
 
+    /// Of the [reserved tokens](Self::reserved_tokens), those reserved for the answer's output
+    /// ([`RequestBuilder::output_tokens`](crate::RequestBuilder::output_tokens)).
+    pub fn reserved_output_tokens(&self) -> u64 {
+        self.grant.info().output
+    }
+
     /// Says that the request is on its way to the provider: from now on, a permit dropped
     /// without a report stays held until the provider has plausibly finished with it (the
     /// upstream's `cancelled_call_hold`), since a cancelled caller does not stop the provider's
@@ -130,6 +136,27 @@ impl Permit {
         crate::metrics::upstream_call(&self.name, outcome.label(), self.granted_at.elapsed());
         let window = outcome.window_report(self.quota.retry_after_cap);
         self.grant.finish(outcome.wave_signal(), outcome.breaker_result(), tokens, window);
+    }
+
+    /// [`report_usage`](Self::report_usage) with the usage in its two parts, as LLM providers
+    /// report it (`input_tokens` and `output_tokens`): the tokens budget is settled with their
+    /// sum, the [input](crate::config::UpstreamConfigBuilder::input_tokens_per_minute) and
+    /// [output](crate::config::UpstreamConfigBuilder::output_tokens_per_minute) budgets each
+    /// with its own part. An upstream that keeps the estimate charged refunds neither part
+    /// below its reservation for a request it served.
+    pub fn report_usage_parts(self, outcome: Outcome, input: u64, output: u64) {
+        let unprocessed = matches!(outcome, Outcome::RateLimited { .. } | Outcome::ClientError { .. });
+        let (input, output) = if self.quota.keeps_estimate && !unprocessed {
+            let reserved_output = self.reserved_output_tokens().min(self.reserved_tokens());
+            (input.max(self.reserved_tokens() - reserved_output), output.max(reserved_output))
+        } else {
+            (input, output)
+        };
+        crate::provider_signals::observe(&self.name, &outcome, &self.quota.block, self.quota.pause);
+        crate::metrics::upstream_call(&self.name, outcome.label(), self.granted_at.elapsed());
+        let window = outcome.window_report(self.quota.retry_after_cap);
+        let used = crate::engine::grant::TokensUsed::Parts(input, output);
+        self.grant.finish(outcome.wave_signal(), outcome.breaker_result(), used, window);
     }
 
     /// Releases the permit at once, with no outcome and the reservation standing as the usage:

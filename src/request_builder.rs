@@ -70,7 +70,31 @@ impl<'a, T, C, M> RequestBuilder<'a, T, C, M> {
     /// [`Permit::report_usage`]). An estimate that can never fit the budget's burst is refused
     /// at once ([`ErrorKind::InsufficientCapacity`](crate::ErrorKind::InsufficientCapacity)).
     pub fn tokens(mut self, estimate: u64) -> Self {
-        self.request.tokens = estimate;
+        self.request.tokens = estimate.max(self.request.output);
+        self
+    }
+
+    /// Says how many of the [`tokens`](Self::tokens) estimate are the answer's output (the
+    /// request's `max_tokens`), for an upstream with an
+    /// [output](crate::config::UpstreamConfigBuilder::output_tokens_per_minute) or
+    /// [input](crate::config::UpstreamConfigBuilder::input_tokens_per_minute) tokens budget:
+    /// `max_tokens` are reserved from the output budget, the rest of the estimate from the
+    /// input one. Raises the estimate to `max_tokens` if it was smaller. Without it the whole
+    /// estimate is input, and a usage known only in all settles what exceeds the estimate
+    /// on the output. An output part above the output burst is refused at once
+    /// ([`ErrorKind::InsufficientCapacity`](crate::ErrorKind::InsufficientCapacity)).
+    ///
+    /// ```no_run
+    /// # async fn run(claude: wavegate::Upstream) -> Result<(), wavegate::Error> {
+    /// // 10,000 tokens of prompt, up to 2,000 of answer.
+    /// let permit = claude.request().tokens(12_000).output_tokens(2_000).acquire().await?;
+    /// // ... the provider says it used 10,000 in and 350 out:
+    /// permit.report_usage_parts(wavegate::Outcome::success(200), 10_000, 350);
+    /// # Ok(()) }
+    /// ```
+    pub fn output_tokens(mut self, max_tokens: u64) -> Self {
+        self.request.output = max_tokens;
+        self.request.tokens = self.request.tokens.max(max_tokens);
         self
     }
 

@@ -186,6 +186,10 @@ pub struct UpstreamSettings {
     pub requests_per_minute: Option<RateSetting>,
     /// A tokens-per-minute budget.
     pub tokens_per_minute: Option<RateSetting>,
+    /// An input-tokens-per-minute budget, apart from the output (Anthropic's ITPM).
+    pub input_tokens_per_minute: Option<RateSetting>,
+    /// An output-tokens-per-minute budget, apart from the input (Anthropic's OTPM).
+    pub output_tokens_per_minute: Option<RateSetting>,
     /// Priority classes, in order (`[[upstreams.<name>.classes]]`); see
     /// [`class`](crate::config::UpstreamConfigBuilder::class).
     #[serde(default)]
@@ -378,6 +382,12 @@ impl UpstreamSettings {
         }
         if let Some(RateSetting { per_minute, burst }) = self.tokens_per_minute {
             builder = builder.tokens_per_minute(per_minute, burst);
+        }
+        if let Some(RateSetting { per_minute, burst }) = self.input_tokens_per_minute {
+            builder = builder.input_tokens_per_minute(per_minute, burst);
+        }
+        if let Some(RateSetting { per_minute, burst }) = self.output_tokens_per_minute {
+            builder = builder.output_tokens_per_minute(per_minute, burst);
         }
         for class in &self.classes {
             builder = builder.class(class.name.clone(), class.weight);

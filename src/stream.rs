@@ -76,6 +76,13 @@ pub trait StreamMeter<I> {
     fn finish(&mut self) -> Option<u64> {
         None
     }
+
+    /// The usage seen so far in its two parts, (input, output), when the stream said them
+    /// apart (LLM providers do): the input and output tokens budgets are then settled each
+    /// with its own. `None` by default: the total settles them, the input taken as reserved.
+    fn parts(&self) -> Option<(u64, u64)> {
+        None
+    }
 }
 
 impl<I, F> StreamMeter<I> for F
@@ -96,6 +103,10 @@ impl<I, M: StreamMeter<I>> StreamMeter<I> for Option<M> {
     fn finish(&mut self) -> Option<u64> {
         self.as_mut()?.finish()
     }
+
+    fn parts(&self) -> Option<(u64, u64)> {
+        self.as_ref()?.parts()
+    }
 }
 
 impl<I> StreamMeter<I> for Reserved {
@@ -114,6 +125,10 @@ impl<I: AsRef<[u8]>> StreamMeter<I> for wavegate_core::SseUsage {
     fn finish(&mut self) -> Option<u64> {
         wavegate_core::SseUsage::finish(self);
         self.usage().map(|usage| usage.tokens())
+    }
+
+    fn parts(&self) -> Option<(u64, u64)> {
+        self.usage().map(|usage| (usage.input, usage.output))
     }
 }
 
@@ -193,7 +208,7 @@ where
                 if let Some(tokens) = this.meter.finish() {
                     this.used = Some(tokens);
                 }
-                this.hold.finish(this.used);
+                this.hold.finish(this.used, this.meter.parts());
                 this.done = true;
                 Poll::Ready(None)
             }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 use futures_util::future::ready;
-use wavegate_core::{Ask, Decision, Instance, PermitId, WaveSignal, WindowReport, duration_ms};
+use wavegate_core::{Ask, Decision, Instance, PermitId, TokenDelta, WaveSignal, WindowReport, duration_ms};
 
 use super::process_gate::ProcessGate;
 use super::store::{self, GateFuture, Released, SharedGate, StoreError};
@@ -75,7 +75,7 @@ impl Gate {
         id: PermitId,
         wave: u64,
         signal: WaveSignal,
-        token_delta: i64,
+        token_delta: TokenDelta,
         now_ms: u64,
     ) -> Answer<Released> {
         match self {

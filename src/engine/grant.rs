@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use actix::{Message, Recipient};
 use tokio::sync::oneshot;
-use wavegate_core::{BreakerTicket, CallResult, PermitId, WaveSignal, WaveState, WindowReport};
+use wavegate_core::{BreakerTicket, CallResult, PermitId, TokenDelta, WaveSignal, WaveState, WindowReport};
 
 use super::clock::{self, Instant};
 
@@ -27,8 +27,8 @@ pub(crate) struct Finish {
     pub(crate) signal: WaveSignal,
     /// The breaker's ticket of the attempt and how the attempt went.
     pub(crate) breaker: Option<(BreakerTicket, CallResult)>,
-    /// Tokens used beyond the reservation (negative: fewer).
-    pub(crate) token_delta: i64,
+    /// Tokens used beyond the reservation (negative: fewer), in all and of the output.
+    pub(crate) token_delta: TokenDelta,
     /// What the response said is left of the provider's windows, if anything.
     pub(crate) window: Option<WindowReport>,
     /// Tokens the call reserved (the others in flight are assumed to reserve as much).
@@ -44,7 +44,7 @@ pub(crate) struct Finish {
 pub(crate) struct ShadowFinish {
     pub(crate) signal: WaveSignal,
     pub(crate) result: CallResult,
-    pub(crate) tokens_used: u64,
+    pub(crate) tokens_used: TokensUsed,
     pub(crate) window: Option<WindowReport>,
     /// When the call ended.
     pub(crate) ended: Instant,
@@ -74,6 +74,8 @@ pub(crate) struct GrantInfo {
     pub(crate) permit_wait: Duration,
     /// Tokens reserved.
     pub(crate) tokens: u64,
+    /// Of them, the answer's output (the output budget).
+    pub(crate) output: u64,
     /// Granted without waiting: nobody waited in this process when it asked, and the first
     /// ask for it was granted.
     pub(crate) at_once: bool,
@@ -81,9 +83,38 @@ pub(crate) struct GrantInfo {
 
 impl GrantInfo {
     /// What a gate's grant says, before the lane adds the waits.
-    pub(crate) fn granted(id: PermitId, wave: u64, state: WaveState, limit: u32, tokens: u64) -> Self {
+    /// `(tokens, output)`: what the grant reserved, in all and of the output.
+    pub(crate) fn granted(id: PermitId, wave: u64, state: WaveState, limit: u32, (tokens, output): (u64, u64)) -> Self {
         let (queue_wait, permit_wait) = (Duration::ZERO, Duration::ZERO);
-        Self { id, wave, state, limit, queue_wait, permit_wait, tokens, at_once: false }
+        Self { id, wave, state, limit, queue_wait, permit_wait, tokens, output, at_once: false }
+    }
+}
+
+/// The tokens a call used, as far as it is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TokensUsed {
+    /// In all only: the input is taken to be as reserved ([`TokenDelta::of_total`]).
+    Total(u64),
+    /// The provider said both parts: (input, output).
+    Parts(u64, u64),
+}
+
+impl From<u64> for TokensUsed {
+    fn from(total: u64) -> Self {
+        TokensUsed::Total(total)
+    }
+}
+
+impl TokensUsed {
+    /// What is settled against `reserved` (in all, of the output).
+    pub(crate) fn delta(self, (tokens, output): (u64, u64)) -> TokenDelta {
+        match self {
+            TokensUsed::Total(used) => {
+                let signed = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+                TokenDelta::of_total(signed(used) - signed(tokens), output)
+            }
+            TokensUsed::Parts(input, used_output) => TokenDelta::of_usage((tokens, output), (input, used_output)),
+        }
     }
 }
 
@@ -157,17 +188,17 @@ impl Grant {
         mut self,
         signal: WaveSignal,
         result: CallResult,
-        tokens_used: u64,
+        tokens_used: impl Into<TokensUsed>,
         window: Option<WindowReport>,
     ) {
-        self.send(signal, result, tokens_used, window, None);
+        self.send(signal, result, tokens_used.into(), window, None);
     }
 
     fn send(
         &mut self,
         signal: WaveSignal,
         result: CallResult,
-        tokens_used: u64,
+        tokens_used: TokensUsed,
         window: Option<WindowReport>,
         hold_until: Option<Instant>,
     ) {
@@ -186,8 +217,7 @@ impl Grant {
                 return;
             }
         };
-        let used = i64::try_from(tokens_used).unwrap_or(i64::MAX);
-        let token_delta = used - i64::try_from(self.info.tokens).unwrap_or(i64::MAX);
+        let token_delta = tokens_used.delta((self.info.tokens, self.info.output));
         // The lane is gone only when the scheduler stopped: nothing is left to give back to.
         lane.do_send(Finish {
             id: self.info.id.clone(),
@@ -209,6 +239,6 @@ impl Drop for Grant {
         // keeps its permit until it has plausibly finished there.
         let hold_until = self.in_service_since.map(|since| clock::after(since, self.hold));
         let used = if self.received { self.info.tokens } else { 0 };
-        self.send(WaveSignal::Neutral, CallResult::Ignored, used, None, hold_until);
+        self.send(WaveSignal::Neutral, CallResult::Ignored, TokensUsed::Total(used), None, hold_until);
     }
 }

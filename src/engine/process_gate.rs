@@ -11,7 +11,8 @@ use actix::WeakRecipient;
 use parking_lot::Mutex;
 use wavegate_core::{
     Ask, BudgetStatus, Budgets, Decision, FallbackStart, Hold, Instance, LearnedBudgets, LiveBoard, LiveChange,
-    LiveSettings, LocalGate, PermitId, ProviderWindows, UpstreamConfig, WaveSignal, WaveSnapshot, WindowReport,
+    LiveSettings, LocalGate, PermitId, ProviderWindows, TokenDelta, UpstreamConfig, WaveSignal, WaveSnapshot,
+    WindowReport,
 };
 
 use super::store::{Released, Snapshot};
@@ -84,7 +85,7 @@ impl ProcessGate {
         id: &PermitId,
         wave: u64,
         signal: WaveSignal,
-        token_delta: i64,
+        token_delta: TokenDelta,
         now_ms: u64,
     ) -> Released {
         let report = self.gate.lock().finish(id, wave, signal, token_delta, now_ms);

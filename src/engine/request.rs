@@ -34,6 +34,8 @@ pub(crate) struct Request {
     pub(crate) tenant: Option<TenantTag>,
     /// Tokens to reserve from the tokens budget for each attempt (0 without one).
     pub(crate) tokens: u64,
+    /// Of `tokens`, the answer's output (its `max_tokens`): for an output tokens budget.
+    pub(crate) output: u64,
     /// When the whole request must be over; never later than the upstream's total timeout.
     pub(crate) deadline: Option<Instant>,
 }
@@ -41,7 +43,7 @@ pub(crate) struct Request {
 impl Default for Request {
     /// A request in the upstream's default class, nothing else said.
     fn default() -> Self {
-        Self { class: ClassRef::Default, tenant: None, tokens: 0, deadline: None }
+        Self { class: ClassRef::Default, tenant: None, tokens: 0, output: 0, deadline: None }
     }
 }
 

@@ -79,8 +79,8 @@ mod present {
 
     use futures_util::FutureExt;
     use wavegate_core::{
-        Ask, Decision, LiveChange, LiveSettings, LiveStamp, PermitId, UpstreamConfig, WaveSignal, WaveState,
-        WindowReport,
+        Ask, Decision, LiveChange, LiveSettings, LiveStamp, PermitId, TokenDelta, UpstreamConfig, WaveSignal,
+        WaveState, WindowReport,
     };
     use wavegate_redis::{SharedGate, Store, StoreError};
 
@@ -102,7 +102,7 @@ mod present {
         id: PermitId,
         wave: u64,
         signal: WaveSignal,
-        token_delta: i64,
+        token_delta: TokenDelta,
     ) -> GateFuture<Released> {
         let gate = gate.clone();
         async move {
@@ -278,8 +278,8 @@ mod absent {
     use std::time::Duration;
 
     use wavegate_core::{
-        Ask, Decision, LiveChange, LiveSettings, LiveStamp, PermitId, UpstreamConfig, WaveSignal, WaveState,
-        WindowReport,
+        Ask, Decision, LiveChange, LiveSettings, LiveStamp, PermitId, TokenDelta, UpstreamConfig, WaveSignal,
+        WaveState, WindowReport,
     };
 
     use super::{ConfigConflict, GateFuture, Reconciled, Released, SharedView};

@@ -103,7 +103,7 @@ where
                 if let Some(tokens) = this.meter.finish() {
                     this.used = Some(tokens);
                 }
-                this.hold.finish(this.used);
+                this.hold.finish(this.used, this.meter.parts());
                 this.done = true;
                 Poll::Ready(None)
             }

@@ -146,7 +146,7 @@ impl Middleware for WavegateMiddleware {
 fn held(response: Response, mut hold: Hold) -> Response {
     let event_stream = is_event_stream(response.headers());
     if !hold.is_held() || !is_streamed(response.headers(), response.content_length()) {
-        hold.finish(None);
+        hold.finish(None, None);
         return response;
     }
     let url = response.url().clone();

@@ -37,7 +37,12 @@ fn upstream_json(u: &UpstreamView) -> Value {
         "cooldown_remaining_ms": ms(u.cooldown_remaining),
         "in_flight": u.in_flight,
         "classes": u.classes.iter().map(|c| json!({ "name": c.name, "in_flight": c.in_flight, "waiting": c.waiting })).collect::<Vec<_>>(),
-        "budgets": { "requests": budget_json(u.budgets.requests), "tokens": budget_json(u.budgets.tokens) },
+        "budgets": {
+            "requests": budget_json(u.budgets.requests),
+            "tokens": budget_json(u.budgets.tokens),
+            "input": budget_json(u.budgets.input),
+            "output": budget_json(u.budgets.output),
+        },
         "learned": { "requests": learned_json(u.learned.requests), "tokens": learned_json(u.learned.tokens) },
         "windows": { "requests": window_json(u.windows[0]), "tokens": window_json(u.windows[1]) },
         "fallback_limit": u.fallback_limit,
@@ -222,7 +227,13 @@ pub(crate) fn text(fleet: &FleetView) -> String {
         for c in &u.classes {
             let _ = writeln!(out, "  class {:<16} {:>5} in flight {:>6} waiting", c.name, c.in_flight, c.waiting);
         }
-        for (name, budget) in [("requests", u.budgets.requests), ("tokens", u.budgets.tokens)] {
+        let budgets = [
+            ("requests", u.budgets.requests),
+            ("tokens", u.budgets.tokens),
+            ("input", u.budgets.input),
+            ("output", u.budgets.output),
+        ];
+        for (name, budget) in budgets {
             if let Some((available, next_ms)) = budget {
                 let _ = writeln!(out, "  budget {name:<9} {available} available, one more in {next_ms} ms");
             }

@@ -19,6 +19,10 @@ pub struct Ask {
     pub id: PermitId,
     /// Tokens to reserve from the tokens budget (0 without one).
     pub tokens: u64,
+    /// Of [`tokens`](Self::tokens), how many are the answer's output (the request's
+    /// `max_tokens`): reserved from the output tokens budget, the rest from the input one
+    /// ([`Budgets`](crate::Budgets)). Above `tokens` it counts as `tokens`.
+    pub output: u64,
     /// How many of the process's callers it stands for, itself included (its class's callers
     /// without tenants, its tenant's callers within the class with them); at least 1.
     pub waiting: u32,

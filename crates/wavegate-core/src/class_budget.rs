@@ -189,7 +189,7 @@ mod tests {
             PriorityClass::new("interactive").unwrap(),
             PriorityClass::new("batch").unwrap().budget_percent(25).unwrap(),
         ];
-        let budgets = Budgets { requests: RateBudget::new(600, 8), tokens: None };
+        let budgets = Budgets { requests: RateBudget::new(600, 8), tokens: None, ..Budgets::default() };
         let mut held = ClassBudgets::new(&classes);
         assert!(!held.is_capped(0) && held.is_capped(1));
         // Batch: 150 a minute (one per 400 ms), bursts of 2.
@@ -203,7 +203,7 @@ mod tests {
         held.charge(0, budgets, 0, 0);
         assert_eq!(held.wait_ms(0, budgets, 0, 0), None);
         // A tighter budget in force (a limit the provider announced): the class's share of it.
-        let tighter = Budgets { requests: RateBudget::new(60, 4), tokens: None };
+        let tighter = Budgets { requests: RateBudget::new(60, 4), tokens: None, ..Budgets::default() };
         assert_eq!(held.wait_ms(1, budgets, 400, 0), None);
         assert_eq!(held.wait_ms(1, tighter, 400, 0), Some(400), "a quarter of 60 a minute (one per 4 s), bursts of 1");
     }

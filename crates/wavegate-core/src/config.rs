@@ -316,6 +316,8 @@ impl UpstreamConfig {
             retest_rounds_max: WaveConfig::DEFAULT_RETEST_ROUNDS_MAX,
             requests_per_minute: None,
             tokens_per_minute: None,
+            input_tokens_per_minute: None,
+            output_tokens_per_minute: None,
             queue_capacity: Self::DEFAULT_QUEUE_CAPACITY,
             breaker: BreakerConfig::default(),
             retry_budget: RetryBudgetConfig::default(),
@@ -540,6 +542,8 @@ pub struct UpstreamConfigBuilder {
     retest_rounds_max: u32,
     requests_per_minute: Option<(u32, u32)>,
     tokens_per_minute: Option<(u32, u32)>,
+    input_tokens_per_minute: Option<(u32, u32)>,
+    output_tokens_per_minute: Option<(u32, u32)>,
     queue_capacity: usize,
     breaker: BreakerConfig,
     retry_budget: RetryBudgetConfig,
@@ -665,6 +669,27 @@ impl UpstreamConfigBuilder {
     /// None by default.
     pub fn tokens_per_minute(mut self, per_minute: u32, burst: u32) -> Self {
         self.tokens_per_minute = Some((per_minute, burst));
+        self
+    }
+    /// An input-tokens-per-minute budget shared by the fleet, apart from the output (as
+    /// Anthropic limits input tokens, ITPM): each call reserves its estimate less its output
+    /// part ([`RequestBuilder::output_tokens`](https://docs.rs/wavegate/latest/wavegate/struct.RequestBuilder.html#method.output_tokens)),
+    /// settled to the usage after the call. `burst` must cover the largest prompt. None by
+    /// default. With [`output_tokens_per_minute`](Self::output_tokens_per_minute), a call of
+    /// 10,000 tokens in and 2,000 out fits ITPM 50,000 and OTPM 8,000, where one
+    /// tokens budget would have to hold both. (Not divided among classes by
+    /// [`class_budget`](Self::class_budget), not changed live, not learned from headers yet.)
+    pub fn input_tokens_per_minute(mut self, per_minute: u32, burst: u32) -> Self {
+        self.input_tokens_per_minute = Some((per_minute, burst));
+        self
+    }
+    /// An output-tokens-per-minute budget shared by the fleet, apart from the input (as
+    /// Anthropic limits output tokens, OTPM): each call reserves its output part (the
+    /// request's `max_tokens`, [`RequestBuilder::output_tokens`](https://docs.rs/wavegate/latest/wavegate/struct.RequestBuilder.html#method.output_tokens)),
+    /// settled to the output it produced. `burst` must cover the largest `max_tokens`. None
+    /// by default.
+    pub fn output_tokens_per_minute(mut self, per_minute: u32, burst: u32) -> Self {
+        self.output_tokens_per_minute = Some((per_minute, burst));
         self
     }
     /// How many callers may wait for a permit in one process. Default 1024.
@@ -850,9 +875,12 @@ impl UpstreamConfigBuilder {
         let budgets = Budgets {
             requests: budget("requests_per_minute (rate or burst)", self.requests_per_minute)?,
             tokens: budget("tokens_per_minute (rate or burst)", self.tokens_per_minute)?,
+            input: budget("input_tokens_per_minute (rate or burst)", self.input_tokens_per_minute)?,
+            output: budget("output_tokens_per_minute (rate or burst)", self.output_tokens_per_minute)?,
         };
         if let Some(capped) = classes.iter().find(|c| c.budget_percent_value() < 100)
-            && budgets == Budgets::default()
+            && budgets.requests.is_none()
+            && budgets.tokens.is_none()
         {
             return Err(ConfigError::InvalidClass {
                 class: capped.name().to_owned(),

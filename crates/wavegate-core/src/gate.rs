@@ -19,7 +19,7 @@
 //!
 //! let mut gate = LocalGate::new(WaveConfig::new(NonZeroU32::new(1).unwrap()));
 //! let (alpha, beta) = (Instance::new("alpha").unwrap(), Instance::new("beta").unwrap());
-//! let ask = |instance: &Instance, n| Ask { id: PermitId::new(None, instance, n, None), tokens: 0, waiting: 1 };
+//! let ask = |instance: &Instance, n| Ask { id: PermitId::new(None, instance, n, None), tokens: 0, output: 0, waiting: 1 };
 //! let first = gate.acquire(&alpha, &[ask(&alpha, 1)], 30_000, 0);
 //! assert!(first.is_granted());
 //! assert_eq!(gate.acquire(&alpha, &[ask(&alpha, 1)], 30_000, 0), first); // sent again: still one permit
@@ -47,6 +47,7 @@ use crate::permit_id::text::{class_of, member_instance, tenant_of};
 use crate::permit_id::{Instance, PermitId};
 use crate::priority::{ClassTurns, PriorityClass};
 use crate::provider_window::{ProviderWindows, WindowReport};
+use crate::token_delta::TokenDelta;
 use crate::wave::{
     Admission, DenyReason, RateLimitEffect, Transition, WaveConfig, WaveMachine, WaveSnapshot, WaveState,
 };
@@ -54,6 +55,7 @@ use crate::wave::{
 mod fallback;
 mod fleet;
 mod proof;
+mod split;
 mod waiting;
 
 pub use fallback::{Fallback, FallbackStart, LastShared};
@@ -104,13 +106,22 @@ pub struct BudgetStatus {
     pub requests: Option<(u64, u64)>,
     /// Tokens available now and milliseconds until one more is, if there is a budget.
     pub tokens: Option<(u64, u64)>,
+    /// Input tokens available now and milliseconds until one more is, if there is a budget.
+    pub input: Option<(u64, u64)>,
+    /// Output tokens available now and milliseconds until one more is, if there is a budget.
+    pub output: Option<(u64, u64)>,
 }
 
 impl BudgetStatus {
     /// What is left of the requests and the tokens budgets (available now, milliseconds until
     /// one more is), each if there is one.
     pub const fn new(requests: Option<(u64, u64)>, tokens: Option<(u64, u64)>) -> Self {
-        Self { requests, tokens }
+        Self { requests, tokens, input: None, output: None }
+    }
+
+    /// The same, with what is left of the input and the output tokens budgets.
+    pub const fn with_split(self, input: Option<(u64, u64)>, output: Option<(u64, u64)>) -> Self {
+        Self { input, output, ..self }
     }
 }
 
@@ -128,6 +139,9 @@ pub struct LocalGate {
     /// The budgets' theoretical arrival times (µs); kept whichever budget is in force.
     requests_tat: u64,
     tokens_tat: u64,
+    /// The input and the output tokens budgets' TATs (µs).
+    input_tat: u64,
+    output_tat: u64,
     /// The limits the provider announced, kept for a few of their windows.
     learned: LearnedBudgets,
     /// How many processes the learned limits are shared among here (1 but in a fallback).
@@ -166,6 +180,8 @@ impl LocalGate {
             fleet: None,
             requests_tat: 0,
             tokens_tat: 0,
+            input_tat: 0,
+            output_tat: 0,
             learned: LearnedBudgets::default(),
             learned_share: 1,
             windows: ProviderWindows::default(),
@@ -233,6 +249,8 @@ impl LocalGate {
         };
         self.requests_tat = rescale(self.requests_tat, from.requests, budgets.requests);
         self.tokens_tat = rescale(self.tokens_tat, from.tokens, budgets.tokens);
+        self.input_tat = rescale(self.input_tat, from.input, budgets.input);
+        self.output_tat = rescale(self.output_tat, from.output, budgets.output);
         self.class_budgets.rescale(from, budgets, now_us);
         self.configured = budgets;
     }
@@ -305,6 +323,7 @@ impl LocalGate {
                 id: ask.id.as_str(),
                 class: if classed { ask.id.class().unwrap_or(&default) } else { "" },
                 tokens: ask.tokens,
+                output: ask.output,
                 waiting: ask.waiting,
             })
             .collect();
@@ -323,7 +342,7 @@ impl LocalGate {
     /// [`acquire`](Self::acquire) with one ask (kept until the engine moves to it).
     #[doc(hidden)]
     pub fn acquire_with(&mut self, id: &str, now_ms: u64, lease_ms: u64, tokens: u64) -> Admission {
-        let head = Head { id, class: "", tokens, waiting: 1 };
+        let head = Head { id, class: "", tokens, output: 0, waiting: 1 };
         self.acquire_heads("", &[head], false, lease_ms, now_ms).1
     }
 
@@ -371,6 +390,12 @@ impl LocalGate {
                     let denied = Admission::Denied { reason: DenyReason::TokensExceedBurst, retry_after_ms: 0 };
                     return (k, denied, in_flight);
                 }
+            }
+        }
+        for (k, head) in heads.iter().enumerate() {
+            if self.split_exceeds_burst(split::parts(head.tokens, head.output), now_ms) {
+                let denied = Admission::Denied { reason: DenyReason::TokensExceedBurst, retry_after_ms: 0 };
+                return (k, denied, in_flight);
             }
         }
         let mut denial = match self.machine.admit(now_ms, in_flight) {
@@ -445,6 +470,11 @@ impl LocalGate {
                     }
                 })
                 .transpose();
+            let split = self.split_check(budgets, split::parts(head.tokens, head.output), now_us);
+            let tokens = match (tokens, split) {
+                (Ok(tokens), Ok(split)) => Ok((tokens, split)),
+                (tokens, split) => Err(tokens.err().unwrap_or(0).max(split.err().unwrap_or(0))),
+            };
             // Without classes, the turn at the budgets' room; with classes the fleet's choice
             // of class orders the waiters.
             let room = requests.is_ok() && tokens.is_ok();
@@ -454,7 +484,7 @@ impl LocalGate {
                     let denied = Admission::Denied { reason: DenyReason::EarlierWaiter, retry_after_ms: wait };
                     (answered, denied, in_flight)
                 }
-                (Ok(requests_tat), Ok(tokens_tat), None) => {
+                (Ok(requests_tat), Ok((tokens_tat, split_tats)), None) => {
                     if !classes {
                         self.turn.granted(instance, now_ms);
                     }
@@ -464,6 +494,7 @@ impl LocalGate {
                     if let Some(tat) = tokens_tat {
                         self.tokens_tat = tat;
                     }
+                    self.split_charge(split_tats);
                     let s = self.machine.snapshot();
                     if let Some((class, _)) = chosen {
                         self.class_budgets.charge(class, budgets, now_ms, head.tokens);
@@ -647,9 +678,12 @@ impl LocalGate {
     pub fn budget_status(&self, now_ms: u64) -> BudgetStatus {
         let now_us = now_ms.saturating_mul(1000);
         let budgets = self.budgets(now_ms);
+        let [input, output] = self.split_status(now_ms);
         BudgetStatus {
             requests: budgets.requests.map(|b| Gcra::new(b).remaining(self.requests_tat, now_us)),
             tokens: budgets.tokens.map(|b| Gcra::new(b).remaining(self.tokens_tat, now_us)),
+            input,
+            output,
         }
     }
 
@@ -669,7 +703,8 @@ impl LocalGate {
 
     /// Reports the outcome of permit `id` (issued in `wave`), settles its token reservation
     /// (`token_delta` more tokens than reserved, negative for fewer, on the upstream's tokens
-    /// budget and its class's) and releases it, exactly as `lua/finish.lua` does. Idempotent:
+    /// budget and its class's; its input and output parts on the input and output budgets)
+    /// and releases it, exactly as `lua/finish.lua` does. Idempotent:
     /// a second finish finds nothing held. The report counts even when the permit's lease
     /// already ended (`held` is then false): a 429 is news about the wave whoever holds the
     /// permit. A release of a held permit says which instance to wake
@@ -679,9 +714,12 @@ impl LocalGate {
         id: &PermitId,
         wave: u64,
         signal: WaveSignal,
-        token_delta: i64,
+        token_delta: impl Into<TokenDelta>,
         now_ms: u64,
     ) -> FinishReport {
+        let delta = token_delta.into();
+        self.split_settle(delta, now_ms);
+        let token_delta = delta.total;
         if token_delta != 0 && self.budgets(now_ms).tokens.is_some() {
             self.settle_tokens(token_delta, now_ms);
             if !self.classes.is_empty() {

@@ -61,6 +61,12 @@ pub struct Budgets {
     pub requests: Option<RateBudget>,
     /// Tokens per minute (reserved as an estimate at acquire, settled after the call).
     pub tokens: Option<RateBudget>,
+    /// Input tokens per minute, apart from the output (Anthropic's ITPM): an ask's estimate
+    /// less its output part ([`Ask::output`](crate::Ask::output)).
+    pub input: Option<RateBudget>,
+    /// Output tokens per minute, apart from the input (Anthropic's OTPM): an ask's output
+    /// part (its `max_tokens`).
+    pub output: Option<RateBudget>,
 }
 
 impl Budgets {
@@ -69,7 +75,12 @@ impl Budgets {
     pub fn share(&self, processes: u32) -> Budgets {
         let n = processes.max(1);
         let scale = |b: RateBudget| RateBudget::new((b.per_minute() / n).max(1), (b.burst() / n).max(1)).unwrap_or(b);
-        Budgets { requests: self.requests.map(scale), tokens: self.tokens.map(scale) }
+        Budgets {
+            requests: self.requests.map(scale),
+            tokens: self.tokens.map(scale),
+            input: self.input.map(scale),
+            output: self.output.map(scale),
+        }
     }
 }
 

@@ -25,7 +25,7 @@
 //! ```
 //! use wavegate_core::{Budgets, LearnedBudgets, LearnedLimit, LearnedLimits, RateBudget};
 //!
-//! let configured = Budgets { requests: RateBudget::new(1_000, 20), tokens: None };
+//! let configured = Budgets { requests: RateBudget::new(1_000, 20), tokens: None, ..Budgets::default() };
 //! let mut learned = LearnedBudgets::default();
 //! // "300 requests per minute", at 5 s.
 //! let said = LearnedLimits { requests: Some(LearnedLimit { limit: 300, window_ms: 60_000 }), tokens: None };
@@ -150,11 +150,13 @@ impl LearnedBudgets {
         let learned = Budgets {
             requests: kept.requests.map(|k| k.limit.budget()),
             tokens: kept.tokens.map(|k| k.limit.budget()),
+            ..Budgets::default()
         }
         .share(share);
         Budgets {
             requests: tightest(configured.requests, learned.requests),
             tokens: tightest(configured.tokens, learned.tokens),
+            ..configured
         }
     }
 }
@@ -236,7 +238,8 @@ mod tests {
 
     #[test]
     fn never_looser_than_the_configuration() {
-        let configured = Budgets { requests: RateBudget::new(100, 2), tokens: RateBudget::new(10_000, 5_000) };
+        let configured =
+            Budgets { requests: RateBudget::new(100, 2), tokens: RateBudget::new(10_000, 5_000), ..Budgets::default() };
         let mut learned = LearnedBudgets::default();
         learned.report(LearnedLimits { requests: Some(limit(300, 60_000)), tokens: Some(limit(1_000, 60_000)) }, 0);
         let effective = learned.effective(configured, 1, 1);

@@ -31,7 +31,7 @@
 //! let mut gate = LocalGate::for_upstream(&config);
 //! let lease = config.permit_ttl().as_millis() as u64;
 //! let me = Instance::new("worker-1").unwrap();
-//! let ask = |n| [Ask { id: PermitId::new(None, &me, n, None), tokens: 0, waiting: 1 }];
+//! let ask = |n| [Ask { id: PermitId::new(None, &me, n, None), tokens: 0, output: 0, waiting: 1 }];
 //!
 //! let Decision::Granted { id, wave, .. } = gate.acquire(&me, &ask(1), lease, 0) else { unreachable!() };
 //! // The first 429: the limit steps back by half; nobody else stops.
@@ -75,6 +75,7 @@ pub mod spec;
 #[cfg(feature = "sse")]
 mod sse_usage;
 pub mod tenant;
+mod token_delta;
 mod wave;
 
 pub use ask::{Ask, Decision};
@@ -115,6 +116,7 @@ pub use shadow::ShadowScope;
 pub use signals::{DOCUMENTED_PERIOD, MAX_RESET, ProviderSignals, REFILL_SLACK, SignalKind, Unreadable, Window};
 #[cfg(feature = "sse")]
 pub use sse_usage::{SseUsage, StreamUsage, UsageUpdate, usage_of_event};
+pub use token_delta::TokenDelta;
 pub use wave::{
     Admission, DenyReason, RateLimitEffect, Recovery, Transition, WaveConfig, WaveMachine, WaveSnapshot, WaveState,
 };

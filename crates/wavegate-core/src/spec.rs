@@ -41,6 +41,7 @@ use crate::learned_limit::{LearnedLimit, LearnedLimits};
 use crate::permit_id::{Instance, PermitId, TenantTag};
 use crate::priority::PriorityClass;
 use crate::provider_window::{WindowLeft, WindowReport};
+use crate::token_delta::TokenDelta;
 use crate::wave::{DenyReason, Recovery, WaveConfig, WaveState};
 
 mod carry_back;
@@ -78,6 +79,10 @@ pub struct SpecCase {
     pub requests_per_minute: Option<(u32, u32)>,
     /// A tokens-per-minute budget: (per minute, burst).
     pub tokens_per_minute: Option<(u32, u32)>,
+    /// An input-tokens-per-minute budget: (per minute, burst).
+    pub input_per_minute: Option<(u32, u32)>,
+    /// An output-tokens-per-minute budget: (per minute, burst).
+    pub output_per_minute: Option<(u32, u32)>,
     /// How the limit grows back.
     pub recovery: Recovery,
     /// [`Recovery::Adaptive`]'s re-test spacing, first and longest, in milliseconds.
@@ -110,7 +115,12 @@ impl SpecCase {
     /// The rate budgets the case describes.
     pub fn budgets(&self) -> Budgets {
         let budget = |b: Option<(u32, u32)>| b.and_then(|(rate, burst)| RateBudget::new(rate, burst));
-        Budgets { requests: budget(self.requests_per_minute), tokens: budget(self.tokens_per_minute) }
+        Budgets {
+            requests: budget(self.requests_per_minute),
+            tokens: budget(self.tokens_per_minute),
+            input: budget(self.input_per_minute),
+            output: budget(self.output_per_minute),
+        }
     }
 
     /// The wave configuration the case describes.
@@ -193,6 +203,28 @@ pub enum Step {
         tokens: u64,
         /// The expected answer.
         expect: Expect,
+    },
+    /// [`Acquire`](Self::Acquire), `output` of the `tokens` being the answer's (the input and
+    /// output budgets).
+    AcquireSplit {
+        /// The permit's name.
+        permit: &'static str,
+        /// The tokens to reserve, in all.
+        tokens: u64,
+        /// Of them, the output.
+        output: u64,
+        /// The expected answer.
+        expect: Expect,
+    },
+    /// Permit `permit` finishes (neutral, held), settling `token_delta` in all, `output_delta`
+    /// of it output.
+    FinishSplit {
+        /// The permit's name.
+        permit: &'static str,
+        /// Tokens used beyond the reservation, in all.
+        token_delta: i64,
+        /// Of them, output.
+        output_delta: i64,
     },
     /// Process `instance` asks for one permit for its heads `asks` at once; compare the answer
     /// and the ask it names.
@@ -383,7 +415,7 @@ pub trait WaveModel {
         id: &PermitId,
         wave: u64,
         signal: WaveSignal,
-        token_delta: i64,
+        token_delta: TokenDelta,
     ) -> Result<Released, Self::Error>;
     /// Renews the leases of `ids` with the case's lease; the ids registered again.
     fn renew(&mut self, ids: &[PermitId]) -> Result<Vec<PermitId>, Self::Error>;
@@ -485,10 +517,14 @@ pub fn run_case<M: WaveModel>(case: &SpecCase, model: &mut M) -> Result<(), Spec
         let fail = |expected: String, got: String| SpecFailure { case: case.name, step: index, expected, got };
         let io = |e: M::Error| fail(format!("{step:?}"), format!("model error: {e}"));
         match step {
-            Step::Acquire { .. } | Step::AcquireAmong { .. } => {
+            Step::Acquire { .. } | Step::AcquireSplit { .. } | Step::AcquireAmong { .. } => {
                 let (instance, asks, answers, expect) = match step {
                     Step::Acquire { permit, tokens, expect } => {
-                        let ask = Ask { id: ids.plain(permit), tokens: *tokens, waiting: 1 };
+                        let ask = Ask { id: ids.plain(permit), tokens: *tokens, output: 0, waiting: 1 };
+                        (SPEC_INSTANCE, vec![ask], *permit, expect)
+                    }
+                    Step::AcquireSplit { permit, tokens, output, expect } => {
+                        let ask = Ask { id: ids.plain(permit), tokens: *tokens, output: *output, waiting: 1 };
                         (SPEC_INSTANCE, vec![ask], *permit, expect)
                     }
                     Step::AcquireAmong { instance, asks, answers, expect } => {
@@ -497,6 +533,7 @@ pub fn run_case<M: WaveModel>(case: &SpecCase, model: &mut M) -> Result<(), Spec
                             .map(|a| Ask {
                                 id: ids.get(a.permit, Some(a.class), instance, a.tenant),
                                 tokens: a.tokens,
+                                output: 0,
                                 waiting: a.waiting,
                             })
                             .collect();
@@ -514,10 +551,18 @@ pub fn run_case<M: WaveModel>(case: &SpecCase, model: &mut M) -> Result<(), Spec
                     granted_in.insert(answers, wave);
                 }
             }
+            Step::FinishSplit { permit, token_delta, output_delta } => {
+                let tag = granted_in.get(permit).copied().unwrap_or(0);
+                let delta = TokenDelta::new(*token_delta, *output_delta);
+                let got = model.finish(&ids.plain(permit), tag, WaveSignal::Neutral, delta).map_err(io)?;
+                if !got.held {
+                    return Err(fail(format!("finish of {permit}: held"), format!("{got:?}")));
+                }
+            }
             Step::Finish { permit, wave, signal, token_delta, held, wakes } => {
                 let tag = wave.or_else(|| granted_in.get(permit).copied()).unwrap_or(0);
                 let id = ids.plain(permit);
-                let got = model.finish(&id, tag, signal.to_wave_signal(), *token_delta).map_err(io)?;
+                let got = model.finish(&id, tag, signal.to_wave_signal(), (*token_delta).into()).map_err(io)?;
                 let woke = got.wake.as_ref().map(Instance::as_str);
                 let wake_ok = match wakes {
                     Wakes::Unchecked => true,
@@ -545,7 +590,9 @@ pub fn run_case<M: WaveModel>(case: &SpecCase, model: &mut M) -> Result<(), Spec
             Step::Advance { ms } => model.advance(*ms).map_err(io)?,
             Step::SetBudgets { requests, tokens } => {
                 let budget = |b: &Option<(u32, u32)>| b.and_then(|(rate, burst)| RateBudget::new(rate, burst));
-                model.set_budgets(Budgets { requests: budget(requests), tokens: budget(tokens) }).map_err(io)?;
+                model
+                    .set_budgets(Budgets { requests: budget(requests), tokens: budget(tokens), ..case.budgets() })
+                    .map_err(io)?;
             }
             Step::ReportWindow {
                 by,
@@ -623,7 +670,7 @@ impl WaveModel for GateModel {
         id: &PermitId,
         wave: u64,
         signal: WaveSignal,
-        token_delta: i64,
+        token_delta: TokenDelta,
     ) -> Result<Released, Self::Error> {
         let report = self.gate.finish(id, wave, signal, token_delta, self.clock.now_ms());
         Ok(Released { held: report.held, wake: report.wake })

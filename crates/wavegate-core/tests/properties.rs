@@ -40,7 +40,7 @@ fn permit(n: u64) -> PermitId {
 }
 
 fn ask(id: &PermitId) -> [Ask; 1] {
-    [Ask { id: id.clone(), tokens: 0, waiting: 1 }]
+    [Ask { id: id.clone(), tokens: 0, output: 0, waiting: 1 }]
 }
 
 proptest! {

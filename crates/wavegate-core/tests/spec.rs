@@ -2,7 +2,7 @@
 //! catch an implementation that gets the rules wrong.
 
 use wavegate_core::spec::{GateModel, ModelStatus, Released, Step, WaveModel, cases, run_case};
-use wavegate_core::{Ask, Decision, Instance, PermitId, WaveSignal, WindowLeft, WindowReport};
+use wavegate_core::{Ask, Decision, Instance, PermitId, TokenDelta, WaveSignal, WindowLeft, WindowReport};
 
 #[test]
 fn local_gate_passes_every_case() {
@@ -24,7 +24,14 @@ trait Mistake {
     fn acquire(&mut self, model: &mut GateModel, instance: &Instance, asks: &[Ask]) -> Decision {
         model.acquire(instance, asks).unwrap_or_else(|e| match e {})
     }
-    fn finish(&mut self, model: &mut GateModel, id: &PermitId, wave: u64, signal: WaveSignal, delta: i64) -> Released {
+    fn finish(
+        &mut self,
+        model: &mut GateModel,
+        id: &PermitId,
+        wave: u64,
+        signal: WaveSignal,
+        delta: TokenDelta,
+    ) -> Released {
         model.finish(id, wave, signal, delta).unwrap_or_else(|e| match e {})
     }
     fn advance(&mut self, model: &mut GateModel, ms: u64) {
@@ -40,7 +47,13 @@ impl<W: Mistake> WaveModel for Wrong<W> {
     fn acquire(&mut self, instance: &Instance, asks: &[Ask]) -> Result<Decision, Self::Error> {
         Ok(self.1.acquire(&mut self.0, instance, asks))
     }
-    fn finish(&mut self, id: &PermitId, wave: u64, signal: WaveSignal, delta: i64) -> Result<Released, Self::Error> {
+    fn finish(
+        &mut self,
+        id: &PermitId,
+        wave: u64,
+        signal: WaveSignal,
+        delta: TokenDelta,
+    ) -> Result<Released, Self::Error> {
         Ok(self.1.finish(&mut self.0, id, wave, signal, delta))
     }
     fn renew(&mut self, ids: &[PermitId]) -> Result<Vec<PermitId>, Self::Error> {
@@ -71,7 +84,14 @@ impl<W: Mistake> WaveModel for Wrong<W> {
 struct CutsOnLate429s;
 
 impl Mistake for CutsOnLate429s {
-    fn finish(&mut self, model: &mut GateModel, id: &PermitId, _: u64, signal: WaveSignal, delta: i64) -> Released {
+    fn finish(
+        &mut self,
+        model: &mut GateModel,
+        id: &PermitId,
+        _: u64,
+        signal: WaveSignal,
+        delta: TokenDelta,
+    ) -> Released {
         let current = model.status().unwrap_or_else(|e| match e {}).wave;
         model.finish(id, current, signal, delta).unwrap_or_else(|e| match e {})
     }
@@ -215,7 +235,14 @@ impl Mistake for BlamesTheFirstHead {
 struct WakesNobody;
 
 impl Mistake for WakesNobody {
-    fn finish(&mut self, model: &mut GateModel, id: &PermitId, wave: u64, signal: WaveSignal, delta: i64) -> Released {
+    fn finish(
+        &mut self,
+        model: &mut GateModel,
+        id: &PermitId,
+        wave: u64,
+        signal: WaveSignal,
+        delta: TokenDelta,
+    ) -> Released {
         Released { wake: None, ..model.finish(id, wave, signal, delta).unwrap_or_else(|e| match e {}) }
     }
 }

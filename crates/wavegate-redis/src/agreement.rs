@@ -267,6 +267,7 @@ fn disagreement(
                     .map(|(key, (id, count))| wavegate_core::Ask {
                         id: id.clone(),
                         tokens: tokens_of(key),
+                        output: 0,
                         waiting: *count,
                     })
                     .collect();
@@ -277,6 +278,7 @@ fn disagreement(
                         class: a.id.class().unwrap_or(""),
                         id: a.id.as_str(),
                         tokens: a.tokens,
+                        output: a.output,
                         waiting: a.waiting,
                     })
                     .collect();
@@ -328,7 +330,7 @@ fn disagreement(
                     _ => WaveSignal::RateLimited { retry_after: (delta % 2 == 0).then(|| Duration::from_millis(400)) },
                 };
                 let report = local.finish(&id, wave, signal, *delta, now);
-                let call = calls::finish(keys, &shared.config_args, (id.as_str(), ""), wave, signal, *delta);
+                let call = calls::finish(keys, &shared.config_args, (id.as_str(), ""), wave, signal, (*delta).into());
                 let reply = rows(eval(con, &scripts.finish, &call, now).map_err(at)?).map_err(at)?;
                 let lua = calls::read_finish(&reply, wave).map_err(|e| at(e.to_string()))?;
                 let rust = (report.held, report.rate_limit, report.transition, report.wake.clone());

@@ -13,7 +13,7 @@ use std::time::Duration;
 use redis::{Script, ScriptInvocation, Value};
 use wavegate_core::{
     Admission, BudgetStatus, DenyReason, Instance, LearnedLimit, LearnedLimitStatus, LearnedStatus, RateLimitEffect,
-    Transition, WaveSignal, WaveState, WindowReport, duration_ms,
+    TokenDelta, Transition, WaveSignal, WaveState, WindowReport, duration_ms,
 };
 
 use crate::error::StoreError;
@@ -21,7 +21,7 @@ use crate::keys::UpstreamKeys;
 
 /// How many config arguments every script but renew, report_window and heartbeat takes
 /// (`CONFIG_ARGS` in `lua/wave.lua`).
-pub(crate) const CONFIG_ARGS: usize = 14;
+pub(crate) const CONFIG_ARGS: usize = 16;
 
 /// One script call: its keys and arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,7 +66,16 @@ pub(crate) struct Head<'a> {
     pub(crate) class: &'a str,
     pub(crate) id: &'a str,
     pub(crate) tokens: u64,
+    /// Of `tokens`, the answer's output (the output budget; the rest is the input's).
+    pub(crate) output: u64,
     pub(crate) waiting: u32,
+}
+
+impl Head<'_> {
+    /// The cost as the script reads it: `<tokens>`, or `<tokens>:<output>` with an output part.
+    fn cost(&self) -> String {
+        if self.output == 0 { self.tokens.to_string() } else { format!("{}:{}", self.tokens, self.output) }
+    }
 }
 
 /// `acquire.lua`: the config, then the first head's id, the lease, its tokens, the instance
@@ -83,11 +92,11 @@ pub(crate) fn acquire<'a>(
 ) -> Call<'a> {
     let mut call = Call::with_config(&keys.waiting_script_keys(), config);
     let Some((first, rest)) = heads.split_first() else { return call };
-    call = call.arg(first.id).arg(duration_ms(lease)).arg(first.tokens).arg(instance).arg(generation);
+    call = call.arg(first.id).arg(duration_ms(lease)).arg(first.cost()).arg(instance).arg(generation);
     if classes {
         call = call.arg(first.class).arg(first.waiting);
         for head in rest {
-            call = call.arg(head.class).arg(head.id).arg(head.tokens).arg(head.waiting);
+            call = call.arg(head.class).arg(head.id).arg(head.cost()).arg(head.waiting);
         }
     }
     call
@@ -133,7 +142,7 @@ pub(crate) fn finish<'a>(
     (id, generation): (&str, &str),
     wave: u64,
     signal: WaveSignal,
-    token_delta: i64,
+    token_delta: TokenDelta,
 ) -> Call<'a> {
     let (outcome, retry_after) = match signal {
         WaveSignal::Success => ("success", String::new()),
@@ -148,7 +157,7 @@ pub(crate) fn finish<'a>(
         .arg(outcome)
         .arg(retry_after)
         .arg(&keys.wakes)
-        .arg(token_delta)
+        .arg(token_delta.to_arg())
         .arg(generation)
 }
 
@@ -250,8 +259,8 @@ pub struct SharedStatus {
 pub(crate) fn read_status(reply: &[Value]) -> Result<(SharedStatus, Vec<(u32, u32)>), StoreError> {
     const COMMAND: &str = "status";
     let r = Reply::new(COMMAND, reply);
-    if reply.len() < 18 || !reply.len().is_multiple_of(2) {
-        return Err(StoreError::unexpected(COMMAND, format!("{} fields, expected 18 and pairs", reply.len())));
+    if reply.len() < 22 || !reply.len().is_multiple_of(2) {
+        return Err(StoreError::unexpected(COMMAND, format!("{} fields, expected 22 and pairs", reply.len())));
     }
     let learned = |at: usize| -> Result<Option<LearnedLimitStatus>, StoreError> {
         if r.int(at)? < 0 {
@@ -260,7 +269,7 @@ pub(crate) fn read_status(reply: &[Value]) -> Result<(SharedStatus, Vec<(u32, u3
         let limit = LearnedLimit { limit: r.uint(at)?, window_ms: r.uint(at + 1)? };
         Ok(Some(LearnedLimitStatus::new(limit, Duration::from_millis(r.uint(at + 2)?))))
     };
-    let classes = (18..reply.len())
+    let classes = (22..reply.len())
         .step_by(2)
         .map(|at| Ok((r.u32(at)?, r.u32(at + 1)?)))
         .collect::<Result<Vec<_>, StoreError>>()?;
@@ -273,7 +282,7 @@ pub(crate) fn read_status(reply: &[Value]) -> Result<(SharedStatus, Vec<(u32, u3
         wave: r.uint(2)?,
         cooldown_remaining: Duration::from_millis(r.uint(3)?),
         in_flight: r.u32(7)?,
-        budgets: BudgetStatus::new(budget(8)?, budget(10)?),
+        budgets: BudgetStatus::new(budget(8)?, budget(10)?).with_split(budget(18)?, budget(20)?),
         learned: LearnedStatus::new(learned(12)?, learned(15)?),
     };
     Ok((status, classes))
@@ -474,8 +483,8 @@ mod tests {
         assert_eq!(config.len(), CONFIG_ARGS);
         let lease = Duration::from_secs(30);
         let heads = [
-            Head { class: "interactive", id: "interactive|alpha:1|-", tokens: 10, waiting: 2 },
-            Head { class: "batch", id: "batch|alpha:2|-", tokens: 10, waiting: 1 },
+            Head { class: "interactive", id: "interactive|alpha:1|-", tokens: 10, output: 0, waiting: 2 },
+            Head { class: "batch", id: "batch|alpha:2|-", tokens: 10, output: 0, waiting: 1 },
         ];
         let report = WindowReport {
             requests: Some(WindowLeft::fixed(5, 1_000)),
@@ -493,7 +502,7 @@ mod tests {
             (
                 "finish",
                 &s.finish,
-                finish(keys, config, ("x", ""), 1, WaveSignal::RateLimited { retry_after: None }, -3),
+                finish(keys, config, ("x", ""), 1, WaveSignal::RateLimited { retry_after: None }, (-3).into()),
                 true,
             ),
             ("status", &s.status, status(keys, config), true),
@@ -537,8 +546,8 @@ mod tests {
     fn a_reply_is_mapped_back_to_the_ask_it_names_and_an_unknown_one_is_unexpected() {
         let text = |s: &str| Value::BulkString(s.as_bytes().to_vec());
         let heads = [
-            Head { class: "interactive", id: "interactive|a:1|-", tokens: 100, waiting: 1 },
-            Head { class: "batch", id: "batch|a:2|-", tokens: 5_000, waiting: 1 },
+            Head { class: "interactive", id: "interactive|a:1|-", tokens: 100, output: 0, waiting: 1 },
+            Head { class: "batch", id: "batch|a:2|-", tokens: 5_000, output: 0, waiting: 1 },
         ];
         let denial = |id: &str| {
             vec![Value::Int(0), text("tokens_exceed_burst"), Value::Int(0), Value::Int(3), text(id), text("g")]
@@ -594,7 +603,7 @@ mod tests {
         let keys = crate::keys::Keyspace::default().upstream(&wavegate_core::UpstreamName::new("k").expect("valid"));
         let config = vec![String::new(); CONFIG_ARGS];
         let lease = Duration::from_secs(1);
-        let head = [Head { class: "", id: "x", tokens: 0, waiting: 1 }];
+        let head = [Head { class: "", id: "x", tokens: 0, output: 0, waiting: 1 }];
         let report = WindowReport { requests: None, tokens: None, limits: LearnedLimits::default() };
         // (the script's own body, its whole source, the keys the Rust side sends)
         let scripts = [
@@ -606,7 +615,7 @@ mod tests {
             (
                 include_str!("../../../lua/finish.lua"),
                 source::FINISH,
-                finish(&keys, &config, ("x", ""), 1, WaveSignal::Neutral, 0).keys.len(),
+                finish(&keys, &config, ("x", ""), 1, WaveSignal::Neutral, 0.into()).keys.len(),
             ),
             (include_str!("../../../lua/status.lua"), source::STATUS, status(&keys, &config).keys.len()),
             (include_str!("../../../lua/renew.lua"), source::RENEW, renew(&keys, (lease, ""), ["x"]).keys.len()),

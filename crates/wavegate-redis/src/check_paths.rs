@@ -68,11 +68,13 @@ impl Store {
         // A run before this one (the same instance id) left nothing held.
         classed.reconcile(&[], &every, lease, (0, 0)).await?;
         // Classes and tenants: a grant by the fleet-wide choice, two heads, one left waiting.
-        let asks =
-            [Ask { id: first.clone(), tokens: 10, waiting: 2 }, Ask { id: second.clone(), tokens: 10, waiting: 1 }];
+        let asks = [
+            Ask { id: first.clone(), tokens: 10, output: 0, waiting: 2 },
+            Ask { id: second.clone(), tokens: 10, output: 0, waiting: 1 },
+        ];
         classed.acquire(&asks, lease).await?;
         // At the limit: the heads wait on the list.
-        classed.acquire(&[Ask { id: lost.clone(), tokens: 10, waiting: 1 }], lease).await?;
+        classed.acquire(&[Ask { id: lost.clone(), tokens: 10, output: 0, waiting: 1 }], lease).await?;
         // The provider's windows and announced limits (roomy: nothing is held back).
         let report = WindowReport {
             requests: Some(WindowLeft { remaining: 1_000, reset_ms: 1_000, refills_to: Some(2_000) }),
@@ -92,7 +94,7 @@ impl Store {
         // An adoption after an outage, with its usage charged.
         classed.reconcile(&[adopted.as_str().to_owned()], &[], lease, (1, 10)).await?;
         // Without classes: a waiter at the limit, woken by the release.
-        plain.acquire(&[Ask { id: waiter.clone(), tokens: 10, waiting: 1 }], lease).await?;
+        plain.acquire(&[Ask { id: waiter.clone(), tokens: 10, output: 0, waiting: 1 }], lease).await?;
         plain.finish(&adopted, 1, WaveSignal::Neutral, 0).await?;
         classed.reconcile(&[], &every, lease, (0, 0)).await?;
         // The live settings: a change with an override's end, a read, a clear.

@@ -32,7 +32,7 @@
 //! let instance = Instance::random();
 //! let gate = SharedGate::new(store, upstream.name(), upstream.wave()).for_instance(instance.as_str());
 //! let id = PermitId::new(None, &instance, 42, None);
-//! let asked = [Ask { id: id.clone(), tokens: 0, waiting: 1 }];
+//! let asked = [Ask { id: id.clone(), tokens: 0, output: 0, waiting: 1 }];
 //! if let Decision::Granted { wave, .. } = gate.acquire(&asked, Duration::from_secs(30)).await? {
 //!     // ... call the provider ...
 //!     gate.finish(&id, wave, WaveSignal::Success, 0).await?;

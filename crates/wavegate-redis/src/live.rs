@@ -376,7 +376,7 @@ mod tests {
         let lease = Duration::from_secs(30);
         // Seven of the ten spent in both.
         for n in 0..7 {
-            let ask = [Ask { id: PermitId::new(None, &me, n, None), tokens: 0, waiting: 1 }];
+            let ask = [Ask { id: PermitId::new(None, &me, n, None), tokens: 0, output: 0, waiting: 1 }];
             runtime.block_on(gate.acquire(&ask, lease)).expect("acquire");
             local.acquire(&me, &ask, 30_000, 0);
         }

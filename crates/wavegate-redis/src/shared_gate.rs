@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use redis::Value;
 use wavegate_core::{
-    Admission, Ask, Budgets, Decision, PermitId, ProviderWindows, RateBudget, TrackedWindow, UpstreamConfig,
-    UpstreamName, WaveConfig, WaveSignal, WaveState, WindowReport, duration_ms,
+    Admission, Ask, Budgets, Decision, PermitId, ProviderWindows, RateBudget, TokenDelta, TrackedWindow,
+    UpstreamConfig, UpstreamName, WaveConfig, WaveSignal, WaveState, WindowReport, duration_ms,
 };
 
 use wavegate_core::priority::PriorityClass;
@@ -129,6 +129,7 @@ impl SharedGate {
         let rate = |b: Option<RateBudget>| b.map_or((0, 0), |b| (b.per_minute(), b.burst()));
         let (requests, requests_burst) = rate(budgets.requests);
         let (tokens, tokens_burst) = rate(budgets.tokens);
+        let split = |b: Option<RateBudget>| b.map_or(String::new(), |b| format!("{}:{}", b.per_minute(), b.burst()));
         let config_args = [
             wave.base_limit.to_string(),
             wave.probe_successes.to_string(),
@@ -143,6 +144,8 @@ impl SharedGate {
             duration_ms(wave.retest_after).to_string(),
             duration_ms(wave.retest_max).to_string(),
             wave.retest_rounds_max.to_string(),
+            split(budgets.input),
+            split(budgets.output),
             String::new(),
         ];
         Self {
@@ -246,6 +249,7 @@ impl SharedGate {
                 class: ask.id.class().or(self.default_class.as_deref()).unwrap_or(""),
                 id: ask.id.as_str(),
                 tokens: ask.tokens,
+                output: ask.output,
                 waiting: ask.waiting,
             })
             .collect();
@@ -278,7 +282,7 @@ impl SharedGate {
     /// [`acquire`](Self::acquire)).
     #[doc(hidden)]
     pub async fn acquire_text(&self, id: &str, lease: Duration, tokens: u64) -> Result<Acquired, StoreError> {
-        let head = Head { class: "", id, tokens, waiting: 1 };
+        let head = Head { class: "", id, tokens, output: 0, waiting: 1 };
         let (_, admission, in_flight) = self.acquire_heads(&[head], lease, false).await?;
         Ok(Acquired { admission, in_flight })
     }
@@ -292,22 +296,25 @@ impl SharedGate {
         asks: &[ClassAsk<'_>],
         lease: Duration,
     ) -> Result<(Acquired, Option<String>), StoreError> {
-        let heads: Vec<Head<'_>> =
-            asks.iter().map(|a| Head { class: a.class, id: a.id, tokens: a.tokens, waiting: a.waiting }).collect();
+        let heads: Vec<Head<'_>> = asks
+            .iter()
+            .map(|a| Head { class: a.class, id: a.id, tokens: a.tokens, output: 0, waiting: a.waiting })
+            .collect();
         let (index, admission, in_flight) = self.acquire_heads(&heads, lease, true).await?;
         Ok((Acquired { admission, in_flight }, Some(heads[index].id.to_owned())))
     }
 
     /// Releases permit `id` (idempotent), reports its outcome for `wave` and settles its
     /// token reservation: `token_delta` more tokens (negative: fewer) than reserved, on the
-    /// upstream's tokens budget and its class's. Says which process the release woke (the
+    /// upstream's tokens budget and its class's (its input and output parts on the input and
+    /// output budgets). Says which process the release woke (the
     /// twin of [`LocalGate::finish`](wavegate_core::LocalGate::finish); `lua/finish.lua`).
     pub async fn finish(
         &self,
         id: &PermitId,
         wave: u64,
         signal: WaveSignal,
-        token_delta: i64,
+        token_delta: impl Into<TokenDelta>,
     ) -> Result<Finished, StoreError> {
         self.finish_text(id.as_str(), wave, signal, token_delta).await
     }
@@ -320,11 +327,12 @@ impl SharedGate {
         id: &str,
         wave: u64,
         signal: WaveSignal,
-        token_delta: i64,
+        token_delta: impl Into<TokenDelta>,
     ) -> Result<Finished, StoreError> {
         const COMMAND: &str = "finish";
         let generation = self.generation();
-        let mut call = calls::finish(&self.keys, &self.config_args, (id, &generation), wave, signal, token_delta);
+        let mut call =
+            calls::finish(&self.keys, &self.config_args, (id, &generation), wave, signal, token_delta.into());
         self.send_live(&mut call);
         let reply: Vec<Value> = self.store.invoke(COMMAND, &call.invocation(&scripts().finish)).await?;
         calls::read_finish(&reply, wave)

@@ -60,9 +60,15 @@ fn rust(case: &CaseIn) -> String {
     let configured = RateBudget::new(case.configured.0, case.configured.1);
     let limit = (case.learned.0 > 0).then_some(LearnedLimit { limit: case.learned.0, window_ms: case.learned.1 });
     let (budgets, limits) = if case.tokens {
-        (Budgets { requests: None, tokens: configured }, LearnedLimits { requests: None, tokens: limit })
+        (
+            Budgets { requests: None, tokens: configured, ..Budgets::default() },
+            LearnedLimits { requests: None, tokens: limit },
+        )
     } else {
-        (Budgets { requests: configured, tokens: None }, LearnedLimits { requests: limit, tokens: None })
+        (
+            Budgets { requests: configured, tokens: None, ..Budgets::default() },
+            LearnedLimits { requests: limit, tokens: None },
+        )
     };
     let mut learned = LearnedBudgets::default();
     learned.report(limits, case.at_ms);

@@ -7,8 +7,8 @@ use std::time::Duration;
 use tokio::runtime::Runtime;
 use wavegate_core::spec::{ModelStatus, Released, SpecCase, WaveModel, cases, run_case};
 use wavegate_core::{
-    Ask, Budgets, Decision, Instance, LiveSetting, LiveSettings, LiveValue, PermitId, UpstreamName, WaveSignal,
-    WindowReport,
+    Ask, Budgets, Decision, Instance, LiveSetting, LiveSettings, LiveValue, PermitId, TokenDelta, UpstreamName,
+    WaveSignal, WindowReport,
 };
 use wavegate_redis::{SharedGate, Store, StoreConfig, StoreError};
 use wavegate_testkit::RedisServer;
@@ -41,7 +41,13 @@ impl WaveModel for LuaModel {
         self.runtime.block_on(gate.acquire(asks, self.lease))
     }
 
-    fn finish(&mut self, id: &PermitId, wave: u64, signal: WaveSignal, delta: i64) -> Result<Released, StoreError> {
+    fn finish(
+        &mut self,
+        id: &PermitId,
+        wave: u64,
+        signal: WaveSignal,
+        delta: TokenDelta,
+    ) -> Result<Released, StoreError> {
         let finished = self.runtime.block_on(self.gate.finish(id, wave, signal, delta))?;
         Ok(Released { held: finished.held, wake: finished.wake })
     }
@@ -220,7 +226,7 @@ fn a_state_flushed_under_a_process_is_refused_as_lost_until_it_reconciles() {
     let lease = Duration::from_secs(3);
     let me = Instance::new("alpha").expect("instance");
     let held = PermitId::new(None, &me, 1, None);
-    let granted = runtime.block_on(gate.acquire(&[Ask { id: held.clone(), tokens: 0, waiting: 1 }], lease));
+    let granted = runtime.block_on(gate.acquire(&[Ask { id: held.clone(), tokens: 0, output: 0, waiting: 1 }], lease));
     assert!(matches!(granted, Ok(Decision::Granted { .. })), "{granted:?}");
     assert!(!gate.generation().is_empty(), "the first reply tells the generation");
     let mut con = server.connection().expect("connection");
@@ -232,7 +238,7 @@ fn a_state_flushed_under_a_process_is_refused_as_lost_until_it_reconciles() {
         Ok(()) => panic!("{what}: served against a flushed state"),
     };
     lost(
-        runtime.block_on(gate.acquire(&[Ask { id: other.clone(), tokens: 0, waiting: 1 }], lease)).map(drop),
+        runtime.block_on(gate.acquire(&[Ask { id: other.clone(), tokens: 0, output: 0, waiting: 1 }], lease)).map(drop),
         "acquire",
     );
     lost(runtime.block_on(gate.renew(std::slice::from_ref(&held), lease)).map(drop), "renew");
@@ -247,7 +253,7 @@ fn a_state_flushed_under_a_process_is_refused_as_lost_until_it_reconciles() {
         .expect("reconcile");
     assert_eq!((reconciled.state, reconciled.limit, reconciled.in_flight), (WaveState::Degraded, 2, 1));
     assert_ne!(gate.generation(), before, "the reconciliation tells the new generation");
-    let next = runtime.block_on(gate.acquire(&[Ask { id: other, tokens: 0, waiting: 1 }], lease));
+    let next = runtime.block_on(gate.acquire(&[Ask { id: other, tokens: 0, output: 0, waiting: 1 }], lease));
     assert!(matches!(next, Ok(Decision::Granted { limit: 2, .. })), "served again after the reconciliation: {next:?}");
     let status = runtime.block_on(gate.status()).expect("status");
     assert_eq!((status.state, status.limit, status.in_flight), (WaveState::Degraded, 2, 2));

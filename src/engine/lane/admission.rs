@@ -65,6 +65,7 @@ impl Lane {
             deadline: wait_until,
             reply,
             tokens: request.tokens,
+            output: request.output.min(request.tokens),
             class,
             tenant: request.tenant,
             ticket: Some(ticket),
@@ -109,6 +110,18 @@ impl Lane {
         {
             let burst = u64::from(budget.burst());
             return Err(Error::insufficient_capacity(name, Budget::TokensPerMinute, request.tokens, burst));
+        }
+        let output = request.output.min(request.tokens);
+        let parts = [
+            (self.config.budgets().input, request.tokens - output, Budget::InputTokensPerMinute),
+            (self.config.budgets().output, output, Budget::OutputTokensPerMinute),
+        ];
+        for (budget, part, which) in parts {
+            if let Some(budget) = budget
+                && part > u64::from(budget.burst())
+            {
+                return Err(Error::insufficient_capacity(name, which, part, u64::from(budget.burst())));
+            }
         }
         if let Some(retry_after) = self.quota.remaining() {
             return Err(Error::quota_exhausted(name, 0, retry_after));

@@ -127,7 +127,7 @@ impl Handler<Reconcile> for Lane {
                     if reconciled.state != WaveState::Cooldown && (always || reconciled.state == WaveState::Normal) =>
                 {
                     let signal = WaveSignal::RateLimited { retry_after };
-                    Some(store::finish(&gate, carrier, reconciled.wave, signal, 0).await.map(|_| ()))
+                    Some(store::finish(&gate, carrier, reconciled.wave, signal, 0.into()).await.map(|_| ()))
                 }
                 _ => None,
             };
@@ -201,7 +201,7 @@ impl Lane {
             if wave >= self.last_shared.wave {
                 let carrier = PermitId::new(None, &self.instance, 0, None);
                 let signal = WaveSignal::RateLimited { retry_after };
-                let released = gate.release(&self.instance, &carrier, entry_wave, signal, 0, now_ms);
+                let released = gate.release(&self.instance, &carrier, entry_wave, signal, 0.into(), now_ms);
                 if matches!(released.rate_limit, Some(wavegate_core::RateLimitEffect::Cut { .. })) {
                     rate_limited = Some(retry_after);
                 }
@@ -233,7 +233,7 @@ impl Lane {
             if release.wave >= self.last_shared.wave {
                 let signal = WaveSignal::RateLimited { retry_after };
                 let entry_wave = self.outage.entry_wave;
-                let released = self.local.release(&self.instance, &release.id, entry_wave, signal, 0, now_ms);
+                let released = self.local.release(&self.instance, &release.id, entry_wave, signal, 0.into(), now_ms);
                 if matches!(released.rate_limit, Some(wavegate_core::RateLimitEffect::Cut { .. })) {
                     self.outage.rate_limited = Some(retry_after);
                 }
@@ -314,7 +314,7 @@ impl Lane {
             return;
         }
         for id in std::mem::take(&mut self.late_drops) {
-            self.drop_registration(id, 0, ctx);
+            self.drop_registration(id, (0, 0), ctx);
         }
         for finish in std::mem::take(&mut self.deferred) {
             self.finish(finish, ctx);

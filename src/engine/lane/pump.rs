@@ -73,7 +73,9 @@ impl Lane {
                 self.waiters.heads(now)
             } else {
                 let head = self.waiters.head_of(0, now);
-                head.map(|w| Ask { id: w.id.clone(), tokens: w.tokens, waiting: 1 }).into_iter().collect()
+                head.map(|w| Ask { id: w.id.clone(), tokens: w.tokens, output: w.output, waiting: 1 })
+                    .into_iter()
+                    .collect()
             };
             let asked = asks.clone();
             let lease = self.config.permit_ttl();
@@ -137,15 +139,15 @@ impl Lane {
         match result {
             Ok(Decision::Denied { .. }) => {}
             Ok(Decision::Granted { id, .. }) => {
-                let tokens = asked.iter().find(|ask| ask.id == id).map_or(0, |ask| ask.tokens);
-                self.drop_registration(id, tokens, ctx);
+                let reserved = asked.iter().find(|ask| ask.id == id).map_or((0, 0), |ask| (ask.tokens, ask.output));
+                self.drop_registration(id, reserved, ctx);
             }
             Err(_) => {
                 // At most one of several heads asked for can have been charged, and which is
                 // unknown: refund none rather than all.
                 let several = asked.len() > 1;
                 for ask in asked {
-                    self.drop_registration(ask.id, if several { 0 } else { ask.tokens }, ctx);
+                    self.drop_registration(ask.id, if several { (0, 0) } else { (ask.tokens, ask.output) }, ctx);
                 }
             }
         }
@@ -178,8 +180,8 @@ impl Lane {
                 self.blocked_until = None;
                 self.window_until = None;
                 self.heard = None;
-                let tokens = asked.iter().find(|ask| ask.id == id).map_or(0, |ask| ask.tokens);
-                self.grant(GrantInfo::granted(id, wave, state, limit, tokens), ctx);
+                let reserved = asked.iter().find(|ask| ask.id == id).map_or((0, 0), |ask| (ask.tokens, ask.output));
+                self.grant(GrantInfo::granted(id, wave, state, limit, reserved), ctx);
                 true
             }
             Decision::Denied { reason: DenyReason::Cooldown, retry_after_ms, in_flight, .. } => {

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use actix::{ActorFutureExt, AsyncContext, Context, WrapFuture};
-use wavegate_core::{Clock, DenyReason, PermitId, RateLimitEffect, WaveSignal, WindowReport};
+use wavegate_core::{Clock, DenyReason, PermitId, RateLimitEffect, TokenDelta, WaveSignal, WindowReport};
 
 use super::actor::Lane;
 use crate::engine::clock::Instant;
@@ -28,7 +28,7 @@ pub(super) struct Release {
     pub(super) id: PermitId,
     pub(super) wave: u64,
     pub(super) signal: WaveSignal,
-    pub(super) token_delta: i64,
+    pub(super) token_delta: TokenDelta,
     /// Only a registration that may exist (no call ran under it here): finding nothing to
     /// release is then no news.
     pub(super) registration_only: bool,
@@ -68,7 +68,8 @@ impl Lane {
             self.report_window(finish.id.clone(), report, finish.tokens_reserved, ctx);
         }
         self.record_classes();
-        if finish.token_delta < 0 && self.heard.is_some_and(|(_, heard)| heard.reason == DenyReason::TokenBudget) {
+        if finish.token_delta.total < 0 && self.heard.is_some_and(|(_, heard)| heard.reason == DenyReason::TokenBudget)
+        {
             // Tokens come back: the tokens budget may have room before the wait it gave.
             self.blocked_until = None;
             self.heard = None;
@@ -138,7 +139,7 @@ impl Lane {
                     }
                 } else if self.mode == Mode::Fallback {
                     // The outage's usage, charged to the store at the reconciliation.
-                    self.outage.tokens += release.token_delta;
+                    self.outage.tokens += release.token_delta.total;
                     if let (Some(RateLimitEffect::Cut { .. }), WaveSignal::RateLimited { retry_after }) =
                         (released.rate_limit, release.signal)
                     {
@@ -219,10 +220,11 @@ impl Lane {
     /// fallback it goes on the list of registrations the reconciliation drops; in shared mode it
     /// is released at once (giving back `tokens` reserved with it). A permit held here under the
     /// same id is left alone (the reconciliation adopts it; its release removes it).
-    pub(super) fn drop_registration(&mut self, id: PermitId, tokens: u64, ctx: &mut Context<Self>) {
+    pub(super) fn drop_registration(&mut self, id: PermitId, (tokens, output): (u64, u64), ctx: &mut Context<Self>) {
         if self.gate.is_shared() && !self.reconciling {
             if !self.held.contains_key(&id) {
-                let token_delta = -i64::try_from(tokens).unwrap_or(i64::MAX);
+                let back = |n: u64| -i64::try_from(n).unwrap_or(i64::MAX);
+                let token_delta = TokenDelta::new(back(tokens), back(output.min(tokens)));
                 let release =
                     Release { id, wave: 0, signal: WaveSignal::Neutral, token_delta, registration_only: true };
                 self.release(release, 0, ctx);
@@ -281,7 +283,7 @@ impl Lane {
                     );
                 }
                 for id in ended {
-                    act.drop_registration(id, 0, ctx);
+                    act.drop_registration(id, (0, 0), ctx);
                 }
             }
             Err(error) => {
@@ -292,7 +294,7 @@ impl Lane {
                 if outage {
                     let ended: Vec<PermitId> = ids.into_iter().filter(|id| !act.held.contains_key(id)).collect();
                     for id in ended {
-                        act.drop_registration(id, 0, ctx);
+                        act.drop_registration(id, (0, 0), ctx);
                     }
                 }
             }

@@ -54,7 +54,7 @@ impl Lane {
         let class_name = self.config.classes().get(class).map(|c| c.name());
         let tenant = tenant.filter(|_| class_name.is_some());
         let id = wavegate_core::PermitId::new(class_name, &self.instance, self.sequence, tenant);
-        let info = GrantInfo { at_once: true, ..GrantInfo::granted(id, wave, state, limit, tokens) };
+        let info = GrantInfo { at_once: true, ..GrantInfo::granted(id, wave, state, limit, (tokens, 0)) };
         let (finished, finish) = oneshot::channel();
         let pass = Grant::shadow(info, finished, self.config.cancelled_call_hold());
         let (ghost_reply, granted) = oneshot::channel();

@@ -32,6 +32,8 @@ pub(crate) struct Waiter {
     pub(crate) reply: oneshot::Sender<Result<Grant, Error>>,
     /// Tokens to reserve.
     pub(crate) tokens: u64,
+    /// Of `tokens`, the answer's output (the output budget).
+    pub(crate) output: u64,
     /// Its priority class (index in the upstream's classes; 0 without classes).
     pub(crate) class: usize,
     /// Its tenant within the class, if it names one.
@@ -213,6 +215,7 @@ impl Waiters {
         let ask = |waiter: &Waiter, waiting: usize| Ask {
             id: waiter.id.clone(),
             tokens: waiter.tokens,
+            output: waiter.output,
             waiting: u32::try_from(waiting).unwrap_or(u32::MAX),
         };
         for class in 0..self.queues.len() {
@@ -317,6 +320,7 @@ mod tests {
             deadline: now + Duration::from_secs(60),
             reply,
             tokens: 0,
+            output: 0,
             class,
             tenant: tenant.map(TenantTag::of),
             ticket: None,

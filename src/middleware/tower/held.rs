@@ -94,7 +94,7 @@ where
                 Ok(response) => {
                     let mut hold = Hold::of_attempt(permit, outcome, ends);
                     if !is_streamed(response.headers(), response.body().size_hint().exact()) {
-                        hold.finish(None);
+                        hold.finish(None, None);
                     }
                     Ok(response.map(|body| HeldBody::new(body, meter, hold)))
                 }

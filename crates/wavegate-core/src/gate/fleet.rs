@@ -91,6 +91,8 @@ pub(crate) struct Head<'a> {
     /// The class name sent with it (`''` without classes).
     pub(crate) class: &'a str,
     pub(crate) tokens: u64,
+    /// Of `tokens`, the answer's output (the input and output budgets).
+    pub(crate) output: u64,
     pub(crate) waiting: u32,
 }
 

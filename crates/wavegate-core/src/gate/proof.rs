@@ -24,7 +24,7 @@ impl LocalGate {
     /// let config = UpstreamConfig::builder("llm").limit(5).requests_per_minute(60, 1).build()?;
     /// let mut gate = LocalGate::for_upstream(&config);
     /// let me = Instance::new("me").unwrap();
-    /// let ask = [Ask { id: PermitId::new(None, &me, 1, None), tokens: 0, waiting: 1 }];
+    /// let ask = [Ask { id: PermitId::new(None, &me, 1, None), tokens: 0, output: 0, waiting: 1 }];
     /// assert!(gate.acquire(&me, &ask, 30_000, 0).is_granted());
     /// // One request a second, burst 1: the next cannot come before 1 s.
     /// let hold = gate.proven_hold(0, Some(0), 0).expect("a proof");
@@ -61,7 +61,7 @@ mod tests {
     use crate::{Ask, DenyReason, Instance, LocalGate, PermitId, UpstreamConfig, WaveSignal, WindowReport};
 
     fn ask(me: &Instance, n: u64, tokens: u64) -> [Ask; 1] {
-        [Ask { id: PermitId::new(None, me, n, None), tokens, waiting: 1 }]
+        [Ask { id: PermitId::new(None, me, n, None), tokens, output: 0, waiting: 1 }]
     }
 
     #[test]

@@ -104,7 +104,7 @@ impl FallbackCase {
         for (n, ask) in self.asks.iter().enumerate() {
             let id = PermitId::new(ask.class, &instance, n as u64 + 1, None);
             let at = now + ask.after_ms;
-            let asked = [Ask { id: id.clone(), tokens: ask.tokens, waiting: 1 }];
+            let asked = [Ask { id: id.clone(), tokens: ask.tokens, output: 0, waiting: 1 }];
             let got = match gate.acquire(&instance, &asked, 60_000, at) {
                 Decision::Granted { wave, .. } => {
                     gate.finish(&id, wave, WaveSignal::Neutral, 0, at);
@@ -169,7 +169,7 @@ fn fleet_of_20(name: &'static str, builder: UpstreamConfigBuilder, asks: Vec<Fal
     FallbackCase {
         config,
         expect: FallbackExpect {
-            budgets: Budgets { requests: None, tokens: budget(10_000, 800) },
+            budgets: Budgets { requests: None, tokens: budget(10_000, 800), ..Budgets::default() },
             available: (None, Some(800)),
             class_bursts,
             ..case("", Some(20), 2, 20).expect
@@ -214,7 +214,7 @@ pub fn fallback_cases() -> Vec<FallbackCase> {
         FallbackCase {
             config: upstream(budgets.clone()),
             expect: FallbackExpect {
-                budgets: Budgets { requests: budget(150, 5), tokens: budget(15_000, 2_500) },
+                budgets: Budgets { requests: budget(150, 5), tokens: budget(15_000, 2_500), ..Budgets::default() },
                 available: (Some(5), Some(2_500)),
                 ..case("", Some(4), 2, 4).expect
             },
@@ -224,7 +224,7 @@ pub fn fallback_cases() -> Vec<FallbackCase> {
             start: FallbackStart { live: Some(4), learned, ..FallbackStart::default() },
             expect: FallbackExpect {
                 // 100 a minute learned, a quarter of it: 25 a minute, bursts of 25.
-                budgets: Budgets { requests: budget(25, 25), tokens: None },
+                budgets: Budgets { requests: budget(25, 25), tokens: None, ..Budgets::default() },
                 available: (Some(25), None),
                 ..case("", Some(4), 2, 4).expect
             },
@@ -238,7 +238,7 @@ pub fn fallback_cases() -> Vec<FallbackCase> {
                 ..FallbackStart::default()
             },
             expect: FallbackExpect {
-                budgets: Budgets { requests: budget(150, 5), tokens: budget(15_000, 2_500) },
+                budgets: Budgets { requests: budget(150, 5), tokens: budget(15_000, 2_500), ..Budgets::default() },
                 // Charged as they happened: 3 requests (100 ms at 2.5 a second gave none
                 // back) and 1,500 tokens (100 ms at 250 a second gave 25 back).
                 available: (Some(2), Some(1_025)),
@@ -259,7 +259,7 @@ pub fn fallback_cases() -> Vec<FallbackCase> {
                 ..FallbackStart::default()
             },
             expect: FallbackExpect {
-                budgets: Budgets { requests: budget(150, 5), tokens: budget(15_000, 2_500) },
+                budgets: Budgets { requests: budget(150, 5), tokens: budget(15_000, 2_500), ..Budgets::default() },
                 available: (Some(5), Some(2_500)),
                 ..case("", Some(4), 2, 4).expect
             },
@@ -379,7 +379,7 @@ pub fn fallback_cases() -> Vec<FallbackCase> {
         FallbackCase {
             config: upstream(budgets.clone().class("interactive", 3).class("batch", 1).class_budget("batch", 50)),
             expect: FallbackExpect {
-                budgets: Budgets { requests: budget(150, 5), tokens: budget(15_000, 2_500) },
+                budgets: Budgets { requests: budget(150, 5), tokens: budget(15_000, 2_500), ..Budgets::default() },
                 available: (Some(5), Some(2_500)),
                 // The largest estimates: the fleet's burst, and the capped class's share of it
                 // (above the process's shares, 2,500 and 1,250, they are taken in debt).
@@ -432,7 +432,7 @@ pub fn fallback_cases() -> Vec<FallbackCase> {
             start: FallbackStart { live: Some(20), learned: learned_tokens(), ..FallbackStart::default() },
             expect: FallbackExpect {
                 // 8,000 a minute learned, a twentieth: 400 a minute, bursts of 400.
-                budgets: Budgets { requests: None, tokens: budget(400, 400) },
+                budgets: Budgets { requests: None, tokens: budget(400, 400), ..Budgets::default() },
                 available: (None, Some(400)),
                 ..fleet_of_20("", UpstreamConfig::builder("llm"), Vec::new()).expect
             },

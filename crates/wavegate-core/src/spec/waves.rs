@@ -29,6 +29,11 @@ fn finish(permit: &'static str, signal: SpecSignal) -> Step {
     Step::Finish { permit, wave: None, signal, token_delta: 0, held: true, wakes: Wakes::Unchecked }
 }
 
+fn split(permit: &'static str, tokens: u64, output: u64) -> Step {
+    let expect = Expect::Granted { wave: 1, state: WaveState::Normal, limit: 10 };
+    Step::AcquireSplit { permit, tokens, output, expect }
+}
+
 fn settle(permit: &'static str, token_delta: i64) -> Step {
     Step::Finish { permit, wave: None, signal: SpecSignal::Success, token_delta, held: true, wakes: Wakes::Unchecked }
 }
@@ -153,6 +158,8 @@ pub(super) fn case(name: &'static str, steps: Vec<Step>) -> SpecCase {
         lease_ms: LEASE_MS,
         requests_per_minute: None,
         tokens_per_minute: None,
+        input_per_minute: None,
+        output_per_minute: None,
         recovery: Recovery::Seed,
         retest_ms: (200, 800),
         classes: Vec::new(),
@@ -440,6 +447,33 @@ pub(super) fn cases() -> Vec<SpecCase> {
                     denied("D", 1_001, Expect::DeniedTooLarge),
                     Step::Advance { ms: 320 },
                     with_tokens("C", 500),
+                ],
+            )
+        },
+        SpecCase {
+            // 1 input token a ms (burst 10,000), 1 output token per 10 ms (burst 2,000).
+            input_per_minute: Some((60_000, 10_000)),
+            output_per_minute: Some((6_000, 2_000)),
+            ..case(
+                "input and output: each part reserved from its own budget, settled apart; either can refuse",
+                vec![
+                    // 10,000 in and 2,000 out: both bursts, each whole (one tokens budget of
+                    // 12,000 would have had to hold both).
+                    split("A", 12_000, 2_000),
+                    // Output spent: 100 more wait for 1 s; input alone would have fitted.
+                    Step::AcquireSplit { permit: "B", tokens: 100, output: 100, expect: Expect::DeniedTokens },
+                    // A used 10,200 in and 300 out: 1,700 output back, 200 input more.
+                    Step::FinishSplit { permit: "A", token_delta: -1_500, output_delta: -1_700 },
+                    // The output has room; the input is 200 in debt: even 0 of it waits 200 ms.
+                    Step::AcquireSplit { permit: "B", tokens: 100, output: 100, expect: Expect::DeniedTokens },
+                    Step::Advance { ms: 190 },
+                    Step::AcquireSplit { permit: "B", tokens: 100, output: 100, expect: Expect::DeniedTokens },
+                    Step::Advance { ms: 10 },
+                    split("B", 100, 100),
+                    // An output part above the output burst never fits, whatever the input.
+                    Step::AcquireSplit { permit: "C", tokens: 2_500, output: 2_001, expect: Expect::DeniedTooLarge },
+                    // An input part above the input burst neither.
+                    Step::AcquireSplit { permit: "C", tokens: 10_001, output: 0, expect: Expect::DeniedTooLarge },
                 ],
             )
         },
