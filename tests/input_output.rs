@@ -173,3 +173,25 @@ async fn the_output_given_back_at_settlement_is_spendable_at_once() {
         started.elapsed()
     );
 }
+
+#[actix::test]
+async fn output_given_back_in_another_process_is_seen_within_half_a_second() {
+    // 10 output tokens a second, 200 at once: a refusal for 100 more says 10 s.
+    let config = UpstreamConfig::builder("claude").output_tokens_per_minute(600, 200).build().expect("config");
+    let redis = RedisServer::start().expect("redis-server");
+    let build = || Scheduler::builder().upstream(config.clone()).redis(redis.url()).build().expect("scheduler");
+    let (a, b) = (build(), build());
+    let holder = a.upstream("claude").expect("claude").request().tokens(200).output_tokens(200).acquire().await;
+    let holder = holder.expect("the whole output burst");
+    let claude = b.upstream("claude").expect("claude");
+    let asked = Instant::now();
+    let waiter = actix::spawn(async move { claude.request().tokens(100).output_tokens(100).acquire().await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The call in the other process produced nothing: all 200 come back.
+    let given_back = Instant::now();
+    holder.report_usage_parts(success(), 0, 0);
+    let permit = waiter.await.expect("the task").expect("granted once the output came back");
+    let after = given_back.elapsed();
+    assert!(after < Duration::from_millis(900), "seen {after:?} after the refund ({:?} after asking)", asked.elapsed());
+    permit.succeeded();
+}

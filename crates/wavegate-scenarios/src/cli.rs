@@ -29,7 +29,7 @@ usage: wavegate-scenarios [--quick] [options]
                         cap-20ms, cap-200ms, cap-2s, cap-plain-429, cap-moves, nginx, rate-window,
                         provider-headers, provider-headers-anthropic, pool-3-keys, learned-tighter,
                         learned-looser, no-cap, openai-like, openai-like-budgets, openai-like-stream,
-                        openai-like-stream-over-cap, anthropic-like
+                        openai-like-stream-over-cap, anthropic-like, anthropic-like-budgets
   --strategy NAME       run only this strategy (repeatable): naive, semaphore, wavegate-seed,
                         wavegate-adaptive, oracle (default: each scenario's own list)
   --repeat N            run each scenario N times and report the median ratios (default 1)

@@ -490,6 +490,20 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
         compare: &["oracle", "wavegate-adaptive"],
         ..BASE
     },
+    Scenario {
+        name: "anthropic-like-budgets",
+        title: "anthropic-like with wavegate's budgets configured as the guide advises: requests_per_minute(50, 49), \
+                input_tokens_per_minute(50_000, 49_000), output_tokens_per_minute(8_000, 7_840) (each burst 98 % of \
+                the provider's bucket), each call's max_tokens its output part, settled from the answer's usage",
+        capacity: 0,
+        bucket: Some(Bucket { budgets: Some((50, 49, 50_000, 49_000)), ..ANTHROPIC_LIKE }),
+        limit: 32,
+        jobs: Some(24),
+        service_ms: Some((500, 3_000)),
+        callers: Some(25),
+        compare: &["oracle", "wavegate-adaptive"],
+        ..BASE
+    },
 ];
 
 /// The provider of the `openai-like` scenarios (issue 23's targets).

@@ -229,10 +229,31 @@ async fn run(
             if env.rpm > 0 {
                 config = config.requests_per_minute(env.rpm, crate::scenario::Announced::configured_burst(env.rpm));
             }
-            if let Some((rpm, rpm_burst, tpm, tpm_burst)) = env.bucket.and_then(|b| b.budgets) {
-                // The provider keeps prompt + max_tokens charged, as the guide says to declare.
-                config =
-                    config.requests_per_minute(rpm, rpm_burst).tokens_per_minute(tpm, tpm_burst).keeps_estimate(true);
+            match env.bucket {
+                Some(b) if b.is_anthropic() => {
+                    if let Some((rpm, rpm_burst, itpm, itpm_burst)) = b.budgets {
+                        // Input and output apart, as the guide says; the output's burst the
+                        // same share of its bucket as the input's.
+                        let otpm_burst =
+                            u32::try_from(u64::from(b.otpm) * u64::from(itpm_burst) / u64::from(itpm.max(1)))
+                                .unwrap_or(b.otpm);
+                        config = config
+                            .requests_per_minute(rpm, rpm_burst)
+                            .input_tokens_per_minute(itpm, itpm_burst)
+                            .output_tokens_per_minute(b.otpm, otpm_burst);
+                    }
+                }
+                Some(b) => {
+                    if let Some((rpm, rpm_burst, tpm, tpm_burst)) = b.budgets {
+                        // The provider keeps prompt + max_tokens charged, as the guide says to
+                        // declare.
+                        config = config
+                            .requests_per_minute(rpm, rpm_burst)
+                            .tokens_per_minute(tpm, tpm_burst)
+                            .keeps_estimate(true);
+                    }
+                }
+                None => {}
             }
             let config = config.build().map_err(|e| format!("config: {e}"))?;
             let url = env.redis_url.clone().ok_or("wavegate needs WORKER_REDIS_URL")?;
@@ -356,6 +377,23 @@ async fn get(provider: SocketAddr, id: u64, tokens: &str, key: &str) -> std::io:
 
 /// What a provider's answer means to wavegate: its status, every rate-limit header it sent
 /// and its body's error code (`Outcome::from_signals`); a failed exchange is a connect error.
+/// With `true`, the usage a served answer's body reports (Anthropic's message: `usage` with
+/// `input_tokens` and `output_tokens`), else (or with `false`: OpenAI's buckets keep the
+/// estimate charged) the reservation.
+struct BodyUsage(bool);
+
+impl wavegate::Meter<HttpReply> for BodyUsage {
+    fn tokens_used(&self, reply: &HttpReply, reserved: u64) -> u64 {
+        if !self.0 {
+            return reserved;
+        }
+        // The body is one JSON message: read as the data of one event.
+        let mut usage = wavegate::SseUsage::new();
+        usage.feed(format!("data: {}\n\n", reply.body).as_bytes());
+        usage.usage().map_or(reserved, |u| u.tokens())
+    }
+}
+
 fn classify(result: &Result<HttpReply, Outcome>) -> Outcome {
     match result {
         Ok(reply) => {
@@ -597,10 +635,15 @@ async fn run_job(
                 return log;
             }
             let upstream = scheduler.upstream(UPSTREAM).expect("configured");
+            // Anthropic's output is its own budget: `max_tokens` of the estimate, settled from
+            // the answer's usage (Anthropic gives back what was not produced).
+            let output = bucket.filter(|b| b.is_anthropic()).map_or(0, |b| b.max_tokens_of(id));
             let result = upstream
                 .request()
                 .tokens(tokens)
+                .output_tokens(output)
                 .classify(classify)
+                .meter(BodyUsage(output > 0))
                 .call(move |_attempt| {
                     let (a, r, s) = (a.clone(), r.clone(), s.clone());
                     async move {

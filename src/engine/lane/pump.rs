@@ -36,6 +36,11 @@ const COOLDOWN_JITTER: Duration = Duration::from_millis(50);
 /// The longest a lane refused by the provider's window waits before it looks at the window
 /// again: another process's answer may have shortened it, or an operator cleared it.
 const WINDOW_LOOK_AGAIN: Duration = Duration::from_secs(1);
+/// The longest a lane refused by a tokens budget (tokens, input or output) waits before it asks
+/// again, when the upstream settles to the usage: the calls running elsewhere in the fleet give
+/// back what they did not use when they end, and the wait the store told was computed without
+/// it. (A refund in this process asks again at once.)
+const TOKENS_LOOK_AGAIN: Duration = Duration::from_millis(500);
 /// How far back this process's own grants are remembered for its next fallback's budgets (the
 /// budgets are per minute), and at most how many.
 const RECENT_GRANTS: (Duration, usize) = (Duration::from_secs(60), 4_096);
@@ -228,6 +233,8 @@ impl Lane {
                 let wait = if reason == DenyReason::ProviderWindow {
                     self.window_until = Some(now + exact);
                     exact.min(WINDOW_LOOK_AGAIN)
+                } else if reason == DenyReason::TokenBudget && !self.config.keeps_estimate() {
+                    exact.min(TOKENS_LOOK_AGAIN)
                 } else {
                     exact
                 } + jittered(BUDGET_JITTER);
