@@ -118,7 +118,7 @@ pub(crate) struct Lane {
     pub(super) rejoin_cap: Option<(Instant, usize)>,
     /// This process's grants (when, tokens) over the last minute, when there are rate budgets:
     /// a fallback gate starts with them charged.
-    pub(super) recent_grants: VecDeque<(u64, u64)>,
+    pub(super) recent_grants: VecDeque<(u64, u64, u64)>,
     /// The gauges, as last written.
     pub(super) gauges: Gauges,
     /// This process's recent grants, for the status's expected wait.

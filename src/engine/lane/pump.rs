@@ -262,7 +262,7 @@ impl Lane {
             self.last_shared.state = Some((info.state, info.limit));
             self.last_shared.wave = info.wave;
         }
-        self.remember_grant(now_ms, info.tokens);
+        self.remember_grant(now_ms, (info.tokens, info.output));
         if self.mode == Mode::Fallback {
             self.outage.granted += 1;
             self.outage.tokens += i64::try_from(info.tokens).unwrap_or(i64::MAX);
@@ -306,17 +306,17 @@ impl Lane {
     }
 
     /// Remembers a grant for the next fallback's budgets (when there are rate budgets).
-    fn remember_grant(&mut self, now_ms: u64, tokens: u64) {
+    fn remember_grant(&mut self, now_ms: u64, (tokens, output): (u64, u64)) {
         let (budgets, _, _) = self.local.budgets(now_ms);
         if budgets == wavegate_core::Budgets::default() {
             return;
         }
         let (memory, most) = RECENT_GRANTS;
         let since = now_ms.saturating_sub(duration_ms(memory));
-        while self.recent_grants.front().is_some_and(|(at, _)| *at < since) || self.recent_grants.len() >= most {
+        while self.recent_grants.front().is_some_and(|(at, _, _)| *at < since) || self.recent_grants.len() >= most {
             self.recent_grants.pop_front();
         }
-        self.recent_grants.push_back((now_ms, tokens));
+        self.recent_grants.push_back((now_ms, tokens, output));
     }
 
     /// Answers a waiter with `error`; its breaker ticket goes back unused.

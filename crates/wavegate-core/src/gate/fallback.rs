@@ -11,7 +11,7 @@
 //! 2. **the budgets' share**: the configured rate budgets, the classes' own shares of them and
 //!    the limits learned from the provider are all divided by the same number of processes;
 //! 3. **recent grants charged**: this process's grants of the last minute are charged to its
-//!    share as they happened, so a switch (or a flapping store) hands out no fresh burst;
+//!    share as they happened (to the input and output budgets too), so a switch (or a flapping store) hands out no fresh burst;
 //! 4. **a shared cooldown in force goes on**: COOLDOWN for the rest of it, at half the share
 //!    (at least 1), the threshold there;
 //! 5. **a recovery in progress goes on** (PROBE, DEGRADED): at the share of its limit,
@@ -38,7 +38,7 @@ use crate::gcra::Budgets;
 use crate::learned_limit::LearnedBudgets;
 use crate::wave::WaveState;
 
-use super::LocalGate;
+use super::{LocalGate, split};
 
 /// What a process last saw of the shared store's wave.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -59,8 +59,8 @@ pub struct FallbackStart<K> {
     /// The shared wave as last seen.
     pub last_shared: LastShared,
     /// This process's grants of the last minute: (when, in the gate's clock ms; tokens
-    /// reserved).
-    pub recent_grants: Vec<(u64, u64)>,
+    /// reserved; of them, output).
+    pub recent_grants: Vec<(u64, u64, u64)>,
     /// The limits learned from the provider, undivided (as the provider said them).
     pub learned: LearnedBudgets,
     /// The permits this process holds, each with the shared wave it was granted in.
@@ -128,8 +128,9 @@ impl LocalGate {
             .with_learned(start.learned, processes)
             .with_classes(config.classes(), config.default_class(), config.class_count_window())
             .with_fleet_budgets(config.budgets());
-        for (at_ms, tokens) in &start.recent_grants {
-            gate.charge(1, *tokens, *at_ms);
+        for &(at_ms, tokens, output) in &start.recent_grants {
+            gate.charge(1, tokens, at_ms);
+            gate.charge_split(split::parts(tokens, output), at_ms);
         }
         let last = start.last_shared;
         let mut snapshot = gate.machine().snapshot();

@@ -59,6 +59,19 @@ impl LocalGate {
         above(ceiling.input, parts.0) || above(ceiling.output, parts.1)
     }
 
+    /// Charges `parts` (input, output) used elsewhere to their budgets: they leave them empty
+    /// at most ([`Gcra::charge_past`], as [`charge`](LocalGate::charge) does).
+    pub(super) fn charge_split(&mut self, parts: (u64, u64), now_ms: u64) {
+        let now_us = now_ms.saturating_mul(1000);
+        let budgets = self.budgets(now_ms);
+        if let Some(budget) = budgets.input {
+            self.input_tat = Gcra::new(budget).charge_past(self.input_tat, now_us, parts.0);
+        }
+        if let Some(budget) = budgets.output {
+            self.output_tat = Gcra::new(budget).charge_past(self.output_tat, now_us, parts.1);
+        }
+    }
+
     /// Settles `delta`'s input and output parts on their budgets.
     pub(super) fn split_settle(&mut self, delta: TokenDelta, now_ms: u64) {
         let now_us = now_ms.saturating_mul(1000);
@@ -79,5 +92,32 @@ impl LocalGate {
             budgets.input.map(|b| Gcra::new(b).remaining(self.input_tat, now_us)),
             budgets.output.map(|b| Gcra::new(b).remaining(self.output_tat, now_us)),
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Ask, Decision, DenyReason, FallbackStart, Instance, LocalGate, PermitId, UpstreamConfig};
+
+    #[test]
+    fn a_fallback_charges_the_recent_grants_output_to_its_share() {
+        // 600 output tokens a minute, 100 at once; two processes: each share 300 a minute, 50.
+        let config = UpstreamConfig::builder("claude").output_tokens_per_minute(600, 100).build().expect("valid");
+        let me = Instance::new("me").expect("instance");
+        let ask = [Ask { id: PermitId::new(None, &me, 1, None), tokens: 10, output: 10, waiting: 1 }];
+        let start = |recent: Vec<(u64, u64, u64)>| FallbackStart::<String> {
+            live: Some(2),
+            recent_grants: recent,
+            ..FallbackStart::default()
+        };
+        // Nothing granted lately: the share's burst is there.
+        let mut fresh = LocalGate::fallback(&config, start(Vec::new()), 1_000_000).gate;
+        assert!(fresh.acquire(&me, &ask, 30_000, 1_000_000).is_granted());
+        // 100 of output granted 10 ms before the switch: the share is empty, no fresh burst.
+        let mut charged = LocalGate::fallback(&config, start(vec![(999_990, 150, 100)]), 1_000_000).gate;
+        match charged.acquire(&me, &ask, 30_000, 1_000_000) {
+            Decision::Denied { reason, .. } => assert_eq!(reason, DenyReason::TokenBudget),
+            granted => panic!("the recent output was not charged: {granted:?}"),
+        }
     }
 }

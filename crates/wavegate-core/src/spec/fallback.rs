@@ -234,7 +234,7 @@ pub fn fallback_cases() -> Vec<FallbackCase> {
             config: upstream(budgets.clone()),
             start: FallbackStart {
                 live: Some(4),
-                recent_grants: vec![(NOW - 100, 1_000), (NOW - 50, 500), (NOW - 10, 0)],
+                recent_grants: vec![(NOW - 100, 1_000, 0), (NOW - 50, 500, 0), (NOW - 10, 0, 0)],
                 ..FallbackStart::default()
             },
             expect: FallbackExpect {
@@ -255,7 +255,7 @@ pub fn fallback_cases() -> Vec<FallbackCase> {
             config: upstream(budgets.clone()),
             start: FallbackStart {
                 live: Some(4),
-                recent_grants: vec![(NOW - 61_000, 2_500), (NOW - 60_500, 0)],
+                recent_grants: vec![(NOW - 61_000, 2_500, 0), (NOW - 60_500, 0, 0)],
                 ..FallbackStart::default()
             },
             expect: FallbackExpect {
