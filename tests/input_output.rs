@@ -195,3 +195,29 @@ async fn output_given_back_in_another_process_is_seen_within_half_a_second() {
     assert!(after < Duration::from_millis(900), "seen {after:?} after the refund ({:?} after asking)", asked.elapsed());
     permit.succeeded();
 }
+
+#[actix::test]
+async fn a_refusal_by_the_output_budget_refuses_no_one_early_who_asks_for_input_only() {
+    // 10 output tokens a second (200 at once), input plenty. The output is spent and nothing
+    // runs: an ask of 100 output tokens cannot come for 10 s, and is told so at once; an ask of
+    // as many tokens, all input, has room and must not be refused on that denial's word.
+    let config = UpstreamConfig::builder("claude")
+        .input_tokens_per_minute(60_000, 10_000)
+        .output_tokens_per_minute(600, 200)
+        .build()
+        .expect("config");
+    let redis = RedisServer::start().expect("redis-server");
+    let scheduler = Scheduler::builder().upstream(config).redis(redis.url()).build().expect("scheduler");
+    let claude = scheduler.upstream("claude").expect("claude");
+    let spent = claude.request().tokens(200).output_tokens(200).acquire().await.expect("the output burst");
+    spent.report_usage_parts(success(), 0, 200);
+    let asked = Instant::now();
+    let hopeless = claude.request().tokens(300).output_tokens(100).timeout(Duration::from_secs(3)).acquire().await;
+    let refused = hopeless.expect_err("10 s of output to wait for, 3 s allowed");
+    assert!(asked.elapsed() < Duration::from_secs(1), "told at once: {:?} ({refused})", asked.elapsed());
+    let asked = Instant::now();
+    let input_only = claude.request().tokens(300).timeout(Duration::from_secs(1)).acquire().await;
+    input_only.expect("input only: room now").succeeded();
+    // Asked again within TOKENS_LOOK_AGAIN (the lane waits for the refusal it heard).
+    assert!(asked.elapsed() < Duration::from_millis(900), "{:?}", asked.elapsed());
+}

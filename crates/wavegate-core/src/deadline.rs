@@ -29,12 +29,12 @@
 //! use wavegate_core::{DenyReason, HeardDenial};
 //!
 //! // The store said at 1 000 ms: no room in the requests budget for 4 s.
-//! let heard = HeardDenial { reason: DenyReason::RequestBudget, at_ms: 1_000, wait_ms: 4_000, tokens: 0, in_flight: 3, learned: false };
-//! let hold = heard.proves(2_000, 0).expect("a request is never given back");
+//! let heard = HeardDenial { reason: DenyReason::RequestBudget, at_ms: 1_000, wait_ms: 4_000, tokens: 0, output: 0, in_flight: 3, learned: false };
+//! let hold = heard.proves(2_000, 0, 0).expect("a request is never given back");
 //! assert_eq!((hold.reason, hold.wait_ms), (DenyReason::RequestBudget, 3_000));
 //! // The tokens budget with calls in flight: they may refund what they reserved.
 //! let tokens = HeardDenial { reason: DenyReason::TokenBudget, tokens: 500, ..heard };
-//! assert_eq!(tokens.proves(2_000, 500), None);
+//! assert_eq!(tokens.proves(2_000, 500, 0), None);
 //! ```
 
 use crate::wave::DenyReason;
@@ -77,6 +77,8 @@ pub struct HeardDenial {
     pub wait_ms: u64,
     /// The token estimate of the ask it answered.
     pub tokens: u64,
+    /// Of them, the output part (the input and output budgets).
+    pub output: u64,
     /// The permits held when it was decided (the fleet's, in shared mode).
     pub in_flight: u32,
     /// Whether a limit learned from the provider may be in force: it may be forgotten before
@@ -85,18 +87,21 @@ pub struct HeardDenial {
 }
 
 impl HeardDenial {
-    /// What it proves at `now_ms` for an ask of `tokens` (see the module docs):
+    /// What it proves at `now_ms` for an ask of `tokens`, `output` of them the answer's (see
+    /// the module docs):
     /// * a cooldown, always;
     /// * the requests budget, unless a learned limit may be in force;
     /// * the tokens budget, unless a learned limit may be in force, only with no call in
-    ///   flight (no refund can come) and for at least the tokens of the ask it answered (the
-    ///   wait grows with the estimate);
+    ///   flight (no refund can come) and for at least the tokens of the ask it answered, each
+    ///   part (input, output) at least as large too (the wait grows with each);
     /// * the provider's window, only with no call in flight (no answer can end it) and for at
     ///   least the tokens of the ask it answered;
     /// * nothing else (another process's turn at the budgets' room ends when its waiter is
     ///   served, which may be sooner).
-    pub fn proves(&self, now_ms: u64, tokens: u64) -> Option<Hold> {
-        let quiet = self.in_flight == 0 && tokens >= self.tokens;
+    pub fn proves(&self, now_ms: u64, tokens: u64, output: u64) -> Option<Hold> {
+        let (output, heard_output) = (output.min(tokens), self.output.min(self.tokens));
+        let parts = output >= heard_output && tokens - output >= self.tokens - heard_output;
+        let quiet = self.in_flight == 0 && tokens >= self.tokens && parts;
         let holds = match self.reason {
             DenyReason::Cooldown => true,
             DenyReason::RequestBudget => !self.learned,
@@ -114,12 +119,12 @@ mod tests {
     use super::*;
 
     fn heard(reason: DenyReason) -> HeardDenial {
-        HeardDenial { reason, at_ms: 10_000, wait_ms: 5_000, tokens: 100, in_flight: 0, learned: false }
+        HeardDenial { reason, at_ms: 10_000, wait_ms: 5_000, tokens: 100, output: 0, in_flight: 0, learned: false }
     }
 
     #[test]
     fn each_reason_proves_only_what_nothing_can_undo() {
-        let at = |h: HeardDenial, now, tokens| h.proves(now, tokens).map(|hold| hold.wait_ms);
+        let at = |h: HeardDenial, now, tokens| h.proves(now, tokens, 0).map(|hold| hold.wait_ms);
         for reason in [DenyReason::Cooldown, DenyReason::RequestBudget, DenyReason::TokenBudget] {
             assert_eq!(at(heard(reason), 11_000, 100), Some(4_000), "{reason:?}");
         }
@@ -143,6 +148,19 @@ mod tests {
         assert_eq!(at(learned(DenyReason::RequestBudget), 11_000, 100), None);
         assert_eq!(at(learned(DenyReason::TokenBudget), 11_000, 100), None);
         assert_eq!(at(learned(DenyReason::ProviderWindow), 11_000, 100), Some(4_000));
+    }
+
+    #[test]
+    fn a_tokens_denial_proves_a_wait_only_for_asks_at_least_as_large_in_each_part() {
+        // Refused an ask of 1,200 tokens, 200 of them output: either part's budget may be short.
+        let heard = HeardDenial { tokens: 1_200, output: 200, ..heard(DenyReason::TokenBudget) };
+        let at = |tokens, output| heard.proves(11_000, tokens, output).map(|hold| hold.wait_ms);
+        assert_eq!(at(1_200, 200), Some(4_000));
+        assert_eq!(at(1_500, 300), Some(4_000));
+        // As many tokens but less output (the output budget may be the short one), or less
+        // input (the input budget may be): no proof.
+        assert_eq!(at(1_200, 0), None);
+        assert_eq!(at(1_200, 1_000), None);
     }
 
     #[test]

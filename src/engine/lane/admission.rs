@@ -40,7 +40,8 @@ impl Lane {
             }
         };
         let now = Instant::now();
-        let proven = self.proven_until(request.tokens, self.reserved().as_ref());
+        let cost = (request.tokens, request.output.min(request.tokens));
+        let proven = self.proven_until(cost, self.reserved().as_ref());
         if let Some((until, reason)) = proven.filter(|(until, _)| *until > wait_until + HOPELESS_MARGIN) {
             // What this lane knows (a cooldown, a spent window, a budget without room) proves
             // no permit can come before this caller's wait bound: it is told now, with the time
@@ -50,7 +51,7 @@ impl Lane {
         }
         // A denial heard a while ago would refuse it: the store is asked now, not at the next
         // look, so its answer (the same denial, or an operator's clear) comes in one round trip.
-        let recheck = self.heard_would_refuse(request.tokens, wait_until);
+        let recheck = self.heard_would_refuse(cost, wait_until);
         self.sequence += 1;
         let class_name = self.config.classes().get(class).map(|c| c.name());
         // Without classes a tenant is fair in this process only, and not part of the id.

@@ -44,18 +44,18 @@ impl Lane {
         local.then(|| self.held.iter().map(|(id, held)| (id.as_str(), held.tokens)).collect())
     }
 
-    /// When a permit for an estimate of `tokens` can come at the earliest, as proved (`None`:
-    /// nothing proves it cannot come now), and what holds it back.
-    /// `reserved` is [`reserved`](Self::reserved)'s.
+    /// When a permit for an estimate of `tokens` (`output` of them the answer's) can come at
+    /// the earliest, as proved (`None`: nothing proves it cannot come now), and what holds it
+    /// back. `reserved` is [`reserved`](Self::reserved)'s.
     pub(super) fn proven_until(
         &self,
-        tokens: u64,
+        (tokens, output): (u64, u64),
         reserved: Option<&HashMap<&str, u64>>,
     ) -> Option<(Instant, DenyReason)> {
         let now = Instant::now();
         let now_ms = self.clock.now_ms();
         let cooldown = self.cooldown_until.filter(|until| *until > now).map(|until| (until, DenyReason::Cooldown));
-        let heard = self.heard_proof(now_ms, tokens, true);
+        let heard = self.heard_proof(now_ms, (tokens, output), true);
         // The in-process gate is the one in charge outside shared mode: it proves what it holds.
         let gate = reserved.and_then(|reserved| self.local.proven_hold(tokens, reserved, now_ms));
         // A hold in the gate's milliseconds (a truncated reading of now) ends at an exact one.
@@ -66,17 +66,17 @@ impl Lane {
 
     /// What the gate's last denial, as heard under this epoch, proves for an ask of `tokens`,
     /// if it was heard within [`HEARD_FRESH`] (`fresh`) or before (`!fresh`).
-    fn heard_proof(&self, now_ms: u64, tokens: u64, fresh: bool) -> Option<Hold> {
+    fn heard_proof(&self, now_ms: u64, (tokens, output): (u64, u64), fresh: bool) -> Option<Hold> {
         let (epoch, heard) = self.heard?;
         let recent = now_ms.saturating_sub(heard.at_ms) <= wavegate_core::duration_ms(HEARD_FRESH);
-        (epoch == self.epoch && recent == fresh).then(|| heard.proves(now_ms, tokens)).flatten()
+        (epoch == self.epoch && recent == fresh).then(|| heard.proves(now_ms, tokens, output)).flatten()
     }
 
     /// Whether the gate's last denial, heard too long ago to refuse by itself, would refuse an
     /// ask of `tokens` bound by `wait_until`: the store is to be asked again at once.
-    pub(super) fn heard_would_refuse(&self, tokens: u64, wait_until: Instant) -> bool {
+    pub(super) fn heard_would_refuse(&self, cost: (u64, u64), wait_until: Instant) -> bool {
         let now_ms = self.clock.now_ms();
-        self.heard_proof(now_ms, tokens, false).is_some_and(|hold| {
+        self.heard_proof(now_ms, cost, false).is_some_and(|hold| {
             self.clock.instant_at(now_ms.saturating_add(hold.wait_ms)) > wait_until + HOPELESS_MARGIN
         })
     }
@@ -84,11 +84,11 @@ impl Lane {
     /// Keeps a gate's denial of an ask of `tokens` (see `HeardDenial`), with whether a limit
     /// learned from the provider may be in force. Its wait counts from when the ask was sent:
     /// the store decided no earlier, so the end is never placed later than it is.
-    pub(super) fn hear(&mut self, reason: DenyReason, wait_ms: u64, tokens: u64, in_flight: u32) {
+    pub(super) fn hear(&mut self, reason: DenyReason, wait_ms: u64, (tokens, output): (u64, u64), in_flight: u32) {
         let now_ms = self.clock.now_ms();
         let learned = self.local.budgets(now_ms).2 != LearnedBudgets::default();
         let at_ms = self.asked_at_ms.min(now_ms);
-        let heard = HeardDenial { reason, at_ms, wait_ms, tokens, in_flight, learned };
+        let heard = HeardDenial { reason, at_ms, wait_ms, tokens, output, in_flight, learned };
         self.heard = Some((self.epoch, heard));
     }
 
@@ -115,7 +115,7 @@ impl Lane {
         let reserved = self.reserved();
         let mut hopeless: Vec<(PermitId, Instant, DenyReason)> = Vec::new();
         for waiter in self.waiters.iter() {
-            if let Some((until, reason)) = self.proven_until(waiter.tokens, reserved.as_ref())
+            if let Some((until, reason)) = self.proven_until((waiter.tokens, waiter.output), reserved.as_ref())
                 && until > waiter.deadline + HOPELESS_MARGIN
             {
                 hopeless.push((waiter.id.clone(), until, reason));

@@ -22,7 +22,7 @@ impl Lane {
     pub(super) fn expected_wait(&self, class: Option<usize>, waiting: usize) -> Option<Duration> {
         let now = Instant::now();
         // What is proved for an ask without tokens (`deadline.rs`) holds everyone back.
-        let proven = self.proven_until(0, self.reserved().as_ref()).map(|(until, _)| until);
+        let proven = self.proven_until((0, 0), self.reserved().as_ref()).map(|(until, _)| until);
         let held_back = [self.cooldown_until, self.window_until, self.blocked_until, proven]
             .into_iter()
             .flatten()

@@ -198,7 +198,7 @@ impl Lane {
                 let jitter = COOLDOWN_JITTER.mul_f64(rand::rng().random::<f64>());
                 self.block_until(rest + jitter, ctx);
                 // Those whose wait bound comes before the cooldown's end are told now.
-                self.hear(DenyReason::Cooldown, retry_after_ms, 0, in_flight);
+                self.hear(DenyReason::Cooldown, retry_after_ms, (0, 0), in_flight);
                 self.refuse_proven_hopeless(ctx);
                 false
             }
@@ -242,8 +242,8 @@ impl Lane {
                 metrics::budget_wait(self.name(), reason.as_str());
                 self.block_until(wait, ctx);
                 // What it proves (`deadline.rs`): those who cannot make it are told now.
-                let tokens = asked.iter().find(|ask| ask.id == id).map_or(0, |ask| ask.tokens);
-                self.hear(reason, retry_after_ms, tokens, in_flight);
+                let cost = asked.iter().find(|ask| ask.id == id).map_or((0, 0), |ask| (ask.tokens, ask.output));
+                self.hear(reason, retry_after_ms, cost, in_flight);
                 self.refuse_proven_hopeless(ctx);
                 false
             }
