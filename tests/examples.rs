@@ -5,6 +5,14 @@
 #[path = "../examples/plain_tokio.rs"]
 mod plain_tokio;
 
+#[path = "../examples/anthropic_budgets.rs"]
+mod anthropic_budgets;
+
+#[test]
+fn anthropic_budgets_runs() {
+    anthropic_budgets::main().expect("examples/anthropic_budgets.rs");
+}
+
 #[cfg(feature = "reqwest")]
 #[path = "../examples/axum.rs"]
 mod axum_service;

@@ -13,7 +13,7 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use wavegate_core::{Admission, RateLimitEffect, Recovery, UpstreamConfig, WaveConfig, WaveMachine, WaveSnapshot};
 use wavegate_testkit::RedisServer;
 
-/// Runs a sequence of steps through wave.lua's machine. ARGV: the twelve config entries, then
+/// Runs a sequence of steps through wave.lua's machine. ARGV: the CONFIG_ARGS config entries, then
 /// per step: op, time advance (ms), wave lag (0: the current wave), in-flight selector, value.
 const DRIVER: &str = r#"
 local config = read_config(1)
@@ -137,6 +137,8 @@ fn config_args(config: &WaveConfig) -> Vec<String> {
         ms(config.retest_after),
         ms(config.retest_max),
         config.retest_rounds_max.to_string(),
+        String::new(),
+        String::new(),
         String::new(),
     ]
 }
