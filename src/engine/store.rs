@@ -326,7 +326,7 @@ mod absent {
         match *gate {}
     }
 
-    pub(crate) fn finish(gate: &SharedGate, _: PermitId, _: u64, _: WaveSignal, _: i64) -> GateFuture<Released> {
+    pub(crate) fn finish(gate: &SharedGate, _: PermitId, _: u64, _: WaveSignal, _: TokenDelta) -> GateFuture<Released> {
         match *gate {}
     }
 
