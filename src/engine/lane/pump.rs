@@ -245,6 +245,16 @@ impl Lane {
                 let cost = asked.iter().find(|ask| ask.id == id).map_or((0, 0), |ask| (ask.tokens, ask.output));
                 self.hear(reason, retry_after_ms, cost, in_flight);
                 self.refuse_proven_hopeless(ctx);
+                // The ask it answered was refused as hopeless: the next head (now or later) may
+                // ask for fewer tokens, or another part, and fit now; the room that was told is
+                // that ask's, so nobody waits for it.
+                if reason == DenyReason::TokenBudget && self.waiters.get_mut(&id).is_none() {
+                    self.blocked_until = None;
+                    if let Some(timer) = self.retry_timer.take() {
+                        ctx.cancel_future(timer);
+                    }
+                    return self.waiters.len() > 0;
+                }
                 false
             }
         }
