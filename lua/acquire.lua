@@ -6,21 +6,21 @@
 -- KEYS[6] how many callers of each waiting process wait, by class, and the fleet's counts
 --         (hash; classes only: priority.lua, fleet.lua)
 -- KEYS[7] the waiting members of each class and tenant in order (zset; classes only: fleet.lua)
--- ARGV[1..16] config (see read_config in wave.lua)
--- ARGV[17] permit id (client-chosen; an id already held is granted again, not twice, and
+-- ARGV[1..18] config (see read_config in wave.lua)
+-- ARGV[19] permit id (client-chosen; an id already held is granted again, not twice, and
 --          nothing is charged again)
--- ARGV[18] lease in ms
--- ARGV[19] tokens to reserve from the tokens budget (0 without one): '<tokens>', or
+-- ARGV[20] lease in ms
+-- ARGV[21] tokens to reserve from the tokens budget (0 without one): '<tokens>', or
 --          '<tokens>:<output>' with the answer's part (for the output budget; the rest is
 --          reserved from the input budget)
--- ARGV[20] the asking process's instance id, put on the waiting list when the limit is
+-- ARGV[22] the asking process's instance id, put on the waiting list when the limit is
 --          reached (so a release wakes it) and taken off when it is granted; '' for none
--- ARGV[21] the generation of the state the process last saw, '' for none yet (see
+-- ARGV[23] the generation of the state the process last saw, '' for none yet (see
 --          `generation` in wave.lua: if it is gone, WAVEGATE_LOST and nothing is written;
 --          with '' a state that has none gets one)
 -- With priority classes (priority.lua), the ask is one head per class the process has
--- waiting callers in: ARGV[22] the class of ARGV[17], ARGV[23] its callers waiting, then
--- groups of four (class, permit id, tokens as ARGV[19], callers waiting) for its other classes. The
+-- waiting callers in: ARGV[24] the class of ARGV[19], ARGV[25] its callers waiting, then
+-- groups of four (class, permit id, tokens as ARGV[21], callers waiting) for its other classes. The
 -- permit goes to the first of them the fleet-wide choice of class reaches.
 -- Reply: {1, wave, state, limit, in_flight, id, gen}    granted (id: which ask)
 --        {0, reason, wait_ms, in_flight, id, gen}       denied: reason 'cooldown', 'at_limit',
@@ -86,10 +86,11 @@ if config.tokens then
     end
   end
 end
--- The same for the input and output parts (split_budget in wave.lua).
+-- The same for the input and output parts (split_budget in wave.lua) and the tokens per day.
 for _, a in ipairs(asks) do
   local input_above = config.input and a.tokens - a.output > config.input.burst
-  if input_above or (config.output and a.output > config.output.burst) then
+  local day_above = config.tokens_day and a.tokens > config.tokens_day.burst
+  if input_above or day_above or (config.output and a.output > config.output.burst) then
     if changed then save_state(s, config) end
     return { 0, 'tokens_exceed_burst', 0, in_flight, a.id, gen }
   end
@@ -172,6 +173,18 @@ else
     output_tat, part_wait = gcra_check(config.output, tat, now_us, ask.output)
     tokens_wait = math.max(tokens_wait, part_wait)
   end
+  -- The day budgets: a refusal of either is the requests' or the tokens'.
+  local requests_day_tat, tokens_day_tat, day_wait = nil, nil, 0
+  if config.requests_day then
+    local tat = load_tat('requests_day_tat', config.requests_day, now_us)
+    requests_day_tat, day_wait = gcra_check(config.requests_day, tat, now_us, 1)
+    requests_wait = math.max(requests_wait, day_wait)
+  end
+  if config.tokens_day then
+    local tat = load_tat('tokens_day_tat', config.tokens_day, now_us)
+    tokens_day_tat, day_wait = gcra_check(config.tokens_day, tat, now_us, tokens)
+    tokens_wait = math.max(tokens_wait, day_wait)
+  end
   -- Without classes, the turn at the budgets' room (budget_turn.lua); with classes the fleet's
   -- choice of class orders the waiters.
   local turn_wait = nil
@@ -189,6 +202,8 @@ else
     if tokens_tat then save_tat('tokens_tat', tokens_tat) end
     if input_tat then save_tat('input_tat', input_tat) end
     if output_tat then save_tat('output_tat', output_tat) end
+    if requests_day_tat then save_tat('requests_day_tat', requests_day_tat) end
+    if tokens_day_tat then save_tat('tokens_day_tat', tokens_day_tat) end
     if ask.class_index then charge_class(config, ask.class_index, now, tokens) end
     if redis.call('ZADD', KEYS[1], now + lease, id) == 1 then pc_change(id, 1) end
     if pw_charge(windows, now, tokens) then pw_save(windows) end -- [provider windows]

@@ -7,28 +7,28 @@
 -- KEYS[6] how many callers of each waiting process wait, by class, and the fleet's counts
 --         (hash; classes only: priority.lua, fleet.lua)
 -- KEYS[7] the waiting members of each class and tenant in order (zset; classes only: fleet.lua)
--- ARGV[1..16] config (see read_config in wave.lua)
--- ARGV[17] permit id
--- ARGV[18] the wave the permit was issued in
--- ARGV[19] outcome: 'success', 'rate_limited' or 'neutral'
--- ARGV[20] Retry-After in ms for 'rate_limited', or '' when the provider gave none
--- ARGV[21] the text before the instance id of the wake-up channels ('<prefix>:{wake:'), or ''
+-- ARGV[1..18] config (see read_config in wave.lua)
+-- ARGV[19] permit id
+-- ARGV[20] the wave the permit was issued in
+-- ARGV[21] outcome: 'success', 'rate_limited' or 'neutral'
+-- ARGV[22] Retry-After in ms for 'rate_limited', or '' when the provider gave none
+-- ARGV[23] the text before the instance id of the wake-up channels ('<prefix>:{wake:'), or ''
 --          for no announcement: when a permit is freed, the name of the upstream (the hash tag
 --          of KEYS[1]) is published on the channel of the process that has waited longest at
 --          the limit only, '<prefix>:{wake:<instance>}:released' (taken off the list), so one
 --          process asks, not all, and no other process receives anything; nothing is published
 --          when nobody waits. With priority classes it is the process the fleet-wide choice of
 --          class reaches (priority.lua), and it keeps its place until it is granted
--- ARGV[22] tokens used beyond the reservation (negative: a refund), settled on the tokens budget:
+-- ARGV[24] tokens used beyond the reservation (negative: a refund), settled on the tokens budget:
 --          '<delta>', or '<delta>:<output delta>' with the answer's part, settled on the output
 --          budget (the rest on the input budget)
--- ARGV[23] the generation of the state the process last saw, '' for none (see `generation` in
+-- ARGV[25] the generation of the state the process last saw, '' for none (see `generation` in
 --          wave.lua: if it is gone, WAVEGATE_LOST and nothing is written)
 -- Reply: {held, effect, limit_before, limit, wave, state, cooldown_ms, changed_from, in_flight,
 --         woken}
 --   held: 1 if the id was held; effect: 'cut', 'late' or 'none';
 --   changed_from: the state a success moved the machine out of, or '';
---   woken: the instance id of the process woken on its channel (ARGV[21]), or '' for none.
+--   woken: the instance id of the process woken on its channel (ARGV[23]), or '' for none.
 -- (wavegate_core::LocalGate::finish is the Rust twin.)
 if #ARGV ~= CONFIG_ARGS + 7 then return fail('finish', 'expected ' .. (CONFIG_ARGS + 7) .. ' ARGV, got ' .. #ARGV) end
 local config = read_config(1)
@@ -61,6 +61,8 @@ local function settle_part(name, delta)
 end
 settle_part('input', token_delta - output_delta)
 settle_part('output', output_delta)
+-- The tokens per day as the tokens per minute (LocalGate::finish).
+settle_part('tokens_day', token_delta)
 
 purge(now)
 local s = load_state(config, now)

@@ -1,16 +1,17 @@
 -- reconcile.lua: after an outage, make the shared set match what this process really holds.
 --
 -- KEYS[1] permits (zset)   KEYS[2] wave state (hash)   KEYS[3] permit waves (hash)
--- ARGV[1..16] config (see read_config in wave.lua)
--- ARGV[17] lease in ms for the adopted permits
--- ARGV[18] requests and ARGV[19] tokens used during the outage: charged to the budgets, up to
+-- ARGV[1..18] config (see read_config in wave.lua)
+-- ARGV[19] lease in ms for the adopted permits
+-- ARGV[20] requests and ARGV[21] tokens used during the outage: charged to the budgets (the
+--          day budgets too), up to
 --          empty (gcra_charge_past in wave.lua)
--- ARGV[20] the state and limit this process last saw in the store, 'STATE:limit', or '': put
+-- ARGV[22] the state and limit this process last saw in the store, 'STATE:limit', or '': put
 --         back if the store forgot its state (see carry_back in wave.lua)
--- ARGV[21] n, the number of ids to adopt; ARGV[20 .. 19+n] their ids: permits still in flight
+-- ARGV[23] n, the number of ids to adopt; ARGV[24 .. 23+n] their ids: permits still in flight
 --         here, registered (or re-registered, after a restart with empty data) in the current
 --         wave without an admission check, since their calls are already running
--- ARGV[20+n ..] ids to drop: permits that finished during the outage but may still be listed
+-- ARGV[24+n ..] ids to drop: permits that finished during the outage but may still be listed
 -- Reply: {wave, state, limit, in_flight, adopted_wave, gen} after the call; adopted permits
 -- carry `wave` in NORMAL and the wave before otherwise (see adopt_wave in wave.lua); gen: the
 -- generation of the state (written now if the store had none: see `generation` in wave.lua).
@@ -35,6 +36,15 @@ if config.requests and used_requests > 0 then
 end
 if config.tokens and used_tokens > 0 then
   save_tat('tokens_tat', gcra_charge_past(config.tokens, load_tat('tokens_tat', config.tokens, now * 1000), now * 1000, used_tokens))
+end
+-- The day budgets likewise (LocalGate::charge).
+if config.requests_day and used_requests > 0 then
+  local b = config.requests_day
+  save_tat('requests_day_tat', gcra_charge_past(b, load_tat('requests_day_tat', b, now * 1000), now * 1000, used_requests))
+end
+if config.tokens_day and used_tokens > 0 then
+  local b = config.tokens_day
+  save_tat('tokens_day_tat', gcra_charge_past(b, load_tat('tokens_day_tat', b, now * 1000), now * 1000, used_tokens))
 end
 
 purge(now)

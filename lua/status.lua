@@ -2,7 +2,7 @@
 --
 -- KEYS[1] permits (zset)   KEYS[2] wave state (hash)   KEYS[3] permit waves (hash)
 -- KEYS[4..7] the waiting list and the fleet's counts (see acquire.lua; with priority classes only)
--- ARGV[1..16] config (see read_config in wave.lua)
+-- ARGV[1..18] config (see read_config in wave.lua)
 -- Reply: {state, limit, wave, cooldown_ms, successes, step, threshold, in_flight,
 --         requests_remaining, requests_next_ms, tokens_remaining, tokens_next_ms (of the budgets in
 --         force: the configured ones tightened by the learned limits),
@@ -10,6 +10,8 @@
 --         tokens (-1 each when none),
 --         input_remaining, input_next_ms, output_remaining, output_next_ms (the input and
 --         output tokens budgets),
+--         requests_day_remaining, requests_day_next_ms, tokens_day_remaining, tokens_day_next_ms
+--         (the requests and tokens per day budgets),
 --         then per priority class, in configured order: in_flight, callers waiting}
 --   (the budget fields are -1 when there is no such budget)
 if #ARGV ~= CONFIG_ARGS then return fail('status', 'expected ' .. CONFIG_ARGS .. ' ARGV, got ' .. #ARGV) end
@@ -39,6 +41,7 @@ end
 left({ 'requests', 'tokens' })
 for _, field in ipairs(ll_status(now)) do table.insert(reply, field) end
 left({ 'input', 'output' })
+left({ 'requests_day', 'tokens_day' })
 if #config.classes > 0 then
   local classes = fleet_classes(config, s.limit, now, false)
   for _, c in ipairs(classes) do

@@ -30,7 +30,7 @@ local STATE_FIELDS = { 'state', 'limit', 'wave', 'cooldown_until', 'successes', 
   'll_tokens_until', 'pw_requests_left', 'pw_requests_until', 'pw_requests_at', 'pw_requests_to', 'pw_tokens_left',
   'pw_tokens_until', 'pw_tokens_at', 'pw_tokens_to', 'pw_sent_requests', 'pw_sent_tokens', 'requests_rate',
   'tokens_rate', 'pc', 'turn_instance', 'turn_at', 'turn_line', 'input_tat', 'output_tat', 'input_rate',
-  'output_rate' }
+  'output_rate', 'requests_day_tat', 'tokens_day_tat', 'requests_day_rate', 'tokens_day_rate' }
 local state_cache = nil
 
 -- The values of `fields` of hash `key` (a list, in order; `false` for a missing one), through
@@ -175,6 +175,20 @@ local function split_budget(value, name)
   return budget(tonumber(rate), tonumber(burst))
 end
 
+-- A requests or tokens per day budget, '<per day>:<burst>' ('' for none): GCRA over a day
+-- (wavegate_core::Gcra::daily).
+local function day_budget(value, name)
+  if value == '' then return nil end
+  local rate, burst = string.match(value, '^(%d+):(%d+)$')
+  if not rate then
+    error({ err = 'ERR wavegate: ' .. name .. ' must be <per day>:<burst>, got ' .. tostring(value) })
+  end
+  rate, burst = tonumber(rate), tonumber(burst)
+  if rate == 0 or burst == 0 then error({ err = 'ERR wavegate: ' .. name .. ' needs a rate and a burst of at least 1' }) end
+  local interval = 86400000000 / rate
+  return { rate = rate, interval = interval, tolerance = burst * interval, burst = burst }
+end
+
 -- An ask's cost: '<tokens>' or '<tokens>:<output>', the output part (the answer's, for the
 -- output budget; the rest is the input's) at most the tokens. Returns tokens, output.
 local function to_cost(value, name)
@@ -210,10 +224,12 @@ end
 -- requests burst, tokens per minute, tokens burst (a rate of 0: no such budget), recovery
 -- ('seed' or 'adaptive'), the first and the longest re-test spacing in ms and the most rounds
 -- between re-tests ('adaptive'), the input and the output tokens budgets ('<per minute>:<burst>',
--- '' for none; not shared among classes) and the priority classes ('' for none).
+-- '' for none; not shared among classes), the requests and the tokens per day budgets
+-- ('<per day>:<burst>', '' for none; not shared among classes) and the priority classes ('' for
+-- none).
 -- (The Rust side sends exactly this many: wavegate-redis's calls.rs, whose tests run each script
 -- with what it sends, one argument fewer and one more.)
-local CONFIG_ARGS = 16
+local CONFIG_ARGS = 18
 local function read_config(at)
   local config = {
     base = to_int(ARGV[at], 'base limit'),
@@ -233,13 +249,15 @@ local function read_config(at)
   config.adaptive = ARGV[at + 9] == 'adaptive'
   config.input = split_budget(ARGV[at + 13], 'input tokens budget')
   config.output = split_budget(ARGV[at + 14], 'output tokens budget')
+  config.requests_day = day_budget(ARGV[at + 15], 'requests per day budget')
+  config.tokens_day = day_budget(ARGV[at + 16], 'tokens per day budget')
   -- Priority classes: '' for none, else 'name:weight:reserve%[:budget%]' joined by ',', the
   -- default class marked with a leading '*' (see priority.lua), and optionally '@<ms>': a permit
   -- counts in its class's share only while its lease ends at least that far ahead (renewed
   -- lately). A class with a budget share below 100 % has budgets of its own, that share of the
   -- upstream's (class_budget.rs; their TATs are 'requests_tat|<class>', 'tokens_tat|<class>').
   config.classes, config.class_index, config.default_class, config.class_window = {}, {}, 1, 0
-  for entry in string.gmatch(ARGV[at + 15], '[^,]+') do
+  for entry in string.gmatch(ARGV[at + 17], '[^,]+') do
     local window = string.match(entry, '^@(%d+)$')
     local default, name, weight, reserve, share = string.match(entry, '^(%*?)([^:@]+):(%d+):(%d+):?(%d*)$')
     if window then
@@ -548,13 +566,14 @@ local function rescale_tat(tat, now, from, to)
 end
 
 -- The configured rates the budgets' TATs were last saved under ('requests_rate', 'tokens_rate',
--- 'input_rate', 'output_rate' in KEYS[2]) against the ones sent (a live change of a rate, a
+-- 'input_rate', 'output_rate', 'requests_day_rate', 'tokens_day_rate' in KEYS[2]) against the ones sent (a live change of a rate, a
 -- rolling deploy): every TAT of a budget whose rate changed, the upstream's and each capped
 -- class's, is rescaled
 -- (LocalGate::set_budgets). `now` in µs. Before ll_apply: the configured rates.
 local function rebudget(config, now)
-  local stored = state_read({ 'requests_rate', 'tokens_rate', 'input_rate', 'output_rate' })
-  for i, kind in ipairs({ 'requests', 'tokens', 'input', 'output' }) do
+  local stored = state_read({ 'requests_rate', 'tokens_rate', 'input_rate', 'output_rate', 'requests_day_rate',
+    'tokens_day_rate' })
+  for i, kind in ipairs({ 'requests', 'tokens', 'input', 'output', 'requests_day', 'tokens_day' }) do
     local rate = config[kind] and config[kind].rate or 0
     local was = tonumber(stored[i])
     if was ~= rate and not (was == nil and rate == 0) then

@@ -41,12 +41,15 @@ use std::time::Duration;
 use crate::backoff::Backoff;
 use crate::breaker::BreakerConfig;
 use crate::cooldown::CooldownPolicy;
-use crate::gcra::{Budgets, RateBudget};
+use crate::gcra::{Budgets, DayBudget, RateBudget};
 use crate::priority::PriorityClass;
 use crate::retry_budget::RetryBudgetConfig;
 use crate::shadow::ShadowScope;
 use crate::wave::Recovery;
 use crate::wave::WaveConfig;
+
+/// The most units a day budget may count a day (10^15: exact in a Lua number, with room).
+const MAX_PER_DAY: u64 = 1_000_000_000_000_000;
 
 /// A validated upstream name: 1–64 characters of `A-Z a-z 0-9 _ - .`.
 ///
@@ -318,6 +321,8 @@ impl UpstreamConfig {
             tokens_per_minute: None,
             input_tokens_per_minute: None,
             output_tokens_per_minute: None,
+            requests_per_day: None,
+            tokens_per_day: None,
             queue_capacity: Self::DEFAULT_QUEUE_CAPACITY,
             breaker: BreakerConfig::default(),
             retry_budget: RetryBudgetConfig::default(),
@@ -544,6 +549,8 @@ pub struct UpstreamConfigBuilder {
     tokens_per_minute: Option<(u32, u32)>,
     input_tokens_per_minute: Option<(u32, u32)>,
     output_tokens_per_minute: Option<(u32, u32)>,
+    requests_per_day: Option<(u64, u64)>,
+    tokens_per_day: Option<(u64, u64)>,
     queue_capacity: usize,
     breaker: BreakerConfig,
     retry_budget: RetryBudgetConfig,
@@ -690,6 +697,24 @@ impl UpstreamConfigBuilder {
     /// by default.
     pub fn output_tokens_per_minute(mut self, per_minute: u32, burst: u32) -> Self {
         self.output_tokens_per_minute = Some((per_minute, burst));
+        self
+    }
+    /// A requests-per-day budget shared by the fleet, besides the per-minute one (Groq's and
+    /// Cerebras's RPD): `per_day` a day, refilled continuously, at most `burst` at once
+    /// (`burst = per_day` is the provider's own bucket, a whole day's requests at once; a
+    /// smaller one spreads the day). A call refused by it waits for its room, up to its
+    /// deadline. `burst` at most `per_day`, both at most 10^15. None by default. (Not divided
+    /// among classes, not changed live, not learned from headers.)
+    pub fn requests_per_day(mut self, per_day: u64, burst: u64) -> Self {
+        self.requests_per_day = Some((per_day, burst));
+        self
+    }
+    /// A tokens-per-day budget shared by the fleet, besides the per-minute one (Groq's and
+    /// Cerebras's TPD): each call reserves its estimate, settled to the usage after the call,
+    /// as the tokens per minute are. `burst` must cover the largest estimate, at most
+    /// `per_day`; both at most 10^15. None by default.
+    pub fn tokens_per_day(mut self, per_day: u64, burst: u64) -> Self {
+        self.tokens_per_day = Some((per_day, burst));
         self
     }
     /// How many callers may wait for a permit in one process. Default 1024.
@@ -872,11 +897,25 @@ impl UpstreamConfigBuilder {
         let budget = |field: &'static str, value: Option<(u32, u32)>| {
             value.map(|(rate, burst)| RateBudget::new(rate, burst).ok_or_else(|| zero_count(field))).transpose()
         };
+        let day_budget = |field: &'static str, value: Option<(u64, u64)>| {
+            let Some((per_day, burst)) = value else { return Ok(None) };
+            let out_of_range =
+                |value: u64, range| ConfigError::OutOfRange { upstream: upstream(), field, value: value as f64, range };
+            if per_day > MAX_PER_DAY {
+                return Err(out_of_range(per_day, "[1, 10^15] a day"));
+            }
+            if burst > per_day {
+                return Err(out_of_range(burst, "a burst of [1, the units per day]"));
+            }
+            DayBudget::new(per_day, burst).map(Some).ok_or_else(|| zero_count(field))
+        };
         let budgets = Budgets {
             requests: budget("requests_per_minute (rate or burst)", self.requests_per_minute)?,
             tokens: budget("tokens_per_minute (rate or burst)", self.tokens_per_minute)?,
             input: budget("input_tokens_per_minute (rate or burst)", self.input_tokens_per_minute)?,
             output: budget("output_tokens_per_minute (rate or burst)", self.output_tokens_per_minute)?,
+            requests_per_day: day_budget("requests_per_day", self.requests_per_day)?,
+            tokens_per_day: day_budget("tokens_per_day", self.tokens_per_day)?,
         };
         if let Some(capped) = classes.iter().find(|c| c.budget_percent_value() < 100)
             && budgets.requests.is_none()

@@ -52,6 +52,7 @@ use crate::wave::{
     Admission, DenyReason, RateLimitEffect, Transition, WaveConfig, WaveMachine, WaveSnapshot, WaveState,
 };
 
+mod day;
 mod fallback;
 mod fleet;
 mod proof;
@@ -110,18 +111,28 @@ pub struct BudgetStatus {
     pub input: Option<(u64, u64)>,
     /// Output tokens available now and milliseconds until one more is, if there is a budget.
     pub output: Option<(u64, u64)>,
+    /// Requests per day available now and milliseconds until one more is, if there is a
+    /// budget.
+    pub requests_per_day: Option<(u64, u64)>,
+    /// Tokens per day available now and milliseconds until one more is, if there is a budget.
+    pub tokens_per_day: Option<(u64, u64)>,
 }
 
 impl BudgetStatus {
     /// What is left of the requests and the tokens budgets (available now, milliseconds until
     /// one more is), each if there is one.
     pub const fn new(requests: Option<(u64, u64)>, tokens: Option<(u64, u64)>) -> Self {
-        Self { requests, tokens, input: None, output: None }
+        Self { requests, tokens, input: None, output: None, requests_per_day: None, tokens_per_day: None }
     }
 
     /// The same, with what is left of the input and the output tokens budgets.
     pub const fn with_split(self, input: Option<(u64, u64)>, output: Option<(u64, u64)>) -> Self {
         Self { input, output, ..self }
+    }
+
+    /// The same, with what is left of the requests and the tokens per day budgets.
+    pub const fn with_day(self, requests: Option<(u64, u64)>, tokens: Option<(u64, u64)>) -> Self {
+        Self { requests_per_day: requests, tokens_per_day: tokens, ..self }
     }
 }
 
@@ -142,6 +153,9 @@ pub struct LocalGate {
     /// The input and the output tokens budgets' TATs (µs).
     input_tat: u64,
     output_tat: u64,
+    /// The requests and the tokens per day budgets' TATs (µs).
+    requests_day_tat: u64,
+    tokens_day_tat: u64,
     /// The limits the provider announced, kept for a few of their windows.
     learned: LearnedBudgets,
     /// How many processes the learned limits are shared among here (1 but in a fallback).
@@ -182,6 +196,8 @@ impl LocalGate {
             tokens_tat: 0,
             input_tat: 0,
             output_tat: 0,
+            requests_day_tat: 0,
+            tokens_day_tat: 0,
             learned: LearnedBudgets::default(),
             learned_share: 1,
             windows: ProviderWindows::default(),
@@ -251,6 +267,12 @@ impl LocalGate {
         self.tokens_tat = rescale(self.tokens_tat, from.tokens, budgets.tokens);
         self.input_tat = rescale(self.input_tat, from.input, budgets.input);
         self.output_tat = rescale(self.output_tat, from.output, budgets.output);
+        let rescale_day = |tat: u64, f: Option<crate::DayBudget>, t: Option<crate::DayBudget>| match (f, t) {
+            (Some(f), Some(t)) => crate::gcra::rescale_units(tat, now_us, f.per_day(), t.per_day()),
+            _ => tat,
+        };
+        self.requests_day_tat = rescale_day(self.requests_day_tat, from.requests_per_day, budgets.requests_per_day);
+        self.tokens_day_tat = rescale_day(self.tokens_day_tat, from.tokens_per_day, budgets.tokens_per_day);
         self.class_budgets.rescale(from, budgets, now_us);
         self.configured = budgets;
     }
@@ -393,7 +415,9 @@ impl LocalGate {
             }
         }
         for (k, head) in heads.iter().enumerate() {
-            if self.split_exceeds_burst(split::parts(head.tokens, head.output), now_ms) {
+            if self.split_exceeds_burst(split::parts(head.tokens, head.output), now_ms)
+                || self.day_exceeds_burst(head.tokens, now_ms)
+            {
                 let denied = Admission::Denied { reason: DenyReason::TokensExceedBurst, retry_after_ms: 0 };
                 return (k, denied, in_flight);
             }
@@ -458,7 +482,12 @@ impl LocalGate {
             (answered, Admission::Denied { reason: DenyReason::ProviderWindow, retry_after_ms: wait }, in_flight)
         } else {
             let now_us = now_ms.saturating_mul(1000);
+            let [requests_day, tokens_day] = self.day_check(budgets, head.tokens, now_us);
             let requests = budgets.requests.map(|b| Gcra::new(b).check(self.requests_tat, now_us, 1)).transpose();
+            let requests = match (requests, requests_day) {
+                (Ok(requests), Ok(day)) => Ok((requests, day)),
+                (requests, day) => Err(requests.err().unwrap_or(0).max(day.err().unwrap_or(0))),
+            };
             let tokens = budgets
                 .tokens
                 .map(|b| {
@@ -471,9 +500,11 @@ impl LocalGate {
                 })
                 .transpose();
             let split = self.split_check(budgets, split::parts(head.tokens, head.output), now_us);
-            let tokens = match (tokens, split) {
-                (Ok(tokens), Ok(split)) => Ok((tokens, split)),
-                (tokens, split) => Err(tokens.err().unwrap_or(0).max(split.err().unwrap_or(0))),
+            let tokens = match (tokens, split, tokens_day) {
+                (Ok(tokens), Ok(split), Ok(day)) => Ok((tokens, split, day)),
+                (tokens, split, day) => {
+                    Err(tokens.err().unwrap_or(0).max(split.err().unwrap_or(0)).max(day.err().unwrap_or(0)))
+                }
             };
             // Without classes, the turn at the budgets' room; with classes the fleet's choice
             // of class orders the waiters.
@@ -484,7 +515,7 @@ impl LocalGate {
                     let denied = Admission::Denied { reason: DenyReason::EarlierWaiter, retry_after_ms: wait };
                     (answered, denied, in_flight)
                 }
-                (Ok(requests_tat), Ok((tokens_tat, split_tats)), None) => {
+                (Ok((requests_tat, requests_day_tat)), Ok((tokens_tat, split_tats, tokens_day_tat)), None) => {
                     if !classes {
                         self.turn.granted(instance, now_ms);
                     }
@@ -495,6 +526,7 @@ impl LocalGate {
                         self.tokens_tat = tat;
                     }
                     self.split_charge(split_tats);
+                    self.day_charge(requests_day_tat, tokens_day_tat);
                     let s = self.machine.snapshot();
                     if let Some((class, _)) = chosen {
                         self.class_budgets.charge(class, budgets, now_ms, head.tokens);
@@ -656,6 +688,7 @@ impl LocalGate {
         if let Some(budget) = budgets.tokens {
             self.tokens_tat = Gcra::new(budget).charge_past(self.tokens_tat, now_us, tokens);
         }
+        self.charge_day(requests, tokens, now_ms);
     }
 
     /// The tokens budget's burst in force at `now_ms` (the largest estimate that can fit), if
@@ -679,11 +712,14 @@ impl LocalGate {
         let now_us = now_ms.saturating_mul(1000);
         let budgets = self.budgets(now_ms);
         let [input, output] = self.split_status(now_ms);
+        let [requests_per_day, tokens_per_day] = self.day_status(now_ms);
         BudgetStatus {
             requests: budgets.requests.map(|b| Gcra::new(b).remaining(self.requests_tat, now_us)),
             tokens: budgets.tokens.map(|b| Gcra::new(b).remaining(self.tokens_tat, now_us)),
             input,
             output,
+            requests_per_day,
+            tokens_per_day,
         }
     }
 
@@ -719,6 +755,7 @@ impl LocalGate {
     ) -> FinishReport {
         let delta = token_delta.into();
         self.split_settle(delta, now_ms);
+        self.day_settle(delta.total, now_ms);
         let token_delta = delta.total;
         if token_delta != 0 && self.budgets(now_ms).tokens.is_some() {
             self.settle_tokens(token_delta, now_ms);

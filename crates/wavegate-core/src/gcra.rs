@@ -27,7 +27,7 @@
 //! assert!(gcra.check(tat, now + 100_000, 1).is_ok());
 //! ```
 
-use std::num::NonZeroU32;
+use std::num::{NonZeroU32, NonZeroU64};
 
 /// A validated per-minute budget: `per_minute` units a minute, at most `burst` at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +54,34 @@ impl RateBudget {
     }
 }
 
+/// A validated per-day budget (Groq's and Cerebras's requests and tokens per day):
+/// `per_day` units a day, at most `burst` at once. Refilled continuously, as those providers
+/// refill theirs: a burst of a whole day's units lets up to `burst + per_day` through in any
+/// 24 hours, as the provider does; a smaller burst spreads the day.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DayBudget {
+    per_day: NonZeroU64,
+    burst: NonZeroU64,
+}
+
+impl DayBudget {
+    /// A budget of `per_day` units a day with bursts of up to `burst`; `None` if either is
+    /// zero.
+    pub fn new(per_day: u64, burst: u64) -> Option<Self> {
+        Some(Self { per_day: NonZeroU64::new(per_day)?, burst: NonZeroU64::new(burst)? })
+    }
+
+    /// Units per day.
+    pub fn per_day(&self) -> u64 {
+        self.per_day.get()
+    }
+
+    /// The most units at once.
+    pub fn burst(&self) -> u64 {
+        self.burst.get()
+    }
+}
+
 /// An upstream's optional rate budgets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Budgets {
@@ -67,6 +95,11 @@ pub struct Budgets {
     /// Output tokens per minute, apart from the input (Anthropic's OTPM): an ask's output
     /// part (its `max_tokens`).
     pub output: Option<RateBudget>,
+    /// Requests per day, besides the per-minute budget (Groq's and Cerebras's RPD).
+    pub requests_per_day: Option<DayBudget>,
+    /// Tokens per day, besides the per-minute budget (Groq's and Cerebras's TPD): an ask's
+    /// estimate, settled as the tokens budget is.
+    pub tokens_per_day: Option<DayBudget>,
 }
 
 impl Budgets {
@@ -80,8 +113,15 @@ impl Budgets {
             tokens: self.tokens.map(scale),
             input: self.input.map(scale),
             output: self.output.map(scale),
+            requests_per_day: self.requests_per_day.map(|b| scale_day(b, n)),
+            tokens_per_day: self.tokens_per_day.map(|b| scale_day(b, n)),
         }
     }
+}
+
+fn scale_day(budget: DayBudget, processes: u32) -> DayBudget {
+    let n = u64::from(processes);
+    DayBudget::new((budget.per_day() / n).max(1), (budget.burst() / n).max(1)).unwrap_or(budget)
 }
 
 /// A budget's TAT carried across a change of its rate from `from` to `to` units a minute (a
@@ -98,10 +138,15 @@ impl Budgets {
 /// assert_eq!(rescale_tat(130_000_000, 100_000_000, 60, 120), 115_000_000);
 /// ```
 pub fn rescale_tat(tat_us: u64, now_us: u64, from: u32, to: u32) -> u64 {
+    rescale_units(tat_us, now_us, u64::from(from), u64::from(to))
+}
+
+/// [`rescale_tat`] for rates in any unit (a day budget's per day).
+pub(crate) fn rescale_units(tat_us: u64, now_us: u64, from: u64, to: u64) -> u64 {
     if tat_us <= now_us || from == to || from == 0 || to == 0 {
         return tat_us;
     }
-    let ahead = ((tat_us - now_us) as f64 * f64::from(from) / f64::from(to)).floor();
+    let ahead = ((tat_us - now_us) as f64 * from as f64 / to as f64).floor();
     now_us.saturating_add(ahead as u64)
 }
 
@@ -120,6 +165,12 @@ impl Gcra {
     pub fn new(budget: RateBudget) -> Self {
         let interval_us = 60_000_000.0 / f64::from(budget.per_minute());
         Self { interval_us, tolerance_us: f64::from(budget.burst()) * interval_us, burst: u64::from(budget.burst()) }
+    }
+
+    /// The arithmetic for a day `budget` (`wave.lua`'s `day_budget` is the twin).
+    pub fn daily(budget: DayBudget) -> Self {
+        let interval_us = 86_400_000_000.0 / budget.per_day() as f64;
+        Self { interval_us, tolerance_us: budget.burst() as f64 * interval_us, burst: budget.burst() }
     }
 
     /// Whether `cost` units fit now: `Ok(new TAT)` to store, or `Err(ms to wait)`. A cost

@@ -94,7 +94,7 @@ pub use gate::{
     BudgetStatus, Fallback, FallbackStart, FinishReport, LastShared, LocalGate, PRIORITY_FRESH_MS, WAITING_TTL_MS,
     WaveSignal,
 };
-pub use gcra::{Budgets, Gcra, RateBudget, rescale_tat};
+pub use gcra::{Budgets, DayBudget, Gcra, RateBudget, rescale_tat};
 pub use learned_limit::{
     KEPT_WINDOWS, KeptLimit, LearnedBudgets, LearnedLimit, LearnedLimitStatus, LearnedLimits, LearnedStatus, tightest,
 };

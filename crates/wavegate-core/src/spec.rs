@@ -36,7 +36,7 @@ use crate::ask::{Ask, Decision};
 use crate::clock::{Clock, ManualClock};
 use crate::cooldown::CooldownPolicy;
 use crate::gate::{LocalGate, WaveSignal};
-use crate::gcra::{Budgets, RateBudget};
+use crate::gcra::{Budgets, DayBudget, RateBudget};
 use crate::learned_limit::{LearnedLimit, LearnedLimits};
 use crate::permit_id::{Instance, PermitId, TenantTag};
 use crate::priority::PriorityClass;
@@ -83,6 +83,10 @@ pub struct SpecCase {
     pub input_per_minute: Option<(u32, u32)>,
     /// An output-tokens-per-minute budget: (per minute, burst).
     pub output_per_minute: Option<(u32, u32)>,
+    /// A requests-per-day budget: (per day, burst).
+    pub requests_per_day: Option<(u64, u64)>,
+    /// A tokens-per-day budget: (per day, burst).
+    pub tokens_per_day: Option<(u64, u64)>,
     /// How the limit grows back.
     pub recovery: Recovery,
     /// [`Recovery::Adaptive`]'s re-test spacing, first and longest, in milliseconds.
@@ -120,6 +124,8 @@ impl SpecCase {
             tokens: budget(self.tokens_per_minute),
             input: budget(self.input_per_minute),
             output: budget(self.output_per_minute),
+            requests_per_day: self.requests_per_day.and_then(|(rate, burst)| DayBudget::new(rate, burst)),
+            tokens_per_day: self.tokens_per_day.and_then(|(rate, burst)| DayBudget::new(rate, burst)),
         }
     }
 
@@ -337,6 +343,11 @@ pub enum Expect {
     DeniedRequests,
     /// Refused by the tokens budget, with a wait in `(0, 60 s]`.
     DeniedTokens,
+    /// Refused by a requests budget (a day's), with a wait of this many ms, less at most a
+    /// second (the Lua twin runs on the server's clock, which moves between steps).
+    DeniedRequestsFor(u64),
+    /// Refused by a tokens budget (a day's), with a wait as [`DeniedRequestsFor`](Self::DeniedRequestsFor).
+    DeniedTokensFor(u64),
     /// Refused: the estimate can never fit the tokens burst in force.
     DeniedTooLarge,
     /// Refused by a spent provider window, with a wait in `(0, max_ms]`.
@@ -356,6 +367,7 @@ impl Expect {
     /// longest cooldown is `max_cooldown_ms`.
     fn matches(&self, decision: &Decision, max_cooldown_ms: u64) -> bool {
         let waits = |wait: u64| wait > 0 && wait <= 60_000;
+        let about = |wait: u64, ms: u64| wait <= ms && wait + 1_000 > ms;
         match (*self, decision) {
             (Expect::Granted { wave, state, limit }, Decision::Granted { wave: w, state: s, limit: l, .. }) => {
                 (wave, state, limit) == (*w, *s, *l)
@@ -368,6 +380,8 @@ impl Expect {
                 Expect::DeniedAtLimit => *reason == DenyReason::AtLimit,
                 Expect::DeniedRequests => *reason == DenyReason::RequestBudget && waits(*retry_after_ms),
                 Expect::DeniedTokens => *reason == DenyReason::TokenBudget && waits(*retry_after_ms),
+                Expect::DeniedRequestsFor(ms) => *reason == DenyReason::RequestBudget && about(*retry_after_ms, ms),
+                Expect::DeniedTokensFor(ms) => *reason == DenyReason::TokenBudget && about(*retry_after_ms, ms),
                 Expect::DeniedTooLarge => *reason == DenyReason::TokensExceedBurst,
                 Expect::DeniedProviderWindow { max_ms } => {
                     *reason == DenyReason::ProviderWindow && *retry_after_ms > 0 && *retry_after_ms <= max_ms

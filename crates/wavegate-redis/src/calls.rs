@@ -21,7 +21,7 @@ use crate::keys::UpstreamKeys;
 
 /// How many config arguments every script but renew, report_window and heartbeat takes
 /// (`CONFIG_ARGS` in `lua/wave.lua`).
-pub(crate) const CONFIG_ARGS: usize = 16;
+pub(crate) const CONFIG_ARGS: usize = 18;
 
 /// One script call: its keys and arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -259,8 +259,8 @@ pub struct SharedStatus {
 pub(crate) fn read_status(reply: &[Value]) -> Result<(SharedStatus, Vec<(u32, u32)>), StoreError> {
     const COMMAND: &str = "status";
     let r = Reply::new(COMMAND, reply);
-    if reply.len() < 22 || !reply.len().is_multiple_of(2) {
-        return Err(StoreError::unexpected(COMMAND, format!("{} fields, expected 22 and pairs", reply.len())));
+    if reply.len() < 26 || !reply.len().is_multiple_of(2) {
+        return Err(StoreError::unexpected(COMMAND, format!("{} fields, expected 26 and pairs", reply.len())));
     }
     let learned = |at: usize| -> Result<Option<LearnedLimitStatus>, StoreError> {
         if r.int(at)? < 0 {
@@ -269,7 +269,7 @@ pub(crate) fn read_status(reply: &[Value]) -> Result<(SharedStatus, Vec<(u32, u3
         let limit = LearnedLimit { limit: r.uint(at)?, window_ms: r.uint(at + 1)? };
         Ok(Some(LearnedLimitStatus::new(limit, Duration::from_millis(r.uint(at + 2)?))))
     };
-    let classes = (22..reply.len())
+    let classes = (26..reply.len())
         .step_by(2)
         .map(|at| Ok((r.u32(at)?, r.u32(at + 1)?)))
         .collect::<Result<Vec<_>, StoreError>>()?;
@@ -282,7 +282,9 @@ pub(crate) fn read_status(reply: &[Value]) -> Result<(SharedStatus, Vec<(u32, u3
         wave: r.uint(2)?,
         cooldown_remaining: Duration::from_millis(r.uint(3)?),
         in_flight: r.u32(7)?,
-        budgets: BudgetStatus::new(budget(8)?, budget(10)?).with_split(budget(18)?, budget(20)?),
+        budgets: BudgetStatus::new(budget(8)?, budget(10)?)
+            .with_split(budget(18)?, budget(20)?)
+            .with_day(budget(22)?, budget(24)?),
         learned: LearnedStatus::new(learned(12)?, learned(15)?),
     };
     Ok((status, classes))

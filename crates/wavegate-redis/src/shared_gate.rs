@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use redis::Value;
 use wavegate_core::{
-    Admission, Ask, Budgets, Decision, PermitId, ProviderWindows, RateBudget, TokenDelta, TrackedWindow,
+    Admission, Ask, Budgets, DayBudget, Decision, PermitId, ProviderWindows, RateBudget, TokenDelta, TrackedWindow,
     UpstreamConfig, UpstreamName, WaveConfig, WaveSignal, WaveState, WindowReport, duration_ms,
 };
 
@@ -130,6 +130,7 @@ impl SharedGate {
         let (requests, requests_burst) = rate(budgets.requests);
         let (tokens, tokens_burst) = rate(budgets.tokens);
         let split = |b: Option<RateBudget>| b.map_or(String::new(), |b| format!("{}:{}", b.per_minute(), b.burst()));
+        let day = |b: Option<DayBudget>| b.map_or(String::new(), |b| format!("{}:{}", b.per_day(), b.burst()));
         let config_args = [
             wave.base_limit.to_string(),
             wave.probe_successes.to_string(),
@@ -146,6 +147,8 @@ impl SharedGate {
             wave.retest_rounds_max.to_string(),
             split(budgets.input),
             split(budgets.output),
+            day(budgets.requests_per_day),
+            day(budgets.tokens_per_day),
             String::new(),
         ];
         Self {

@@ -160,6 +160,8 @@ pub(super) fn case(name: &'static str, steps: Vec<Step>) -> SpecCase {
         tokens_per_minute: None,
         input_per_minute: None,
         output_per_minute: None,
+        requests_per_day: None,
+        tokens_per_day: None,
         recovery: Recovery::Seed,
         retest_ms: (200, 800),
         classes: Vec::new(),
@@ -474,6 +476,32 @@ pub(super) fn cases() -> Vec<SpecCase> {
                     Step::AcquireSplit { permit: "C", tokens: 2_500, output: 2_001, expect: Expect::DeniedTooLarge },
                     // An input part above the input burst neither.
                     Step::AcquireSplit { permit: "C", tokens: 10_001, output: 0, expect: Expect::DeniedTooLarge },
+                ],
+            )
+        },
+        SpecCase {
+            // 4 requests a day, all at once; 1,000 tokens a day, 600 at once; and 600 tokens
+            // a minute (10 a second, burst 1,000) besides, never the tighter here.
+            requests_per_day: Some((4, 4)),
+            tokens_per_day: Some((1_000, 600)),
+            tokens_per_minute: Some((600, 1_000)),
+            ..case(
+                "a day: requests and tokens per day beside the minute's; a refusal waits hours, settled like the minute",
+                vec![
+                    with_tokens("A", 500),
+                    // A used 200 of its 500: 300 back to the day (and the minute).
+                    settle("A", -300),
+                    // 400 left of the day: 450 waits for 50 more, 50 × 86.4 s.
+                    denied("B", 450, Expect::DeniedTokensFor(4_320_000)),
+                    // Above the day's burst: never fits.
+                    denied("B", 601, Expect::DeniedTooLarge),
+                    with_tokens("B", 100),
+                    with_tokens("C", 0),
+                    with_tokens("D", 0),
+                    // The fifth request of the day waits a quarter of a day, less what passed.
+                    denied("E", 0, Expect::DeniedRequestsFor(21_600_000)),
+                    Step::Advance { ms: 21_600_000 },
+                    with_tokens("E", 0),
                 ],
             )
         },
