@@ -106,11 +106,13 @@ pub enum Budget {
     InputTokensPerMinute,
     /// The upstream's output-tokens-per-minute budget: the estimate's output part never fits.
     OutputTokensPerMinute,
+    /// The upstream's tokens-per-day budget: the estimate is above its burst.
+    TokensPerDay,
 }
 
 impl Budget {
     /// `tokens_per_minute`, `tokens_per_minute_fallback_share`,
-    /// `tokens_per_minute_class_share`, `input_tokens_per_minute` or `output_tokens_per_minute`.
+    /// `tokens_per_minute_class_share`, `input_tokens_per_minute`, `output_tokens_per_minute` or `tokens_per_day`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Budget::TokensPerMinute => "tokens_per_minute",
@@ -118,6 +120,7 @@ impl Budget {
             Budget::ClassShare => "tokens_per_minute_class_share",
             Budget::InputTokensPerMinute => "input_tokens_per_minute",
             Budget::OutputTokensPerMinute => "output_tokens_per_minute",
+            Budget::TokensPerDay => "tokens_per_day",
         }
     }
 }

@@ -126,7 +126,8 @@ pub const ALL: &[&str] = &[
 /// Permits released after their lease had ended: for a while the fleet could admit one more
 /// than the limit (a call longer than its fixed TTL, or a watchdog that could not renew).
 pub const RELEASED_AFTER_LEASE_TOTAL: &str = "wavegate_released_after_lease_total";
-/// What is left of a rate budget, by `budget` (`requests`, `tokens`). In shared mode this and
+/// What is left of a rate budget, by `budget` (`requests`, `tokens`, `input`, `output`,
+/// `requests_per_day`, `tokens_per_day`). In shared mode this and
 /// the two gauges below are read from Redis by one process of the fleet at a time (the gauge
 /// reader, chosen by the heartbeats), so their cost does not grow with the fleet; the other
 /// processes export NaN, which `min`/`max` by upstream skip: aggregate with them.
@@ -311,8 +312,14 @@ pub(crate) fn reconciled(upstream: &str, adopted: usize, dropped: usize, granted
 }
 
 pub(crate) fn budgets(upstream: &str, status: BudgetStatus) {
-    let each =
-        [("requests", status.requests), ("tokens", status.tokens), ("input", status.input), ("output", status.output)];
+    let each = [
+        ("requests", status.requests),
+        ("tokens", status.tokens),
+        ("input", status.input),
+        ("output", status.output),
+        ("requests_per_day", status.requests_per_day),
+        ("tokens_per_day", status.tokens_per_day),
+    ];
     for (budget, value) in each {
         if let Some((remaining, next_refill_ms)) = value {
             gauge!(BUDGET_REMAINING, "upstream" => upstream.to_owned(), "budget" => budget).set(remaining as f64);

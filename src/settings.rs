@@ -190,6 +190,10 @@ pub struct UpstreamSettings {
     pub input_tokens_per_minute: Option<RateSetting>,
     /// An output-tokens-per-minute budget, apart from the input (Anthropic's OTPM).
     pub output_tokens_per_minute: Option<RateSetting>,
+    /// A requests-per-day budget, beside the per-minute one (Groq's RPD).
+    pub requests_per_day: Option<DaySetting>,
+    /// A tokens-per-day budget, beside the per-minute one (Groq's TPD).
+    pub tokens_per_day: Option<DaySetting>,
     /// Priority classes, in order (`[[upstreams.<name>.classes]]`); see
     /// [`class`](crate::config::UpstreamConfigBuilder::class).
     #[serde(default)]
@@ -239,6 +243,17 @@ pub struct RateSetting {
     pub per_minute: u32,
     /// At most this many at once.
     pub burst: u32,
+}
+
+/// A per-day budget: `{ per_day = 14400 }` (a whole day's units at once, as the provider
+/// refills its own) or `{ per_day = 14400, burst = 600 }`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DaySetting {
+    /// Units a day.
+    pub per_day: u64,
+    /// At most this many at once (default: `per_day`).
+    pub burst: Option<u64>,
 }
 
 impl Settings {
@@ -388,6 +403,12 @@ impl UpstreamSettings {
         }
         if let Some(RateSetting { per_minute, burst }) = self.output_tokens_per_minute {
             builder = builder.output_tokens_per_minute(per_minute, burst);
+        }
+        if let Some(DaySetting { per_day, burst }) = self.requests_per_day {
+            builder = builder.requests_per_day(per_day, burst.unwrap_or(per_day));
+        }
+        if let Some(DaySetting { per_day, burst }) = self.tokens_per_day {
+            builder = builder.tokens_per_day(per_day, burst.unwrap_or(per_day));
         }
         for class in &self.classes {
             builder = builder.class(class.name.clone(), class.weight);

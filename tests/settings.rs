@@ -124,3 +124,26 @@ fn a_redis_url_in_a_local_only_build_is_refused_with_what_to_change() {
     // Without the URL the same settings run in local mode.
     assert!(Settings::from_toml("[upstreams.llm]\nlimit = 2\n").expect("parses").builder().is_ok());
 }
+
+#[test]
+fn the_day_budgets_are_read_from_toml() {
+    let settings = Settings::from_toml(
+        r#"
+        [upstreams.groq]
+        limit = 20
+        requests_per_day = { per_day = 14400 }
+        tokens_per_day = { per_day = 500000, burst = 20000 }
+        "#,
+    )
+    .expect("settings");
+    let config = settings.upstreams["groq"].config("groq").expect("config");
+    let day = config.budgets();
+    assert_eq!(day.requests_per_day.map(|b| (b.per_day(), b.burst())), Some((14_400, 14_400)));
+    assert_eq!(day.tokens_per_day.map(|b| (b.per_day(), b.burst())), Some((500_000, 20_000)));
+    // A burst above the day is refused, saying what to change.
+    let bad = Settings::from_toml("[upstreams.groq]\nrequests_per_day = { per_day = 10, burst = 11 }\n")
+        .expect("settings")
+        .builder()
+        .expect_err("a burst above the day");
+    assert!(bad.to_string().contains("requests_per_day"), "{bad}");
+}

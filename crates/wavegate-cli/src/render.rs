@@ -42,6 +42,8 @@ fn upstream_json(u: &UpstreamView) -> Value {
             "tokens": budget_json(u.budgets.tokens),
             "input": budget_json(u.budgets.input),
             "output": budget_json(u.budgets.output),
+            "requests_per_day": budget_json(u.budgets.requests_per_day),
+            "tokens_per_day": budget_json(u.budgets.tokens_per_day),
         },
         "learned": { "requests": learned_json(u.learned.requests), "tokens": learned_json(u.learned.tokens) },
         "windows": { "requests": window_json(u.windows[0]), "tokens": window_json(u.windows[1]) },
@@ -232,6 +234,8 @@ pub(crate) fn text(fleet: &FleetView) -> String {
             ("tokens", u.budgets.tokens),
             ("input", u.budgets.input),
             ("output", u.budgets.output),
+            ("requests/day", u.budgets.requests_per_day),
+            ("tokens/day", u.budgets.tokens_per_day),
         ];
         for (name, budget) in budgets {
             if let Some((available, next_ms)) = budget {

@@ -62,11 +62,17 @@ fn line(u: &UpstreamView) -> String {
     } else {
         u.classes.iter().map(|c| c.waiting).sum::<u32>().to_string()
     };
-    let budgets: Vec<String> =
-        [("req", u.budgets.requests), ("tok", u.budgets.tokens), ("in", u.budgets.input), ("out", u.budgets.output)]
-            .into_iter()
-            .filter_map(|(name, budget)| budget.map(|(available, _)| format!("{name} {}", short(available))))
-            .collect();
+    let budgets: Vec<String> = [
+        ("req", u.budgets.requests),
+        ("tok", u.budgets.tokens),
+        ("in", u.budgets.input),
+        ("out", u.budgets.output),
+        ("req/d", u.budgets.requests_per_day),
+        ("tok/d", u.budgets.tokens_per_day),
+    ]
+    .into_iter()
+    .filter_map(|(name, budget)| budget.map(|(available, _)| format!("{name} {}", short(available))))
+    .collect();
     let window = [("req", u.windows[0]), ("tok", u.windows[1])]
         .into_iter()
         .filter_map(|(name, window)| window.map(|w| (name, w)))

@@ -124,6 +124,11 @@ impl Lane {
                 return Err(Error::insufficient_capacity(name, which, part, u64::from(budget.burst())));
             }
         }
+        if let Some(budget) = self.config.budgets().tokens_per_day
+            && request.tokens > budget.burst()
+        {
+            return Err(Error::insufficient_capacity(name, Budget::TokensPerDay, request.tokens, budget.burst()));
+        }
         if let Some(retry_after) = self.quota.remaining() {
             return Err(Error::quota_exhausted(name, 0, retry_after));
         }

@@ -2,7 +2,7 @@
 
 use super::LocalGate;
 use crate::deadline::Hold;
-use crate::gcra::{Gcra, RateBudget};
+use crate::gcra::{DayBudget, Gcra, RateBudget};
 use crate::wave::{DenyReason, WaveState};
 
 impl LocalGate {
@@ -16,7 +16,8 @@ impl LocalGate {
     /// * the requests budget's next room, and the tokens budget's with `refundable` counted
     ///   as refunded at once ([`Gcra::earliest_ms`]), each under the loosest budget that may
     ///   be in force before then (the configured one, should a learned limit be forgotten;
-    ///   nothing when only a learned limit makes the budget).
+    ///   nothing when only a learned limit makes the budget);
+    /// * the same for the requests and tokens per day.
     ///
     /// ```
     /// use wavegate_core::{Ask, DenyReason, Instance, LocalGate, PermitId, UpstreamConfig};
@@ -49,10 +50,19 @@ impl LocalGate {
         let requests = earliest(in_force.requests, configured.requests, self.requests_tat, 1, 0, false)
             .and_then(|wait| Hold::of(DenyReason::RequestBudget, wait));
         let debt = self.fleet.is_some();
-        let tokens = refundable
+        let tokens_hold = refundable
             .and_then(|refund| earliest(in_force.tokens, configured.tokens, self.tokens_tat, tokens, refund, debt))
             .and_then(|wait| Hold::of(DenyReason::TokenBudget, wait));
-        [window, requests, tokens].into_iter().fold(cooldown, Hold::latest)
+        // The day budgets (never learned: in force as configured).
+        let day = |budget: Option<DayBudget>, tat, cost, refund| {
+            Some(Gcra::daily(budget?).earliest_ms(tat, now_us, cost, refund, debt))
+        };
+        let requests_day = day(in_force.requests_per_day, self.requests_day_tat, 1, 0)
+            .and_then(|wait| Hold::of(DenyReason::RequestBudget, wait));
+        let tokens_day = refundable
+            .and_then(|refund| day(in_force.tokens_per_day, self.tokens_day_tat, tokens, refund))
+            .and_then(|wait| Hold::of(DenyReason::TokenBudget, wait));
+        [window, requests, tokens_hold, requests_day, tokens_day].into_iter().fold(cooldown, Hold::latest)
     }
 }
 
@@ -124,5 +134,27 @@ mod tests {
         let loose = UpstreamConfig::builder("llm").limit(5).requests_per_minute(120, 120).build().expect("valid");
         let hold = drained(&loose).proven_hold(0, Some(0), 0).expect("the configured budget proves");
         assert_eq!(hold.wait_ms, 500);
+    }
+
+    #[test]
+    fn a_spent_day_proves_hours() {
+        // 2 requests a day, both at once; 1,000 tokens a day.
+        let config = UpstreamConfig::builder("groq")
+            .limit(5)
+            .requests_per_day(2, 2)
+            .tokens_per_day(1_000, 1_000)
+            .build()
+            .expect("valid");
+        let mut gate = LocalGate::for_upstream(&config);
+        let me = Instance::new("me").unwrap();
+        assert!(gate.acquire(&me, &ask(&me, 1, 900), 30_000, 0).is_granted());
+        // 200 more tokens: 100 short, 100 × 86.4 s, or nothing proved if the call refunds.
+        let hold = gate.proven_hold(200, Some(0), 0).expect("the tokens per day prove");
+        assert_eq!((hold.reason, hold.wait_ms), (DenyReason::TokenBudget, 8_640_000));
+        assert_eq!(gate.proven_hold(200, Some(900), 0), None);
+        assert!(gate.acquire(&me, &ask(&me, 2, 0), 30_000, 0).is_granted());
+        // Both requests of the day spent: half a day for the third.
+        let hold = gate.proven_hold(0, Some(900), 0).expect("the requests per day prove");
+        assert_eq!((hold.reason, hold.wait_ms), (DenyReason::RequestBudget, 43_200_000));
     }
 }
