@@ -39,6 +39,7 @@ pub(crate) async fn acquire_permit(
         pause: config.quota_pause(),
         retry_after_cap: config.wave().cooldown.max(),
         keeps_estimate: config.keeps_estimate(),
+        cache_read_weight: config.cache_read_weight(),
     };
     Ok(Permit::new(grant, inner.names[upstream].clone(), quota))
 }

@@ -109,6 +109,11 @@ impl Hold {
         }
     }
 
+    /// What a cached input read weighs for the held permit's upstream, if set.
+    pub(crate) fn cache_read_weight(&self) -> Option<f64> {
+        self.permit.as_ref().and_then(Permit::cache_read_weight)
+    }
+
     /// The answer failed midway with `outcome` (a reset, say); the caller's `source` comes back
     /// inside the error. Never retried: part of the answer was already given.
     pub(crate) fn fail<E>(&mut self, outcome: Outcome, source: E) -> Error<E> {

@@ -37,6 +37,8 @@ pub(crate) struct QuotaRef {
     pub(crate) retry_after_cap: Duration,
     /// The provider keeps a served request's whole estimate charged (`keeps_estimate`).
     pub(crate) keeps_estimate: bool,
+    /// What a cached input read weighs (`cache_read_weight`; unset: as reported).
+    pub(crate) cache_read_weight: Option<f64>,
 }
 
 impl Permit {
@@ -157,6 +159,22 @@ impl Permit {
         let window = outcome.window_report(self.quota.retry_after_cap);
         let used = crate::engine::grant::TokensUsed::Parts(input, output);
         self.grant.finish(outcome.wave_signal(), outcome.breaker_result(), used, window);
+    }
+
+    /// [`report_usage_parts`](Self::report_usage_parts) with the usage an answer reported,
+    /// its cached input reads weighed as the upstream's
+    /// [`cache_read_weight`](crate::config::UpstreamConfigBuilder::cache_read_weight) says
+    /// ([`StreamUsage::input_counted`](crate::StreamUsage::input_counted)). For a whole
+    /// answer's JSON body, [`StreamUsage::of_body`](crate::StreamUsage::of_body) reads it.
+    #[cfg(feature = "sse")]
+    pub fn report_stream_usage(self, outcome: Outcome, usage: wavegate_core::StreamUsage) {
+        let input = usage.input_counted(self.quota.cache_read_weight);
+        self.report_usage_parts(outcome, input, usage.output);
+    }
+
+    /// What a cached input read weighs for this permit's upstream, if set.
+    pub(crate) fn cache_read_weight(&self) -> Option<f64> {
+        self.quota.cache_read_weight
     }
 
     /// Releases the permit at once, with no outcome and the reservation standing as the usage:

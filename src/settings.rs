@@ -159,6 +159,8 @@ pub struct UpstreamSettings {
     /// Whether the provider keeps a served request's whole token estimate charged (OpenAI
     /// does): settlements never refund below the reservation (default `false`).
     pub keeps_estimate: Option<bool>,
+    /// What a cached input read weighs, 0.0–1.0 (default: as the provider reports the input).
+    pub cache_read_weight: Option<f64>,
     /// A permit's lease, renewed while the call runs.
     #[serde(default, deserialize_with = "duration::deserialize")]
     pub renewed_lease: Option<Duration>,
@@ -358,6 +360,9 @@ impl UpstreamSettings {
         }
         if let Some(retry) = self.retry_transient {
             builder = builder.retry_transient(retry);
+        }
+        if let Some(weight) = self.cache_read_weight {
+            builder = builder.cache_read_weight(weight);
         }
         if let Some(keeps) = self.keeps_estimate {
             builder = builder.keeps_estimate(keeps);

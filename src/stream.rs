@@ -83,6 +83,23 @@ pub trait StreamMeter<I> {
     fn parts(&self) -> Option<(u64, u64)> {
         None
     }
+
+    /// [`parts`](Self::parts) with each cached input read weighing `cache_read_weight` of a
+    /// token (the upstream's
+    /// [`cache_read_weight`](crate::config::UpstreamConfigBuilder::cache_read_weight), when
+    /// set). By default the same as `parts`: a meter that does not see cached reads.
+    fn parts_weighted(&self, cache_read_weight: f64) -> Option<(u64, u64)> {
+        let _ = cache_read_weight;
+        self.parts()
+    }
+}
+
+/// What `meter` says of the usage's parts, its cached reads weighed by `weight` when set.
+pub(crate) fn meter_parts<I, M: StreamMeter<I> + ?Sized>(meter: &M, weight: Option<f64>) -> Option<(u64, u64)> {
+    match weight {
+        Some(weight) => meter.parts_weighted(weight),
+        None => meter.parts(),
+    }
 }
 
 impl<I, F> StreamMeter<I> for F
@@ -107,6 +124,10 @@ impl<I, M: StreamMeter<I>> StreamMeter<I> for Option<M> {
     fn parts(&self) -> Option<(u64, u64)> {
         self.as_ref()?.parts()
     }
+
+    fn parts_weighted(&self, cache_read_weight: f64) -> Option<(u64, u64)> {
+        self.as_ref()?.parts_weighted(cache_read_weight)
+    }
 }
 
 impl<I> StreamMeter<I> for Reserved {
@@ -129,6 +150,10 @@ impl<I: AsRef<[u8]>> StreamMeter<I> for wavegate_core::SseUsage {
 
     fn parts(&self) -> Option<(u64, u64)> {
         self.usage().map(|usage| (usage.input, usage.output))
+    }
+
+    fn parts_weighted(&self, cache_read_weight: f64) -> Option<(u64, u64)> {
+        self.usage().map(|usage| (usage.input_counted(Some(cache_read_weight)), usage.output))
     }
 }
 
@@ -208,7 +233,8 @@ where
                 if let Some(tokens) = this.meter.finish() {
                     this.used = Some(tokens);
                 }
-                this.hold.finish(this.used, this.meter.parts());
+                let parts = meter_parts(&this.meter, this.hold.cache_read_weight());
+                this.hold.finish(this.used, parts);
                 this.done = true;
                 Poll::Ready(None)
             }

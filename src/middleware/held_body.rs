@@ -103,7 +103,8 @@ where
                 if let Some(tokens) = this.meter.finish() {
                     this.used = Some(tokens);
                 }
-                this.hold.finish(this.used, this.meter.parts());
+                let parts = crate::stream::meter_parts(&this.meter, this.hold.cache_read_weight());
+                this.hold.finish(this.used, parts);
                 this.done = true;
                 Poll::Ready(None)
             }

@@ -266,6 +266,8 @@ pub struct UpstreamConfig {
     quota_pause: Duration,
     /// The provider keeps a served request's whole token estimate charged.
     keeps_estimate: bool,
+    /// What a cached input read weighs in the input counted (unset: as reported).
+    cache_read_weight: Option<f64>,
     classes: Vec<PriorityClass>,
     default_class: usize,
     /// How long a permit stays held after its call was cancelled at the provider.
@@ -330,6 +332,7 @@ impl UpstreamConfig {
             retry_transient: true,
             quota_pause: Self::DEFAULT_QUOTA_PAUSE,
             keeps_estimate: false,
+            cache_read_weight: None,
             classes: Vec::new(),
             default_class: None,
             cancelled_call_hold: None,
@@ -500,6 +503,12 @@ impl UpstreamConfig {
         self.keeps_estimate
     }
 
+    /// What a cached input read weighs against the input budgets, if set (see
+    /// [`UpstreamConfigBuilder::cache_read_weight`]).
+    pub fn cache_read_weight(&self) -> Option<f64> {
+        self.cache_read_weight
+    }
+
     /// The priority classes, in configured order (empty: every caller is in one class).
     pub fn classes(&self) -> &[PriorityClass] {
         &self.classes
@@ -558,6 +567,7 @@ pub struct UpstreamConfigBuilder {
     retry_transient: bool,
     quota_pause: Duration,
     keeps_estimate: bool,
+    cache_read_weight: Option<f64>,
     /// (name, weight, reserve %), in order.
     /// (name, weight, reserve %, budget %).
     classes: Vec<(String, u32, u8, u8)>,
@@ -761,6 +771,19 @@ impl UpstreamConfigBuilder {
     /// or another 4xx, is still given back). Default `false`: settled to the reported usage.
     pub fn keeps_estimate(mut self, keeps: bool) -> Self {
         self.keeps_estimate = keeps;
+        self
+    }
+
+    /// What a cached input read weighs, from 0 (free) to 1 (a full token), when a usage that
+    /// names its cached reads (OpenAI's `cached_tokens`, Anthropic's `cache_read_input_tokens`:
+    /// a streamed answer's `SseUsage`, `Permit::report_stream_usage`) settles the tokens and
+    /// input budgets: the input counted is the uncached part plus the weight of each read.
+    /// Unset by default: the input as the provider reports it (OpenAI's includes its cached
+    /// reads, weight 1; Anthropic's leaves them out, weight 0, as its ITPM does for most
+    /// models). Set 1.0 for an Anthropic model whose ITPM counts cache reads, 0.0 for a
+    /// deployment that does not count OpenAI's. Outside `[0, 1]`: refused at build time.
+    pub fn cache_read_weight(mut self, weight: f64) -> Self {
+        self.cache_read_weight = Some(weight);
         self
     }
 
@@ -1025,6 +1048,16 @@ impl UpstreamConfigBuilder {
                 range: "(0, 1]",
             });
         }
+        if let Some(weight) = self.cache_read_weight
+            && !(0.0..=1.0).contains(&weight)
+        {
+            return Err(ConfigError::OutOfRange {
+                upstream: upstream(),
+                field: "cache_read_weight",
+                value: weight,
+                range: "[0, 1]",
+            });
+        }
         let ratio = self.retry_budget.ratio;
         if !(0.0..=1.0).contains(&ratio) {
             return Err(ConfigError::OutOfRange {
@@ -1065,6 +1098,7 @@ impl UpstreamConfigBuilder {
             backoff: self.backoff,
             retry_transient: self.retry_transient,
             keeps_estimate: self.keeps_estimate,
+            cache_read_weight: self.cache_read_weight,
             quota_pause: self.quota_pause,
             classes,
             default_class,

@@ -41,6 +41,10 @@ pub struct StreamUsage {
     /// Anthropic's `cache_read_input_tokens` (not in [`input`](Self::input): Anthropic does
     /// not count them against its input tokens per minute).
     pub cache_read: u64,
+    /// Of [`input`](Self::input), the cached reads the provider counted inside it (OpenAI's
+    /// `prompt_tokens_details.cached_tokens`, the Responses API's
+    /// `input_tokens_details.cached_tokens`).
+    pub cached: u64,
     /// Output (completion) tokens: `completion_tokens` or `output_tokens`.
     pub output: u64,
 }
@@ -50,6 +54,57 @@ impl StreamUsage {
     /// left out).
     pub fn tokens(&self) -> u64 {
         self.input.saturating_add(self.output)
+    }
+
+    /// The input a provider counts when a cached input read weighs `cache_read_weight` of an
+    /// uncached token (0: not counted, as Anthropic's ITPM for most models; 1: counted in
+    /// full, as OpenAI's TPM): the input without its cached reads, plus the weight of every
+    /// cached read (OpenAI's inside the input, Anthropic's beside it), rounded to the nearest
+    /// token. `None`: the input as reported ([`input`](Self::input)). A weight outside
+    /// `[0, 1]` is clamped.
+    ///
+    /// ```
+    /// use wavegate_core::StreamUsage;
+    ///
+    /// // Anthropic: 100 new tokens of prompt, 5,000 read from its cache.
+    /// let usage = StreamUsage { input: 100, cache_read: 5_000, ..StreamUsage::default() };
+    /// assert_eq!(usage.input_counted(None), 100);
+    /// assert_eq!(usage.input_counted(Some(1.0)), 5_100); // a model whose ITPM counts cache reads
+    /// // OpenAI: 6,000 of prompt, 5,000 of them cached.
+    /// let usage = StreamUsage { input: 6_000, cached: 5_000, ..StreamUsage::default() };
+    /// assert_eq!(usage.input_counted(None), 6_000);
+    /// assert_eq!(usage.input_counted(Some(0.1)), 1_500);
+    /// ```
+    pub fn input_counted(&self, cache_read_weight: Option<f64>) -> u64 {
+        let Some(weight) = cache_read_weight else { return self.input };
+        let weight = if weight.is_nan() { 1.0 } else { weight.clamp(0.0, 1.0) };
+        let cached = self.cached.min(self.input);
+        let reads = cached.saturating_add(self.cache_read);
+        (self.input - cached).saturating_add((reads as f64 * weight).round() as u64)
+    }
+
+    /// The usage an answer's JSON body reports (a whole answer, not streamed: OpenAI's
+    /// `usage`, Anthropic's `usage`, the Responses API's `response.usage`), if it has one.
+    ///
+    /// ```
+    /// use wavegate_core::StreamUsage;
+    ///
+    /// let body = r#"{"usage":{"input_tokens":100,"cache_read_input_tokens":5000,"output_tokens":40}}"#;
+    /// let usage = StreamUsage::of_body(body).unwrap();
+    /// assert_eq!((usage.input, usage.cache_read, usage.output), (100, 5_000, 40));
+    /// ```
+    pub fn of_body(body: &str) -> Option<StreamUsage> {
+        let update = usage_of_event(body)?;
+        let mut usage = StreamUsage::default();
+        usage.apply(update);
+        Some(usage)
+    }
+
+    fn apply(&mut self, update: UsageUpdate) {
+        self.input = update.input.unwrap_or(self.input);
+        self.cache_read = update.cache_read.unwrap_or(self.cache_read);
+        self.cached = update.cached.unwrap_or(self.cached);
+        self.output = update.output.unwrap_or(self.output);
     }
 }
 
@@ -61,13 +116,15 @@ pub struct UsageUpdate {
     pub input: Option<u64>,
     /// Cache reads (Anthropic), if the event said.
     pub cache_read: Option<u64>,
+    /// Of the input, the cached reads (OpenAI), if the event said.
+    pub cached: Option<u64>,
     /// Output tokens, if the event said.
     pub output: Option<u64>,
 }
 
 impl UsageUpdate {
     fn is_empty(&self) -> bool {
-        self.input.is_none() && self.cache_read.is_none() && self.output.is_none()
+        self.input.is_none() && self.cache_read.is_none() && self.cached.is_none() && self.output.is_none()
     }
 }
 
@@ -95,7 +152,10 @@ pub fn usage_of_event(data: &str) -> Option<UsageUpdate> {
     let output = field("completion_tokens").or_else(|| field("output_tokens"));
     // Only a total: all of it counts (as input, for want of a split).
     let input = input.or_else(|| if output.is_none() { field("total_tokens") } else { None });
-    let update = UsageUpdate { input, cache_read: field("cache_read_input_tokens"), output };
+    let cached = ["prompt_tokens_details", "input_tokens_details"]
+        .into_iter()
+        .find_map(|details| usage.get(details).and_then(|d| d.get("cached_tokens")).and_then(Value::as_u64));
+    let update = UsageUpdate { input, cache_read: field("cache_read_input_tokens"), cached, output };
     (!update.is_empty()).then_some(update)
 }
 
@@ -177,10 +237,7 @@ impl SseUsage {
     fn dispatch(&mut self) {
         let data = std::mem::take(&mut self.data);
         let Some(update) = usage_of_event(&data) else { return };
-        let usage = self.usage.get_or_insert_with(StreamUsage::default);
-        usage.input = update.input.unwrap_or(usage.input);
-        usage.cache_read = update.cache_read.unwrap_or(usage.cache_read);
-        usage.output = update.output.unwrap_or(usage.output);
+        self.usage.get_or_insert_with(StreamUsage::default).apply(update);
     }
 }
 
@@ -206,7 +263,7 @@ mod tests {
             "\"total_tokens\":29,\"prompt_tokens_details\":{\"cached_tokens\":0}}}\n\n",
             "data: [DONE]\n\n"
         );
-        let expected = StreamUsage { input: 19, cache_read: 0, output: 10 };
+        let expected = StreamUsage { input: 19, cache_read: 0, cached: 0, output: 10 };
         assert_eq!(read(&[stream.as_bytes()]), Some(expected));
         // Cut anywhere, byte by byte, with CRLF line ends: the same.
         let bytes: Vec<&[u8]> = stream.as_bytes().chunks(1).collect();
@@ -231,14 +288,17 @@ mod tests {
             "data: {\"type\":\"message_stop\"}\n\n"
         );
         let usage = read(&[stream.as_bytes()]).expect("a usage");
-        assert_eq!(usage, StreamUsage { input: 30, cache_read: 100, output: 15 });
+        assert_eq!(usage, StreamUsage { input: 30, cache_read: 100, cached: 0, output: 15 });
         assert_eq!(usage.tokens(), 45);
     }
 
     #[test]
     fn openai_responses_api_completed_event() {
         let event = "{\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":7,\"output_tokens\":3,\"total_tokens\":10}}}";
-        assert_eq!(usage_of_event(event), Some(UsageUpdate { input: Some(7), cache_read: None, output: Some(3) }));
+        assert_eq!(
+            usage_of_event(event),
+            Some(UsageUpdate { input: Some(7), cache_read: None, cached: None, output: Some(3) })
+        );
     }
 
     #[test]
@@ -253,11 +313,28 @@ mod tests {
         usage.feed(b"data: {\"usage\":{\"prompt_tokens\":1,");
         usage.feed(&vec![b' '; SseUsage::MAX_LINE + 10]);
         usage.feed(b"\"completion_tokens\":2}}\n\ndata: {\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":5}}\n\n");
-        assert_eq!(usage.usage(), Some(StreamUsage { input: 4, cache_read: 0, output: 5 }));
+        assert_eq!(usage.usage(), Some(StreamUsage { input: 4, cache_read: 0, cached: 0, output: 5 }));
         // An event without its final blank line still counts at the end.
         assert_eq!(
             read(&[b"data: {\"usage\":{\"total_tokens\":9}}"]),
             Some(StreamUsage { input: 9, ..Default::default() })
         );
+    }
+
+    #[test]
+    fn openai_cached_tokens_are_read_and_weighed() {
+        let usage = read(&[concat!(
+            "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":6000,\"completion_tokens\":20,",
+            "\"total_tokens\":6020,\"prompt_tokens_details\":{\"cached_tokens\":5000}}}\n\n"
+        )
+        .as_bytes()])
+        .expect("a usage");
+        assert_eq!((usage.input, usage.cached, usage.output), (6_000, 5_000, 20));
+        assert_eq!(usage.input_counted(Some(0.0)), 1_000);
+        assert_eq!(usage.input_counted(Some(f64::NAN)), 6_000);
+        assert_eq!(usage.input_counted(Some(7.0)), 6_000);
+        // A cached count above the input (a garbled answer) takes at most the input.
+        let odd = StreamUsage { input: 10, cached: 50, ..StreamUsage::default() };
+        assert_eq!(odd.input_counted(Some(0.0)), 0);
     }
 }

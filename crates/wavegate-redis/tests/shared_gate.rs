@@ -225,15 +225,15 @@ async fn scripts_check_their_arguments() {
     );
     let err =
         redis::cmd("EVAL").arg(source).arg(3).arg("a").arg("b").arg("c").arg("only-one").exec(&mut con).unwrap_err();
-    assert!(err.to_string().contains("expected 21 ARGV, or classes after them, got 1"), "{err}");
+    assert!(err.to_string().contains("expected 23 ARGV, or classes after them, got 1"), "{err}");
     let err = redis::cmd("EVAL")
         .arg(source)
         .arg(3)
         .arg(&["a", "b", "c"][..])
         .arg(
             &[
-                "10", "3", "5000", "1000", "60000", "0", "0", "0", "0", "seed", "1000", "8000", "32", "", "", "", "id",
-                "-5", "0", "", "",
+                "10", "3", "5000", "1000", "60000", "0", "0", "0", "0", "seed", "1000", "8000", "32", "", "", "", "",
+                "", "id", "-5", "0", "", "",
             ][..],
         )
         .exec(&mut con)

@@ -140,6 +140,8 @@ fn config_args(config: &WaveConfig) -> Vec<String> {
         String::new(),
         String::new(),
         String::new(),
+        String::new(),
+        String::new(),
     ]
 }
 

@@ -258,7 +258,13 @@ async fn the_scheduler_status_types_serialize() {
     assert_eq!((status["state"].as_str(), status["limit"].as_u64()), (Some("NORMAL"), Some(3)));
     assert_eq!(status["cooldown_remaining"], serde_json::json!({"secs": 0, "nanos": 0}));
     assert_eq!(status["breaker"], "closed");
-    assert_eq!(status["budgets"], serde_json::json!({"requests": null, "tokens": null, "input": null, "output": null}));
+    assert_eq!(
+        status["budgets"],
+        serde_json::json!({
+            "requests": null, "tokens": null, "input": null, "output": null, "requests_per_day": null,
+            "tokens_per_day": null
+        })
+    );
     assert_eq!(status["learned"], serde_json::json!({"requests": null, "tokens": null}));
     assert_eq!(
         (status["classes"][0]["class"].as_str(), status["classes"][0]["weight"].as_u64()),
