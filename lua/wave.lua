@@ -186,7 +186,8 @@ local function day_budget(value, name)
   rate, burst = tonumber(rate), tonumber(burst)
   if rate == 0 or burst == 0 then error({ err = 'ERR wavegate: ' .. name .. ' needs a rate and a burst of at least 1' }) end
   local interval = 86400000000 / rate
-  return { rate = rate, interval = interval, tolerance = burst * interval, burst = burst }
+  -- A day of debt may be read back (a usage settled above its reservation), not a minute's.
+  return { rate = rate, interval = interval, tolerance = burst * interval, burst = burst, most_debt = 86400000000 }
 end
 
 -- An ask's cost: '<tokens>' or '<tokens>:<output>', the output part (the answer's, for the
@@ -537,7 +538,7 @@ local WAITING_TTL = 10000
 
 -- How far past a budget's tolerance a TAT read back may lie (µs): a minute of debt (usage
 -- settled above its reservation). Anything later (a backward jump of TIME, a value written by
--- hand) is read as that.
+-- hand) is read as that. A day budget allows a day of debt (`most_debt`, day_budget).
 local TAT_MOST_DEBT = 60000000
 
 -- A budget's TAT as stored, clamped to what it may mean at `now` (µs); a clamped TAT is saved,
@@ -545,7 +546,7 @@ local TAT_MOST_DEBT = 60000000
 local function load_tat(field, b, now)
   local tat = tonumber(state_read({ field })[1]) or 0
   if tat ~= tat or tat < 0 then return 0 end
-  local most = math.floor(now + b.tolerance + TAT_MOST_DEBT)
+  local most = math.floor(now + b.tolerance + (b.most_debt or TAT_MOST_DEBT))
   if tat > most then
     state_write(field, string.format('%.0f', most))
     return most

@@ -1,0 +1,55 @@
+//! A day budget's debt (a usage settled above its reservation) is kept alike by the Lua twin
+//! and the Rust one: the scripts once clamped every budget's debt to a minute, forgetting most
+//! of a day's.
+
+use std::time::Duration;
+
+use wavegate_core::{Admission, Ask, Instance, LocalGate, PermitId, UpstreamConfig, WaveSignal};
+use wavegate_redis::{SharedGate, Store, StoreConfig};
+use wavegate_testkit::RedisServer;
+
+const LEASE: Duration = Duration::from_secs(30);
+
+fn config() -> UpstreamConfig {
+    // 1,000 tokens a day (one per 86.4 s), the whole day at once.
+    UpstreamConfig::builder("tpd").limit(10).tokens_per_day(1_000, 1_000).build().expect("valid")
+}
+
+/// A call reserved 100 tokens and used 1,100 (1,000 above its estimate): the day is 100 tokens
+/// in debt, so the next token is 101 × 86.4 s = 8,726.4 s away. The Rust gate says so; the Lua
+/// twin's `load_tat` clamps a TAT to a minute past the tolerance (TAT_MOST_DEBT, meant for the
+/// per-minute budgets), so Redis forgets all but ~0.7 token of the debt and says ~146 s.
+#[tokio::test]
+async fn a_settled_excess_on_a_day_budget_is_kept_by_both_twins() {
+    let config = config();
+    // Rust twin.
+    let me = Instance::new("me").expect("instance");
+    let mut local = LocalGate::for_upstream(&config);
+    let now = 1_000_000;
+    let id = PermitId::new(None, &me, 1, None);
+    let ask = [Ask { id: id.clone(), tokens: 100, output: 0, waiting: 1 }];
+    assert!(local.acquire(&me, &ask, 30_000, now).is_granted());
+    local.finish(&id, 1, WaveSignal::Success, 1_000i64, now);
+    let rust = local.budget_status(now).tokens_per_day.expect("a tokens per day budget");
+    assert_eq!(rust, (0, 8_726_400));
+
+    // Lua twin.
+    let server = RedisServer::start().expect("redis-server");
+    let store = Store::connect(StoreConfig::new(server.url())).await.expect("store");
+    let shared = SharedGate::for_upstream(store, &config);
+    let wave = match shared.acquire_text("a", LEASE, 100).await.expect("acquire").admission {
+        Admission::Granted { wave, .. } => wave,
+        denied => panic!("{denied:?}"),
+    };
+    shared.finish_text("a", wave, WaveSignal::Success, 1_000i64).await.expect("finish");
+    let lua = shared.status().await.expect("status").budgets.tokens_per_day.expect("a tokens per day budget");
+    assert_eq!(lua.0, 0);
+    assert!(lua.1.abs_diff(rust.1) < 5_000, "the next token of the day: Rust {} ms, Lua {} ms", rust.1, lua.1);
+    // And the next acquire of one token: Rust refuses for ~2.4 h; Redis?
+    match shared.acquire_text("b", LEASE, 1).await.expect("acquire").admission {
+        Admission::Denied { retry_after_ms, .. } => {
+            assert!(retry_after_ms > 8_000_000, "Redis refuses one token for only {retry_after_ms} ms")
+        }
+        granted => panic!("granted: {granted:?}"),
+    }
+}
