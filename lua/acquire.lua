@@ -29,6 +29,9 @@
 --                                                  budgets' room is another process's turn,
 --                                                  budget_turn.lua); id: the ask it answers
 --                                                  (the one the choice reached, else the first)
+--        either followed, with a day budget, by what is left of the day budgets after it,
+--        '<requests>:<tokens>' (day_left in wave.lua; not after a refusal before the check
+--        or a permit already held)
 -- An ask whose estimate is above the tokens burst in force (for a class with a budget share,
 -- the smaller of it and the class's own burst) can never fit: the first such ask is refused
 -- before anything else, naming it, and nothing is written. It fails only itself: the process
@@ -237,4 +240,5 @@ if deferred then register_waiting(config, instance, asks, now, false) end
 if changed or not state_read({ 'state' })[1] then save_state(s, config) end
 pc_flush()
 result[#result + 1] = gen
+result[#result + 1] = day_left(config, now * 1000) -- nil (nothing added) without a day budget
 return result

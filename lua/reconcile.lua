@@ -3,9 +3,9 @@
 -- KEYS[1] permits (zset)   KEYS[2] wave state (hash)   KEYS[3] permit waves (hash)
 -- ARGV[1..18] config (see read_config in wave.lua)
 -- ARGV[19] lease in ms for the adopted permits
--- ARGV[20] requests and ARGV[21] tokens used during the outage: charged to the budgets (the
---          day budgets too), up to
---          empty (gcra_charge_past in wave.lua)
+-- ARGV[20] requests and ARGV[21] tokens used during the outage: charged to the per-minute
+--          budgets up to empty (gcra_charge_past in wave.lua), to the day budgets in full (a
+--          day's units stay spent: LocalGate::charge)
 -- ARGV[22] the state and limit this process last saw in the store, 'STATE:limit', or '': put
 --         back if the store forgot its state (see carry_back in wave.lua)
 -- ARGV[23] n, the number of ids to adopt; ARGV[24 .. 23+n] their ids: permits still in flight
@@ -37,14 +37,14 @@ end
 if config.tokens and used_tokens > 0 then
   save_tat('tokens_tat', gcra_charge_past(config.tokens, load_tat('tokens_tat', config.tokens, now * 1000), now * 1000, used_tokens))
 end
--- The day budgets likewise (LocalGate::charge).
+-- The day budgets in full, in debt if they must (LocalGate::charge).
 if config.requests_day and used_requests > 0 then
   local b = config.requests_day
-  save_tat('requests_day_tat', gcra_charge_past(b, load_tat('requests_day_tat', b, now * 1000), now * 1000, used_requests))
+  save_tat('requests_day_tat', gcra_charge(b, load_tat('requests_day_tat', b, now * 1000), now * 1000, used_requests))
 end
 if config.tokens_day and used_tokens > 0 then
   local b = config.tokens_day
-  save_tat('tokens_day_tat', gcra_charge_past(b, load_tat('tokens_day_tat', b, now * 1000), now * 1000, used_tokens))
+  save_tat('tokens_day_tat', gcra_charge(b, load_tat('tokens_day_tat', b, now * 1000), now * 1000, used_tokens))
 end
 
 purge(now)

@@ -558,6 +558,19 @@ local function save_tat(field, tat)
   state_write(field, string.format('%.0f', tat))
 end
 
+-- What is left of the day budgets at `now` (µs), '<requests>:<tokens>' (each '' without its
+-- budget), or nil without a day budget: acquire and reconcile reply it after the generation, and
+-- a process's fallback starts its day shares from it (wavegate_core::DayLeft).
+local function day_left(config, now)
+  if not (config.requests_day or config.tokens_day) then return nil end
+  local function left(b, field)
+    if not b then return '' end
+    local remaining = gcra_remaining(b, load_tat(field, b, now), now)
+    return string.format('%.0f', remaining)
+  end
+  return left(config.requests_day, 'requests_day_tat') .. ':' .. left(config.tokens_day, 'tokens_day_tat')
+end
+
 -- A budget's TAT carried across a change of its rate from `from` to `to` a minute: the units it
 -- holds stay the same, so the budget is neither reset nor given a second burst; a TAT not after
 -- `now` or a rate of 0 is kept (wavegate_core::rescale_tat, spec::rescale_cases).

@@ -75,11 +75,11 @@ pub(crate) struct ConfigConflict {
 
 #[cfg(feature = "redis")]
 mod present {
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
 
     use futures_util::FutureExt;
     use wavegate_core::{
-        Ask, Decision, LiveChange, LiveSettings, LiveStamp, PermitId, TokenDelta, UpstreamConfig, WaveSignal,
+        Ask, DayLeft, Decision, LiveChange, LiveSettings, LiveStamp, PermitId, TokenDelta, UpstreamConfig, WaveSignal,
         WaveState, WindowReport,
     };
     use wavegate_redis::{SharedGate, Store, StoreError};
@@ -179,6 +179,11 @@ mod present {
         store.config().topology() == "cluster"
     }
 
+    /// What the store last said is left of `gate`'s day budgets, and when.
+    pub(crate) fn day_left(gate: &SharedGate) -> Option<(DayLeft, Instant)> {
+        gate.day_left()
+    }
+
     /// The channel on which releases anywhere in the fleet wake `gate`'s process.
     pub(crate) fn wake_channel(gate: &SharedGate) -> String {
         gate.wake_channel()
@@ -275,10 +280,10 @@ mod absent {
     //! No shared store in a build without the `redis` feature: these types have no values,
     //! and the functions over them cannot be called.
 
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
 
     use wavegate_core::{
-        Ask, Decision, LiveChange, LiveSettings, LiveStamp, PermitId, TokenDelta, UpstreamConfig, WaveSignal,
+        Ask, DayLeft, Decision, LiveChange, LiveSettings, LiveStamp, PermitId, TokenDelta, UpstreamConfig, WaveSignal,
         WaveState, WindowReport,
     };
 
@@ -360,6 +365,10 @@ mod absent {
         match *gate {}
     }
 
+    pub(crate) fn day_left(gate: &SharedGate) -> Option<(DayLeft, Instant)> {
+        match *gate {}
+    }
+
     pub(crate) fn is_cluster(store: &Store) -> bool {
         match *store {}
     }
@@ -413,6 +422,6 @@ mod absent {
 
 #[cfg(not(feature = "redis"))]
 pub(crate) use absent::{
-    acquire, change_live, claim_config, clear_windows, finish, heartbeat, is_cluster, live, ping, preload, probe,
-    reconcile, rejected, rejection, renew, report_window, set_live, shared_gate, spend_quota, status,
+    acquire, change_live, claim_config, clear_windows, day_left, finish, heartbeat, is_cluster, live, ping, preload,
+    probe, reconcile, rejected, rejection, renew, report_window, set_live, shared_gate, spend_quota, status,
 };

@@ -48,8 +48,10 @@ use crate::shadow::ShadowScope;
 use crate::wave::Recovery;
 use crate::wave::WaveConfig;
 
-/// The most units a day budget may count a day (10^15: exact in a Lua number, with room).
-const MAX_PER_DAY: u64 = 1_000_000_000_000_000;
+/// The most units a day budget may count a day: one a microsecond (86.4 × 10^9). The budgets'
+/// times are whole microseconds, so a unit must take at least one: at 10^12 a day a request
+/// moved the time by 0.09 µs, rounded away, and a burst of 10 granted 100.
+pub const MAX_PER_DAY: u64 = 86_400_000_000;
 
 /// A validated upstream name: 1–64 characters of `A-Z a-z 0-9 _ - .`.
 ///
@@ -713,7 +715,7 @@ impl UpstreamConfigBuilder {
     /// Cerebras's RPD): `per_day` a day, refilled continuously, at most `burst` at once
     /// (`burst = per_day` is the provider's own bucket, a whole day's requests at once; a
     /// smaller one spreads the day). A call refused by it waits for its room, up to its
-    /// deadline. `burst` at most `per_day`, both at most 10^15. None by default. (Not divided
+    /// deadline. `burst` at most `per_day`, both at most [`MAX_PER_DAY`] (one a microsecond). None by default. (Not divided
     /// among classes, not changed live, not learned from headers.)
     pub fn requests_per_day(mut self, per_day: u64, burst: u64) -> Self {
         self.requests_per_day = Some((per_day, burst));
@@ -722,7 +724,7 @@ impl UpstreamConfigBuilder {
     /// A tokens-per-day budget shared by the fleet, besides the per-minute one (Groq's and
     /// Cerebras's TPD): each call reserves its estimate, settled to the usage after the call,
     /// as the tokens per minute are. `burst` must cover the largest estimate, at most
-    /// `per_day`; both at most 10^15. None by default.
+    /// `per_day`; both at most [`MAX_PER_DAY`]. None by default.
     pub fn tokens_per_day(mut self, per_day: u64, burst: u64) -> Self {
         self.tokens_per_day = Some((per_day, burst));
         self
@@ -925,7 +927,7 @@ impl UpstreamConfigBuilder {
             let out_of_range =
                 |value: u64, range| ConfigError::OutOfRange { upstream: upstream(), field, value: value as f64, range };
             if per_day > MAX_PER_DAY {
-                return Err(out_of_range(per_day, "[1, 10^15] a day"));
+                return Err(out_of_range(per_day, "[1, 86,400,000,000] a day (one a microsecond)"));
             }
             if burst > per_day {
                 return Err(out_of_range(burst, "a burst of [1, the units per day]"));

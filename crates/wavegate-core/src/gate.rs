@@ -59,7 +59,7 @@ mod proof;
 mod split;
 mod waiting;
 
-pub use fallback::{Fallback, FallbackStart, LastShared};
+pub use fallback::{DayLeft, Fallback, FallbackStart, LastShared};
 use fleet::{Head, member};
 use waiting::{Offers, WaitingList};
 pub use waiting::{PRIORITY_FRESH_MS, WAITING_TTL_MS};
@@ -678,8 +678,15 @@ impl LocalGate {
     }
 
     /// Charges usage counted elsewhere (e.g. while another gate was in charge) to the budgets:
-    /// it leaves them empty at most ([`Gcra::charge_past`]; `reconcile.lua`).
+    /// it leaves the per-minute ones empty at most ([`Gcra::charge_past`]; `reconcile.lua`),
+    /// the day budgets in debt if it must (a day's units stay spent).
     pub fn charge(&mut self, requests: u64, tokens: u64, now_ms: u64) {
+        self.charge_minute(requests, tokens, now_ms);
+        self.charge_day(requests, tokens, now_ms);
+    }
+
+    /// [`charge`](Self::charge) on the per-minute requests and tokens budgets only.
+    fn charge_minute(&mut self, requests: u64, tokens: u64, now_ms: u64) {
         let now_us = now_ms.saturating_mul(1000);
         let budgets = self.budgets(now_ms);
         if let Some(budget) = budgets.requests {
@@ -688,7 +695,6 @@ impl LocalGate {
         if let Some(budget) = budgets.tokens {
             self.tokens_tat = Gcra::new(budget).charge_past(self.tokens_tat, now_us, tokens);
         }
-        self.charge_day(requests, tokens, now_ms);
     }
 
     /// The tokens budget's burst in force at `now_ms` (the largest estimate that can fit), if

@@ -273,6 +273,21 @@ impl Gcra {
         self.charge(tat_us, now_us, units).min(tat_us.max(empty))
     }
 
+    /// The TAT that leaves `remaining` units available at `now_us` (all of the burst at most):
+    /// the inverse of [`remaining`](Self::remaining).
+    ///
+    /// ```
+    /// use wavegate_core::{DayBudget, Gcra};
+    ///
+    /// let gcra = Gcra::daily(DayBudget::new(1_000, 100).expect("valid"));
+    /// let now = 5_000_000_000;
+    /// assert_eq!(gcra.remaining(gcra.tat_leaving(40, now), now).0, 40);
+    /// ```
+    pub fn tat_leaving(&self, remaining: u64, now_us: u64) -> u64 {
+        let spent = self.burst.saturating_sub(remaining) as f64 * self.interval_us;
+        (now_us as f64 + spent).floor() as u64
+    }
+
     /// The units available now, and the milliseconds until one more is (0 when full).
     pub fn remaining(&self, tat_us: u64, now_us: u64) -> (u64, u64) {
         let used = tat_us.saturating_sub(now_us) as f64;
@@ -288,6 +303,21 @@ impl Gcra {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tat_leaving_is_the_inverse_of_remaining() {
+        for (per_day, burst) in
+            [(1, 1), (7, 7), (1_000, 100), (14_400, 14_400), (500_000, 3_333), (86_400_000_000, 1_000_000)]
+        {
+            let gcra = Gcra::daily(DayBudget::new(per_day, burst).expect("valid"));
+            for now in [0, 1, 999_999, 1_700_000_000_000_000] {
+                for left in [0, 1, burst / 3, burst.saturating_sub(1), burst, burst + 5] {
+                    let tat = gcra.tat_leaving(left, now);
+                    assert_eq!(gcra.remaining(tat, now).0, left.min(burst), "{per_day}/{burst} at {now}, {left} left");
+                }
+            }
+        }
+    }
 
     fn gcra(per_minute: u32, burst: u32) -> Gcra {
         Gcra::new(RateBudget::new(per_minute, burst).expect("valid"))

@@ -86,13 +86,14 @@ pub use breaker::{
 pub use budget_turn::{BudgetTurn, TURN_GRACE_MS, TURN_HORIZON_MS, TURN_MOST, TURN_STEP_MS};
 pub use clock::{Clock, ManualClock, MonotonicClock, duration_ms};
 pub use config::{
-    CLASS_RENEWAL_EVERY, ConfigError, UnknownUpstream, UpstreamConfig, UpstreamConfigBuilder, UpstreamName, UpstreamSet,
+    CLASS_RENEWAL_EVERY, ConfigError, MAX_PER_DAY, UnknownUpstream, UpstreamConfig, UpstreamConfigBuilder,
+    UpstreamName, UpstreamSet,
 };
 pub use cooldown::CooldownPolicy;
 pub use deadline::{HeardDenial, Hold};
 pub use gate::{
-    BudgetStatus, Fallback, FallbackStart, FinishReport, LastShared, LocalGate, PRIORITY_FRESH_MS, WAITING_TTL_MS,
-    WaveSignal,
+    BudgetStatus, DayLeft, Fallback, FallbackStart, FinishReport, LastShared, LocalGate, PRIORITY_FRESH_MS,
+    WAITING_TTL_MS, WaveSignal,
 };
 pub use gcra::{Budgets, DayBudget, Gcra, RateBudget, rescale_tat};
 pub use learned_limit::{

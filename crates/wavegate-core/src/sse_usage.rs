@@ -61,7 +61,9 @@ impl StreamUsage {
     /// full, as OpenAI's TPM): the input without its cached reads, plus the weight of every
     /// cached read (OpenAI's inside the input, Anthropic's beside it), rounded to the nearest
     /// token. `None`: the input as reported ([`input`](Self::input)). A weight outside
-    /// `[0, 1]` is clamped.
+    /// `[0, 1]` is clamped. A usage that says both (a proxy such as LiteLLM describing
+    /// Anthropic's usage in OpenAI's format, with `cached_tokens` and `cache_read_input_tokens`
+    /// both) says the same reads twice: they are counted once, as the ones inside the input.
     ///
     /// ```
     /// use wavegate_core::StreamUsage;
@@ -79,7 +81,7 @@ impl StreamUsage {
         let Some(weight) = cache_read_weight else { return self.input };
         let weight = if weight.is_nan() { 1.0 } else { weight.clamp(0.0, 1.0) };
         let cached = self.cached.min(self.input);
-        let reads = cached.saturating_add(self.cache_read);
+        let reads = if cached > 0 { cached } else { self.cache_read };
         (self.input - cached).saturating_add((reads as f64 * weight).round() as u64)
     }
 
@@ -336,5 +338,20 @@ mod tests {
         // A cached count above the input (a garbled answer) takes at most the input.
         let odd = StreamUsage { input: 10, cached: 50, ..StreamUsage::default() };
         assert_eq!(odd.input_counted(Some(0.0)), 0);
+    }
+
+    #[test]
+    fn reads_said_twice_by_a_proxy_are_counted_once() {
+        // LiteLLM's OpenAI-format usage of an Anthropic call: the prompt with its cache reads,
+        // the reads as `cached_tokens`, and again as `cache_read_input_tokens`.
+        let usage = read(&[concat!(
+            "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5100,\"completion_tokens\":20,",
+            "\"prompt_tokens_details\":{\"cached_tokens\":5000},\"cache_read_input_tokens\":5000}}\n\n"
+        )
+        .as_bytes()])
+        .expect("a usage");
+        assert_eq!((usage.input, usage.cached, usage.cache_read), (5_100, 5_000, 5_000));
+        assert_eq!(usage.input_counted(Some(0.0)), 100);
+        assert_eq!(usage.input_counted(Some(1.0)), 5_100, "the reads counted twice");
     }
 }

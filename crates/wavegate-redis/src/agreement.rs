@@ -285,7 +285,7 @@ fn disagreement(
                 let call =
                     calls::acquire(keys, &shared.config_args, (me.as_str(), ""), lease, &heads, !classes.is_empty());
                 let reply = rows(eval(con, &scripts.acquire, &call, now).map_err(at)?).map_err(at)?;
-                let (k, admission, in_flight, _) =
+                let (k, admission, in_flight, _, _) =
                     calls::read_acquire(&reply, &heads).map_err(|e| at(e.to_string()))?;
                 let lua = wavegate_core::Decision::new(asks[k].id.clone(), admission, in_flight);
                 if lua != decision {

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use redis::{Script, ScriptInvocation, Value};
 use wavegate_core::{
-    Admission, BudgetStatus, DenyReason, Instance, LearnedLimit, LearnedLimitStatus, LearnedStatus, RateLimitEffect,
-    TokenDelta, Transition, WaveSignal, WaveState, WindowReport, duration_ms,
+    Admission, BudgetStatus, DayLeft, DenyReason, Instance, LearnedLimit, LearnedLimitStatus, LearnedStatus,
+    RateLimitEffect, TokenDelta, Transition, WaveSignal, WaveState, WindowReport, duration_ms,
 };
 
 use crate::error::StoreError;
@@ -102,9 +102,9 @@ pub(crate) fn acquire<'a>(
     call
 }
 
-/// What an acquire answered: which head, how, the permits held after it, and the generation
-/// of the state.
-pub(crate) type AcquireReply = (usize, Admission, u32, String);
+/// What an acquire answered: which head, how, the permits held after it, the generation of the
+/// state and, with a day budget, what is left of the day.
+pub(crate) type AcquireReply = (usize, Admission, u32, String, Option<DayLeft>);
 
 /// Reads an acquire's reply: which of the `heads` sent it answers (the script names it; an id
 /// that was not sent is an unexpected reply), the answer, the permits held after it and the
@@ -112,18 +112,19 @@ pub(crate) type AcquireReply = (usize, Admission, u32, String);
 pub(crate) fn read_acquire(reply: &[Value], heads: &[Head<'_>]) -> Result<AcquireReply, StoreError> {
     const COMMAND: &str = "acquire";
     let r = Reply::new(COMMAND, reply);
-    let (admission, in_flight, id, generation) = match r.int(0)? {
+    let (admission, in_flight, id, generation, day) = match r.int(0)? {
         1 => {
-            r.expect_len(7)?;
+            r.expect_len_or_one_more(7)?;
             let granted = Admission::Granted { wave: r.uint(1)?, state: r.state(2)?, limit: r.u32(3)? };
-            (granted, r.u32(4)?, r.string(5)?, r.string(6)?)
+            (granted, r.u32(4)?, r.string(5)?, r.string(6)?, r.day_left(7)?)
         }
         0 => {
-            r.expect_len(6)?;
+            r.expect_len_or_one_more(6)?;
             let name = r.string(1)?;
             let reason = DenyReason::parse(&name)
                 .ok_or_else(|| StoreError::unexpected(COMMAND, format!("unknown denial reason {name:?}")))?;
-            (Admission::Denied { reason, retry_after_ms: r.uint(2)? }, r.u32(3)?, r.string(4)?, r.string(5)?)
+            let denied = Admission::Denied { reason, retry_after_ms: r.uint(2)? };
+            (denied, r.u32(3)?, r.string(4)?, r.string(5)?, r.day_left(6)?)
         }
         other => return Err(StoreError::unexpected(COMMAND, format!("first field is {other}, not 0 or 1"))),
     };
@@ -131,7 +132,7 @@ pub(crate) fn read_acquire(reply: &[Value], heads: &[Head<'_>]) -> Result<Acquir
         .iter()
         .position(|head| head.id == id)
         .ok_or_else(|| StoreError::unexpected(COMMAND, format!("the reply names {id:?}, which was not asked for")))?;
-    Ok((index, admission, in_flight, generation))
+    Ok((index, admission, in_flight, generation, day))
 }
 
 /// `finish.lua`: the config, the id, its wave, the outcome, its `Retry-After`, the head of the
@@ -390,6 +391,35 @@ impl<'a> Reply<'a> {
         }
     }
 
+    /// Exactly `len` fields, or one more (an optional last field).
+    pub(crate) fn expect_len_or_one_more(&self, len: usize) -> Result<(), StoreError> {
+        if self.fields.len() == len + 1 { Ok(()) } else { self.expect_len(len) }
+    }
+
+    /// What is left of the day budgets, `'<requests>:<tokens>'` (each empty without its budget;
+    /// `day_left` in `lua/wave.lua`), if the reply has field `index`.
+    pub(crate) fn day_left(&self, index: usize) -> Result<Option<DayLeft>, StoreError> {
+        if index >= self.fields.len() {
+            return Ok(None);
+        }
+        let text = self.string(index)?;
+        let part = |part: &str| -> Result<Option<u64>, StoreError> {
+            if part.is_empty() {
+                return Ok(None);
+            }
+            part.parse().map(Some).map_err(|_| {
+                StoreError::unexpected(self.command, format!("field {index} is not <requests>:<tokens> left: {text:?}"))
+            })
+        };
+        match text.split_once(':') {
+            Some((requests, tokens)) => Ok(Some(DayLeft { requests: part(requests)?, tokens: part(tokens)? })),
+            None => Err(StoreError::unexpected(
+                self.command,
+                format!("field {index} is not <requests>:<tokens> left: {text:?}"),
+            )),
+        }
+    }
+
     fn field(&self, index: usize) -> Result<&'a Value, StoreError> {
         self.fields.get(index).ok_or_else(|| {
             StoreError::unexpected(self.command, format!("missing field {index} of {}", self.fields.len()))
@@ -554,7 +584,9 @@ mod tests {
         let denial = |id: &str| {
             vec![Value::Int(0), text("tokens_exceed_burst"), Value::Int(0), Value::Int(3), text(id), text("g")]
         };
-        let (index, admission, in_flight, _) = read_acquire(&denial("batch|a:2|-"), &heads).expect("a denial of batch");
+        let (index, admission, in_flight, _, day) =
+            read_acquire(&denial("batch|a:2|-"), &heads).expect("a denial of batch");
+        assert_eq!(day, None, "no day budget, nothing said of it");
         assert_eq!(index, 1, "the denial answers the head it names, not the first");
         assert_eq!(admission, Admission::Denied { reason: DenyReason::TokensExceedBurst, retry_after_ms: 0 });
         assert_eq!(in_flight, 3);
@@ -568,6 +600,23 @@ mod tests {
             text("g"),
         ];
         assert_eq!(read_acquire(&granted, &heads).expect("a grant").0, 0);
+        // With a day budget, what is left of the day follows; anything else there is unexpected.
+        for (said, left) in [
+            ("3:", Some(DayLeft { requests: Some(3), tokens: None })),
+            (":1000000000000", Some(DayLeft { requests: None, tokens: Some(1_000_000_000_000) })),
+            ("0:7", Some(DayLeft { requests: Some(0), tokens: Some(7) })),
+            ("3", None),
+            ("-1:", None),
+            ("x:2", None),
+        ] {
+            let mut reply = granted.clone();
+            reply.push(text(said));
+            match (read_acquire(&reply, &heads), left) {
+                (Ok(read), Some(left)) => assert_eq!(read.4, Some(left), "{said:?}"),
+                (Err(StoreError::UnexpectedReply { .. }), None) => {}
+                (other, _) => panic!("{said:?}: {other:?}"),
+            }
+        }
         for reply in [denial("batch|b:9|-"), denial("")] {
             let error = read_acquire(&reply, &heads).expect_err("an id that was not asked for");
             assert!(matches!(error, StoreError::UnexpectedReply { .. }), "{error:?}");

@@ -7,12 +7,12 @@
 
 use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::Value;
 use wavegate_core::{
-    Admission, Ask, Budgets, DayBudget, Decision, PermitId, ProviderWindows, RateBudget, TokenDelta, TrackedWindow,
-    UpstreamConfig, UpstreamName, WaveConfig, WaveSignal, WaveState, WindowReport, duration_ms,
+    Admission, Ask, Budgets, DayBudget, DayLeft, Decision, PermitId, ProviderWindows, RateBudget, TokenDelta,
+    TrackedWindow, UpstreamConfig, UpstreamName, WaveConfig, WaveSignal, WaveState, WindowReport, duration_ms,
 };
 
 use wavegate_core::priority::PriorityClass;
@@ -114,6 +114,10 @@ pub struct SharedGate {
     pub(crate) class_config: Option<Arc<(Vec<PriorityClass>, usize, Duration)>>,
     /// The classes' argument with their live weights and reserves, when any is in force.
     pub(crate) live_classes: Arc<Mutex<Option<String>>>,
+    /// What the store last said is left of the day budgets, and when (acquire replies say it,
+    /// with a day budget), shared by the clones: see
+    /// [`day_left`](Self::day_left).
+    day_left: Arc<Mutex<Option<(DayLeft, Instant)>>>,
 }
 
 impl SharedGate {
@@ -163,6 +167,7 @@ impl SharedGate {
             live_args: Arc::default(),
             class_config: None,
             live_classes: Arc::default(),
+            day_left: Arc::default(),
         }
     }
 
@@ -225,6 +230,22 @@ impl SharedGate {
         self.generation.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
+    /// What the store last said is left of the fleet's day budgets, and when: the last acquire
+    /// reply that said it (`None` before one did, or without a day budget). A fallback's day
+    /// shares start from it ([`FallbackStart::day_left`](wavegate_core::FallbackStart::day_left)),
+    /// so a day the fleet spent stays spent through an outage. (A reconciliation's reply does
+    /// not say it: the processes that reconcile after it would not be in it, while every
+    /// process's last acquire is of the same time, before the outage.)
+    pub fn day_left(&self) -> Option<(DayLeft, Instant)> {
+        *self.day_left.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn learn_day_left(&self, left: Option<DayLeft>) {
+        if let Some(left) = left {
+            *self.day_left.lock().unwrap_or_else(PoisonError::into_inner) = Some((left, Instant::now()));
+        }
+    }
+
     /// Takes the generation a reply told: the first one seen, or (`replace`) a reconciliation's.
     fn learn_generation(&self, generation: String, replace: bool) {
         let mut known = self.generation.lock().unwrap_or_else(PoisonError::into_inner);
@@ -276,8 +297,9 @@ impl SharedGate {
             calls::acquire(&self.keys, &self.config_args, (&self.instance, &generation), lease, heads, classes);
         self.send_live(&mut call);
         let reply: Vec<Value> = self.store.invoke(COMMAND, &call.invocation(&scripts().acquire)).await?;
-        let (index, admission, in_flight, generation) = calls::read_acquire(&reply, heads)?;
+        let (index, admission, in_flight, generation, day_left) = calls::read_acquire(&reply, heads)?;
         self.learn_generation(generation, false);
+        self.learn_day_left(day_left);
         Ok((index, admission, in_flight))
     }
 

@@ -11,6 +11,7 @@ use wavegate_core::{
 };
 
 use super::book::OutageBook;
+use super::day_usage::DayUsage;
 use super::gauges::Gauges;
 use super::messages::{Acquire, DRAIN_BOUND, Drain, DrainReply, ReadMode, StoreTrouble};
 use super::pace::Pace;
@@ -119,6 +120,9 @@ pub(crate) struct Lane {
     /// This process's grants (when, tokens) over the last minute, when there are rate budgets:
     /// a fallback gate starts with them charged.
     pub(super) recent_grants: VecDeque<(u64, u64, u64)>,
+    /// This process's grants since the store last said what is left of the day budgets: a
+    /// fallback charges them to its day shares.
+    pub(super) day_usage: DayUsage,
     /// The gauges, as last written.
     pub(super) gauges: Gauges,
     /// This process's recent grants, for the status's expected wait.
@@ -251,6 +255,7 @@ impl Lane {
             outage: OutageBook::default(),
             rejoin_cap: None,
             recent_grants: VecDeque::new(),
+            day_usage: DayUsage::default(),
             gauges: Gauges::default(),
             pace: Pace::default(),
             learned_recorded: false,

@@ -24,6 +24,7 @@
 mod actor;
 mod admission;
 mod book;
+mod day_usage;
 mod deadline;
 mod expected;
 mod gauges;

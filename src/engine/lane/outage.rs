@@ -173,6 +173,15 @@ impl Lane {
         let now_ms = self.clock.now_ms();
         let (_, _, learned) = self.local.budgets(now_ms);
         let cooldown_left = self.last_shared.cooldown_until.filter(|until| *until > now).map(|until| until - now);
+        // What the store last said is left of the day (in the gate's clock), and what this
+        // process was granted since.
+        let (day_left, day_used_since) = match &self.gate {
+            Gate::Shared(gate) => store::day_left(gate).map_or((None, (0, 0)), |(left, at)| {
+                let ago = duration_ms(std::time::Instant::now().saturating_duration_since(at));
+                (Some((left, now_ms.saturating_sub(ago))), self.day_usage.since(at))
+            }),
+            Gate::Local(_) => (None, (0, 0)),
+        };
         let start = FallbackStart {
             live,
             last_shared: LastShared {
@@ -181,6 +190,8 @@ impl Lane {
                 cooldown_left_ms: cooldown_left.map(duration_ms),
             },
             recent_grants: self.recent_grants.iter().copied().collect(),
+            day_left,
+            day_used_since,
             learned,
             held: self.held.iter().map(|(id, held)| (id.clone(), held.wave)).collect(),
         };

@@ -6,7 +6,7 @@
 
 use crate::gcra::{Budgets, DayBudget, Gcra};
 
-use super::LocalGate;
+use super::{DayLeft, LocalGate};
 
 /// A day budget's answer to an ask: the new TAT to keep (`None` without the budget), or the ms
 /// to wait.
@@ -47,16 +47,31 @@ impl LocalGate {
         self.ceiling_budgets(now_ms).tokens_per_day.is_some_and(|b| tokens > b.burst())
     }
 
-    /// Charges requests and tokens used elsewhere to the day budgets: they leave them empty at
-    /// most ([`Gcra::charge_past`], as [`charge`](LocalGate::charge) does).
+    /// Charges requests and tokens used elsewhere to the day budgets, in debt if they must
+    /// ([`Gcra::charge`]): unlike a minute's, a day's units used an hour ago are still spent.
+    /// `reconcile.lua` is the twin.
     pub(super) fn charge_day(&mut self, requests: u64, tokens: u64, now_ms: u64) {
         let now_us = now_ms.saturating_mul(1000);
         let budgets = self.budgets(now_ms);
         if let Some(budget) = budgets.requests_per_day {
-            self.requests_day_tat = Gcra::daily(budget).charge_past(self.requests_day_tat, now_us, requests);
+            self.requests_day_tat = Gcra::daily(budget).charge(self.requests_day_tat, now_us, requests);
         }
         if let Some(budget) = budgets.tokens_per_day {
-            self.tokens_day_tat = Gcra::daily(budget).charge_past(self.tokens_day_tat, now_us, tokens);
+            self.tokens_day_tat = Gcra::daily(budget).charge(self.tokens_day_tat, now_us, tokens);
+        }
+    }
+
+    /// A fallback's day budgets (this gate's: the share's) start from what the store said was
+    /// left of the fleet's at `at_ms`: `left ÷ processes` each (rule 4 of the fallback).
+    pub(super) fn start_day_share(&mut self, left: DayLeft, processes: u32, at_ms: u64) {
+        let at_us = at_ms.saturating_mul(1000);
+        let budgets = self.budgets(at_ms);
+        let share = |left: u64| left / u64::from(processes.max(1));
+        if let (Some(budget), Some(left)) = (budgets.requests_per_day, left.requests) {
+            self.requests_day_tat = Gcra::daily(budget).tat_leaving(share(left), at_us);
+        }
+        if let (Some(budget), Some(left)) = (budgets.tokens_per_day, left.tokens) {
+            self.tokens_day_tat = Gcra::daily(budget).tat_leaving(share(left), at_us);
         }
     }
 
@@ -110,6 +125,22 @@ mod tests {
         }
         assert_eq!(gate.budget_status(now).requests_per_day, Some((0, DAY_MS / 4)));
         assert!(gate.acquire(&me, &ask(&me, 10, 0), 30_000, now + DAY_MS / 4).is_granted());
+    }
+
+    #[test]
+    fn the_largest_day_budget_still_counts_each_unit_and_a_larger_one_is_refused() {
+        let me = Instance::new("me").expect("instance");
+        let builder = || UpstreamConfig::builder("groq").limit(100);
+        let config = builder().requests_per_day(crate::MAX_PER_DAY, 10).build().expect("one a microsecond");
+        let mut gate = LocalGate::for_upstream(&config);
+        let now = 1_000_000;
+        for n in 0..10 {
+            assert!(gate.acquire(&me, &ask(&me, n, 0), 30_000, now).is_granted(), "request {n}");
+        }
+        assert!(!gate.acquire(&me, &ask(&me, 10, 0), 30_000, now).is_granted(), "an 11th in a burst of 10");
+        let refused = builder().requests_per_day(crate::MAX_PER_DAY + 1, 10).build().expect_err("above one a µs");
+        assert!(refused.to_string().contains("requests_per_day"), "{refused}");
+        assert!(builder().tokens_per_day(crate::MAX_PER_DAY + 1, 10).build().is_err());
     }
 
     #[test]

@@ -11,15 +11,23 @@
 //! 2. **the budgets' share**: the configured rate budgets, the classes' own shares of them and
 //!    the limits learned from the provider are all divided by the same number of processes;
 //! 3. **recent grants charged**: this process's grants of the last minute are charged to its
-//!    share as they happened (to the input and output budgets too), so a switch (or a flapping store) hands out no fresh burst;
-//! 4. **a shared cooldown in force goes on**: COOLDOWN for the rest of it, at half the share
+//!    share as they happened (to the input and output budgets too), so a switch (or a flapping
+//!    store) hands out no fresh burst;
+//! 4. **the day budgets' share starts from what the store last said is left** (its acquire
+//!    replies say it): `left ÷ processes` of each, refilling at the share's rate from when it
+//!    was said; this process's grants since then (however old, those of earlier fallbacks too)
+//!    are charged to it, in debt if they must (a day's units stay spent). So a day the fleet
+//!    has spent stays spent through an outage, and a store that flaps hands out no fresh day.
+//!    A process that never heard the store starts with a full share, its recent grants
+//!    charged;
+//! 5. **a shared cooldown in force goes on**: COOLDOWN for the rest of it, at half the share
 //!    (at least 1), the threshold there;
-//! 5. **a recovery in progress goes on** (PROBE, DEGRADED): at the share of its limit,
+//! 6. **a recovery in progress goes on** (PROBE, DEGRADED): at the share of its limit,
 //!    `max(1, limit × share ÷ base)`;
-//! 6. **each held permit is adopted**, its wave mapped to the new numbering: the fallback's
+//! 7. **each held permit is adopted**, its wave mapped to the new numbering: the fallback's
 //!    own wave in NORMAL, the one before otherwise ([`LocalGate::adopt`]); a permit of a
 //!    shared wave older than the last one seen stays older (its 429 is late here too);
-//! 7. **an estimate above the share's burst is admitted in debt**: the largest estimate that
+//! 8. **an estimate above the share's burst is admitted in debt**: the largest estimate that
 //!    fits is the fleet's burst in force (the configured one tightened by a learned limit;
 //!    for a capped class its share of the configured one), as in shared mode; one above the
 //!    share's own burst waits until the share's bucket is full, then is admitted and the
@@ -51,6 +59,17 @@ pub struct LastShared {
     pub cooldown_left_ms: Option<u64>,
 }
 
+/// What the shared store last said is left of the fleet's day budgets (the acquire and
+/// reconcile scripts' replies say it): a fallback's day shares start from it (rule 4 of
+/// [`LocalGate::fallback`]'s module).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DayLeft {
+    /// Requests left of the requests per day budget (`None`: the store has none).
+    pub requests: Option<u64>,
+    /// Tokens left of the tokens per day budget (`None`: the store has none).
+    pub tokens: Option<u64>,
+}
+
 /// What [`LocalGate::fallback`] starts from: what the process knows at the switch.
 #[derive(Debug, Clone, Default)]
 pub struct FallbackStart<K> {
@@ -61,6 +80,12 @@ pub struct FallbackStart<K> {
     /// This process's grants of the last minute: (when, in the gate's clock ms; tokens
     /// reserved; of them, output).
     pub recent_grants: Vec<(u64, u64, u64)>,
+    /// What the store last said is left of the day budgets, and when (in the gate's clock
+    /// ms); `None` if it never said.
+    pub day_left: Option<(DayLeft, u64)>,
+    /// This process's requests and tokens granted since `day_left` was said (in shared mode,
+    /// in fallbacks): charged to the day shares.
+    pub day_used_since: (u64, u64),
     /// The limits learned from the provider, undivided (as the provider said them).
     pub learned: LearnedBudgets,
     /// The permits this process holds, each with the shared wave it was granted in.
@@ -84,7 +109,7 @@ impl LocalGate {
     /// This gate's budgets are a share of the fleet's `fleet` (configured, undivided): the
     /// largest estimate that fits is the fleet's burst in force, not the share's, and an
     /// estimate above the share's burst is admitted against the share's rate when its bucket
-    /// is full, in debt (rule 7 of the module). [`fallback`](Self::fallback) sets it.
+    /// is full, in debt (rule 8 of the module). [`fallback`](Self::fallback) sets it.
     pub fn with_fleet_budgets(mut self, fleet: Budgets) -> Self {
         self.fleet = Some(fleet);
         self.class_budgets = self.class_budgets.in_debt();
@@ -128,8 +153,16 @@ impl LocalGate {
             .with_learned(start.learned, processes)
             .with_classes(config.classes(), config.default_class(), config.class_count_window())
             .with_fleet_budgets(config.budgets());
+        if let Some((left, at_ms)) = start.day_left {
+            gate.start_day_share(left, processes, at_ms);
+            let (requests, tokens) = start.day_used_since;
+            gate.charge_day(requests, tokens, at_ms);
+        }
         for &(at_ms, tokens, output) in &start.recent_grants {
-            gate.charge(1, tokens, at_ms);
+            gate.charge_minute(1, tokens, at_ms);
+            if start.day_left.is_none() {
+                gate.charge_day(1, tokens, at_ms);
+            }
             gate.charge_split(split::parts(tokens, output), at_ms);
         }
         let last = start.last_shared;

@@ -2,8 +2,8 @@
 
 use crate::ask::{Ask, Decision};
 use crate::config::{UpstreamConfig, UpstreamConfigBuilder};
-use crate::gate::{FallbackStart, LastShared, LocalGate, WaveSignal};
-use crate::gcra::{Budgets, RateBudget};
+use crate::gate::{DayLeft, FallbackStart, LastShared, LocalGate, WaveSignal};
+use crate::gcra::{Budgets, DayBudget, RateBudget};
 use crate::learned_limit::{LearnedBudgets, LearnedLimit, LearnedLimits};
 use crate::permit_id::{Instance, PermitId};
 use crate::wave::{DenyReason, WaveState};
@@ -158,6 +158,32 @@ fn ask(after_ms: u64, class: Option<&'static str>, tokens: u64, expect: Result<(
     FallbackAsk { after_ms, class, tokens, expect }
 }
 
+/// 2 processes and `requests_per_day(4, 4)`: each share 2 a day (one per 12 h), bursts of 2.
+fn day_of_4(
+    name: &'static str,
+    day_left: Option<(DayLeft, (u64, u64))>,
+    recent_grants: Vec<(u64, u64, u64)>,
+    asks: Vec<FallbackAsk>,
+) -> FallbackCase {
+    FallbackCase {
+        name,
+        config: upstream(UpstreamConfig::builder("llm").limit(10).requests_per_day(4, 4)),
+        start: FallbackStart {
+            live: Some(2),
+            day_left: day_left.map(|(left, _)| (left, NOW - 1_000)),
+            day_used_since: day_left.map_or((0, 0), |(_, used)| used),
+            recent_grants,
+            ..FallbackStart::default()
+        },
+        now_ms: NOW,
+        expect: FallbackExpect {
+            budgets: Budgets { requests_per_day: DayBudget::new(2, 2), ..Budgets::default() },
+            ..case("", Some(2), 5, 2).expect
+        },
+        asks,
+    }
+}
+
 /// 20 processes and `tokens_per_minute(200_000, 16_000)`: each share 10,000 a minute (6 ms a
 /// token), bursts of 800 (limit 40: 2 each).
 fn fleet_of_20(name: &'static str, builder: UpstreamConfigBuilder, asks: Vec<FallbackAsk>) -> FallbackCase {
@@ -265,6 +291,26 @@ pub fn fallback_cases() -> Vec<FallbackCase> {
             },
             ..case("grants of more than a minute ago have come back", Some(4), 2, 4)
         },
+        day_of_4(
+            "a day the fleet spent stays spent: the share starts from what the store said is left",
+            Some((DayLeft { requests: Some(0), tokens: None }, (0, 0))),
+            Vec::new(),
+            // Half a day at 2 a day for the share's next request, less the second since it was said.
+            vec![ask(0, None, 0, Err((DenyReason::RequestBudget, 43_200_000 - 1_000)))],
+        ),
+        day_of_4(
+            "the day's share is what is left divided, less this process's grants since it was said",
+            // 4 left: 2 for the share; 1 granted since (the recent grants are the minute's only).
+            Some((DayLeft { requests: Some(4), tokens: None }, (1, 0))),
+            vec![(NOW - 2_000, 0, 0), (NOW - 500, 0, 0)],
+            vec![ask(0, None, 0, Ok(())), ask(0, None, 0, Err((DenyReason::RequestBudget, 43_200_000 - 1_000)))],
+        ),
+        day_of_4(
+            "a process that never heard the store starts with a full day's share, its recent grants charged",
+            None,
+            vec![(NOW - 2_000, 0, 0)],
+            vec![ask(0, None, 0, Ok(())), ask(0, None, 0, Err((DenyReason::RequestBudget, 43_200_000 - 2_000)))],
+        ),
         FallbackCase {
             start: FallbackStart {
                 live: Some(2),
