@@ -142,4 +142,75 @@ mod tests {
         assert_eq!(command_at(source::FINISH, 1), None, "a comment");
         assert!(source_of("acquire").is_some() && source_of("SET").is_none());
     }
+
+    /// The code of a line: without its comment and its string literals (roughly: quotes are
+    /// not escaped in these scripts).
+    fn code(line: &str) -> String {
+        let mut out = String::new();
+        let mut quote = None;
+        let mut chars = line.chars().peekable();
+        while let Some(c) = chars.next() {
+            match quote {
+                Some(q) if c == q => quote = None,
+                Some(_) => {}
+                None if c == '\'' || c == '"' => quote = Some(c),
+                None if c == '-' && chars.peek() == Some(&'-') => break,
+                None => out.push(c),
+            }
+        }
+        out
+    }
+
+    /// Whether `code` calls `name` (`name(` not inside another identifier).
+    fn calls(code: &str, name: &str) -> bool {
+        let pattern = format!("{name}(");
+        code.match_indices(&pattern).any(|(at, _)| {
+            let before = code[..at].chars().next_back();
+            !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == ':')
+        })
+    }
+
+    #[test]
+    fn no_script_calls_a_local_function_before_defining_it() {
+        // A local function called above its definition is a global there: nil, so the script
+        // fails only when that path runs, after the writes before it (a day budget's reply once
+        // did: every acquire failed after granting, and was granted again on the retry).
+        let sources = [
+            ("acquire", source::ACQUIRE),
+            ("finish", source::FINISH),
+            ("renew", source::RENEW),
+            ("status", source::STATUS),
+            ("reconcile", source::RECONCILE),
+            ("heartbeat", source::HEARTBEAT),
+            ("report_window", source::REPORT_WINDOW),
+            ("live", source::LIVE),
+        ];
+        let mut found = Vec::new();
+        for (script, source) in sources {
+            let lines: Vec<String> = source.lines().map(code).collect();
+            // Each local function's first definition (a later one may shadow it; a nested one
+            // is taken as defined from its line on).
+            let mut first = std::collections::BTreeMap::new();
+            for (at, line) in lines.iter().enumerate() {
+                let Some(rest) = line.trim_start().strip_prefix("local function ") else { continue };
+                let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                first.entry(name).or_insert(at);
+            }
+            for (name, &at) in &first {
+                for (before, earlier) in lines[..at].iter().enumerate() {
+                    if calls(earlier, name) {
+                        found.push(format!(
+                            "{script}: {name} called on line {} before its definition on line {}",
+                            before + 1,
+                            at + 1
+                        ));
+                    }
+                }
+            }
+        }
+        assert!(found.is_empty(), "{found:#?}");
+        // The check sees such a call.
+        let lines = ["local function a() return b() end", "local function b() return 1 end"];
+        assert!(calls(&code(lines[0]), "b") && !calls(&code("x = 'b()' -- b()"), "b") && !calls("ab()", "b"));
+    }
 }
