@@ -165,25 +165,29 @@ local function budget(rate, burst)
   return { rate = rate, interval = interval, tolerance = burst * interval, burst = burst }
 end
 
--- An input or output tokens budget, '<per minute>:<burst>' ('' for none).
-local function split_budget(value, name)
+-- A budget's two numbers from '<rate>:<burst>', its rate counted per `per` ('minute', 'day');
+-- nil for ''.
+local function budget_pair(value, name, per)
   if value == '' then return nil end
   local rate, burst = string.match(value, '^(%d+):(%d+)$')
   if not rate then
-    error({ err = 'ERR wavegate: ' .. name .. ' must be <per minute>:<burst>, got ' .. tostring(value) })
+    error({ err = 'ERR wavegate: ' .. name .. ' must be <per ' .. per .. '>:<burst>, got ' .. tostring(value) })
   end
-  return budget(tonumber(rate), tonumber(burst))
+  return tonumber(rate), tonumber(burst)
+end
+
+-- An input or output tokens budget, '<per minute>:<burst>' ('' for none).
+local function split_budget(value, name)
+  local rate, burst = budget_pair(value, name, 'minute')
+  if not rate then return nil end
+  return budget(rate, burst)
 end
 
 -- A requests or tokens per day budget, '<per day>:<burst>' ('' for none): GCRA over a day
 -- (wavegate_core::Gcra::daily).
 local function day_budget(value, name)
-  if value == '' then return nil end
-  local rate, burst = string.match(value, '^(%d+):(%d+)$')
-  if not rate then
-    error({ err = 'ERR wavegate: ' .. name .. ' must be <per day>:<burst>, got ' .. tostring(value) })
-  end
-  rate, burst = tonumber(rate), tonumber(burst)
+  local rate, burst = budget_pair(value, name, 'day')
+  if not rate then return nil end
   if rate == 0 or burst == 0 then error({ err = 'ERR wavegate: ' .. name .. ' needs a rate and a burst of at least 1' }) end
   local interval = 86400000000 / rate
   -- A day of debt may be read back (a usage settled above its reservation), not a minute's.

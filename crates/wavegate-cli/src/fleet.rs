@@ -54,6 +54,9 @@ pub(crate) struct FleetView {
     pub(crate) upstreams: Vec<UpstreamView>,
     /// Upstreams named but without a claim in the store (no live process configures them).
     pub(crate) unknown: Vec<String>,
+    /// Upstreams whose claim this tool cannot read (a process of another version claimed
+    /// them), with the number of settings in the claim.
+    pub(crate) unreadable: Vec<(String, usize)>,
 }
 
 /// What reading the fleet can meet.
@@ -196,6 +199,7 @@ pub(crate) async fn read(store: &Store, names: &[String]) -> Result<FleetView, R
         processes: Vec::new(),
         upstreams: Vec::new(),
         unknown: Vec::new(),
+        unreadable: Vec::new(),
     };
     for name in names {
         let upstream_name = UpstreamName::new(&name).map_err(|_| ReadError::BadName(name.clone()))?;
@@ -204,7 +208,7 @@ pub(crate) async fn read(store: &Store, names: &[String]) -> Result<FleetView, R
         match claim {
             Some(claim) => match upstream(store, &upstream_name, &claim, now).await? {
                 Some(upstream) => view.upstreams.push(upstream),
-                None => view.unknown.push(name),
+                None => view.unreadable.push((name, claim.split('|').count())),
             },
             None => view.unknown.push(name),
         }

@@ -132,6 +132,11 @@ pub(crate) fn json(fleet: &FleetView) -> String {
         })).collect::<Vec<_>>(),
         "upstreams": fleet.upstreams.iter().map(upstream_json).collect::<Vec<_>>(),
         "unknown_upstreams": fleet.unknown,
+        "unreadable_upstreams": fleet.unreadable.iter().map(|(name, fields)| json!({
+            "upstream": name,
+            "claimed_settings": fields,
+            "read_settings": wavegate_redis::CLAIM_SETTINGS,
+        })).collect::<Vec<_>>(),
     })
     .to_string()
 }
@@ -148,7 +153,7 @@ pub(crate) fn text(fleet: &FleetView) -> String {
         let mode = p.mode.as_deref().unwrap_or("(mode not told: an older version)");
         let _ = writeln!(out, "  process {:<44} {mode}", p.instance);
     }
-    if fleet.upstreams.is_empty() && fleet.unknown.is_empty() {
+    if fleet.upstreams.is_empty() && fleet.unknown.is_empty() && fleet.unreadable.is_empty() {
         let _ = writeln!(out, "no upstream has claimed a configuration under this prefix (no live process?)");
     }
     for u in &fleet.upstreams {
@@ -268,7 +273,19 @@ pub(crate) fn text(fleet: &FleetView) -> String {
     for name in &fleet.unknown {
         let _ = writeln!(out, "\n{name}: no configuration claimed in the store (no live process configures it)");
     }
+    for (name, fields) in &fleet.unreadable {
+        let _ = writeln!(out, "\n{name}: {}", unreadable_text(*fields));
+    }
     out
+}
+
+/// Why a claim of `fields` settings is not shown.
+pub(crate) fn unreadable_text(fields: usize) -> String {
+    format!(
+        "claimed by a process of another wavegate version ({fields} settings; this tool reads {}): \
+         run the tool of the processes' version",
+        wavegate_redis::CLAIM_SETTINGS
+    )
 }
 
 /// A shadow mode's stored value as an operator says it.

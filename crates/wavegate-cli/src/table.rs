@@ -44,6 +44,9 @@ pub(crate) fn table(fleet: &FleetView) -> String {
     for name in &fleet.unknown {
         let _ = writeln!(out, "{name:<20} (no live process configures it)");
     }
+    for (name, fields) in &fleet.unreadable {
+        let _ = writeln!(out, "{name:<20} ({})", crate::render::unreadable_text(*fields));
+    }
     out
 }
 

@@ -453,3 +453,22 @@ async fn set_takes_a_pool_member_out_for_the_fleet_and_back() {
     let bad = wavegate(&["set", "key-a", "--pool", "llm=1001", "--redis", &url]);
     assert_eq!(bad.status.code(), Some(2), "a usage error, before the store");
 }
+
+#[test]
+fn a_claim_of_another_version_is_named_not_dropped() {
+    let redis = RedisServer::start().expect("redis-server");
+    // A process of an older build claimed `old` with fewer settings (before the day budgets).
+    let mut settings = vec!["10"; 16];
+    settings.push("fallback:-");
+    let mut con = redis.connection().expect("connection");
+    redis::cmd("SET").arg("wavegate:{old}:config").arg(settings.join("|")).exec(&mut con).expect("SET");
+    let fleet = status(&redis.url());
+    let unreadable = &fleet["unreadable_upstreams"][0];
+    assert_eq!(unreadable["upstream"], "old", "{fleet}");
+    assert_eq!(unreadable["claimed_settings"], 17);
+    assert_eq!(unreadable["read_settings"], wavegate_redis::CLAIM_SETTINGS);
+    assert_eq!(fleet["unknown_upstreams"].as_array().map(Vec::len), Some(0), "not 'no live process': {fleet}");
+    let text = wavegate(&["status", "--redis", &redis.url()]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("old: claimed by a process of another wavegate version (17 settings"), "{text}");
+}

@@ -22,6 +22,11 @@ use crate::shared_gate::SharedGate;
 /// How long a claim stands: several claim periods.
 pub const CONFIG_CLAIM_TTL: Duration = Duration::from_secs(60);
 
+/// How many `|`-separated settings this version's claim holds (the scripts' configuration and
+/// the fallback limit): a claim with another count is a process of another version's, which
+/// [`SharedGate::from_claim`] does not read.
+pub const CLAIM_SETTINGS: usize = CONFIG_ARGS + 1;
+
 impl SharedGate {
     /// The configuration as the scripts receive it, `|`-separated — the limit, the wave's
     /// settings, the rate budgets and the priority classes (weights, reserves, budget shares,

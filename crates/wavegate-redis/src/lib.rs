@@ -58,7 +58,7 @@ mod sentinel;
 mod shared_gate;
 mod startup;
 
-pub use config_claim::CONFIG_CLAIM_TTL;
+pub use config_claim::{CLAIM_SETTINGS, CONFIG_CLAIM_TTL};
 pub use connection::{Heartbeat, Store, StoreConfig};
 pub use error::{Rejection, StoreError};
 pub use health::StoreHealth;
