@@ -6,7 +6,9 @@
 -- cases of wavegate_core::spec.
 --
 -- Fields of the wave state hash (KEYS[2]): ll_requests_limit, ll_requests_window (ms),
--- ll_requests_until (ms of Redis TIME: forgotten from then on), and the same for tokens.
+-- ll_requests_until (ms of Redis TIME: forgotten from then on), and the same for tokens, input
+-- and output (Anthropic's input and output tokens limits, tightening the input and output
+-- budgets).
 --
 -- Rules:
 --   * a limit L per window W (ms) is a budget of floor(L * 60000 / W) a minute (at least 1)
@@ -18,7 +20,7 @@
 
 local LL_KEPT_WINDOWS = 3
 local LL_MAX = 4294967295
-local LL_NAMES = { 'requests', 'tokens' }
+local LL_NAMES = { 'requests', 'tokens', 'input', 'output' }
 
 -- The per-minute rate and the burst of a limit of `limit` per `window` ms (LearnedLimit::budget).
 local function ll_budget(limit, window)
@@ -34,12 +36,16 @@ local function ll_tightest(b, rate, burst)
   return budget(math.min(b.rate, rate), math.min(b.burst, burst))
 end
 
--- Puts the budgets in force at `now` into config.requests and config.tokens, and the capped
--- classes' shares of them into theirs. An end read back lies at most LL_KEPT_WINDOWS windows
--- after now (a backward jump of TIME, a hand): a later one is saved as that.
+-- Puts the budgets in force at `now` into config.requests, config.tokens, config.input and
+-- config.output, and the capped classes' shares of them into theirs. An end read back lies at
+-- most LL_KEPT_WINDOWS windows after now (a backward jump of TIME, a hand): a later one is saved
+-- as that.
 local function ll_apply(config, now)
-  local v = state_read({ 'll_requests_limit', 'll_requests_window', 'll_requests_until',
-    'll_tokens_limit', 'll_tokens_window', 'll_tokens_until' })
+  local fields = {}
+  for _, name in ipairs(LL_NAMES) do
+    for _, part in ipairs({ '_limit', '_window', '_until' }) do table.insert(fields, 'll_' .. name .. part) end
+  end
+  local v = state_read(fields)
   for i, name in ipairs(LL_NAMES) do
     local limit, window, ends = tonumber(v[3 * i - 2]), tonumber(v[3 * i - 1]), tonumber(v[3 * i])
     if limit and window and ends and now < ends then
@@ -54,7 +60,7 @@ local function ll_apply(config, now)
   set_class_budgets(config)
 end
 
--- Keeps a limit of `limit` per `window` ms announced at `now` for `name` ('requests' or 'tokens').
+-- Keeps a limit of `limit` per `window` ms announced at `now` for `name` (one of LL_NAMES).
 local function ll_report(now, name, limit, window)
   if limit < 1 or window < 1 then return end
   state_write('ll_' .. name .. '_limit', string.format('%.0f', limit),
@@ -62,8 +68,8 @@ local function ll_report(now, name, limit, window)
     'll_' .. name .. '_until', string.format('%.0f', now + window * LL_KEPT_WINDOWS))
 end
 
--- The limits kept at `now`, for the status: per name, limit, window and ms until forgotten
--- (-1, -1, -1 when none).
+-- The requests and tokens limits kept at `now`, for the status: per name, limit, window and ms
+-- until forgotten (-1, -1, -1 when none). (The input and output limits are not in the status.)
 local function ll_status(now)
   local out = {}
   local v = state_read({ 'll_requests_limit', 'll_requests_window', 'll_requests_until',

@@ -14,10 +14,12 @@
 -- ARGV[12] the limit the requests window refills to when it is a continuously refilled bucket
 --          (OpenAI: its reset is the time to a full bucket), '0' for a fixed window
 -- ARGV[13] likewise for the tokens window
+-- ARGV[14] the input tokens limit announced (Anthropic's ITPM), or ''   ARGV[15] its window, ms
+-- ARGV[16] the output tokens limit announced (OTPM), or ''              ARGV[17] its window, ms
 -- See provider_window.lua and learned_limit.lua for the rules.
 -- Reply: {requests_left, requests_wait_ms, tokens_left, tokens_wait_ms} (what is left now; a
 --        wait of 0: the window does not run; for a refilled bucket the time until it is full)
-if #ARGV ~= 13 then return fail('report_window', 'expected 13 ARGV, got ' .. #ARGV) end
+if #ARGV ~= 17 then return fail('report_window', 'expected 17 ARGV, got ' .. #ARGV) end
 local now = now_ms()
 purge(now)
 local tokens_each = to_int(ARGV[5], 'tokens each')
@@ -50,6 +52,8 @@ if ARGV[11] ~= '1' and not w.sent then w.sent = { requests = 0, tokens = 0 } end
 pw_save(w)
 if ARGV[7] ~= '' then ll_report(now, 'requests', to_int(ARGV[7], 'requests limit'), to_int(ARGV[8], 'requests window')) end
 if ARGV[9] ~= '' then ll_report(now, 'tokens', to_int(ARGV[9], 'tokens limit'), to_int(ARGV[10], 'tokens window')) end
+if ARGV[14] ~= '' then ll_report(now, 'input', to_int(ARGV[14], 'input limit'), to_int(ARGV[15], 'input window')) end
+if ARGV[16] ~= '' then ll_report(now, 'output', to_int(ARGV[16], 'output limit'), to_int(ARGV[17], 'output window')) end
 local function reply(t)
   if not pw_runs(t, now) then return t.left, 0 end
   return pw_level(t, now), t['until'] - now

@@ -30,7 +30,8 @@ local STATE_FIELDS = { 'state', 'limit', 'wave', 'cooldown_until', 'successes', 
   'll_tokens_until', 'pw_requests_left', 'pw_requests_until', 'pw_requests_at', 'pw_requests_to', 'pw_tokens_left',
   'pw_tokens_until', 'pw_tokens_at', 'pw_tokens_to', 'pw_sent_requests', 'pw_sent_tokens', 'requests_rate',
   'tokens_rate', 'pc', 'turn_instance', 'turn_at', 'turn_line', 'input_tat', 'output_tat', 'input_rate',
-  'output_rate', 'requests_day_tat', 'tokens_day_tat', 'requests_day_rate', 'tokens_day_rate' }
+  'output_rate', 'requests_day_tat', 'tokens_day_tat', 'requests_day_rate', 'tokens_day_rate', 'll_input_limit',
+  'll_input_window', 'll_input_until', 'll_output_limit', 'll_output_window', 'll_output_until' }
 local state_cache = nil
 
 -- The values of `fields` of hash `key` (a list, in order; `false` for a missing one), through

@@ -88,7 +88,8 @@ enum Detail {
         last: &'static str,
     },
     Upstream {
-        outcome: Outcome,
+        /// Boxed: an outcome carries every signal its response sent.
+        outcome: Box<Outcome>,
     },
     InsufficientCapacity {
         budget: Budget,
@@ -182,8 +183,12 @@ impl<E> Error<E> {
         attempts: u32,
         source: Option<E>,
     ) -> Self {
-        let mut error =
-            Self::new(ErrorKind::Upstream, Some(upstream.into()), Some(attempts), Detail::Upstream { outcome });
+        let mut error = Self::new(
+            ErrorKind::Upstream,
+            Some(upstream.into()),
+            Some(attempts),
+            Detail::Upstream { outcome: Box::new(outcome) },
+        );
         error.inner.source = source;
         error
     }
@@ -417,10 +422,9 @@ impl<E> Error<E> {
     /// The last attempt ran past the call timeout.
     fn is_call_timeout(&self) -> bool {
         matches!(
-            self.inner.detail,
-            Detail::Upstream {
-                outcome: Outcome::Transient { kind: Transient::Transport(TransportError::Timeout), .. }
-            }
+            &self.inner.detail,
+            Detail::Upstream { outcome }
+                if matches!(**outcome, Outcome::Transient { kind: Transient::Transport(TransportError::Timeout), .. })
         )
     }
 }

@@ -220,3 +220,52 @@ async fn a_refusal_by_the_output_budget_refuses_no_one_early_who_asks_for_input_
     input_only.expect("input only: room now").succeeded();
     assert!(asked.elapsed() < Duration::from_millis(200), "{:?}", asked.elapsed());
 }
+
+/// The outcome of `answer` as the provider sent it: its status and its headers.
+fn answered(answer: &wavegate_testkit::Answer) -> Outcome {
+    let headers = answer.headers.iter().map(|(name, value)| (name.as_str(), value.as_bytes()));
+    let signals = wavegate::ProviderSignals::from_headers(headers, std::time::SystemTime::now());
+    Outcome::from_signals(answer.status, None, signals)
+}
+
+#[actix::test]
+async fn anthropics_output_limit_is_learned_apart_from_its_input_limit() {
+    // Nothing configured: what wavegate knows of the provider it learns from the headers. The
+    // output bucket (12,000) holds 12 calls of 1,000 `max_tokens`; the input bucket (600,000)
+    // holds them all. One tokens budget of both limits together (612,000) would have let all
+    // 16 calls through at once.
+    let limits = AnthropicLimits {
+        requests_per_minute: 10_000,
+        input_tokens_per_minute: 600_000,
+        output_tokens_per_minute: 12_000,
+    };
+    let provider = Arc::new(Mutex::new(AnthropicBucket::new(limits)));
+    let config = UpstreamConfig::builder("claude").limit(50).build().expect("config");
+    let scheduler = common::isolated().upstream(config).build().expect("scheduler");
+    let claude = scheduler.upstream("claude").expect("claude");
+    let ask = |claude: Upstream, provider: Arc<Mutex<AnthropicBucket>>| async move {
+        let permit = claude
+            .request()
+            .tokens(1_100)
+            .output_tokens(1_000)
+            .timeout(Duration::from_millis(300))
+            .acquire()
+            .await
+            .ok()?;
+        let answer = provider.lock().expect("provider").answer(Instant::now(), 100, 1_000);
+        let status = answer.status;
+        permit.report_usage_parts(answered(&answer), 100, 1_000);
+        Some(status)
+    };
+    // One call first: its answer tells the limits (and that it took 1,000 of the output).
+    assert_eq!(ask(claude.clone(), provider.clone()).await, Some(200));
+    let learned = claude.status().await.expect("status").learned;
+    assert!(learned.tokens.is_some(), "the limits were learned: {learned:?}");
+    // 16 at once, each ready to wait 300 ms (the output refills 60 in that time).
+    let answers = futures_util::future::join_all((0..16).map(|_| ask(claude.clone(), provider.clone()))).await;
+    let sent = answers.iter().flatten().count();
+    let refused_by_provider = answers.iter().flatten().filter(|status| **status != 200).count();
+    println!("{sent} sent of 16, {refused_by_provider} refused by the provider");
+    assert!(sent <= 12, "{sent} calls of 1,000 max_tokens sent against an output limit of 12,000 (11 left)");
+    assert!(refused_by_provider <= 1, "{refused_by_provider} refused by the provider");
+}

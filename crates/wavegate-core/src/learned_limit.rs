@@ -28,7 +28,7 @@
 //! let configured = Budgets { requests: RateBudget::new(1_000, 20), tokens: None, ..Budgets::default() };
 //! let mut learned = LearnedBudgets::default();
 //! // "300 requests per minute", at 5 s.
-//! let said = LearnedLimits { requests: Some(LearnedLimit { limit: 300, window_ms: 60_000 }), tokens: None };
+//! let said = LearnedLimits { requests: Some(LearnedLimit { limit: 300, window_ms: 60_000 }), tokens: None, ..LearnedLimits::default() };
 //! learned.report(said, 5_000);
 //! assert_eq!(learned.effective(configured, 6_000, 1).requests, RateBudget::new(300, 20));
 //! // Three minutes without a word: forgotten.
@@ -77,8 +77,12 @@ impl LearnedLimit {
 pub struct LearnedLimits {
     /// The requests limit.
     pub requests: Option<LearnedLimit>,
-    /// The tokens limit (the tightest token window's).
+    /// The tokens limit (the tightest token window's; Anthropic's input and output together).
     pub tokens: Option<LearnedLimit>,
+    /// The input tokens limit (Anthropic's ITPM), tightening the input tokens budget.
+    pub input: Option<LearnedLimit>,
+    /// The output tokens limit (Anthropic's OTPM), tightening the output tokens budget.
+    pub output: Option<LearnedLimit>,
 }
 
 impl LearnedLimits {
@@ -87,12 +91,14 @@ impl LearnedLimits {
         Self {
             requests: LearnedLimit::from_window(&signals.requests),
             tokens: LearnedLimit::from_window(&signals.tokens),
+            input: LearnedLimit::from_window(&signals.input),
+            output: LearnedLimit::from_window(&signals.output),
         }
     }
 
     /// Whether nothing was announced.
     pub const fn is_empty(&self) -> bool {
-        self.requests.is_none() && self.tokens.is_none()
+        self.requests.is_none() && self.tokens.is_none() && self.input.is_none() && self.output.is_none()
     }
 }
 
@@ -122,16 +128,24 @@ pub struct LearnedBudgets {
     pub requests: Option<KeptLimit>,
     /// The tokens limit, if one is kept.
     pub tokens: Option<KeptLimit>,
+    /// The input tokens limit, if one is kept.
+    pub input: Option<KeptLimit>,
+    /// The output tokens limit, if one is kept.
+    pub output: Option<KeptLimit>,
 }
 
 impl LearnedBudgets {
     /// Takes in the limits a response announced at `now_ms`: each replaces the one kept.
     pub fn report(&mut self, limits: LearnedLimits, now_ms: u64) {
-        if let Some(limit) = limits.requests {
-            self.requests = Some(KeptLimit::at(limit, now_ms));
-        }
-        if let Some(limit) = limits.tokens {
-            self.tokens = Some(KeptLimit::at(limit, now_ms));
+        for (kept, said) in [
+            (&mut self.requests, limits.requests),
+            (&mut self.tokens, limits.tokens),
+            (&mut self.input, limits.input),
+            (&mut self.output, limits.output),
+        ] {
+            if let Some(limit) = said {
+                *kept = Some(KeptLimit::at(limit, now_ms));
+            }
         }
     }
 
@@ -140,22 +154,30 @@ impl LearnedBudgets {
         LearnedBudgets {
             requests: KeptLimit::in_force(self.requests, now_ms),
             tokens: KeptLimit::in_force(self.tokens, now_ms),
+            input: KeptLimit::in_force(self.input, now_ms),
+            output: KeptLimit::in_force(self.output, now_ms),
         }
     }
 
     /// The budgets in force at `now_ms` for a gate holding `1 / share` of the fleet's
-    /// budgets (1: all of them): the configured ones tightened by what is learned.
+    /// budgets (1: all of them): the configured ones tightened by what is learned (the input
+    /// and output budgets by Anthropic's input and output limits).
     pub fn effective(&self, configured: Budgets, now_ms: u64, share: u32) -> Budgets {
         let kept = self.in_force(now_ms);
+        let budget = |k: Option<KeptLimit>| k.map(|k| k.limit.budget());
         let learned = Budgets {
-            requests: kept.requests.map(|k| k.limit.budget()),
-            tokens: kept.tokens.map(|k| k.limit.budget()),
+            requests: budget(kept.requests),
+            tokens: budget(kept.tokens),
+            input: budget(kept.input),
+            output: budget(kept.output),
             ..Budgets::default()
         }
         .share(share);
         Budgets {
             requests: tightest(configured.requests, learned.requests),
             tokens: tightest(configured.tokens, learned.tokens),
+            input: tightest(configured.input, learned.input),
+            output: tightest(configured.output, learned.output),
             ..configured
         }
     }
@@ -241,7 +263,14 @@ mod tests {
         let configured =
             Budgets { requests: RateBudget::new(100, 2), tokens: RateBudget::new(10_000, 5_000), ..Budgets::default() };
         let mut learned = LearnedBudgets::default();
-        learned.report(LearnedLimits { requests: Some(limit(300, 60_000)), tokens: Some(limit(1_000, 60_000)) }, 0);
+        learned.report(
+            LearnedLimits {
+                requests: Some(limit(300, 60_000)),
+                tokens: Some(limit(1_000, 60_000)),
+                ..LearnedLimits::default()
+            },
+            0,
+        );
         let effective = learned.effective(configured, 1, 1);
         assert_eq!(effective.requests, configured.requests);
         assert_eq!(effective.tokens, RateBudget::new(1_000, 1_000));
@@ -252,8 +281,9 @@ mod tests {
     #[test]
     fn the_latest_report_replaces_and_silence_forgets() {
         let mut learned = LearnedBudgets::default();
-        learned.report(LearnedLimits { requests: Some(limit(10, 1_000)), tokens: None }, 0);
-        learned.report(LearnedLimits { requests: Some(limit(20, 1_000)), tokens: None }, 500);
+        learned.report(LearnedLimits { requests: Some(limit(10, 1_000)), tokens: None, ..LearnedLimits::default() }, 0);
+        learned
+            .report(LearnedLimits { requests: Some(limit(20, 1_000)), tokens: None, ..LearnedLimits::default() }, 500);
         assert_eq!(learned.effective(Budgets::default(), 600, 1).requests, RateBudget::new(1_200, 20));
         assert_eq!(learned.effective(Budgets::default(), 3_499, 1).requests, RateBudget::new(1_200, 20));
         assert_eq!(learned.effective(Budgets::default(), 3_500, 1), Budgets::default());

@@ -237,8 +237,14 @@ impl Unreadable {
 pub struct ProviderSignals {
     /// The requests window.
     pub requests: Window,
-    /// The tokens window (the tightest of those sent).
+    /// The tokens window (the tightest of those sent; Anthropic's input and output windows
+    /// folded into one of their sum).
     pub tokens: Window,
+    /// Anthropic's input tokens window on its own (`anthropic-ratelimit-input-tokens-*`): its
+    /// limit is learned as an input tokens budget.
+    pub input: Window,
+    /// Anthropic's output tokens window on its own (`anthropic-ratelimit-output-tokens-*`).
+    pub output: Window,
     /// `Retry-After`, when usable.
     pub retry_after: Option<Duration>,
     /// The signals sent that could not be read.
@@ -250,6 +256,8 @@ impl ProviderSignals {
     pub const NONE: ProviderSignals = ProviderSignals {
         requests: Window::NONE,
         tokens: Window::NONE,
+        input: Window::NONE,
+        output: Window::NONE,
         retry_after: None,
         unreadable: Unreadable::EMPTY,
     };
@@ -433,6 +441,11 @@ impl Reader {
             }
             _ => (None, None),
         };
+        // Anthropic's input and output windows, each on its own as well.
+        let part = |slot: usize| {
+            self.tokens.get(slot).map_or(Window::NONE, |w| w.clamped().with_period(documented).refill_checked())
+        };
+        let (input, output) = (part(1), part(2));
         // The tightest token window: the least remaining (a window without a remaining
         // count only when none has one).
         let mut tokens = self
@@ -450,6 +463,8 @@ impl Reader {
         ProviderSignals {
             requests: requests.clamped().refill_checked(),
             tokens: tokens.refill_checked(),
+            input,
+            output,
             retry_after: self.retry_after_ms.or(self.retry_after),
             unreadable: self.unreadable,
         }
@@ -915,6 +930,12 @@ mod tests {
         assert_eq!(s.tokens.limit, Some(58_000), "both limits together");
         // 80 % of the input left, 87.5 % of the output: 80 % of both together.
         assert_eq!(s.tokens.remaining, Some(46_400), "what is left together, at the more used one's share");
+        // And each on its own, learned as the input and output budgets' limits.
+        assert_eq!((s.input.limit, s.input.remaining), (Some(50_000), Some(40_000)));
+        assert_eq!((s.output.limit, s.output.remaining), (Some(8_000), Some(7_000)));
+        let learned = crate::LearnedLimits::from_signals(&s);
+        assert_eq!(learned.input.map(|l| (l.limit, l.window_ms)), Some((50_000, 60_000)));
+        assert_eq!(learned.output.map(|l| (l.limit, l.window_ms)), Some((8_000, 60_000)));
         let s = read(&[
             ("anthropic-ratelimit-input-tokens-limit", "50000"),
             ("anthropic-ratelimit-input-tokens-remaining", "40000"),

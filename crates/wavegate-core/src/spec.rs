@@ -290,6 +290,9 @@ pub enum Step {
         learned_requests: Option<(u64, u64)>,
         /// The tokens limit announced, with its window.
         learned_tokens: Option<(u64, u64)>,
+        /// The input and the output tokens limits announced (Anthropic's ITPM and OTPM), each
+        /// with its window.
+        learned_parts: [Option<(u64, u64)>; 2],
         /// The limit the requests window refills to, when it is a continuously refilled
         /// bucket (OpenAI): what is left grows back to it over the reset.
         refills_requests: Option<u64>,
@@ -615,6 +618,7 @@ pub fn run_case<M: WaveModel>(case: &SpecCase, model: &mut M) -> Result<(), Spec
                 tokens_each,
                 learned_requests,
                 learned_tokens,
+                learned_parts: [learned_input, learned_output],
                 refills_requests,
                 refills_tokens,
             } => {
@@ -622,7 +626,12 @@ pub fn run_case<M: WaveModel>(case: &SpecCase, model: &mut M) -> Result<(), Spec
                     w.map(|(remaining, reset_ms)| WindowLeft { remaining, reset_ms, refills_to: *refills_to })
                 };
                 let learned = |l: &Option<(u64, u64)>| l.map(|(limit, window_ms)| LearnedLimit { limit, window_ms });
-                let limits = LearnedLimits { requests: learned(learned_requests), tokens: learned(learned_tokens) };
+                let limits = LearnedLimits {
+                    requests: learned(learned_requests),
+                    tokens: learned(learned_tokens),
+                    input: learned(learned_input),
+                    output: learned(learned_output),
+                };
                 let report = WindowReport {
                     requests: left(requests, refills_requests),
                     tokens: left(tokens, refills_tokens),

@@ -378,6 +378,7 @@ fn disagreement(
                     limits: LearnedLimits {
                         requests: None,
                         tokens: tokens_limit.map(|limit| LearnedLimit { limit, window_ms: 1_000 }),
+                        ..LearnedLimits::default()
                     },
                 };
                 local.report_window("", report, now, 10);

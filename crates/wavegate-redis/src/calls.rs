@@ -314,8 +314,9 @@ pub(crate) fn reconcile<'a>(
 
 /// `report_window.lua`: each window's remaining and reset, the tokens each, the reporting id,
 /// each announced limit and its window (`''` for what the report does not say), whether the
-/// windows kept are cleared first (an operator's clear, with an empty report), and the limit
-/// each window refills to when it is a continuously refilled bucket (`'0'`: a fixed window).
+/// windows kept are cleared first (an operator's clear, with an empty report), the limit
+/// each window refills to when it is a continuously refilled bucket (`'0'`: a fixed window),
+/// then the input and output tokens limits announced with their windows (Anthropic's).
 pub(crate) fn report_window<'a>(
     keys: &'a UpstreamKeys,
     id: &str,
@@ -337,6 +338,8 @@ pub(crate) fn report_window<'a>(
     let (tokens, tokens_reset) = side(report.tokens);
     let (requests_limit, requests_window) = limit(report.limits.requests);
     let (tokens_limit, tokens_window) = limit(report.limits.tokens);
+    let (input_limit, input_window) = limit(report.limits.input);
+    let (output_limit, output_window) = limit(report.limits.output);
     let refills_to = |left: Option<wavegate_core::WindowLeft>| {
         left.and_then(|l| l.refills_to).map_or(0, |to| to.min(wavegate_core::MAX_WINDOW_LEFT))
     };
@@ -354,6 +357,10 @@ pub(crate) fn report_window<'a>(
         .arg(if clear { "1" } else { "0" })
         .arg(refills_to(report.requests))
         .arg(refills_to(report.tokens))
+        .arg(input_limit)
+        .arg(input_window)
+        .arg(output_limit)
+        .arg(output_window)
 }
 
 /// `heartbeat.lua`: the instance, the ttl (at least 1 ms) and the length of a turn as the

@@ -82,6 +82,7 @@ impl Store {
             limits: LearnedLimits {
                 requests: Some(LearnedLimit { limit: 100_000, window_ms: 60_000 }),
                 tokens: Some(LearnedLimit { limit: 10_000_000, window_ms: 60_000 }),
+                ..LearnedLimits::default()
             },
         };
         classed.report_window(first.as_str(), report, 10).await?;

@@ -62,12 +62,12 @@ fn rust(case: &CaseIn) -> String {
     let (budgets, limits) = if case.tokens {
         (
             Budgets { requests: None, tokens: configured, ..Budgets::default() },
-            LearnedLimits { requests: None, tokens: limit },
+            LearnedLimits { requests: None, tokens: limit, ..LearnedLimits::default() },
         )
     } else {
         (
             Budgets { requests: configured, tokens: None, ..Budgets::default() },
-            LearnedLimits { requests: limit, tokens: None },
+            LearnedLimits { requests: limit, tokens: None, ..LearnedLimits::default() },
         )
     };
     let mut learned = LearnedBudgets::default();

@@ -113,7 +113,7 @@ mod tests {
         // The provider announced 2 requests a minute (burst 2).
         let announced = LearnedLimit { limit: 2, window_ms: 60_000 };
         let mut learned = LearnedBudgets::default();
-        learned.report(LearnedLimits { requests: Some(announced), tokens: None }, 0);
+        learned.report(LearnedLimits { requests: Some(announced), tokens: None, ..LearnedLimits::default() }, 0);
         let me = Instance::new("me").unwrap();
         let drained = |config: &UpstreamConfig| {
             let mut gate = LocalGate::for_upstream(config).with_learned(learned, 1);

@@ -322,6 +322,7 @@ pub(super) fn cases() -> Vec<SpecCase> {
                         tokens_each: 0,
                         learned_requests: Some((2, 200)),
                         learned_tokens: None,
+                        learned_parts: [None; 2],
                         refills_requests: None,
                         refills_tokens: None,
                     },

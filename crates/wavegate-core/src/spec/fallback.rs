@@ -215,7 +215,11 @@ pub fn fallback_cases() -> Vec<FallbackCase> {
     let mut learned = LearnedBudgets::default();
     // 100 requests a minute announced a second ago: kept three windows.
     learned.report(
-        LearnedLimits { requests: Some(LearnedLimit { limit: 100, window_ms: 60_000 }), tokens: None },
+        LearnedLimits {
+            requests: Some(LearnedLimit { limit: 100, window_ms: 60_000 }),
+            tokens: None,
+            ..LearnedLimits::default()
+        },
         NOW - 1_000,
     );
     let budgets =
@@ -495,7 +499,11 @@ pub fn fallback_cases() -> Vec<FallbackCase> {
 fn learned_tokens() -> LearnedBudgets {
     let mut learned = LearnedBudgets::default();
     learned.report(
-        LearnedLimits { requests: None, tokens: Some(LearnedLimit { limit: 8_000, window_ms: 60_000 }) },
+        LearnedLimits {
+            requests: None,
+            tokens: Some(LearnedLimit { limit: 8_000, window_ms: 60_000 }),
+            ..LearnedLimits::default()
+        },
         NOW - 1_000,
     );
     learned

@@ -66,6 +66,7 @@ fn answer(
         tokens_each,
         learned_requests: None,
         learned_tokens: None,
+        learned_parts: [None; 2],
         refills_requests: None,
         refills_tokens: None,
     }
@@ -91,8 +92,24 @@ fn refilling_by(
         tokens_each,
         learned_requests: None,
         learned_tokens: None,
+        learned_parts: [None; 2],
         refills_requests: requests.map(|(.., limit)| limit),
         refills_tokens: tokens.map(|(.., limit)| limit),
+    }
+}
+
+/// A response announcing Anthropic's input and output limits only: `(limit, window in ms)`.
+fn learn_parts(input: Option<(u64, u64)>, output: Option<(u64, u64)>) -> Step {
+    Step::ReportWindow {
+        by: None,
+        requests: None,
+        tokens: None,
+        tokens_each: 0,
+        learned_requests: None,
+        learned_tokens: None,
+        learned_parts: [input, output],
+        refills_requests: None,
+        refills_tokens: None,
     }
 }
 
@@ -105,6 +122,7 @@ fn learn(learned_requests: Option<(u64, u64)>, learned_tokens: Option<(u64, u64)
         tokens_each: 0,
         learned_requests,
         learned_tokens,
+        learned_parts: [None; 2],
         refills_requests: None,
         refills_tokens: None,
     }
@@ -479,6 +497,22 @@ pub(super) fn cases() -> Vec<SpecCase> {
                 ],
             )
         },
+        case(
+            "learned apart: Anthropic's input and output limits tighten the input and output budgets",
+            vec![
+                // ITPM 60,000 and OTPM 6,000 announced, nothing configured.
+                learn_parts(Some((60_000, 60_000)), Some((6_000, 60_000))),
+                // 10,000 in and 2,000 out: a call Anthropic serves, each part within its limit.
+                split("A", 12_000, 2_000),
+                // 4,500 more out: above what is left of the output (4,000), though far within
+                // the sum of both limits.
+                Step::AcquireSplit { permit: "B", tokens: 4_500, output: 4_500, expect: Expect::DeniedTokens },
+                // 40,000 more in and none out: the input has room.
+                split("B", 40_000, 0),
+                // An output part above the output limit never fits.
+                Step::AcquireSplit { permit: "C", tokens: 6_001, output: 6_001, expect: Expect::DeniedTooLarge },
+            ],
+        ),
         SpecCase {
             // 43,200 requests a day (one per 2 s), 4 at once; 864,000 tokens a day (10 a
             // second), 600 at once; and 600 tokens a minute (10 a second too, burst 1,000)
