@@ -68,14 +68,13 @@ local function ll_report(now, name, limit, window)
     'll_' .. name .. '_until', string.format('%.0f', now + window * LL_KEPT_WINDOWS))
 end
 
--- The requests and tokens limits kept at `now`, for the status: per name, limit, window and ms
--- until forgotten (-1, -1, -1 when none). (The input and output limits are not in the status.)
+-- The limits kept at `now`, for the status: per name of LL_NAMES (requests, tokens, input,
+-- output), limit, window and ms until forgotten (-1, -1, -1 when none).
 local function ll_status(now)
   local out = {}
-  local v = state_read({ 'll_requests_limit', 'll_requests_window', 'll_requests_until',
-    'll_tokens_limit', 'll_tokens_window', 'll_tokens_until' })
-  for i = 1, 2 do
-    local limit, window, ends = tonumber(v[3 * i - 2]), tonumber(v[3 * i - 1]), tonumber(v[3 * i])
+  for _, name in ipairs(LL_NAMES) do
+    local v = state_read({ 'll_' .. name .. '_limit', 'll_' .. name .. '_window', 'll_' .. name .. '_until' })
+    local limit, window, ends = tonumber(v[1]), tonumber(v[2]), tonumber(v[3])
     if limit and window and ends and now < ends then
       table.insert(out, limit)
       table.insert(out, window)

@@ -7,7 +7,7 @@
 --         requests_remaining, requests_next_ms, tokens_remaining, tokens_next_ms (of the budgets in
 --         force: the configured ones tightened by the learned limits),
 --         the learned limits kept: requests limit, window ms, ms until forgotten, the same for
---         tokens (-1 each when none),
+--         tokens, input and output (-1 each when none),
 --         input_remaining, input_next_ms, output_remaining, output_next_ms (the input and
 --         output tokens budgets),
 --         requests_day_remaining, requests_day_next_ms, tokens_day_remaining, tokens_day_next_ms

@@ -137,7 +137,7 @@ pub const BUDGET_NEXT_REFILL_SECONDS: &str = "wavegate_budget_next_refill_second
 /// Times the head of the queue waited for a rate budget, by `budget`.
 pub const BUDGET_WAITS_TOTAL: &str = "wavegate_budget_waits_total";
 /// The limit the provider announced, as a budget per minute, by `budget` (`requests`,
-/// `tokens`); 0 when none is kept. The budget in force is the tighter of it and the
+/// `tokens`, `input`, `output`); 0 when none is kept. The budget in force is the tighter of it and the
 /// configured one.
 pub const LEARNED_LIMIT_PER_MINUTE: &str = "wavegate_learned_limit_per_minute";
 
@@ -330,7 +330,7 @@ pub(crate) fn budgets(upstream: &str, status: BudgetStatus) {
 }
 
 pub(crate) fn learned(upstream: &str, learned: wavegate_core::LearnedStatus) {
-    for (budget, value) in [("requests", learned.requests), ("tokens", learned.tokens)] {
+    for (budget, value) in learned.named() {
         let per_minute = value.map_or(0.0, |l| f64::from(l.limit.budget().per_minute()));
         gauge!(LEARNED_LIMIT_PER_MINUTE, "upstream" => upstream.to_owned(), "budget" => budget).set(per_minute);
     }
@@ -340,9 +340,11 @@ pub(crate) fn learned(upstream: &str, learned: wavegate_core::LearnedStatus) {
 /// gauges say "not read here" (NaN, which Prometheus's `min` and `max` skip) rather than keep a
 /// value it read earlier (as the reader, or in a fallback), which would go stale.
 pub(crate) fn budgets_read_elsewhere(upstream: &str) {
-    for budget in ["requests", "tokens"] {
+    for budget in ["requests", "tokens", "input", "output", "requests_per_day", "tokens_per_day"] {
         gauge!(BUDGET_REMAINING, "upstream" => upstream.to_owned(), "budget" => budget).set(f64::NAN);
         gauge!(BUDGET_NEXT_REFILL_SECONDS, "upstream" => upstream.to_owned(), "budget" => budget).set(f64::NAN);
+    }
+    for (budget, _) in wavegate_core::LearnedStatus::default().named() {
         gauge!(LEARNED_LIMIT_PER_MINUTE, "upstream" => upstream.to_owned(), "budget" => budget).set(f64::NAN);
     }
 }

@@ -260,7 +260,8 @@ async fn anthropics_output_limit_is_learned_apart_from_its_input_limit() {
     // One call first: its answer tells the limits (and that it took 1,000 of the output).
     assert_eq!(ask(claude.clone(), provider.clone()).await, Some(200));
     let learned = claude.status().await.expect("status").learned;
-    assert!(learned.tokens.is_some(), "the limits were learned: {learned:?}");
+    assert_eq!(learned.input.map(|l| l.limit.limit), Some(600_000), "{learned:?}");
+    assert_eq!(learned.output.map(|l| l.limit.limit), Some(12_000), "{learned:?}");
     // 16 at once, each ready to wait 300 ms (the output refills 60 in that time).
     let answers = futures_util::future::join_all((0..16).map(|_| ask(claude.clone(), provider.clone()))).await;
     let sent = answers.iter().flatten().count();

@@ -45,7 +45,12 @@ fn upstream_json(u: &UpstreamView) -> Value {
             "requests_per_day": budget_json(u.budgets.requests_per_day),
             "tokens_per_day": budget_json(u.budgets.tokens_per_day),
         },
-        "learned": { "requests": learned_json(u.learned.requests), "tokens": learned_json(u.learned.tokens) },
+        "learned": {
+            "requests": learned_json(u.learned.requests),
+            "tokens": learned_json(u.learned.tokens),
+            "input": learned_json(u.learned.input),
+            "output": learned_json(u.learned.output),
+        },
         "windows": { "requests": window_json(u.windows[0]), "tokens": window_json(u.windows[1]) },
         "fallback_limit": u.fallback_limit,
         "live": live_json(&u.live),
@@ -247,7 +252,7 @@ pub(crate) fn text(fleet: &FleetView) -> String {
                 let _ = writeln!(out, "  budget {name:<9} {available} available, one more in {next_ms} ms");
             }
         }
-        for (name, learned) in [("requests", u.learned.requests), ("tokens", u.learned.tokens)] {
+        for (name, learned) in u.learned.named() {
             if let Some(l) = learned {
                 let _ = writeln!(
                     out,

@@ -210,12 +210,31 @@ pub struct LearnedStatus {
     pub requests: Option<LearnedLimitStatus>,
     /// The tokens limit, if one is kept.
     pub tokens: Option<LearnedLimitStatus>,
+    /// The input tokens limit (Anthropic's ITPM), if one is kept.
+    pub input: Option<LearnedLimitStatus>,
+    /// The output tokens limit (Anthropic's OTPM), if one is kept.
+    pub output: Option<LearnedLimitStatus>,
 }
 
 impl LearnedStatus {
-    /// The requests and the tokens limits kept, each if there is one.
+    /// The requests and the tokens limits kept, each if there is one (no input or output
+    /// limit: see [`with_parts`](Self::with_parts)).
     pub const fn new(requests: Option<LearnedLimitStatus>, tokens: Option<LearnedLimitStatus>) -> Self {
-        Self { requests, tokens }
+        Self { requests, tokens, input: None, output: None }
+    }
+
+    /// With the input and output tokens limits kept, each if there is one.
+    #[must_use]
+    pub const fn with_parts(mut self, input: Option<LearnedLimitStatus>, output: Option<LearnedLimitStatus>) -> Self {
+        self.input = input;
+        self.output = output;
+        self
+    }
+
+    /// Each limit with its name as the metrics and the status name it (`requests`, `tokens`,
+    /// `input`, `output`).
+    pub const fn named(&self) -> [(&'static str, Option<LearnedLimitStatus>); 4] {
+        [("requests", self.requests), ("tokens", self.tokens), ("input", self.input), ("output", self.output)]
     }
 }
 
@@ -228,7 +247,12 @@ impl LearnedBudgets {
                 forgotten_in: Duration::from_millis(k.until_ms - now_ms),
             })
         };
-        LearnedStatus { requests: view(self.requests), tokens: view(self.tokens) }
+        LearnedStatus {
+            requests: view(self.requests),
+            tokens: view(self.tokens),
+            input: view(self.input),
+            output: view(self.output),
+        }
     }
 }
 

@@ -375,10 +375,16 @@ fn disagreement(
                         refills_to: *refills_to,
                     }),
                     tokens: None,
+                    // An even tokens limit comes with Anthropic's input and output limits too.
                     limits: LearnedLimits {
                         requests: None,
                         tokens: tokens_limit.map(|limit| LearnedLimit { limit, window_ms: 1_000 }),
-                        ..LearnedLimits::default()
+                        input: tokens_limit
+                            .filter(|l| l % 2 == 0)
+                            .map(|limit| LearnedLimit { limit, window_ms: 1_000 }),
+                        output: tokens_limit
+                            .filter(|l| l % 2 == 0)
+                            .map(|limit| LearnedLimit { limit: limit / 4, window_ms: 1_000 }),
                     },
                 };
                 local.report_window("", report, now, 10);

@@ -260,8 +260,12 @@ pub struct SharedStatus {
 pub(crate) fn read_status(reply: &[Value]) -> Result<(SharedStatus, Vec<(u32, u32)>), StoreError> {
     const COMMAND: &str = "status";
     let r = Reply::new(COMMAND, reply);
-    if reply.len() < 26 || !reply.len().is_multiple_of(2) {
-        return Err(StoreError::unexpected(COMMAND, format!("{} fields, expected 26 and pairs", reply.len())));
+    // The fields before the classes': the wave (8), the budgets (4), the learned limits (4 × 3),
+    // the input and output budgets (4), the day budgets (4).
+    const BEFORE_CLASSES: usize = 32;
+    if reply.len() < BEFORE_CLASSES || !reply.len().is_multiple_of(2) {
+        let got = reply.len();
+        return Err(StoreError::unexpected(COMMAND, format!("{got} fields, expected {BEFORE_CLASSES} and pairs")));
     }
     let learned = |at: usize| -> Result<Option<LearnedLimitStatus>, StoreError> {
         if r.int(at)? < 0 {
@@ -270,7 +274,7 @@ pub(crate) fn read_status(reply: &[Value]) -> Result<(SharedStatus, Vec<(u32, u3
         let limit = LearnedLimit { limit: r.uint(at)?, window_ms: r.uint(at + 1)? };
         Ok(Some(LearnedLimitStatus::new(limit, Duration::from_millis(r.uint(at + 2)?))))
     };
-    let classes = (26..reply.len())
+    let classes = (BEFORE_CLASSES..reply.len())
         .step_by(2)
         .map(|at| Ok((r.u32(at)?, r.u32(at + 1)?)))
         .collect::<Result<Vec<_>, StoreError>>()?;
@@ -284,9 +288,9 @@ pub(crate) fn read_status(reply: &[Value]) -> Result<(SharedStatus, Vec<(u32, u3
         cooldown_remaining: Duration::from_millis(r.uint(3)?),
         in_flight: r.u32(7)?,
         budgets: BudgetStatus::new(budget(8)?, budget(10)?)
-            .with_split(budget(18)?, budget(20)?)
-            .with_day(budget(22)?, budget(24)?),
-        learned: LearnedStatus::new(learned(12)?, learned(15)?),
+            .with_split(budget(24)?, budget(26)?)
+            .with_day(budget(28)?, budget(30)?),
+        learned: LearnedStatus::new(learned(12)?, learned(15)?).with_parts(learned(18)?, learned(21)?),
     };
     Ok((status, classes))
 }

@@ -50,6 +50,10 @@ pub struct UpstreamView {
     pub learned_requests: Option<LearnedView>,
     /// The tokens limit the provider announced, likewise.
     pub learned_tokens: Option<LearnedView>,
+    /// The input tokens limit the provider announced (Anthropic's ITPM), likewise.
+    pub learned_input: Option<LearnedView>,
+    /// The output tokens limit the provider announced (Anthropic's OTPM), likewise.
+    pub learned_output: Option<LearnedView>,
     /// Milliseconds this process still refuses the upstream because the provider said its
     /// quota is exhausted (null when it does not).
     pub quota_exhausted_for_ms: Option<u64>,
@@ -199,6 +203,8 @@ impl UpstreamView {
             tokens_budget: BudgetView::new(status.budgets.tokens),
             learned_requests: LearnedView::new(status.learned.requests),
             learned_tokens: LearnedView::new(status.learned.tokens),
+            learned_input: LearnedView::new(status.learned.input),
+            learned_output: LearnedView::new(status.learned.output),
             quota_exhausted_for_ms: status.quota_exhausted_for.map(|left| left.as_millis() as u64),
             schedulers_in_process: status.schedulers_in_process,
             warning,

@@ -265,7 +265,7 @@ async fn the_scheduler_status_types_serialize() {
             "tokens_per_day": null
         })
     );
-    assert_eq!(status["learned"], serde_json::json!({"requests": null, "tokens": null}));
+    assert_eq!(status["learned"], serde_json::json!({"requests": null, "tokens": null, "input": null, "output": null}));
     assert_eq!(
         (status["classes"][0]["class"].as_str(), status["classes"][0]["weight"].as_u64()),
         (Some("interactive"), Some(3))
