@@ -3,29 +3,31 @@
 -- KEYS[1] permits (zset)   KEYS[2] wave state (hash)   KEYS[3] permit waves (hash)
 -- ARGV[1..18] config (see read_config in wave.lua)
 -- ARGV[19] lease in ms for the adopted permits
--- ARGV[20] requests and ARGV[21] tokens used during the outage: charged to the per-minute
---          budgets up to empty (gcra_charge_past in wave.lua), to the day budgets in full (a
---          day's units stay spent: LocalGate::charge)
--- ARGV[22] the state and limit this process last saw in the store, 'STATE:limit', or '': put
+-- ARGV[20] requests and ARGV[21] tokens used during the outage, ARGV[22] how long ago (ms) it
+--          began: charged to the per-minute budgets up to empty (gcra_charge_past in wave.lua),
+--          to the day budgets as used from its start (gcra_charge_since: a day's units stay
+--          spent, the refill the outage lasted is not taken twice; LocalGate::charge)
+-- ARGV[23] the state and limit this process last saw in the store, 'STATE:limit', or '': put
 --         back if the store forgot its state (see carry_back in wave.lua)
--- ARGV[23] n, the number of ids to adopt; ARGV[24 .. 23+n] their ids: permits still in flight
+-- ARGV[24] n, the number of ids to adopt; ARGV[25 .. 24+n] their ids: permits still in flight
 --         here, registered (or re-registered, after a restart with empty data) in the current
 --         wave without an admission check, since their calls are already running
--- ARGV[24+n ..] ids to drop: permits that finished during the outage but may still be listed
+-- ARGV[25+n ..] ids to drop: permits that finished during the outage but may still be listed
 -- Reply: {wave, state, limit, in_flight, adopted_wave, gen} after the call; adopted permits
 -- carry `wave` in NORMAL and the wave before otherwise (see adopt_wave in wave.lua); gen: the
 -- generation of the state (written now if the store had none: see `generation` in wave.lua).
-local FIRST_ID = CONFIG_ARGS + 6
+local FIRST_ID = CONFIG_ARGS + 7
 if #ARGV < FIRST_ID - 1 then return fail('reconcile', 'expected at least ' .. (FIRST_ID - 1) .. ' ARGV, got ' .. #ARGV) end
 local config = read_config(1)
 local lease = to_int(ARGV[CONFIG_ARGS + 1], 'lease')
 local used_requests = to_int(ARGV[CONFIG_ARGS + 2], 'requests used')
 local used_tokens = to_int(ARGV[CONFIG_ARGS + 3], 'tokens used')
-local carried_state, carried_limit = string.match(ARGV[CONFIG_ARGS + 4], '^(%u+):(%d+)$')
-if ARGV[CONFIG_ARGS + 4] ~= '' and not carried_state then
-  return fail('reconcile', 'the carried state must be STATE:limit or empty, got ' .. ARGV[CONFIG_ARGS + 4])
+local began_ago = to_int(ARGV[CONFIG_ARGS + 4], 'outage began ms ago')
+local carried_state, carried_limit = string.match(ARGV[CONFIG_ARGS + 5], '^(%u+):(%d+)$')
+if ARGV[CONFIG_ARGS + 5] ~= '' and not carried_state then
+  return fail('reconcile', 'the carried state must be STATE:limit or empty, got ' .. ARGV[CONFIG_ARGS + 5])
 end
-local adopt = to_int(ARGV[CONFIG_ARGS + 5], 'adopt count')
+local adopt = to_int(ARGV[CONFIG_ARGS + 6], 'adopt count')
 if #ARGV < FIRST_ID - 1 + adopt then return fail('reconcile', 'fewer ids than the adopt count') end
 local gen = generation('', true)
 local now = now_ms()
@@ -37,14 +39,15 @@ end
 if config.tokens and used_tokens > 0 then
   save_tat('tokens_tat', gcra_charge_past(config.tokens, load_tat('tokens_tat', config.tokens, now * 1000), now * 1000, used_tokens))
 end
--- The day budgets in full, in debt if they must (LocalGate::charge).
+-- The day budgets as used from the outage's start, in debt if they must (LocalGate::charge).
+local began = math.max(now - began_ago, 0) * 1000
 if config.requests_day and used_requests > 0 then
   local b = config.requests_day
-  save_tat('requests_day_tat', gcra_charge(b, load_tat('requests_day_tat', b, now * 1000), now * 1000, used_requests))
+  save_tat('requests_day_tat', gcra_charge_since(b, load_tat('requests_day_tat', b, now * 1000), began, now * 1000, used_requests))
 end
 if config.tokens_day and used_tokens > 0 then
   local b = config.tokens_day
-  save_tat('tokens_day_tat', gcra_charge(b, load_tat('tokens_day_tat', b, now * 1000), now * 1000, used_tokens))
+  save_tat('tokens_day_tat', gcra_charge_since(b, load_tat('tokens_day_tat', b, now * 1000), began, now * 1000, used_tokens))
 end
 
 purge(now)

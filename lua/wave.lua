@@ -184,6 +184,10 @@ local function split_budget(value, name)
   return budget(rate, burst)
 end
 
+-- How far past its tolerance a day budget's TAT may run (µs): a day of debt
+-- (wavegate_core::DAY_MOST_DEBT_US, checked equal by wavegate-redis's tests).
+local DAY_MOST_DEBT = 86400000000
+
 -- A requests or tokens per day budget, '<per day>:<burst>' ('' for none): GCRA over a day
 -- (wavegate_core::Gcra::daily).
 local function day_budget(value, name)
@@ -192,7 +196,7 @@ local function day_budget(value, name)
   if rate == 0 or burst == 0 then error({ err = 'ERR wavegate: ' .. name .. ' needs a rate and a burst of at least 1' }) end
   local interval = 86400000000 / rate
   -- A day of debt may be read back (a usage settled above its reservation), not a minute's.
-  return { rate = rate, interval = interval, tolerance = burst * interval, burst = burst, most_debt = 86400000000 }
+  return { rate = rate, interval = interval, tolerance = burst * interval, burst = burst, most_debt = DAY_MOST_DEBT }
 end
 
 -- An ask's cost: '<tokens>' or '<tokens>:<output>', the output part (the answer's, for the
@@ -528,6 +532,12 @@ local function gcra_charge_past(b, tat, now, units)
   return math.min(gcra_charge(b, tat, now, units), math.max(tat, math.floor(now + b.tolerance)))
 end
 
+-- Adds `units` used elsewhere since `began` (an outage's start) to a day budget: as if charged
+-- then, in debt for what the refill since did not pay, a day of it at most (Gcra::charge_since).
+local function gcra_charge_since(b, tat, began, now, units)
+  return math.min(gcra_charge(b, tat, math.min(began, now), units), math.max(tat, math.floor(now + b.tolerance) + b.most_debt))
+end
+
 -- The units available now, and the ms until one more is (0 when full).
 local function gcra_remaining(b, tat, now)
   local used = math.max(tat - now, 0)
@@ -564,8 +574,8 @@ local function save_tat(field, tat)
 end
 
 -- What is left of the day budgets at `now` (µs), '<requests>:<tokens>' (each '' without its
--- budget), or nil without a day budget: acquire and reconcile reply it after the generation, and
--- a process's fallback starts its day shares from it (wavegate_core::DayLeft).
+-- budget), or nil without a day budget: acquire replies it after the generation (granted or
+-- denied), and a process's fallback starts its day shares from it (wavegate_core::DayLeft).
 local function day_left(config, now)
   if not (config.requests_day or config.tokens_day) then return nil end
   local function left(b, field)

@@ -178,3 +178,42 @@ async fn a_flapping_store_hands_out_no_fresh_day() {
     assert_eq!(spend(&groq[0], 2, Duration::from_millis(300)).await.0, 0);
     assert_eq!(groq[1].status().await.expect("status").budgets.requests_per_day.map(|(left, _)| left), Some(0));
 }
+
+/// A process whose last word on the day came from a refusal (the fleet at its limit) counts its
+/// fallback's grants against that word: when the store flaps again before it hears another,
+/// its next fallback starts from that word less them. (It counted them against its older word,
+/// so the next fallback found none after the refusal's and handed the same share out twice: 11
+/// requests of a day of 8.)
+#[actix::test]
+async fn a_fallback_after_a_refusals_word_counts_its_grants_against_it() {
+    let mut redis = RedisServer::start().expect("redis-server");
+    let config = || UpstreamConfig::builder("groq").limit(2).requests_per_day(8, 8).build().expect("config");
+    let build = || Scheduler::builder().upstream(config()).redis(redis.url()).build().expect("scheduler");
+    let fleet = [build(), build()];
+    let groq: Vec<_> = fleet.iter().map(|s| s.upstream("groq").expect("groq")).collect();
+    // The first holds both permits; the second is refused at the limit: its word on the day
+    // (6 left) comes from that refusal.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        held.push(groq[0].request().timeout(Duration::from_millis(500)).acquire().await.expect("a permit"));
+    }
+    assert!(groq[1].request().timeout(Duration::from_millis(200)).acquire().await.is_err());
+    drop(held);
+    // Both processes are known alive before the store goes away (shares of two).
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let mut granted = 2;
+    for outage in 0..2 {
+        redis.pause().expect("SIGSTOP");
+        for (scheduler, upstream) in fleet.iter().zip(&groq) {
+            granted += spend(upstream, 1, Duration::from_millis(300)).await.0;
+            common::wait_for_mode(scheduler, Mode::Fallback, Duration::from_secs(5)).await;
+            granted += spend(upstream, 6, Duration::from_millis(300)).await.0;
+        }
+        redis.resume().expect("SIGCONT");
+        for scheduler in &fleet {
+            common::wait_for_mode(scheduler, Mode::Shared, Duration::from_secs(10)).await;
+        }
+        println!("after outage {outage}: {granted} granted of a day of 8");
+        assert!(granted <= 8, "outage {outage}: {granted} requests granted of a day of 8");
+    }
+}

@@ -79,8 +79,8 @@ mod present {
 
     use futures_util::FutureExt;
     use wavegate_core::{
-        Ask, DayLeft, Decision, LiveChange, LiveSettings, LiveStamp, PermitId, TokenDelta, UpstreamConfig, WaveSignal,
-        WaveState, WindowReport,
+        Ask, DayLeft, Decision, LiveChange, LiveSettings, LiveStamp, OutageUsage, PermitId, TokenDelta, UpstreamConfig,
+        WaveSignal, WaveState, WindowReport,
     };
     use wavegate_redis::{SharedGate, Store, StoreError};
 
@@ -141,7 +141,7 @@ mod present {
         gate: &SharedGate,
         (adopt, drop): (Vec<PermitId>, Vec<PermitId>),
         lease: Duration,
-        usage: (u64, u64),
+        usage: OutageUsage,
         carried: Option<(WaveState, u32)>,
     ) -> GateFuture<Reconciled> {
         let gate = gate.clone();
@@ -283,8 +283,8 @@ mod absent {
     use std::time::{Duration, Instant};
 
     use wavegate_core::{
-        Ask, DayLeft, Decision, LiveChange, LiveSettings, LiveStamp, PermitId, TokenDelta, UpstreamConfig, WaveSignal,
-        WaveState, WindowReport,
+        Ask, DayLeft, Decision, LiveChange, LiveSettings, LiveStamp, OutageUsage, PermitId, TokenDelta, UpstreamConfig,
+        WaveSignal, WaveState, WindowReport,
     };
 
     use super::{ConfigConflict, GateFuture, Reconciled, Released, SharedView};
@@ -351,7 +351,7 @@ mod absent {
         gate: &SharedGate,
         _: (Vec<PermitId>, Vec<PermitId>),
         _: Duration,
-        _: (u64, u64),
+        _: OutageUsage,
         _: Option<(WaveState, u32)>,
     ) -> GateFuture<Reconciled> {
         match *gate {}

@@ -43,6 +43,7 @@ use crate::config::UpstreamConfig;
 use crate::gcra::{Budgets, Gcra, RateBudget};
 use crate::learned_limit::LearnedBudgets;
 use crate::ledger::{HeldPermit, PermitLedger};
+use crate::outage_usage::OutageUsage;
 use crate::permit_id::text::{class_of, member_instance, tenant_of};
 use crate::permit_id::{Instance, PermitId};
 use crate::priority::{ClassTurns, PriorityClass};
@@ -677,12 +678,14 @@ impl LocalGate {
         }
     }
 
-    /// Charges usage counted elsewhere (e.g. while another gate was in charge) to the budgets:
-    /// it leaves the per-minute ones empty at most ([`Gcra::charge_past`]; `reconcile.lua`),
-    /// the day budgets in debt if it must (a day's units stay spent).
-    pub fn charge(&mut self, requests: u64, tokens: u64, now_ms: u64) {
-        self.charge_minute(requests, tokens, now_ms);
-        self.charge_day(requests, tokens, now_ms);
+    /// Charges usage counted elsewhere (while another gate was in charge) to the budgets: it
+    /// leaves the per-minute ones empty at most ([`Gcra::charge_past`]), the day budgets as
+    /// used from the outage's start, in debt if it must (a day's units stay spent, the refill
+    /// the outage lasted is not taken twice). `reconcile.lua` is the twin.
+    pub fn charge(&mut self, usage: OutageUsage, now_ms: u64) {
+        let began_ms = now_ms.saturating_sub(duration_ms(usage.began_ago));
+        self.charge_minute(usage.requests, usage.tokens, now_ms);
+        self.charge_day(usage.requests, usage.tokens, began_ms, now_ms);
     }
 
     /// [`charge`](Self::charge) on the per-minute requests and tokens budgets only.

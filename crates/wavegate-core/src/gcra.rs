@@ -29,6 +29,10 @@
 
 use std::num::{NonZeroU32, NonZeroU64};
 
+/// How far past its burst a day budget's TAT may run (µs): a day of debt, from usage settled
+/// above its reservation or charged back after an outage (`wave.lua`'s `DAY_MOST_DEBT`).
+pub const DAY_MOST_DEBT_US: u64 = 86_400_000_000;
+
 /// A validated per-minute budget: `per_minute` units a minute, at most `burst` at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RateBudget {
@@ -271,6 +275,25 @@ impl Gcra {
     pub fn charge_past(&self, tat_us: u64, now_us: u64, units: u64) -> u64 {
         let empty = (now_us as f64 + self.tolerance_us).floor() as u64;
         self.charge(tat_us, now_us, units).min(tat_us.max(empty))
+    }
+
+    /// Adds `units` used elsewhere since `began_us` (an outage's start) to a day budget: as if
+    /// charged when it began, so the refill since then pays for what it can, and in debt for
+    /// the rest, at most [`DAY_MOST_DEBT_US`] past the burst (`wave.lua`'s `most_debt`).
+    ///
+    /// ```
+    /// use wavegate_core::{DayBudget, Gcra};
+    ///
+    /// let gcra = Gcra::daily(DayBudget::new(24, 24).expect("valid")); // 1 an hour, burst 24
+    /// let hour = 3_600_000_000;
+    /// let full = 100 * hour; // a full budget: its TAT long past
+    /// // 12 used over the 12 hours of an outage: the refill paid for them, the day stays full.
+    /// let tat = gcra.charge_since(0, full - 12 * hour, full, 12);
+    /// assert_eq!(gcra.remaining(tat, full).0, 24);
+    /// ```
+    pub fn charge_since(&self, tat_us: u64, began_us: u64, now_us: u64, units: u64) -> u64 {
+        let most = (now_us as f64 + self.tolerance_us).floor() as u64 + DAY_MOST_DEBT_US;
+        self.charge(tat_us, began_us.min(now_us), units).min(most.max(tat_us))
     }
 
     /// The TAT that leaves `remaining` units available at `now_us` (all of the burst at most):

@@ -60,6 +60,7 @@ mod gcra;
 mod learned_limit;
 mod ledger;
 mod live;
+mod outage_usage;
 mod outcome;
 mod permit_id;
 mod pool;
@@ -95,7 +96,7 @@ pub use gate::{
     BudgetStatus, DayLeft, Fallback, FallbackStart, FinishReport, LastShared, LocalGate, PRIORITY_FRESH_MS,
     WAITING_TTL_MS, WaveSignal,
 };
-pub use gcra::{Budgets, DayBudget, Gcra, RateBudget, rescale_tat};
+pub use gcra::{Budgets, DAY_MOST_DEBT_US, DayBudget, Gcra, RateBudget, rescale_tat};
 pub use learned_limit::{
     KEPT_WINDOWS, KeptLimit, LearnedBudgets, LearnedLimit, LearnedLimitStatus, LearnedLimits, LearnedStatus, tightest,
 };
@@ -104,6 +105,7 @@ pub use live::{
     ClassLive, ClassSetting, LiveBoard, LiveChange, LiveError, LiveSetting, LiveSettings, LiveStamp, LiveValue,
     QUOTA_SPENT,
 };
+pub use outage_usage::OutageUsage;
 pub use outcome::{Outcome, Transient, TransportError};
 pub use permit_id::{BadPermitId, Instance, PermitId, TenantTag};
 pub use pool::{MemberView, PoolConfig, PoolConfigBuilder, PoolConfigError, PoolPolicy};

@@ -13,7 +13,7 @@ use std::time::Duration;
 use redis::{Script, ScriptInvocation, Value};
 use wavegate_core::{
     Admission, BudgetStatus, DayLeft, DenyReason, Instance, LearnedLimit, LearnedLimitStatus, LearnedStatus,
-    RateLimitEffect, TokenDelta, Transition, WaveSignal, WaveState, WindowReport, duration_ms,
+    OutageUsage, RateLimitEffect, TokenDelta, Transition, WaveSignal, WaveState, WindowReport, duration_ms,
 };
 
 use crate::error::StoreError;
@@ -302,14 +302,15 @@ pub(crate) fn reconcile<'a>(
     config: &'a [String],
     (adopt, drop): (&'a [String], &'a [String]),
     lease: Duration,
-    (requests, tokens): (u64, u64),
+    usage: OutageUsage,
     carried: Option<(WaveState, u32)>,
 ) -> Call<'a> {
     let carried = carried.map(|(state, limit)| format!("{}:{limit}", state.as_str())).unwrap_or_default();
     let mut call = Call::with_config(&keys.script_keys(), config)
         .arg(duration_ms(lease))
-        .arg(requests)
-        .arg(tokens)
+        .arg(usage.requests)
+        .arg(usage.tokens)
+        .arg(duration_ms(usage.began_ago))
         .arg(carried)
         .arg(adopt.len());
     call.args.extend(adopt.iter().chain(drop).map(|id| Cow::Borrowed(id.as_str())));
@@ -558,7 +559,12 @@ mod tests {
                 true,
             ),
             ("renew", &s.renew, renew(keys, (lease, ""), []), false),
-            ("reconcile", &s.reconcile, reconcile(keys, config, (&[], &[]), lease, (1, 2), None), false),
+            (
+                "reconcile",
+                &s.reconcile,
+                reconcile(keys, config, (&[], &[]), lease, OutageUsage::new(1, 2, Duration::from_millis(3)), None),
+                false,
+            ),
         ];
         for (name, script, call, fixed) in &calls {
             let sent = run(&mut con, script, call);
@@ -577,9 +583,17 @@ mod tests {
         let adopt = ["a".to_owned(), "b".to_owned()];
         let dropped = ["c".to_owned()];
         let carried = Some((WaveState::Degraded, 2));
-        let full = reconcile(keys, config, (&adopt, &dropped), lease, (1, 2), carried);
+        let full = reconcile(
+            keys,
+            config,
+            (&adopt, &dropped),
+            lease,
+            OutageUsage::new(1, 2, Duration::from_millis(3)),
+            carried,
+        );
         assert!(run(&mut con, &s.reconcile, &full).is_ok());
-        let mut short = reconcile(keys, config, (&adopt, &[]), lease, (1, 2), None);
+        let mut short =
+            reconcile(keys, config, (&adopt, &[]), lease, OutageUsage::new(1, 2, Duration::from_millis(3)), None);
         short.args.pop();
         let short = run(&mut con, &s.reconcile, &short);
         assert!(matches!(&short, Err(e) if e.contains("fewer ids than the adopt count")), "{short:?}");
@@ -684,7 +698,7 @@ mod tests {
             (
                 include_str!("../../../lua/reconcile.lua"),
                 source::RECONCILE,
-                reconcile(&keys, &config, (&[], &[]), lease, (0, 0), None).keys.len(),
+                reconcile(&keys, &config, (&[], &[]), lease, OutageUsage::NONE, None).keys.len(),
             ),
             (
                 include_str!("../../../lua/report_window.lua"),
@@ -748,6 +762,7 @@ mod constants {
         let learned = include_str!("../../../lua/learned_limit.lua");
         assert_eq!(lua_number(wave, "CONFIG_ARGS"), CONFIG_ARGS as u64);
         assert_eq!(lua_number(wave, "WAITING_TTL"), wavegate_core::WAITING_TTL_MS);
+        assert_eq!(lua_number(wave, "DAY_MOST_DEBT"), wavegate_core::DAY_MOST_DEBT_US);
         assert_eq!(lua_number(priority, "PRIORITY_FRESH"), wavegate_core::PRIORITY_FRESH_MS);
         assert_eq!(lua_number(priority, "STRIDE_SCALE"), wavegate_core::priority::STRIDE_SCALE);
         assert_eq!(lua_constant(priority, "NO_TENANT"), format!("'{}'", wavegate_core::tenant::NO_TENANT));

@@ -14,8 +14,8 @@ use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 use wavegate_core::{
-    Ask, Instance, LearnedLimit, LearnedLimits, LiveChange, LiveSetting, PermitId, TenantTag, UpstreamConfig,
-    WaveSignal, WindowLeft, WindowReport, duration_ms,
+    Ask, Instance, LearnedLimit, LearnedLimits, LiveChange, LiveSetting, OutageUsage, PermitId, TenantTag,
+    UpstreamConfig, WaveSignal, WindowLeft, WindowReport, duration_ms,
 };
 
 use crate::connection::Store;
@@ -66,7 +66,7 @@ impl Store {
         let every: Vec<String> =
             [&first, &second, &lost, &adopted, &waiter].iter().map(|id| id.as_str().to_owned()).collect();
         // A run before this one (the same instance id) left nothing held.
-        classed.reconcile(&[], &every, lease, (0, 0)).await?;
+        classed.reconcile(&[], &every, lease, OutageUsage::NONE).await?;
         // Classes and tenants: a grant by the fleet-wide choice, two heads, one left waiting.
         let asks = [
             Ask { id: first.clone(), tokens: 10, output: 0, waiting: 2 },
@@ -93,11 +93,11 @@ impl Store {
         classed.finish(&first, 1, WaveSignal::Success, -5).await?;
         classed.finish(&lost, 1, WaveSignal::Neutral, 0).await?;
         // An adoption after an outage, with its usage charged.
-        classed.reconcile(&[adopted.as_str().to_owned()], &[], lease, (1, 10)).await?;
+        classed.reconcile(&[adopted.as_str().to_owned()], &[], lease, OutageUsage::new(1, 10, Duration::ZERO)).await?;
         // Without classes: a waiter at the limit, woken by the release.
         plain.acquire(&[Ask { id: waiter.clone(), tokens: 10, output: 0, waiting: 1 }], lease).await?;
         plain.finish(&adopted, 1, WaveSignal::Neutral, 0).await?;
-        classed.reconcile(&[], &every, lease, (0, 0)).await?;
+        classed.reconcile(&[], &every, lease, OutageUsage::NONE).await?;
         // The live settings: a change with an override's end, a read, a clear.
         let brief = LiveChange::set(LiveSetting::Limit, 1, Some(Duration::from_millis(1)))
             .map_err(|error| StoreError::invalid(error.to_string()))?;

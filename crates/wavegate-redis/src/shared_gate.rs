@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 use wavegate_core::{
-    Admission, Ask, Budgets, DayBudget, DayLeft, Decision, PermitId, ProviderWindows, RateBudget, TokenDelta,
-    TrackedWindow, UpstreamConfig, UpstreamName, WaveConfig, WaveSignal, WaveState, WindowReport, duration_ms,
+    Admission, Ask, Budgets, DayBudget, DayLeft, Decision, OutageUsage, PermitId, ProviderWindows, RateBudget,
+    TokenDelta, TrackedWindow, UpstreamConfig, UpstreamName, WaveConfig, WaveSignal, WaveState, WindowReport,
+    duration_ms,
 };
 
 use wavegate_core::priority::PriorityClass;
@@ -402,13 +403,14 @@ impl SharedGate {
 
     /// After an outage: registers `adopt` (permits still in flight here) in the current wave
     /// with a fresh lease, drops `drop` (permits that finished during the outage), and
-    /// charges the `requests` and `tokens` used during the outage to the budgets.
+    /// charges the requests and tokens `usage` counts to the budgets (the day budgets from the
+    /// outage's start: [`OutageUsage`]).
     pub async fn reconcile(
         &self,
         adopt: &[String],
         drop: &[String],
         lease: Duration,
-        usage: (u64, u64),
+        usage: OutageUsage,
     ) -> Result<Reconciled, StoreError> {
         self.reconcile_carrying(adopt, drop, lease, usage, None).await
     }
@@ -423,12 +425,11 @@ impl SharedGate {
         adopt: &[String],
         drop: &[String],
         lease: Duration,
-        (requests, tokens): (u64, u64),
+        usage: OutageUsage,
         carried: Option<(WaveState, u32)>,
     ) -> Result<Reconciled, StoreError> {
         const COMMAND: &str = "reconcile";
-        let mut call =
-            calls::reconcile(&self.keys, &self.config_args, (adopt, drop), lease, (requests, tokens), carried);
+        let mut call = calls::reconcile(&self.keys, &self.config_args, (adopt, drop), lease, usage, carried);
         self.send_live(&mut call);
         let reply: Vec<Value> = self.store.invoke(COMMAND, &call.invocation(&scripts().reconcile)).await?;
         let r = Reply::new(COMMAND, &reply);

@@ -18,6 +18,7 @@
 use std::time::Duration;
 
 use redis::Value;
+use wavegate_core::OutageUsage;
 
 use crate::connection::Store;
 use crate::error::{Rejection, StoreError};
@@ -78,7 +79,7 @@ impl Store {
             // The fleet's live settings first, so that this process's first script calls (and
             // its claim) send the fleet's limit, not the one it was built with.
             gate.set_live(&gate.live(None).await?.unwrap_or_default());
-            gate.reconcile(&[], &[], Duration::from_secs(1), (0, 0)).await?;
+            gate.reconcile(&[], &[], Duration::from_secs(1), OutageUsage::NONE).await?;
             // The scripts publish with `pcall` and waiters poll as well: without channel
             // rights wavegate works, only slower to wake another process's waiter.
             match gate.check_publish().await {

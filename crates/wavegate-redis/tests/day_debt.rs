@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use wavegate_core::{Admission, Ask, Instance, LocalGate, PermitId, UpstreamConfig, WaveSignal};
+use wavegate_core::{Admission, Ask, Instance, LocalGate, OutageUsage, PermitId, UpstreamConfig, WaveSignal};
 use wavegate_redis::{SharedGate, Store, StoreConfig};
 use wavegate_testkit::RedisServer;
 
@@ -52,4 +52,39 @@ async fn a_settled_excess_on_a_day_budget_is_kept_by_both_twins() {
         }
         granted => panic!("granted: {granted:?}"),
     }
+}
+
+/// A fallback used the whole day's burst and six seconds' refill while the store was away:
+/// the reconciliation charges those 16 requests from the outage's start, so the day is empty
+/// with its next request a second away (both twins). Charged at the reconciliation's end, the
+/// six seconds of refill that paid for six of them were taken again: the fleet waited 7 s — a
+/// six-hour outage, six hours.
+#[tokio::test]
+async fn an_outages_day_usage_is_charged_from_its_start_in_both_twins() {
+    // One request a second, ten at once.
+    let config = UpstreamConfig::builder("rpd").limit(10).requests_per_day(86_400, 10).build().expect("valid");
+    let usage = OutageUsage::new(16, 0, Duration::from_secs(6));
+    let mut local = LocalGate::for_upstream(&config);
+    let now = 1_000_000_000;
+    local.charge(usage, now);
+    let rust = local.budget_status(now).requests_per_day.expect("a requests per day budget");
+    assert_eq!(rust, (0, 1_000));
+
+    let server = RedisServer::start().expect("redis-server");
+    let store = Store::connect(StoreConfig::new(server.url())).await.expect("store");
+    let shared = SharedGate::for_upstream(store, &config);
+    shared.reconcile(&[], &[], LEASE, usage).await.expect("reconcile");
+    let lua = shared.status().await.expect("status").budgets.requests_per_day.expect("a requests per day budget");
+    assert_eq!(lua.0, 0);
+    assert!(lua.1 <= 1_000 && lua.1 >= 900, "the next request of the day in {} ms, not ~1,000", lua.1);
+
+    // A usage far beyond the day (a clock gone wrong, a corrupted count) is kept as a day of
+    // debt at most, in both twins.
+    let absurd = OutageUsage::new(10_000_000, 0, Duration::ZERO);
+    local.charge(absurd, now);
+    let rust = local.budget_status(now).requests_per_day.expect("a requests per day budget");
+    assert_eq!(rust, (0, 86_400_000 + 1_000));
+    shared.reconcile(&[], &[], LEASE, absurd).await.expect("reconcile");
+    let lua = shared.status().await.expect("status").budgets.requests_per_day.expect("a requests per day budget");
+    assert!(lua.1.abs_diff(rust.1) < 5_000, "Rust {} ms, Lua {} ms", rust.1, lua.1);
 }

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use tokio::runtime::Runtime;
-use wavegate_core::{Admission, DenyReason, UpstreamConfig, WaveSignal};
+use wavegate_core::{Admission, DenyReason, OutageUsage, UpstreamConfig, WaveSignal};
 use wavegate_redis::{ClassAsk, SharedGate, Store, StoreConfig};
 use wavegate_testkit::RedisServer;
 
@@ -273,7 +273,7 @@ fn after_a_flushall_the_counts_start_again_from_what_the_processes_register() {
     let adopt = ["interactive|alpha:1|-".to_owned(), "interactive|alpha:2|-".to_owned()];
     for gate in [&fleet.alpha, &fleet.beta, &fleet.gamma] {
         let held: &[String] = if std::ptr::eq(gate, &fleet.alpha) { &adopt } else { &[] };
-        fleet.runtime.block_on(gate.reconcile(held, &[], LEASE, (0, 0))).expect("reconcile");
+        fleet.runtime.block_on(gate.reconcile(held, &[], LEASE, OutageUsage::NONE)).expect("reconcile");
     }
     for (gate, class, id) in
         [(&fleet.beta, "batch", "batch|beta:1|-"), (&fleet.gamma, "interactive", "interactive|gamma:1|-")]

@@ -217,7 +217,7 @@ fn lua_rescale_tat_passes_its_table() {
 /// permit registered again, the stepped-back limit carried back) and the scripts serve again.
 #[test]
 fn a_state_flushed_under_a_process_is_refused_as_lost_until_it_reconciles() {
-    use wavegate_core::{UpstreamConfig, WaveState};
+    use wavegate_core::{OutageUsage, UpstreamConfig, WaveState};
     let server = RedisServer::start().expect("redis-server");
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let store = runtime.block_on(Store::connect(StoreConfig::new(server.url()))).expect("store");
@@ -249,7 +249,7 @@ fn a_state_flushed_under_a_process_is_refused_as_lost_until_it_reconciles() {
     let before = gate.generation();
     let carried = Some((WaveState::Degraded, 2));
     let reconciled = runtime
-        .block_on(gate.reconcile_carrying(&[held.as_str().to_owned()], &[], lease, (0, 0), carried))
+        .block_on(gate.reconcile_carrying(&[held.as_str().to_owned()], &[], lease, OutageUsage::NONE, carried))
         .expect("reconcile");
     assert_eq!((reconciled.state, reconciled.limit, reconciled.in_flight), (WaveState::Degraded, 2, 1));
     assert_ne!(gate.generation(), before, "the reconciliation tells the new generation");

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use wavegate_core::{Admission, DenyReason, Recovery, UpstreamConfig, WaveSignal, WaveState};
+use wavegate_core::{Admission, DenyReason, OutageUsage, Recovery, UpstreamConfig, WaveSignal, WaveState};
 use wavegate_redis::{SharedGate, Store, StoreConfig};
 use wavegate_testkit::RedisServer;
 
@@ -276,7 +276,7 @@ async fn outages_are_reported_fast_and_recovered_from() {
             Err(err) if err.is_state_lost() => {
                 // Back, but empty: the state this gate saw is gone. The engine reconciles (its
                 // fallback, then the probe); so does this test, and then it is served again.
-                gate.reconcile(&[], &[], LEASE, (0, 0)).await.expect("reconcile");
+                gate.reconcile(&[], &[], LEASE, OutageUsage::NONE).await.expect("reconcile");
             }
             Err(err) => {
                 assert!(err.is_outage(), "{err:?}");
@@ -294,8 +294,10 @@ async fn reconcile_adopts_what_is_in_flight_and_drops_what_finished() {
     gate.acquire_text("finished-during-outage", LEASE, 0).await.expect("acquire");
     gate.acquire_text("still-running", LEASE, 0).await.expect("acquire");
     let adopt = vec!["still-running".to_string(), "granted-during-outage".to_string()];
-    let reconciled =
-        gate.reconcile(&adopt, &["finished-during-outage".to_string()], LEASE, (0, 0)).await.expect("reconcile");
+    let reconciled = gate
+        .reconcile(&adopt, &["finished-during-outage".to_string()], LEASE, OutageUsage::NONE)
+        .await
+        .expect("reconcile");
     assert_eq!((reconciled.wave, reconciled.in_flight), (1, 2));
     let mut con = server.connection().expect("connection");
     let mut members: Vec<String> =
@@ -406,7 +408,7 @@ async fn permits_adopted_during_a_cooldown_cannot_cut_the_same_burst_again() {
     let gate = seed_gate(&server, "adopted", 10).await;
     let wave = granted_wave(gate.acquire_text("a", LEASE, 0).await.expect("acquire").admission);
     gate.finish_text("a", wave, WaveSignal::RateLimited { retry_after: None }, 0).await.expect("429");
-    let reconciled = gate.reconcile(&["x".to_string()], &[], LEASE, (0, 0)).await.expect("reconcile");
+    let reconciled = gate.reconcile(&["x".to_string()], &[], LEASE, OutageUsage::NONE).await.expect("reconcile");
     assert_eq!((reconciled.state, reconciled.wave, reconciled.adopted_wave), (WaveState::Cooldown, 2, 1));
     let late = gate
         .finish_text("x", reconciled.adopted_wave, WaveSignal::RateLimited { retry_after: None }, 0)
@@ -495,7 +497,7 @@ async fn a_mark_from_before_the_state_was_lost_does_not_measure_the_new_count() 
     redis::cmd("DEL").arg(&gate.keys().wave).exec(&mut con).expect("DEL");
     let lost = gate.acquire_text("q0", LEASE, 0).await;
     assert!(lost.is_err(), "the lost state is noticed: {lost:?}");
-    gate.reconcile(&["p5".to_owned()], &[], LEASE, (0, 0)).await.expect("reconcile adopts p5");
+    gate.reconcile(&["p5".to_owned()], &[], LEASE, OutageUsage::NONE).await.expect("reconcile adopts p5");
     gate.report_window("", requests(1_000), 0).await.expect("the count starts over");
     for i in 1..=5 {
         granted_wave(gate.acquire_text(&format!("q{i}"), LEASE, 0).await.expect("acquire").admission);

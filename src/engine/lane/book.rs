@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use wavegate_core::PermitId;
 
+use crate::engine::clock::Instant;
+
 /// Book-keeping of one upstream during a fallback, for the reconciliation.
 #[derive(Debug, Default)]
 pub(super) struct OutageBook {
@@ -25,4 +27,6 @@ pub(super) struct OutageBook {
     pub(super) granted: u64,
     /// Tokens used during the outage: reservations plus settlements.
     pub(super) tokens: i64,
+    /// When the outage began here (the day budgets are charged its usage from then).
+    pub(super) began: Option<Instant>,
 }

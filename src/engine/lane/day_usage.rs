@@ -1,12 +1,18 @@
-//! This process's grants since the store last said what is left of the day budgets: a fallback
-//! starts its day shares from what was said, less these (`wavegate_core::LocalGate::fallback`,
-//! rule 4), so a day the fleet spent stays spent through an outage and a flapping store hands
-//! out no fresh day.
+//! This process's use of the day budgets since the store last said what is left of them: a
+//! fallback starts its day shares from what was said, less this use
+//! (`wavegate_core::LocalGate::fallback`, rule 4), so a day the fleet spent stays spent through
+//! an outage and a flapping store hands out no fresh day.
 
 use std::time::Instant;
 
-/// Requests and tokens granted here since the store's last word on the day (an acquire's reply,
-/// `wavegate_redis::SharedGate::day_left`), however old, in shared mode and in fallbacks.
+use wavegate_core::Clock;
+
+use super::actor::Lane;
+use crate::engine::store;
+
+/// Requests and tokens used here since the store's last word on the day (an acquire's reply,
+/// granted or denied: `wavegate_redis::SharedGate::day_left`), however old, in shared mode and
+/// in fallbacks: the grants the word does not count, and every settlement after it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct DayUsage {
     /// When the word they follow was heard (`None`: never).
@@ -16,23 +22,51 @@ pub(super) struct DayUsage {
 }
 
 impl DayUsage {
-    /// A grant of `tokens`; `said_at` is when the store last spoke (as the shared gate knows
-    /// now; `None` outside shared mode: the last word stays). A newer word already counts the
-    /// grants before it — the one that answered this grant too — so it starts the count anew.
-    pub(super) fn granted(&mut self, said_at: Option<Instant>, tokens: u64) {
-        match said_at {
-            Some(at) if self.said_at != Some(at) => *self = Self { said_at: Some(at), requests: 0, tokens: 0 },
-            _ => {
-                self.requests = self.requests.saturating_add(1);
-                self.tokens = self.tokens.saturating_add(tokens);
-            }
+    /// A grant of `tokens`. `word` is when the store last spoke, as the shared gate knows now
+    /// (in any mode); `in_word` whether that word already counts this grant (a shared grant:
+    /// its own reply said the day, after charging it). A newer word than the one followed so
+    /// far counts all the use before it, so the count starts anew.
+    pub(super) fn granted(&mut self, word: Option<Instant>, in_word: bool, tokens: u64) {
+        self.follow(word);
+        if !in_word {
+            self.requests = self.requests.saturating_add(1);
+            self.tokens = self.tokens.saturating_add(tokens);
         }
     }
 
-    /// The requests and tokens granted since the word heard at `said_at`: none if that word is
-    /// newer than the last grant's (it counts them all).
+    /// A settlement of `delta` tokens (the answer's usage less the reservation), made after the
+    /// store's last word (`word`) in either mode: the store charged a shared one after it spoke,
+    /// a fallback charged its own.
+    pub(super) fn settled(&mut self, word: Option<Instant>, delta: i64) {
+        self.follow(word);
+        self.tokens = self.tokens.saturating_add_signed(delta);
+    }
+
+    /// The requests and tokens used since the word heard at `said_at`: none if that word is
+    /// newer than the last use (it counts it all).
     pub(super) fn since(&self, said_at: Instant) -> (u64, u64) {
         if self.said_at == Some(said_at) { (self.requests, self.tokens) } else { (0, 0) }
+    }
+
+    fn follow(&mut self, word: Option<Instant>) {
+        if let Some(at) = word
+            && self.said_at != Some(at)
+        {
+            *self = Self { said_at: Some(at), requests: 0, tokens: 0 };
+        }
+    }
+}
+
+impl Lane {
+    /// When the store last said what is left of the day budgets (kept through fallbacks).
+    pub(super) fn day_word(&self) -> Option<Instant> {
+        self.shared.as_deref().and_then(store::day_left).map(|(_, at)| at)
+    }
+
+    /// Whether the upstream has a day budget now.
+    pub(super) fn has_day_budget(&self) -> bool {
+        let (budgets, _, _) = self.local.budgets(self.clock.now_ms());
+        budgets.requests_per_day.is_some() || budgets.tokens_per_day.is_some()
     }
 }
 
@@ -43,22 +77,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn counts_the_grants_after_the_last_word_and_starts_anew_at_a_newer_one() {
+    fn counts_what_the_last_word_does_not_and_starts_anew_at_a_newer_one() {
         let first = Instant::now();
         let later = first + Duration::from_millis(5);
         let mut usage = DayUsage::default();
         // A shared grant whose reply said the day: counted in that word.
-        usage.granted(Some(first), 100);
+        usage.granted(Some(first), true, 100);
         assert_eq!(usage.since(first), (0, 0));
-        // A grant whose reply was lost (no new word), then two in a fallback.
-        usage.granted(Some(first), 10);
-        usage.granted(None, 20);
-        usage.granted(None, 30);
-        assert_eq!(usage.since(first), (3, 60));
-        // A denial said the day later, after all of them: none of them is after it.
+        // Its answer used 30 more than it reserved: the store charged them after it spoke.
+        usage.settled(Some(first), 30);
+        // Two grants in a fallback, which the store did not see.
+        usage.granted(Some(first), false, 20);
+        usage.granted(Some(first), false, 30);
+        assert_eq!(usage.since(first), (2, 80));
+        // A denial said the day later: what came before is in it.
         assert_eq!(usage.since(later), (0, 0));
-        usage.granted(Some(later), 1);
-        usage.granted(None, 2);
-        assert_eq!(usage.since(later), (1, 2));
+        // The grants of a fallback after that denial's word are counted against it.
+        usage.granted(Some(later), false, 1);
+        usage.granted(Some(later), false, 2);
+        usage.settled(Some(later), -1);
+        assert_eq!(usage.since(later), (2, 2));
+        assert_eq!(usage.since(first), (0, 0));
+    }
+
+    #[test]
+    fn a_refund_never_makes_the_use_negative() {
+        let at = Instant::now();
+        let mut usage = DayUsage::default();
+        usage.settled(Some(at), -500);
+        assert_eq!(usage.since(at), (0, 0));
     }
 }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::{ActorFutureExt, Context, Handler, Message, ResponseActFuture, WrapFuture};
-use wavegate_core::{Clock, FallbackStart, LastShared, PermitId, WaveSignal, WaveState, duration_ms};
+use wavegate_core::{Clock, FallbackStart, LastShared, OutageUsage, PermitId, WaveSignal, WaveState, duration_ms};
 
 use super::actor::Lane;
 use super::book::OutageBook;
@@ -70,8 +70,8 @@ struct Plan {
     adopt: Vec<PermitId>,
     drop: Vec<PermitId>,
     lease: Duration,
-    /// Requests and tokens used during the outage.
-    usage: (u64, u64),
+    /// Requests and tokens used during the outage, and when it began.
+    usage: OutageUsage,
     /// A 429 or a cooldown to carry into the shared wave: the cooldown still to run here, and
     /// whether it is carried even when the store's state is not NORMAL (a 429 seen here, unless
     /// a shared cooldown runs) or only when the store forgot it (a shared cooldown carried into
@@ -117,7 +117,7 @@ impl Handler<Reconcile> for Lane {
         // Whatever happens to the call, these may be registered in the store from now on.
         let sent = plan.adopt.clone();
         let carrier = PermitId::new(None, &self.instance, 0, None);
-        let granted = plan.usage.0;
+        let granted = plan.usage.requests;
         let call = async move {
             let ids = (plan.adopt.clone(), plan.drop.clone());
             let reconciled = store::reconcile(&gate, ids, plan.lease, plan.usage, plan.carry_back).await?;
@@ -175,13 +175,11 @@ impl Lane {
         let cooldown_left = self.last_shared.cooldown_until.filter(|until| *until > now).map(|until| until - now);
         // What the store last said is left of the day (in the gate's clock), and what this
         // process was granted since.
-        let (day_left, day_used_since) = match &self.gate {
-            Gate::Shared(gate) => store::day_left(gate).map_or((None, (0, 0)), |(left, at)| {
+        let (day_left, day_used_since) =
+            self.shared.as_deref().and_then(store::day_left).map_or((None, (0, 0)), |(left, at)| {
                 let ago = duration_ms(std::time::Instant::now().saturating_duration_since(at));
                 (Some((left, now_ms.saturating_sub(ago))), self.day_usage.since(at))
-            }),
-            Gate::Local(_) => (None, (0, 0)),
-        };
+            });
         let start = FallbackStart {
             live,
             last_shared: LastShared {
@@ -225,6 +223,7 @@ impl Lane {
             unreleased,
             entry_wave,
             rate_limited,
+            began: Some(now),
             ..OutageBook::default()
         };
         self.local = gate.clone();
@@ -270,7 +269,11 @@ impl Lane {
             adopt: self.held.keys().cloned().collect(),
             drop: self.outage.unreleased.iter().filter(|id| !self.held.contains_key(*id)).cloned().collect(),
             lease: self.config.permit_ttl(),
-            usage: (self.outage.granted, u64::try_from(self.outage.tokens).unwrap_or(0)),
+            usage: OutageUsage::new(
+                self.outage.granted,
+                u64::try_from(self.outage.tokens).unwrap_or(0),
+                self.outage.began.map_or(Duration::ZERO, |began| Instant::now().saturating_duration_since(began)),
+            ),
             carry,
             carry_back: self.last_shared.state,
         }

@@ -16,9 +16,9 @@ use super::actor::{Held, Lane};
 use super::messages::StoreTrouble;
 use super::waiters::{Waiter, Waiters};
 use crate::engine::clock::Instant;
-use crate::engine::gate::{Answer, Gate};
+use crate::engine::gate::Answer;
 use crate::engine::grant::{Grant, GrantInfo};
-use crate::engine::store::{self, StoreError};
+use crate::engine::store::StoreError;
 use crate::error::{Budget, Error};
 use crate::metrics;
 use crate::status::Mode;
@@ -328,11 +328,9 @@ impl Lane {
         }
         self.recent_grants.push_back((now_ms, tokens, output));
         if budgets.requests_per_day.is_some() || budgets.tokens_per_day.is_some() {
-            let said_at = match &self.gate {
-                Gate::Shared(gate) => store::day_left(gate).map(|(_, at)| at),
-                Gate::Local(_) => None,
-            };
-            self.day_usage.granted(said_at, tokens);
+            // A shared grant's reply said the day after charging it; a fallback's grant is this
+            // process's alone.
+            self.day_usage.granted(self.day_word(), self.mode == Mode::Shared, tokens);
         }
     }
 

@@ -74,6 +74,9 @@ impl Lane {
             self.blocked_until = None;
             self.heard = None;
         }
+        if finish.token_delta.total != 0 && self.has_day_budget() {
+            self.day_usage.settled(self.day_word(), finish.token_delta.total);
+        }
         let release = Release {
             id: finish.id,
             wave,

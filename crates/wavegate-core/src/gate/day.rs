@@ -47,17 +47,18 @@ impl LocalGate {
         self.ceiling_budgets(now_ms).tokens_per_day.is_some_and(|b| tokens > b.burst())
     }
 
-    /// Charges requests and tokens used elsewhere to the day budgets, in debt if they must
-    /// ([`Gcra::charge`]): unlike a minute's, a day's units used an hour ago are still spent.
-    /// `reconcile.lua` is the twin.
-    pub(super) fn charge_day(&mut self, requests: u64, tokens: u64, now_ms: u64) {
-        let now_us = now_ms.saturating_mul(1000);
+    /// Charges requests and tokens used elsewhere since `began_ms` to the day budgets
+    /// ([`Gcra::charge_since`]): unlike a minute's, a day's units used an hour ago are still
+    /// spent, in debt if they must (a day of it at most); the refill since `began_ms` paid for
+    /// part of them. `reconcile.lua` is the twin.
+    pub(super) fn charge_day(&mut self, requests: u64, tokens: u64, began_ms: u64, now_ms: u64) {
+        let (began_us, now_us) = (began_ms.saturating_mul(1000), now_ms.saturating_mul(1000));
         let budgets = self.budgets(now_ms);
-        if let Some(budget) = budgets.requests_per_day {
-            self.requests_day_tat = Gcra::daily(budget).charge(self.requests_day_tat, now_us, requests);
+        if let Some(budget) = budgets.requests_per_day.filter(|_| requests > 0) {
+            self.requests_day_tat = Gcra::daily(budget).charge_since(self.requests_day_tat, began_us, now_us, requests);
         }
-        if let Some(budget) = budgets.tokens_per_day {
-            self.tokens_day_tat = Gcra::daily(budget).charge(self.tokens_day_tat, now_us, tokens);
+        if let Some(budget) = budgets.tokens_per_day.filter(|_| tokens > 0) {
+            self.tokens_day_tat = Gcra::daily(budget).charge_since(self.tokens_day_tat, began_us, now_us, tokens);
         }
     }
 

@@ -59,8 +59,8 @@ pub struct LastShared {
     pub cooldown_left_ms: Option<u64>,
 }
 
-/// What the shared store last said is left of the fleet's day budgets (the acquire and
-/// reconcile scripts' replies say it): a fallback's day shares start from it (rule 4 of
+/// What the shared store last said is left of the fleet's day budgets (the acquire script's
+/// replies say it, granted or denied): a fallback's day shares start from it (rule 4 of
 /// [`LocalGate::fallback`]'s module).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DayLeft {
@@ -83,8 +83,9 @@ pub struct FallbackStart<K> {
     /// What the store last said is left of the day budgets, and when (in the gate's clock
     /// ms); `None` if it never said.
     pub day_left: Option<(DayLeft, u64)>,
-    /// This process's requests and tokens granted since `day_left` was said (in shared mode,
-    /// in fallbacks): charged to the day shares.
+    /// This process's requests and tokens used since `day_left` was said and not counted in
+    /// it (fallbacks' grants, settlements above or below a reservation): charged to the day
+    /// shares.
     pub day_used_since: (u64, u64),
     /// The limits learned from the provider, undivided (as the provider said them).
     pub learned: LearnedBudgets,
@@ -156,12 +157,12 @@ impl LocalGate {
         if let Some((left, at_ms)) = start.day_left {
             gate.start_day_share(left, processes, at_ms);
             let (requests, tokens) = start.day_used_since;
-            gate.charge_day(requests, tokens, at_ms);
+            gate.charge_day(requests, tokens, at_ms, at_ms);
         }
         for &(at_ms, tokens, output) in &start.recent_grants {
             gate.charge_minute(1, tokens, at_ms);
             if start.day_left.is_none() {
-                gate.charge_day(1, tokens, at_ms);
+                gate.charge_day(1, tokens, at_ms, at_ms);
             }
             gate.charge_split(split::parts(tokens, output), at_ms);
         }
