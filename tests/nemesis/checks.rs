@@ -104,82 +104,92 @@ pub(crate) fn all(run: &Run<'_>, calls: &[Call]) -> Vec<String> {
         if cut_off == 0 || cut_off == alive.len() { 0.0 } else { cut_off as f64 / alive.len() as f64 }
     };
     let mut budget_report = Vec::new();
-    let mut check_budget =
-        |name: &str, per_minute: u32, burst: u32, weight: &dyn Fn(&Call) -> Option<u64>, share: f64| {
-            let rate = f64::from(per_minute) / 60_000.0 * share;
-            let burst = (f64::from(burst) * share).ceil();
-            let counted: Vec<(u64, u64)> = calls.iter().filter_map(|c| weight(c).map(|w| (c.arrived, w))).collect();
-            let (mut worst_clean, mut worst_disturbed) = (0.0f64, 0.0f64);
-            for w in [1_000u64, 5_000] {
-                let mut j = 0;
-                let mut sum = 0u64;
-                for i in 0..counted.len() {
-                    let from = counted[i].0;
-                    while j < counted.len() && counted[j].0 < from + w {
-                        sum += counted[j].1;
-                        j += 1;
-                    }
-                    let clean_bound = rate * w as f64 + burst + 1.0;
-                    let used = sum as f64;
-                    if disturbed(from, from + w) {
-                        let bound = clean_bound
-                            + burst * lost_in(from, from + w)
-                            + burst
-                            + (rate * w as f64 + burst) * cut_off_beside_shared(from, from + w)
-                            + run.lives.len() as f64 * d.estimate.1 as f64;
-                        worst_disturbed = worst_disturbed.max(used / clean_bound);
-                        if used > bound {
-                            broken.push(format!(
-                                "{name}: {used} in {w} ms from +{} ms (near a fault; bound {bound:.0})",
-                                rel(from)
-                            ));
-                        }
-                    } else {
-                        worst_clean = worst_clean.max(used / clean_bound);
-                        if used > clean_bound {
-                            broken.push(format!(
-                                "{name}: {used} in {w} ms from +{} ms (bound {clean_bound:.0})",
-                                rel(from)
-                            ));
-                        }
-                    }
-                    sum -= counted[i].1;
+    let whole_run = run.end_ms.saturating_sub(run.start_ms) + 1;
+    let mut check_budget = |name: &str,
+                            (per_ms, burst): (f64, f64),
+                            weight: &dyn Fn(&Call) -> Option<u64>,
+                            share: f64,
+                            windows: &[u64]| {
+        let rate = per_ms * share;
+        let burst = (burst * share).ceil();
+        let counted: Vec<(u64, u64)> = calls.iter().filter_map(|c| weight(c).map(|w| (c.arrived, w))).collect();
+        let (mut worst_clean, mut worst_disturbed) = (0.0f64, 0.0f64);
+        for &w in windows {
+            let mut j = 0;
+            let mut sum = 0u64;
+            for i in 0..counted.len() {
+                let from = counted[i].0;
+                while j < counted.len() && counted[j].0 < from + w {
+                    sum += counted[j].1;
+                    j += 1;
                 }
+                let clean_bound = rate * w as f64 + burst + 1.0;
+                let used = sum as f64;
+                if disturbed(from, from + w) {
+                    let bound = clean_bound
+                        + burst * lost_in(from, from + w)
+                        + burst
+                        + (rate * w as f64 + burst) * cut_off_beside_shared(from, from + w)
+                        + run.lives.len() as f64 * d.estimate.1 as f64;
+                    worst_disturbed = worst_disturbed.max(used / clean_bound);
+                    if used > bound {
+                        broken.push(format!(
+                            "{name}: {used} in {w} ms from +{} ms (near a fault; bound {bound:.0})",
+                            rel(from)
+                        ));
+                    }
+                } else {
+                    worst_clean = worst_clean.max(used / clean_bound);
+                    if used > clean_bound {
+                        broken
+                            .push(format!("{name}: {used} in {w} ms from +{} ms (bound {clean_bound:.0})", rel(from)));
+                    }
+                }
+                sum -= counted[i].1;
             }
-            budget_report.push(format!(
-                "{name} {:.0} %/{:.0} % of rate × w + burst (clean/near a fault)",
-                worst_clean * 100.0,
-                worst_disturbed * 100.0
-            ));
-        };
+        }
+        budget_report.push(format!(
+            "{name} {:.0} %/{:.0} % of rate × w + burst (clean/near a fault)",
+            worst_clean * 100.0,
+            worst_disturbed * 100.0
+        ));
+    };
     let mut sorted = calls.to_vec();
     sorted.sort_by_key(|c| c.arrived);
     let calls = &sorted[..];
-    if let Some((per_minute, burst)) = d.rpm {
-        check_budget("requests", per_minute, burst, &|_| Some(1), 1.0);
+    let minute = |(per_minute, burst): (u32, u32)| (f64::from(per_minute) / 60_000.0, f64::from(burst));
+    let windows = [1_000u64, 5_000];
+    if let Some(budget) = d.rpm {
+        check_budget("requests", minute(budget), &|_| Some(1), 1.0, &windows);
         for class in d.classes.iter().filter(|c| c.budget < 100) {
             let name = class.name.clone();
             check_budget(
                 &format!("requests of {name}"),
-                per_minute,
-                burst,
+                minute(budget),
                 &|c| (c.class == name).then_some(1),
                 f64::from(class.budget) / 100.0,
+                &windows,
             );
         }
     }
-    if let Some((per_minute, burst)) = d.tpm {
-        check_budget("tokens", per_minute, burst, &|c| (c.status == 200).then_some(c.tokens), 1.0);
+    if let Some(budget) = d.tpm {
+        check_budget("tokens", minute(budget), &|c| (c.status == 200).then_some(c.tokens), 1.0, &windows);
         for class in d.classes.iter().filter(|c| c.budget < 100) {
             let name = class.name.clone();
             check_budget(
                 &format!("tokens of {name}"),
-                per_minute,
-                burst,
+                minute(budget),
                 &|c| (c.status == 200 && c.class == name).then_some(c.tokens),
                 f64::from(class.budget) / 100.0,
+                &windows,
             );
         }
+    }
+    // The day: in every 5 s and over the whole run, through every fault (a fallback's share
+    // starts from what the store last said is left; an outage's usage is charged back).
+    if let Some((per_day, burst)) = d.rpd {
+        let day = (per_day as f64 / 86_400_000.0, burst as f64);
+        check_budget("requests per day", day, &|_| Some(1), 1.0, &[5_000, whole_run]);
     }
     if !budget_report.is_empty() {
         println!("      budgets, most used: {}", budget_report.join("; "));
@@ -225,7 +235,8 @@ pub(crate) fn all(run: &Run<'_>, calls: &[Call]) -> Vec<String> {
     let window = d.window.as_millis() as f64 + d.skew_ms.max(0) as f64 + 1_000.0;
     let clamp = (d.max_cooldown.as_millis() as f64).max(window).max(d.quota_pause.as_millis() as f64);
     let budget_gap = d.rpm.map_or(0.0, |(pm, _)| 60_000.0 / f64::from(pm))
-        + d.tpm.map_or(0.0, |(pm, _)| d.estimate.1 as f64 * 60_000.0 / f64::from(pm));
+        + d.tpm.map_or(0.0, |(pm, _)| d.estimate.1 as f64 * 60_000.0 / f64::from(pm))
+        + d.rpd.map_or(0.0, |(pd, _)| 86_400_000.0 / pd as f64);
     let bound = clamp + budget_gap + 1_500.0;
     let (mut longest, mut longest_at) = (0u64, 0u64);
     for pair in calls.windows(2).filter(|p| p[0].arrived >= run.start_ms + 1_000 && p[1].arrived <= run.end_ms) {

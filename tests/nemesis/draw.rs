@@ -1,6 +1,6 @@
 //! The configuration a drawn nemesis seed runs: the fleet, the upstream's settings (limit,
 //! classes with weights, reserves and budget shares, tenants, requests and tokens per minute,
-//! cooldowns, quota pause, waits, deadlines) and the provider (its headers, its windows and how
+//! requests per day, cooldowns, quota pause, waits, deadlines) and the provider (its headers, its windows and how
 //! they flip, how hostile its answers are). Drawn from the seed alone, so the orchestrator and
 //! every worker draw the same one.
 
@@ -33,6 +33,9 @@ pub(crate) struct Drawn {
     /// (per minute, burst).
     pub(crate) rpm: Option<(u32, u32)>,
     pub(crate) tpm: Option<(u32, u32)>,
+    /// A requests-per-day budget (per day, burst): a day that binds within the run (its burst
+    /// spent in seconds, then its refill of a few requests a second), through every fault.
+    pub(crate) rpd: Option<(u64, u64)>,
     /// Token estimates are drawn in this range (inclusive) when `tpm` is set.
     pub(crate) estimate: (u64, u64),
     pub(crate) max_cooldown: Duration,
@@ -95,7 +98,7 @@ impl Drawn {
             tpm.map(|(per_minute, _)| (per_window(f64::from(per_minute) / 60.0 * 0.6), per_window(1e6)));
         let style = [HeaderStyle::OpenAi, HeaderStyle::Anthropic, HeaderStyle::Ietf][rng.random_range(0..3)];
         let deadline_lo = rng.random_range(800..=2_000);
-        Drawn {
+        let mut drawn = Drawn {
             processes: rng.random_range(3..=4),
             callers: rng.random_range(8..=20),
             limit,
@@ -116,7 +119,14 @@ impl Drawn {
             provider_tokens,
             hostility: rng.random_range(0.03..0.15),
             skew_ms: rng.random_range(-10_000..=10_000),
-        }
+            rpd: None,
+        };
+        // Drawn last, so the seeds drawn before it keep the rest of their configuration.
+        drawn.rpd = rng.random_bool(0.4).then(|| {
+            let per_second = rng.random_range(2.0..=6.0f64).min(fleet_rate * 0.5);
+            ((per_second * 86_400.0) as u64, rng.random_range(10..=40u64))
+        });
+        drawn
     }
 
     /// The upstream `mock` as every worker configures it.
@@ -134,6 +144,9 @@ impl Drawn {
         }
         if let Some((per_minute, burst)) = self.tpm {
             b = b.tokens_per_minute(per_minute, burst);
+        }
+        if let Some((per_day, burst)) = self.rpd {
+            b = b.requests_per_day(per_day, burst);
         }
         for class in &self.classes {
             b = b.class(class.name.clone(), class.weight);
@@ -179,7 +192,7 @@ impl fmt::Display for Drawn {
         write!(
             f,
             "{} processes × {} callers, limit {}, {} ms calls; classes [{}]; {} tenants; rpm {:?}; tpm {:?} \
-             (estimates {}–{}); max_cooldown {} ms, quota_pause {} ms, max_wait {} ms, deadlines {}–{} ms; \
+             (estimates {}–{}); rpd {:?}; max_cooldown {} ms, quota_pause {} ms, max_wait {} ms, deadlines {}–{} ms; \
              provider {} window {} ms, requests {:?}, tokens {:?} per window, hostile {:.0} %, clock skew {} ms",
             self.processes,
             self.callers,
@@ -191,6 +204,7 @@ impl fmt::Display for Drawn {
             self.tpm,
             self.estimate.0,
             self.estimate.1,
+            self.rpd,
             self.max_cooldown.as_millis(),
             self.quota_pause.as_millis(),
             self.max_wait.as_millis(),

@@ -5,11 +5,6 @@
 
 use std::time::Instant;
 
-use wavegate_core::Clock;
-
-use super::actor::Lane;
-use crate::engine::store;
-
 /// Requests and tokens used here since the store's last word on the day (an acquire's reply,
 /// granted or denied: `wavegate_redis::SharedGate::day_left`), however old, in shared mode and
 /// in fallbacks: the grants the word does not count, and every settlement after it.
@@ -54,19 +49,6 @@ impl DayUsage {
         {
             *self = Self { said_at: Some(at), requests: 0, tokens: 0 };
         }
-    }
-}
-
-impl Lane {
-    /// When the store last said what is left of the day budgets (kept through fallbacks).
-    pub(super) fn day_word(&self) -> Option<Instant> {
-        self.shared.as_deref().and_then(store::day_left).map(|(_, at)| at)
-    }
-
-    /// Whether the upstream has a day budget now.
-    pub(super) fn has_day_budget(&self) -> bool {
-        let (budgets, _, _) = self.local.budgets(self.clock.now_ms());
-        budgets.requests_per_day.is_some() || budgets.tokens_per_day.is_some()
     }
 }
 

@@ -18,7 +18,7 @@ use super::waiters::{Waiter, Waiters};
 use crate::engine::clock::Instant;
 use crate::engine::gate::Answer;
 use crate::engine::grant::{Grant, GrantInfo};
-use crate::engine::store::StoreError;
+use crate::engine::store::{self, StoreError};
 use crate::error::{Budget, Error};
 use crate::metrics;
 use crate::status::Mode;
@@ -434,5 +434,18 @@ impl Lane {
             self.give_back_ticket(&mut waiter);
             let _ = waiter.reply.send(Err(error));
         }
+    }
+}
+
+impl Lane {
+    /// When the store last said what is left of the day budgets (kept through fallbacks).
+    pub(super) fn day_word(&self) -> Option<std::time::Instant> {
+        self.shared.as_deref().and_then(store::day_left).map(|(_, at)| at)
+    }
+
+    /// Whether the upstream has a day budget now.
+    pub(super) fn has_day_budget(&self) -> bool {
+        let (budgets, _, _) = self.local.budgets(self.clock.now_ms());
+        budgets.requests_per_day.is_some() || budgets.tokens_per_day.is_some()
     }
 }
