@@ -9,14 +9,20 @@
 --          spent, the refill the outage lasted is not taken twice; LocalGate::charge)
 -- ARGV[23] the state and limit this process last saw in the store, 'STATE:limit', or '': put
 --         back if the store forgot its state (see carry_back in wave.lua)
--- ARGV[24] n, the number of ids to adopt; ARGV[25 .. 24+n] their ids: permits still in flight
+-- ARGV[24] what this process last heard is left of the day budgets, as of now and before the
+--         outage's usage, and the generation it heard it in: '<requests>:<tokens>:<generation>'
+--         (each count '' when unknown) or ''. If that generation is not the store's, the store
+--         lost the state the process counted on (FLUSHALL, an empty restart): each day budget
+--         is left at most that much (LocalGate::carry_back_day), before the outage's usage is
+--         charged; every process that reconciles so tightens it, the most spent view wins
+-- ARGV[25] n, the number of ids to adopt; ARGV[26 .. 25+n] their ids: permits still in flight
 --         here, registered (or re-registered, after a restart with empty data) in the current
 --         wave without an admission check, since their calls are already running
--- ARGV[25+n ..] ids to drop: permits that finished during the outage but may still be listed
+-- ARGV[26+n ..] ids to drop: permits that finished during the outage but may still be listed
 -- Reply: {wave, state, limit, in_flight, adopted_wave, gen} after the call; adopted permits
 -- carry `wave` in NORMAL and the wave before otherwise (see adopt_wave in wave.lua); gen: the
 -- generation of the state (written now if the store had none: see `generation` in wave.lua).
-local FIRST_ID = CONFIG_ARGS + 7
+local FIRST_ID = CONFIG_ARGS + 8
 if #ARGV < FIRST_ID - 1 then return fail('reconcile', 'expected at least ' .. (FIRST_ID - 1) .. ' ARGV, got ' .. #ARGV) end
 local config = read_config(1)
 local lease = to_int(ARGV[CONFIG_ARGS + 1], 'lease')
@@ -27,7 +33,13 @@ local carried_state, carried_limit = string.match(ARGV[CONFIG_ARGS + 5], '^(%u+)
 if ARGV[CONFIG_ARGS + 5] ~= '' and not carried_state then
   return fail('reconcile', 'the carried state must be STATE:limit or empty, got ' .. ARGV[CONFIG_ARGS + 5])
 end
-local adopt = to_int(ARGV[CONFIG_ARGS + 6], 'adopt count')
+local day_carried = ARGV[CONFIG_ARGS + 6]
+local carried_requests_day, carried_tokens_day, day_gen = string.match(day_carried, '^(%d*):(%d*):(%d*)$')
+if day_carried ~= '' and not carried_requests_day then
+  return fail('reconcile', 'the carried day must be <requests>:<tokens>:<generation> or empty, got ' .. day_carried)
+end
+local lost_day = day_gen and day_gen ~= '' and state_read({ 'gen' })[1] ~= day_gen
+local adopt = to_int(ARGV[CONFIG_ARGS + 7], 'adopt count')
 if #ARGV < FIRST_ID - 1 + adopt then return fail('reconcile', 'fewer ids than the adopt count') end
 local gen = generation('', true)
 local now = now_ms()
@@ -39,6 +51,14 @@ end
 if config.tokens and used_tokens > 0 then
   save_tat('tokens_tat', gcra_charge_past(config.tokens, load_tat('tokens_tat', config.tokens, now * 1000), now * 1000, used_tokens))
 end
+-- A day of a state the store lost is left at most what this process last heard of it.
+local function carry_back_day(field, b, left)
+  if not lost_day or not b or not left or left == '' then return end
+  local carried = gcra_tat_leaving(b, tonumber(left), now * 1000)
+  if carried > load_tat(field, b, now * 1000) then save_tat(field, carried) end
+end
+carry_back_day('requests_day_tat', config.requests_day, carried_requests_day)
+carry_back_day('tokens_day_tat', config.tokens_day, carried_tokens_day)
 -- The day budgets as used from the outage's start, in debt if they must (LocalGate::charge).
 local began = math.max(now - began_ago, 0) * 1000
 if config.requests_day and used_requests > 0 then

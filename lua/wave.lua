@@ -538,6 +538,11 @@ local function gcra_charge_since(b, tat, began, now, units)
   return math.min(gcra_charge(b, tat, math.min(began, now), units), math.max(tat, math.floor(now + b.tolerance) + b.most_debt))
 end
 
+-- The TAT that leaves `remaining` units available at `now` (Gcra::tat_leaving).
+local function gcra_tat_leaving(b, remaining, now)
+  return math.floor(now + math.max(b.burst - remaining, 0) * b.interval)
+end
+
 -- The units available now, and the ms until one more is (0 when full).
 local function gcra_remaining(b, tat, now)
   local used = math.max(tat - now, 0)

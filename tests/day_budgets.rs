@@ -217,3 +217,37 @@ async fn a_fallback_after_a_refusals_word_counts_its_grants_against_it() {
         assert!(granted <= 8, "outage {outage}: {granted} requests granted of a day of 8");
     }
 }
+
+/// Redis forgets everything (`FLUSHALL`; an empty restart is the same) after the fleet spent its
+/// day: the processes find their upstream's state gone, and each carries back what it last heard
+/// is left of the day when it reconciles, so the day stays spent. (Before, the store started a
+/// fresh day: 8 more requests of a day of 8.) A process that last heard the day before the
+/// others spent it carries its older view: the bound is the fallback's, per process what the
+/// store had not counted of the others when it last heard it.
+#[actix::test]
+async fn a_store_that_forgets_its_state_keeps_the_day_spent() {
+    let redis = RedisServer::start().expect("redis-server");
+    let build = || Scheduler::builder().upstream(day_of_8()).redis(redis.url()).build().expect("scheduler");
+    let fleet = [build(), build()];
+    let groq: Vec<_> = fleet.iter().map(|s| s.upstream("groq").expect("groq")).collect();
+    assert_eq!(spend(&groq[0], 5, Duration::from_millis(500)).await.0, 5);
+    assert_eq!(spend(&groq[1], 4, Duration::from_millis(500)).await.0, 3);
+    // Both have heard that nothing is left.
+    assert_eq!(spend(&groq[0], 1, Duration::from_millis(300)).await.0, 0);
+    let mut con = redis.connection().expect("connection");
+    redis::cmd("FLUSHALL").exec(&mut con).expect("FLUSHALL");
+    let mut granted = 0;
+    for _ in 0..3 {
+        for upstream in &groq {
+            granted += spend(upstream, 3, Duration::from_millis(300)).await.0;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for scheduler in &fleet {
+        common::wait_for_mode(scheduler, Mode::Shared, Duration::from_secs(10)).await;
+    }
+    granted += spend(&groq[0], 2, Duration::from_millis(300)).await.0;
+    assert_eq!(granted, 0, "{granted} requests granted after the store forgot a spent day of 8");
+    let status = groq[1].status().await.expect("status");
+    assert_eq!(status.budgets.requests_per_day.map(|(left, _)| left), Some(0));
+}

@@ -683,6 +683,9 @@ impl LocalGate {
     /// used from the outage's start, in debt if it must (a day's units stay spent, the refill
     /// the outage lasted is not taken twice). `reconcile.lua` is the twin.
     pub fn charge(&mut self, usage: OutageUsage, now_ms: u64) {
+        if let Some(left) = usage.day_left {
+            self.carry_back_day(left, now_ms);
+        }
         let began_ms = now_ms.saturating_sub(duration_ms(usage.began_ago));
         self.charge_minute(usage.requests, usage.tokens, now_ms);
         self.charge_day(usage.requests, usage.tokens, began_ms, now_ms);

@@ -4,9 +4,12 @@
 
 use std::time::Duration;
 
-/// Requests and tokens used during an outage, and how long ago it began: the per-minute
-/// budgets take them up to empty at most, the day budgets as used from the outage's start (a
-/// day's units stay spent, while the refill the outage lasted is not charged again).
+use crate::gate::DayLeft;
+
+/// Requests and tokens used during an outage, how long ago it began, and what the process last
+/// heard is left of the day: the per-minute budgets take the usage up to empty at most, the day
+/// budgets as used from the outage's start (a day's units stay spent, while the refill the
+/// outage lasted is not charged again), after a day the store forgot takes back `day_left`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OutageUsage {
     /// Requests granted during the outage.
@@ -16,14 +19,25 @@ pub struct OutageUsage {
     /// How long before the reconciliation the outage began (on the process's own clock, so
     /// a skewed clock does not move it).
     pub began_ago: Duration,
+    /// What this process last heard is left of the day budgets, as of the reconciliation and
+    /// before this usage ([`DayLeft::at`]): a store that lost the state the process heard it
+    /// of (`FLUSHALL`, an empty restart) leaves its days at most that much
+    /// ([`LocalGate::carry_back_day`](crate::LocalGate::carry_back_day); the shared store
+    /// compares the generation the process last saw with its own).
+    pub day_left: Option<DayLeft>,
 }
 
 impl OutageUsage {
     /// Nothing used (a reconciliation that only adopts or drops permits).
-    pub const NONE: Self = Self { requests: 0, tokens: 0, began_ago: Duration::ZERO };
+    pub const NONE: Self = Self { requests: 0, tokens: 0, began_ago: Duration::ZERO, day_left: None };
 
     /// `requests` and `tokens` used, the outage beginning `began_ago` before now.
     pub const fn new(requests: u64, tokens: u64, began_ago: Duration) -> Self {
-        Self { requests, tokens, began_ago }
+        Self { requests, tokens, began_ago, day_left: None }
+    }
+
+    /// The same, carrying back what this process last heard is left of the day.
+    pub const fn with_day_left(self, day_left: Option<DayLeft>) -> Self {
+        Self { day_left, ..self }
     }
 }

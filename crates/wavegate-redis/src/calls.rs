@@ -303,7 +303,7 @@ pub(crate) fn reconcile<'a>(
     (adopt, drop): (&'a [String], &'a [String]),
     lease: Duration,
     usage: OutageUsage,
-    carried: Option<(WaveState, u32)>,
+    (carried, generation): (Option<(WaveState, u32)>, &str),
 ) -> Call<'a> {
     let carried = carried.map(|(state, limit)| format!("{}:{limit}", state.as_str())).unwrap_or_default();
     let mut call = Call::with_config(&keys.script_keys(), config)
@@ -312,9 +312,17 @@ pub(crate) fn reconcile<'a>(
         .arg(usage.tokens)
         .arg(duration_ms(usage.began_ago))
         .arg(carried)
+        .arg(usage.day_left.map(|left| day_left_arg(left, generation)).unwrap_or_default())
         .arg(adopt.len());
     call.args.extend(adopt.iter().chain(drop).map(|id| Cow::Borrowed(id.as_str())));
     call
+}
+
+/// What is left of the day budgets as `reconcile.lua` takes it, with the generation it was
+/// heard in: `'<requests>:<tokens>:<generation>'`, each count empty when unknown.
+fn day_left_arg(left: DayLeft, generation: &str) -> String {
+    let part = |left: Option<u64>| left.map(|n| n.to_string()).unwrap_or_default();
+    format!("{}:{}:{generation}", part(left.requests), part(left.tokens))
 }
 
 /// `report_window.lua`: each window's remaining and reset, the tokens each, the reporting id,
@@ -562,7 +570,14 @@ mod tests {
             (
                 "reconcile",
                 &s.reconcile,
-                reconcile(keys, config, (&[], &[]), lease, OutageUsage::new(1, 2, Duration::from_millis(3)), None),
+                reconcile(
+                    keys,
+                    config,
+                    (&[], &[]),
+                    lease,
+                    OutageUsage::new(1, 2, Duration::from_millis(3)),
+                    (None, ""),
+                ),
                 false,
             ),
         ];
@@ -588,12 +603,13 @@ mod tests {
             config,
             (&adopt, &dropped),
             lease,
-            OutageUsage::new(1, 2, Duration::from_millis(3)),
-            carried,
+            OutageUsage::new(1, 2, Duration::from_millis(3))
+                .with_day_left(Some(DayLeft { requests: Some(3), tokens: None })),
+            (carried, "17"),
         );
         assert!(run(&mut con, &s.reconcile, &full).is_ok());
         let mut short =
-            reconcile(keys, config, (&adopt, &[]), lease, OutageUsage::new(1, 2, Duration::from_millis(3)), None);
+            reconcile(keys, config, (&adopt, &[]), lease, OutageUsage::new(1, 2, Duration::from_millis(3)), (None, ""));
         short.args.pop();
         let short = run(&mut con, &s.reconcile, &short);
         assert!(matches!(&short, Err(e) if e.contains("fewer ids than the adopt count")), "{short:?}");
@@ -698,7 +714,7 @@ mod tests {
             (
                 include_str!("../../../lua/reconcile.lua"),
                 source::RECONCILE,
-                reconcile(&keys, &config, (&[], &[]), lease, OutageUsage::NONE, None).keys.len(),
+                reconcile(&keys, &config, (&[], &[]), lease, OutageUsage::NONE, (None, "")).keys.len(),
             ),
             (
                 include_str!("../../../lua/report_window.lua"),

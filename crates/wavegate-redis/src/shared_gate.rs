@@ -429,7 +429,9 @@ impl SharedGate {
         carried: Option<(WaveState, u32)>,
     ) -> Result<Reconciled, StoreError> {
         const COMMAND: &str = "reconcile";
-        let mut call = calls::reconcile(&self.keys, &self.config_args, (adopt, drop), lease, usage, carried);
+        let generation = self.generation();
+        let mut call =
+            calls::reconcile(&self.keys, &self.config_args, (adopt, drop), lease, usage, (carried, &generation));
         self.send_live(&mut call);
         let reply: Vec<Value> = self.store.invoke(COMMAND, &call.invocation(&scripts().reconcile)).await?;
         let r = Reply::new(COMMAND, &reply);

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use wavegate_core::{Admission, Ask, Instance, LocalGate, OutageUsage, PermitId, UpstreamConfig, WaveSignal};
+use wavegate_core::{Admission, Ask, DayLeft, Instance, LocalGate, OutageUsage, PermitId, UpstreamConfig, WaveSignal};
 use wavegate_redis::{SharedGate, Store, StoreConfig};
 use wavegate_testkit::RedisServer;
 
@@ -87,4 +87,38 @@ async fn an_outages_day_usage_is_charged_from_its_start_in_both_twins() {
     shared.reconcile(&[], &[], LEASE, absurd).await.expect("reconcile");
     let lua = shared.status().await.expect("status").budgets.requests_per_day.expect("a requests per day budget");
     assert!(lua.1.abs_diff(rust.1) < 5_000, "Rust {} ms, Lua {} ms", rust.1, lua.1);
+}
+
+/// A store that lost its state (`FLUSHALL`) takes back what a process last heard is left of the
+/// day, the most spent view winning, as `LocalGate::carry_back_day` does; a store that did not
+/// lose it takes nothing from a process's view (it counts more than any process heard).
+#[tokio::test]
+async fn a_lost_day_is_carried_back_and_a_kept_one_is_left_alone() {
+    let config = UpstreamConfig::builder("rpd").limit(10).requests_per_day(8, 8).build().expect("valid");
+    let server = RedisServer::start().expect("redis-server");
+    let store = Store::connect(StoreConfig::new(server.url())).await.expect("store");
+    let shared = SharedGate::for_upstream(store, &config);
+    for i in 0..6 {
+        let granted = shared.acquire_text(&format!("p{i}"), LEASE, 0).await.expect("acquire").admission;
+        assert!(matches!(granted, Admission::Granted { .. }), "{granted:?}");
+    }
+    let left = |n: u64| Some(DayLeft { requests: Some(n), tokens: None });
+    let day = |shared: &SharedGate| {
+        let shared = shared.clone();
+        async move { shared.status().await.expect("status").budgets.requests_per_day.expect("a day").0 }
+    };
+    // Kept: a view of 1 left or of 8 left changes nothing (2 left).
+    shared.reconcile(&[], &[], LEASE, OutageUsage::NONE.with_day_left(left(1))).await.expect("reconcile");
+    shared.reconcile(&[], &[], LEASE, OutageUsage::NONE.with_day_left(left(8))).await.expect("reconcile");
+    assert_eq!(day(&shared).await, 2);
+    // Lost: the views carried back tighten the fresh day, the most spent winning.
+    let mut con = server.connection().expect("connection");
+    redis::cmd("FLUSHALL").exec(&mut con).expect("FLUSHALL");
+    shared.reconcile(&[], &[], LEASE, OutageUsage::NONE.with_day_left(left(3))).await.expect("reconcile");
+    assert_eq!(day(&shared).await, 3);
+    // The Rust twin, from a fresh day: the same.
+    let mut local = LocalGate::for_upstream(&config);
+    local.carry_back_day(DayLeft { requests: Some(3), tokens: None }, 1_000_000);
+    local.carry_back_day(DayLeft { requests: Some(5), tokens: None }, 1_000_000);
+    assert_eq!(local.budget_status(1_000_000).requests_per_day.map(|(left, _)| left), Some(3));
 }

@@ -265,15 +265,25 @@ impl Lane {
             // have forgotten it (an empty restart does).
             _ => cooling.map(|rest| (Some(rest), false)),
         };
+        let (requests, tokens) = (self.outage.granted, u64::try_from(self.outage.tokens).unwrap_or(0));
+        // What this process last heard is left of the day, as of now and before this outage's
+        // usage (charged apart): a store that forgot its state takes it back.
+        let day_left = self.shared.as_deref().and_then(store::day_left).map(|(left, at)| {
+            let ago = duration_ms(std::time::Instant::now().saturating_duration_since(at));
+            let (used_requests, used_tokens) = self.day_usage.since(at);
+            let used = (used_requests.saturating_sub(requests), used_tokens.saturating_sub(tokens));
+            left.at(self.config.budgets(), now_ms.saturating_sub(ago), used, now_ms)
+        });
         Plan {
             adopt: self.held.keys().cloned().collect(),
             drop: self.outage.unreleased.iter().filter(|id| !self.held.contains_key(*id)).cloned().collect(),
             lease: self.config.permit_ttl(),
             usage: OutageUsage::new(
-                self.outage.granted,
-                u64::try_from(self.outage.tokens).unwrap_or(0),
+                requests,
+                tokens,
                 self.outage.began.map_or(Duration::ZERO, |began| Instant::now().saturating_duration_since(began)),
-            ),
+            )
+            .with_day_left(day_left),
             carry,
             carry_back: self.last_shared.state,
         }

@@ -169,6 +169,13 @@ impl Lane {
                 // which is idempotent.
                 if error.is_outage() {
                     self.outage.unreleased.extend(asked.iter().map(|ask| ask.id.clone()));
+                    // The store charged its day budgets if it granted one of them: counted as
+                    // used (the largest ask), so the fallback's day share does not hand it out
+                    // again. A refusal so counted costs a share one request, never the day.
+                    if self.has_day_budget() {
+                        let tokens = asked.iter().map(|ask| ask.tokens).max().unwrap_or(0);
+                        self.day_usage.granted(self.day_word(), false, tokens);
+                    }
                 }
                 self.on_store_error(self.epoch, "acquire", error, ctx);
                 false

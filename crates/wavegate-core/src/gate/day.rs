@@ -76,6 +76,22 @@ impl LocalGate {
         }
     }
 
+    /// Leaves the day budgets at most what a process last heard is left of them (`left`, as of
+    /// `now_ms`: [`DayLeft::at`]), for a store that lost the state that process counted on
+    /// (`FLUSHALL`, an empty restart): a day the fleet spent stays spent through the loss, the
+    /// most spent view of the processes that carry theirs back winning. `reconcile.lua` is the
+    /// twin (it carries a view back only when its generation is not the store's).
+    pub fn carry_back_day(&mut self, left: DayLeft, now_ms: u64) {
+        let now_us = now_ms.saturating_mul(1000);
+        let budgets = self.budgets(now_ms);
+        if let (Some(budget), Some(left)) = (budgets.requests_per_day, left.requests) {
+            self.requests_day_tat = self.requests_day_tat.max(Gcra::daily(budget).tat_leaving(left, now_us));
+        }
+        if let (Some(budget), Some(left)) = (budgets.tokens_per_day, left.tokens) {
+            self.tokens_day_tat = self.tokens_day_tat.max(Gcra::daily(budget).tat_leaving(left, now_us));
+        }
+    }
+
     /// Settles `delta` more tokens than reserved (negative: fewer) on the tokens per day.
     pub(super) fn day_settle(&mut self, delta: i64, now_ms: u64) {
         if let Some(budget) = self.budgets(now_ms).tokens_per_day.filter(|_| delta != 0) {

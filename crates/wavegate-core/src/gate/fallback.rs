@@ -42,7 +42,7 @@ use std::num::NonZeroU32;
 use crate::class_budget::class_share;
 use crate::clock::duration_ms;
 use crate::config::UpstreamConfig;
-use crate::gcra::Budgets;
+use crate::gcra::{Budgets, DayBudget, Gcra};
 use crate::learned_limit::LearnedBudgets;
 use crate::wave::WaveState;
 
@@ -68,6 +68,33 @@ pub struct DayLeft {
     pub requests: Option<u64>,
     /// Tokens left of the tokens per day budget (`None`: the store has none).
     pub tokens: Option<u64>,
+}
+
+impl DayLeft {
+    /// What is left at `now_ms` of `budgets`' days, of which this much was left at `at_ms` and
+    /// `used` (requests, tokens) has been used since: the refill since pays for what it can.
+    ///
+    /// ```
+    /// use wavegate_core::{Budgets, DayBudget, DayLeft};
+    ///
+    /// // 24 requests a day (one an hour), all at once; 4 left, 6 used since, 3 hours ago.
+    /// let budgets = Budgets { requests_per_day: DayBudget::new(24, 24), ..Budgets::default() };
+    /// let hour = 3_600_000;
+    /// let then = DayLeft { requests: Some(4), tokens: None };
+    /// assert_eq!(then.at(budgets, 10 * hour, (6, 0), 13 * hour), DayLeft { requests: Some(1), tokens: None });
+    /// ```
+    pub fn at(self, budgets: Budgets, at_ms: u64, (requests, tokens): (u64, u64), now_ms: u64) -> DayLeft {
+        let (at_us, now_us) = (at_ms.saturating_mul(1000), now_ms.saturating_mul(1000).max(at_ms.saturating_mul(1000)));
+        let one = |budget: Option<DayBudget>, left: Option<u64>, used: u64| {
+            let gcra = Gcra::daily(budget?);
+            let tat = gcra.charge(gcra.tat_leaving(left?, at_us), at_us, used);
+            Some(gcra.remaining(tat, now_us).0)
+        };
+        DayLeft {
+            requests: one(budgets.requests_per_day, self.requests, requests),
+            tokens: one(budgets.tokens_per_day, self.tokens, tokens),
+        }
+    }
 }
 
 /// What [`LocalGate::fallback`] starts from: what the process knows at the switch.
