@@ -32,6 +32,11 @@ pub(crate) struct Run<'a> {
     pub(crate) quota_told: &'a [(u64, usize)],
 }
 
+/// A grant reaches the provider up to this long after the store made it (its reply, the
+/// caller's wake-up, the HTTP request, on a loaded machine): the budgets bound grants in any
+/// window on the store's clock, so arrivals in a window come from grants in one this much longer.
+const DELIVERY_MS: u64 = 50;
+
 /// A fault disturbs from 300 ms before it until this long after it ends (a reconciliation
 /// after a probe, then 1.5 s within the share).
 const DISTURBED_AFTER_MS: u64 = 3_000;
@@ -123,7 +128,7 @@ pub(crate) fn all(run: &Run<'_>, calls: &[Call]) -> Vec<String> {
                     sum += counted[j].1;
                     j += 1;
                 }
-                let clean_bound = rate * w as f64 + burst + 1.0;
+                let clean_bound = rate * (w + DELIVERY_MS) as f64 + burst + 1.0;
                 let used = sum as f64;
                 if disturbed(from, from + w) {
                     let bound = clean_bound

@@ -3,8 +3,10 @@
 //! one real Redis, and checks the provider's own record (`checks.rs`).
 //!
 //! `WAVEGATE_NEMESIS_DRAWN_SEED=<seed>[,<seed>…]` replays seeds, `WAVEGATE_NEMESIS_DRAWN_RUNS=<n>`
-//! draws n fresh seeds (by default the two seeds 1 and 455933, which passed), and
-//! `WAVEGATE_NEMESIS_DRAWN_SECS` says how long each runs (default 25 s).
+//! draws n fresh seeds (by default the two seeds 31 and 455933, which passed), and
+//! `WAVEGATE_NEMESIS_DRAWN_SECS` says how long each runs (default 25 s);
+//! `WAVEGATE_NEMESIS_DRAWN_SHOW=<n>` prints the configurations of seeds 0 to n − 1 and runs none
+//! (to pick seeds that draw a feature).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,13 +28,19 @@ use crate::hostile::{self, Record, query};
 const QUIET_MS: u64 = 8_000;
 
 pub(crate) fn run() {
+    if let Some(n) = std::env::var("WAVEGATE_NEMESIS_DRAWN_SHOW").ok().and_then(|n| n.parse::<u64>().ok()) {
+        for seed in 0..n {
+            println!("    seed {seed}: {}", Drawn::from_seed(seed));
+        }
+        return;
+    }
     let seeds: Vec<u64> = match std::env::var("WAVEGATE_NEMESIS_DRAWN_SEED") {
         Ok(list) => list.split(',').filter_map(|s| s.trim().parse().ok()).collect(),
         // CI runs two seeds that passed (a run is seeded, its timing is not); fresh seeds with
         // WAVEGATE_NEMESIS_DRAWN_RUNS=<n>.
         Err(_) => match std::env::var("WAVEGATE_NEMESIS_DRAWN_RUNS").ok().and_then(|n| n.parse().ok()) {
             Some(runs) => (0..runs).map(|_| rand::rng().random_range(0..1_000_000)).collect(),
-            None => vec![1, 455_933],
+            None => vec![31, 455_933],
         },
     };
     let secs: u64 = std::env::var("WAVEGATE_NEMESIS_DRAWN_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(25);
