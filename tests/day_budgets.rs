@@ -109,6 +109,32 @@ async fn spend(upstream: &wavegate::Upstream, tries: usize, wait: Duration) -> (
     (granted, needed)
 }
 
+/// `outages` times: Redis stops (SIGSTOP), each process spends what its fallback lets it (up to
+/// 7), Redis comes back and every process shares again; after each, the fleet has been granted
+/// at most the day of 8 (`granted` before the first).
+async fn spend_through_outages(
+    redis: &mut RedisServer,
+    fleet: &[Scheduler],
+    groq: &[wavegate::Upstream],
+    outages: usize,
+    mut granted: usize,
+) {
+    for outage in 0..outages {
+        redis.pause().expect("SIGSTOP");
+        for (scheduler, upstream) in fleet.iter().zip(groq) {
+            granted += spend(upstream, 1, Duration::from_millis(300)).await.0;
+            common::wait_for_mode(scheduler, Mode::Fallback, Duration::from_secs(5)).await;
+            granted += spend(upstream, 6, Duration::from_millis(300)).await.0;
+        }
+        redis.resume().expect("SIGCONT");
+        for scheduler in fleet {
+            common::wait_for_mode(scheduler, Mode::Shared, Duration::from_secs(10)).await;
+        }
+        println!("after outage {outage}: {granted} granted of a day of 8");
+        assert!(granted <= 8, "outage {outage}: {granted} requests granted of a day of 8");
+    }
+}
+
 /// 8 requests a day, all at once.
 fn day_of_8() -> UpstreamConfig {
     UpstreamConfig::builder("groq").limit(50).requests_per_day(8, 8).build().expect("config")
@@ -160,20 +186,7 @@ async fn a_flapping_store_hands_out_no_fresh_day() {
     // comes back and is told. The day is spent once in all: 8 requests, not 8 per outage.
     // (Within a minute a process's recent grants alone would hold this; what the store said
     // holds it for grants of any age: spec case "the day's share is what is left divided".)
-    for outage in 0..3 {
-        redis.pause().expect("SIGSTOP");
-        for (scheduler, upstream) in fleet.iter().zip(&groq) {
-            granted += spend(upstream, 1, Duration::from_millis(300)).await.0;
-            common::wait_for_mode(scheduler, Mode::Fallback, Duration::from_secs(5)).await;
-            granted += spend(upstream, 6, Duration::from_millis(300)).await.0;
-        }
-        redis.resume().expect("SIGCONT");
-        for scheduler in &fleet {
-            common::wait_for_mode(scheduler, Mode::Shared, Duration::from_secs(10)).await;
-        }
-        println!("after outage {outage}: {granted} granted of a day of 8");
-        assert!(granted <= 8, "outage {outage}: {granted} requests granted of a day of 8");
-    }
+    spend_through_outages(&mut redis, &fleet, &groq, 3, granted).await;
     // Back in shared mode the store knows the day is spent.
     assert_eq!(spend(&groq[0], 2, Duration::from_millis(300)).await.0, 0);
     assert_eq!(groq[1].status().await.expect("status").budgets.requests_per_day.map(|(left, _)| left), Some(0));
@@ -201,21 +214,8 @@ async fn a_fallback_after_a_refusals_word_counts_its_grants_against_it() {
     drop(held);
     // Both processes are known alive before the store goes away (shares of two).
     tokio::time::sleep(Duration::from_millis(1_500)).await;
-    let mut granted = 2;
-    for outage in 0..2 {
-        redis.pause().expect("SIGSTOP");
-        for (scheduler, upstream) in fleet.iter().zip(&groq) {
-            granted += spend(upstream, 1, Duration::from_millis(300)).await.0;
-            common::wait_for_mode(scheduler, Mode::Fallback, Duration::from_secs(5)).await;
-            granted += spend(upstream, 6, Duration::from_millis(300)).await.0;
-        }
-        redis.resume().expect("SIGCONT");
-        for scheduler in &fleet {
-            common::wait_for_mode(scheduler, Mode::Shared, Duration::from_secs(10)).await;
-        }
-        println!("after outage {outage}: {granted} granted of a day of 8");
-        assert!(granted <= 8, "outage {outage}: {granted} requests granted of a day of 8");
-    }
+    let granted = 2;
+    spend_through_outages(&mut redis, &fleet, &groq, 2, granted).await;
 }
 
 /// Redis forgets everything (`FLUSHALL`; an empty restart is the same) after the fleet spent its
