@@ -146,7 +146,7 @@ end
 local id, tokens = ask.id, ask.tokens
 -- [provider windows] checked after the wave and the limit, before the budgets (provider_window.lua)
 local windows = pw_load(now)
-local window_wait = pw_wait(windows, now, tokens)
+local window_wait = pw_wait(windows, now, tokens, ask.output)
 -- [/provider windows]
 local result
 if denial then
@@ -209,7 +209,7 @@ else
     if tokens_day_tat then save_tat('tokens_day_tat', tokens_day_tat) end
     if ask.class_index then charge_class(config, ask.class_index, now, tokens) end
     if redis.call('ZADD', KEYS[1], now + lease, id) == 1 then pc_change(id, 1) end
-    if pw_charge(windows, now, tokens) then pw_save(windows) end -- [provider windows]
+    if pw_charge(windows, now, tokens, ask.output) then pw_save(windows) end -- [provider windows]
     local mark = pw_mark(windows, now)
     if mark then
       redis.call('HSET', KEYS[3], id, s.wave, 'm|' .. id, mark)

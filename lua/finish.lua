@@ -46,6 +46,8 @@ if token_delta == nil or token_delta ~= math.floor(token_delta) or output_delta 
 end
 if not generation(ARGV[CONFIG_ARGS + 7], false) then return state_lost('finish') end
 local now = now_ms()
+-- Output given back goes back to the provider's output window (ProviderWindows::give_back).
+if output_delta < 0 then pw_give_back(-output_delta) end
 rebudget(config, now * 1000) -- a changed rate keeps its budget's units (wave.lua)
 ll_apply(config, now)
 if config.tokens and token_delta ~= 0 then

@@ -6,13 +6,15 @@
 -- wavegate_core::spec.
 --
 -- Fields of the wave state hash (KEYS[2]): pw_requests_left, pw_requests_until, pw_requests_at,
--- pw_requests_to and the same for tokens (ms of Redis TIME; an end of 0 or in the past: no
--- window; `to` 0: a fixed window, else the limit a continuously refilled bucket grows back to).
+-- pw_requests_to and the same for tokens, input and output (Anthropic's parts, tracked apart)
+-- (ms of Redis TIME; an end of 0 or in the past: no window; `to` 0: a fixed window, else the
+-- limit a continuously refilled bucket grows back to).
 --
--- Fields pw_sent_requests and pw_sent_tokens: the grants counted since the first report (absent
--- before it), one request and the tokens reserved per grant; a grant's count right after it is
--- its mark, KEYS[3] field 'm|<permit id>' = '<requests>:<tokens>:<granted ms>' (kept while the
--- permit is).
+-- Fields pw_sent_requests, pw_sent_tokens, pw_sent_output and pw_sent_back: the grants counted
+-- since the first report (absent before it), one request, the tokens reserved and their output
+-- part per grant, and the output settlements gave back; a grant's count right after it is its
+-- mark, KEYS[3] field 'm|<permit id>' = '<requests>:<tokens>:<granted ms>:<output>:<back>'
+-- (kept while the permit is; an older mark without the last two is no mark).
 --
 -- Rules:
 --   * a report of R left with a reset in D (at most PW_MAX_RESET ms: a day) by a call whose
@@ -32,11 +34,17 @@
 --     (then + ceil(D * (L - E) / (L - R)), at most a day; nothing kept when that is past); in
 --     between what is left grows
 --     linearly from E to L (pw_level, rounded down); a grant re-bases it at its time keeping the
---     rate; a full bucket says nothing; a running bucket with no more left now than E keeps its
---     word, a fixed window is replaced; the doubles are computed in the order of
+--     rate; a full bucket says nothing; a report without a mark never raises a running bucket
+--     (it keeps its word when it has no more left now than E), a report with a mark (exact as of
+--     its call's grant) replaces it, and a fixed window is replaced; the doubles are computed in the order of
 --     TrackedWindow's (crates/wavegate-core/src/provider_window.rs);
 --   * what is left is at most PW_MOST_LEFT; an end read back lies at most PW_MAX_RESET ms after now (a backward jump of TIME, a
 --     value written by hand): no window outlives its clamp;
+--   * the input and output windows (Anthropic's) are tracked apart, each part against its own:
+--     a report of both ends the tokens window; a grant costs its estimate less its output part
+--     from the input window and its output part from the output window; with a mark, the
+--     output window's report adds what settlements gave back since it (R - cost + back, at most
+--     `to`); without a mark each other call costs its whole reservation in each part;
 --   * a grant costs one request and its token estimate while a window runs;
 --   * while a window runs with less left than a grant needs, grants wait until its end (a
 --     refilled bucket: until it has grown back to what the grant needs); a spent
@@ -45,7 +53,7 @@
 local PW_SAME_WINDOW = 1000
 local PW_MAX_RESET = 86400000
 local PW_MOST_LEFT = 1000000000000000
-local PW_NAMES = { 'requests', 'tokens' }
+local PW_NAMES = { 'requests', 'tokens', 'input', 'output' }
 
 -- A stored number as what it may mean: an integer in [0, most], 0 when unreadable.
 local function pw_clamp(value, most)
@@ -56,13 +64,17 @@ end
 
 local function pw_save(w)
   local f = function(n) return string.format('%.0f', n) end
-  local fields = {
-    'pw_requests_left', f(w.requests.left), 'pw_requests_until', f(w.requests['until']),
-    'pw_requests_at', f(w.requests.at), 'pw_requests_to', f(w.requests.to),
-    'pw_tokens_left', f(w.tokens.left), 'pw_tokens_until', f(w.tokens['until']),
-    'pw_tokens_at', f(w.tokens.at), 'pw_tokens_to', f(w.tokens.to) }
+  local fields = {}
+  for _, name in ipairs(PW_NAMES) do
+    local t = w[name]
+    for _, v in ipairs({ 'pw_' .. name .. '_left', f(t.left), 'pw_' .. name .. '_until', f(t['until']),
+      'pw_' .. name .. '_at', f(t.at), 'pw_' .. name .. '_to', f(t.to) }) do
+      table.insert(fields, v)
+    end
+  end
   if w.sent then
-    for _, v in ipairs({ 'pw_sent_requests', f(w.sent.requests), 'pw_sent_tokens', f(w.sent.tokens) }) do
+    for _, v in ipairs({ 'pw_sent_requests', f(w.sent.requests), 'pw_sent_tokens', f(w.sent.tokens),
+      'pw_sent_output', f(w.sent.output), 'pw_sent_back', f(w.sent.back) }) do
       table.insert(fields, v)
     end
   end
@@ -72,17 +84,29 @@ end
 -- The windows as stored, clamped to what they may mean at `now`; a clamped end is saved, so it
 -- stays put rather than moving with now.
 local function pw_load(now)
-  local v = state_read({ 'pw_requests_left', 'pw_requests_until', 'pw_requests_at', 'pw_requests_to',
-    'pw_tokens_left', 'pw_tokens_until', 'pw_tokens_at', 'pw_tokens_to', 'pw_sent_requests', 'pw_sent_tokens' })
+  local names = {}
+  for _, name in ipairs(PW_NAMES) do
+    for _, field in ipairs({ 'left', 'until', 'at', 'to' }) do table.insert(names, 'pw_' .. name .. '_' .. field) end
+  end
+  for _, field in ipairs({ 'pw_sent_requests', 'pw_sent_tokens', 'pw_sent_output', 'pw_sent_back' }) do
+    table.insert(names, field)
+  end
+  local v = state_read(names)
   local last = now + PW_MAX_RESET
-  local w = {
-    requests = { left = pw_clamp(v[1], PW_MOST_LEFT), ['until'] = pw_clamp(v[2], last),
-      at = pw_clamp(v[3], last), to = pw_clamp(v[4], PW_MOST_LEFT) },
-    tokens = { left = pw_clamp(v[5], PW_MOST_LEFT), ['until'] = pw_clamp(v[6], last),
-      at = pw_clamp(v[7], last), to = pw_clamp(v[8], PW_MOST_LEFT) },
-  }
-  if v[9] then w.sent = { requests = pw_clamp(v[9], PW_MOST_LEFT), tokens = pw_clamp(v[10], PW_MOST_LEFT) } end
-  if (tonumber(v[2]) or 0) > last or (tonumber(v[6]) or 0) > last then pw_save(w) end
+  local w = {}
+  local moved = false
+  for i, name in ipairs(PW_NAMES) do
+    local at = (i - 1) * 4
+    w[name] = { left = pw_clamp(v[at + 1], PW_MOST_LEFT), ['until'] = pw_clamp(v[at + 2], last),
+      at = pw_clamp(v[at + 3], last), to = pw_clamp(v[at + 4], PW_MOST_LEFT) }
+    if (tonumber(v[at + 2]) or 0) > last then moved = true end
+  end
+  local sent = #PW_NAMES * 4
+  if v[sent + 1] then
+    w.sent = { requests = pw_clamp(v[sent + 1], PW_MOST_LEFT), tokens = pw_clamp(v[sent + 2], PW_MOST_LEFT),
+      output = pw_clamp(v[sent + 3], PW_MOST_LEFT), back = pw_clamp(v[sent + 4], PW_MOST_LEFT) }
+  end
+  if moved then pw_save(w) end
   return w
 end
 
@@ -104,9 +128,12 @@ local function pw_level(t, now)
   return math.min(grown, t.to)
 end
 
--- How long a grant reserving `tokens` must wait, or nil when no window refuses it.
-local function pw_wait(w, now, tokens)
-  local need = { requests = 1, tokens = math.max(tokens, 1) }
+-- How long a grant reserving `tokens`, `output` of them its answer's, must wait, or nil when no
+-- window refuses it.
+local function pw_wait(w, now, tokens, output)
+  output = math.min(output, tokens)
+  local need = { requests = 1, tokens = math.max(tokens, 1), input = math.max(tokens - output, 1),
+    output = math.max(output, 1) }
   local wait = nil
   for _, name in ipairs(PW_NAMES) do
     local t = w[name]
@@ -123,14 +150,17 @@ local function pw_wait(w, now, tokens)
   return wait
 end
 
--- Counts a grant reserving `tokens` down from the running windows, and in the grants counted
--- since the first report (saved by the caller). Returns whether anything changed.
-local function pw_charge(w, now, tokens)
-  local cost = { requests = 1, tokens = tokens }
+-- Counts a grant reserving `tokens`, `output` of them its answer's, down from the running
+-- windows, and in the grants counted since the first report (saved by the caller). Returns
+-- whether anything changed.
+local function pw_charge(w, now, tokens, output)
+  output = math.min(output, tokens)
+  local cost = { requests = 1, tokens = tokens, input = tokens - output, output = output }
   local changed = false
   if w.sent then
     w.sent.requests = math.min(w.sent.requests + 1, PW_MOST_LEFT)
     w.sent.tokens = math.min(w.sent.tokens + tokens, PW_MOST_LEFT)
+    w.sent.output = math.min(w.sent.output + output, PW_MOST_LEFT)
     changed = true
   end
   for _, name in ipairs(PW_NAMES) do
@@ -152,36 +182,47 @@ local function pw_charge(w, now, tokens)
   return changed
 end
 
--- The mark of a grant: the count of grants right after it and its time
--- ('<requests>:<tokens>:<ms>'), or nil when
--- none is kept.
-local function pw_mark(w, now)
-  if not w.sent then return nil end
-  return string.format('%.0f:%.0f:%.0f', w.sent.requests, w.sent.tokens, now)
+-- A settlement gave back `back` tokens of an answer's output: counted (saved here), so the next
+-- report of the output window adds them back. Nothing before the first report.
+local function pw_give_back(back)
+  local v = state_read({ 'pw_sent_requests', 'pw_sent_back' })
+  if not v[1] then return end
+  state_write('pw_sent_back', string.format('%.0f', math.min(pw_clamp(v[2], PW_MOST_LEFT) + back, PW_MOST_LEFT)))
 end
 
--- What was granted after `mark` (a permit's, as pw_mark wrote it), as {requests, tokens, at}
--- (at: the permit's grant, at most `now`); nil without a count, for a mark unreadable or ahead
--- of the count (the count started over).
+-- The mark of a grant: the count of grants right after it and its time
+-- ('<requests>:<tokens>:<ms>:<output>:<back>'), or nil when none is kept.
+local function pw_mark(w, now)
+  if not w.sent then return nil end
+  return string.format('%.0f:%.0f:%.0f:%.0f:%.0f', w.sent.requests, w.sent.tokens, now, w.sent.output, w.sent.back)
+end
+
+-- What was granted (and given back) after `mark` (a permit's, as pw_mark wrote it), as
+-- {requests, tokens, output, back, at} (at: the permit's grant, at most `now`); nil without a
+-- count, for a mark unreadable or ahead of the count (the count started over).
 local function pw_sent_since(w, mark, now)
   if not w.sent or not mark then return nil end
-  local r, t, at = string.match(mark, '^(%d+):(%d+):(%d+)$')
-  r, t, at = tonumber(r), tonumber(t), tonumber(at)
-  if not r or not t or not at or r > w.sent.requests or t > w.sent.tokens then return nil end
-  return { requests = w.sent.requests - r, tokens = w.sent.tokens - t, at = math.min(at, now) }
+  local r, t, at, o, b = string.match(mark, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
+  r, t, at, o, b = tonumber(r), tonumber(t), tonumber(at), tonumber(o), tonumber(b)
+  if not r or not t or not at or not o or not b then return nil end
+  local s = w.sent
+  if r > s.requests or t > s.tokens or o > s.output or b > s.back then return nil end
+  return { requests = s.requests - r, tokens = s.tokens - t, output = s.output - o, back = s.back - b,
+    at = math.min(at, now) }
 end
 
 -- Takes in one window's report: `remaining` left, resetting in `reset_ms`, `others_cost` spent
 -- by the calls still in flight; `to` > 0: a bucket refilled continuously to `to`, full in
--- `reset_ms`.
-local function pw_report_one(t, now, remaining, reset_ms, others_cost, to, as_of)
+-- `reset_ms`; `back`: nil for a report without a mark, else what settlements gave back since the
+-- reporting call's grant (0 but for the output window).
+local function pw_report_one(t, now, remaining, reset_ms, others_cost, to, as_of, back)
   local ends = now + math.min(reset_ms, PW_MAX_RESET)
   -- a running fixed window ending when this bucket would be full again is that window
   local known_fixed = t.to == 0 and pw_runs(t, now) and math.abs(ends - t['until']) <= PW_SAME_WINDOW
   if to > 0 and not known_fixed then
     to = math.min(to, PW_MOST_LEFT)
     remaining = math.min(remaining, to)
-    local estimate = math.max(0, remaining - others_cost)
+    local estimate = math.max(0, math.min(remaining + (back or 0), to) - others_cost)
     if reset_ms == 0 or estimate >= to then return end
     local reset = math.min(reset_ms, PW_MAX_RESET)
     local full_in = reset
@@ -189,7 +230,8 @@ local function pw_report_one(t, now, remaining, reset_ms, others_cost, to, as_of
     local full = as_of + math.min(math.max(full_in, 1), PW_MAX_RESET)
     if full <= now then return end -- full again by now
     local reported = { left = estimate, ['until'] = full, at = as_of, to = to }
-    if t.to > 0 and pw_runs(t, now) and pw_level(t, now) <= pw_level(reported, now) then return end
+    local keeps_word = back == nil and t.to > 0 and pw_runs(t, now)
+    if keeps_word and pw_level(t, now) <= pw_level(reported, now) then return end
     t.left = estimate
     t['until'] = full
     t.at = as_of
@@ -197,7 +239,7 @@ local function pw_report_one(t, now, remaining, reset_ms, others_cost, to, as_of
     return
   end
   if reset_ms == 0 then return end
-  local estimate = math.max(0, math.min(remaining, PW_MOST_LEFT) - others_cost)
+  local estimate = math.max(0, math.min(remaining + (back or 0), PW_MOST_LEFT) - others_cost)
   if known_fixed then
     t.left = math.min(t.left, estimate)
     t['until'] = math.max(t['until'], ends)

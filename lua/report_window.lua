@@ -16,39 +16,55 @@
 -- ARGV[13] likewise for the tokens window
 -- ARGV[14] the input tokens limit announced (Anthropic's ITPM), or ''   ARGV[15] its window, ms
 -- ARGV[16] the output tokens limit announced (OTPM), or ''              ARGV[17] its window, ms
+-- ARGV[18] input tokens left (Anthropic's input window, tracked apart), or ''
+-- ARGV[19] its reset, ms from now   ARGV[20] the limit it refills to, '0' for a fixed window
+-- ARGV[21..23] likewise for the output window
 -- See provider_window.lua and learned_limit.lua for the rules.
--- Reply: {requests_left, requests_wait_ms, tokens_left, tokens_wait_ms} (what is left now; a
---        wait of 0: the window does not run; for a refilled bucket the time until it is full)
-if #ARGV ~= 17 then return fail('report_window', 'expected 17 ARGV, got ' .. #ARGV) end
+-- Reply: {requests_left, requests_wait_ms, tokens_left, tokens_wait_ms, input_left,
+--        input_wait_ms, output_left, output_wait_ms} (what is left now; a wait of 0: the window
+--        does not run; for a refilled bucket the time until it is full)
+if #ARGV ~= 23 then return fail('report_window', 'expected 23 ARGV, got ' .. #ARGV) end
 local now = now_ms()
 purge(now)
 local tokens_each = to_int(ARGV[5], 'tokens each')
 local w = pw_load(now)
 if ARGV[11] == '1' then
   -- The count of grants goes on: the marks of the permits held refer to it.
-  w = { requests = { left = 0, ['until'] = 0, at = 0, to = 0 }, tokens = { left = 0, ['until'] = 0, at = 0, to = 0 },
-        sent = w.sent }
+  local none = function() return { left = 0, ['until'] = 0, at = 0, to = 0 } end
+  w = { requests = none(), tokens = none(), input = none(), output = none(), sent = w.sent }
 end
 local since = nil
 if ARGV[6] ~= '' then since = pw_sent_since(w, redis.call('HGET', KEYS[3], 'm|' .. ARGV[6]), now) end
-local requests_cost, tokens_cost, as_of
+local requests_cost, tokens_cost, input_cost, output_cost, back, marked, as_of
 if since then
+  marked = 0
   requests_cost, tokens_cost, as_of = since.requests, since.tokens, since.at
+  input_cost, output_cost, back = math.max(0, since.tokens - since.output), since.output, since.back
 else
-  -- No mark: the other permits held (ZCARD and ZSCORE only then).
+  -- No mark: the other permits held (ZCARD and ZSCORE only then), each costing its whole
+  -- reservation in each part.
   local others = redis.call('ZCARD', KEYS[1])
   if ARGV[6] ~= '' and redis.call('ZSCORE', KEYS[1], ARGV[6]) then others = others - 1 end
   requests_cost, tokens_cost, as_of = others, others * tokens_each, now
+  input_cost, output_cost = tokens_cost, tokens_cost
 end
 if ARGV[1] ~= '' then
   pw_report_one(w.requests, now, to_int(ARGV[1], 'requests left'), to_int(ARGV[2], 'requests reset'), requests_cost,
-    to_int(ARGV[12], 'requests refill'), as_of)
+    to_int(ARGV[12], 'requests refill'), as_of, marked)
 end
 if ARGV[3] ~= '' then
   pw_report_one(w.tokens, now, to_int(ARGV[3], 'tokens left'), to_int(ARGV[4], 'tokens reset'), tokens_cost,
-    to_int(ARGV[13], 'tokens refill'), as_of)
+    to_int(ARGV[13], 'tokens refill'), as_of, marked)
 end
-if ARGV[11] ~= '1' and not w.sent then w.sent = { requests = 0, tokens = 0 } end
+if ARGV[18] ~= '' and ARGV[21] ~= '' then
+  -- The parts are tracked apart: the tokens window ends.
+  w.tokens = { left = 0, ['until'] = 0, at = 0, to = 0 }
+  pw_report_one(w.input, now, to_int(ARGV[18], 'input left'), to_int(ARGV[19], 'input reset'), input_cost,
+    to_int(ARGV[20], 'input refill'), as_of, marked)
+  pw_report_one(w.output, now, to_int(ARGV[21], 'output left'), to_int(ARGV[22], 'output reset'), output_cost,
+    to_int(ARGV[23], 'output refill'), as_of, back)
+end
+if ARGV[11] ~= '1' and not w.sent then w.sent = { requests = 0, tokens = 0, output = 0, back = 0 } end
 pw_save(w)
 if ARGV[7] ~= '' then ll_report(now, 'requests', to_int(ARGV[7], 'requests limit'), to_int(ARGV[8], 'requests window')) end
 if ARGV[9] ~= '' then ll_report(now, 'tokens', to_int(ARGV[9], 'tokens limit'), to_int(ARGV[10], 'tokens window')) end
@@ -60,4 +76,6 @@ local function reply(t)
 end
 local requests_left, requests_wait = reply(w.requests)
 local tokens_left, tokens_wait = reply(w.tokens)
-return { requests_left, requests_wait, tokens_left, tokens_wait }
+local input_left, input_wait = reply(w.input)
+local output_left, output_wait = reply(w.output)
+return { requests_left, requests_wait, tokens_left, tokens_wait, input_left, input_wait, output_left, output_wait }

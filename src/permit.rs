@@ -136,7 +136,11 @@ impl Permit {
             if self.quota.keeps_estimate && !unprocessed { tokens.max(self.reserved_tokens()) } else { tokens };
         crate::provider_signals::observe(&self.name, &outcome, &self.quota.block, self.quota.pause);
         crate::metrics::upstream_call(&self.name, outcome.label(), self.granted_at.elapsed());
-        let window = outcome.window_report(self.quota.retry_after_cap);
+        let window = outcome.window_report_for(
+            self.quota.retry_after_cap,
+            self.reserved_tokens(),
+            self.reserved_output_tokens(),
+        );
         self.grant.finish(outcome.wave_signal(), outcome.breaker_result(), tokens, window);
     }
 
@@ -156,7 +160,11 @@ impl Permit {
         };
         crate::provider_signals::observe(&self.name, &outcome, &self.quota.block, self.quota.pause);
         crate::metrics::upstream_call(&self.name, outcome.label(), self.granted_at.elapsed());
-        let window = outcome.window_report(self.quota.retry_after_cap);
+        let window = outcome.window_report_for(
+            self.quota.retry_after_cap,
+            self.reserved_tokens(),
+            self.reserved_output_tokens(),
+        );
         let used = crate::engine::grant::TokensUsed::Parts(input, output);
         self.grant.finish(outcome.wave_signal(), outcome.breaker_result(), used, window);
     }

@@ -468,7 +468,7 @@ impl LocalGate {
             }
         }
         let head = heads[answered];
-        let window_wait = self.windows.wait_ms(now_ms, head.tokens);
+        let window_wait = self.windows.wait_ms(now_ms, head.tokens, head.output);
         let result = if let Some((reason, retry_after_ms)) = denial {
             if reason == DenyReason::AtLimit && !instance.is_empty() && !classes {
                 // The place is kept from the first ask; asking again says the process still waits.
@@ -532,7 +532,7 @@ impl LocalGate {
                     if let Some((class, _)) = chosen {
                         self.class_budgets.charge(class, budgets, now_ms, head.tokens);
                     }
-                    let sent = self.windows.charge(now_ms, head.tokens);
+                    let sent = self.windows.charge(now_ms, head.tokens, head.output);
                     self.ledger.insert(head.id, HeldPermit { expires_ms, wave: s.wave, sent });
                     if let Some((class, false)) = chosen {
                         self.turns.granted(class, self.classes[class].weight_value().get());
@@ -766,6 +766,9 @@ impl LocalGate {
         now_ms: u64,
     ) -> FinishReport {
         let delta = token_delta.into();
+        if delta.output < 0 {
+            self.windows.give_back(delta.output.unsigned_abs());
+        }
         self.split_settle(delta, now_ms);
         self.day_settle(delta.total, now_ms);
         let token_delta = delta.total;

@@ -304,12 +304,30 @@ impl Outcome {
     /// assert_eq!(report.requests.map(|left| left.reset_ms), Some(60_000));
     /// ```
     pub fn window_report(&self, retry_after_cap: Duration) -> Option<WindowReport> {
+        self.window_report_for(retry_after_cap, 0, 0)
+    }
+
+    /// [`window_report`](Self::window_report) for a refused call that reserved `tokens`,
+    /// `output` of them its answer's: a refusal whose headers show a window with less left than
+    /// the call needed (one request, its tokens, its input part, its output part) names the
+    /// window that refused it, and that window, tracked, holds back the calls it cannot hold
+    /// while the smaller ones go on; only a refusal that names none pauses the fleet for its
+    /// `Retry-After`. (An Anthropic refusal of a 2,000-token output with 1,500 left paused
+    /// every call for up to 15 s, while the calls of 400 fitted.)
+    pub fn window_report_for(&self, retry_after_cap: Duration, tokens: u64, output: u64) -> Option<WindowReport> {
         match self {
             Outcome::Success { signals, .. } => WindowReport::from_signals(signals),
             Outcome::RateLimited { kind, signals, retry_after, .. } => {
                 let report = WindowReport::from_signals(signals);
-                let names_spent = report
-                    .is_some_and(|r| [r.requests, r.tokens].into_iter().flatten().any(|left| left.remaining == 0));
+                let output = output.min(tokens);
+                let names_spent = report.is_some_and(|r| {
+                    let short =
+                        |left: Option<crate::WindowLeft>, need: u64| left.is_some_and(|l| l.remaining < need.max(1));
+                    short(r.requests, 1)
+                        || short(r.tokens, tokens)
+                        || short(r.input, tokens - output)
+                        || short(r.output, output)
+                });
                 match (kind, names_spent, signals.exhausted_for().or(*retry_after)) {
                     (RateLimitKind::RateWindow, false, Some(pause)) => {
                         let mut report = report.unwrap_or_default();

@@ -57,8 +57,8 @@
 //! // "0 requests left, the window resets in 30 s", with nobody else in flight.
 //! let spent = WindowReport::spent_for(std::time::Duration::from_secs(30));
 //! windows.report(spent, 1_000, 0, 0, None);
-//! assert_eq!(windows.wait_ms(2_000, 0), Some(29_000));
-//! assert_eq!(windows.wait_ms(31_000, 0), None);
+//! assert_eq!(windows.wait_ms(2_000, 0, 0), Some(29_000));
+//! assert_eq!(windows.wait_ms(31_000, 0, 0), None);
 //! ```
 
 use std::time::Duration;
@@ -104,8 +104,16 @@ impl WindowLeft {
 pub struct WindowReport {
     /// The requests window, when the response gave its remaining count and reset.
     pub requests: Option<WindowLeft>,
-    /// The tokens window, likewise.
+    /// The tokens window, likewise (not reported when the input and output parts are: each
+    /// part is then tracked on its own).
     pub tokens: Option<WindowLeft>,
+    /// Anthropic's input tokens window on its own, when the response gave the input and the
+    /// output windows both: a grant needs its input part of it.
+    pub input: Option<WindowLeft>,
+    /// Anthropic's output tokens window on its own: a grant needs its output part (its
+    /// `max_tokens`) of it, and what a settlement gives back of the output returns to it
+    /// (Anthropic adjusts the output charged to what was used at the end of each call).
+    pub output: Option<WindowLeft>,
     /// The limits the response announced with a known window (they tighten the budgets; see
     /// [`LearnedBudgets`](crate::LearnedBudgets)). Carried with the windows so one report
     /// (one script call in shared mode) says all of it.
@@ -120,9 +128,18 @@ impl WindowReport {
             let refills_to = if w.refills { w.limit } else { None };
             w.left().map(|(remaining, reset)| WindowLeft { remaining, reset_ms: duration_ms(reset), refills_to })
         };
+        let (input, output) = match (left(signals.input), left(signals.output)) {
+            (Some(input), Some(output)) => (Some(input), Some(output)),
+            _ => (None, None),
+        };
         let report = Self {
             requests: left(signals.requests),
-            tokens: left(signals.tokens),
+            // The parts are tracked apart: their sum, folded at the share of the more used one,
+            // would admit a small prompt with an output the output bucket no longer holds, and
+            // could not take back what a settlement gives back of the output alone.
+            tokens: if input.is_some() { None } else { left(signals.tokens) },
+            input,
+            output,
             limits: LearnedLimits::from_signals(signals),
         };
         (!report.is_empty()).then_some(report)
@@ -134,13 +151,19 @@ impl WindowReport {
         Self {
             requests: Some(WindowLeft::fixed(0, duration_ms(reset.min(MAX_RESET)))),
             tokens: None,
+            input: None,
+            output: None,
             limits: LearnedLimits::default(),
         }
     }
 
     /// Whether the report says nothing.
     pub const fn is_empty(&self) -> bool {
-        self.requests.is_none() && self.tokens.is_none() && self.limits.is_empty()
+        self.requests.is_none()
+            && self.tokens.is_none()
+            && self.input.is_none()
+            && self.output.is_none()
+            && self.limits.is_empty()
     }
 }
 
@@ -162,6 +185,16 @@ pub struct TrackedWindow {
     pub at_ms: u64,
     /// The limit a continuously refilled bucket grows back to; 0 for a fixed window.
     pub refills_to: u64,
+}
+
+/// What a report's count could not include: what was granted after it (`spent`), and with the
+/// reporting call's mark (`given_back` is `Some`) what was given back since, for a window that
+/// takes it back; `as_of_ms`: when the count was taken.
+#[derive(Debug, Clone, Copy)]
+struct WindowCost {
+    spent: u64,
+    given_back: Option<u64>,
+    as_of_ms: u64,
 }
 
 impl TrackedWindow {
@@ -186,17 +219,21 @@ impl TrackedWindow {
     }
 
     /// Takes in `left`, said of the provider's count at `as_of_ms` (at most `now_ms`: the
-    /// reporting call's admission when known), with `others_cost` granted since.
-    fn report(&mut self, left: WindowLeft, now_ms: u64, others_cost: u64, as_of_ms: u64) {
+    /// reporting call's admission when known), with `others_cost` granted since. `given_back`
+    /// is `Some` for a report that comes with the reporting call's mark (exact as of its
+    /// grant): what settlements gave back since, for a window that takes it back (else 0).
+    fn report(&mut self, left: WindowLeft, now_ms: u64, others_cost: u64, as_of_ms: u64, given_back: Option<u64>) {
         let until = now_ms.saturating_add(left.reset_ms.min(MAX_WINDOW_MS));
         // A running fixed window that ends when this bucket would be full again is that
         // window: its end proved it fixed (see `Window::refills`), and a report nearer its end
         // reads like a refill only because less is left.
         let known_fixed = self.refills_to == 0 && self.runs(now_ms) && until.abs_diff(self.until_ms) <= SAME_WINDOW_MS;
         if let Some(to) = left.refills_to.filter(|to| *to > 0 && !known_fixed) {
-            return self.report_refill(left, to.min(MAX_WINDOW_LEFT), now_ms, others_cost, as_of_ms.min(now_ms));
+            let cost = WindowCost { spent: others_cost, given_back, as_of_ms: as_of_ms.min(now_ms) };
+            return self.report_refill(left, to.min(MAX_WINDOW_LEFT), now_ms, cost);
         }
-        let estimate = left.remaining.min(MAX_WINDOW_LEFT).saturating_sub(others_cost);
+        let estimate =
+            left.remaining.saturating_add(given_back.unwrap_or(0)).min(MAX_WINDOW_LEFT).saturating_sub(others_cost);
         if left.reset_ms == 0 {
             // It resets now: nothing to keep.
             return;
@@ -210,13 +247,18 @@ impl TrackedWindow {
     }
 
     /// A report of a bucket refilled continuously to `to`: `remaining` now, full in
-    /// `reset_ms`. What is left after the others in flight are counted is full again after
-    /// the same rate has refilled it (at most a day). A running refilled bucket that has
-    /// no more left now keeps its word (an older answer never raises what is left); a fixed
-    /// window is replaced.
-    fn report_refill(&mut self, left: WindowLeft, to: u64, now_ms: u64, others_cost: u64, as_of_ms: u64) {
+    /// `reset_ms`. What is left after the others in flight are counted (and what was given
+    /// back since added) is full again after the same rate has refilled it (at most a day).
+    /// A running refilled bucket that has no more left now keeps its word against a report
+    /// without a mark (which counts every call in flight at its whole reservation, and may be
+    /// an older answer); a report with a mark is exact as of its call's grant and replaces it
+    /// (the word kept may stem from such a rough count, and never saw what was given back: a
+    /// cold start's answers, each counting 23 others at 12,000 tokens, held a fleet's input
+    /// at 0 for a minute while the provider's bucket refilled); a fixed window is replaced.
+    fn report_refill(&mut self, left: WindowLeft, to: u64, now_ms: u64, cost: WindowCost) {
+        let WindowCost { spent: others_cost, given_back, as_of_ms } = cost;
         let remaining = left.remaining.min(to);
-        let estimate = remaining.saturating_sub(others_cost);
+        let estimate = remaining.saturating_add(given_back.unwrap_or(0)).min(to).saturating_sub(others_cost);
         if left.reset_ms == 0 || estimate >= to {
             // Full now: nothing to keep.
             return;
@@ -233,7 +275,8 @@ impl TrackedWindow {
             return;
         }
         let reported = TrackedWindow { left: estimate, until_ms: until, at_ms: as_of_ms, refills_to: to };
-        if self.refills_to > 0 && self.runs(now_ms) && self.level(now_ms) <= reported.level(now_ms) {
+        let keeps_word = given_back.is_none() && self.refills_to > 0 && self.runs(now_ms);
+        if keeps_word && self.level(now_ms) <= reported.level(now_ms) {
             return;
         }
         *self = reported;
@@ -277,36 +320,44 @@ impl TrackedWindow {
 }
 
 /// What the fleet has granted since the first report: one request and its token estimate
-/// per grant, whether a window ran or not, each at most [`MAX_WINDOW_LEFT`].
+/// (and of it, the output part) per grant, whether a window ran or not, and the output that
+/// settlements gave back; each at most [`MAX_WINDOW_LEFT`].
 ///
 /// A permit keeps the count as it stood right after its own grant (its mark); what its
 /// answer says is left was counted by the provider at that call's admission, so the grants
-/// made after the mark are exactly what the answer could not count yet
-/// ([`ProviderWindows::report`]).
+/// made after the mark are exactly what the answer could not count yet, and the output given
+/// back after it what the answer could not count back ([`ProviderWindows::report`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub struct SentCount {
     /// Grants made.
     pub requests: u64,
     /// Tokens they reserved.
     pub tokens: u64,
+    /// Of them, the output part (`max_tokens`).
+    pub output: u64,
+    /// Output tokens settlements gave back (an answer that used less than its `max_tokens`).
+    pub given_back: u64,
     /// When the last of them was counted (clock ms): for a mark, its permit's grant.
     pub at_ms: u64,
 }
 
 impl SentCount {
-    /// What was granted after `mark` was taken from this count; `None` when `mark` lies
-    /// ahead of it (the count started over since: a store that lost its state).
+    /// What was granted (and given back) after `mark` was taken from this count; `None` when
+    /// `mark` lies ahead of it (the count started over since: a store that lost its state).
     pub fn since(self, mark: SentCount) -> Option<SentCount> {
         Some(SentCount {
             requests: self.requests.checked_sub(mark.requests)?,
             tokens: self.tokens.checked_sub(mark.tokens)?,
+            output: self.output.checked_sub(mark.output)?,
+            given_back: self.given_back.checked_sub(mark.given_back)?,
             at_ms: self.at_ms,
         })
     }
 
-    fn add(&mut self, tokens: u64, now_ms: u64) {
+    fn add(&mut self, tokens: u64, output: u64, now_ms: u64) {
         self.requests = self.requests.saturating_add(1).min(MAX_WINDOW_LEFT);
         self.tokens = self.tokens.saturating_add(tokens).min(MAX_WINDOW_LEFT);
+        self.output = self.output.saturating_add(output.min(tokens)).min(MAX_WINDOW_LEFT);
         self.at_ms = now_ms;
     }
 }
@@ -316,8 +367,13 @@ impl SentCount {
 pub struct ProviderWindows {
     /// The requests window.
     pub requests: TrackedWindow,
-    /// The tokens window.
+    /// The tokens window (an estimate in all).
     pub tokens: TrackedWindow,
+    /// The input tokens window (Anthropic's, an estimate less its output part).
+    pub input: TrackedWindow,
+    /// The output tokens window (Anthropic's, an estimate's output part); it takes back what
+    /// settlements give back of the output.
+    pub output: TrackedWindow,
     /// What was granted since the first report (`None` before it: nothing is counted for an
     /// upstream whose answers never say what is left).
     pub sent: Option<SentCount>,
@@ -329,9 +385,11 @@ impl ProviderWindows {
     /// running, the reporting call having reserved `tokens_each` tokens.
     ///
     /// With a mark, the calls the answer could not count are the grants made since it, at
-    /// what they reserved; without one (a permit granted before the first report, or in
-    /// another gate), every other call in flight, each assumed to reserve `tokens_each`.
-    /// The first report starts the count of grants.
+    /// what they reserved (each part at its own), and the output window gets back what was
+    /// given back since; without one (a permit granted before the first report, or in another
+    /// gate), every other call in flight, each assumed to reserve `tokens_each` in each part.
+    /// A report of the input and output parts ends the tokens window (the parts are tracked
+    /// instead). The first report starts the count of grants.
     pub fn report(
         &mut self,
         report: WindowReport,
@@ -342,40 +400,91 @@ impl ProviderWindows {
     ) {
         let others = u64::from(others_in_flight);
         let since = self.sent.zip(mark).and_then(|(sent, mark)| Some((sent.since(mark)?, mark.at_ms)));
-        let (requests_cost, tokens_cost, as_of_ms) =
-            since.map_or((others, others.saturating_mul(tokens_each), now_ms), |(s, at)| (s.requests, s.tokens, at));
+        let (cost, as_of_ms) = match since {
+            Some((s, at)) => (s, at),
+            None => {
+                let each = others.saturating_mul(tokens_each);
+                let cost = SentCount { requests: others, tokens: each, output: each, given_back: 0, at_ms: now_ms };
+                (cost, now_ms)
+            }
+        };
+        // With a mark the report is exact as of its call's grant (nothing given back but to
+        // the output window); without one it only ever lowers a running bucket.
+        let marked = since.map(|_| 0);
+        let given_back = since.map(|(s, _)| s.given_back);
+        let input_cost = if since.is_some() { cost.tokens.saturating_sub(cost.output) } else { cost.tokens };
         if let Some(left) = report.requests {
-            self.requests.report(left, now_ms, requests_cost, as_of_ms);
+            self.requests.report(left, now_ms, cost.requests, as_of_ms, marked);
         }
         if let Some(left) = report.tokens {
-            self.tokens.report(left, now_ms, tokens_cost, as_of_ms);
+            self.tokens.report(left, now_ms, cost.tokens, as_of_ms, marked);
+        }
+        if report.input.is_some() && report.output.is_some() {
+            self.tokens = TrackedWindow::default();
+        }
+        if let Some(left) = report.input {
+            self.input.report(left, now_ms, input_cost, as_of_ms, marked);
+        }
+        if let Some(left) = report.output {
+            self.output.report(left, now_ms, cost.output, as_of_ms, given_back);
         }
         self.sent.get_or_insert_with(SentCount::default);
     }
 
-    /// How long until a grant reserving `tokens` may be made, when a window refuses it now.
-    /// A spent tokens window refuses even a grant that reserves none.
-    pub fn wait_ms(&self, now_ms: u64, tokens: u64) -> Option<u64> {
-        let requests = self.requests.wait_ms(now_ms, 1);
-        let tokens = self.tokens.wait_ms(now_ms, tokens.max(1));
-        match (requests, tokens) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        }
+    /// How long until a grant reserving `tokens`, `output` of them its answer's, may be made,
+    /// when a window refuses it now. A spent tokens (input, output) window refuses even a grant
+    /// that reserves none.
+    pub fn wait_ms(&self, now_ms: u64, tokens: u64, output: u64) -> Option<u64> {
+        let output = output.min(tokens);
+        [
+            self.requests.wait_ms(now_ms, 1),
+            self.tokens.wait_ms(now_ms, tokens.max(1)),
+            self.input.wait_ms(now_ms, (tokens - output).max(1)),
+            self.output.wait_ms(now_ms, output.max(1)),
+        ]
+        .into_iter()
+        .flatten()
+        .max()
     }
 
-    /// Counts a grant reserving `tokens` down from the running windows, and in what was
-    /// granted since the first report. Answers the grant's mark (`None` before any report).
-    pub fn charge(&mut self, now_ms: u64, tokens: u64) -> Option<SentCount> {
+    /// The wait every grant reserving `tokens` sits out, however they split into input and
+    /// output (each part needing one at least): a lower bound of [`wait_ms`](Self::wait_ms).
+    pub fn least_wait_ms(&self, now_ms: u64, tokens: u64) -> Option<u64> {
+        [
+            self.requests.wait_ms(now_ms, 1),
+            self.tokens.wait_ms(now_ms, tokens.max(1)),
+            self.input.wait_ms(now_ms, 1),
+            self.output.wait_ms(now_ms, 1),
+        ]
+        .into_iter()
+        .flatten()
+        .max()
+    }
+
+    /// Counts a grant reserving `tokens`, `output` of them its answer's, down from the running
+    /// windows, and in what was granted since the first report. Answers the grant's mark
+    /// (`None` before any report).
+    pub fn charge(&mut self, now_ms: u64, tokens: u64, output: u64) -> Option<SentCount> {
+        let output = output.min(tokens);
         self.requests.charge(now_ms, 1);
         self.tokens.charge(now_ms, tokens);
+        self.input.charge(now_ms, tokens - output);
+        self.output.charge(now_ms, output);
         if let Some(sent) = &mut self.sent {
-            sent.add(tokens, now_ms);
+            sent.add(tokens, output, now_ms);
         }
         self.sent
     }
 
-    /// Forgets both windows (an operator's clear): grants go on as if no report had come.
+    /// A settlement gave back `output` tokens of an answer's output (it used less than it
+    /// reserved): counted, so the next report of the output window adds them back.
+    pub fn give_back(&mut self, output: u64) {
+        if let Some(sent) = &mut self.sent {
+            sent.given_back = sent.given_back.saturating_add(output).min(MAX_WINDOW_LEFT);
+        }
+    }
+
+    /// Forgets every window (an operator's clear): grants go on as if no report had come.
     /// The count of grants goes on (the marks of the permits held still refer to it).
     pub fn clear(&mut self) {
         *self = Self { sent: self.sent, ..Self::default() };
@@ -413,19 +522,19 @@ mod tests {
         let mut w = ProviderWindows::default();
         w.report(fixed_minute_in_openai_headers(99_800, 59_000), 1_000, 9, 200, None);
         let mut granted = 0;
-        while w.wait_ms(1_000, 200).is_none() {
-            w.charge(1_000, 200);
+        while w.wait_ms(1_000, 200, 0).is_none() {
+            w.charge(1_000, 200, 0);
             granted += 1;
         }
         assert_eq!(granted, 490, "the window's 98,000 after the 9 in flight");
         // A later answer, nearer the end and with less left, is the same window.
         w.report(fixed_minute_in_openai_headers(2_000, 40_000), 20_000, 0, 200, w.sent);
-        assert_eq!(w.wait_ms(20_000, 200), Some(40_000), "nothing before the window's end");
+        assert_eq!(w.wait_ms(20_000, 200, 0), Some(40_000), "nothing before the window's end");
         // At its end the whole next window may go.
         let after = 60_001;
         for _ in 0..400 {
-            assert_eq!(w.wait_ms(after, 200), None);
-            w.charge(after, 200);
+            assert_eq!(w.wait_ms(after, 200, 0), None);
+            w.charge(after, 200, 0);
         }
     }
 
@@ -434,11 +543,11 @@ mod tests {
         let mut w = ProviderWindows::default();
         w.report(requests(5, 10_000), 0, 3, 0, None);
         assert_eq!(w.requests, TrackedWindow { left: 2, until_ms: 10_000, at_ms: 0, refills_to: 0 });
-        assert_eq!(w.wait_ms(1, 0), None);
-        w.charge(1, 0);
-        w.charge(2, 0);
-        assert_eq!(w.wait_ms(3, 0), Some(9_997));
-        assert_eq!(w.wait_ms(10_000, 0), None, "the window ended");
+        assert_eq!(w.wait_ms(1, 0, 0), None);
+        w.charge(1, 0, 0);
+        w.charge(2, 0, 0);
+        assert_eq!(w.wait_ms(3, 0, 0), Some(9_997));
+        assert_eq!(w.wait_ms(10_000, 0, 0), None, "the window ended");
     }
 
     #[test]
@@ -457,16 +566,16 @@ mod tests {
         let mut w = ProviderWindows::default();
         // A Retry-After of a day, then a 200 saying 999 are left for the next minute.
         w.report(WindowReport::spent_for(Duration::from_secs(86_400)), 0, 0, 0, None);
-        assert_eq!(w.wait_ms(1_000, 0), Some(86_399_000));
+        assert_eq!(w.wait_ms(1_000, 0, 0), Some(86_399_000));
         w.report(requests(999, 60_000), 2_000, 0, 0, None);
         assert_eq!(w.requests, TrackedWindow { left: 999, until_ms: 62_000, at_ms: 2_000, refills_to: 0 });
-        assert_eq!(w.wait_ms(2_000, 0), None, "the provider's newer word ends the pause");
+        assert_eq!(w.wait_ms(2_000, 0, 0), None, "the provider's newer word ends the pause");
         // An absurd reset is a day at most, and the end stays a number the store can return.
         w.report(requests(0, u64::MAX), 3_000, 0, 0, None);
         assert_eq!(w.requests.until_ms, 3_000 + MAX_WINDOW_MS);
         assert_eq!(WindowReport::spent_for(Duration::MAX).requests.map(|r| r.reset_ms), Some(MAX_WINDOW_MS));
         w.clear();
-        assert_eq!(w.wait_ms(4_000, 0), None, "cleared");
+        assert_eq!(w.wait_ms(4_000, 0, 0), None, "cleared");
     }
 
     fn refilling(remaining: u64, reset_ms: u64, to: u64) -> WindowReport {
@@ -479,24 +588,24 @@ mod tests {
         let mut w = ProviderWindows::default();
         // 0 of 60 left, full in 60 s: one back a second, not 0 for a minute.
         w.report(refilling(0, 60_000, 60), 0, 0, 0, None);
-        assert_eq!(w.wait_ms(0, 0), Some(1_000));
+        assert_eq!(w.wait_ms(0, 0, 0), Some(1_000));
         assert_eq!(w.requests.level(30_000), 30);
-        assert_eq!(w.wait_ms(30_000, 0), None);
-        w.charge(30_000, 0);
+        assert_eq!(w.wait_ms(30_000, 0, 0), None);
+        w.charge(30_000, 0, 0);
         assert_eq!(w.requests.level(30_000), 29, "a grant costs one");
         assert_eq!(w.requests.until_ms, 61_000, "and is back a second later");
-        assert_eq!(w.wait_ms(61_000, 0), None, "full: nothing to say");
+        assert_eq!(w.wait_ms(61_000, 0, 0), None, "full: nothing to say");
         // The others in flight are counted, and full comes later by what they cost.
         w.report(refilling(10, 50_000, 60), 100_000, 5, 0, None);
         assert_eq!(w.requests, TrackedWindow { left: 5, until_ms: 155_000, at_ms: 100_000, refills_to: 60 });
         // Full, or an absurd reset: nothing kept beyond the bounds.
         let mut full = ProviderWindows::default();
         full.report(refilling(60, 1_000, 60), 0, 0, 0, None);
-        assert_eq!(full.wait_ms(0, 0), None);
+        assert_eq!(full.wait_ms(0, 0, 0), None);
         full.report(refilling(0, u64::MAX, u64::MAX), 0, 0, 0, None);
         assert_eq!(full.requests.until_ms, MAX_WINDOW_MS);
         assert_eq!(full.requests.refills_to, MAX_WINDOW_LEFT);
-        assert!(full.wait_ms(0, 0).is_some_and(|wait| wait <= MAX_WINDOW_MS));
+        assert!(full.wait_ms(0, 0, 0).is_some_and(|wait| wait <= MAX_WINDOW_MS));
     }
 
     #[test]
@@ -506,9 +615,43 @@ mod tests {
         let report = WindowReport { tokens, ..WindowReport::default() };
         w.report(report, 0, 2, 300, None);
         assert_eq!(w.tokens.left, 400);
-        assert_eq!(w.wait_ms(0, 400), None);
-        assert_eq!(w.wait_ms(0, 401), Some(5_000));
-        w.charge(0, 400);
-        assert_eq!(w.wait_ms(0, 0), Some(5_000), "a spent tokens window refuses every grant");
+        assert_eq!(w.wait_ms(0, 400, 0), None);
+        assert_eq!(w.wait_ms(0, 401, 0), Some(5_000));
+        w.charge(0, 400, 0);
+        assert_eq!(w.wait_ms(0, 0, 0), Some(5_000), "a spent tokens window refuses every grant");
+    }
+
+    fn parts(input: (u64, u64), output: (u64, u64)) -> WindowReport {
+        let part =
+            |(remaining, reset_ms): (u64, u64), to| Some(WindowLeft { remaining, reset_ms, refills_to: Some(to) });
+        WindowReport { input: part(input, 50_000), output: part(output, 8_000), ..WindowReport::default() }
+    }
+
+    #[test]
+    fn input_and_output_are_tracked_apart_and_the_output_takes_back_what_is_given_back() {
+        let mut w = ProviderWindows::default();
+        // A tokens window folded from both, then a report of the parts: the parts replace it.
+        let folded = WindowReport { tokens: Some(WindowLeft::fixed(100, 60_000)), ..WindowReport::default() };
+        w.report(folded, 0, 0, 0, None);
+        w.report(parts((40_000, 12_000), (400, 57_000)), 0, 0, 0, None);
+        assert_eq!(w.tokens, TrackedWindow::default(), "the folded window ends");
+        // A small prompt with an output the output bucket no longer holds waits for the output.
+        assert_eq!(w.wait_ms(0, 1_400, 400), None);
+        assert_eq!(w.wait_ms(0, 1_500, 500), Some(750), "100 more output at 133 a second");
+        // Two grants of 400 out, then one of them settles having used 100: 300 given back.
+        let first = w.charge(0, 1_400, 400).expect("a mark");
+        w.give_back(300);
+        // The answer to the first call: 0 output left as the provider counted at its
+        // admission; the 300 given back since are back.
+        w.report(parts((39_000, 13_000), (0, 60_000)), 500, 0, 0, Some(first));
+        assert_eq!(w.output.left, 300, "what was given back since the call's grant");
+        assert_eq!(w.input.left, 39_000);
+        // An older answer (a report without a mark) never raises it.
+        w.report(parts((49_000, 1_000), (7_000, 8_000)), 600, 0, 0, None);
+        assert_eq!(w.output.level(600), 380, "300 and 100 ms of refill since the grant");
+        // Without a mark each other call in flight counts its whole reservation in each part.
+        let mut cold = ProviderWindows::default();
+        cold.report(parts((40_000, 12_000), (4_000, 30_000)), 0, 2, 1_000, None);
+        assert_eq!((cold.input.left, cold.output.left), (38_000, 2_000));
     }
 }

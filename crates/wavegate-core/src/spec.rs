@@ -298,6 +298,9 @@ pub enum Step {
         refills_requests: Option<u64>,
         /// Likewise for the tokens window.
         refills_tokens: Option<u64>,
+        /// Anthropic's input and output windows, each `(remaining, reset in ms, limit it
+        /// refills to)` (0: a fixed window).
+        parts: [Option<(u64, u64, u64)>; 2],
     },
     /// Compare the model's status.
     Status {
@@ -621,6 +624,7 @@ pub fn run_case<M: WaveModel>(case: &SpecCase, model: &mut M) -> Result<(), Spec
                 learned_parts: [learned_input, learned_output],
                 refills_requests,
                 refills_tokens,
+                parts: [input, output],
             } => {
                 let left = |w: &Option<(u64, u64)>, refills_to: &Option<u64>| {
                     w.map(|(remaining, reset_ms)| WindowLeft { remaining, reset_ms, refills_to: *refills_to })
@@ -632,9 +636,18 @@ pub fn run_case<M: WaveModel>(case: &SpecCase, model: &mut M) -> Result<(), Spec
                     input: learned(learned_input),
                     output: learned(learned_output),
                 };
+                let part = |p: &Option<(u64, u64, u64)>| {
+                    p.map(|(remaining, reset_ms, to)| WindowLeft {
+                        remaining,
+                        reset_ms,
+                        refills_to: (to > 0).then_some(to),
+                    })
+                };
                 let report = WindowReport {
                     requests: left(requests, refills_requests),
                     tokens: left(tokens, refills_tokens),
+                    input: part(input),
+                    output: part(output),
                     limits,
                 };
                 let id = by.map(|p| ids.plain(p));

@@ -178,10 +178,51 @@ fn deaf_to_limits(report: WindowReport) -> Option<WindowReport> {
 #[test]
 fn the_tables_catch_a_machine_deaf_to_the_providers_windows() {
     let window_cases: Vec<_> = cases().into_iter().filter(|case| case.name.starts_with("provider window")).collect();
-    assert_eq!(window_cases.len(), 12);
+    assert_eq!(window_cases.len(), 14);
     for case in &window_cases {
         assert!(run_case(case, &mut Wrong(GateModel::new(case), Mishears(deaf_to_windows))).is_err(), "{}", case.name);
     }
+}
+
+/// Keeps the output a settlement gives back to itself: the output window never sees it.
+struct KeepsWhatIsGivenBack;
+
+impl Mistake for KeepsWhatIsGivenBack {
+    fn finish(
+        &mut self,
+        model: &mut GateModel,
+        id: &PermitId,
+        wave: u64,
+        signal: WaveSignal,
+        delta: TokenDelta,
+    ) -> Released {
+        let kept = TokenDelta::new(delta.total, delta.output.max(0));
+        model.finish(id, wave, signal, kept).unwrap_or_else(|e| match e {})
+    }
+}
+
+/// Folds the input and output windows into one tokens window of their sum, at the share left
+/// of the more used part (as wavegate did before they were tracked apart).
+fn folds_the_parts(report: WindowReport) -> Option<WindowReport> {
+    let (Some(input), Some(output)) = (report.input, report.output) else { return Some(report) };
+    let (input_to, output_to) = (input.refills_to.unwrap_or(1), output.refills_to.unwrap_or(1));
+    let share = (input.remaining as f64 / input_to as f64).min(output.remaining as f64 / output_to as f64);
+    let to = input_to + output_to;
+    let tokens = WindowLeft {
+        remaining: (to as f64 * share) as u64,
+        reset_ms: input.reset_ms.max(output.reset_ms),
+        refills_to: Some(to),
+    };
+    Some(WindowReport { tokens: Some(tokens), input: None, output: None, ..report })
+}
+
+#[test]
+fn the_tables_catch_a_gate_blind_to_the_output_given_back_or_that_folds_the_parts() {
+    let name =
+        "provider window: Anthropic's input and output are tracked apart; the output takes back what is given back";
+    let case = cases().into_iter().find(|case| case.name == name).expect("the case");
+    assert!(run_case(&case, &mut Wrong(GateModel::new(&case), KeepsWhatIsGivenBack)).is_err());
+    assert!(run_case(&case, &mut Wrong(GateModel::new(&case), Mishears(folds_the_parts))).is_err());
 }
 
 /// Reads OpenAI's reset as the end of a fixed window (the stall of issue 23).

@@ -375,7 +375,18 @@ fn disagreement(
                         refills_to: *refills_to,
                     }),
                     tokens: None,
-                    // An even tokens limit comes with Anthropic's input and output limits too.
+                    // An even tokens limit comes with Anthropic's input and output windows and
+                    // limits too.
+                    input: tokens_limit.filter(|l| l % 2 == 0).map(|limit| WindowLeft {
+                        remaining: limit / 2,
+                        reset_ms: 700,
+                        refills_to: Some(limit),
+                    }),
+                    output: tokens_limit.filter(|l| l % 2 == 0).map(|limit| WindowLeft {
+                        remaining: limit / 8,
+                        reset_ms: 900,
+                        refills_to: Some(limit / 4),
+                    }),
                     limits: LearnedLimits {
                         requests: None,
                         tokens: tokens_limit.map(|limit| LearnedLimit { limit, window_ms: 1_000 }),

@@ -329,7 +329,8 @@ fn day_left_arg(left: DayLeft, generation: &str) -> String {
 /// each announced limit and its window (`''` for what the report does not say), whether the
 /// windows kept are cleared first (an operator's clear, with an empty report), the limit
 /// each window refills to when it is a continuously refilled bucket (`'0'`: a fixed window),
-/// then the input and output tokens limits announced with their windows (Anthropic's).
+/// the input and output tokens limits announced with their windows (Anthropic's), then the
+/// input and output windows (each remaining, reset and the limit it refills to).
 pub(crate) fn report_window<'a>(
     keys: &'a UpstreamKeys,
     id: &str,
@@ -374,6 +375,12 @@ pub(crate) fn report_window<'a>(
         .arg(input_window)
         .arg(output_limit)
         .arg(output_window)
+        .arg(side(report.input).0)
+        .arg(side(report.input).1)
+        .arg(refills_to(report.input))
+        .arg(side(report.output).0)
+        .arg(side(report.output).1)
+        .arg(refills_to(report.output))
 }
 
 /// `heartbeat.lua`: the instance, the ttl (at least 1 ms) and the length of a turn as the
@@ -482,7 +489,7 @@ impl<'a> Reply<'a> {
 /// the script checks and uses.
 #[cfg(test)]
 mod tests {
-    use wavegate_core::{LearnedLimits, UpstreamConfig, WindowLeft};
+    use wavegate_core::{UpstreamConfig, WindowLeft};
     use wavegate_testkit::RedisServer;
 
     use super::*;
@@ -540,8 +547,9 @@ mod tests {
         ];
         let report = WindowReport {
             requests: Some(WindowLeft::fixed(5, 1_000)),
-            tokens: None,
-            limits: LearnedLimits::default(),
+            input: Some(WindowLeft { remaining: 40, reset_ms: 1_000, refills_to: Some(50) }),
+            output: Some(WindowLeft::fixed(5, 1_000)),
+            ..WindowReport::default()
         };
         let instances = store.config().keyspace.instances();
         let s = scripts();
@@ -696,7 +704,7 @@ mod tests {
         let config = vec![String::new(); CONFIG_ARGS];
         let lease = Duration::from_secs(1);
         let head = [Head { class: "", id: "x", tokens: 0, output: 0, waiting: 1 }];
-        let report = WindowReport { requests: None, tokens: None, limits: LearnedLimits::default() };
+        let report = WindowReport::default();
         // (the script's own body, its whole source, the keys the Rust side sends)
         let scripts = [
             (

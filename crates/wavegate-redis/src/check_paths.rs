@@ -14,7 +14,7 @@ use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 use wavegate_core::{
-    Ask, Instance, LearnedLimit, LearnedLimits, LiveChange, LiveSetting, OutageUsage, PermitId, TenantTag,
+    Ask, Instance, LearnedLimit, LearnedLimits, LiveChange, LiveSetting, OutageUsage, PermitId, TenantTag, TokenDelta,
     UpstreamConfig, WaveSignal, WindowLeft, WindowReport, duration_ms,
 };
 
@@ -79,6 +79,8 @@ impl Store {
         let report = WindowReport {
             requests: Some(WindowLeft { remaining: 1_000, reset_ms: 1_000, refills_to: Some(2_000) }),
             tokens: Some(WindowLeft { remaining: 100_000, reset_ms: 1_000, refills_to: Some(200_000) }),
+            input: Some(WindowLeft { remaining: 100_000, reset_ms: 1_000, refills_to: Some(200_000) }),
+            output: Some(WindowLeft { remaining: 100_000, reset_ms: 1_000, refills_to: Some(200_000) }),
             limits: LearnedLimits {
                 requests: Some(LearnedLimit { limit: 100_000, window_ms: 60_000 }),
                 tokens: Some(LearnedLimit { limit: 10_000_000, window_ms: 60_000 }),
@@ -90,7 +92,7 @@ impl Store {
         // A renewal of a held id and of one the store lost (registered again).
         classed.renew(&[first.clone(), lost.clone()], lease).await?;
         // Releases with a settlement: the class's budget, the choice of whom to wake.
-        classed.finish(&first, 1, WaveSignal::Success, -5).await?;
+        classed.finish(&first, 1, WaveSignal::Success, TokenDelta::new(-5, -5)).await?;
         classed.finish(&lost, 1, WaveSignal::Neutral, 0).await?;
         // An adoption after an outage, with its usage charged.
         classed.reconcile(&[adopted.as_str().to_owned()], &[], lease, OutageUsage::new(1, 10, Duration::ZERO)).await?;

@@ -473,10 +473,15 @@ impl SharedGate {
         const COMMAND: &str = "report_window";
         let reply: Vec<Value> = self.store.invoke(COMMAND, &call.invocation(&scripts().report_window)).await?;
         let r = Reply::new(COMMAND, &reply);
-        r.expect_len(4)?;
+        r.expect_len(8)?;
+        let window = |at: usize| -> Result<TrackedWindow, StoreError> {
+            Ok(TrackedWindow { left: r.uint(at)?, until_ms: r.uint(at + 1)?, ..TrackedWindow::default() })
+        };
         Ok(ProviderWindows {
-            requests: TrackedWindow { left: r.uint(0)?, until_ms: r.uint(1)?, ..TrackedWindow::default() },
-            tokens: TrackedWindow { left: r.uint(2)?, until_ms: r.uint(3)?, ..TrackedWindow::default() },
+            requests: window(0)?,
+            tokens: window(2)?,
+            input: window(4)?,
+            output: window(6)?,
             sent: None,
         })
     }

@@ -68,7 +68,7 @@ impl Handler<ReadHeadroom> for Lane {
             // spent (as this process heard it), or the quota is spent.
             blocked: self.blocked_until.is_some_and(|until| until > now)
                 || self.cooldown_until.is_some_and(|until| until > now)
-                || self.local.provider_windows().wait_ms(now_ms, 0).is_some()
+                || self.local.provider_windows().wait_ms(now_ms, 0, 0).is_some()
                 || self.quota.remaining().is_some(),
         })
     }

@@ -38,7 +38,7 @@ impl LocalGate {
             .then(|| Hold::of(DenyReason::Cooldown, snapshot.cooldown_until_ms.saturating_sub(now_ms)))
             .flatten();
         let running = self.ledger.iter().any(|(_, permit)| permit.expires_ms > now_ms);
-        let window = if running { None } else { self.windows.wait_ms(now_ms, tokens) }
+        let window = if running { None } else { self.windows.least_wait_ms(now_ms, tokens) }
             .and_then(|wait| Hold::of(DenyReason::ProviderWindow, wait));
         let now_us = now_ms.saturating_mul(1000);
         let (in_force, configured) = (self.budgets(now_ms), self.configured);

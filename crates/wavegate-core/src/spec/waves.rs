@@ -69,6 +69,7 @@ fn answer(
         learned_parts: [None; 2],
         refills_requests: None,
         refills_tokens: None,
+        parts: [None; 2],
     }
 }
 
@@ -95,6 +96,7 @@ fn refilling_by(
         learned_parts: [None; 2],
         refills_requests: requests.map(|(.., limit)| limit),
         refills_tokens: tokens.map(|(.., limit)| limit),
+        parts: [None; 2],
     }
 }
 
@@ -110,6 +112,7 @@ fn learn_parts(input: Option<(u64, u64)>, output: Option<(u64, u64)>) -> Step {
         learned_parts: [input, output],
         refills_requests: None,
         refills_tokens: None,
+        parts: [None; 2],
     }
 }
 
@@ -125,6 +128,24 @@ fn learn(learned_requests: Option<(u64, u64)>, learned_tokens: Option<(u64, u64)
         learned_parts: [None; 2],
         refills_requests: None,
         refills_tokens: None,
+        parts: [None; 2],
+    }
+}
+
+/// The answer to `by` (still held) with Anthropic's input and output windows only, each
+/// `(remaining, time to full in ms, limit)`.
+fn parts_by(by: Option<&'static str>, input: (u64, u64, u64), output: (u64, u64, u64)) -> Step {
+    Step::ReportWindow {
+        by,
+        requests: None,
+        tokens: None,
+        tokens_each: 0,
+        learned_requests: None,
+        learned_tokens: None,
+        learned_parts: [None; 2],
+        refills_requests: None,
+        refills_tokens: None,
+        parts: [Some(input), Some(output)],
     }
 }
 
@@ -769,6 +790,54 @@ pub(super) fn cases() -> Vec<SpecCase> {
                 window_by("A", None, Some((1_000, 5_000)), 100),
                 with_tokens("C", 900),
                 denied_window("D", 1, 5_000),
+            ],
+        ),
+        case(
+            "provider window: an answer with a mark raises a bucket a rough count held low",
+            vec![
+                // Four calls before any report: no marks. A's answer counts the three others at
+                // A's whole reservation: 2,000 left less 3,000 is nothing, full in 10 s.
+                with_tokens("A", 1_000),
+                with_tokens("B", 1_000),
+                with_tokens("C", 1_000),
+                with_tokens("D", 1_000),
+                refilling_by(Some("A"), None, Some((2_000, 8_000, 10_000)), 1_000),
+                Step::Advance { ms: 100 },
+                with_tokens("E", 100),
+                // E's answer (it has a mark): 1,900 left as of E's grant. It is exact, and
+                // replaces the rough count's bucket, which had 0 left.
+                refilling_by(Some("E"), None, Some((1_900, 7_600, 10_000)), 100),
+                with_tokens("F", 1_500),
+                denied_window("G", 1_000, 2_000),
+            ],
+        ),
+        case(
+            "provider window: Anthropic's input and output are tracked apart; the output takes back what is given back",
+            vec![
+                // 40,000 of 50,000 input left, full in 12 s; 400 of 8,000 output, full in 57 s.
+                parts_by(None, (40_000, 12_000, 50_000), (400, 57_000, 8_000)),
+                // A small prompt whose output the bucket holds; then none is left for another.
+                split("A", 1_400, 400),
+                Step::AcquireSplit {
+                    permit: "B",
+                    tokens: 600,
+                    output: 100,
+                    expect: Expect::DeniedProviderWindow { max_ms: 800 },
+                },
+                Step::Advance { ms: 1_000 },
+                split("C", 600, 100),
+                // A ends having used 100 of its 400: Anthropic gives the 300 back.
+                Step::FinishSplit { permit: "A", token_delta: -300, output_delta: -300 },
+                // C's answer, counted at its admission (before A's end): 33 output left. The
+                // 300 given back since C's grant are back: D's 300 fit, E's 100 more do not.
+                parts_by(Some("C"), (38_000, 14_000, 50_000), (33, 59_800, 8_000)),
+                split("D", 700, 300),
+                Step::AcquireSplit {
+                    permit: "E",
+                    tokens: 600,
+                    output: 100,
+                    expect: Expect::DeniedProviderWindow { max_ms: 800 },
+                },
             ],
         ),
         case(
