@@ -47,7 +47,7 @@ end
 if not generation(ARGV[CONFIG_ARGS + 7], false) then return state_lost('finish') end
 local now = now_ms()
 -- Output given back goes back to the provider's output window (ProviderWindows::give_back).
-if output_delta < 0 then pw_give_back(-output_delta) end
+if output_delta < 0 then pw_give_back(-output_delta, now) end
 rebudget(config, now * 1000) -- a changed rate keeps its budget's units (wave.lua)
 ll_apply(config, now)
 if config.tokens and token_delta ~= 0 then

@@ -6,9 +6,10 @@
 -- wavegate_core::spec.
 --
 -- Fields of the wave state hash (KEYS[2]): pw_requests_left, pw_requests_until, pw_requests_at,
--- pw_requests_to and the same for tokens, input and output (Anthropic's parts, tracked apart)
--- (ms of Redis TIME; an end of 0 or in the past: no window; `to` 0: a fixed window, else the
--- limit a continuously refilled bucket grows back to).
+-- pw_requests_to, pw_requests_rough and the same for tokens, input and output (Anthropic's parts,
+-- tracked apart) (ms of Redis TIME; an end of 0 or in the past: no window; `to` 0: a fixed
+-- window, else the limit a continuously refilled bucket grows back to; rough '1': what is left
+-- came from a report without a mark).
 --
 -- Fields pw_sent_requests, pw_sent_tokens, pw_sent_output and pw_sent_back: the grants counted
 -- since the first report (absent before it), one request, the tokens reserved and their output
@@ -34,9 +35,12 @@
 --     (then + ceil(D * (L - E) / (L - R)), at most a day; nothing kept when that is past); in
 --     between what is left grows
 --     linearly from E to L (pw_level, rounded down); a grant re-bases it at its time keeping the
---     rate; a full bucket says nothing; a report without a mark never raises a running bucket
---     (it keeps its word when it has no more left now than E), a report with a mark (exact as of
---     its call's grant) replaces it, and a fixed window is replaced; the doubles are computed in the order of
+--     rate; a full bucket says nothing; a running bucket with no more left now than E keeps its
+--     word (answers arrive out of order, and calls granted before the reporting one may reach
+--     the provider after it), unless its word is rough (from a report without a mark) and the
+--     report has a mark; a fixed window is replaced;
+--   * output given back by a settlement goes back to the output window at once (pw_give_back:
+--     level + back, at most `to`, re-based at now keeping the rate); the doubles are computed in the order of
 --     TrackedWindow's (crates/wavegate-core/src/provider_window.rs);
 --   * what is left is at most PW_MOST_LEFT; an end read back lies at most PW_MAX_RESET ms after now (a backward jump of TIME, a
 --     value written by hand): no window outlives its clamp;
@@ -68,7 +72,8 @@ local function pw_save(w)
   for _, name in ipairs(PW_NAMES) do
     local t = w[name]
     for _, v in ipairs({ 'pw_' .. name .. '_left', f(t.left), 'pw_' .. name .. '_until', f(t['until']),
-      'pw_' .. name .. '_at', f(t.at), 'pw_' .. name .. '_to', f(t.to) }) do
+      'pw_' .. name .. '_at', f(t.at), 'pw_' .. name .. '_to', f(t.to), 'pw_' .. name .. '_rough',
+      t.rough and '1' or '0' }) do
       table.insert(fields, v)
     end
   end
@@ -86,7 +91,9 @@ end
 local function pw_load(now)
   local names = {}
   for _, name in ipairs(PW_NAMES) do
-    for _, field in ipairs({ 'left', 'until', 'at', 'to' }) do table.insert(names, 'pw_' .. name .. '_' .. field) end
+    for _, field in ipairs({ 'left', 'until', 'at', 'to', 'rough' }) do
+      table.insert(names, 'pw_' .. name .. '_' .. field)
+    end
   end
   for _, field in ipairs({ 'pw_sent_requests', 'pw_sent_tokens', 'pw_sent_output', 'pw_sent_back' }) do
     table.insert(names, field)
@@ -96,12 +103,12 @@ local function pw_load(now)
   local w = {}
   local moved = false
   for i, name in ipairs(PW_NAMES) do
-    local at = (i - 1) * 4
+    local at = (i - 1) * 5
     w[name] = { left = pw_clamp(v[at + 1], PW_MOST_LEFT), ['until'] = pw_clamp(v[at + 2], last),
-      at = pw_clamp(v[at + 3], last), to = pw_clamp(v[at + 4], PW_MOST_LEFT) }
+      at = pw_clamp(v[at + 3], last), to = pw_clamp(v[at + 4], PW_MOST_LEFT), rough = v[at + 5] == '1' }
     if (tonumber(v[at + 2]) or 0) > last then moved = true end
   end
-  local sent = #PW_NAMES * 4
+  local sent = #PW_NAMES * 5
   if v[sent + 1] then
     w.sent = { requests = pw_clamp(v[sent + 1], PW_MOST_LEFT), tokens = pw_clamp(v[sent + 2], PW_MOST_LEFT),
       output = pw_clamp(v[sent + 3], PW_MOST_LEFT), back = pw_clamp(v[sent + 4], PW_MOST_LEFT) }
@@ -150,6 +157,15 @@ local function pw_wait(w, now, tokens, output)
   return wait
 end
 
+-- A refilled bucket with `left` at `now`, at the same rate: full again once what is missing has
+-- grown back (TrackedWindow::rebase).
+local function pw_rebase(t, now, left)
+  local full_in = math.ceil((t.to - left) * pw_span(t) / (t.to - t.left))
+  t.left = left
+  t['until'] = now + math.min(math.max(full_in, 1), PW_MAX_RESET)
+  t.at = now
+end
+
 -- Counts a grant reserving `tokens`, `output` of them its answer's, down from the running
 -- windows, and in the grants counted since the first report (saved by the caller). Returns
 -- whether anything changed.
@@ -169,12 +185,7 @@ local function pw_charge(w, now, tokens, output)
       if t.to == 0 then
         t.left = math.max(0, t.left - cost[name])
       else
-        -- Re-based at now, at the same rate: full again once the cost has grown back too.
-        local left = math.max(0, pw_level(t, now) - cost[name])
-        local full_in = math.ceil((t.to - left) * pw_span(t) / (t.to - t.left))
-        t.left = left
-        t['until'] = now + math.min(math.max(full_in, 1), PW_MAX_RESET)
-        t.at = now
+        pw_rebase(t, now, math.max(0, pw_level(t, now) - cost[name]))
       end
       changed = true
     end
@@ -182,12 +193,26 @@ local function pw_charge(w, now, tokens, output)
   return changed
 end
 
--- A settlement gave back `back` tokens of an answer's output: counted (saved here), so the next
--- report of the output window adds them back. Nothing before the first report.
-local function pw_give_back(back)
-  local v = state_read({ 'pw_sent_requests', 'pw_sent_back' })
-  if not v[1] then return end
-  state_write('pw_sent_back', string.format('%.0f', math.min(pw_clamp(v[2], PW_MOST_LEFT) + back, PW_MOST_LEFT)))
+-- A settlement gave back `back` tokens of an answer's output: the output window takes them back
+-- now, and they are counted (from the first report on), so a later report with a mark adds back
+-- what was given back after its call's grant. Saved here.
+local function pw_give_back(back, now)
+  local w = pw_load(now)
+  local t = w.output
+  local changed = false
+  if pw_runs(t, now) then
+    if t.to == 0 then
+      t.left = math.min(t.left + back, PW_MOST_LEFT)
+    else
+      pw_rebase(t, now, math.min(pw_level(t, now) + back, t.to))
+    end
+    changed = true
+  end
+  if w.sent then
+    w.sent.back = math.min(w.sent.back + back, PW_MOST_LEFT)
+    changed = true
+  end
+  if changed then pw_save(w) end
 end
 
 -- The mark of a grant: the count of grants right after it and its time
@@ -229,13 +254,15 @@ local function pw_report_one(t, now, remaining, reset_ms, others_cost, to, as_of
     if remaining < to then full_in = math.ceil(reset * (to - estimate) / (to - remaining)) end
     local full = as_of + math.min(math.max(full_in, 1), PW_MAX_RESET)
     if full <= now then return end -- full again by now
+    local marked = back ~= nil
     local reported = { left = estimate, ['until'] = full, at = as_of, to = to }
-    local keeps_word = back == nil and t.to > 0 and pw_runs(t, now)
+    local keeps_word = not (t.rough and marked) and t.to > 0 and pw_runs(t, now)
     if keeps_word and pw_level(t, now) <= pw_level(reported, now) then return end
     t.left = estimate
     t['until'] = full
     t.at = as_of
     t.to = to
+    t.rough = not marked
     return
   end
   if reset_ms == 0 then return end
@@ -248,5 +275,6 @@ local function pw_report_one(t, now, remaining, reset_ms, others_cost, to, as_of
     t['until'] = ends
     t.at = now
     t.to = 0
+    t.rough = back == nil
   end
 end

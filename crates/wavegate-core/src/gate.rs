@@ -767,7 +767,7 @@ impl LocalGate {
     ) -> FinishReport {
         let delta = token_delta.into();
         if delta.output < 0 {
-            self.windows.give_back(delta.output.unsigned_abs());
+            self.windows.give_back(delta.output.unsigned_abs(), now_ms);
         }
         self.split_settle(delta, now_ms);
         self.day_settle(delta.total, now_ms);

@@ -185,6 +185,10 @@ pub struct TrackedWindow {
     pub at_ms: u64,
     /// The limit a continuously refilled bucket grows back to; 0 for a fixed window.
     pub refills_to: u64,
+    /// Whether what is left came from an answer without a mark (each other call in flight
+    /// counted at the reporting call's reservation: a rough count, low when the calls in flight
+    /// reserved less): the next answer with a mark replaces it even when it says more.
+    pub rough: bool,
 }
 
 /// What a report's count could not include: what was granted after it (`spent`), and with the
@@ -242,19 +246,25 @@ impl TrackedWindow {
             self.left = self.left.min(estimate);
             self.until_ms = self.until_ms.max(until);
         } else {
-            *self = TrackedWindow { left: estimate, until_ms: until, at_ms: now_ms, refills_to: 0 };
+            *self = TrackedWindow {
+                left: estimate,
+                until_ms: until,
+                at_ms: now_ms,
+                refills_to: 0,
+                rough: given_back.is_none(),
+            };
         }
     }
 
     /// A report of a bucket refilled continuously to `to`: `remaining` now, full in
     /// `reset_ms`. What is left after the others in flight are counted (and what was given
     /// back since added) is full again after the same rate has refilled it (at most a day).
-    /// A running refilled bucket that has no more left now keeps its word against a report
-    /// without a mark (which counts every call in flight at its whole reservation, and may be
-    /// an older answer); a report with a mark is exact as of its call's grant and replaces it
-    /// (the word kept may stem from such a rough count, and never saw what was given back: a
-    /// cold start's answers, each counting 23 others at 12,000 tokens, held a fleet's input
-    /// at 0 for a minute while the provider's bucket refilled); a fixed window is replaced.
+    /// A running refilled bucket that has no more left now keeps its word (answers arrive out
+    /// of order, and calls granted before the reporting one may reach the provider after it:
+    /// neither its count nor the grants since its mark have them), unless its word is a rough
+    /// one and the report comes with a mark (a cold start's answers, each counting 23 others
+    /// at 12,000 tokens, held a fleet's input at 0 for a minute while the provider's bucket
+    /// refilled); a fixed window is replaced.
     fn report_refill(&mut self, left: WindowLeft, to: u64, now_ms: u64, cost: WindowCost) {
         let WindowCost { spent: others_cost, given_back, as_of_ms } = cost;
         let remaining = left.remaining.min(to);
@@ -274,8 +284,10 @@ impl TrackedWindow {
             // Full again by now.
             return;
         }
-        let reported = TrackedWindow { left: estimate, until_ms: until, at_ms: as_of_ms, refills_to: to };
-        let keeps_word = given_back.is_none() && self.refills_to > 0 && self.runs(now_ms);
+        let marked = given_back.is_some();
+        let reported =
+            TrackedWindow { left: estimate, until_ms: until, at_ms: as_of_ms, refills_to: to, rough: !marked };
+        let keeps_word = !(self.rough && marked) && self.refills_to > 0 && self.runs(now_ms);
         if keeps_word && self.level(now_ms) <= reported.level(now_ms) {
             return;
         }
@@ -305,16 +317,33 @@ impl TrackedWindow {
             self.left = self.left.saturating_sub(cost);
             return;
         }
-        // Re-based at now, at the same rate: full again once the cost has grown back too.
+        self.rebase(now_ms, self.level(now_ms).saturating_sub(cost));
+    }
+
+    /// Takes back `back` given back at `now_ms` (at most the limit a refilled bucket grows
+    /// back to).
+    fn credit(&mut self, now_ms: u64, back: u64) {
+        if !self.runs(now_ms) {
+            return;
+        }
+        if self.refills_to == 0 {
+            self.left = self.left.saturating_add(back).min(MAX_WINDOW_LEFT);
+            return;
+        }
+        self.rebase(now_ms, self.level(now_ms).saturating_add(back).min(self.refills_to));
+    }
+
+    /// A refilled bucket with `left` at `now_ms`, at the same rate: full again once what is
+    /// missing has grown back.
+    fn rebase(&mut self, now_ms: u64, left: u64) {
         let (to, old_left) = (self.refills_to as f64, self.left as f64);
         let span = (self.until_ms - self.at_ms.min(self.until_ms - 1)) as f64;
-        let left = self.level(now_ms).saturating_sub(cost);
         let full_in = ((to - left as f64) * span / (to - old_left)).ceil() as u64;
         *self = TrackedWindow {
             left,
             until_ms: now_ms.saturating_add(full_in.clamp(1, MAX_WINDOW_MS)),
             at_ms: now_ms,
-            refills_to: self.refills_to,
+            ..*self
         };
     }
 }
@@ -476,9 +505,12 @@ impl ProviderWindows {
         self.sent
     }
 
-    /// A settlement gave back `output` tokens of an answer's output (it used less than it
-    /// reserved): counted, so the next report of the output window adds them back.
-    pub fn give_back(&mut self, output: u64) {
+    /// A settlement at `now_ms` gave back `output` tokens of an answer's output (it used less
+    /// than it reserved; Anthropic adjusts its output bucket so at the call's end, before the
+    /// answer is read): the output window takes them back now, and they are counted, so a later
+    /// answer with a mark adds back what was given back after its call's grant.
+    pub fn give_back(&mut self, output: u64, now_ms: u64) {
+        self.output.credit(now_ms, output);
         if let Some(sent) = &mut self.sent {
             sent.given_back = sent.given_back.saturating_add(output).min(MAX_WINDOW_LEFT);
         }
@@ -542,7 +574,7 @@ mod tests {
     fn the_others_in_flight_are_counted_and_grants_count_down() {
         let mut w = ProviderWindows::default();
         w.report(requests(5, 10_000), 0, 3, 0, None);
-        assert_eq!(w.requests, TrackedWindow { left: 2, until_ms: 10_000, at_ms: 0, refills_to: 0 });
+        assert_eq!(w.requests, TrackedWindow { left: 2, until_ms: 10_000, at_ms: 0, refills_to: 0, rough: true });
         assert_eq!(w.wait_ms(1, 0, 0), None);
         w.charge(1, 0, 0);
         w.charge(2, 0, 0);
@@ -558,7 +590,7 @@ mod tests {
         assert_eq!(w.requests.left, 3);
         // A later window replaces it.
         w.report(requests(50, 60_000), 11_000, 0, 0, None);
-        assert_eq!(w.requests, TrackedWindow { left: 50, until_ms: 71_000, at_ms: 11_000, refills_to: 0 });
+        assert_eq!(w.requests, TrackedWindow { left: 50, until_ms: 71_000, at_ms: 11_000, refills_to: 0, rough: true });
     }
 
     #[test]
@@ -568,7 +600,7 @@ mod tests {
         w.report(WindowReport::spent_for(Duration::from_secs(86_400)), 0, 0, 0, None);
         assert_eq!(w.wait_ms(1_000, 0, 0), Some(86_399_000));
         w.report(requests(999, 60_000), 2_000, 0, 0, None);
-        assert_eq!(w.requests, TrackedWindow { left: 999, until_ms: 62_000, at_ms: 2_000, refills_to: 0 });
+        assert_eq!(w.requests, TrackedWindow { left: 999, until_ms: 62_000, at_ms: 2_000, refills_to: 0, rough: true });
         assert_eq!(w.wait_ms(2_000, 0, 0), None, "the provider's newer word ends the pause");
         // An absurd reset is a day at most, and the end stays a number the store can return.
         w.report(requests(0, u64::MAX), 3_000, 0, 0, None);
@@ -597,7 +629,10 @@ mod tests {
         assert_eq!(w.wait_ms(61_000, 0, 0), None, "full: nothing to say");
         // The others in flight are counted, and full comes later by what they cost.
         w.report(refilling(10, 50_000, 60), 100_000, 5, 0, None);
-        assert_eq!(w.requests, TrackedWindow { left: 5, until_ms: 155_000, at_ms: 100_000, refills_to: 60 });
+        assert_eq!(
+            w.requests,
+            TrackedWindow { left: 5, until_ms: 155_000, at_ms: 100_000, refills_to: 60, rough: true }
+        );
         // Full, or an absurd reset: nothing kept beyond the bounds.
         let mut full = ProviderWindows::default();
         full.report(refilling(60, 1_000, 60), 0, 0, 0, None);
@@ -640,7 +675,7 @@ mod tests {
         assert_eq!(w.wait_ms(0, 1_500, 500), Some(750), "100 more output at 133 a second");
         // Two grants of 400 out, then one of them settles having used 100: 300 given back.
         let first = w.charge(0, 1_400, 400).expect("a mark");
-        w.give_back(300);
+        w.give_back(300, 0);
         // The answer to the first call: 0 output left as the provider counted at its
         // admission; the 300 given back since are back.
         w.report(parts((39_000, 13_000), (0, 60_000)), 500, 0, 0, Some(first));

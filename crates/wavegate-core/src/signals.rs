@@ -16,9 +16,12 @@
 //! | `retry-after-ms`, `x-ms-retry-after-ms` | milliseconds, possibly with a fraction; they win over `Retry-After` (finer, and sent with it) | OpenAI (its SDKs read `retry-after-ms` first), Azure OpenAI ("Azure OpenAI quotas and limits": the `retry-after-ms` and `x-ms-retry-after-ms` response headers) |
 //!
 //! The IETF fields carry no unit; they are read as a requests window. Anthropic's three token
-//! windows (`tokens`, `input-tokens`, `output-tokens`) are folded into one: the tightest
-//! (least remaining), whose limit is the input and output limits together when both are sent
-//! (an estimate counts both: the output limit alone would refuse a prompt Anthropic serves). Azure OpenAI sends `-1` for "no such limit": read as absent, not as
+//! windows (`tokens`, `input-tokens`, `output-tokens`) are read apart ([`ProviderSignals::input`],
+//! [`ProviderSignals::output`], each tracked on its own by
+//! [`ProviderWindows`](crate::ProviderWindows) when both are sent) and also folded into one
+//! tokens window: the tightest (least remaining), whose limit is the input and output limits
+//! together when both are sent (an estimate counts both: the output limit alone would refuse a
+//! prompt Anthropic serves). Azure OpenAI sends `-1` for "no such limit": read as absent, not as
 //! unreadable.
 //!
 //! ```
