@@ -3,10 +3,11 @@
 -- KEYS[1] permits (zset)   KEYS[2] wave state (hash)   KEYS[3] permit waves (hash)
 -- ARGV[1..18] config (see read_config in wave.lua)
 -- ARGV[19] lease in ms for the adopted permits
--- ARGV[20] requests and ARGV[21] tokens used during the outage, ARGV[22] how long ago (ms) it
---          began: charged to the per-minute budgets up to empty (gcra_charge_past in wave.lua),
---          to the day budgets as used from its start (gcra_charge_since: a day's units stay
---          spent, the refill the outage lasted is not taken twice; LocalGate::charge)
+-- ARGV[20] requests and ARGV[21] tokens used during the outage, ARGV[22] how long ago (ms) they
+--          can be charged from (the latest start their grants' times allow, ChargeStart):
+--          charged to the per-minute budgets up to empty (gcra_charge_past in wave.lua), to the
+--          day budgets as used from that start (gcra_charge_since: a day's units stay spent, a
+--          refill the usage's times allow is not taken twice; LocalGate::charge)
 -- ARGV[23] the state and limit this process last saw in the store, 'STATE:limit', or '': put
 --         back if the store forgot its state (see carry_back in wave.lua)
 -- ARGV[24] what this process last heard is left of the day budgets, as of now and before the
@@ -59,7 +60,8 @@ local function carry_back_day(field, b, left)
 end
 carry_back_day('requests_day_tat', config.requests_day, carried_requests_day)
 carry_back_day('tokens_day_tat', config.tokens_day, carried_tokens_day)
--- The day budgets as used from the outage's start, in debt if they must (LocalGate::charge).
+-- The day budgets as used from the latest start the usage's times allow (ChargeStart), in debt if
+-- they must (LocalGate::charge).
 local began = math.max(now - began_ago, 0) * 1000
 if config.requests_day and used_requests > 0 then
   local b = config.requests_day

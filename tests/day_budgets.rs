@@ -251,3 +251,57 @@ async fn a_store_that_forgets_its_state_keeps_the_day_spent() {
     let status = groq[1].status().await.expect("status");
     assert_eq!(status.budgets.requests_per_day.map(|(left, _)| left), Some(0));
 }
+
+/// 86,400 requests a day (one a second), bursts of 10: one process, idle through most of an
+/// outage (its share full: a full bucket banks no refill), spends its whole share at the end.
+async fn spend_a_share_at_an_outages_end(redis: &mut RedisServer) -> (Scheduler, wavegate::Upstream, usize, Instant) {
+    let config = UpstreamConfig::builder("groq").limit(50).requests_per_day(86_400, 10).build().expect("config");
+    let scheduler = Scheduler::builder().upstream(config).redis(redis.url()).build().expect("scheduler");
+    let groq = scheduler.upstream("groq").expect("groq");
+    // The store speaks once (9 left), then the day refills to full.
+    assert_eq!(spend(&groq, 1, Duration::from_millis(500)).await.0, 1);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    redis.pause().expect("SIGSTOP");
+    // Nothing asked of the stopped server (an acquire queued there would run on its resume):
+    // the heartbeat finds the outage.
+    common::wait_for_mode(&scheduler, Mode::Fallback, Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let started = Instant::now();
+    let spent = spend(&groq, 12, Duration::from_millis(20)).await.0;
+    (scheduler, groq, spent, started)
+}
+
+/// Review 33, finding 1: charged as if used from the outage's start, the share spent at its end
+/// was paid by 12 s of a refill it never banked, and the store handed out a second burst at
+/// once (20 in 0.3 s of a day of 1 a second, burst 10).
+#[actix::test]
+async fn a_share_spent_at_an_outages_end_is_not_paid_by_a_refill_it_never_banked() {
+    let mut redis = RedisServer::start().expect("redis-server");
+    let (scheduler, groq, in_fallback, started) = spend_a_share_at_an_outages_end(&mut redis).await;
+    redis.resume().expect("SIGCONT");
+    common::wait_for_mode(&scheduler, Mode::Shared, Duration::from_secs(10)).await;
+    let in_shared = spend(&groq, 12, Duration::from_millis(20)).await.0;
+    let took = started.elapsed();
+    let bound = 10 + took.as_secs_f64().ceil() as usize;
+    println!("fallback {in_fallback} + shared {in_shared} granted in {took:?}; rate × w + burst = {bound}");
+    assert!(in_fallback + in_shared <= bound, "{} granted in {took:?} (bound {bound})", in_fallback + in_shared);
+}
+
+/// Review 33, finding 2: back in shared mode without a new word, a second outage started its
+/// share from the old word less the first one's use charged at the word's time, so the refill
+/// since paid for it and a second share was handed out at once.
+#[actix::test]
+async fn a_second_outage_right_after_hands_out_no_second_share() {
+    let mut redis = RedisServer::start().expect("redis-server");
+    let (scheduler, groq, first, started) = spend_a_share_at_an_outages_end(&mut redis).await;
+    redis.resume().expect("SIGCONT");
+    common::wait_for_mode(&scheduler, Mode::Shared, Duration::from_secs(10)).await;
+    redis.pause().expect("SIGSTOP");
+    common::wait_for_mode(&scheduler, Mode::Fallback, Duration::from_secs(10)).await;
+    let second = spend(&groq, 12, Duration::from_millis(20)).await.0;
+    let took = started.elapsed();
+    redis.resume().expect("SIGCONT");
+    let bound = 10 + took.as_secs_f64().ceil() as usize;
+    println!("first fallback {first} + second fallback {second} in {took:?}; rate × w + burst = {bound}");
+    assert!(first + second <= bound, "{} granted in {took:?} (bound {bound})", first + second);
+}

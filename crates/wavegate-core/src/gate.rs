@@ -680,7 +680,7 @@ impl LocalGate {
 
     /// Charges usage counted elsewhere (while another gate was in charge) to the budgets: it
     /// leaves the per-minute ones empty at most ([`Gcra::charge_past`]), the day budgets as
-    /// used from the outage's start, in debt if it must (a day's units stay spent, the refill
+    /// used from the latest start its times allow (`usage.began_ago`), in debt if it must (a day's units stay spent, the refill
     /// the outage lasted is not taken twice). `reconcile.lua` is the twin.
     pub fn charge(&mut self, usage: OutageUsage, now_ms: u64) {
         if let Some(left) = usage.day_left {

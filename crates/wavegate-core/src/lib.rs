@@ -50,6 +50,7 @@ mod ask;
 mod backoff;
 mod breaker;
 mod budget_turn;
+mod charge_start;
 pub mod class_budget;
 mod clock;
 mod config;
@@ -85,6 +86,7 @@ pub use breaker::{
     BreakerConfig, BreakerOpen, BreakerState, BreakerTicket, BreakerTransition, CallResult, CircuitBreaker,
 };
 pub use budget_turn::{BudgetTurn, TURN_GRACE_MS, TURN_HORIZON_MS, TURN_MOST, TURN_STEP_MS};
+pub use charge_start::ChargeStart;
 pub use clock::{Clock, ManualClock, MonotonicClock, duration_ms};
 pub use config::{
     CLASS_RENEWAL_EVERY, ConfigError, MAX_PER_DAY, UnknownUpstream, UpstreamConfig, UpstreamConfigBuilder,

@@ -6,18 +6,20 @@ use std::time::Duration;
 
 use crate::gate::DayLeft;
 
-/// Requests and tokens used during an outage, how long ago it began, and what the process last
-/// heard is left of the day: the per-minute budgets take the usage up to empty at most, the day
-/// budgets as used from the outage's start (a day's units stay spent, while the refill the
-/// outage lasted is not charged again), after a day the store forgot takes back `day_left`.
+/// Requests and tokens used during an outage, the latest start they can be charged from, and
+/// what the process last heard is left of the day: the per-minute budgets take the usage up to
+/// empty at most, the day budgets as used from that start (a day's units stay spent, while the
+/// refill the usage's times allow is not charged again: [`ChargeStart`](crate::ChargeStart)),
+/// after a day the store forgot takes back `day_left`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OutageUsage {
     /// Requests granted during the outage.
     pub requests: u64,
     /// Tokens used during the outage: reservations plus settlements.
     pub tokens: u64,
-    /// How long before the reconciliation the outage began (on the process's own clock, so
-    /// a skewed clock does not move it).
+    /// How long before the reconciliation the usage can be charged from to the day budgets: the
+    /// latest start its grants' times allow ([`ChargeStart`](crate::ChargeStart); on the
+    /// process's own clock, so a skewed clock does not move it).
     pub began_ago: Duration,
     /// What this process last heard is left of the day budgets, as of the reconciliation and
     /// before this usage ([`DayLeft::at`]): a store that lost the state the process heard it
@@ -31,7 +33,7 @@ impl OutageUsage {
     /// Nothing used (a reconciliation that only adopts or drops permits).
     pub const NONE: Self = Self { requests: 0, tokens: 0, began_ago: Duration::ZERO, day_left: None };
 
-    /// `requests` and `tokens` used, the outage beginning `began_ago` before now.
+    /// `requests` and `tokens` used, chargeable from `began_ago` before now.
     pub const fn new(requests: u64, tokens: u64, began_ago: Duration) -> Self {
         Self { requests, tokens, began_ago, day_left: None }
     }

@@ -404,7 +404,7 @@ impl SharedGate {
     /// After an outage: registers `adopt` (permits still in flight here) in the current wave
     /// with a fresh lease, drops `drop` (permits that finished during the outage), and
     /// charges the requests and tokens `usage` counts to the budgets (the day budgets from the
-    /// outage's start: [`OutageUsage`]).
+    /// latest start the usage's times allow: [`OutageUsage`]).
     pub async fn reconcile(
         &self,
         adopt: &[String],

@@ -3,9 +3,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use wavegate_core::PermitId;
-
-use crate::engine::clock::Instant;
+use wavegate_core::{ChargeStart, PermitId};
 
 /// Book-keeping of one upstream during a fallback, for the reconciliation.
 #[derive(Debug, Default)]
@@ -27,6 +25,7 @@ pub(super) struct OutageBook {
     pub(super) granted: u64,
     /// Tokens used during the outage: reservations plus settlements.
     pub(super) tokens: i64,
-    /// When the outage began here (the day budgets are charged its usage from then).
-    pub(super) began: Option<Instant>,
+    /// The latest start the outage's usage can be charged to the day budgets from (the lane
+    /// clock's ms).
+    pub(super) charge_start: ChargeStart,
 }

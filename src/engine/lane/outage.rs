@@ -18,7 +18,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::{ActorFutureExt, Context, Handler, Message, ResponseActFuture, WrapFuture};
-use wavegate_core::{Clock, FallbackStart, LastShared, OutageUsage, PermitId, WaveSignal, WaveState, duration_ms};
+use wavegate_core::{
+    ChargeStart, Clock, FallbackStart, LastShared, OutageUsage, PermitId, WaveSignal, WaveState, duration_ms,
+};
 
 use super::actor::Lane;
 use super::book::OutageBook;
@@ -70,7 +72,8 @@ struct Plan {
     adopt: Vec<PermitId>,
     drop: Vec<PermitId>,
     lease: Duration,
-    /// Requests and tokens used during the outage, and when it began.
+    /// Requests and tokens used during the outage, and the latest start they can be charged
+    /// to the day budgets from.
     usage: OutageUsage,
     /// A 429 or a cooldown to carry into the shared wave: the cooldown still to run here, and
     /// whether it is carried even when the store's state is not NORMAL (a 429 seen here, unless
@@ -143,6 +146,7 @@ impl Handler<Reconcile> for Lane {
             }
             act.outage.granted = 0;
             act.outage.tokens = 0;
+            act.outage.charge_start = ChargeStart::default();
             if let Some(Err(error)) = carried {
                 return Err(error);
             }
@@ -175,11 +179,13 @@ impl Lane {
         let cooldown_left = self.last_shared.cooldown_until.filter(|until| *until > now).map(|until| until - now);
         // What the store last said is left of the day (in the gate's clock), and what this
         // process was granted since.
-        let (day_left, day_used_since) =
-            self.shared.as_deref().and_then(store::day_left).map_or((None, (0, 0)), |(left, at)| {
+        let (day_left, (day_used_since, day_used_from)) = self.shared.as_deref().and_then(store::day_left).map_or(
+            (None, ((0, 0), ChargeStart::default())),
+            |(left, at)| {
                 let ago = duration_ms(std::time::Instant::now().saturating_duration_since(at));
                 (Some((left, now_ms.saturating_sub(ago))), self.day_usage.since(at))
-            });
+            },
+        );
         let start = FallbackStart {
             live,
             last_shared: LastShared {
@@ -190,6 +196,7 @@ impl Lane {
             recent_grants: self.recent_grants.iter().copied().collect(),
             day_left,
             day_used_since,
+            day_used_from,
             learned,
             held: self.held.iter().map(|(id, held)| (id.clone(), held.wave)).collect(),
         };
@@ -223,7 +230,6 @@ impl Lane {
             unreleased,
             entry_wave,
             rate_limited,
-            began: Some(now),
             ..OutageBook::default()
         };
         self.local = gate.clone();
@@ -270,18 +276,22 @@ impl Lane {
         // usage (charged apart): a store that forgot its state takes it back.
         let day_left = self.shared.as_deref().and_then(store::day_left).map(|(left, at)| {
             let ago = duration_ms(std::time::Instant::now().saturating_duration_since(at));
-            let (used_requests, used_tokens) = self.day_usage.since(at);
+            let ((used_requests, used_tokens), from) = self.day_usage.since(at);
             let used = (used_requests.saturating_sub(requests), used_tokens.saturating_sub(tokens));
-            left.at(self.config.budgets(), now_ms.saturating_sub(ago), used, now_ms)
+            left.after(self.config.budgets(), now_ms.saturating_sub(ago), (used, from), now_ms)
         });
         Plan {
             adopt: self.held.keys().cloned().collect(),
             drop: self.outage.unreleased.iter().filter(|id| !self.held.contains_key(*id)).cloned().collect(),
             lease: self.config.permit_ttl(),
+            // Charged to the day budgets from the latest start its grants' times allow.
             usage: OutageUsage::new(
                 requests,
                 tokens,
-                self.outage.began.map_or(Duration::ZERO, |began| Instant::now().saturating_duration_since(began)),
+                self.outage
+                    .charge_start
+                    .at_ms()
+                    .map_or(Duration::ZERO, |at| Duration::from_millis(now_ms.saturating_sub(at))),
             )
             .with_day_left(day_left),
             carry,

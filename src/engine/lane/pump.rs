@@ -174,7 +174,13 @@ impl Lane {
                     // again. A refusal so counted costs a share one request, never the day.
                     if self.has_day_budget() {
                         let tokens = asked.iter().map(|ask| ask.tokens).max().unwrap_or(0);
-                        self.day_usage.granted(self.day_word(), false, tokens);
+                        self.day_usage.granted(
+                            self.day_word(),
+                            false,
+                            tokens,
+                            self.config.budgets(),
+                            self.clock.now_ms(),
+                        );
                     }
                 }
                 self.on_store_error(self.epoch, "acquire", error, ctx);
@@ -281,6 +287,8 @@ impl Lane {
         }
         self.remember_grant(now_ms, (info.tokens, info.output));
         if self.mode == Mode::Fallback {
+            let before = (self.outage.granted, u64::try_from(self.outage.tokens).unwrap_or(0));
+            self.outage.charge_start.used(self.config.budgets(), now_ms, before, (1, info.tokens));
             self.outage.granted += 1;
             self.outage.tokens += i64::try_from(info.tokens).unwrap_or(i64::MAX);
         }
@@ -337,7 +345,13 @@ impl Lane {
         if budgets.requests_per_day.is_some() || budgets.tokens_per_day.is_some() {
             // A shared grant's reply said the day after charging it; a fallback's grant is this
             // process's alone.
-            self.day_usage.granted(self.day_word(), self.mode == Mode::Shared, tokens);
+            self.day_usage.granted(
+                self.day_word(),
+                self.mode == Mode::Shared,
+                tokens,
+                self.config.budgets(),
+                self.clock.now_ms(),
+            );
         }
     }
 

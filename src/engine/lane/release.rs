@@ -75,7 +75,8 @@ impl Lane {
             self.heard = None;
         }
         if finish.token_delta.total != 0 && self.has_day_budget() {
-            self.day_usage.settled(self.day_word(), finish.token_delta.total);
+            let (budgets, now_ms) = (self.config.budgets(), self.clock.now_ms());
+            self.day_usage.settled(self.day_word(), finish.token_delta.total, budgets, now_ms);
         }
         let release = Release {
             id: finish.id,
@@ -142,6 +143,11 @@ impl Lane {
                     }
                 } else if self.mode == Mode::Fallback {
                     // The outage's usage, charged to the store at the reconciliation.
+                    if release.token_delta.total > 0 {
+                        let before = (self.outage.granted, u64::try_from(self.outage.tokens).unwrap_or(0));
+                        let more = (0, release.token_delta.total.unsigned_abs());
+                        self.outage.charge_start.used(self.config.budgets(), self.clock.now_ms(), before, more);
+                    }
                     self.outage.tokens += release.token_delta.total;
                     if let (Some(RateLimitEffect::Cut { .. }), WaveSignal::RateLimited { retry_after }) =
                         (released.rate_limit, release.signal)

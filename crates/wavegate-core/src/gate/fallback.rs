@@ -39,6 +39,7 @@
 
 use std::num::NonZeroU32;
 
+use crate::charge_start::ChargeStart;
 use crate::class_budget::class_share;
 use crate::clock::duration_ms;
 use crate::config::UpstreamConfig;
@@ -83,11 +84,26 @@ impl DayLeft {
     /// let then = DayLeft { requests: Some(4), tokens: None };
     /// assert_eq!(then.at(budgets, 10 * hour, (6, 0), 13 * hour), DayLeft { requests: Some(1), tokens: None });
     /// ```
-    pub fn at(self, budgets: Budgets, at_ms: u64, (requests, tokens): (u64, u64), now_ms: u64) -> DayLeft {
-        let (at_us, now_us) = (at_ms.saturating_mul(1000), now_ms.saturating_mul(1000).max(at_ms.saturating_mul(1000)));
+    pub fn at(self, budgets: Budgets, at_ms: u64, used: (u64, u64), now_ms: u64) -> DayLeft {
+        self.after(budgets, at_ms, (used, ChargeStart::default()), now_ms)
+    }
+
+    /// [`at`](Self::at), the use since charged from the latest start its times allow
+    /// ([`ChargeStart`]; from `at_ms` before any): a use just before `now_ms` is not paid by
+    /// the refill since `at_ms`.
+    pub fn after(
+        self,
+        budgets: Budgets,
+        at_ms: u64,
+        ((requests, tokens), from): ((u64, u64), ChargeStart),
+        now_ms: u64,
+    ) -> DayLeft {
+        let from_ms = from.at_ms().map_or(at_ms, |from| from.max(at_ms));
+        let (at_us, from_us) = (at_ms.saturating_mul(1000), from_ms.saturating_mul(1000));
+        let now_us = now_ms.saturating_mul(1000).max(from_us);
         let one = |budget: Option<DayBudget>, left: Option<u64>, used: u64| {
             let gcra = Gcra::daily(budget?);
-            let tat = gcra.charge(gcra.tat_leaving(left?, at_us), at_us, used);
+            let tat = gcra.charge(gcra.tat_leaving(left?, at_us), from_us, used);
             Some(gcra.remaining(tat, now_us).0)
         };
         DayLeft {
@@ -114,6 +130,9 @@ pub struct FallbackStart<K> {
     /// it (fallbacks' grants, settlements above or below a reservation): charged to the day
     /// shares.
     pub day_used_since: (u64, u64),
+    /// The latest start `day_used_since` can be charged from ([`ChargeStart`]: its uses'
+    /// times, in the gate's clock ms); before none, from when `day_left` was said.
+    pub day_used_from: ChargeStart,
     /// The limits learned from the provider, undivided (as the provider said them).
     pub learned: LearnedBudgets,
     /// The permits this process holds, each with the shared wave it was granted in.
@@ -183,8 +202,11 @@ impl LocalGate {
             .with_fleet_budgets(config.budgets());
         if let Some((left, at_ms)) = start.day_left {
             gate.start_day_share(left, processes, at_ms);
+            // Charged from the latest start its uses allow (from the word, a share spent just
+            // before this fallback was paid by a refill it never banked: a second share).
             let (requests, tokens) = start.day_used_since;
-            gate.charge_day(requests, tokens, at_ms, at_ms);
+            let from = start.day_used_from.at_ms().map_or(at_ms, |from| from.max(at_ms));
+            gate.charge_day(requests, tokens, from, now_ms.max(from));
         }
         for &(at_ms, tokens, output) in &start.recent_grants {
             gate.charge_minute(1, tokens, at_ms);

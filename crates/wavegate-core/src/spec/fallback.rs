@@ -172,6 +172,7 @@ fn day_of_4(
             live: Some(2),
             day_left: day_left.map(|(left, _)| (left, NOW - 1_000)),
             day_used_since: day_left.map_or((0, 0), |(_, used)| used),
+            day_used_from: crate::ChargeStart::default(),
             recent_grants,
             ..FallbackStart::default()
         },
