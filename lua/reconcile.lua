@@ -16,14 +16,19 @@
 --         lost the state the process counted on (FLUSHALL, an empty restart): each day budget
 --         is left at most that much (LocalGate::carry_back_day), before the outage's usage is
 --         charged; every process that reconciles so tightens it, the most spent view wins
--- ARGV[25] n, the number of ids to adopt; ARGV[26 .. 25+n] their ids: permits still in flight
+-- ARGV[25] the usage's id (16 hex digits), or '' for none: a usage whose id is among the ids the
+--         store charged in the last RC_KEEP ms (at most RC_MOST of them, field 'rc_recent' of
+--         KEYS[2]) is not charged again (a reconciliation whose reply was lost, tried again)
+-- ARGV[26] n, the number of ids to adopt; ARGV[27 .. 26+n] their ids: permits still in flight
 --         here, registered (or re-registered, after a restart with empty data) in the current
 --         wave without an admission check, since their calls are already running
--- ARGV[26+n ..] ids to drop: permits that finished during the outage but may still be listed
+-- ARGV[27+n ..] ids to drop: permits that finished during the outage but may still be listed
 -- Reply: {wave, state, limit, in_flight, adopted_wave, gen} after the call; adopted permits
 -- carry `wave` in NORMAL and the wave before otherwise (see adopt_wave in wave.lua); gen: the
 -- generation of the state (written now if the store had none: see `generation` in wave.lua).
-local FIRST_ID = CONFIG_ARGS + 8
+local FIRST_ID = CONFIG_ARGS + 9
+local RC_KEEP = 600000
+local RC_MOST = 512
 if #ARGV < FIRST_ID - 1 then return fail('reconcile', 'expected at least ' .. (FIRST_ID - 1) .. ' ARGV, got ' .. #ARGV) end
 local config = read_config(1)
 local lease = to_int(ARGV[CONFIG_ARGS + 1], 'lease')
@@ -40,12 +45,35 @@ if day_carried ~= '' and not carried_requests_day then
   return fail('reconcile', 'the carried day must be <requests>:<tokens>:<generation> or empty, got ' .. day_carried)
 end
 local lost_day = day_gen and day_gen ~= '' and state_read({ 'gen' })[1] ~= day_gen
-local adopt = to_int(ARGV[CONFIG_ARGS + 7], 'adopt count')
+local usage_id = ARGV[CONFIG_ARGS + 7]
+if usage_id ~= '' and not string.match(usage_id, '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x$') then
+  return fail('reconcile', 'the usage id must be 16 hex digits or empty, got ' .. usage_id)
+end
+local adopt = to_int(ARGV[CONFIG_ARGS + 8], 'adopt count')
 if #ARGV < FIRST_ID - 1 + adopt then return fail('reconcile', 'fewer ids than the adopt count') end
 local gen = generation('', true)
 local now = now_ms()
 rebudget(config, now * 1000) -- a changed rate keeps its budget's units (wave.lua)
 ll_apply(config, now)
+-- A usage charged already (its id among the recent ones: a reconciliation whose reply was lost,
+-- tried again) is not charged again; this one is remembered (RC_KEEP ms, the last RC_MOST ids).
+if usage_id ~= '' then
+  local kept, seen = {}, false
+  for id, at in string.gmatch(redis.call('HGET', KEYS[2], 'rc_recent') or '', '(%x+)@(%d+)') do
+    at = tonumber(at)
+    if at and at > now - RC_KEEP and at <= now + RC_KEEP then
+      if id == usage_id then seen = true end
+      table.insert(kept, id .. '@' .. string.format('%.0f', at))
+    end
+  end
+  if seen then
+    used_requests, used_tokens = 0, 0
+  else
+    table.insert(kept, usage_id .. '@' .. string.format('%.0f', now))
+    while #kept > RC_MOST do table.remove(kept, 1) end
+    redis.call('HSET', KEYS[2], 'rc_recent', table.concat(kept, ';'))
+  end
+end
 if config.requests and used_requests > 0 then
   save_tat('requests_tat', gcra_charge_past(config.requests, load_tat('requests_tat', config.requests, now * 1000), now * 1000, used_requests))
 end

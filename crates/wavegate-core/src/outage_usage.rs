@@ -27,15 +27,23 @@ pub struct OutageUsage {
     /// ([`LocalGate::carry_back_day`](crate::LocalGate::carry_back_day); the shared store
     /// compares the generation the process last saw with its own).
     pub day_left: Option<DayLeft>,
+    /// This usage's identity (0: none): a store that charged a usage of this id already (a
+    /// reconciliation whose reply was lost, tried again) does not charge it twice.
+    pub id: u64,
 }
 
 impl OutageUsage {
     /// Nothing used (a reconciliation that only adopts or drops permits).
-    pub const NONE: Self = Self { requests: 0, tokens: 0, began_ago: Duration::ZERO, day_left: None };
+    pub const NONE: Self = Self { requests: 0, tokens: 0, began_ago: Duration::ZERO, day_left: None, id: 0 };
 
     /// `requests` and `tokens` used, chargeable from `began_ago` before now.
     pub const fn new(requests: u64, tokens: u64, began_ago: Duration) -> Self {
-        Self { requests, tokens, began_ago, day_left: None }
+        Self { requests, tokens, began_ago, day_left: None, id: 0 }
+    }
+
+    /// The same, with an identity ([`id`](Self::id)): charged once however often it is sent.
+    pub const fn with_id(self, id: u64) -> Self {
+        Self { id, ..self }
     }
 
     /// The same, carrying back what this process last heard is left of the day.

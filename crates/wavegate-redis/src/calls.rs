@@ -296,7 +296,8 @@ pub(crate) fn read_status(reply: &[Value]) -> Result<(SharedStatus, Vec<(u32, u3
 }
 
 /// `reconcile.lua`: the config, the lease, the usage, the state carried back (`STATE:limit`,
-/// or `''`), how many to adopt, the ids to adopt, the ids to drop.
+/// or `''`), the day carried back, the usage's id (16 hex digits, `''` for none), how many to
+/// adopt, the ids to adopt, the ids to drop.
 pub(crate) fn reconcile<'a>(
     keys: &'a UpstreamKeys,
     config: &'a [String],
@@ -313,6 +314,7 @@ pub(crate) fn reconcile<'a>(
         .arg(duration_ms(usage.began_ago))
         .arg(carried)
         .arg(usage.day_left.map(|left| day_left_arg(left, generation)).unwrap_or_default())
+        .arg(if usage.id == 0 { String::new() } else { format!("{:016x}", usage.id) })
         .arg(adopt.len());
     call.args.extend(adopt.iter().chain(drop).map(|id| Cow::Borrowed(id.as_str())));
     call

@@ -122,3 +122,22 @@ async fn a_lost_day_is_carried_back_and_a_kept_one_is_left_alone() {
     local.carry_back_day(DayLeft { requests: Some(5), tokens: None }, 1_000_000);
     assert_eq!(local.budget_status(1_000_000).requests_per_day.map(|(left, _)| left), Some(3));
 }
+
+/// Review 33, finding 5: a reconciliation whose reply was lost is sent again with the same
+/// usage; the store charges it once (its id among the recent ones), and another usage in full.
+#[tokio::test]
+async fn a_usage_sent_again_is_charged_once() {
+    // One request a second, ten at once.
+    let config = UpstreamConfig::builder("rpd").limit(10).requests_per_day(86_400, 10).build().expect("valid");
+    let server = RedisServer::start().expect("redis-server");
+    let store = Store::connect(StoreConfig::new(server.url())).await.expect("store");
+    let shared = SharedGate::for_upstream(store, &config);
+    let left = || async { shared.status().await.expect("status").budgets.requests_per_day.expect("a day").0 };
+    let usage = OutageUsage::new(4, 0, Duration::ZERO).with_id(0x0123_4567_89ab_cdef);
+    shared.reconcile(&[], &[], LEASE, usage).await.expect("reconcile");
+    assert_eq!(left().await, 6);
+    shared.reconcile(&[], &[], LEASE, usage).await.expect("reconcile again");
+    assert_eq!(left().await, 6, "the same usage, charged twice");
+    shared.reconcile(&[], &[], LEASE, usage.with_id(7)).await.expect("another usage");
+    assert_eq!(left().await, 2);
+}

@@ -28,4 +28,19 @@ pub(super) struct OutageBook {
     /// The latest start the outage's usage can be charged to the day budgets from (the lane
     /// clock's ms).
     pub(super) charge_start: ChargeStart,
+    /// The outage's usage's identity: the store charges it once, however often a
+    /// reconciliation whose reply was lost sends it again.
+    pub(super) usage_id: u64,
+}
+
+/// A usage id no other outage, of this process or another, is likely to share: 64 bits of the
+/// standard hasher's random keys over a counter and the time (never 0: no id).
+pub(super) fn usage_id() -> u64 {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    COUNT.fetch_add(1, Ordering::Relaxed).hash(&mut hasher);
+    std::time::SystemTime::now().hash(&mut hasher);
+    hasher.finish().max(1)
 }

@@ -230,6 +230,7 @@ impl Lane {
             unreleased,
             entry_wave,
             rate_limited,
+            usage_id: super::book::usage_id(),
             ..OutageBook::default()
         };
         self.local = gate.clone();
@@ -293,7 +294,8 @@ impl Lane {
                     .at_ms()
                     .map_or(Duration::ZERO, |at| Duration::from_millis(now_ms.saturating_sub(at))),
             )
-            .with_day_left(day_left),
+            .with_day_left(day_left)
+            .with_id(self.outage.usage_id),
             carry,
             carry_back: self.last_shared.state,
         }
