@@ -149,6 +149,11 @@ fn parts_by(by: Option<&'static str>, input: (u64, u64, u64), output: (u64, u64,
     }
 }
 
+/// [`denied_window`] for an ask of `(tokens, output)`.
+fn denied_split_window(permit: &'static str, (tokens, output): (u64, u64), max_ms: u64) -> Step {
+    Step::AcquireSplit { permit, tokens, output, expect: Expect::DeniedProviderWindow { max_ms } }
+}
+
 fn denied_window(permit: &'static str, tokens: u64, max_ms: u64) -> Step {
     Step::Acquire { permit, tokens, expect: Expect::DeniedProviderWindow { max_ms } }
 }
@@ -818,12 +823,7 @@ pub(super) fn cases() -> Vec<SpecCase> {
                 parts_by(None, (40_000, 12_000, 50_000), (400, 57_000, 8_000)),
                 // A small prompt whose output the bucket holds; then none is left for another.
                 split("A", 1_400, 400),
-                Step::AcquireSplit {
-                    permit: "B",
-                    tokens: 600,
-                    output: 100,
-                    expect: Expect::DeniedProviderWindow { max_ms: 800 },
-                },
+                denied_split_window("B", (600, 100), 800),
                 Step::Advance { ms: 1_000 },
                 split("C", 600, 100),
                 // A ends having used 100 of its 400: Anthropic gives the 300 back.
@@ -832,12 +832,7 @@ pub(super) fn cases() -> Vec<SpecCase> {
                 // 300 given back since C's grant are back: D's 300 fit, E's 100 more do not.
                 parts_by(Some("C"), (38_000, 14_000, 50_000), (33, 59_800, 8_000)),
                 split("D", 700, 300),
-                Step::AcquireSplit {
-                    permit: "E",
-                    tokens: 600,
-                    output: 100,
-                    expect: Expect::DeniedProviderWindow { max_ms: 800 },
-                },
+                denied_split_window("E", (600, 100), 800),
             ],
         ),
         case(
