@@ -66,20 +66,28 @@ local function pw_clamp(value, most)
   return math.floor(math.min(n, most))
 end
 
-local function pw_save(w)
-  local f = function(n) return string.format('%.0f', n) end
-  local fields = {}
-  for _, name in ipairs(PW_NAMES) do
-    local t = w[name]
-    for _, v in ipairs({ 'pw_' .. name .. '_left', f(t.left), 'pw_' .. name .. '_until', f(t['until']),
-      'pw_' .. name .. '_at', f(t.at), 'pw_' .. name .. '_to', f(t.to), 'pw_' .. name .. '_rough',
-      t.rough and '1' or '0' }) do
-      table.insert(fields, v)
-    end
+-- A window nothing is known of.
+local function pw_none()
+  return { left = 0, ['until'] = 0, at = 0, to = 0, rough = false }
+end
+
+local function pw_f(n) return string.format('%.0f', n) end
+
+-- Appends window `name`'s fields and values to `fields`.
+local function pw_fields(fields, name, t)
+  for _, v in ipairs({ 'pw_' .. name .. '_left', pw_f(t.left), 'pw_' .. name .. '_until', pw_f(t['until']),
+    'pw_' .. name .. '_at', pw_f(t.at), 'pw_' .. name .. '_to', pw_f(t.to), 'pw_' .. name .. '_rough',
+    t.rough and '1' or '0' }) do
+    table.insert(fields, v)
   end
+end
+
+local function pw_save(w)
+  local fields = {}
+  for _, name in ipairs(PW_NAMES) do pw_fields(fields, name, w[name]) end
   if w.sent then
-    for _, v in ipairs({ 'pw_sent_requests', f(w.sent.requests), 'pw_sent_tokens', f(w.sent.tokens),
-      'pw_sent_output', f(w.sent.output), 'pw_sent_back', f(w.sent.back) }) do
+    for _, v in ipairs({ 'pw_sent_requests', pw_f(w.sent.requests), 'pw_sent_tokens', pw_f(w.sent.tokens),
+      'pw_sent_output', pw_f(w.sent.output), 'pw_sent_back', pw_f(w.sent.back) }) do
       table.insert(fields, v)
     end
   end
@@ -199,20 +207,21 @@ end
 local function pw_give_back(back, now)
   local w = pw_load(now)
   local t = w.output
-  local changed = false
+  -- Only what changes is written: this runs on every release that gives output back.
+  local fields = {}
   if pw_runs(t, now) then
     if t.to == 0 then
       t.left = math.min(t.left + back, PW_MOST_LEFT)
     else
       pw_rebase(t, now, math.min(pw_level(t, now) + back, t.to))
     end
-    changed = true
+    pw_fields(fields, 'output', t)
   end
   if w.sent then
     w.sent.back = math.min(w.sent.back + back, PW_MOST_LEFT)
-    changed = true
+    for _, v in ipairs({ 'pw_sent_back', pw_f(w.sent.back) }) do table.insert(fields, v) end
   end
-  if changed then pw_save(w) end
+  if #fields > 0 then state_write(unpack(fields)) end
 end
 
 -- The mark of a grant: the count of grants right after it and its time

@@ -30,8 +30,7 @@ local tokens_each = to_int(ARGV[5], 'tokens each')
 local w = pw_load(now)
 if ARGV[11] == '1' then
   -- The count of grants goes on: the marks of the permits held refer to it.
-  local none = function() return { left = 0, ['until'] = 0, at = 0, to = 0, rough = false } end
-  w = { requests = none(), tokens = none(), input = none(), output = none(), sent = w.sent }
+  w = { requests = pw_none(), tokens = pw_none(), input = pw_none(), output = pw_none(), sent = w.sent }
 end
 local since = nil
 if ARGV[6] ~= '' then since = pw_sent_since(w, redis.call('HGET', KEYS[3], 'm|' .. ARGV[6]), now) end
@@ -58,7 +57,7 @@ if ARGV[3] ~= '' then
 end
 if ARGV[18] ~= '' and ARGV[21] ~= '' then
   -- The parts are tracked apart: the tokens window ends.
-  w.tokens = { left = 0, ['until'] = 0, at = 0, to = 0, rough = false }
+  w.tokens = pw_none()
   pw_report_one(w.input, now, to_int(ARGV[18], 'input left'), to_int(ARGV[19], 'input reset'), input_cost,
     to_int(ARGV[20], 'input refill'), as_of, marked)
   pw_report_one(w.output, now, to_int(ARGV[21], 'output left'), to_int(ARGV[22], 'output reset'), output_cost,

@@ -136,11 +136,7 @@ impl Permit {
             if self.quota.keeps_estimate && !unprocessed { tokens.max(self.reserved_tokens()) } else { tokens };
         crate::provider_signals::observe(&self.name, &outcome, &self.quota.block, self.quota.pause);
         crate::metrics::upstream_call(&self.name, outcome.label(), self.granted_at.elapsed());
-        let window = outcome.window_report_for(
-            self.quota.retry_after_cap,
-            self.reserved_tokens(),
-            self.reserved_output_tokens(),
-        );
+        let window = self.window_report(&outcome);
         self.grant.finish(outcome.wave_signal(), outcome.breaker_result(), tokens, window);
     }
 
@@ -160,11 +156,7 @@ impl Permit {
         };
         crate::provider_signals::observe(&self.name, &outcome, &self.quota.block, self.quota.pause);
         crate::metrics::upstream_call(&self.name, outcome.label(), self.granted_at.elapsed());
-        let window = outcome.window_report_for(
-            self.quota.retry_after_cap,
-            self.reserved_tokens(),
-            self.reserved_output_tokens(),
-        );
+        let window = self.window_report(&outcome);
         let used = crate::engine::grant::TokensUsed::Parts(input, output);
         self.grant.finish(outcome.wave_signal(), outcome.breaker_result(), used, window);
     }
@@ -178,6 +170,11 @@ impl Permit {
     pub fn report_stream_usage(self, outcome: Outcome, usage: wavegate_core::StreamUsage) {
         let input = usage.input_counted(self.quota.cache_read_weight);
         self.report_usage_parts(outcome, input, usage.output);
+    }
+
+    /// What `outcome` says is left of the provider's windows, for this permit's reservation.
+    fn window_report(&self, outcome: &Outcome) -> Option<wavegate_core::WindowReport> {
+        outcome.window_report_for(self.quota.retry_after_cap, self.reserved_tokens(), self.reserved_output_tokens())
     }
 
     /// What a cached input read weighs for this permit's upstream, if set.

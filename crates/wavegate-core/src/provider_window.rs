@@ -429,33 +429,34 @@ impl ProviderWindows {
     ) {
         let others = u64::from(others_in_flight);
         let since = self.sent.zip(mark).and_then(|(sent, mark)| Some((sent.since(mark)?, mark.at_ms)));
-        let (cost, as_of_ms) = match since {
-            Some((s, at)) => (s, at),
+        // The cost of each window (requests, tokens, input, output) the answer could not count,
+        // as of when, and with a mark what was given back since (the report is then exact as
+        // of its call's grant; without one it only ever lowers a running bucket).
+        let (costs, as_of_ms, given_back) = match since {
+            Some((s, at)) => {
+                ([s.requests, s.tokens, s.tokens.saturating_sub(s.output), s.output], at, Some(s.given_back))
+            }
             None => {
                 let each = others.saturating_mul(tokens_each);
-                let cost = SentCount { requests: others, tokens: each, output: each, given_back: 0, at_ms: now_ms };
-                (cost, now_ms)
+                ([others, each, each, each], now_ms, None)
             }
         };
-        // With a mark the report is exact as of its call's grant (nothing given back but to
-        // the output window); without one it only ever lowers a running bucket.
-        let marked = since.map(|_| 0);
-        let given_back = since.map(|(s, _)| s.given_back);
-        let input_cost = if since.is_some() { cost.tokens.saturating_sub(cost.output) } else { cost.tokens };
+        let [requests, tokens, input, output] = costs;
+        let marked = given_back.map(|_| 0);
         if let Some(left) = report.requests {
-            self.requests.report(left, now_ms, cost.requests, as_of_ms, marked);
+            self.requests.report(left, now_ms, requests, as_of_ms, marked);
         }
         if let Some(left) = report.tokens {
-            self.tokens.report(left, now_ms, cost.tokens, as_of_ms, marked);
+            self.tokens.report(left, now_ms, tokens, as_of_ms, marked);
         }
         if report.input.is_some() && report.output.is_some() {
             self.tokens = TrackedWindow::default();
         }
         if let Some(left) = report.input {
-            self.input.report(left, now_ms, input_cost, as_of_ms, marked);
+            self.input.report(left, now_ms, input, as_of_ms, marked);
         }
         if let Some(left) = report.output {
-            self.output.report(left, now_ms, cost.output, as_of_ms, given_back);
+            self.output.report(left, now_ms, output, as_of_ms, given_back);
         }
         self.sent.get_or_insert_with(SentCount::default);
     }
@@ -465,25 +466,23 @@ impl ProviderWindows {
     /// that reserves none.
     pub fn wait_ms(&self, now_ms: u64, tokens: u64, output: u64) -> Option<u64> {
         let output = output.min(tokens);
-        [
-            self.requests.wait_ms(now_ms, 1),
-            self.tokens.wait_ms(now_ms, tokens.max(1)),
-            self.input.wait_ms(now_ms, (tokens - output).max(1)),
-            self.output.wait_ms(now_ms, output.max(1)),
-        ]
-        .into_iter()
-        .flatten()
-        .max()
+        self.wait_for(now_ms, [tokens, tokens - output, output])
     }
 
     /// The wait every grant reserving `tokens` sits out, however they split into input and
     /// output (each part needing one at least): a lower bound of [`wait_ms`](Self::wait_ms).
     pub fn least_wait_ms(&self, now_ms: u64, tokens: u64) -> Option<u64> {
+        self.wait_for(now_ms, [tokens, 1, 1])
+    }
+
+    /// The longest wait of the running windows for one request and `[tokens, input, output]`
+    /// (each needing one at least).
+    fn wait_for(&self, now_ms: u64, [tokens, input, output]: [u64; 3]) -> Option<u64> {
         [
             self.requests.wait_ms(now_ms, 1),
             self.tokens.wait_ms(now_ms, tokens.max(1)),
-            self.input.wait_ms(now_ms, 1),
-            self.output.wait_ms(now_ms, 1),
+            self.input.wait_ms(now_ms, input.max(1)),
+            self.output.wait_ms(now_ms, output.max(1)),
         ]
         .into_iter()
         .flatten()

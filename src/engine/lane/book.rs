@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use wavegate_core::{ChargeStart, PermitId};
+use wavegate_core::{Budgets, ChargeStart, PermitId};
 
 /// Book-keeping of one upstream during a fallback, for the reconciliation.
 #[derive(Debug, Default)]
@@ -31,6 +31,19 @@ pub(super) struct OutageBook {
     /// The outage's usage's identity: the store charges it once, however often a
     /// reconciliation whose reply was lost sends it again.
     pub(super) usage_id: u64,
+}
+
+impl OutageBook {
+    /// `requests` granted and `tokens` used (a settlement's are negative when it gives some back)
+    /// at `now_ms` during the outage, placed in time for the day budgets ([`ChargeStart`]: a
+    /// refund leaves the start where it was).
+    pub(super) fn used(&mut self, budgets: Budgets, now_ms: u64, requests: u64, tokens: i64) {
+        let before = (self.granted, u64::try_from(self.tokens).unwrap_or(0));
+        let more = (requests, u64::try_from(tokens).unwrap_or(0));
+        self.charge_start.used(budgets, now_ms, before, more);
+        self.granted = self.granted.saturating_add(requests);
+        self.tokens = self.tokens.saturating_add(tokens);
+    }
 }
 
 /// A usage id no other outage, of this process or another, is likely to share: 64 bits of the

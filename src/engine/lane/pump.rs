@@ -287,10 +287,7 @@ impl Lane {
         }
         self.remember_grant(now_ms, (info.tokens, info.output));
         if self.mode == Mode::Fallback {
-            let before = (self.outage.granted, u64::try_from(self.outage.tokens).unwrap_or(0));
-            self.outage.charge_start.used(self.config.budgets(), now_ms, before, (1, info.tokens));
-            self.outage.granted += 1;
-            self.outage.tokens += i64::try_from(info.tokens).unwrap_or(i64::MAX);
+            self.outage.used(self.config.budgets(), now_ms, 1, i64::try_from(info.tokens).unwrap_or(i64::MAX));
         }
         let me = ctx.address().recipient();
         let Some(mut waiter) = self.waiters.take(&info.id) else {

@@ -143,12 +143,7 @@ impl Lane {
                     }
                 } else if self.mode == Mode::Fallback {
                     // The outage's usage, charged to the store at the reconciliation.
-                    if release.token_delta.total > 0 {
-                        let before = (self.outage.granted, u64::try_from(self.outage.tokens).unwrap_or(0));
-                        let more = (0, release.token_delta.total.unsigned_abs());
-                        self.outage.charge_start.used(self.config.budgets(), self.clock.now_ms(), before, more);
-                    }
-                    self.outage.tokens += release.token_delta.total;
+                    self.outage.used(self.config.budgets(), self.clock.now_ms(), 0, release.token_delta.total);
                     if let (Some(RateLimitEffect::Cut { .. }), WaveSignal::RateLimited { retry_after }) =
                         (released.rate_limit, release.signal)
                     {
