@@ -184,6 +184,17 @@ mod present {
         gate.day_left()
     }
 
+    /// A fallback begins: replies coming back keep [`day_left`] as it is until
+    /// [`release_day_word`] (they do not count the fallback's grants).
+    pub(crate) fn hold_day_word(gate: &SharedGate) {
+        gate.hold_day_word();
+    }
+
+    /// The store heard the fallback's use: replies to requests sent from now on say the day.
+    pub(crate) fn release_day_word(gate: &SharedGate) {
+        gate.release_day_word();
+    }
+
     /// The channel on which releases anywhere in the fleet wake `gate`'s process.
     pub(crate) fn wake_channel(gate: &SharedGate) -> String {
         gate.wake_channel()
@@ -366,6 +377,14 @@ mod absent {
     }
 
     pub(crate) fn day_left(gate: &SharedGate) -> Option<(DayLeft, Instant)> {
+        match *gate {}
+    }
+
+    pub(crate) fn hold_day_word(gate: &SharedGate) {
+        match *gate {}
+    }
+
+    pub(crate) fn release_day_word(gate: &SharedGate) {
         match *gate {}
     }
 

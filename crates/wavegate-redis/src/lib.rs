@@ -47,6 +47,7 @@ mod check_paths;
 mod cluster;
 mod config_claim;
 mod connection;
+mod day_word;
 mod error;
 mod health;
 mod keys;

@@ -21,6 +21,7 @@ use wavegate_core::priority::PriorityClass;
 use crate::calls::{self, CONFIG_ARGS, Head, Reply};
 pub use crate::calls::{Finished, SharedStatus};
 use crate::connection::Store;
+use crate::day_word::DayWord;
 use crate::error::StoreError;
 use crate::keys::UpstreamKeys;
 use crate::scripts::scripts;
@@ -116,9 +117,9 @@ pub struct SharedGate {
     /// The classes' argument with their live weights and reserves, when any is in force.
     pub(crate) live_classes: Arc<Mutex<Option<String>>>,
     /// What the store last said is left of the day budgets, and when (acquire replies say it,
-    /// with a day budget), shared by the clones: see
-    /// [`day_left`](Self::day_left).
-    day_left: Arc<Mutex<Option<(DayLeft, Instant)>>>,
+    /// with a day budget), shared by the clones: see [`day_left`](Self::day_left) and
+    /// [`hold_day_word`](Self::hold_day_word).
+    day_word: Arc<Mutex<DayWord>>,
 }
 
 impl SharedGate {
@@ -168,7 +169,7 @@ impl SharedGate {
             live_args: Arc::default(),
             class_config: None,
             live_classes: Arc::default(),
-            day_left: Arc::default(),
+            day_word: Arc::default(),
         }
     }
 
@@ -238,12 +239,26 @@ impl SharedGate {
     /// not say it: the processes that reconcile after it would not be in it, while every
     /// process's last acquire is of the same time, before the outage.)
     pub fn day_left(&self) -> Option<(DayLeft, Instant)> {
-        *self.day_left.lock().unwrap_or_else(PoisonError::into_inner)
+        self.day_word.lock().unwrap_or_else(PoisonError::into_inner).said()
     }
 
-    fn learn_day_left(&self, left: Option<DayLeft>) {
+    /// A fallback begins: replies that come back from now on (requests the store ran before it
+    /// heard of the fallback's grants) do not replace [`day_left`](Self::day_left), so the
+    /// fallback's use counted against it is not forgotten, until
+    /// [`release_day_word`](Self::release_day_word).
+    pub fn hold_day_word(&self) {
+        self.day_word.lock().unwrap_or_else(PoisonError::into_inner).hold();
+    }
+
+    /// The store heard the fallback's use (its reconciliation answered, or shared mode resumed
+    /// without one): replies to requests sent from now on say the day again.
+    pub fn release_day_word(&self) {
+        self.day_word.lock().unwrap_or_else(PoisonError::into_inner).release();
+    }
+
+    fn learn_day_left(&self, left: Option<DayLeft>, sent: Instant) {
         if let Some(left) = left {
-            *self.day_left.lock().unwrap_or_else(PoisonError::into_inner) = Some((left, Instant::now()));
+            self.day_word.lock().unwrap_or_else(PoisonError::into_inner).heard(left, sent);
         }
     }
 
@@ -297,10 +312,11 @@ impl SharedGate {
         let mut call =
             calls::acquire(&self.keys, &self.config_args, (&self.instance, &generation), lease, heads, classes);
         self.send_live(&mut call);
+        let sent = Instant::now();
         let reply: Vec<Value> = self.store.invoke(COMMAND, &call.invocation(&scripts().acquire)).await?;
         let (index, admission, in_flight, generation, day_left) = calls::read_acquire(&reply, heads)?;
         self.learn_generation(generation, false);
-        self.learn_day_left(day_left);
+        self.learn_day_left(day_left, sent);
         Ok((index, admission, in_flight))
     }
 

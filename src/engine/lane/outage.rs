@@ -173,6 +173,11 @@ impl Lane {
             return;
         }
         self.set_mode(Mode::Fallback);
+        // Replies on their way (run before the store hears of this fallback's grants) must not
+        // become the word its use is counted against.
+        if let Some(shared) = self.shared.as_deref() {
+            store::hold_day_word(shared);
+        }
         let now = Instant::now();
         let now_ms = self.clock.now_ms();
         let (_, _, learned) = self.local.budgets(now_ms);
@@ -308,6 +313,7 @@ impl Lane {
         self.reconciling = false;
         let Some(shared) = self.shared.clone() else { return };
         self.set_mode(Mode::Shared);
+        store::release_day_word(&shared);
         match self.reconciled.take() {
             Some(reconciled) => {
                 for held in self.held.values_mut() {
