@@ -21,7 +21,11 @@
 --          class reaches (priority.lua), and it keeps its place until it is granted
 -- ARGV[24] tokens used beyond the reservation (negative: a refund), settled on the tokens budget:
 --          '<delta>', or '<delta>:<output delta>' with the answer's part, settled on the output
---          budget (the rest on the input budget)
+--          budget (the rest on the input budget); then ':refused' for a call the provider
+--          refused (a 429) whose answer had no report: the provider's windows take its whole
+--          reservation back (pw_refuse), the deltas being minus what it reserved; or ':kept' for
+--          one whose answer's report gave it back already: the windows take nothing back
+--          (otherwise the output given back returns to the output window)
 -- ARGV[25] the generation of the state the process last saw, '' for none (see `generation` in
 --          wave.lua: if it is gone, WAVEGATE_LOST and nothing is written)
 -- Reply: {held, effect, limit_before, limit, wave, state, cooldown_ms, changed_from, in_flight,
@@ -39,15 +43,25 @@ local retry_after = nil
 if ARGV[CONFIG_ARGS + 4] ~= '' then retry_after = to_int(ARGV[CONFIG_ARGS + 4], 'retry after') end
 local channel = ARGV[CONFIG_ARGS + 5]
 local delta_arg = ARGV[CONFIG_ARGS + 6]
-local total_text, output_text = string.match(delta_arg, '^(-?%d+):(-?%d+)$')
-local token_delta, output_delta = tonumber(total_text or delta_arg), tonumber(output_text or '0')
+local deltas, windows_back = string.match(delta_arg, '^(.-):(%a+)$')
+if windows_back ~= nil and windows_back ~= 'refused' and windows_back ~= 'kept' then deltas = nil end
+deltas = deltas or delta_arg
+local total_text, output_text = string.match(deltas, '^(-?%d+):(-?%d+)$')
+local token_delta, output_delta = tonumber(total_text or deltas), tonumber(output_text or '0')
 if token_delta == nil or token_delta ~= math.floor(token_delta) or output_delta == nil then
-  return fail('finish', 'token delta must be an integer or <integer>:<integer>, got ' .. tostring(delta_arg))
+  return fail('finish', 'token delta must be an integer, <integer>:<integer>, or that with :refused or :kept, got '
+    .. tostring(delta_arg))
 end
 if not generation(ARGV[CONFIG_ARGS + 7], false) then return state_lost('finish') end
 local now = now_ms()
--- Output given back goes back to the provider's output window (ProviderWindows::give_back).
-if output_delta < 0 then pw_give_back(-output_delta, now) end
+-- A refused call's reservation goes back to every provider window (ProviderWindows::refuse),
+-- unless its answer's report gave it back ('kept'); otherwise output given back goes back to the
+-- output window (ProviderWindows::give_back).
+if windows_back == 'refused' then
+  pw_refuse(math.max(0, -token_delta), math.max(0, -output_delta), now)
+elseif windows_back == nil and output_delta < 0 then
+  pw_give_back(-output_delta, now)
+end
 rebudget(config, now * 1000) -- a changed rate keeps its budget's units (wave.lua)
 ll_apply(config, now)
 if config.tokens and token_delta ~= 0 then

@@ -41,7 +41,10 @@
 --     report has a mark; a fixed window is replaced;
 --   * output given back by a settlement goes back to the output window at once (pw_give_back:
 --     level + back, at most `to`, re-based at now keeping the rate); the doubles are computed in the order of
---     TrackedWindow's (crates/wavegate-core/src/provider_window.rs);
+--     TrackedWindow's (crates/wavegate-core/src/provider_window.rs); a call the provider refused
+--     (a 429: it counted none of it) gives its whole reservation back to every window
+--     (pw_refund: one request, its tokens, its input and output parts), before its answer's
+--     report is taken in (report_window.lua), or at its settlement when it had none (pw_refuse);
 --   * what is left is at most PW_MOST_LEFT; an end read back lies at most PW_MAX_RESET ms after now (a backward jump of TIME, a
 --     value written by hand): no window outlives its clamp;
 --   * the input and output windows (Anthropic's) are tracked apart, each part against its own:
@@ -201,26 +204,51 @@ local function pw_charge(w, now, tokens, output)
   return changed
 end
 
+-- Window `name` of `w` takes back `back` at `now` (at most `to` for a refilled bucket); its
+-- fields are appended to `fields` when it runs (TrackedWindow::credit).
+local function pw_credit(w, name, now, back, fields)
+  local t = w[name]
+  if not pw_runs(t, now) then return end
+  if t.to == 0 then
+    t.left = math.min(t.left + back, PW_MOST_LEFT)
+  else
+    pw_rebase(t, now, math.min(pw_level(t, now) + back, t.to))
+  end
+  pw_fields(fields, name, t)
+end
+
 -- A settlement gave back `back` tokens of an answer's output: the output window takes them back
 -- now, and they are counted (from the first report on), so a later report with a mark adds back
 -- what was given back after its call's grant. Saved here.
 local function pw_give_back(back, now)
   local w = pw_load(now)
-  local t = w.output
   -- Only what changes is written: this runs on every release that gives output back.
   local fields = {}
-  if pw_runs(t, now) then
-    if t.to == 0 then
-      t.left = math.min(t.left + back, PW_MOST_LEFT)
-    else
-      pw_rebase(t, now, math.min(pw_level(t, now) + back, t.to))
-    end
-    pw_fields(fields, 'output', t)
-  end
+  pw_credit(w, 'output', now, back, fields)
   if w.sent then
     w.sent.back = math.min(w.sent.back + back, PW_MOST_LEFT)
     for _, v in ipairs({ 'pw_sent_back', pw_f(w.sent.back) }) do table.insert(fields, v) end
   end
+  if #fields > 0 then state_write(unpack(fields)) end
+end
+
+-- A call the provider refused (a 429: it counted none of it), `tokens` reserved and `output` of
+-- them its answer's, gives its whole reservation back to every running window of `w` at `now`
+-- (ProviderWindows::refuse); the fields of the windows it changed are appended to `fields`.
+-- Not counted for the marks: an answer to a call granted before the refused one, coming after
+-- the refusal, still takes it off (it erred low; adding every refusal since a mark back would
+-- err high for a call granted before the mark and refused after it).
+local function pw_refund(w, now, tokens, output, fields)
+  output = math.min(output, tokens)
+  local back = { requests = 1, tokens = tokens, input = tokens - output, output = output }
+  for _, name in ipairs(PW_NAMES) do pw_credit(w, name, now, back[name], fields) end
+end
+
+-- pw_refund of a refused call's settlement (its answer had no report). Saved here.
+local function pw_refuse(tokens, output, now)
+  local w = pw_load(now)
+  local fields = {}
+  pw_refund(w, now, tokens, output, fields)
   if #fields > 0 then state_write(unpack(fields)) end
 end
 

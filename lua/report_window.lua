@@ -19,11 +19,14 @@
 -- ARGV[18] input tokens left (Anthropic's input window, tracked apart), or ''
 -- ARGV[19] its reset, ms from now   ARGV[20] the limit it refills to, '0' for a fixed window
 -- ARGV[21..23] likewise for the output window
+-- ARGV[24] '' when the answer served its call; '<tokens>:<output>' when it refused it (a 429)
+--          having reserved that many tokens, that many of them output: the provider counted none
+--          of it, so every window takes it back before the report is taken in (pw_refund)
 -- See provider_window.lua and learned_limit.lua for the rules.
 -- Reply: {requests_left, requests_wait_ms, tokens_left, tokens_wait_ms, input_left,
 --        input_wait_ms, output_left, output_wait_ms} (what is left now; a wait of 0: the window
 --        does not run; for a refilled bucket the time until it is full)
-if #ARGV ~= 23 then return fail('report_window', 'expected 23 ARGV, got ' .. #ARGV) end
+if #ARGV ~= 24 then return fail('report_window', 'expected 24 ARGV, got ' .. #ARGV) end
 local now = now_ms()
 purge(now)
 local tokens_each = to_int(ARGV[5], 'tokens each')
@@ -31,6 +34,11 @@ local w = pw_load(now)
 if ARGV[11] == '1' then
   -- The count of grants goes on: the marks of the permits held refer to it.
   w = { requests = pw_none(), tokens = pw_none(), input = pw_none(), output = pw_none(), sent = w.sent }
+end
+if ARGV[24] ~= '' then
+  local tokens, output = string.match(ARGV[24], '^(%d+):(%d+)$')
+  if not tokens then return fail('report_window', 'a refused call must be <tokens>:<output>, got ' .. ARGV[24]) end
+  pw_refund(w, now, tonumber(tokens), tonumber(output), {}) -- saved with the report
 end
 local since = nil
 if ARGV[6] ~= '' then since = pw_sent_since(w, redis.call('HGET', KEYS[3], 'm|' .. ARGV[6]), now) end

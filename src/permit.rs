@@ -126,6 +126,24 @@ impl Permit {
         self.report_usage(outcome, actual);
     }
 
+    /// Sends the outcome to the engine: a 429 settles as refused (the provider counted none of
+    /// it, whatever usage was reported: the budgets take the whole reservation back, and the
+    /// provider's windows too — with the answer's report when it has one, before it is taken
+    /// in, else at the settlement), anything else as `used`.
+    fn finish_with(self, outcome: Outcome, used: crate::engine::grant::TokensUsed) {
+        use crate::engine::grant::TokensUsed;
+        use wavegate_core::WindowsBack;
+        crate::provider_signals::observe(&self.name, &outcome, &self.quota.block, self.quota.pause);
+        crate::metrics::upstream_call(&self.name, outcome.label(), self.granted_at.elapsed());
+        let window = self.window_report(&outcome);
+        let used = match (&outcome, &window) {
+            (Outcome::RateLimited { .. }, None) => TokensUsed::Refused(WindowsBack::Reservation),
+            (Outcome::RateLimited { .. }, Some(_)) => TokensUsed::Refused(WindowsBack::Nothing),
+            _ => used,
+        };
+        self.grant.finish(outcome.wave_signal(), outcome.breaker_result(), used, window);
+    }
+
     /// Reports the call's outcome and the tokens it really used, and releases the permit:
     /// the difference with the reservation is refunded or charged to the tokens budget.
     /// An upstream that [keeps the estimate](crate::config::UpstreamConfigBuilder::keeps_estimate)
@@ -134,10 +152,7 @@ impl Permit {
         let unprocessed = matches!(outcome, Outcome::RateLimited { .. } | Outcome::ClientError { .. });
         let tokens =
             if self.quota.keeps_estimate && !unprocessed { tokens.max(self.reserved_tokens()) } else { tokens };
-        crate::provider_signals::observe(&self.name, &outcome, &self.quota.block, self.quota.pause);
-        crate::metrics::upstream_call(&self.name, outcome.label(), self.granted_at.elapsed());
-        let window = self.window_report(&outcome);
-        self.grant.finish(outcome.wave_signal(), outcome.breaker_result(), tokens, window);
+        self.finish_with(outcome, tokens.into());
     }
 
     /// [`report_usage`](Self::report_usage) with the usage in its two parts, as LLM providers
@@ -154,11 +169,7 @@ impl Permit {
         } else {
             (input, output)
         };
-        crate::provider_signals::observe(&self.name, &outcome, &self.quota.block, self.quota.pause);
-        crate::metrics::upstream_call(&self.name, outcome.label(), self.granted_at.elapsed());
-        let window = self.window_report(&outcome);
-        let used = crate::engine::grant::TokensUsed::Parts(input, output);
-        self.grant.finish(outcome.wave_signal(), outcome.breaker_result(), used, window);
+        self.finish_with(outcome, crate::engine::grant::TokensUsed::Parts(input, output));
     }
 
     /// [`report_usage_parts`](Self::report_usage_parts) with the usage an answer reported,

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use actix::{Message, Recipient};
 use tokio::sync::oneshot;
-use wavegate_core::{BreakerTicket, CallResult, PermitId, TokenDelta, WaveSignal, WaveState, WindowReport};
+use wavegate_core::{BreakerTicket, CallResult, PermitId, TokenDelta, WaveSignal, WaveState, WindowReport, WindowsBack};
 
 use super::clock::{self, Instant};
 
@@ -97,6 +97,10 @@ pub(crate) enum TokensUsed {
     Total(u64),
     /// The provider said both parts: (input, output).
     Parts(u64, u64),
+    /// The provider refused the call (a 429) and counted none of it: the whole reservation
+    /// comes back to the budgets, and to the provider's windows as it says
+    /// ([`TokenDelta::refused`]).
+    Refused(WindowsBack),
 }
 
 impl From<u64> for TokensUsed {
@@ -114,6 +118,7 @@ impl TokensUsed {
                 TokenDelta::of_total(signed(used) - signed(tokens), output)
             }
             TokensUsed::Parts(input, used_output) => TokenDelta::of_usage((tokens, output), (input, used_output)),
+            TokensUsed::Refused(windows) => TokenDelta::refused((tokens, output), windows),
         }
     }
 }

@@ -48,7 +48,7 @@ use crate::permit_id::text::{class_of, member_instance, tenant_of};
 use crate::permit_id::{Instance, PermitId};
 use crate::priority::{ClassTurns, PriorityClass};
 use crate::provider_window::{ProviderWindows, WindowReport};
-use crate::token_delta::TokenDelta;
+use crate::token_delta::{TokenDelta, WindowsBack};
 use crate::wave::{
     Admission, DenyReason, RateLimitEffect, Transition, WaveConfig, WaveMachine, WaveSnapshot, WaveState,
 };
@@ -766,8 +766,11 @@ impl LocalGate {
         now_ms: u64,
     ) -> FinishReport {
         let delta = token_delta.into();
-        if delta.output < 0 {
-            self.windows.give_back(delta.output.unsigned_abs(), now_ms);
+        let back = |n: i64| if n < 0 { n.unsigned_abs() } else { 0 };
+        match delta.windows {
+            WindowsBack::Reservation => self.windows.refuse(back(delta.total), back(delta.output), now_ms),
+            WindowsBack::Output if delta.output < 0 => self.windows.give_back(back(delta.output), now_ms),
+            WindowsBack::Output | WindowsBack::Nothing => {}
         }
         self.split_settle(delta, now_ms);
         self.day_settle(delta.total, now_ms);

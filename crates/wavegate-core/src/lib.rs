@@ -121,7 +121,7 @@ pub use shadow::ShadowScope;
 pub use signals::{DOCUMENTED_PERIOD, MAX_RESET, ProviderSignals, REFILL_SLACK, SignalKind, Unreadable, Window};
 #[cfg(feature = "sse")]
 pub use sse_usage::{SseUsage, StreamUsage, UsageUpdate, usage_of_event};
-pub use token_delta::TokenDelta;
+pub use token_delta::{TokenDelta, WindowsBack};
 pub use wave::{
     Admission, DenyReason, RateLimitEffect, Recovery, Transition, WaveConfig, WaveMachine, WaveSnapshot, WaveState,
 };

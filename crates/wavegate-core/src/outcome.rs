@@ -304,7 +304,8 @@ impl Outcome {
     /// assert_eq!(report.requests.map(|left| left.reset_ms), Some(60_000));
     /// ```
     pub fn window_report(&self, retry_after_cap: Duration) -> Option<WindowReport> {
-        self.window_report_for(retry_after_cap, 0, 0)
+        // No reservation is known: nothing to give back.
+        self.window_report_for(retry_after_cap, 0, 0).map(|report| WindowReport { refused: None, ..report })
     }
 
     /// [`window_report`](Self::window_report) for a refused call that reserved `tokens`,
@@ -313,7 +314,8 @@ impl Outcome {
     /// window that refused it, and that window, tracked, holds back the calls it cannot hold
     /// while the smaller ones go on; only a refusal that names none pauses the fleet for its
     /// `Retry-After`. (An Anthropic refusal of a 2,000-token output with 1,500 left paused
-    /// every call for up to 15 s, while the calls of 400 fitted.)
+    /// every call for up to 15 s, while the calls of 400 fitted.) A refusal's report says so
+    /// ([`WindowReport::refused`]): the provider counted none of the call's reservation.
     pub fn window_report_for(&self, retry_after_cap: Duration, tokens: u64, output: u64) -> Option<WindowReport> {
         match self {
             Outcome::Success { signals, .. } => WindowReport::from_signals(signals),
@@ -328,14 +330,15 @@ impl Outcome {
                         || short(r.input, tokens - output)
                         || short(r.output, output)
                 });
-                match (kind, names_spent, signals.exhausted_for().or(*retry_after)) {
+                let report = match (kind, names_spent, signals.exhausted_for().or(*retry_after)) {
                     (RateLimitKind::RateWindow, false, Some(pause)) => {
                         let mut report = report.unwrap_or_default();
                         report.requests = WindowReport::spent_for(pause.min(retry_after_cap)).requests;
                         Some(report)
                     }
                     _ => report,
-                }
+                };
+                report.map(|report| WindowReport { refused: Some((tokens, output)), ..report })
             }
             _ => None,
         }

@@ -118,6 +118,12 @@ pub struct WindowReport {
     /// [`LearnedBudgets`](crate::LearnedBudgets)). Carried with the windows so one report
     /// (one script call in shared mode) says all of it.
     pub limits: LearnedLimits,
+    /// The answer refused its call (a 429), which had reserved `(tokens, output of them)`:
+    /// the provider counted none of it, so the windows take it back
+    /// ([`ProviderWindows::refuse`]) before they take the answer in (which did not count it
+    /// either; its settlement then gives nothing back to them). `None`: the answer served its
+    /// call, or nothing is known of its reservation.
+    pub refused: Option<(u64, u64)>,
 }
 
 impl WindowReport {
@@ -141,6 +147,7 @@ impl WindowReport {
             input,
             output,
             limits: LearnedLimits::from_signals(signals),
+            refused: None,
         };
         (!report.is_empty()).then_some(report)
     }
@@ -154,6 +161,7 @@ impl WindowReport {
             input: None,
             output: None,
             limits: LearnedLimits::default(),
+            refused: None,
         }
     }
 
@@ -427,6 +435,10 @@ impl ProviderWindows {
         tokens_each: u64,
         mark: Option<SentCount>,
     ) {
+        if let Some((tokens, output)) = report.refused {
+            // Before the answer is taken in: it did not count its call either.
+            self.refuse(tokens, output, now_ms);
+        }
         let others = u64::from(others_in_flight);
         let since = self.sent.zip(mark).and_then(|(sent, mark)| Some((sent.since(mark)?, mark.at_ms)));
         // The cost of each window (requests, tokens, input, output) the answer could not count,
@@ -434,29 +446,30 @@ impl ProviderWindows {
         // of its call's grant; without one it only ever lowers a running bucket).
         let (costs, as_of_ms, given_back) = match since {
             Some((s, at)) => {
-                ([s.requests, s.tokens, s.tokens.saturating_sub(s.output), s.output], at, Some(s.given_back))
+                let back = [Some(0), Some(0), Some(0), Some(s.given_back)];
+                ([s.requests, s.tokens, s.tokens.saturating_sub(s.output), s.output], at, back)
             }
             None => {
                 let each = others.saturating_mul(tokens_each);
-                ([others, each, each, each], now_ms, None)
+                ([others, each, each, each], now_ms, [None; 4])
             }
         };
         let [requests, tokens, input, output] = costs;
-        let marked = given_back.map(|_| 0);
+        let [requests_back, tokens_back, input_back, output_back] = given_back;
         if let Some(left) = report.requests {
-            self.requests.report(left, now_ms, requests, as_of_ms, marked);
+            self.requests.report(left, now_ms, requests, as_of_ms, requests_back);
         }
         if let Some(left) = report.tokens {
-            self.tokens.report(left, now_ms, tokens, as_of_ms, marked);
+            self.tokens.report(left, now_ms, tokens, as_of_ms, tokens_back);
         }
         if report.input.is_some() && report.output.is_some() {
             self.tokens = TrackedWindow::default();
         }
         if let Some(left) = report.input {
-            self.input.report(left, now_ms, input, as_of_ms, marked);
+            self.input.report(left, now_ms, input, as_of_ms, input_back);
         }
         if let Some(left) = report.output {
-            self.output.report(left, now_ms, output, as_of_ms, given_back);
+            self.output.report(left, now_ms, output, as_of_ms, output_back);
         }
         self.sent.get_or_insert_with(SentCount::default);
     }
@@ -513,6 +526,25 @@ impl ProviderWindows {
         if let Some(sent) = &mut self.sent {
             sent.given_back = sent.given_back.saturating_add(output).min(MAX_WINDOW_LEFT);
         }
+    }
+
+    /// A call the provider refused (a 429: it counted none of it) gives its whole reservation
+    /// back at `now_ms`, `tokens` reserved and `output` of them its answer's: one request and
+    /// each part to every running window. (Kept charged, a cold start's burst of 429s held the
+    /// windows low until they were full again: the provider never charged those calls, and a
+    /// running bucket is never raised by an answer.)
+    ///
+    /// Not counted for the marks: an answer to a call granted before a refused one, coming
+    /// after the refusal, still takes the refused call off (it was granted after that call's
+    /// mark), which errs low. Adding every refusal since a mark back would err high for calls
+    /// granted before the mark and refused after it; telling the two apart needs each
+    /// refusal's place among the grants.
+    pub fn refuse(&mut self, tokens: u64, output: u64, now_ms: u64) {
+        let output = output.min(tokens);
+        self.requests.credit(now_ms, 1);
+        self.tokens.credit(now_ms, tokens);
+        self.input.credit(now_ms, tokens - output);
+        self.output.credit(now_ms, output);
     }
 
     /// Forgets every window (an operator's clear): grants go on as if no report had come.

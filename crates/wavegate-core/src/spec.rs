@@ -41,7 +41,7 @@ use crate::learned_limit::{LearnedLimit, LearnedLimits};
 use crate::permit_id::{Instance, PermitId, TenantTag};
 use crate::priority::PriorityClass;
 use crate::provider_window::{WindowLeft, WindowReport};
-use crate::token_delta::TokenDelta;
+use crate::token_delta::{TokenDelta, WindowsBack};
 use crate::wave::{DenyReason, Recovery, WaveConfig, WaveState};
 
 mod carry_back;
@@ -232,6 +232,20 @@ pub enum Step {
         /// Of them, output.
         output_delta: i64,
     },
+    /// Permit `permit`'s call was refused by the provider (a 429 of a window, which cuts
+    /// nothing): it finishes (neutral, held) giving back its whole reservation, `tokens` in
+    /// all and `output` of them the answer's, to the budgets and as `windows` says to the
+    /// provider's windows ([`TokenDelta::refused`]).
+    Refused {
+        /// The permit's name.
+        permit: &'static str,
+        /// The tokens it reserved, in all.
+        tokens: u64,
+        /// Of them, the output.
+        output: u64,
+        /// What the provider's windows take back.
+        windows: WindowsBack,
+    },
     /// Process `instance` asks for one permit for its heads `asks` at once; compare the answer
     /// and the ask it names.
     AcquireAmong {
@@ -301,6 +315,9 @@ pub enum Step {
         /// Anthropic's input and output windows, each `(remaining, reset in ms, limit it
         /// refills to)` (0: a fixed window).
         parts: [Option<(u64, u64, u64)>; 2],
+        /// The answer refused its call (a 429), which had reserved `(tokens, output of them)`
+        /// ([`WindowReport::refused`]); `None`: it served it.
+        refused: Option<(u64, u64)>,
     },
     /// Compare the model's status.
     Status {
@@ -571,9 +588,17 @@ pub fn run_case<M: WaveModel>(case: &SpecCase, model: &mut M) -> Result<(), Spec
                     granted_in.insert(answers, wave);
                 }
             }
-            Step::FinishSplit { permit, token_delta, output_delta } => {
+            Step::FinishSplit { .. } | Step::Refused { .. } => {
+                let (permit, delta) = match step {
+                    Step::FinishSplit { permit, token_delta, output_delta } => {
+                        (permit, TokenDelta::new(*token_delta, *output_delta))
+                    }
+                    Step::Refused { permit, tokens, output, windows } => {
+                        (permit, TokenDelta::refused((*tokens, *output), *windows))
+                    }
+                    _ => unreachable!("a finish with a split delta"),
+                };
                 let tag = granted_in.get(permit).copied().unwrap_or(0);
-                let delta = TokenDelta::new(*token_delta, *output_delta);
                 let got = model.finish(&ids.plain(permit), tag, WaveSignal::Neutral, delta).map_err(io)?;
                 if !got.held {
                     return Err(fail(format!("finish of {permit}: held"), format!("{got:?}")));
@@ -625,6 +650,7 @@ pub fn run_case<M: WaveModel>(case: &SpecCase, model: &mut M) -> Result<(), Spec
                 refills_requests,
                 refills_tokens,
                 parts: [input, output],
+                refused,
             } => {
                 let left = |w: &Option<(u64, u64)>, refills_to: &Option<u64>| {
                     w.map(|(remaining, reset_ms)| WindowLeft { remaining, reset_ms, refills_to: *refills_to })
@@ -649,6 +675,7 @@ pub fn run_case<M: WaveModel>(case: &SpecCase, model: &mut M) -> Result<(), Spec
                     input: part(input),
                     output: part(output),
                     limits,
+                    refused: *refused,
                 };
                 let id = by.map(|p| ids.plain(p));
                 model.report_window(id.as_ref(), report, *tokens_each).map_err(io)?;

@@ -17,7 +17,7 @@ use redis::{Script, Value};
 use wavegate_core::priority::PriorityClass;
 use wavegate_core::{
     Admission, DenyReason, Instance, LearnedLimit, LearnedLimits, LocalGate, PermitId, Recovery, TenantTag,
-    UpstreamConfig, UpstreamName, WaveSignal, WindowLeft, WindowReport,
+    UpstreamConfig, UpstreamName, TokenDelta, WaveSignal, WindowLeft, WindowReport, WindowsBack,
 };
 use wavegate_testkit::RedisServer;
 
@@ -329,8 +329,18 @@ fn disagreement(
                     1 => WaveSignal::Neutral,
                     _ => WaveSignal::RateLimited { retry_after: (delta % 2 == 0).then(|| Duration::from_millis(400)) },
                 };
-                let report = local.finish(&id, wave, signal, *delta, now);
-                let call = calls::finish(keys, &shared.config_args, (id.as_str(), ""), wave, signal, (*delta).into());
+                // A 429 gives its reservation back to the windows, or nothing when its report did.
+                let settled = match outcome {
+                    0 | 1 => TokenDelta::from(*delta),
+                    _ => TokenDelta {
+                        total: (*delta).min(0),
+                        output: (delta / 3).min(0),
+                        windows: [WindowsBack::Reservation, WindowsBack::Nothing, WindowsBack::Output]
+                            [delta.rem_euclid(3) as usize],
+                    },
+                };
+                let report = local.finish(&id, wave, signal, settled, now);
+                let call = calls::finish(keys, &shared.config_args, (id.as_str(), ""), wave, signal, settled);
                 let reply = rows(eval(con, &scripts.finish, &call, now).map_err(at)?).map_err(at)?;
                 let lua = calls::read_finish(&reply, wave).map_err(|e| at(e.to_string()))?;
                 let rust = (report.held, report.rate_limit, report.transition, report.wake.clone());
@@ -397,6 +407,8 @@ fn disagreement(
                             .filter(|l| l % 2 == 0)
                             .map(|limit| LearnedLimit { limit: limit / 4, window_ms: 1_000 }),
                     },
+                    // An odd count left comes with a refusal of the reporting call.
+                    refused: requests_left.filter(|left| left % 2 == 1).map(|left| (left * 100, left * 10)),
                 };
                 local.report_window("", report, now, 10);
                 eval(con, &scripts.report_window, &calls::report_window(keys, "", report, 10, false), now)

@@ -331,8 +331,9 @@ fn day_left_arg(left: DayLeft, generation: &str) -> String {
 /// each announced limit and its window (`''` for what the report does not say), whether the
 /// windows kept are cleared first (an operator's clear, with an empty report), the limit
 /// each window refills to when it is a continuously refilled bucket (`'0'`: a fixed window),
-/// the input and output tokens limits announced with their windows (Anthropic's), then the
-/// input and output windows (each remaining, reset and the limit it refills to).
+/// the input and output tokens limits announced with their windows (Anthropic's), the input
+/// and output windows (each remaining, reset and the limit it refills to), then the refused
+/// call's reservation (`'<tokens>:<output>'`, `''` when the answer served its call).
 pub(crate) fn report_window<'a>(
     keys: &'a UpstreamKeys,
     id: &str,
@@ -383,6 +384,7 @@ pub(crate) fn report_window<'a>(
         .arg(side(report.output).0)
         .arg(side(report.output).1)
         .arg(refills_to(report.output))
+        .arg(report.refused.map(|(tokens, output)| format!("{tokens}:{}", output.min(tokens))).unwrap_or_default())
 }
 
 /// `heartbeat.lua`: the instance, the ttl (at least 1 ms) and the length of a turn as the

@@ -86,6 +86,8 @@ impl Store {
                 tokens: Some(LearnedLimit { limit: 10_000_000, window_ms: 60_000 }),
                 ..LearnedLimits::default()
             },
+            // A refusal's report: its reservation goes back to the windows first.
+            refused: Some((10, 0)),
         };
         classed.report_window(first.as_str(), report, 10).await?;
         classed.status_with_classes().await?;

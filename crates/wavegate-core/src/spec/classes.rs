@@ -326,6 +326,7 @@ pub(super) fn cases() -> Vec<SpecCase> {
                         refills_requests: None,
                         refills_tokens: None,
                         parts: [None; 2],
+                        refused: None,
                     },
                     // Batch's share is half of that: bursts of 1 (half the configured would be 2).
                     granted("alpha", vec![ask("b1", "batch", 2)], "b1", 4),

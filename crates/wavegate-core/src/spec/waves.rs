@@ -1,6 +1,7 @@
 //! The wave machine's tables: one upstream, one process, one ask at a time.
 
 use super::{Expect, SpecAsk, SpecCase, SpecSignal, Step, Wakes};
+use crate::token_delta::WindowsBack;
 use crate::wave::{Recovery, WaveState};
 
 pub(super) const LEASE_MS: u64 = 60_000;
@@ -70,6 +71,7 @@ fn answer(
         refills_requests: None,
         refills_tokens: None,
         parts: [None; 2],
+        refused: None,
     }
 }
 
@@ -97,6 +99,7 @@ fn refilling_by(
         refills_requests: requests.map(|(.., limit)| limit),
         refills_tokens: tokens.map(|(.., limit)| limit),
         parts: [None; 2],
+        refused: None,
     }
 }
 
@@ -113,6 +116,7 @@ fn learn_parts(input: Option<(u64, u64)>, output: Option<(u64, u64)>) -> Step {
         refills_requests: None,
         refills_tokens: None,
         parts: [None; 2],
+        refused: None,
     }
 }
 
@@ -129,12 +133,22 @@ fn learn(learned_requests: Option<(u64, u64)>, learned_tokens: Option<(u64, u64)
         refills_requests: None,
         refills_tokens: None,
         parts: [None; 2],
+        refused: None,
     }
 }
 
 /// The answer to `by` (still held) with Anthropic's input and output windows only, each
 /// `(remaining, time to full in ms, limit)`.
 fn parts_by(by: Option<&'static str>, input: (u64, u64, u64), output: (u64, u64, u64)) -> Step {
+    parts_report(by, input, output, None)
+}
+
+fn parts_report(
+    by: Option<&'static str>,
+    input: (u64, u64, u64),
+    output: (u64, u64, u64),
+    refused: Option<(u64, u64)>,
+) -> Step {
     Step::ReportWindow {
         by,
         requests: None,
@@ -146,7 +160,13 @@ fn parts_by(by: Option<&'static str>, input: (u64, u64, u64), output: (u64, u64,
         refills_requests: None,
         refills_tokens: None,
         parts: [Some(input), Some(output)],
+        refused,
     }
+}
+
+/// [`parts_by`] for an answer that refused `by`'s call, which had reserved `(tokens, output)`.
+fn refused_parts_by(by: &'static str, reserved: (u64, u64), input: (u64, u64, u64), output: (u64, u64, u64)) -> Step {
+    parts_report(Some(by), input, output, Some(reserved))
 }
 
 /// [`denied_window`] for an ask of `(tokens, output)`.
@@ -833,6 +853,27 @@ pub(super) fn cases() -> Vec<SpecCase> {
                 parts_by(Some("C"), (38_000, 14_000, 50_000), (33, 59_800, 8_000)),
                 split("D", 700, 300),
                 denied_split_window("E", (600, 100), 800),
+            ],
+        ),
+        case(
+            "provider window: a call the provider refused gives its whole reservation back to every window",
+            vec![
+                // 10,000 input and 2,000 output tokens left of fixed windows ending in 60 s.
+                parts_by(None, (10_000, 60_000, 0), (2_000, 60_000, 0)),
+                split("B", 1_100, 100),
+                split("A", 4_400, 400),
+                // B's answer is a 429 without headers: the provider counted none of it, so its
+                // 1,000 input and 100 output tokens are back (6,000 and 1,600 left): E fits.
+                Step::Refused { permit: "B", tokens: 1_100, output: 100, windows: WindowsBack::Reservation },
+                split("E", 6_100, 100),
+                // A's answer is a 429 saying 8,000 input and 1,800 output tokens are left (others
+                // spent 2,000 and 200; neither A nor B is counted, nor E, granted after A): A's
+                // reservation comes back before the answer is taken in (4,000 and 1,900), which
+                // then leaves 2,000 and 1,700; its settlement gives nothing back again.
+                refused_parts_by("A", (4_400, 400), (8_000, 60_000, 0), (1_800, 60_000, 0)),
+                Step::Refused { permit: "A", tokens: 4_400, output: 400, windows: WindowsBack::Nothing },
+                split("C", 2_100, 100),
+                denied_split_window("D", (2, 1), 60_000),
             ],
         ),
         case(
