@@ -6,10 +6,13 @@
 -- wavegate_core::spec.
 --
 -- Fields of the wave state hash (KEYS[2]): pw_requests_left, pw_requests_until, pw_requests_at,
--- pw_requests_to, pw_requests_rough and the same for tokens, input and output (Anthropic's parts,
--- tracked apart) (ms of Redis TIME; an end of 0 or in the past: no window; `to` 0: a fixed
--- window, else the limit a continuously refilled bucket grows back to; rough '1': what is left
--- came from a report without a mark).
+-- pw_requests_to, pw_requests_rough, pw_requests_base and the same for tokens, input and output
+-- (Anthropic's parts, tracked apart) (ms of Redis TIME; an end of 0 or in the past: no window;
+-- `to` 0: a fixed window, else the limit a continuously refilled bucket grows back to; rough '1':
+-- what is left came from a report without a mark; base: the place in the count of grants of the
+-- mark of the report what is left came from, every grant after it taken off, '' for a report
+-- without a mark, which took off every call in flight; moved up to the mark of a report not
+-- taken in).
 --
 -- Fields pw_sent_requests, pw_sent_tokens, pw_sent_output and pw_sent_back: the grants counted
 -- since the first report (absent before it), one request, the tokens reserved and their output
@@ -43,8 +46,10 @@
 --     level + back, at most `to`, re-based at now keeping the rate); the doubles are computed in the order of
 --     TrackedWindow's (crates/wavegate-core/src/provider_window.rs); a call the provider refused
 --     (a 429: it counted none of it) gives its whole reservation back to every window
---     (pw_refund: one request, its tokens, its input and output parts), before its answer's
---     report is taken in (report_window.lua), or at its settlement when it had none (pw_refuse);
+--     (pw_refund: one request, its tokens, its input and output parts) that took it off (base ''
+--     or below the refused call's place: a report of a call granted after it neither counted
+--     nor took it off), before its answer's report is taken in (report_window.lua), or at its
+--     settlement when it had none (pw_refuse);
 --   * what is left is at most PW_MOST_LEFT; an end read back lies at most PW_MAX_RESET ms after now (a backward jump of TIME, a
 --     value written by hand): no window outlives its clamp;
 --   * the input and output windows (Anthropic's) are tracked apart, each part against its own:
@@ -71,7 +76,7 @@ end
 
 -- A window nothing is known of.
 local function pw_none()
-  return { left = 0, ['until'] = 0, at = 0, to = 0, rough = false }
+  return { left = 0, ['until'] = 0, at = 0, to = 0, rough = false, base = nil }
 end
 
 local function pw_f(n) return string.format('%.0f', n) end
@@ -80,7 +85,7 @@ local function pw_f(n) return string.format('%.0f', n) end
 local function pw_fields(fields, name, t)
   for _, v in ipairs({ 'pw_' .. name .. '_left', pw_f(t.left), 'pw_' .. name .. '_until', pw_f(t['until']),
     'pw_' .. name .. '_at', pw_f(t.at), 'pw_' .. name .. '_to', pw_f(t.to), 'pw_' .. name .. '_rough',
-    t.rough and '1' or '0' }) do
+    t.rough and '1' or '0', 'pw_' .. name .. '_base', t.base and pw_f(t.base) or '' }) do
     table.insert(fields, v)
   end
 end
@@ -102,7 +107,7 @@ end
 local function pw_load(now)
   local names = {}
   for _, name in ipairs(PW_NAMES) do
-    for _, field in ipairs({ 'left', 'until', 'at', 'to', 'rough' }) do
+    for _, field in ipairs({ 'left', 'until', 'at', 'to', 'rough', 'base' }) do
       table.insert(names, 'pw_' .. name .. '_' .. field)
     end
   end
@@ -114,12 +119,15 @@ local function pw_load(now)
   local w = {}
   local moved = false
   for i, name in ipairs(PW_NAMES) do
-    local at = (i - 1) * 5
+    local at = (i - 1) * 6
+    -- A base unreadable is none: the window took off every call in flight (it gives back more).
+    local base = nil
+    if v[at + 6] and v[at + 6] ~= '' and tonumber(v[at + 6]) then base = pw_clamp(v[at + 6], PW_MOST_LEFT) end
     w[name] = { left = pw_clamp(v[at + 1], PW_MOST_LEFT), ['until'] = pw_clamp(v[at + 2], last),
-      at = pw_clamp(v[at + 3], last), to = pw_clamp(v[at + 4], PW_MOST_LEFT), rough = v[at + 5] == '1' }
+      at = pw_clamp(v[at + 3], last), to = pw_clamp(v[at + 4], PW_MOST_LEFT), rough = v[at + 5] == '1', base = base }
     if (tonumber(v[at + 2]) or 0) > last then moved = true end
   end
-  local sent = #PW_NAMES * 5
+  local sent = #PW_NAMES * 6
   if v[sent + 1] then
     w.sent = { requests = pw_clamp(v[sent + 1], PW_MOST_LEFT), tokens = pw_clamp(v[sent + 2], PW_MOST_LEFT),
       output = pw_clamp(v[sent + 3], PW_MOST_LEFT), back = pw_clamp(v[sent + 4], PW_MOST_LEFT) }
@@ -238,17 +246,29 @@ end
 -- Not counted for the marks: an answer to a call granted before the refused one, coming after
 -- the refusal, still takes it off (it erred low; adding every refusal since a mark back would
 -- err high for a call granted before the mark and refused after it).
-local function pw_refund(w, now, tokens, output, fields)
+-- `place`: the refused call's place in the count of grants (its mark's first field), nil
+-- without a mark; only the windows that took it off take it back (TrackedWindow::took_off).
+local function pw_refund(w, now, tokens, output, place, fields)
   output = math.min(output, tokens)
   local back = { requests = 1, tokens = tokens, input = tokens - output, output = output }
-  for _, name in ipairs(PW_NAMES) do pw_credit(w, name, now, back[name], fields) end
+  for _, name in ipairs(PW_NAMES) do
+    local base = w[name].base
+    if base == nil or (place ~= nil and place > base) then pw_credit(w, name, now, back[name], fields) end
+  end
 end
 
--- pw_refund of a refused call's settlement (its answer had no report). Saved here.
-local function pw_refuse(tokens, output, now)
+-- The place in the count of grants of a permit's mark (as pw_mark writes it), nil for none.
+local function pw_place(mark)
+  if not mark then return nil end
+  return tonumber(string.match(mark, '^(%d+):'))
+end
+
+-- pw_refund of a refused call's settlement (its answer had no report), `mark` its permit's.
+-- Saved here.
+local function pw_refuse(tokens, output, mark, now)
   local w = pw_load(now)
   local fields = {}
-  pw_refund(w, now, tokens, output, fields)
+  pw_refund(w, now, tokens, output, pw_place(mark), fields)
   if #fields > 0 then state_write(unpack(fields)) end
 end
 
@@ -260,7 +280,8 @@ local function pw_mark(w, now)
 end
 
 -- What was granted (and given back) after `mark` (a permit's, as pw_mark wrote it), as
--- {requests, tokens, output, back, at} (at: the permit's grant, at most `now`); nil without a
+-- {requests, tokens, output, back, at, place} (at: the permit's grant, at most `now`; place: its
+-- place in the count of grants); nil without a
 -- count, for a mark unreadable or ahead of the count (the count started over).
 local function pw_sent_since(w, mark, now)
   if not w.sent or not mark then return nil end
@@ -270,14 +291,21 @@ local function pw_sent_since(w, mark, now)
   local s = w.sent
   if r > s.requests or t > s.tokens or o > s.output or b > s.back then return nil end
   return { requests = s.requests - r, tokens = s.tokens - t, output = s.output - o, back = s.back - b,
-    at = math.min(at, now) }
+    at = math.min(at, now), place = r }
+end
+
+-- A report with a mark at `base` not taken in (the window knows less): the calls granted before
+-- it are not given back any more (TrackedWindow::saw).
+local function pw_saw(t, base)
+  if base ~= nil then t.base = math.max(t.base or base, base) end
 end
 
 -- Takes in one window's report: `remaining` left, resetting in `reset_ms`, `others_cost` spent
 -- by the calls still in flight; `to` > 0: a bucket refilled continuously to `to`, full in
 -- `reset_ms`; `back`: nil for a report without a mark, else what settlements gave back since the
--- reporting call's grant (0 but for the output window).
-local function pw_report_one(t, now, remaining, reset_ms, others_cost, to, as_of, back)
+-- reporting call's grant (0 but for the output window); `base`: the reporting call's place in
+-- the count of grants (its mark), nil without one.
+local function pw_report_one(t, now, remaining, reset_ms, others_cost, to, as_of, back, base)
   local ends = now + math.min(reset_ms, PW_MAX_RESET)
   -- a running fixed window ending when this bucket would be full again is that window
   local known_fixed = t.to == 0 and pw_runs(t, now) and math.abs(ends - t['until']) <= PW_SAME_WINDOW
@@ -294,18 +322,27 @@ local function pw_report_one(t, now, remaining, reset_ms, others_cost, to, as_of
     local marked = back ~= nil
     local reported = { left = estimate, ['until'] = full, at = as_of, to = to }
     local keeps_word = not (t.rough and marked) and t.to > 0 and pw_runs(t, now)
-    if keeps_word and pw_level(t, now) <= pw_level(reported, now) then return end
+    if keeps_word and pw_level(t, now) <= pw_level(reported, now) then
+      pw_saw(t, base)
+      return
+    end
     t.left = estimate
     t['until'] = full
     t.at = as_of
     t.to = to
     t.rough = not marked
+    t.base = base
     return
   end
   if reset_ms == 0 then return end
   local estimate = math.max(0, math.min(remaining + (back or 0), PW_MOST_LEFT) - others_cost)
   if known_fixed then
-    t.left = math.min(t.left, estimate)
+    if estimate < t.left then
+      t.left = estimate
+      t.base = base
+    else
+      pw_saw(t, base)
+    end
     t['until'] = math.max(t['until'], ends)
   else
     t.left = estimate
@@ -313,5 +350,6 @@ local function pw_report_one(t, now, remaining, reset_ms, others_cost, to, as_of
     t.at = now
     t.to = 0
     t.rough = back == nil
+    t.base = base
   end
 end

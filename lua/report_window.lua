@@ -35,13 +35,15 @@ if ARGV[11] == '1' then
   -- The count of grants goes on: the marks of the permits held refer to it.
   w = { requests = pw_none(), tokens = pw_none(), input = pw_none(), output = pw_none(), sent = w.sent }
 end
+local mark = nil
+if ARGV[6] ~= '' then mark = redis.call('HGET', KEYS[3], 'm|' .. ARGV[6]) end
 if ARGV[24] ~= '' then
   local tokens, output = string.match(ARGV[24], '^(%d+):(%d+)$')
   if not tokens then return fail('report_window', 'a refused call must be <tokens>:<output>, got ' .. ARGV[24]) end
-  pw_refund(w, now, tonumber(tokens), tonumber(output), {}) -- saved with the report
+  pw_refund(w, now, tonumber(tokens), tonumber(output), pw_place(mark), {}) -- saved with the report
 end
-local since = nil
-if ARGV[6] ~= '' then since = pw_sent_since(w, redis.call('HGET', KEYS[3], 'm|' .. ARGV[6]), now) end
+local since = pw_sent_since(w, mark, now)
+local base = since and since.place
 local requests_cost, tokens_cost, input_cost, output_cost, back, marked, as_of
 if since then
   marked = 0
@@ -57,19 +59,19 @@ else
 end
 if ARGV[1] ~= '' then
   pw_report_one(w.requests, now, to_int(ARGV[1], 'requests left'), to_int(ARGV[2], 'requests reset'), requests_cost,
-    to_int(ARGV[12], 'requests refill'), as_of, marked)
+    to_int(ARGV[12], 'requests refill'), as_of, marked, base)
 end
 if ARGV[3] ~= '' then
   pw_report_one(w.tokens, now, to_int(ARGV[3], 'tokens left'), to_int(ARGV[4], 'tokens reset'), tokens_cost,
-    to_int(ARGV[13], 'tokens refill'), as_of, marked)
+    to_int(ARGV[13], 'tokens refill'), as_of, marked, base)
 end
 if ARGV[18] ~= '' and ARGV[21] ~= '' then
   -- The parts are tracked apart: the tokens window ends.
   w.tokens = pw_none()
   pw_report_one(w.input, now, to_int(ARGV[18], 'input left'), to_int(ARGV[19], 'input reset'), input_cost,
-    to_int(ARGV[20], 'input refill'), as_of, marked)
+    to_int(ARGV[20], 'input refill'), as_of, marked, base)
   pw_report_one(w.output, now, to_int(ARGV[21], 'output left'), to_int(ARGV[22], 'output reset'), output_cost,
-    to_int(ARGV[23], 'output refill'), as_of, back)
+    to_int(ARGV[23], 'output refill'), as_of, back, base)
 end
 if ARGV[11] ~= '1' and not w.sent then w.sent = { requests = 0, tokens = 0, output = 0, back = 0 } end
 pw_save(w)

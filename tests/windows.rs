@@ -143,6 +143,35 @@ mod fleet {
         }
     }
 
+    // A call the provider refused (a 429) was charged to the provider's windows at its grant;
+    // the provider counted none of it. Kept charged, it held the fleet's windows low until the
+    // bucket was full again (Anthropic-like: up to 7.7 s of silence with room at the provider).
+    #[actix::test]
+    async fn a_call_the_provider_refused_gives_its_request_back_to_the_fleets_window() {
+        let redis = RedisServer::start().expect("redis-server");
+        let build = || Scheduler::builder().upstream(upstream()).redis(redis.url()).build().expect("scheduler");
+        let (a, b) = (build(), build());
+        let llm = a.upstream("llm").expect("configured");
+        // 2 requests left of a bucket of 10 full again in a minute: one back every 7.5 s.
+        llm.request().acquire().await.expect("first").report(ok_with_bucket(10, 2, 60_000));
+        let refused = llm.request().acquire().await.expect("one of the two");
+        let served = llm.request().acquire().await.expect("the other");
+        let other = b.upstream("llm").expect("configured");
+        let waiter = actix::spawn(async move { other.request().timeout(Duration::from_secs(3)).acquire().await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // The provider refuses the first (a rate window's 429 without headers): it counted
+        // none of it, so the fleet has one request again (seen by a waiter within its look
+        // again, a second), and only one.
+        let at = Instant::now();
+        refused.report(Outcome::from_status(429, None, SystemTime::now()).with_error_code("rate_limit_exceeded"));
+        served.succeeded();
+        let permit = waiter.await.expect("the task").expect("the refused call's request came back to the fleet");
+        assert!(at.elapsed() < Duration::from_millis(1_500), "granted {:?} after the refusal", at.elapsed());
+        permit.succeeded();
+        let more = llm.request().timeout(Duration::from_millis(1_500)).acquire().await;
+        assert!(more.is_err(), "more than the refused call's request came back");
+    }
+
     #[actix::test]
     async fn one_answer_pauses_the_fleet_no_longer_than_its_clamp_and_the_next_answer_or_a_clear_ends_it() {
         let redis = RedisServer::start().expect("redis-server");

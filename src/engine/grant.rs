@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use actix::{Message, Recipient};
 use tokio::sync::oneshot;
-use wavegate_core::{BreakerTicket, CallResult, PermitId, TokenDelta, WaveSignal, WaveState, WindowReport, WindowsBack};
+use wavegate_core::{
+    BreakerTicket, CallResult, PermitId, TokenDelta, WaveSignal, WaveState, WindowReport, WindowsBack,
+};
 
 use super::clock::{self, Instant};
 

@@ -197,6 +197,14 @@ pub struct TrackedWindow {
     /// counted at the reporting call's reservation: a rough count, low when the calls in flight
     /// reserved less): the next answer with a mark replaces it even when it says more.
     pub rough: bool,
+    /// Which calls `left` has taken off: every grant after this place in the count of grants
+    /// (the mark of the answer it came from), or `None`, every call in flight then and every
+    /// grant since (an answer without a mark). A call the provider refused is given back only
+    /// if it was taken off ([`ProviderWindows::refuse`]): an answer to a call granted after it
+    /// did not count it and did not take it off. An answer with a mark that is not taken in
+    /// (the window knows less) moves it up to its mark all the same: given back, a call it did
+    /// not count would lift the window above what it said.
+    pub base: Option<u64>,
 }
 
 /// What a report's count could not include: what was granted after it (`spent`), and with the
@@ -207,6 +215,8 @@ struct WindowCost {
     spent: u64,
     given_back: Option<u64>,
     as_of_ms: u64,
+    /// The reporting call's place among the grants (its mark), if it has one.
+    base: Option<u64>,
 }
 
 impl TrackedWindow {
@@ -234,14 +244,21 @@ impl TrackedWindow {
     /// reporting call's admission when known), with `others_cost` granted since. `given_back`
     /// is `Some` for a report that comes with the reporting call's mark (exact as of its
     /// grant): what settlements gave back since, for a window that takes it back (else 0).
-    fn report(&mut self, left: WindowLeft, now_ms: u64, others_cost: u64, as_of_ms: u64, given_back: Option<u64>) {
+    fn report(
+        &mut self,
+        left: WindowLeft,
+        now_ms: u64,
+        others_cost: u64,
+        as_of_ms: u64,
+        (given_back, base): (Option<u64>, Option<u64>),
+    ) {
         let until = now_ms.saturating_add(left.reset_ms.min(MAX_WINDOW_MS));
         // A running fixed window that ends when this bucket would be full again is that
         // window: its end proved it fixed (see `Window::refills`), and a report nearer its end
         // reads like a refill only because less is left.
         let known_fixed = self.refills_to == 0 && self.runs(now_ms) && until.abs_diff(self.until_ms) <= SAME_WINDOW_MS;
         if let Some(to) = left.refills_to.filter(|to| *to > 0 && !known_fixed) {
-            let cost = WindowCost { spent: others_cost, given_back, as_of_ms: as_of_ms.min(now_ms) };
+            let cost = WindowCost { spent: others_cost, given_back, as_of_ms: as_of_ms.min(now_ms), base };
             return self.report_refill(left, to.min(MAX_WINDOW_LEFT), now_ms, cost);
         }
         let estimate =
@@ -251,7 +268,12 @@ impl TrackedWindow {
             return;
         }
         if known_fixed {
-            self.left = self.left.min(estimate);
+            if estimate < self.left {
+                self.left = estimate;
+                self.base = base;
+            } else {
+                self.saw(base);
+            }
             self.until_ms = self.until_ms.max(until);
         } else {
             *self = TrackedWindow {
@@ -260,6 +282,7 @@ impl TrackedWindow {
                 at_ms: now_ms,
                 refills_to: 0,
                 rough: given_back.is_none(),
+                base,
             };
         }
     }
@@ -274,7 +297,7 @@ impl TrackedWindow {
     /// at 12,000 tokens, held a fleet's input at 0 for a minute while the provider's bucket
     /// refilled); a fixed window is replaced.
     fn report_refill(&mut self, left: WindowLeft, to: u64, now_ms: u64, cost: WindowCost) {
-        let WindowCost { spent: others_cost, given_back, as_of_ms } = cost;
+        let WindowCost { spent: others_cost, given_back, as_of_ms, base } = cost;
         let remaining = left.remaining.min(to);
         let estimate = remaining.saturating_add(given_back.unwrap_or(0)).min(to).saturating_sub(others_cost);
         if left.reset_ms == 0 || estimate >= to {
@@ -294,9 +317,10 @@ impl TrackedWindow {
         }
         let marked = given_back.is_some();
         let reported =
-            TrackedWindow { left: estimate, until_ms: until, at_ms: as_of_ms, refills_to: to, rough: !marked };
+            TrackedWindow { left: estimate, until_ms: until, at_ms: as_of_ms, refills_to: to, rough: !marked, base };
         let keeps_word = !(self.rough && marked) && self.refills_to > 0 && self.runs(now_ms);
         if keeps_word && self.level(now_ms) <= reported.level(now_ms) {
+            self.saw(base);
             return;
         }
         *self = reported;
@@ -326,6 +350,26 @@ impl TrackedWindow {
             return;
         }
         self.rebase(now_ms, self.level(now_ms).saturating_sub(cost));
+    }
+
+    /// An answer whose call has the mark at `base` was not taken in (the window knows less is
+    /// left): a call granted before it and refused later may be one it did not count, which
+    /// the window would then give back above what the answer said is left. It is not given
+    /// back (which errs low).
+    fn saw(&mut self, base: Option<u64>) {
+        if let Some(base) = base {
+            self.base = Some(self.base.map_or(base, |known| known.max(base)));
+        }
+    }
+
+    /// Whether `left` has taken off a call granted at `place` in the count of grants (`None`:
+    /// before the count started): see [`base`](Self::base).
+    fn took_off(&self, place: Option<u64>) -> bool {
+        match (self.base, place) {
+            (None, _) => true,
+            (Some(base), Some(place)) => place > base,
+            (Some(_), None) => false,
+        }
     }
 
     /// Takes back `back` given back at `now_ms` (at most the limit a refilled bucket grows
@@ -437,7 +481,7 @@ impl ProviderWindows {
     ) {
         if let Some((tokens, output)) = report.refused {
             // Before the answer is taken in: it did not count its call either.
-            self.refuse(tokens, output, now_ms);
+            self.refuse(tokens, output, mark.map(|m| m.requests), now_ms);
         }
         let others = u64::from(others_in_flight);
         let since = self.sent.zip(mark).and_then(|(sent, mark)| Some((sent.since(mark)?, mark.at_ms)));
@@ -456,20 +500,21 @@ impl ProviderWindows {
         };
         let [requests, tokens, input, output] = costs;
         let [requests_back, tokens_back, input_back, output_back] = given_back;
+        let base = since.and(mark).map(|m| m.requests);
         if let Some(left) = report.requests {
-            self.requests.report(left, now_ms, requests, as_of_ms, requests_back);
+            self.requests.report(left, now_ms, requests, as_of_ms, (requests_back, base));
         }
         if let Some(left) = report.tokens {
-            self.tokens.report(left, now_ms, tokens, as_of_ms, tokens_back);
+            self.tokens.report(left, now_ms, tokens, as_of_ms, (tokens_back, base));
         }
         if report.input.is_some() && report.output.is_some() {
             self.tokens = TrackedWindow::default();
         }
         if let Some(left) = report.input {
-            self.input.report(left, now_ms, input, as_of_ms, input_back);
+            self.input.report(left, now_ms, input, as_of_ms, (input_back, base));
         }
         if let Some(left) = report.output {
-            self.output.report(left, now_ms, output, as_of_ms, output_back);
+            self.output.report(left, now_ms, output, as_of_ms, (output_back, base));
         }
         self.sent.get_or_insert_with(SentCount::default);
     }
@@ -529,8 +574,11 @@ impl ProviderWindows {
     }
 
     /// A call the provider refused (a 429: it counted none of it) gives its whole reservation
-    /// back at `now_ms`, `tokens` reserved and `output` of them its answer's: one request and
-    /// each part to every running window. (Kept charged, a cold start's burst of 429s held the
+    /// back at `now_ms`, `tokens` reserved and `output` of them its answer's, granted at
+    /// `place` in the count of grants (its mark's `requests`; `None` without a mark): one
+    /// request and each part to every running window that took it off
+    /// ([`TrackedWindow::base`]: not one set by an answer to a call granted after it, which
+    /// neither counted nor took it off). (Kept charged, a cold start's burst of 429s held the
     /// windows low until they were full again: the provider never charged those calls, and a
     /// running bucket is never raised by an answer.)
     ///
@@ -538,13 +586,19 @@ impl ProviderWindows {
     /// after the refusal, still takes the refused call off (it was granted after that call's
     /// mark), which errs low. Adding every refusal since a mark back would err high for calls
     /// granted before the mark and refused after it; telling the two apart needs each
-    /// refusal's place among the grants.
-    pub fn refuse(&mut self, tokens: u64, output: u64, now_ms: u64) {
+    /// refusal's place kept until every earlier call has answered.
+    pub fn refuse(&mut self, tokens: u64, output: u64, place: Option<u64>, now_ms: u64) {
         let output = output.min(tokens);
-        self.requests.credit(now_ms, 1);
-        self.tokens.credit(now_ms, tokens);
-        self.input.credit(now_ms, tokens - output);
-        self.output.credit(now_ms, output);
+        for (window, back) in [
+            (&mut self.requests, 1),
+            (&mut self.tokens, tokens),
+            (&mut self.input, tokens - output),
+            (&mut self.output, output),
+        ] {
+            if window.took_off(place) {
+                window.credit(now_ms, back);
+            }
+        }
     }
 
     /// Forgets every window (an operator's clear): grants go on as if no report had come.
@@ -605,7 +659,10 @@ mod tests {
     fn the_others_in_flight_are_counted_and_grants_count_down() {
         let mut w = ProviderWindows::default();
         w.report(requests(5, 10_000), 0, 3, 0, None);
-        assert_eq!(w.requests, TrackedWindow { left: 2, until_ms: 10_000, at_ms: 0, refills_to: 0, rough: true });
+        assert_eq!(
+            w.requests,
+            TrackedWindow { left: 2, until_ms: 10_000, at_ms: 0, refills_to: 0, rough: true, base: None }
+        );
         assert_eq!(w.wait_ms(1, 0, 0), None);
         w.charge(1, 0, 0);
         w.charge(2, 0, 0);
@@ -621,7 +678,10 @@ mod tests {
         assert_eq!(w.requests.left, 3);
         // A later window replaces it.
         w.report(requests(50, 60_000), 11_000, 0, 0, None);
-        assert_eq!(w.requests, TrackedWindow { left: 50, until_ms: 71_000, at_ms: 11_000, refills_to: 0, rough: true });
+        assert_eq!(
+            w.requests,
+            TrackedWindow { left: 50, until_ms: 71_000, at_ms: 11_000, refills_to: 0, rough: true, base: None }
+        );
     }
 
     #[test]
@@ -631,7 +691,10 @@ mod tests {
         w.report(WindowReport::spent_for(Duration::from_secs(86_400)), 0, 0, 0, None);
         assert_eq!(w.wait_ms(1_000, 0, 0), Some(86_399_000));
         w.report(requests(999, 60_000), 2_000, 0, 0, None);
-        assert_eq!(w.requests, TrackedWindow { left: 999, until_ms: 62_000, at_ms: 2_000, refills_to: 0, rough: true });
+        assert_eq!(
+            w.requests,
+            TrackedWindow { left: 999, until_ms: 62_000, at_ms: 2_000, refills_to: 0, rough: true, base: None }
+        );
         assert_eq!(w.wait_ms(2_000, 0, 0), None, "the provider's newer word ends the pause");
         // An absurd reset is a day at most, and the end stays a number the store can return.
         w.report(requests(0, u64::MAX), 3_000, 0, 0, None);
@@ -662,7 +725,7 @@ mod tests {
         w.report(refilling(10, 50_000, 60), 100_000, 5, 0, None);
         assert_eq!(
             w.requests,
-            TrackedWindow { left: 5, until_ms: 155_000, at_ms: 100_000, refills_to: 60, rough: true }
+            TrackedWindow { left: 5, until_ms: 155_000, at_ms: 100_000, refills_to: 60, rough: true, base: None }
         );
         // Full, or an absurd reset: nothing kept beyond the bounds.
         let mut full = ProviderWindows::default();

@@ -16,8 +16,8 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use redis::{Script, Value};
 use wavegate_core::priority::PriorityClass;
 use wavegate_core::{
-    Admission, DenyReason, Instance, LearnedLimit, LearnedLimits, LocalGate, PermitId, Recovery, TenantTag,
-    UpstreamConfig, UpstreamName, TokenDelta, WaveSignal, WindowLeft, WindowReport, WindowsBack,
+    Admission, DenyReason, Instance, LearnedLimit, LearnedLimits, LocalGate, PermitId, Recovery, TenantTag, TokenDelta,
+    UpstreamConfig, UpstreamName, WaveSignal, WindowLeft, WindowReport, WindowsBack,
 };
 use wavegate_testkit::RedisServer;
 

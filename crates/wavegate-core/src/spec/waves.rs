@@ -877,6 +877,26 @@ pub(super) fn cases() -> Vec<SpecCase> {
             ],
         ),
         case(
+            "provider window: a refused call an answer neither counted nor took off is not given back",
+            vec![
+                // 10,000 input and 2,000 output tokens left of fixed windows ending in 60 s.
+                parts_by(None, (10_000, 60_000, 0), (2_000, 60_000, 0)),
+                split("X", 4_400, 400),
+                split("Y", 1_100, 100),
+                // Y's answer (others spent 6,000 and 400; X, refused at its admission, is not
+                // counted): 3,000 input and 1,500 output left, with nothing granted since Y. The
+                // input window takes it in (it knew 5,000); the output window knew 1,500
+                // already, X's 400 among them, and keeps its word.
+                parts_by(Some("Y"), (3_000, 60_000, 0), (1_500, 60_000, 0)),
+                // X's 429 comes: Y's answer never counted X, so nothing comes back to either
+                // window (given back, X's 400 output tokens would lift the output window to
+                // 1,900, 400 above what Y's answer said).
+                Step::Refused { permit: "X", tokens: 4_400, output: 400, windows: WindowsBack::Reservation },
+                split("Z", 1_600, 1_500),
+                denied_split_window("D", (2, 1), 60_000),
+            ],
+        ),
+        case(
             "budget turn: waiters of every process are served in the order the budgets refused them",
             vec![
                 // 0 of 1,000 tokens left, full in 1 s: a token a millisecond.
