@@ -142,6 +142,32 @@ impl Mistake for Mishears {
     }
 }
 
+/// Settles every call otherwise: `delta` as the wrong model reads it.
+struct Missettles(fn(TokenDelta) -> TokenDelta);
+
+impl Mistake for Missettles {
+    fn finish(
+        &mut self,
+        model: &mut GateModel,
+        id: &PermitId,
+        wave: u64,
+        signal: WaveSignal,
+        delta: TokenDelta,
+    ) -> Released {
+        model.finish(id, wave, signal, (self.0)(delta)).unwrap_or_else(|e| match e {})
+    }
+}
+
+/// Keeps the output a settlement gives back to itself: the output window never sees it.
+fn keeps_what_is_given_back(delta: TokenDelta) -> TokenDelta {
+    TokenDelta::new(delta.total, delta.output.max(0))
+}
+
+/// Settles a call the provider refused as a mere refund: its windows keep it charged.
+fn keeps_a_refusal_charged(delta: TokenDelta) -> TokenDelta {
+    TokenDelta::new(delta.total, delta.output)
+}
+
 /// Forgets which call answered: every call in flight is taken as not counted yet by the
 /// provider (the calls admitted before the answering one, and that one, charged twice).
 struct ForgetsWhoAnswered;
@@ -184,23 +210,6 @@ fn the_tables_catch_a_machine_deaf_to_the_providers_windows() {
     }
 }
 
-/// Keeps the output a settlement gives back to itself: the output window never sees it.
-struct KeepsWhatIsGivenBack;
-
-impl Mistake for KeepsWhatIsGivenBack {
-    fn finish(
-        &mut self,
-        model: &mut GateModel,
-        id: &PermitId,
-        wave: u64,
-        signal: WaveSignal,
-        delta: TokenDelta,
-    ) -> Released {
-        let kept = TokenDelta::new(delta.total, delta.output.max(0));
-        model.finish(id, wave, signal, kept).unwrap_or_else(|e| match e {})
-    }
-}
-
 /// Folds the input and output windows into one tokens window of their sum, at the share left
 /// of the more used part (as wavegate did before they were tracked apart).
 fn folds_the_parts(report: WindowReport) -> Option<WindowReport> {
@@ -221,25 +230,8 @@ fn the_tables_catch_a_gate_blind_to_the_output_given_back_or_that_folds_the_part
     let name =
         "provider window: Anthropic's input and output are tracked apart; the output takes back what is given back";
     let case = cases().into_iter().find(|case| case.name == name).expect("the case");
-    assert!(run_case(&case, &mut Wrong(GateModel::new(&case), KeepsWhatIsGivenBack)).is_err());
+    assert!(run_case(&case, &mut Wrong(GateModel::new(&case), Missettles(keeps_what_is_given_back))).is_err());
     assert!(run_case(&case, &mut Wrong(GateModel::new(&case), Mishears(folds_the_parts))).is_err());
-}
-
-/// Settles a call the provider refused as a mere refund: its windows keep it charged.
-struct KeepsARefusalCharged;
-
-impl Mistake for KeepsARefusalCharged {
-    fn finish(
-        &mut self,
-        model: &mut GateModel,
-        id: &PermitId,
-        wave: u64,
-        signal: WaveSignal,
-        delta: TokenDelta,
-    ) -> Released {
-        let refund = TokenDelta::new(delta.total, delta.output);
-        model.finish(id, wave, signal, refund).unwrap_or_else(|e| match e {})
-    }
 }
 
 /// Takes a refusal's answer in without giving its reservation back first.
@@ -251,7 +243,7 @@ fn forgets_the_refused_call(report: WindowReport) -> Option<WindowReport> {
 fn the_tables_catch_a_gate_that_keeps_a_refused_call_charged_to_the_windows() {
     let name = "provider window: a call the provider refused gives its whole reservation back to every window";
     let case = cases().into_iter().find(|case| case.name == name).expect("the case");
-    assert!(run_case(&case, &mut Wrong(GateModel::new(&case), KeepsARefusalCharged)).is_err());
+    assert!(run_case(&case, &mut Wrong(GateModel::new(&case), Missettles(keeps_a_refusal_charged))).is_err());
     assert!(run_case(&case, &mut Wrong(GateModel::new(&case), Mishears(forgets_the_refused_call))).is_err());
 }
 
