@@ -58,7 +58,10 @@ local now = now_ms()
 -- unless its answer's report gave it back ('kept'); otherwise output given back goes back to the
 -- output window (ProviderWindows::give_back).
 if windows_back == 'refused' then
-  pw_refuse(math.max(0, -token_delta), math.max(0, -output_delta), redis.call('HGET', KEYS[3], 'm|' .. id), now)
+  -- Once: a permit no longer held was given back at its first finish.
+  if redis.call('ZSCORE', KEYS[1], id) then
+    pw_refuse(math.max(0, -token_delta), math.max(0, -output_delta), redis.call('HGET', KEYS[3], 'm|' .. id), now)
+  end
 elseif windows_back == nil and output_delta < 0 then
   pw_give_back(-output_delta, now)
 end

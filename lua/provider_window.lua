@@ -76,7 +76,7 @@ end
 
 -- A window nothing is known of.
 local function pw_none()
-  return { left = 0, ['until'] = 0, at = 0, to = 0, rough = false, base = nil }
+  return { left = 0, ['until'] = 0, at = 0, to = 0, rough = false, base = nil, each = nil, debt = 0 }
 end
 
 local function pw_f(n) return string.format('%.0f', n) end
@@ -85,7 +85,8 @@ local function pw_f(n) return string.format('%.0f', n) end
 local function pw_fields(fields, name, t)
   for _, v in ipairs({ 'pw_' .. name .. '_left', pw_f(t.left), 'pw_' .. name .. '_until', pw_f(t['until']),
     'pw_' .. name .. '_at', pw_f(t.at), 'pw_' .. name .. '_to', pw_f(t.to), 'pw_' .. name .. '_rough',
-    t.rough and '1' or '0', 'pw_' .. name .. '_base', t.base and pw_f(t.base) or '' }) do
+    t.rough and '1' or '0', 'pw_' .. name .. '_base', t.base and pw_f(t.base) or '', 'pw_' .. name .. '_each',
+    t.each and pw_f(t.each) or '', 'pw_' .. name .. '_debt', pw_f(t.debt) }) do
     table.insert(fields, v)
   end
 end
@@ -107,7 +108,7 @@ end
 local function pw_load(now)
   local names = {}
   for _, name in ipairs(PW_NAMES) do
-    for _, field in ipairs({ 'left', 'until', 'at', 'to', 'rough', 'base' }) do
+    for _, field in ipairs({ 'left', 'until', 'at', 'to', 'rough', 'base', 'each', 'debt' }) do
       table.insert(names, 'pw_' .. name .. '_' .. field)
     end
   end
@@ -119,15 +120,22 @@ local function pw_load(now)
   local w = {}
   local moved = false
   for i, name in ipairs(PW_NAMES) do
-    local at = (i - 1) * 6
-    -- A base unreadable is none: the window took off every call in flight (it gives back more).
+    local at = (i - 1) * 8
+    -- '' is none (no report set it: every call in full); a base missing (a window stored by an
+    -- older version) or unreadable takes off nothing known: no refusal is given back (errs low).
     local base = nil
-    if v[at + 6] and v[at + 6] ~= '' and tonumber(v[at + 6]) then base = pw_clamp(v[at + 6], PW_MOST_LEFT) end
+    if v[at + 6] ~= '' then
+      base = PW_MOST_LEFT
+      if tonumber(v[at + 6]) then base = pw_clamp(v[at + 6], PW_MOST_LEFT) end
+    end
+    local each = nil
+    if v[at + 7] and v[at + 7] ~= '' and tonumber(v[at + 7]) then each = pw_clamp(v[at + 7], PW_MOST_LEFT) end
     w[name] = { left = pw_clamp(v[at + 1], PW_MOST_LEFT), ['until'] = pw_clamp(v[at + 2], last),
-      at = pw_clamp(v[at + 3], last), to = pw_clamp(v[at + 4], PW_MOST_LEFT), rough = v[at + 5] == '1', base = base }
+      at = pw_clamp(v[at + 3], last), to = pw_clamp(v[at + 4], PW_MOST_LEFT), rough = v[at + 5] == '1', base = base,
+      each = each, debt = pw_clamp(v[at + 8], PW_MOST_LEFT) }
     if (tonumber(v[at + 2]) or 0) > last then moved = true end
   end
-  local sent = #PW_NAMES * 6
+  local sent = #PW_NAMES * 8
   if v[sent + 1] then
     w.sent = { requests = pw_clamp(v[sent + 1], PW_MOST_LEFT), tokens = pw_clamp(v[sent + 2], PW_MOST_LEFT),
       output = pw_clamp(v[sent + 3], PW_MOST_LEFT), back = pw_clamp(v[sent + 4], PW_MOST_LEFT) }
@@ -201,6 +209,8 @@ local function pw_charge(w, now, tokens, output)
   for _, name in ipairs(PW_NAMES) do
     local t = w[name]
     if pw_runs(t, now) then
+      -- What the window did not hold is its debt (TrackedWindow::debt).
+      t.debt = math.min(t.debt + math.max(0, cost[name] - pw_level(t, now)), PW_MOST_LEFT)
       if t.to == 0 then
         t.left = math.max(0, t.left - cost[name])
       else
@@ -217,6 +227,14 @@ end
 local function pw_credit(w, name, now, back, fields)
   local t = w[name]
   if not pw_runs(t, now) then return end
+  -- What was taken off beyond what was left comes back first.
+  local paid = math.min(back, t.debt)
+  t.debt = t.debt - paid
+  back = back - paid
+  if back == 0 then
+    pw_fields(fields, name, t)
+    return
+  end
   if t.to == 0 then
     t.left = math.min(t.left + back, PW_MOST_LEFT)
   else
@@ -247,13 +265,20 @@ end
 -- the refusal, still takes it off (it erred low; adding every refusal since a mark back would
 -- err high for a call granted before the mark and refused after it).
 -- `place`: the refused call's place in the count of grants (its mark's first field), nil
--- without a mark; only the windows that took it off take it back (TrackedWindow::took_off).
+-- without a mark; each window takes back what it took off of it (TrackedWindow::took_off): all
+-- of a call granted after its base, at most `each` of one before it, else nothing.
 local function pw_refund(w, now, tokens, output, place, fields)
   output = math.min(output, tokens)
   local back = { requests = 1, tokens = tokens, input = tokens - output, output = output }
   for _, name in ipairs(PW_NAMES) do
-    local base = w[name].base
-    if base == nil or (place ~= nil and place > base) then pw_credit(w, name, now, back[name], fields) end
+    local t = w[name]
+    local took = 0
+    if t.base == nil or (place ~= nil and place > t.base) then
+      took = back[name]
+    elseif t.each ~= nil then
+      took = math.min(back[name], t.each)
+    end
+    pw_credit(w, name, now, took, fields)
   end
 end
 
@@ -294,25 +319,27 @@ local function pw_sent_since(w, mark, now)
     at = math.min(at, now), place = r }
 end
 
--- A report with a mark at `base` not taken in (the window knows less): the calls granted before
--- it are not given back any more (TrackedWindow::saw).
-local function pw_saw(t, base)
-  if base ~= nil then t.base = math.max(t.base or base, base) end
+-- A report with a mark at `base` (`each` nil) not taken in (the window knows less): the calls
+-- granted before it are not given back any more (TrackedWindow::saw).
+local function pw_saw(t, base, each)
+  if base ~= nil and each == nil then t.base = math.max(t.base or base, base) end
 end
 
 -- Takes in one window's report: `remaining` left, resetting in `reset_ms`, `others_cost` spent
 -- by the calls still in flight; `to` > 0: a bucket refilled continuously to `to`, full in
 -- `reset_ms`; `back`: nil for a report without a mark, else what settlements gave back since the
--- reporting call's grant (0 but for the output window); `base`: the reporting call's place in
--- the count of grants (its mark), nil without one.
-local function pw_report_one(t, now, remaining, reset_ms, others_cost, to, as_of, back, base)
+-- reporting call's grant (0 but for the output window); `base`: the place in the count of grants
+-- after which every grant is taken off in full (the reporting call's mark; without one, the count
+-- now); `each`: without a mark, what each call in flight was taken off at (nil with one).
+local function pw_report_one(t, now, remaining, reset_ms, others_cost, to, as_of, back, base, each)
   local ends = now + math.min(reset_ms, PW_MAX_RESET)
   -- a running fixed window ending when this bucket would be full again is that window
   local known_fixed = t.to == 0 and pw_runs(t, now) and math.abs(ends - t['until']) <= PW_SAME_WINDOW
   if to > 0 and not known_fixed then
     to = math.min(to, PW_MOST_LEFT)
     remaining = math.min(remaining, to)
-    local estimate = math.max(0, math.min(remaining + (back or 0), to) - others_cost)
+    local counted = math.min(remaining + (back or 0), to)
+    local estimate, debt = math.max(0, counted - others_cost), math.max(0, others_cost - counted)
     if reset_ms == 0 or estimate >= to then return end
     local reset = math.min(reset_ms, PW_MAX_RESET)
     local full_in = reset
@@ -322,8 +349,8 @@ local function pw_report_one(t, now, remaining, reset_ms, others_cost, to, as_of
     local marked = back ~= nil
     local reported = { left = estimate, ['until'] = full, at = as_of, to = to }
     local keeps_word = not (t.rough and marked) and t.to > 0 and pw_runs(t, now)
-    if keeps_word and pw_level(t, now) <= pw_level(reported, now) then
-      pw_saw(t, base)
+    if keeps_word and pw_level(t, now) - t.debt <= pw_level(reported, now) - debt then
+      pw_saw(t, base, each)
       return
     end
     t.left = estimate
@@ -332,16 +359,21 @@ local function pw_report_one(t, now, remaining, reset_ms, others_cost, to, as_of
     t.to = to
     t.rough = not marked
     t.base = base
+    t.each = each
+    t.debt = debt
     return
   end
   if reset_ms == 0 then return end
-  local estimate = math.max(0, math.min(remaining + (back or 0), PW_MOST_LEFT) - others_cost)
+  local counted = math.min(remaining + (back or 0), PW_MOST_LEFT)
+  local estimate, debt = math.max(0, counted - others_cost), math.max(0, others_cost - counted)
   if known_fixed then
-    if estimate < t.left then
+    if estimate - debt < t.left - t.debt then
       t.left = estimate
       t.base = base
+      t.each = each
+      t.debt = debt
     else
-      pw_saw(t, base)
+      pw_saw(t, base, each)
     end
     t['until'] = math.max(t['until'], ends)
   else
@@ -351,5 +383,7 @@ local function pw_report_one(t, now, remaining, reset_ms, others_cost, to, as_of
     t.to = 0
     t.rough = back == nil
     t.base = base
+    t.each = each
+    t.debt = debt
   end
 end

@@ -43,7 +43,15 @@ if ARGV[24] ~= '' then
   pw_refund(w, now, tonumber(tokens), tonumber(output), pw_place(mark), {}) -- saved with the report
 end
 local since = pw_sent_since(w, mark, now)
-local base = since and since.place
+-- With a mark, every grant after it is taken off in full; without one, each call in flight at
+-- the reporting call's reservation, and every grant after the count as it stands now.
+local base, each_request, each_token = nil, nil, nil
+if since then
+  base = since.place
+else
+  base = (w.sent and w.sent.requests) or 0
+  each_request, each_token = 1, to_int(ARGV[5], 'tokens each')
+end
 local requests_cost, tokens_cost, input_cost, output_cost, back, marked, as_of
 if since then
   marked = 0
@@ -59,19 +67,19 @@ else
 end
 if ARGV[1] ~= '' then
   pw_report_one(w.requests, now, to_int(ARGV[1], 'requests left'), to_int(ARGV[2], 'requests reset'), requests_cost,
-    to_int(ARGV[12], 'requests refill'), as_of, marked, base)
+    to_int(ARGV[12], 'requests refill'), as_of, marked, base, each_request)
 end
 if ARGV[3] ~= '' then
   pw_report_one(w.tokens, now, to_int(ARGV[3], 'tokens left'), to_int(ARGV[4], 'tokens reset'), tokens_cost,
-    to_int(ARGV[13], 'tokens refill'), as_of, marked, base)
+    to_int(ARGV[13], 'tokens refill'), as_of, marked, base, each_token)
 end
 if ARGV[18] ~= '' and ARGV[21] ~= '' then
   -- The parts are tracked apart: the tokens window ends.
   w.tokens = pw_none()
   pw_report_one(w.input, now, to_int(ARGV[18], 'input left'), to_int(ARGV[19], 'input reset'), input_cost,
-    to_int(ARGV[20], 'input refill'), as_of, marked, base)
+    to_int(ARGV[20], 'input refill'), as_of, marked, base, each_token)
   pw_report_one(w.output, now, to_int(ARGV[21], 'output left'), to_int(ARGV[22], 'output reset'), output_cost,
-    to_int(ARGV[23], 'output refill'), as_of, back, base)
+    to_int(ARGV[23], 'output refill'), as_of, back, base, each_token)
 end
 if ARGV[11] ~= '1' and not w.sent then w.sent = { requests = 0, tokens = 0, output = 0, back = 0 } end
 pw_save(w)

@@ -172,6 +172,36 @@ mod fleet {
         assert!(more.is_err(), "more than the refused call's request came back");
     }
 
+    /// A window this process knew in shared mode still holds in its fallback (review 34: the
+    /// fallback's gate started without the windows, and sent into one that was spent).
+    #[actix::test]
+    async fn a_fallback_keeps_the_provider_window_it_knew() {
+        let mut redis = RedisServer::start().expect("redis-server");
+        let config = UpstreamConfig::builder("llm")
+            .limit(4)
+            .renewed_lease(Duration::from_secs(3))
+            .max_wait(Duration::from_secs(5))
+            .build()
+            .expect("valid");
+        let scheduler = Scheduler::builder().upstream(config).redis(redis.url()).build().expect("scheduler");
+        let llm = scheduler.upstream("llm").expect("configured");
+        let permit = llm.request().acquire().await.expect("a permit while healthy");
+        let other = llm.request().acquire().await.expect("another permit while healthy");
+        // 0 of 1 request left, full again in 20 s: nothing may go for 20 s.
+        permit.report(ok_with_bucket(1, 0, 20_000));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let shared = llm.request().timeout(Duration::from_millis(300)).acquire().await;
+        assert!(shared.is_err(), "shared mode keeps the window");
+        redis.pause().expect("SIGSTOP");
+        // Its release times out: the process falls back.
+        other.succeeded();
+        common::wait_for_mode(&scheduler, wavegate::Mode::Fallback, Duration::from_secs(3)).await;
+        let during = llm.request().timeout(Duration::from_millis(1_500)).acquire().await;
+        redis.resume().expect("SIGCONT");
+        let error = during.map(drop).expect_err("the provider's window (0 left for 20 s) still runs in the fallback");
+        assert_eq!(error.kind(), ErrorKind::DeadlinePassed, "{error}");
+    }
+
     #[actix::test]
     async fn one_answer_pauses_the_fleet_no_longer_than_its_clamp_and_the_next_answer_or_a_clear_ends_it() {
         let redis = RedisServer::start().expect("redis-server");

@@ -769,8 +769,11 @@ impl LocalGate {
         let back = |n: i64| if n < 0 { n.unsigned_abs() } else { 0 };
         match delta.windows {
             WindowsBack::Reservation => {
-                let place = self.ledger.get(id.as_str()).and_then(|p| p.sent).map(|mark| mark.requests);
-                self.windows.refuse(back(delta.total), back(delta.output), place, now_ms);
+                // Once: a permit no longer held was given back at its first finish.
+                if let Some(held) = self.ledger.get(id.as_str()) {
+                    let place = held.sent.map(|mark| mark.requests);
+                    self.windows.refuse(back(delta.total), back(delta.output), place, now_ms);
+                }
             }
             WindowsBack::Output if delta.output < 0 => self.windows.give_back(back(delta.output), now_ms),
             WindowsBack::Output | WindowsBack::Nothing => {}

@@ -197,14 +197,27 @@ pub struct TrackedWindow {
     /// counted at the reporting call's reservation: a rough count, low when the calls in flight
     /// reserved less): the next answer with a mark replaces it even when it says more.
     pub rough: bool,
-    /// Which calls `left` has taken off: every grant after this place in the count of grants
-    /// (the mark of the answer it came from), or `None`, every call in flight then and every
-    /// grant since (an answer without a mark). A call the provider refused is given back only
-    /// if it was taken off ([`ProviderWindows::refuse`]): an answer to a call granted after it
-    /// did not count it and did not take it off. An answer with a mark that is not taken in
-    /// (the window knows less) moves it up to its mark all the same: given back, a call it did
-    /// not count would lift the window above what it said.
+    /// Which calls `left` has taken off in full: every grant after this place in the count of
+    /// grants (the mark of the answer it came from; for an answer without a mark, the count
+    /// when it came). A call the provider refused is given back only as far as it was taken
+    /// off ([`ProviderWindows::refuse`]): an answer to a call granted after it did not count
+    /// it and did not take it off. An answer with a mark that is not taken in (the window
+    /// knows less) moves it up to its mark all the same: given back, a call it did not count
+    /// would lift the window above what it said. `None`: none known (every call in full).
     pub base: Option<u64>,
+    /// For a level from an answer without a mark: what it took off for each call in flight then
+    /// (the reporting call's reservation; one request): such a call, refused, gives back no
+    /// more. `None` for an answer with a mark.
+    pub each: Option<u64>,
+    /// What was taken off beyond what was left (an answer's count or a grant floored at 0):
+    /// what a refused call gives back pays it first, so a refusal never lifts the window above
+    /// what the provider had (the calls in that debt are the ones it refuses).
+    pub debt: u64,
+}
+
+/// What is left less what was taken off beyond it, as one signed number.
+fn signed(left: u64, debt: u64) -> i128 {
+    i128::from(left) - i128::from(debt)
 }
 
 /// What a report's count could not include: what was granted after it (`spent`), and with the
@@ -215,8 +228,10 @@ struct WindowCost {
     spent: u64,
     given_back: Option<u64>,
     as_of_ms: u64,
-    /// The reporting call's place among the grants (its mark), if it has one.
+    /// The place in the count of grants after which the report took every grant off in full.
     base: Option<u64>,
+    /// Without a mark: what it took off for each call in flight.
+    each: Option<u64>,
 }
 
 impl TrackedWindow {
@@ -250,7 +265,7 @@ impl TrackedWindow {
         now_ms: u64,
         others_cost: u64,
         as_of_ms: u64,
-        (given_back, base): (Option<u64>, Option<u64>),
+        (given_back, base, each): (Option<u64>, Option<u64>, Option<u64>),
     ) {
         let until = now_ms.saturating_add(left.reset_ms.min(MAX_WINDOW_MS));
         // A running fixed window that ends when this bucket would be full again is that
@@ -258,21 +273,20 @@ impl TrackedWindow {
         // reads like a refill only because less is left.
         let known_fixed = self.refills_to == 0 && self.runs(now_ms) && until.abs_diff(self.until_ms) <= SAME_WINDOW_MS;
         if let Some(to) = left.refills_to.filter(|to| *to > 0 && !known_fixed) {
-            let cost = WindowCost { spent: others_cost, given_back, as_of_ms: as_of_ms.min(now_ms), base };
+            let cost = WindowCost { spent: others_cost, given_back, as_of_ms: as_of_ms.min(now_ms), base, each };
             return self.report_refill(left, to.min(MAX_WINDOW_LEFT), now_ms, cost);
         }
-        let estimate =
-            left.remaining.saturating_add(given_back.unwrap_or(0)).min(MAX_WINDOW_LEFT).saturating_sub(others_cost);
+        let counted = left.remaining.saturating_add(given_back.unwrap_or(0)).min(MAX_WINDOW_LEFT);
+        let (estimate, debt) = (counted.saturating_sub(others_cost), others_cost.saturating_sub(counted));
         if left.reset_ms == 0 {
             // It resets now: nothing to keep.
             return;
         }
         if known_fixed {
-            if estimate < self.left {
-                self.left = estimate;
-                self.base = base;
+            if signed(estimate, debt) < signed(self.left, self.debt) {
+                (self.left, self.debt, self.base, self.each) = (estimate, debt, base, each);
             } else {
-                self.saw(base);
+                self.saw(base, each);
             }
             self.until_ms = self.until_ms.max(until);
         } else {
@@ -283,6 +297,8 @@ impl TrackedWindow {
                 refills_to: 0,
                 rough: given_back.is_none(),
                 base,
+                each,
+                debt,
             };
         }
     }
@@ -297,9 +313,10 @@ impl TrackedWindow {
     /// at 12,000 tokens, held a fleet's input at 0 for a minute while the provider's bucket
     /// refilled); a fixed window is replaced.
     fn report_refill(&mut self, left: WindowLeft, to: u64, now_ms: u64, cost: WindowCost) {
-        let WindowCost { spent: others_cost, given_back, as_of_ms, base } = cost;
+        let WindowCost { spent: others_cost, given_back, as_of_ms, base, each } = cost;
         let remaining = left.remaining.min(to);
-        let estimate = remaining.saturating_add(given_back.unwrap_or(0)).min(to).saturating_sub(others_cost);
+        let counted = remaining.saturating_add(given_back.unwrap_or(0)).min(to);
+        let (estimate, debt) = (counted.saturating_sub(others_cost), others_cost.saturating_sub(counted));
         if left.reset_ms == 0 || estimate >= to {
             // Full now: nothing to keep.
             return;
@@ -316,11 +333,19 @@ impl TrackedWindow {
             return;
         }
         let marked = given_back.is_some();
-        let reported =
-            TrackedWindow { left: estimate, until_ms: until, at_ms: as_of_ms, refills_to: to, rough: !marked, base };
+        let reported = TrackedWindow {
+            left: estimate,
+            until_ms: until,
+            at_ms: as_of_ms,
+            refills_to: to,
+            rough: !marked,
+            base,
+            each,
+            debt,
+        };
         let keeps_word = !(self.rough && marked) && self.refills_to > 0 && self.runs(now_ms);
-        if keeps_word && self.level(now_ms) <= reported.level(now_ms) {
-            self.saw(base);
+        if keeps_word && signed(self.level(now_ms), self.debt) <= signed(reported.level(now_ms), reported.debt) {
+            self.saw(base, each);
             return;
         }
         *self = reported;
@@ -345,6 +370,7 @@ impl TrackedWindow {
         if !self.runs(now_ms) {
             return;
         }
+        self.debt = self.debt.saturating_add(cost.saturating_sub(self.level(now_ms))).min(MAX_WINDOW_LEFT);
         if self.refills_to == 0 {
             self.left = self.left.saturating_sub(cost);
             return;
@@ -356,19 +382,20 @@ impl TrackedWindow {
     /// left): a call granted before it and refused later may be one it did not count, which
     /// the window would then give back above what the answer said is left. It is not given
     /// back (which errs low).
-    fn saw(&mut self, base: Option<u64>) {
-        if let Some(base) = base {
+    fn saw(&mut self, base: Option<u64>, each: Option<u64>) {
+        if let (Some(base), None) = (base, each) {
             self.base = Some(self.base.map_or(base, |known| known.max(base)));
         }
     }
 
-    /// Whether `left` has taken off a call granted at `place` in the count of grants (`None`:
-    /// before the count started): see [`base`](Self::base).
-    fn took_off(&self, place: Option<u64>) -> bool {
+    /// What `left` has taken off of a call granted at `place` in the count of grants (`None`:
+    /// before the count started) that reserved `cost` here: see [`base`](Self::base) and
+    /// [`each`](Self::each).
+    fn took_off(&self, place: Option<u64>, cost: u64) -> u64 {
         match (self.base, place) {
-            (None, _) => true,
-            (Some(base), Some(place)) => place > base,
-            (Some(_), None) => false,
+            (None, _) => cost,
+            (Some(base), Some(place)) if place > base => cost,
+            _ => self.each.map_or(0, |each| cost.min(each)),
         }
     }
 
@@ -376,6 +403,13 @@ impl TrackedWindow {
     /// back to).
     fn credit(&mut self, now_ms: u64, back: u64) {
         if !self.runs(now_ms) {
+            return;
+        }
+        // What was taken off beyond what was left comes back first.
+        let paid = back.min(self.debt);
+        self.debt -= paid;
+        let back = back - paid;
+        if back == 0 {
             return;
         }
         if self.refills_to == 0 {
@@ -500,21 +534,30 @@ impl ProviderWindows {
         };
         let [requests, tokens, input, output] = costs;
         let [requests_back, tokens_back, input_back, output_back] = given_back;
-        let base = since.and(mark).map(|m| m.requests);
+        // With a mark, every grant after it is taken off in full; without one, each call in
+        // flight at the reporting call's reservation, and every grant after the count as it
+        // stands now.
+        let (base, each) = match since.and(mark) {
+            Some(mark) => (Some(mark.requests), [None; 4]),
+            None => (
+                Some(self.sent.map_or(0, |s| s.requests)),
+                [Some(1), Some(tokens_each), Some(tokens_each), Some(tokens_each)],
+            ),
+        };
         if let Some(left) = report.requests {
-            self.requests.report(left, now_ms, requests, as_of_ms, (requests_back, base));
+            self.requests.report(left, now_ms, requests, as_of_ms, (requests_back, base, each[0]));
         }
         if let Some(left) = report.tokens {
-            self.tokens.report(left, now_ms, tokens, as_of_ms, (tokens_back, base));
+            self.tokens.report(left, now_ms, tokens, as_of_ms, (tokens_back, base, each[1]));
         }
         if report.input.is_some() && report.output.is_some() {
             self.tokens = TrackedWindow::default();
         }
         if let Some(left) = report.input {
-            self.input.report(left, now_ms, input, as_of_ms, (input_back, base));
+            self.input.report(left, now_ms, input, as_of_ms, (input_back, base, each[2]));
         }
         if let Some(left) = report.output {
-            self.output.report(left, now_ms, output, as_of_ms, (output_back, base));
+            self.output.report(left, now_ms, output, as_of_ms, (output_back, base, each[3]));
         }
         self.sent.get_or_insert_with(SentCount::default);
     }
@@ -595,9 +638,8 @@ impl ProviderWindows {
             (&mut self.input, tokens - output),
             (&mut self.output, output),
         ] {
-            if window.took_off(place) {
-                window.credit(now_ms, back);
-            }
+            let back = window.took_off(place, back);
+            window.credit(now_ms, back);
         }
     }
 
@@ -661,7 +703,16 @@ mod tests {
         w.report(requests(5, 10_000), 0, 3, 0, None);
         assert_eq!(
             w.requests,
-            TrackedWindow { left: 2, until_ms: 10_000, at_ms: 0, refills_to: 0, rough: true, base: None }
+            TrackedWindow {
+                left: 2,
+                until_ms: 10_000,
+                at_ms: 0,
+                refills_to: 0,
+                rough: true,
+                base: Some(0),
+                each: Some(1),
+                debt: 0
+            }
         );
         assert_eq!(w.wait_ms(1, 0, 0), None);
         w.charge(1, 0, 0);
@@ -680,7 +731,16 @@ mod tests {
         w.report(requests(50, 60_000), 11_000, 0, 0, None);
         assert_eq!(
             w.requests,
-            TrackedWindow { left: 50, until_ms: 71_000, at_ms: 11_000, refills_to: 0, rough: true, base: None }
+            TrackedWindow {
+                left: 50,
+                until_ms: 71_000,
+                at_ms: 11_000,
+                refills_to: 0,
+                rough: true,
+                base: Some(0),
+                each: Some(1),
+                debt: 0
+            }
         );
     }
 
@@ -693,7 +753,16 @@ mod tests {
         w.report(requests(999, 60_000), 2_000, 0, 0, None);
         assert_eq!(
             w.requests,
-            TrackedWindow { left: 999, until_ms: 62_000, at_ms: 2_000, refills_to: 0, rough: true, base: None }
+            TrackedWindow {
+                left: 999,
+                until_ms: 62_000,
+                at_ms: 2_000,
+                refills_to: 0,
+                rough: true,
+                base: Some(0),
+                each: Some(1),
+                debt: 0
+            }
         );
         assert_eq!(w.wait_ms(2_000, 0, 0), None, "the provider's newer word ends the pause");
         // An absurd reset is a day at most, and the end stays a number the store can return.
@@ -725,7 +794,16 @@ mod tests {
         w.report(refilling(10, 50_000, 60), 100_000, 5, 0, None);
         assert_eq!(
             w.requests,
-            TrackedWindow { left: 5, until_ms: 155_000, at_ms: 100_000, refills_to: 60, rough: true, base: None }
+            TrackedWindow {
+                left: 5,
+                until_ms: 155_000,
+                at_ms: 100_000,
+                refills_to: 60,
+                rough: true,
+                base: Some(1),
+                each: Some(1),
+                debt: 0
+            }
         );
         // Full, or an absurd reset: nothing kept beyond the bounds.
         let mut full = ProviderWindows::default();

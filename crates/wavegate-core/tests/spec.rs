@@ -204,7 +204,7 @@ fn deaf_to_limits(report: WindowReport) -> Option<WindowReport> {
 #[test]
 fn the_tables_catch_a_machine_deaf_to_the_providers_windows() {
     let window_cases: Vec<_> = cases().into_iter().filter(|case| case.name.starts_with("provider window")).collect();
-    assert_eq!(window_cases.len(), 16);
+    assert_eq!(window_cases.len(), 19);
     for case in &window_cases {
         assert!(run_case(case, &mut Wrong(GateModel::new(case), Mishears(deaf_to_windows))).is_err(), "{}", case.name);
     }

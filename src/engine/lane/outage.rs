@@ -204,6 +204,7 @@ impl Lane {
             day_used_from,
             learned,
             held: self.held.iter().map(|(id, held)| (id.clone(), held.wave)).collect(),
+            windows: self.local.provider_windows(),
         };
         let (gate, share, held) = ProcessGate::fallback(&self.config, start, now_ms);
         for (id, wave) in held {

@@ -45,6 +45,7 @@ use crate::clock::duration_ms;
 use crate::config::UpstreamConfig;
 use crate::gcra::{Budgets, DayBudget, Gcra};
 use crate::learned_limit::LearnedBudgets;
+use crate::provider_window::ProviderWindows;
 use crate::wave::WaveState;
 
 use super::{LocalGate, split};
@@ -137,6 +138,10 @@ pub struct FallbackStart<K> {
     pub learned: LearnedBudgets,
     /// The permits this process holds, each with the shared wave it was granted in.
     pub held: Vec<(K, u64)>,
+    /// The provider's windows as this process knew them (its in-process gate's, from the
+    /// answers it took in; not counting the fleet's grants since): a window that was spent
+    /// stays spent through the outage.
+    pub windows: ProviderWindows,
 }
 
 /// The gate a fallback starts with.
@@ -200,6 +205,7 @@ impl LocalGate {
             .with_learned(start.learned, processes)
             .with_classes(config.classes(), config.default_class(), config.class_count_window())
             .with_fleet_budgets(config.budgets());
+        gate.windows = start.windows;
         if let Some((left, at_ms)) = start.day_left {
             gate.start_day_share(left, processes, at_ms);
             // Charged from the latest start its uses allow (from the word, a share spent just

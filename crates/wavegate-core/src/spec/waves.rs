@@ -897,6 +897,69 @@ pub(super) fn cases() -> Vec<SpecCase> {
             ],
         ),
         case(
+            "provider window: a refused call granted before the first report gives back no more than the answer took off for it",
+            vec![
+                // Two calls before any report: no marks. A reserved 100, B 5,000.
+                with_tokens("A", 100),
+                with_tokens("B", 5_000),
+                // A's answer: 1,000 tokens left of a fixed window (A counted; B, refused
+                // below, never is). B is taken off at A's reservation: 900 left.
+                window_by("A", None, Some((1_000, 60_000)), 100),
+                // B's 429 without headers: it gives back the 100 taken off for it, not its
+                // whole 5,000 (5,900 left where the provider has 1,000).
+                Step::Refused { permit: "B", tokens: 5_000, output: 0, windows: WindowsBack::Reservation },
+                // The provider has 1,000 left: 1,001 must wait for the window's end.
+                denied_window("C", 1_001, 60_000),
+            ],
+        ),
+        case(
+            "provider window: a refused call gives back no more than the answer could take off (an estimate floored at 0)",
+            vec![
+                // A first answer starts the count of grants; its window resets now (none runs).
+                window(None, Some((5_000, 0)), 0),
+                // X (100) and B (5,000) are granted with marks; no window runs to count them.
+                with_tokens("X", 100),
+                with_tokens("B", 5_000),
+                // X's answer: 1,000 left at X's admission. B, granted since, is taken off:
+                // 1,000 - 5,000 is floored at 0 (4,000 of B's reservation taken off nothing).
+                window_by("X", None, Some((1_000, 60_000)), 100),
+                // B's 429: the provider never counted it: the 4,000 taken off beyond what was
+                // left come back first, then 1,000 (all 5,000 would leave 5,000 where the provider has 1,000).
+                Step::Refused { permit: "B", tokens: 5_000, output: 0, windows: WindowsBack::Reservation },
+                denied_window("C", 1_001, 60_000),
+            ],
+        ),
+        case(
+            "provider window: a 429 without headers does not open a Retry-After pause another 429 started",
+            vec![
+                // A first answer starts the count of grants (its window resets now).
+                window(Some((100, 0)), None, 0),
+                with_tokens("A", 0),
+                with_tokens("B", 0),
+                // A's 429 with a Retry-After of 30 s (a spent requests window); B, granted
+                // since A, is taken off 0: still 0.
+                Step::ReportWindow {
+                    by: Some("A"),
+                    requests: Some((0, 30_000)),
+                    tokens: None,
+                    tokens_each: 0,
+                    learned_requests: None,
+                    learned_tokens: None,
+                    learned_parts: [None; 2],
+                    refills_requests: None,
+                    refills_tokens: None,
+                    parts: [None; 2],
+                    refused: Some((0, 0)),
+                },
+                Step::Refused { permit: "A", tokens: 0, output: 0, windows: WindowsBack::Nothing },
+                // B's 429 comes without headers: its request pays what was taken off beyond the
+                // pause's 0, and the pause stays.
+                Step::Refused { permit: "B", tokens: 0, output: 0, windows: WindowsBack::Reservation },
+                // The provider asked for 30 s of silence: nothing may go before.
+                denied_window("C", 0, 30_000),
+            ],
+        ),
+        case(
             "budget turn: waiters of every process are served in the order the budgets refused them",
             vec![
                 // 0 of 1,000 tokens left, full in 1 s: a token a millisecond.
