@@ -6,13 +6,17 @@
 -- wavegate_core::spec.
 --
 -- Fields of the wave state hash (KEYS[2]): pw_requests_left, pw_requests_until, pw_requests_at,
--- pw_requests_to, pw_requests_rough, pw_requests_base and the same for tokens, input and output
+-- pw_requests_to, pw_requests_rough, pw_requests_base, pw_requests_each, pw_requests_debt and the
+-- same for tokens, input and output
 -- (Anthropic's parts, tracked apart) (ms of Redis TIME; an end of 0 or in the past: no window;
 -- `to` 0: a fixed window, else the limit a continuously refilled bucket grows back to; rough '1':
 -- what is left came from a report without a mark; base: the place in the count of grants of the
 -- mark of the report what is left came from, every grant after it taken off, '' for a report
--- without a mark, which took off every call in flight; moved up to the mark of a report not
--- taken in).
+-- without a mark, the count when it came; moved up to the mark of a report not taken in; '': no
+-- report set it; missing or unreadable: nothing is known to be taken off); each: for a level from
+-- a report without a mark, what it took off for each call in flight ('' for one with a mark);
+-- debt: what was taken off beyond what was left (a count or a grant floored at 0), paid first by
+-- what comes back.
 --
 -- Fields pw_sent_requests, pw_sent_tokens, pw_sent_output and pw_sent_back: the grants counted
 -- since the first report (absent before it), one request, the tokens reserved and their output
@@ -45,11 +49,12 @@
 --   * output given back by a settlement goes back to the output window at once (pw_give_back:
 --     level + back, at most `to`, re-based at now keeping the rate); the doubles are computed in the order of
 --     TrackedWindow's (crates/wavegate-core/src/provider_window.rs); a call the provider refused
---     (a 429: it counted none of it) gives its whole reservation back to every window
---     (pw_refund: one request, its tokens, its input and output parts) that took it off (base ''
---     or below the refused call's place: a report of a call granted after it neither counted
---     nor took it off), before its answer's report is taken in (report_window.lua), or at its
---     settlement when it had none (pw_refuse);
+--     (a 429: it counted none of it) gives back to each window what it took off of it (pw_refund,
+--     of one request, its tokens, its input and output parts): all of it when its place is above
+--     the base (or the base is ''), at most `each` of one at or below it (nothing with a mark: a
+--     report of a call granted after it neither counted nor took it off); the debt is paid
+--     first (pw_credit); once per permit (while it is held), before its answer's report is
+--     taken in (report_window.lua), or at its settlement when it had none (pw_refuse);
 --   * what is left is at most PW_MOST_LEFT; an end read back lies at most PW_MAX_RESET ms after now (a backward jump of TIME, a
 --     value written by hand): no window outlives its clamp;
 --   * the input and output windows (Anthropic's) are tracked apart, each part against its own:
