@@ -441,6 +441,7 @@ mod absent {
 
 #[cfg(not(feature = "redis"))]
 pub(crate) use absent::{
-    acquire, change_live, claim_config, clear_windows, day_left, finish, heartbeat, is_cluster, live, ping, preload,
-    probe, reconcile, rejected, rejection, renew, report_window, set_live, shared_gate, spend_quota, status,
+    acquire, change_live, claim_config, clear_windows, day_left, finish, heartbeat, hold_day_word, is_cluster, live,
+    ping, preload, probe, reconcile, rejected, rejection, release_day_word, renew, report_window, set_live,
+    shared_gate, spend_quota, status,
 };
