@@ -10,10 +10,10 @@
 -- same for tokens, input and output
 -- (Anthropic's parts, tracked apart) (ms of Redis TIME; an end of 0 or in the past: no window;
 -- `to` 0: a fixed window, else the limit a continuously refilled bucket grows back to; rough '1':
--- what is left came from a report without a mark; base: the place in the count of grants of the
--- mark of the report what is left came from, every grant after it taken off, '' for a report
--- without a mark, the count when it came; moved up to the mark of a report not taken in; '': no
--- report set it; missing or unreadable: nothing is known to be taken off); each: for a level from
+-- what is left came from a report without a mark; base: the place in the count of grants after
+-- which every grant was taken off in full (the mark of the report what is left came from; for a
+-- report without a mark, the count when it came; moved up to the mark of a report not taken in;
+-- '': no report set it; missing or unreadable: nothing is known to be taken off); each: for a level from
 -- a report without a mark, what it took off for each call in flight ('' for one with a mark);
 -- debt: what was taken off beyond what was left (a count or a grant floored at 0), paid first by
 -- what comes back.
@@ -236,13 +236,9 @@ local function pw_credit(w, name, now, back, fields)
   local paid = math.min(back, t.debt)
   t.debt = t.debt - paid
   back = back - paid
-  if back == 0 then
-    pw_fields(fields, name, t)
-    return
-  end
-  if t.to == 0 then
+  if back > 0 and t.to == 0 then
     t.left = math.min(t.left + back, PW_MOST_LEFT)
-  else
+  elseif back > 0 then
     pw_rebase(t, now, math.min(pw_level(t, now) + back, t.to))
   end
   pw_fields(fields, name, t)
@@ -264,7 +260,7 @@ local function pw_give_back(back, now)
 end
 
 -- A call the provider refused (a 429: it counted none of it), `tokens` reserved and `output` of
--- them its answer's, gives its whole reservation back to every running window of `w` at `now`
+-- them its answer's, gives back to every running window of `w` at `now` what it took off of it
 -- (ProviderWindows::refuse); the fields of the windows it changed are appended to `fields`.
 -- Not counted for the marks: an answer to a call granted before the refused one, coming after
 -- the refusal, still takes it off (it erred low; adding every refusal since a mark back would

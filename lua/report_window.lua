@@ -43,21 +43,19 @@ if ARGV[24] ~= '' then
   pw_refund(w, now, tonumber(tokens), tonumber(output), pw_place(mark), {}) -- saved with the report
 end
 local since = pw_sent_since(w, mark, now)
--- With a mark, every grant after it is taken off in full; without one, each call in flight at
--- the reporting call's reservation, and every grant after the count as it stands now.
-local base, each_request, each_token = nil, nil, nil
-if since then
-  base = since.place
-else
-  base = (w.sent and w.sent.requests) or 0
-  each_request, each_token = 1, to_int(ARGV[5], 'tokens each')
-end
+-- With a mark, every grant after it is taken off in full (base); without one, each call in
+-- flight at the reporting call's reservation (each_request, each_token), and every grant after
+-- the count as it stands now.
 local requests_cost, tokens_cost, input_cost, output_cost, back, marked, as_of
+local base, each_request, each_token
 if since then
   marked = 0
   requests_cost, tokens_cost, as_of = since.requests, since.tokens, since.at
   input_cost, output_cost, back = math.max(0, since.tokens - since.output), since.output, since.back
+  base = since.place
 else
+  base = (w.sent and w.sent.requests) or 0
+  each_request, each_token = 1, tokens_each
   -- No mark: the other permits held (ZCARD and ZSCORE only then), each costing its whole
   -- reservation in each part.
   local others = redis.call('ZCARD', KEYS[1])

@@ -229,7 +229,7 @@ struct WindowCost {
     given_back: Option<u64>,
     as_of_ms: u64,
     /// The place in the count of grants after which the report took every grant off in full.
-    base: Option<u64>,
+    base: u64,
     /// Without a mark: what it took off for each call in flight.
     each: Option<u64>,
 }
@@ -255,25 +255,19 @@ impl TrackedWindow {
         (grown as u64).min(self.refills_to)
     }
 
-    /// Takes in `left`, said of the provider's count at `as_of_ms` (at most `now_ms`: the
-    /// reporting call's admission when known), with `others_cost` granted since. `given_back`
+    /// Takes in `left`, said of the provider's count at `cost.as_of_ms` (at most `now_ms`: the
+    /// reporting call's admission when known), with `cost.spent` granted since. `given_back`
     /// is `Some` for a report that comes with the reporting call's mark (exact as of its
     /// grant): what settlements gave back since, for a window that takes it back (else 0).
-    fn report(
-        &mut self,
-        left: WindowLeft,
-        now_ms: u64,
-        others_cost: u64,
-        as_of_ms: u64,
-        (given_back, base, each): (Option<u64>, Option<u64>, Option<u64>),
-    ) {
+    fn report(&mut self, left: WindowLeft, now_ms: u64, cost: WindowCost) {
+        let WindowCost { spent: others_cost, given_back, base, each, .. } = cost;
         let until = now_ms.saturating_add(left.reset_ms.min(MAX_WINDOW_MS));
         // A running fixed window that ends when this bucket would be full again is that
         // window: its end proved it fixed (see `Window::refills`), and a report nearer its end
         // reads like a refill only because less is left.
         let known_fixed = self.refills_to == 0 && self.runs(now_ms) && until.abs_diff(self.until_ms) <= SAME_WINDOW_MS;
         if let Some(to) = left.refills_to.filter(|to| *to > 0 && !known_fixed) {
-            let cost = WindowCost { spent: others_cost, given_back, as_of_ms: as_of_ms.min(now_ms), base, each };
+            let cost = WindowCost { as_of_ms: cost.as_of_ms.min(now_ms), ..cost };
             return self.report_refill(left, to.min(MAX_WINDOW_LEFT), now_ms, cost);
         }
         let counted = left.remaining.saturating_add(given_back.unwrap_or(0)).min(MAX_WINDOW_LEFT);
@@ -284,7 +278,7 @@ impl TrackedWindow {
         }
         if known_fixed {
             if signed(estimate, debt) < signed(self.left, self.debt) {
-                (self.left, self.debt, self.base, self.each) = (estimate, debt, base, each);
+                (self.left, self.debt, self.base, self.each) = (estimate, debt, Some(base), each);
             } else {
                 self.saw(base, each);
             }
@@ -296,7 +290,7 @@ impl TrackedWindow {
                 at_ms: now_ms,
                 refills_to: 0,
                 rough: given_back.is_none(),
-                base,
+                base: Some(base),
                 each,
                 debt,
             };
@@ -339,7 +333,7 @@ impl TrackedWindow {
             at_ms: as_of_ms,
             refills_to: to,
             rough: !marked,
-            base,
+            base: Some(base),
             each,
             debt,
         };
@@ -370,20 +364,22 @@ impl TrackedWindow {
         if !self.runs(now_ms) {
             return;
         }
-        self.debt = self.debt.saturating_add(cost.saturating_sub(self.level(now_ms))).min(MAX_WINDOW_LEFT);
+        let level = self.level(now_ms);
+        self.debt = self.debt.saturating_add(cost.saturating_sub(level)).min(MAX_WINDOW_LEFT);
         if self.refills_to == 0 {
             self.left = self.left.saturating_sub(cost);
             return;
         }
-        self.rebase(now_ms, self.level(now_ms).saturating_sub(cost));
+        self.rebase(now_ms, level.saturating_sub(cost));
     }
 
-    /// An answer whose call has the mark at `base` was not taken in (the window knows less is
+    /// An answer whose call has the mark at `base` (`each` is `None`: it had one) was not
+    /// taken in (the window knows less is
     /// left): a call granted before it and refused later may be one it did not count, which
     /// the window would then give back above what the answer said is left. It is not given
     /// back (which errs low).
-    fn saw(&mut self, base: Option<u64>, each: Option<u64>) {
-        if let (Some(base), None) = (base, each) {
+    fn saw(&mut self, base: u64, each: Option<u64>) {
+        if each.is_none() {
             self.base = Some(self.base.map_or(base, |known| known.max(base)));
         }
     }
@@ -522,42 +518,36 @@ impl ProviderWindows {
         // The cost of each window (requests, tokens, input, output) the answer could not count,
         // as of when, and with a mark what was given back since (the report is then exact as
         // of its call's grant; without one it only ever lowers a running bucket).
-        let (costs, as_of_ms, given_back) = match since {
-            Some((s, at)) => {
-                let back = [Some(0), Some(0), Some(0), Some(s.given_back)];
-                ([s.requests, s.tokens, s.tokens.saturating_sub(s.output), s.output], at, back)
-            }
-            None => {
-                let each = others.saturating_mul(tokens_each);
-                ([others, each, each, each], now_ms, [None; 4])
-            }
-        };
-        let [requests, tokens, input, output] = costs;
-        let [requests_back, tokens_back, input_back, output_back] = given_back;
         // With a mark, every grant after it is taken off in full; without one, each call in
         // flight at the reporting call's reservation, and every grant after the count as it
         // stands now.
-        let (base, each) = match since.and(mark) {
-            Some(mark) => (Some(mark.requests), [None; 4]),
-            None => (
-                Some(self.sent.map_or(0, |s| s.requests)),
-                [Some(1), Some(tokens_each), Some(tokens_each), Some(tokens_each)],
-            ),
+        let (costs, as_of_ms, given_back, base, each) = match since.zip(mark) {
+            Some(((s, at), mark)) => {
+                let costs = [s.requests, s.tokens, s.tokens.saturating_sub(s.output), s.output];
+                (costs, at, Some(s.given_back), mark.requests, None)
+            }
+            None => {
+                let each = others.saturating_mul(tokens_each);
+                ([others, each, each, each], now_ms, None, self.sent.map_or(0, |s| s.requests), Some(tokens_each))
+            }
         };
+        let [requests, tokens, input, output] = costs;
+        let marked = given_back.map(|_| 0);
+        let cost = |spent, given_back, each| WindowCost { spent, given_back, as_of_ms, base, each };
         if let Some(left) = report.requests {
-            self.requests.report(left, now_ms, requests, as_of_ms, (requests_back, base, each[0]));
+            self.requests.report(left, now_ms, cost(requests, marked, each.map(|_| 1)));
         }
         if let Some(left) = report.tokens {
-            self.tokens.report(left, now_ms, tokens, as_of_ms, (tokens_back, base, each[1]));
+            self.tokens.report(left, now_ms, cost(tokens, marked, each));
         }
         if report.input.is_some() && report.output.is_some() {
             self.tokens = TrackedWindow::default();
         }
         if let Some(left) = report.input {
-            self.input.report(left, now_ms, input, as_of_ms, (input_back, base, each[2]));
+            self.input.report(left, now_ms, cost(input, marked, each));
         }
         if let Some(left) = report.output {
-            self.output.report(left, now_ms, output, as_of_ms, (output_back, base, each[3]));
+            self.output.report(left, now_ms, cost(output, given_back, each));
         }
         self.sent.get_or_insert_with(SentCount::default);
     }
