@@ -28,13 +28,19 @@
 --          (otherwise the output given back returns to the output window)
 -- ARGV[25] the generation of the state the process last saw, '' for none (see `generation` in
 --          wave.lua: if it is gone, WAVEGATE_LOST and nothing is written)
+-- ARGV[26..49] optional: what the call's answer said of the provider's windows, taken in before
+--          anything else, as report_window.lua would have just before this release (the same
+--          24 arguments, window_report.lua): one round trip per answer, not two
 -- Reply: {held, effect, limit_before, limit, wave, state, cooldown_ms, changed_from, in_flight,
 --         woken}
 --   held: 1 if the id was held; effect: 'cut', 'late' or 'none';
 --   changed_from: the state a success moved the machine out of, or '';
 --   woken: the instance id of the process woken on its channel (ARGV[23]), or '' for none.
 -- (wavegate_core::LocalGate::finish is the Rust twin.)
-if #ARGV ~= CONFIG_ARGS + 7 then return fail('finish', 'expected ' .. (CONFIG_ARGS + 7) .. ' ARGV, got ' .. #ARGV) end
+local reported = #ARGV == CONFIG_ARGS + 7 + REPORT_ARGS
+if #ARGV ~= CONFIG_ARGS + 7 and not reported then
+  return fail('finish', 'expected ' .. (CONFIG_ARGS + 7) .. ' ARGV, or ' .. REPORT_ARGS .. ' more with a report, got ' .. #ARGV)
+end
 local config = read_config(1)
 local id = ARGV[CONFIG_ARGS + 1]
 local wave = to_int(ARGV[CONFIG_ARGS + 2], 'wave')
@@ -54,6 +60,7 @@ if token_delta == nil or token_delta ~= math.floor(token_delta) or output_delta 
 end
 if not generation(ARGV[CONFIG_ARGS + 7], false) then return state_lost('finish') end
 local now = now_ms()
+if reported then take_window_report(CONFIG_ARGS + 7, now) end
 -- A refused call's reservation goes back to every provider window (ProviderWindows::refuse),
 -- unless its answer's report gave it back ('kept'); otherwise output given back goes back to the
 -- output window (ProviderWindows::give_back).

@@ -332,4 +332,42 @@ mod fleet {
         refused_with_hint(&build()).await;
         assert_eq!(read(&mut con, "requests_tat"), tat, "the clamped TAT moved with now");
     }
+
+    // Issue 22: an answer's report of the provider's windows rode in a script call of its own,
+    // beside the release it came with (three script calls per call of an LLM provider: acquire,
+    // report, release). It now rides on the release: two, and the window reaches the store all
+    // the same.
+    #[actix::test]
+    async fn an_answers_report_rides_on_its_release() {
+        let redis = RedisServer::start().expect("redis-server");
+        let s = Scheduler::builder().upstream(upstream()).redis(redis.url()).build().expect("scheduler");
+        let llm = s.upstream("llm").expect("configured");
+        // The first call starts the store's count of grants; the script calls are counted after it.
+        llm.request().acquire().await.expect("first").report(ok_with_bucket(1_000, 900, 6_000));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut con = redis.connection().expect("connection");
+        let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut con).expect("RESETSTAT");
+        const CALLS: u64 = 30;
+        for left in (0..CALLS).rev() {
+            let permit = llm.request().acquire().await.expect("a permit");
+            permit.report(ok_with_bucket(1_000, 100 + left, 54_000));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let stats: String = redis::cmd("INFO").arg("commandstats").query(&mut con).expect("INFO");
+        let scripts: u64 = stats
+            .lines()
+            .filter(|l| l.starts_with("cmdstat_evalsha") || l.starts_with("cmdstat_eval:"))
+            .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
+            .sum();
+        // An acquire and a release per call, and a few heartbeats and gauge reads.
+        assert!(scripts <= 2 * CALLS + 6, "{scripts} script calls for {CALLS} calls with a report each");
+        // The last answer's window is the store's: 100 left of a bucket full in 54 s, less
+        // nothing granted since.
+        let key = wavegate::StoreConfig::new(redis.url())
+            .keyspace
+            .upstream(&wavegate::config::UpstreamName::new("llm").expect("name"))
+            .wave;
+        let left: Option<i64> = redis::cmd("HGET").arg(&key).arg("pw_requests_left").query(&mut con).expect("HGET");
+        assert_eq!(left, Some(100), "the last answer's report did not reach the store");
+    }
 }

@@ -7,27 +7,28 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::FutureExt;
-use futures_util::future::ready;
 use wavegate_core::{Ask, Decision, Instance, PermitId, TokenDelta, WaveSignal, WindowReport, duration_ms};
 
 use super::process_gate::ProcessGate;
 use super::store::{self, GateFuture, Released, SharedGate, StoreError};
 
+/// What a release settles besides the permit itself.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settlement {
+    /// The call's outcome for the permit's wave.
+    pub(crate) signal: WaveSignal,
+    /// The tokens used beyond the reservation (negative: a refund).
+    pub(crate) token_delta: TokenDelta,
+    /// What the call's answer said of the provider's windows, with the tokens the call
+    /// reserved: the store takes it in with the release, in one round trip. (The in-process
+    /// gate has been told it already: the lane tells it whichever gate is in charge.)
+    pub(crate) report: Option<(WindowReport, u64)>,
+}
+
 /// A gate's answer: now (the in-process gate), or later (a script call in flight).
 pub(crate) enum Answer<T> {
     Now(Result<T, StoreError>),
     Later(GateFuture<T>),
-}
-
-impl<T: 'static> Answer<T> {
-    /// The answer as a future, whichever it is.
-    pub(crate) fn into_future(self) -> GateFuture<T> {
-        match self {
-            Answer::Now(result) => ready(result).boxed_local(),
-            Answer::Later(future) => future,
-        }
-    }
 }
 
 impl<T> std::fmt::Debug for Answer<T> {
@@ -67,20 +68,20 @@ impl Gate {
         })
     }
 
-    /// Releases `id` (held by `instance`) and reports its outcome for `wave`, settling
-    /// `token_delta` tokens.
+    /// Releases `id` (held by `instance`) and settles it: its outcome for `wave`, its tokens
+    /// and the provider's report its answer carried ([`Settlement`]).
     pub(crate) fn release(
         &self,
         instance: &Instance,
         id: PermitId,
         wave: u64,
-        signal: WaveSignal,
-        token_delta: TokenDelta,
+        settlement: Settlement,
         now_ms: u64,
     ) -> Answer<Released> {
+        let Settlement { signal, token_delta, report } = settlement;
         match self {
             Gate::Local(gate) => Answer::Now(Ok(gate.release(instance, &id, wave, signal, token_delta, now_ms))),
-            Gate::Shared(gate) => Answer::Later(store::finish(gate, id, wave, signal, token_delta)),
+            Gate::Shared(gate) => Answer::Later(store::finish(gate, id, wave, signal, token_delta, report)),
         }
     }
 
@@ -89,17 +90,6 @@ impl Gate {
         match self {
             Gate::Local(gate) => Answer::Now(Ok(gate.renew(&ids, now_ms, duration_ms(lease)))),
             Gate::Shared(gate) => Answer::Later(store::renew(gate, ids, lease)),
-        }
-    }
-
-    /// Hands what a response to `id` said is left of the provider's windows to this gate.
-    pub(crate) fn report_window(&self, id: PermitId, report: WindowReport, tokens: u64, now_ms: u64) -> Answer<()> {
-        match self {
-            Gate::Local(gate) => {
-                gate.report_window(&id, report, now_ms, tokens);
-                Answer::Now(Ok(()))
-            }
-            Gate::Shared(gate) => Answer::Later(store::report_window(gate, id, report, tokens)),
         }
     }
 

@@ -103,10 +103,11 @@ mod present {
         wave: u64,
         signal: WaveSignal,
         token_delta: TokenDelta,
+        report: Option<(WindowReport, u64)>,
     ) -> GateFuture<Released> {
         let gate = gate.clone();
         async move {
-            let finished = gate.finish(&id, wave, signal, token_delta).await?;
+            let finished = gate.finish_reporting(&id, wave, signal, token_delta, report).await?;
             let s = finished.status;
             let after = Snapshot {
                 state: s.state,
@@ -123,11 +124,6 @@ mod present {
     pub(crate) fn renew(gate: &SharedGate, ids: Vec<PermitId>, lease: Duration) -> GateFuture<Vec<PermitId>> {
         let gate = gate.clone();
         async move { gate.renew(&ids, lease).await }.boxed_local()
-    }
-
-    pub(crate) fn report_window(gate: &SharedGate, id: PermitId, report: WindowReport, tokens: u64) -> GateFuture<()> {
-        let gate = gate.clone();
-        async move { gate.report_window(id.as_str(), report, tokens).await.map(|_| ()) }.boxed_local()
     }
 
     pub(crate) fn clear_windows(gate: &SharedGate) -> GateFuture<()> {
@@ -342,15 +338,18 @@ mod absent {
         match *gate {}
     }
 
-    pub(crate) fn finish(gate: &SharedGate, _: PermitId, _: u64, _: WaveSignal, _: TokenDelta) -> GateFuture<Released> {
+    pub(crate) fn finish(
+        gate: &SharedGate,
+        _: PermitId,
+        _: u64,
+        _: WaveSignal,
+        _: TokenDelta,
+        _: Option<(WindowReport, u64)>,
+    ) -> GateFuture<Released> {
         match *gate {}
     }
 
     pub(crate) fn renew(gate: &SharedGate, _: Vec<PermitId>, _: Duration) -> GateFuture<Vec<PermitId>> {
-        match *gate {}
-    }
-
-    pub(crate) fn report_window(gate: &SharedGate, _: PermitId, _: WindowReport, _: u64) -> GateFuture<()> {
         match *gate {}
     }
 
@@ -442,6 +441,6 @@ mod absent {
 #[cfg(not(feature = "redis"))]
 pub(crate) use absent::{
     acquire, change_live, claim_config, clear_windows, day_left, finish, heartbeat, hold_day_word, is_cluster, live,
-    ping, preload, probe, reconcile, rejected, rejection, release_day_word, renew, report_window, set_live,
-    shared_gate, spend_quota, status,
+    ping, preload, probe, reconcile, rejected, rejection, release_day_word, renew, set_live, shared_gate, spend_quota,
+    status,
 };

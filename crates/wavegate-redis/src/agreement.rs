@@ -339,8 +339,20 @@ fn disagreement(
                             [delta.rem_euclid(3) as usize],
                     },
                 };
+                // One release in three carries its answer's report (with the permit's mark), as
+                // the engine sends them: the Rust twin takes it in just before the release.
+                let answer = (pick % 3 == 0).then(|| {
+                    let remaining = delta.unsigned_abs() % 20;
+                    let left = WindowLeft { remaining, reset_ms: 600, refills_to: (remaining % 2 == 0).then_some(20) };
+                    let refused = matches!(signal, WaveSignal::RateLimited { .. })
+                        .then(|| (delta.unsigned_abs() % 50, delta.unsigned_abs() % 7));
+                    (WindowReport { requests: Some(left), refused, ..WindowReport::default() }, 10)
+                });
+                if let Some((report, tokens_each)) = answer {
+                    local.report_window(id.as_str(), report, now, tokens_each);
+                }
                 let report = local.finish(&id, wave, signal, settled, now);
-                let call = calls::finish(keys, &shared.config_args, (id.as_str(), ""), wave, signal, settled);
+                let call = calls::finish(keys, &shared.config_args, (id.as_str(), ""), wave, signal, settled, answer);
                 let reply = rows(eval(con, &scripts.finish, &call, now).map_err(at)?).map_err(at)?;
                 let lua = calls::read_finish(&reply, wave).map_err(|e| at(e.to_string()))?;
                 let rust = (report.held, report.rate_limit, report.transition, report.wake.clone());

@@ -144,6 +144,7 @@ pub(crate) fn finish<'a>(
     wave: u64,
     signal: WaveSignal,
     token_delta: TokenDelta,
+    report: Option<(WindowReport, u64)>,
 ) -> Call<'a> {
     let (outcome, retry_after) = match signal {
         WaveSignal::Success => ("success", String::new()),
@@ -152,14 +153,18 @@ pub(crate) fn finish<'a>(
         }
         WaveSignal::Neutral => ("neutral", String::new()),
     };
-    Call::with_config(&keys.waiting_script_keys(), config)
+    let call = Call::with_config(&keys.waiting_script_keys(), config)
         .arg(id)
         .arg(wave)
         .arg(outcome)
         .arg(retry_after)
         .arg(&keys.wakes)
         .arg(token_delta.to_arg())
-        .arg(generation)
+        .arg(generation);
+    match report {
+        Some((report, tokens_each)) => with_report(call, id, report, tokens_each, false),
+        None => call,
+    }
 }
 
 /// What finishing a permit did.
@@ -327,13 +332,7 @@ fn day_left_arg(left: DayLeft, generation: &str) -> String {
     format!("{}:{}:{generation}", part(left.requests), part(left.tokens))
 }
 
-/// `report_window.lua`: each window's remaining and reset, the tokens each, the reporting id,
-/// each announced limit and its window (`''` for what the report does not say), whether the
-/// windows kept are cleared first (an operator's clear, with an empty report), the limit
-/// each window refills to when it is a continuously refilled bucket (`'0'`: a fixed window),
-/// the input and output tokens limits announced with their windows (Anthropic's), the input
-/// and output windows (each remaining, reset and the limit it refills to), then the refused
-/// call's reservation (`'<tokens>:<output>'`, `''` when the answer served its call).
+/// `report_window.lua`: the report's arguments ([`with_report`]).
 pub(crate) fn report_window<'a>(
     keys: &'a UpstreamKeys,
     id: &str,
@@ -341,6 +340,18 @@ pub(crate) fn report_window<'a>(
     tokens_each: u64,
     clear: bool,
 ) -> Call<'a> {
+    with_report(Call::new(&keys.script_keys()), id, report, tokens_each, clear)
+}
+
+/// `call` followed by the arguments of a provider's report (`window_report.lua`, which both
+/// `report_window.lua` and `finish.lua` take): each window's remaining and reset, the tokens each, the reporting id,
+/// each announced limit and its window (`''` for what the report does not say), whether the
+/// windows kept are cleared first (an operator's clear, with an empty report), the limit
+/// each window refills to when it is a continuously refilled bucket (`'0'`: a fixed window),
+/// the input and output tokens limits announced with their windows (Anthropic's), the input
+/// and output windows (each remaining, reset and the limit it refills to), then the refused
+/// call's reservation (`'<tokens>:<output>'`, `''` when the answer served its call).
+fn with_report<'a>(call: Call<'a>, id: &str, report: WindowReport, tokens_each: u64, clear: bool) -> Call<'a> {
     let side = |left: Option<wavegate_core::WindowLeft>| {
         // Clamped here as in the script: no number reaches the store that it cannot return.
         left.map_or((String::new(), String::new()), |l| {
@@ -360,8 +371,7 @@ pub(crate) fn report_window<'a>(
     let refills_to = |left: Option<wavegate_core::WindowLeft>| {
         left.and_then(|l| l.refills_to).map_or(0, |to| to.min(wavegate_core::MAX_WINDOW_LEFT))
     };
-    Call::new(&keys.script_keys())
-        .arg(requests)
+    call.arg(requests)
         .arg(requests_reset)
         .arg(tokens)
         .arg(tokens_reset)
@@ -566,7 +576,13 @@ mod tests {
             (
                 "finish",
                 &s.finish,
-                finish(keys, config, ("x", ""), 1, WaveSignal::RateLimited { retry_after: None }, (-3).into()),
+                finish(keys, config, ("x", ""), 1, WaveSignal::RateLimited { retry_after: None }, (-3).into(), None),
+                true,
+            ),
+            (
+                "finish with its answer's report",
+                &s.finish,
+                finish(keys, config, ("x", ""), 1, WaveSignal::Success, (-3).into(), Some((report, 10))),
                 true,
             ),
             ("status", &s.status, status(keys, config), true),
@@ -719,7 +735,7 @@ mod tests {
             (
                 include_str!("../../../lua/finish.lua"),
                 source::FINISH,
-                finish(&keys, &config, ("x", ""), 1, WaveSignal::Neutral, 0.into()).keys.len(),
+                finish(&keys, &config, ("x", ""), 1, WaveSignal::Neutral, 0.into(), Some((report, 0))).keys.len(),
             ),
             (include_str!("../../../lua/status.lua"), source::STATUS, status(&keys, &config).keys.len()),
             (include_str!("../../../lua/renew.lua"), source::RENEW, renew(&keys, (lease, ""), ["x"]).keys.len()),

@@ -3,7 +3,8 @@
 //! Each upstream script is `lua/wave.lua` (the state machine, written once),
 //! `lua/provider_window.lua` (the provider's announced windows), `lua/learned_limit.lua`
 //! (the limits it announced) and `lua/budget_turn.lua` (the turn at the budgets' next room)
-//! followed by the script's body;
+//! followed by the script's body (and, for the two that take a provider's report in,
+//! `lua/window_report.lua` before it);
 //! `heartbeat.lua` and `live.lua` stand alone. [`redis::Script`] sends `EVALSHA` and on `NOSCRIPT` (a
 //! restarted or flushed server) loads the script and retries, so a script flush is never an
 //! outage. [`preload`] loads all of them at start so the first calls do not pay for it.
@@ -14,7 +15,7 @@ use redis::Script;
 use redis::aio::ConnectionLike;
 
 macro_rules! wave_script {
-    ($body:literal) => {
+    ($($body:literal),+) => {
         concat!(
             include_str!("../../../lua/wave.lua"),
             "\n",
@@ -24,7 +25,7 @@ macro_rules! wave_script {
             "\n",
             include_str!("../../../lua/budget_turn.lua"),
             "\n",
-            include_str!(concat!("../../../lua/", $body))
+            $(include_str!(concat!("../../../lua/", $body)), "\n",)+
         )
     };
 }
@@ -33,7 +34,7 @@ macro_rules! wave_script {
 /// `fleet.lua` (the fleet's counts by class and tenant), `provider_window.lua`,
 /// `learned_limit.lua`, `budget_turn.lua`, the body.
 macro_rules! priority_script {
-    ($body:literal) => {
+    ($($body:literal),+) => {
         concat!(
             include_str!("../../../lua/wave.lua"),
             "\n",
@@ -47,7 +48,7 @@ macro_rules! priority_script {
             "\n",
             include_str!("../../../lua/budget_turn.lua"),
             "\n",
-            include_str!(concat!("../../../lua/", $body))
+            $(include_str!(concat!("../../../lua/", $body)), "\n",)+
         )
     };
 }
@@ -68,12 +69,12 @@ pub(crate) struct Scripts {
 /// Each script's source, as it is sent.
 pub(crate) mod source {
     pub(crate) const ACQUIRE: &str = priority_script!("acquire.lua");
-    pub(crate) const FINISH: &str = priority_script!("finish.lua");
+    pub(crate) const FINISH: &str = priority_script!("window_report.lua", "finish.lua");
     pub(crate) const RENEW: &str = wave_script!("renew.lua");
     pub(crate) const STATUS: &str = priority_script!("status.lua");
     pub(crate) const RECONCILE: &str = wave_script!("reconcile.lua");
     pub(crate) const HEARTBEAT: &str = include_str!("../../../lua/heartbeat.lua");
-    pub(crate) const REPORT_WINDOW: &str = wave_script!("report_window.lua");
+    pub(crate) const REPORT_WINDOW: &str = wave_script!("window_report.lua", "report_window.lua");
     pub(crate) const LIVE: &str = include_str!("../../../lua/live.lua");
 }
 

@@ -371,10 +371,37 @@ impl SharedGate {
         signal: WaveSignal,
         token_delta: impl Into<TokenDelta>,
     ) -> Result<Finished, StoreError> {
+        self.finish_with_report(id, wave, signal, token_delta.into(), None).await
+    }
+
+    /// [`finish`](Self::finish), taking in first what the call's answer said of the provider's
+    /// windows (`report`, with the tokens the call reserved), as
+    /// [`report_window`](Self::report_window) would have just before: one round trip for the
+    /// answer and its release. Send the report with the first attempt only: a release sent
+    /// again (its first reply lost) must not take the same answer in twice.
+    pub async fn finish_reporting(
+        &self,
+        id: &PermitId,
+        wave: u64,
+        signal: WaveSignal,
+        token_delta: impl Into<TokenDelta>,
+        report: Option<(WindowReport, u64)>,
+    ) -> Result<Finished, StoreError> {
+        self.finish_with_report(id.as_str(), wave, signal, token_delta.into(), report).await
+    }
+
+    async fn finish_with_report(
+        &self,
+        id: &str,
+        wave: u64,
+        signal: WaveSignal,
+        token_delta: TokenDelta,
+        report: Option<(WindowReport, u64)>,
+    ) -> Result<Finished, StoreError> {
         const COMMAND: &str = "finish";
         let generation = self.generation();
         let mut call =
-            calls::finish(&self.keys, &self.config_args, (id, &generation), wave, signal, token_delta.into());
+            calls::finish(&self.keys, &self.config_args, (id, &generation), wave, signal, token_delta, report);
         self.send_live(&mut call);
         let reply: Vec<Value> = self.store.invoke(COMMAND, &call.invocation(&scripts().finish)).await?;
         calls::read_finish(&reply, wave)

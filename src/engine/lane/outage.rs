@@ -130,7 +130,7 @@ impl Handler<Reconcile> for Lane {
                     if reconciled.state != WaveState::Cooldown && (always || reconciled.state == WaveState::Normal) =>
                 {
                     let signal = WaveSignal::RateLimited { retry_after };
-                    Some(store::finish(&gate, carrier, reconciled.wave, signal, 0.into()).await.map(|_| ()))
+                    Some(store::finish(&gate, carrier, reconciled.wave, signal, 0.into(), None).await.map(|_| ()))
                 }
                 _ => None,
             };

@@ -11,7 +11,7 @@ use wavegate_core::{Clock, DenyReason, PermitId, RateLimitEffect, TokenDelta, Wa
 
 use super::actor::Lane;
 use crate::engine::clock::Instant;
-use crate::engine::gate::{Answer, Gate};
+use crate::engine::gate::{Answer, Settlement};
 use crate::engine::grant::Finish;
 use crate::engine::store::{Released, StoreError};
 use crate::metrics;
@@ -32,6 +32,9 @@ pub(super) struct Release {
     /// Only a registration that may exist (no call ran under it here): finding nothing to
     /// release is then no news.
     pub(super) registration_only: bool,
+    /// What the call's answer said of the provider's windows, with the tokens it reserved: the
+    /// store takes it in with the release (one round trip), with the first attempt only.
+    pub(super) window: Option<(WindowReport, u64)>,
 }
 
 impl Lane {
@@ -63,9 +66,11 @@ impl Lane {
         let wave = held.map_or(finish.wave, |held| held.wave);
         self.waiters.released(&finish.id);
         self.gauges.local(self.config.name().as_str(), self.held.len());
-        if let Some(report) = finish.window {
-            // Before the release, so the grants its release makes room for already see it.
-            self.report_window(finish.id.clone(), report, finish.tokens_reserved, ctx);
+        // Taken in before the release, so the grants its release makes room for already see
+        // it: at once by the in-process gate, by the store in the release's own script.
+        let window = finish.window.map(|report| (report, finish.tokens_reserved));
+        if let Some((report, tokens)) = window {
+            self.report_window(&finish.id, report, tokens);
         }
         self.record_classes();
         if finish.token_delta.total < 0 && self.heard.is_some_and(|(_, heard)| heard.reason == DenyReason::TokenBudget)
@@ -84,6 +89,7 @@ impl Lane {
             signal: finish.signal,
             token_delta: finish.token_delta,
             registration_only: false,
+            window,
         };
         self.release(release, 0, ctx);
         self.tell_spent_quota(ctx);
@@ -94,9 +100,12 @@ impl Lane {
     }
 
     /// One attempt at a release with the gate in charge.
-    pub(super) fn release(&mut self, release: Release, attempt: u32, ctx: &mut Context<Self>) {
-        let Release { id, wave, signal, token_delta, .. } = &release;
-        let answer = self.gate.release(&self.instance, id.clone(), *wave, *signal, *token_delta, self.clock.now_ms());
+    pub(super) fn release(&mut self, mut release: Release, attempt: u32, ctx: &mut Context<Self>) {
+        // Sent once: a release sent again must not take the same answer in twice.
+        let window = release.window.take();
+        let settlement = Settlement { signal: release.signal, token_delta: release.token_delta, report: window };
+        let now_ms = self.clock.now_ms();
+        let answer = self.gate.release(&self.instance, release.id.clone(), release.wave, settlement, now_ms);
         match answer {
             Answer::Now(result) => self.on_released(result, release, attempt, None, ctx),
             Answer::Later(call) => {
@@ -229,8 +238,14 @@ impl Lane {
             if !self.held.contains_key(&id) {
                 let back = |n: u64| -i64::try_from(n).unwrap_or(i64::MAX);
                 let token_delta = TokenDelta::new(back(tokens), back(output.min(tokens)));
-                let release =
-                    Release { id, wave: 0, signal: WaveSignal::Neutral, token_delta, registration_only: true };
+                let release = Release {
+                    id,
+                    wave: 0,
+                    signal: WaveSignal::Neutral,
+                    token_delta,
+                    registration_only: true,
+                    window: None,
+                };
                 self.release(release, 0, ctx);
             }
         } else {
@@ -238,25 +253,12 @@ impl Lane {
         }
     }
 
-    /// Hands what a response said is left of the provider's windows to the gate in charge;
-    /// the in-process gate keeps it too, so a fallback starts knowing it.
-    pub(super) fn report_window(&mut self, id: PermitId, report: WindowReport, tokens: u64, ctx: &mut Context<Self>) {
-        let now_ms = self.clock.now_ms();
+    /// Hands what a response said is left of the provider's windows to the in-process gate,
+    /// whichever gate is in charge, so a fallback starts knowing it (the store takes it in
+    /// with the call's release).
+    fn report_window(&mut self, id: &PermitId, report: WindowReport, tokens: u64) {
         metrics::provider_window_report(self.name());
-        let local = Gate::Local(self.local.clone());
-        // The in-process gate answers at once.
-        let _ = local.report_window(id.clone(), report, tokens, now_ms);
-        if let Gate::Shared(_) = &self.gate {
-            let call = self.gate.report_window(id, report, tokens, now_ms).into_future();
-            ctx.spawn(call.into_actor(self).map(|result, act, _| {
-                if let Err(error) = result {
-                    // The release behind it meets the same error and handles the outage; the
-                    // report is only lost (the provider will say it again).
-                    metrics::redis_error("report_window", error.label());
-                    tracing::debug!(upstream = %act.name(), %error, "provider window report failed");
-                }
-            }));
-        }
+        self.local.report_window(id, report, self.clock.now_ms(), tokens);
     }
 
     /// The lease watchdog: renews every permit this process holds.
