@@ -90,7 +90,8 @@ settle_part('output', output_delta)
 -- The tokens per day as the tokens per minute (LocalGate::finish).
 settle_part('tokens_day', token_delta)
 
-purge(now)
+-- (The report purged already, at the same now: nothing has expired since.)
+if not reported then purge(now) end
 local s = load_state(config, now)
 poll(s, now)
 local limit_before = s.limit
