@@ -649,7 +649,8 @@ impl LocalGate {
     /// is still held with its mark, else the other permits held, each assumed to reserve
     /// `tokens_each` tokens (see [`ProviderWindows::report`]). `id` itself is not counted,
     /// whether it is still held or already finished. The limits it announced are learned
-    /// ([`LearnedBudgets::report`]). (`lua/report_window.lua`.)
+    /// ([`LearnedBudgets::report`]). (`take_window_report` in `lua/window_report.lua`, run by
+    /// `report_window.lua` alone and by `finish.lua` before the release a report rides on.)
     pub fn report_window(&mut self, id: &str, report: WindowReport, now_ms: u64, tokens_each: u64) {
         self.ledger.purge_expired(now_ms);
         let mine = self.ledger.get(id);
