@@ -113,12 +113,7 @@ async fn waiters_sleep_until_the_budget_has_room_instead_of_polling() {
     for pair in at.windows(2) {
         assert!(pair[1] - pair[0] >= Duration::from_millis(80), "two requests closer than the budget allows: {at:?}");
     }
-    let stats: String = redis::cmd("INFO").arg("commandstats").query(&mut con).expect("INFO");
-    let scripts: u64 = stats
-        .lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
-        .sum();
+    let scripts = common::script_calls(&mut con);
     // acquire (one refused, one granted) + finish per request, and a few status/heartbeat calls.
     println!("{scripts} script calls for 10 requests");
     assert!(scripts <= 10 * 3 + 10, "{scripts} script calls for 10 requests: waiters are polling");

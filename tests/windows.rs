@@ -353,12 +353,7 @@ mod fleet {
             permit.report(ok_with_bucket(1_000, 100 + left, 54_000));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let stats: String = redis::cmd("INFO").arg("commandstats").query(&mut con).expect("INFO");
-        let scripts: u64 = stats
-            .lines()
-            .filter(|l| l.starts_with("cmdstat_evalsha") || l.starts_with("cmdstat_eval:"))
-            .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
-            .sum();
+        let scripts = common::script_calls(&mut con);
         // An acquire and a release per call, and a few heartbeats and gauge reads.
         assert!(scripts <= 2 * CALLS + 6, "{scripts} script calls for {CALLS} calls with a report each");
         // The last answer's window is the store's: 100 left of a bucket full in 54 s, less

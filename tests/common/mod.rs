@@ -224,3 +224,14 @@ pub(crate) fn seed(var: &str) -> u64 {
     println!("{var}={seed}");
     seed
 }
+
+/// The script calls (`EVALSHA`, `EVAL`) the Redis server behind `con` has run since its
+/// statistics were last reset (`INFO commandstats`).
+pub(crate) fn script_calls(con: &mut redis::Connection) -> u64 {
+    let stats: String = redis::cmd("INFO").arg("commandstats").query(con).expect("INFO");
+    stats
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
+        .sum()
+}
