@@ -326,6 +326,14 @@ local function pw_saw(t, base, each)
   if base ~= nil and each == nil then t.base = math.max(t.base or base, base) end
 end
 
+-- What a report of `remaining` leaves, at most `most`, once `others_cost` (the grants it could not
+-- count) is taken off and `back` (with a mark: given back since) added: the level, and what those
+-- grants took off beyond it, the debt (WindowCost::leaves).
+local function pw_leaves(remaining, back, most, others_cost)
+  local counted = math.min(remaining + (back or 0), most)
+  return math.max(0, counted - others_cost), math.max(0, others_cost - counted)
+end
+
 -- Takes in one window's report: `remaining` left, resetting in `reset_ms`, `others_cost` spent
 -- by the calls still in flight; `to` > 0: a bucket refilled continuously to `to`, full in
 -- `reset_ms`; `back`: nil for a report without a mark, else what settlements gave back since the
@@ -339,8 +347,7 @@ local function pw_report_one(t, now, remaining, reset_ms, others_cost, to, as_of
   if to > 0 and not known_fixed then
     to = math.min(to, PW_MOST_LEFT)
     remaining = math.min(remaining, to)
-    local counted = math.min(remaining + (back or 0), to)
-    local estimate, debt = math.max(0, counted - others_cost), math.max(0, others_cost - counted)
+    local estimate, debt = pw_leaves(remaining, back, to, others_cost)
     if reset_ms == 0 or estimate >= to then return end
     local reset = math.min(reset_ms, PW_MAX_RESET)
     local full_in = reset
@@ -365,8 +372,7 @@ local function pw_report_one(t, now, remaining, reset_ms, others_cost, to, as_of
     return
   end
   if reset_ms == 0 then return end
-  local counted = math.min(remaining + (back or 0), PW_MOST_LEFT)
-  local estimate, debt = math.max(0, counted - others_cost), math.max(0, others_cost - counted)
+  local estimate, debt = pw_leaves(remaining, back, PW_MOST_LEFT, others_cost)
   if known_fixed then
     if estimate - debt < t.left - t.debt then
       t.left = estimate

@@ -234,6 +234,16 @@ struct WindowCost {
     each: Option<u64>,
 }
 
+impl WindowCost {
+    /// What a report of `remaining` leaves, at most `most`, once the grants it could not count
+    /// are taken off (and with a mark what was given back since is added): the level, and what
+    /// those grants took off beyond it (the debt).
+    fn leaves(&self, remaining: u64, most: u64) -> (u64, u64) {
+        let counted = remaining.saturating_add(self.given_back.unwrap_or(0)).min(most);
+        (counted.saturating_sub(self.spent), self.spent.saturating_sub(counted))
+    }
+}
+
 impl TrackedWindow {
     /// Whether the window says anything at `now_ms`: before its end, and for a refilled bucket
     /// only while it is not full.
@@ -260,7 +270,7 @@ impl TrackedWindow {
     /// is `Some` for a report that comes with the reporting call's mark (exact as of its
     /// grant): what settlements gave back since, for a window that takes it back (else 0).
     fn report(&mut self, left: WindowLeft, now_ms: u64, cost: WindowCost) {
-        let WindowCost { spent: others_cost, given_back, base, each, .. } = cost;
+        let WindowCost { given_back, base, each, .. } = cost;
         let until = now_ms.saturating_add(left.reset_ms.min(MAX_WINDOW_MS));
         // A running fixed window that ends when this bucket would be full again is that
         // window: its end proved it fixed (see `Window::refills`), and a report nearer its end
@@ -270,8 +280,7 @@ impl TrackedWindow {
             let cost = WindowCost { as_of_ms: cost.as_of_ms.min(now_ms), ..cost };
             return self.report_refill(left, to.min(MAX_WINDOW_LEFT), now_ms, cost);
         }
-        let counted = left.remaining.saturating_add(given_back.unwrap_or(0)).min(MAX_WINDOW_LEFT);
-        let (estimate, debt) = (counted.saturating_sub(others_cost), others_cost.saturating_sub(counted));
+        let (estimate, debt) = cost.leaves(left.remaining, MAX_WINDOW_LEFT);
         if left.reset_ms == 0 {
             // It resets now: nothing to keep.
             return;
@@ -307,10 +316,9 @@ impl TrackedWindow {
     /// at 12,000 tokens, held a fleet's input at 0 for a minute while the provider's bucket
     /// refilled); a fixed window is replaced.
     fn report_refill(&mut self, left: WindowLeft, to: u64, now_ms: u64, cost: WindowCost) {
-        let WindowCost { spent: others_cost, given_back, as_of_ms, base, each } = cost;
+        let WindowCost { given_back, as_of_ms, base, each, .. } = cost;
         let remaining = left.remaining.min(to);
-        let counted = remaining.saturating_add(given_back.unwrap_or(0)).min(to);
-        let (estimate, debt) = (counted.saturating_sub(others_cost), others_cost.saturating_sub(counted));
+        let (estimate, debt) = cost.leaves(remaining, to);
         if left.reset_ms == 0 || estimate >= to {
             // Full now: nothing to keep.
             return;
