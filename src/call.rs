@@ -152,7 +152,7 @@ struct CallLog {
 async fn attempts<F, Fut, T, E, C, M>(
     inner: &Inner,
     upstream: usize,
-    mut request: Request,
+    request: Request,
     classify: &C,
     meter: &M,
     mut f: F,
@@ -189,8 +189,6 @@ where
             Err(error) => return Err(error.widen()),
         };
         log.attempts += 1;
-        // In shadow: whether a retry of this call would have been made enforcing too.
-        let shadow = permit.is_shadow().then(|| permit.ghost_verdict());
         log.wave = permit.wave();
         log.queue_wait += permit.queue_wait();
         log.permit_wait += permit.permit_wait();
@@ -256,14 +254,6 @@ where
         } else {
             metrics::retry(config.name().as_str(), reason);
         }
-        // A retry in shadow has a ghost of its own only when enforcing would have made it
-        // too: its attempt's ghost was granted at once (known by now, after the retry's
-        // delay, but for a 429 retried at once). Otherwise that ghost stands for the call.
-        request.stood_in = match shadow {
-            Some(Some(verdict)) => !verdict.retry_would_be_made(),
-            Some(None) => request.stood_in,
-            None => false,
-        };
         kind = next;
     }
 }

@@ -94,11 +94,6 @@ impl Permit {
         self.grant.is_shadow()
     }
 
-    /// A pass's ghost's verdict (`None` for a permit, or a pass without a ghost).
-    pub(crate) fn ghost_verdict(&self) -> Option<crate::shadow::GhostVerdict> {
-        self.grant.ghost_verdict().cloned()
-    }
-
     /// Tokens reserved for this permit at acquire.
     pub fn reserved_tokens(&self) -> u64 {
         self.grant.info().tokens

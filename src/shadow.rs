@@ -3,7 +3,7 @@
 //! [`ShadowScope`](wavegate_core::ShadowScope) for the mode itself).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -35,12 +35,6 @@ pub struct ShadowStatus {
     pub would_have_refused: BTreeMap<String, u64>,
     /// Ghosts still waiting.
     pub waiting: u64,
-    /// Retries let through without a ghost of their own: the call's earlier ghost waited (or
-    /// was refused), so enforcing would have sent the call later, into a provider it kept
-    /// within the limit, or not at all; the answer that made this retry (a 429, a failure)
-    /// came only because shadow let the call through early. Enforcing would not have made it,
-    /// and the earlier ghost stands for the call.
-    pub retries_without_ghost: u64,
 }
 
 impl ShadowStatus {
@@ -62,8 +56,6 @@ pub(crate) struct ShadowTally {
     counts: Arc<Mutex<ShadowStatus>>,
     /// Calls let through that have not ended: this process's calls at the provider.
     passes: Arc<AtomicUsize>,
-    /// Calls let through that the provider answered with a 429, so far.
-    rate_limited: Arc<AtomicU64>,
     /// Ghosts not done yet (waiting, or holding a permit they have not released).
     holding: Arc<AtomicUsize>,
     /// Drains asked so far (`Scheduler::shutdown`, the last handle's drop): a ghost started
@@ -71,40 +63,6 @@ pub(crate) struct ShadowTally {
     drains: Arc<AtomicU64>,
     /// Wakes the ghosts holding when a drain comes.
     hurry: Arc<Notify>,
-    /// How long the calls that succeeded held their pass, on a moving average, in
-    /// microseconds (0 before the first): what a ghost holds for a call whose attempt failed
-    /// only because shadow let it through early.
-    success_hold_us: Arc<AtomicU64>,
-}
-
-/// What became of a call's ghost, as the call's next attempt needs to know: whether a retry
-/// of the call would have been made enforcing too.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct GhostVerdict(Arc<AtomicU8>);
-
-impl GhostVerdict {
-    // 0: still waiting.
-    const AT_ONCE: u8 = 1;
-    const LATER: u8 = 2;
-
-    /// The ghost was granted: at once (its call went when enforcing would have sent it) or
-    /// after a wait.
-    pub(crate) fn granted(&self, at_once: bool) {
-        self.0.store(if at_once { Self::AT_ONCE } else { Self::LATER }, Ordering::Release);
-    }
-
-    /// The ghost was refused: enforcing would have failed the call without sending it.
-    pub(crate) fn refused(&self) {
-        self.0.store(Self::LATER, Ordering::Release);
-    }
-
-    /// Whether the call's answer is one enforcing would have met too, so that its retry would
-    /// have been made: only when the ghost was granted at once. A ghost still waiting, granted
-    /// late or refused says enforcing would have held the call (or failed it): the answer came
-    /// only because shadow let it through, and the ghost stands for the whole call.
-    pub(crate) fn retry_would_be_made(&self) -> bool {
-        self.0.load(Ordering::Acquire) == Self::AT_ONCE
-    }
 }
 
 /// A ghost, until it is done (refused, or its permit released): counted in
@@ -124,21 +82,11 @@ impl Drop for GhostHolds {
 
 /// A call let through, until it ends: counted in [`ShadowTally`]'s calls at the provider.
 #[derive(Debug)]
-pub(crate) struct PassOut {
-    passes: Arc<AtomicUsize>,
-    rate_limited: Arc<AtomicU64>,
-}
-
-impl PassOut {
-    /// The provider answered the call with a 429.
-    pub(crate) fn rate_limited(&self) {
-        self.rate_limited.fetch_add(1, Ordering::Relaxed);
-    }
-}
+pub(crate) struct PassOut(Arc<AtomicUsize>);
 
 impl Drop for PassOut {
     fn drop(&mut self) {
-        self.passes.fetch_sub(1, Ordering::Relaxed);
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -151,12 +99,7 @@ impl ShadowTally {
     /// (itself included), and the mark that counts it until dropped.
     pub(crate) fn pass_out(&self) -> (usize, PassOut) {
         let now = self.passes.fetch_add(1, Ordering::Relaxed) + 1;
-        (now, PassOut { passes: self.passes.clone(), rate_limited: self.rate_limited.clone() })
-    }
-
-    /// The 429s the provider has answered this process's calls in shadow with, so far.
-    pub(crate) fn rate_limited_seen(&self) -> u64 {
-        self.rate_limited.load(Ordering::Relaxed)
+        (now, PassOut(self.passes.clone()))
     }
 
     /// This process's calls at the provider now.
@@ -211,30 +154,6 @@ impl ShadowTally {
         });
     }
 
-    /// A retry let through without a ghost (see [`ShadowStatus::retries_without_ghost`]).
-    pub(crate) fn let_through_without_ghost(&self) {
-        self.update(|s| {
-            s.calls += 1;
-            s.retries_without_ghost += 1;
-        });
-    }
-
-    /// A call that succeeded held its pass for `held`.
-    pub(crate) fn success_held(&self, held: Duration) {
-        let held = u64::try_from(held.as_micros()).unwrap_or(u64::MAX).max(1);
-        let mean = self.success_hold_us.load(Ordering::Relaxed);
-        // An exponential moving average over about the last 16 successes.
-        let next = if mean == 0 { held } else { mean - mean / 16 + held / 16 };
-        self.success_hold_us.store(next.max(1), Ordering::Relaxed);
-    }
-
-    /// How long a call that succeeds holds its pass here, on average (`None` before the
-    /// first success).
-    pub(crate) fn success_hold(&self) -> Option<Duration> {
-        let mean = self.success_hold_us.load(Ordering::Relaxed);
-        (mean > 0).then(|| Duration::from_micros(mean))
-    }
-
     /// A ghost refused with `code`.
     pub(crate) fn refused(&self, code: &str) {
         self.update(|s| {
@@ -249,35 +168,5 @@ impl ShadowTally {
         status.upstream = scope.is_upstream();
         status.classes = scope.classes().to_vec();
         status
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_retry_is_made_only_after_a_ghost_granted_at_once() {
-        let verdict = GhostVerdict::default();
-        assert!(!verdict.retry_would_be_made());
-        verdict.granted(false);
-        assert!(!verdict.retry_would_be_made());
-        verdict.granted(true);
-        assert!(verdict.retry_would_be_made());
-        verdict.refused();
-        assert!(!verdict.retry_would_be_made());
-    }
-
-    #[test]
-    fn the_success_hold_follows_the_calls_that_succeeded() {
-        let tally = ShadowTally::default();
-        assert_eq!(tally.success_hold(), None);
-        tally.success_held(Duration::from_millis(100));
-        assert_eq!(tally.success_hold(), Some(Duration::from_millis(100)));
-        for _ in 0..200 {
-            tally.success_held(Duration::from_millis(20));
-        }
-        let hold = tally.success_hold().unwrap();
-        assert!(hold >= Duration::from_millis(19) && hold <= Duration::from_millis(21), "{hold:?}");
     }
 }

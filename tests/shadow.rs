@@ -135,33 +135,6 @@ async fn the_wave_learns_from_the_answers_in_shadow() {
 }
 
 #[actix::test]
-async fn a_call_refused_only_because_shadow_sent_it_early_keeps_one_ghost() {
-    // A provider that serves one call at a time, a limit of 1: of two calls at once in shadow,
-    // the second meets a 429 enforcing would not have met (it would have waited for the first's
-    // permit). Its ghost stands for the whole call: it holds the permit as long as a call that
-    // succeeds holds one, and the retry the 429 caused (after its `Retry-After`, 1 s) has no
-    // ghost of its own. A third call asking while that ghost holds would have waited for it.
-    let provider = mock(Some(1));
-    let (_scheduler, upstream) = local(UpstreamConfig::builder("llm").limit(1).shadow(true));
-    let addr = provider.addr();
-    let third = async {
-        tokio::time::sleep(SERVICE + SERVICE / 4).await;
-        upstream.request().call(|_| call_mock(addr)).await.is_ok()
-    };
-    let (two, third) = tokio::join!(burst(&upstream, &provider, 2, None), third);
-    assert!(two.iter().all(|(_, ok)| *ok) && third, "every call went on: {two:?}");
-    assert_eq!(provider.rate_limited(), 1, "only the second call's first attempt was refused");
-    let shadow = settled(&upstream).await;
-    assert_eq!((shadow.calls, shadow.retries_without_ghost, shadow.would_have_granted), (4, 1, 3), "{shadow:?}");
-    // The second call's ghost waited for the first's permit (a service time), the third's for
-    // the second's (until a service time after the second's grant): two waits, not one.
-    assert_eq!(shadow.would_have_waited, 2, "{shadow:?}");
-    let expected = SERVICE + (SERVICE * 2 - (SERVICE + SERVICE / 4));
-    assert!(near(shadow.would_have_waited_total, expected, 0.25), "{shadow:?} vs {expected:?}");
-    assert_eq!(upstream.status().await.expect("status").limit, 1);
-}
-
-#[actix::test]
 async fn a_class_in_shadow_goes_at_once_and_takes_its_would_be_permits() {
     let provider = mock(None);
     let config =

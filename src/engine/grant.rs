@@ -19,7 +19,6 @@ use wavegate_core::{
 };
 
 use super::clock::{self, Instant};
-use crate::shadow::{GhostVerdict, PassOut};
 
 /// Release permit `id` and report its outcome (to the wave, the budgets, the breaker).
 #[derive(Debug, Message)]
@@ -55,32 +54,13 @@ pub(crate) struct ShadowFinish {
     pub(crate) hold_until: Option<Instant>,
 }
 
-/// What a pass of shadow mode reports to.
-#[derive(Debug)]
-pub(crate) enum ShadowPass {
-    /// The call's ghost, and what became of it.
-    Ghost(oneshot::Sender<Box<ShadowFinish>>, GhostVerdict),
-    /// No ghost (a retry its call's earlier ghost stands for): only the mark that counts the
-    /// call at the provider.
-    Alone(PassOut),
-}
-
 /// Where a grant's release goes.
 #[derive(Debug)]
 enum Sink {
     /// The lane that granted it.
     Lane(Recipient<Finish>),
-    /// A pass of a call in shadow (nothing was taken).
-    Ghost {
-        /// Its ghost, which reports the call in its time; `None` for a retry its call's
-        /// earlier ghost stands for, or once reported.
-        report: Option<oneshot::Sender<Box<ShadowFinish>>>,
-        /// What became of its ghost.
-        verdict: Option<GhostVerdict>,
-        /// A pass without a ghost counts among the calls at the provider until it is dropped
-        /// (a ghost's pass is counted by its ghost).
-        out: Option<PassOut>,
-    },
+    /// The ghost of a call in shadow (the grant is a pass: nothing was taken).
+    Ghost(Option<oneshot::Sender<Box<ShadowFinish>>>),
 }
 
 /// What a grant says about the permit.
@@ -166,30 +146,16 @@ impl Grant {
         Self { info, sink: Sink::Lane(lane), ticket, hold, received: false, in_service_since: None, done: false }
     }
 
-    /// A pass for a call in shadow: it holds nothing; its release goes to its ghost (`None`:
-    /// a retry its call's earlier ghost stands for), which reports it in its time.
-    pub(crate) fn shadow(info: GrantInfo, ghost: ShadowPass, hold: Duration) -> Self {
-        let sink = match ghost {
-            ShadowPass::Ghost(report, verdict) => {
-                Sink::Ghost { report: Some(report), verdict: Some(verdict), out: None }
-            }
-            ShadowPass::Alone(out) => Sink::Ghost { report: None, verdict: None, out: Some(out) },
-        };
+    /// A pass for a call in shadow: it holds nothing; its release goes to `ghost`, which
+    /// reports it in its time.
+    pub(crate) fn shadow(info: GrantInfo, ghost: oneshot::Sender<Box<ShadowFinish>>, hold: Duration) -> Self {
+        let sink = Sink::Ghost(Some(ghost));
         Self { info, sink, ticket: None, hold, received: false, in_service_since: None, done: false }
     }
 
     /// Whether it is a pass of shadow mode.
     pub(crate) fn is_shadow(&self) -> bool {
-        matches!(self.sink, Sink::Ghost { .. })
-    }
-
-    /// A pass's ghost's verdict: `None` for a permit, or a pass its call's earlier ghost
-    /// stands for.
-    pub(crate) fn ghost_verdict(&self) -> Option<&GhostVerdict> {
-        match &self.sink {
-            Sink::Ghost { verdict, .. } => verdict.as_ref(),
-            Sink::Lane(_) => None,
-        }
+        matches!(self.sink, Sink::Ghost(_))
     }
 
     /// Releases the permit as the call in shadow `finish` ended, `late` later than the call
@@ -198,10 +164,10 @@ impl Grant {
     /// failure says nothing of the limit (the provider was busier with calls enforcing would
     /// have held), and its success says the limit holds only when `proven` (the provider
     /// served at least the limit's calls at once while it ran).
-    pub(crate) fn finish_late(mut self, finish: ShadowFinish, late: Duration, learns: bool, proven: bool) {
+    pub(crate) fn finish_late(mut self, finish: ShadowFinish, late: Duration, proven: bool) {
         let hold_until = finish.hold_until.map(|until| clock::after(until, late));
         let (signal, result) = match (finish.signal, finish.result) {
-            (signal, result) if learns => (signal, result),
+            (signal, result) if self.info.at_once => (signal, result),
             (WaveSignal::Success, result) if proven => (WaveSignal::Success, result),
             (_, CallResult::Success) => (WaveSignal::Neutral, CallResult::Success),
             _ => (WaveSignal::Neutral, CallResult::Ignored),
@@ -248,10 +214,7 @@ impl Grant {
         }
         let lane = match &mut self.sink {
             Sink::Lane(lane) => lane,
-            Sink::Ghost { report: ghost, out, .. } => {
-                if let (Some(out), WaveSignal::RateLimited { .. }) = (out, signal) {
-                    out.rate_limited();
-                }
+            Sink::Ghost(ghost) => {
                 let finish =
                     Box::new(ShadowFinish { signal, result, tokens_used, window, ended: Instant::now(), hold_until });
                 // A ghost refused or gone has nothing to report.

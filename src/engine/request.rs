@@ -38,15 +38,12 @@ pub(crate) struct Request {
     pub(crate) output: u64,
     /// When the whole request must be over; never later than the upstream's total timeout.
     pub(crate) deadline: Option<Instant>,
-    /// In shadow mode: an earlier attempt's ghost stands for the call, so this retry gets a
-    /// pass with no ghost of its own (`lane/shadow.rs`). Set by the call's retry loop.
-    pub(crate) stood_in: bool,
 }
 
 impl Default for Request {
     /// A request in the upstream's default class, nothing else said.
     fn default() -> Self {
-        Self { class: ClassRef::Default, tenant: None, tokens: 0, output: 0, deadline: None, stood_in: false }
+        Self { class: ClassRef::Default, tenant: None, tokens: 0, output: 0, deadline: None }
     }
 }
 

@@ -28,10 +28,6 @@ impl Lane {
         let Acquire { request, kind, wait_until, reply } = acquire;
         // In shadow the caller goes at once; its ghost is admitted and waits in its place.
         let ghost = self.shadow_class(&request);
-        if let Some(class) = ghost.filter(|_| request.stood_in) {
-            self.let_through_without_ghost(reply, request.tenant, request.tokens, class);
-            return;
-        }
         let reply = match ghost {
             Some(class) => self.let_through(reply, request.tenant, request.tokens, class, Instant::now()),
             None => reply,

@@ -9,15 +9,15 @@
 //! call went on anyway.
 
 use tokio::sync::oneshot;
-use wavegate_core::{CallResult, Clock, WaveSignal, WaveState};
+use wavegate_core::{Clock, WaveState};
 
 use super::actor::Lane;
 use crate::engine::clock::{self, Instant};
-use crate::engine::grant::{Grant, GrantInfo, ShadowFinish, ShadowPass};
+use crate::engine::grant::{Grant, GrantInfo, ShadowFinish};
 use crate::engine::request::{ClassRef, Request};
 use crate::error::Error;
 use crate::metrics;
-use crate::shadow::{GhostHolds, GhostVerdict, PassOut, ShadowTally};
+use crate::shadow::{GhostHolds, PassOut, ShadowTally};
 use crate::status::Mode;
 use wavegate_core::TenantTag;
 
@@ -56,8 +56,7 @@ impl Lane {
         let id = wavegate_core::PermitId::new(class_name, &self.instance, self.sequence, tenant);
         let info = GrantInfo { at_once: true, ..GrantInfo::granted(id, wave, state, limit, (tokens, 0)) };
         let (finished, finish) = oneshot::channel();
-        let verdict = GhostVerdict::default();
-        let pass = Grant::shadow(info, ShadowPass::Ghost(finished, verdict.clone()), self.config.cancelled_call_hold());
+        let pass = Grant::shadow(info, finished, self.config.cancelled_call_hold());
         let (ghost_reply, granted) = oneshot::channel();
         let name = self.name().to_owned();
         metrics::shadow_call(&name);
@@ -66,32 +65,10 @@ impl Lane {
         // Counted until it is done: a drain (shutdown) waits for it, and hurries it.
         let holds = self.shadow.holds();
         let times = (asked, Instant::now());
-        actix::spawn(ghost(name, self.shadow.clone(), times, (out, holds), granted, (finish, verdict)));
+        actix::spawn(ghost(name, self.shadow.clone(), times, (out, holds), granted, finish));
         // A caller gone already drops the pass; its ghost still runs, as the call would have.
         let _ = reply.send(Ok(pass));
         ghost_reply
-    }
-
-    /// Answers `reply` at once with a pass that has no ghost, for a retry whose call's earlier
-    /// ghost stands for the call: enforcing would not have made it
-    /// ([`ShadowStatus::retries_without_ghost`](crate::ShadowStatus::retries_without_ghost)).
-    pub(super) fn let_through_without_ghost(
-        &mut self,
-        reply: Reply,
-        tenant: Option<TenantTag>,
-        tokens: u64,
-        class: usize,
-    ) {
-        let (state, limit, wave) = self.seen_wave();
-        self.sequence += 1;
-        let class_name = self.config.classes().get(class).map(|c| c.name());
-        let tenant = tenant.filter(|_| class_name.is_some());
-        let id = wavegate_core::PermitId::new(class_name, &self.instance, self.sequence, tenant);
-        let info = GrantInfo { at_once: true, ..GrantInfo::granted(id, wave, state, limit, (tokens, 0)) };
-        metrics::shadow_call(self.name());
-        self.shadow.let_through_without_ghost();
-        let (_, out) = self.shadow.pass_out();
-        let _ = reply.send(Ok(Grant::shadow(info, ShadowPass::Alone(out), self.config.cancelled_call_hold())));
     }
 
     /// After a live change: the callers waiting in a class that runs in shadow now go at
@@ -147,28 +124,12 @@ async fn ghost(
     (asked, started): (Instant, Instant),
     marks: ((usize, PassOut), GhostHolds),
     granted: oneshot::Receiver<Result<Grant, Error>>,
-    (finish, verdict): (oneshot::Receiver<Box<ShadowFinish>>, GhostVerdict),
+    finish: oneshot::Receiver<Box<ShadowFinish>>,
 ) {
-    let ((together_at_start, out), holds) = marks;
-    // The call counts at the provider until it ends, whether its ghost has been granted by
-    // then or not: how many of this process's calls were there when it ended comes with its end.
-    let rate_limited_at_start = tally.rate_limited_seen();
-    let (ended, call_ended) = oneshot::channel();
-    let seen = tally.clone();
-    actix::spawn(async move {
-        if let Ok(finish) = finish.await {
-            if matches!(finish.signal, WaveSignal::RateLimited { .. }) {
-                out.rate_limited();
-            }
-            let _ = ended.send((finish, seen.passes_out(), seen.rate_limited_seen()));
-        }
-        drop(out);
-    });
-    let finish = call_ended;
+    let ((mut together, out), holds) = marks;
     let mut grant = match granted.await {
         Ok(Ok(grant)) => grant,
         Ok(Err(error)) => {
-            verdict.refused();
             metrics::shadow_refused(&name, error.code());
             tally.refused(error.code());
             // Counted at the provider until it ends.
@@ -179,36 +140,15 @@ async fn ghost(
         Err(_) => return,
     };
     grant.mark_received();
-    let at_once = grant.info().at_once;
-    if !at_once {
-        verdict.granted(false);
-    }
     let at = Instant::now();
     let waited = at.saturating_duration_since(asked);
     metrics::shadow_wait(&name, waited);
     tally.granted(waited);
     // The pass always reports (its drop does); a missing report means the scheduler stopped.
-    let Ok((finish, together_at_end, rate_limited_at_end)) = finish.await else { return };
-    let together = together_at_start.max(together_at_end);
-    // The call's answer is one enforcing would have met too only when its ghost was granted at
-    // once and the provider had no more of this process's calls than the limit lets through
-    // while it ran (calls whose ghosts still wait are at the provider too).
-    let learns = at_once && together <= grant.info().limit as usize;
-    verdict.granted(learns);
+    let Ok(finish) = finish.await else { return };
+    together = together.max(tally.passes_out());
+    drop(out);
     let held = finish.ended.saturating_duration_since(started);
-    // A call that failed after its ghost waited failed only because shadow sent it early, into
-    // a provider busier than enforcing would have let it be: enforcing would have sent it now,
-    // and it would have held its permit as long as the calls that succeed hold theirs. (Its
-    // retries, which enforcing would not have made, have no ghost: this one stands for them.)
-    let early_failure = matches!(finish.signal, WaveSignal::RateLimited { .. }) || finish.result == CallResult::Failure;
-    let held = match finish.result {
-        CallResult::Success => {
-            tally.success_held(held);
-            held
-        }
-        _ if early_failure && !learns => tally.success_hold().unwrap_or(held),
-        _ => held,
-    };
     // The process shutting down does not wait the rest of the hold: the call has ended, and
     // a permit released after the scheduler stopped would stay held in the store until its
     // lease ends.
@@ -218,10 +158,9 @@ async fn ghost(
         futures_util::future::select(hold, hurried).await;
     }
     // A ghost that waited proves its limit holds only if the provider really served as many
-    // calls of this process at once while its call ran: as many were there, and it refused
-    // none of them (a 429 meanwhile says some were beyond what it serves).
-    let proven = together >= grant.info().limit as usize && rate_limited_at_end == rate_limited_at_start;
-    grant.finish_late(*finish, waited, learns, proven);
+    // calls of this process at once while its call ran.
+    let proven = together >= grant.info().limit as usize;
+    grant.finish_late(*finish, waited, proven);
     // Its release is in the lane's mailbox now: a drain that waited for it sees it there.
     drop(holds);
 }
