@@ -10,8 +10,9 @@
 //! Calls arrive at the same seeded Poisson instants in both runs (open loop: an arrival does
 //! not wait for an earlier call, as requests to a web service do not), each through one of
 //! the schedulers in turn (each its own instance in the store, as processes are). Enforcing,
-//! a call's wait is its first attempt's permit wait; in shadow, a call goes at once and its
-//! ghost's wait is what enforcing would have made it wait ([`wavegate::ShadowStatus`]).
+//! each attempt's permit wait counts (a retry waits again); in shadow, a call goes at once and
+//! each attempt's ghost's wait is what enforcing would have made it wait
+//! ([`wavegate::ShadowStatus`] counts a ghost per attempt).
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -162,11 +163,11 @@ async fn pass(options: Options, shadow: bool) -> Result<Row, String> {
             let upstream = upstreams[i % upstreams.len()].clone();
             tokio::spawn(async move {
                 tokio::time::sleep_until(start + offset).await;
-                let mut waited = None;
+                let mut waited = Vec::new();
                 let result = upstream
                     .request()
                     .call(|attempt| {
-                        waited.get_or_insert(attempt.waited);
+                        waited.push(attempt.waited);
                         call(addr)
                     })
                     .await;
@@ -179,10 +180,8 @@ async fn pass(options: Options, shadow: bool) -> Result<Row, String> {
     for task in tasks {
         let (waited, ok) = task.await.map_err(|e| e.to_string())?;
         row.failed += usize::from(!ok);
-        match waited {
-            Some(waited) => waits.push(waited),
-            None => row.refused += 1,
-        }
+        row.refused += u64::from(waited.is_empty());
+        waits.extend(waited);
     }
     row.provider_max = provider.max_in_flight();
     row.provider_429s = provider.rate_limited();
