@@ -79,10 +79,7 @@ async fn zero_left_until_the_reset_holds_the_whole_fleet_through_redis() {
     // for the reset too.
     let answered = Instant::now();
     let mut con = redis.connection().expect("connection");
-    let key = wavegate::StoreConfig::new(redis.url())
-        .keyspace
-        .upstream(&wavegate::config::UpstreamName::new("llm").expect("name"))
-        .wave;
+    let key = common::wave_key(&redis, "llm");
     loop {
         let until: Option<u64> = redis::cmd("HGET").arg(&key).arg("pw_requests_until").query(&mut con).expect("HGET");
         if until.is_some() {

@@ -119,16 +119,10 @@ mod fleet {
         Outcome::from_signals(200, None, ProviderSignals::from_headers(headers, SystemTime::now()))
     }
 
-    /// The key of `llm`'s wave state (the provider's windows are fields of it).
-    fn wave_key(redis: &RedisServer) -> String {
-        let name = wavegate::config::UpstreamName::new("llm").expect("name");
-        wavegate::StoreConfig::new(redis.url()).keyspace.upstream(&name).wave
-    }
-
     /// The store's end of the requests window of `llm`, in ms from the store's now.
     fn window_left_ms(redis: &RedisServer) -> Option<i64> {
         let mut con = redis.connection().expect("connection");
-        let key = wave_key(redis);
+        let key = common::wave_key(redis, "llm");
         let until: Option<i64> = redis::cmd("HGET").arg(&key).arg("pw_requests_until").query(&mut con).expect("HGET");
         let (secs, micros): (i64, i64) = redis::cmd("TIME").query(&mut con).expect("TIME");
         until.map(|until| until - (secs * 1_000 + micros / 1_000))
@@ -247,7 +241,7 @@ mod fleet {
         // An absurd number in the store (written by hand, or by an older version) is read as a
         // day at most: no acquire fails on it, and a clear ends it.
         let mut con = redis.connection().expect("connection");
-        let key = wave_key(&redis);
+        let key = common::wave_key(&redis, "llm");
         let _: () = redis::cmd("HSET")
             .arg(&key)
             .arg("pw_requests_left")
@@ -294,7 +288,7 @@ mod fleet {
         let s = build();
         let llm = s.upstream("llm").expect("configured");
         llm.request().acquire().await.expect("a permit").succeeded();
-        let key = wave_key(&redis);
+        let key = common::wave_key(&redis, "llm");
         let mut con = redis.connection().expect("connection");
         let years = store_now_ms(&mut con) + 10 * 365 * 86_400_000;
         let _: () = redis::cmd("HSET")
@@ -355,7 +349,7 @@ mod fleet {
         assert!(scripts <= 2 * CALLS + 6, "{scripts} script calls for {CALLS} calls with a report each");
         // The last answer's window is the store's: 100 left of a bucket full in 54 s, less
         // nothing granted since.
-        let key = wave_key(&redis);
+        let key = common::wave_key(&redis, "llm");
         let left: Option<i64> = redis::cmd("HGET").arg(&key).arg("pw_requests_left").query(&mut con).expect("HGET");
         assert_eq!(left, Some(100), "the last answer's report did not reach the store");
     }

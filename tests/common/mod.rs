@@ -235,3 +235,11 @@ pub(crate) fn script_calls(con: &mut redis::Connection) -> u64 {
         .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
         .sum()
 }
+
+/// The key of `upstream`'s wave state in the store behind `redis`, in the default keyspace
+/// (the provider's windows are fields of it).
+#[cfg(feature = "redis")]
+pub(crate) fn wave_key(redis: &wavegate_testkit::RedisServer, upstream: &str) -> String {
+    let name = wavegate::config::UpstreamName::new(upstream).expect("name");
+    wavegate::StoreConfig::new(redis.url()).keyspace.upstream(&name).wave
+}
