@@ -14,7 +14,10 @@
 --          '<tokens>:<output>' with the answer's part (for the output budget; the rest is
 --          reserved from the input budget)
 -- ARGV[22] the asking process's instance id, put on the waiting list when the limit is
---          reached (so a release wakes it) and taken off when it is granted; '' for none
+--          reached (so a release wakes it) and taken off when it is granted; '' for none.
+--          Without classes the ask refused at the limit is kept with it (KEYS[6]
+--          'h:<instance>' = '<lease> <tokens> <output> <id>'): a release may grant it
+--          (finish.lua's hand-off), and a grant takes it off
 -- ARGV[23] the generation of the state the process last saw, '' for none yet (see
 --          `generation` in wave.lua: if it is gone, WAVEGATE_LOST and nothing is written;
 --          with '' a state that has none gets one)
@@ -154,6 +157,8 @@ if denial then
     -- The place is kept from the first ask (NX); asking again says the process still waits.
     redis.call('ZADD', KEYS[4], 'NX', now, instance)
     redis.call('ZADD', KEYS[5], now, instance)
+    -- What a release may hand it (finish.lua's hand_off; the last ask replaces an earlier one).
+    redis.call('HSET', KEYS[6], 'h:' .. instance, lease .. ' ' .. tokens .. ' ' .. ask.output .. ' ' .. id)
   end
   result = { 0, denial, wait, in_flight, id }
 elseif window_wait then -- [provider windows]
@@ -231,6 +236,7 @@ else
     elseif instance ~= '' then
       redis.call('ZREM', KEYS[4], instance)
       redis.call('ZREM', KEYS[5], instance)
+      redis.call('HDEL', KEYS[6], 'h:' .. instance)
     end
     result = { 1, s.wave, s.state, s.limit, in_flight + 1, id }
   end

@@ -32,10 +32,13 @@
 --          anything else, as report_window.lua would have just before this release (the same
 --          24 arguments, window_report.lua): one round trip per answer, not two
 -- Reply: {held, effect, limit_before, limit, wave, state, cooldown_ms, changed_from, in_flight,
---         woken}
+--         woken, handed}
 --   held: 1 if the id was held; effect: 'cut', 'late' or 'none';
 --   changed_from: the state a success moved the machine out of, or '';
---   woken: the instance id of the process woken on its channel (ARGV[23]), or '' for none.
+--   woken: the instance id of the process woken on its channel (ARGV[23]), or '' for none;
+--   handed: the permit granted to it in this release (hand_off below), or '' for none. The
+--   wake-up then carries the grant: '<upstream> <wave> <state> <limit> <id>', the upstream
+--   alone otherwise.
 -- (wavegate_core::LocalGate::finish is the Rust twin.)
 local reported = #ARGV == CONFIG_ARGS + 7 + REPORT_ARGS
 if #ARGV ~= CONFIG_ARGS + 7 and not reported then
@@ -90,6 +93,40 @@ settle_part('output', output_delta)
 -- The tokens per day as the tokens per minute (LocalGate::finish).
 settle_part('tokens_day', token_delta)
 
+-- The hand-off (LocalGate::hand_off): the permit just freed goes to the ask `member` (a process
+-- without classes, just taken off the waiting list) last made at the limit, as its acquire
+-- would have granted it, so the woken process needs no acquire of its own. Only where nothing
+-- but the wave decides: no rate or day budget in force; the wave, the provider's windows and
+-- the budgets' turn must admit it; an id already held is not granted twice. Returns the id, or
+-- nil (the process is woken and asks, as without a hand-off).
+local function hand_off(member, config, s, now)
+  local field = 'h:' .. member
+  local head = redis.call('HGET', KEYS[6], field)
+  if not head then return nil end
+  redis.call('HDEL', KEYS[6], field)
+  local lease, tokens, output, id = string.match(head, '^(%d+) (%d+) (%d+) (.+)$')
+  lease, tokens, output = tonumber(lease), tonumber(tokens), tonumber(output)
+  if not id or not lease or not tokens or not output then return nil end
+  -- Clamped to what it may mean: a lease of at most a day, an output part of the tokens.
+  lease, output = math.min(math.max(lease, 1), 86400000), math.min(output, tokens)
+  if config.requests or config.tokens or config.input or config.output or config.requests_day
+    or config.tokens_day then return nil end
+  if redis.call('HGET', KEYS[3], id) then return nil end
+  if wave_denial(s, now, redis.call('ZCARD', KEYS[1])) then return nil end
+  local windows = pw_load(now)
+  if pw_wait(windows, now, tokens, output) or budget_turn_wait(member, now) then return nil end
+  budget_turn_granted(member, now)
+  if redis.call('ZADD', KEYS[1], now + lease, id) == 1 then pc_change(id, 1) end
+  if pw_charge(windows, now, tokens, output) then pw_save(windows) end
+  local mark = pw_mark(windows, now)
+  if mark then
+    redis.call('HSET', KEYS[3], id, s.wave, 'm|' .. id, mark)
+  else
+    redis.call('HSET', KEYS[3], id, s.wave)
+  end
+  return id
+end
+
 -- (The report purged already, at the same now: nothing has expired since.)
 if not reported then purge(now) end
 local s = load_state(config, now)
@@ -109,14 +146,14 @@ local held = redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[3], id, 'm|' .. id)
 if held == 1 then pc_change(id, -1) end
 save_state(s, config) -- with the permits' counts (wave.lua)
-local woken = nil
+local woken, handed = nil, nil
 if held == 1 and channel ~= '' then
   local gone = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now - WAITING_TTL)
   if #gone > 0 then forget_counted(gone) end
   for _, instance in ipairs(gone) do
     redis.call('ZREM', KEYS[4], instance)
     redis.call('ZREM', KEYS[5], instance)
-    redis.call('HDEL', KEYS[6], instance, instance .. '>')
+    redis.call('HDEL', KEYS[6], instance, instance .. '>', 'h:' .. instance)
   end
   if #config.classes > 0 then
     woken = process_to_wake(config, s.limit, now)
@@ -129,15 +166,20 @@ if held == 1 and channel ~= '' then
       -- A member of a process configured with classes ('<class>|<instance>'; every process
       -- of an upstream should have the same classes) is woken by its instance id all the same.
       woken = string.match(longest[1], '|(.*)$') or longest[1]
+      handed = hand_off(longest[1], config, s, now)
     end
   end
   -- The announcement is a courtesy: a user without channel rights (NOPERM) must not turn the
-  -- release into an error (the ZREM above has happened; the waiter's poll finds the slot).
+  -- release into an error (the ZREM above has happened; the waiter's poll finds the slot, and
+  -- a permit handed to it is granted again when it asks with the same id).
   if woken then
-    redis.pcall('PUBLISH', channel .. woken .. '}:released', string.match(KEYS[1], '{([^}]*)}') or '')
+    local message = string.match(KEYS[1], '{([^}]*)}') or ''
+    if handed then message = message .. ' ' .. s.wave .. ' ' .. s.state .. ' ' .. s.limit .. ' ' .. handed end
+    redis.pcall('PUBLISH', channel .. woken .. '}:released', message)
   end
+  pc_flush()
 end
 local cooldown_ms = 0
 if s.state == 'COOLDOWN' then cooldown_ms = math.max(0, s.cooldown_until - now) end
 return { held, effect, limit_before, s.limit, s.wave, s.state, cooldown_ms, changed_from,
-         redis.call('ZCARD', KEYS[1]), woken or '' }
+         redis.call('ZCARD', KEYS[1]), woken or '', handed or '' }

@@ -16,6 +16,9 @@ use crate::status::Mode;
 pub const PERMITS_IN_FLIGHT: &str = "wavegate_permits_in_flight";
 /// Time from asking for a permit to getting it, seconds (histogram).
 pub const PERMIT_WAIT_SECONDS: &str = "wavegate_permit_wait_seconds";
+/// Permits a release granted to this process's waiter in the same step (the hand-off): the
+/// waiter needed no acquire of its own.
+pub const PERMITS_HANDED_TOTAL: &str = "wavegate_permits_handed_total";
 /// Time in the local FIFO behind other waiters, seconds (histogram).
 pub const QUEUE_WAIT_SECONDS: &str = "wavegate_queue_wait_seconds";
 /// Callers of this process waiting for a permit.
@@ -84,6 +87,7 @@ pub const EXPECTED_WAIT_SECONDS: &str = "wavegate_expected_wait_seconds";
 pub const ALL: &[&str] = &[
     PERMITS_IN_FLIGHT,
     PERMIT_WAIT_SECONDS,
+    PERMITS_HANDED_TOTAL,
     QUEUE_WAIT_SECONDS,
     QUEUE_DEPTH,
     UPSTREAM_CALL_SECONDS,
@@ -190,6 +194,11 @@ pub(crate) fn permits_in_flight(upstream: &str, scope: &'static str, value: usiz
 pub(crate) fn permit_granted(upstream: &str, queue_wait: Duration, permit_wait: Duration) {
     histogram!(QUEUE_WAIT_SECONDS, "upstream" => upstream.to_owned()).record(queue_wait.as_secs_f64());
     histogram!(PERMIT_WAIT_SECONDS, "upstream" => upstream.to_owned()).record(permit_wait.as_secs_f64());
+}
+
+/// A permit handed to this process by a release (the hand-off).
+pub(crate) fn permit_handed(upstream: &str) {
+    counter!(PERMITS_HANDED_TOTAL, "upstream" => upstream.to_owned()).increment(1);
 }
 
 /// An attempt let through in shadow.

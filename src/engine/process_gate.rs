@@ -16,7 +16,7 @@ use wavegate_core::{
 };
 
 use super::store::{Released, Snapshot};
-use super::wake::Wake;
+use super::wake::{Handed, HandedBy, Wake};
 
 /// One upstream's in-process gate and the lanes that ask at it.
 #[derive(Debug)]
@@ -28,6 +28,8 @@ pub(crate) struct ProcessGate {
     /// The live settings of local mode (an operator's changes, with their version), shared by
     /// the lanes asking here as the store's are by the fleet.
     live: Mutex<LiveBoard>,
+    /// This gate's number ([`number`](Self::number)).
+    number: u64,
 }
 
 impl ProcessGate {
@@ -37,7 +39,13 @@ impl ProcessGate {
     }
 
     fn with_gate(gate: LocalGate) -> Self {
-        Self { gate: Mutex::new(gate), members: Mutex::new(Vec::new()), live: Mutex::new(LiveBoard::default()) }
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        Self {
+            gate: Mutex::new(gate),
+            members: Mutex::new(Vec::new()),
+            live: Mutex::new(LiveBoard::default()),
+            number: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        }
     }
 
     /// The gate of a fallback: this process's share of the limit and the budgets, what it last
@@ -56,6 +64,12 @@ impl ProcessGate {
     /// provider announced kept.
     pub(crate) fn after_fallback(config: &UpstreamConfig, learned: LearnedBudgets) -> Self {
         Self::with_gate(LocalGate::for_upstream(config).with_learned(learned, 1))
+    }
+
+    /// This gate's number, which names it in the permits it hands ([`HandedBy::Local`]): no
+    /// two gates of a process share one, whenever they lived.
+    pub(crate) fn number(&self) -> u64 {
+        self.number
     }
 
     /// `instance`'s lane asks at this gate from now on (and is woken by the releases that name
@@ -78,7 +92,7 @@ impl ProcessGate {
 
     /// Releases `id` with its outcome for `wave`, settling `token_delta` tokens; wakes the
     /// member the gate names for the freed permit, unless it is `instance` (which asks again
-    /// on its own).
+    /// on its own), and hands it the permit when the gate granted it one (`instance` too).
     pub(crate) fn release(
         &self,
         instance: &Instance,
@@ -89,10 +103,18 @@ impl ProcessGate {
         now_ms: u64,
     ) -> Released {
         let report = self.gate.lock().finish(id, wave, signal, token_delta, now_ms);
-        if let Some(wake) = report.wake.as_ref().filter(|wake| *wake != instance) {
+        // A permit handed goes to its lane, this one included; a plain wake-up to another.
+        let handed = report.handed.clone().map(|(id, wave)| Handed {
+            id,
+            wave,
+            state: report.after.state,
+            limit: report.after.limit,
+            by: HandedBy::Local(self.number),
+        });
+        if let Some(wake) = report.wake.as_ref().filter(|wake| *wake != instance || handed.is_some()) {
             let members = self.members.lock();
             if let Some(lane) = members.iter().find(|(known, _)| known == wake).and_then(|(_, lane)| lane.upgrade()) {
-                lane.do_send(Wake);
+                lane.do_send(Wake { handed });
             }
         }
         Released {
@@ -193,7 +215,7 @@ impl ProcessGate {
         let version = self.live.lock().apply(change, now_ms);
         for (_, lane) in self.members.lock().iter() {
             if let Some(lane) = lane.upgrade() {
-                lane.do_send(Wake);
+                lane.do_send(Wake::ASK);
             }
         }
         version

@@ -62,7 +62,7 @@ mod waiting;
 
 pub use fallback::{DayLeft, Fallback, FallbackStart, LastShared};
 use fleet::{Head, member};
-use waiting::{Offers, WaitingList};
+use waiting::{Offers, WaitingHead, WaitingList};
 pub use waiting::{PRIORITY_FRESH_MS, WAITING_TTL_MS};
 
 /// What a finished call tells the wave machine.
@@ -78,6 +78,10 @@ pub enum WaveSignal {
     /// Anything else (5xx, timeouts, client errors, cancellation): not a wave matter.
     Neutral,
 }
+
+/// The longest lease a handed permit gets (a day): `lua/finish.lua` clamps the lease it reads
+/// back to it.
+const HANDED_LEASE_MAX_MS: u64 = 86_400_000;
 
 /// What [`LocalGate::finish`] did (the twin of `lua/finish.lua`'s reply).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,6 +101,11 @@ pub struct FinishReport {
     /// was not held or nobody waits. Members that have not asked for [`WAITING_TTL_MS`] are
     /// dropped first.
     pub wake: Option<Instance>,
+    /// The permit granted to the woken instance in the same step (the hand-off), and the
+    /// wave it was granted in: without classes, the freed permit goes to the ask the woken
+    /// instance last made at the limit, when the wave, the provider's windows and the budgets'
+    /// turn admit it and no rate or day budget is in force ([`LocalGate::finish`]).
+    pub handed: Option<(PermitId, u64)>,
 }
 
 /// What is left of an upstream's rate budgets.
@@ -474,6 +483,9 @@ impl LocalGate {
                 // The place is kept from the first ask; asking again says the process still waits.
                 self.waiting.join(instance, now_ms);
                 self.waiting.saw(instance, now_ms);
+                // What a release may hand it (the last ask replaces an earlier one).
+                let (tokens, output) = (head.tokens, head.output);
+                self.waiting.set_head(instance, WaitingHead { id: head.id.to_owned(), lease_ms, tokens, output });
             }
             (answered, Admission::Denied { reason, retry_after_ms }, in_flight)
         } else if let Some(wait) = window_wait {
@@ -807,16 +819,51 @@ impl LocalGate {
         };
         let held = self.ledger.remove(id).is_some();
         let mut wake = None;
+        let mut handed = None;
         if held {
             self.waiting.drop_stale(now_ms);
             let woken = if self.classes.is_empty() {
-                self.waiting.pop_longest().map(|member| member_instance(&member).to_owned())
+                self.waiting.pop_longest().map(|(member, head)| {
+                    let instance = member_instance(&member).to_owned();
+                    if let Some(head) = head {
+                        handed = self.hand_off(&instance, head, now_ms);
+                    }
+                    instance
+                })
             } else {
                 self.to_wake(now_ms)
             };
             wake = woken.and_then(|name| Instance::new(name).ok());
         }
-        FinishReport { held, rate_limit, transition, after: self.machine.snapshot(), in_flight: self.in_flight(), wake }
+        let (after, in_flight) = (self.machine.snapshot(), self.in_flight());
+        FinishReport { held, rate_limit, transition, after, in_flight, wake, handed }
+    }
+
+    /// The hand-off (`hand_off` in `lua/finish.lua`): grants the permit a release just freed to
+    /// the ask `instance` last made at the limit, as its acquire would have, so the woken process
+    /// needs no acquire of its own. Only where nothing but the wave decides: no rate or day
+    /// budget in force; the wave, the provider's windows and the budgets' turn must admit it; an
+    /// id already held is not granted twice. Returns the permit and its wave, or `None` (the
+    /// instance is woken and asks, as without a hand-off).
+    fn hand_off(&mut self, instance: &str, head: WaitingHead, now_ms: u64) -> Option<(PermitId, u64)> {
+        let id = PermitId::parse(&head.id).ok()?;
+        if self.budgets(now_ms) != Budgets::default() || self.ledger.get(&head.id).is_some() {
+            return None;
+        }
+        if let Admission::Denied { .. } = self.machine.admit(now_ms, self.in_flight()) {
+            return None;
+        }
+        if self.windows.wait_ms(now_ms, head.tokens, head.output).is_some()
+            || self.turn.wait_ms(instance, now_ms).is_some()
+        {
+            return None;
+        }
+        self.turn.granted(instance, now_ms);
+        let wave = self.machine.snapshot().wave;
+        let sent = self.windows.charge(now_ms, head.tokens, head.output);
+        let lease_ms = head.lease_ms.clamp(1, HANDED_LEASE_MAX_MS);
+        self.ledger.insert(&head.id, HeldPermit { expires_ms: now_ms.saturating_add(lease_ms), wave, sent });
+        Some((id, wave))
     }
 
     /// The instance the fleet-wide choice reaches with the permits free now

@@ -192,8 +192,10 @@ pub enum Wakes {
     Unchecked,
     /// Nobody.
     Nobody,
-    /// This instance.
+    /// This instance, and no permit handed to it.
     Instance(&'static str),
+    /// This instance, and this permit (by its name in the case) handed to it in the same step.
+    Hands(&'static str, &'static str),
 }
 
 /// One step of a case.
@@ -482,6 +484,8 @@ pub struct Released {
     pub held: bool,
     /// The instance it woke.
     pub wake: Option<Instance>,
+    /// The permit it handed to the instance it woke, and its wave.
+    pub handed: Option<(PermitId, u64)>,
 }
 
 /// What a [`WaveModel`] reports of its state: the parts every implementation shares.
@@ -612,16 +616,21 @@ pub fn run_case<M: WaveModel>(case: &SpecCase, model: &mut M) -> Result<(), Spec
                 let id = ids.plain(permit);
                 let got = model.finish(&id, tag, signal.to_wave_signal(), (*token_delta).into()).map_err(io)?;
                 let woke = got.wake.as_ref().map(Instance::as_str);
+                let handed = got.handed.as_ref().map(|(id, _)| ids.name_of(id));
                 let wake_ok = match wakes {
                     Wakes::Unchecked => true,
-                    Wakes::Nobody => woke.is_none(),
-                    Wakes::Instance(name) => woke == Some(*name),
+                    Wakes::Nobody => woke.is_none() && handed.is_none(),
+                    Wakes::Instance(name) => woke == Some(*name) && handed.is_none(),
+                    Wakes::Hands(name, permit) => woke == Some(*name) && handed.as_deref() == Some(*permit),
                 };
                 if got.held != *held || !wake_ok {
                     return Err(fail(
                         format!("finish {permit}: held={held}, wakes {wakes:?}"),
-                        format!("held={}, woke {woke:?}", got.held),
+                        format!("held={}, woke {woke:?}, handed {handed:?}", got.held),
                     ));
+                }
+                if let (Wakes::Hands(_, handed), Some((_, wave))) = (wakes, &got.handed) {
+                    granted_in.insert(handed, *wave);
                 }
             }
             Step::Renew { permits, again } => {
@@ -739,7 +748,7 @@ impl WaveModel for GateModel {
         token_delta: TokenDelta,
     ) -> Result<Released, Self::Error> {
         let report = self.gate.finish(id, wave, signal, token_delta, self.clock.now_ms());
-        Ok(Released { held: report.held, wake: report.wake })
+        Ok(Released { held: report.held, wake: report.wake, handed: report.handed })
     }
 
     fn renew(&mut self, ids: &[PermitId]) -> Result<Vec<PermitId>, Self::Error> {

@@ -355,12 +355,26 @@ fn disagreement(
                 let call = calls::finish(keys, &shared.config_args, (id.as_str(), ""), wave, signal, settled, answer);
                 let reply = rows(eval(con, &scripts.finish, &call, now).map_err(at)?).map_err(at)?;
                 let lua = calls::read_finish(&reply, wave).map_err(|e| at(e.to_string()))?;
-                let rust = (report.held, report.rate_limit, report.transition, report.wake.clone());
-                let got = (lua.held, lua.rate_limit, lua.transition, lua.wake.clone());
+                let rust_handed = report.handed.as_ref().map(|(id, _)| id.clone());
+                let rust = (report.held, report.rate_limit, report.transition, report.wake.clone(), rust_handed);
+                let got = (lua.held, lua.rate_limit, lua.transition, lua.wake.clone(), lua.handed.clone());
                 let states = (report.after.state, report.after.limit, report.after.wave, report.in_flight);
                 let lua_states = (lua.status.state, lua.status.limit, lua.status.wave, lua.status.in_flight);
                 if rust != got || states != lua_states {
                     return Err(at(format!("Rust {rust:?} {states:?}, Lua {got:?} {lua_states:?}")));
+                }
+                // A permit handed to a waiting process is held from now on, as a grant would be.
+                if let Some((handed, wave)) = report.handed {
+                    let owner =
+                        waiting.iter().position(|heads| heads.get(&(0, 0)).is_some_and(|(id, _)| *id == handed));
+                    let owner = owner.ok_or_else(|| at(format!("{handed:?} handed, but no process waits with it")))?;
+                    let (id, count) = waiting[owner].remove(&(0, 0)).expect("found");
+                    held.push((id, wave));
+                    if count > 1 {
+                        sequence += 1;
+                        waiting[owner]
+                            .insert((0, 0), (PermitId::new(None, &instances[owner], sequence, None), count - 1));
+                    }
                 }
             }
             StepIn::Renew { picks } => {
@@ -537,6 +551,9 @@ fn one_line_mutants_of_the_scripts_make_the_twins_disagree() {
         ("  settle_class(config, id, now, token_delta)", ""),
         ("local gone = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now - WAITING_TTL)", "local gone = {}"),
         ("local longest = redis.call('ZPOPMIN', KEYS[4])", "local longest = redis.call('ZPOPMAX', KEYS[4])"),
+        // finish.lua: the hand-off, and what the wave admits of it.
+        ("  if wave_denial(s, now, redis.call('ZCARD', KEYS[1])) then return nil end", ""),
+        ("      handed = hand_off(longest[1], config, s, now)", ""),
     ];
     let sources = [source::ACQUIRE, source::FINISH];
     for (original, mutant) in mutants {

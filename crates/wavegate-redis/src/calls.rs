@@ -13,7 +13,7 @@ use std::time::Duration;
 use redis::{Script, ScriptInvocation, Value};
 use wavegate_core::{
     Admission, BudgetStatus, DayLeft, DenyReason, Instance, LearnedLimit, LearnedLimitStatus, LearnedStatus,
-    OutageUsage, RateLimitEffect, TokenDelta, Transition, WaveSignal, WaveState, WindowReport, duration_ms,
+    OutageUsage, PermitId, RateLimitEffect, TokenDelta, Transition, WaveSignal, WaveState, WindowReport, duration_ms,
 };
 
 use crate::error::StoreError;
@@ -183,13 +183,17 @@ pub struct Finished {
     /// `None` when nobody waits, the id was not held, or the instance id is not one
     /// [`Instance::new`] accepts.
     pub wake: Option<Instance>,
+    /// The permit the release granted to the process it woke, in the wave of
+    /// [`status`](Self::status) (the hand-off, `finish.lua`'s `hand_off`); `None` when it
+    /// granted none.
+    pub handed: Option<PermitId>,
 }
 
 /// Reads a finish's reply, for a permit reported against `wave`.
 pub(crate) fn read_finish(reply: &[Value], wave: u64) -> Result<Finished, StoreError> {
     const COMMAND: &str = "finish";
     let r = Reply::new(COMMAND, reply);
-    r.expect_len(10)?;
+    r.expect_len(11)?;
     let status = SharedStatus {
         limit: r.u32(3)?,
         wave: r.uint(4)?,
@@ -221,7 +225,10 @@ pub(crate) fn read_finish(reply: &[Value], wave: u64) -> Result<Finished, StoreE
     // The wake is a courtesy (the waiter polls too): an instance name this crate would not
     // make is not an error of the release.
     let wake = Some(r.string(9)?).filter(|name| !name.is_empty()).and_then(|name| Instance::new(name).ok());
-    Ok(Finished { held: r.int(0)? == 1, rate_limit, transition, status, wake })
+    // The woken process hears of the grant on its channel; this is what the releaser learns.
+    // An id that does not read back (a hand edit) is not an error of the release: its lease ends it.
+    let handed = Some(r.string(10)?).filter(|id| !id.is_empty()).and_then(|id| PermitId::parse(&id).ok());
+    Ok(Finished { held: r.int(0)? == 1, rate_limit, transition, status, wake, handed })
 }
 
 /// `renew.lua`: the lease, the generation of the state last seen (`''` for none), then the ids.

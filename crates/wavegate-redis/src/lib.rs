@@ -65,7 +65,7 @@ pub use error::{Rejection, StoreError};
 pub use health::StoreHealth;
 pub use keys::{Keyspace, UpstreamKeys};
 pub use processes::{LiveProcess, live_processes};
-pub use releases::ReleaseSubscription;
+pub use releases::{HandedPermit, ReleaseSubscription, WakeMessage};
 pub use scripts::preload;
 pub use sentinel::SentinelConfig;
 pub use shared_gate::{Acquired, ClassAsk, Finished, Reconciled, SharedGate, SharedStatus};

@@ -4,8 +4,12 @@
 //! process that has waited longest at the limit (or that the choice of class reaches), and on
 //! no other ([`UpstreamKeys::wake_channel`](crate::UpstreamKeys::wake_channel)). Each process
 //! subscribes to its own channel, so the one named asks again at once instead of polling.
+//! When the release granted the freed permit to that process's last ask in the same step (the
+//! hand-off), the message carries the grant ([`WakeMessage`]), and the process needs no
+//! acquire of its own.
 
 use redis::aio::PubSub;
+use wavegate_core::{PermitId, WaveState};
 
 use crate::connection::Store;
 use crate::error::StoreError;
@@ -56,5 +60,47 @@ impl ReleaseSubscription {
         let message = self.pubsub.on_message().next().await?;
         let payload: String = message.get_payload().unwrap_or_default();
         Some((message.get_channel_name().to_owned(), payload))
+    }
+}
+
+/// A permit a release granted to the process it woke (the hand-off): held in the store from the
+/// release on, under the id of that process's last ask at the limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandedPermit {
+    /// The permit's id (the ask's).
+    pub id: PermitId,
+    /// The wave it was granted in.
+    pub wave: u64,
+    /// The wave's state then.
+    pub state: WaveState,
+    /// The limit then.
+    pub limit: u32,
+}
+
+/// A message on a wake-up channel: the upstream to ask again for, and the permit handed with
+/// it, if any (`'<upstream>'`, or `'<upstream> <wave> <state> <limit> <id>'`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WakeMessage {
+    /// The upstream's name.
+    pub upstream: String,
+    /// The permit handed to this process, if the release granted one.
+    pub handed: Option<HandedPermit>,
+}
+
+impl WakeMessage {
+    /// Reads a message. A grant that does not read back (another version's message, a hand
+    /// edit) is a wake-up without one: the process asks, and an id already held is granted
+    /// again, not twice.
+    pub fn parse(payload: &str) -> Self {
+        let mut fields = payload.splitn(5, ' ');
+        let upstream = fields.next().unwrap_or_default().to_owned();
+        let handed = (|| {
+            let wave = fields.next()?.parse().ok()?;
+            let state = WaveState::parse(fields.next()?)?;
+            let limit = fields.next()?.parse().ok()?;
+            let id = PermitId::parse(fields.next()?).ok()?;
+            Some(HandedPermit { id, wave, state, limit })
+        })();
+        Self { upstream, handed }
     }
 }

@@ -83,7 +83,11 @@ impl WaveModel for LuaModel {
         };
         self.joined += usize::from(report.is_some());
         let finished = self.runtime.block_on(self.gate.finish_reporting(id, wave, signal, delta, report))?;
-        Ok(Released { held: finished.held, wake: finished.wake })
+        Ok(Released {
+            held: finished.held,
+            wake: finished.wake,
+            handed: finished.handed.map(|id| (id, finished.status.wave)),
+        })
     }
 
     fn renew(&mut self, ids: &[PermitId]) -> Result<Vec<PermitId>, StoreError> {

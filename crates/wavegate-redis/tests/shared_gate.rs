@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use wavegate_core::{Admission, DenyReason, OutageUsage, Recovery, UpstreamConfig, WaveSignal, WaveState};
-use wavegate_redis::{SharedGate, Store, StoreConfig};
+use wavegate_redis::{SharedGate, Store, StoreConfig, WakeMessage};
 use wavegate_testkit::RedisServer;
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -127,6 +127,9 @@ async fn leases_end_and_renewals_extend_them() {
 
 #[tokio::test]
 async fn a_release_wakes_the_process_that_waited_longest() {
+    // Permit ids as the engine makes them (a hand-off reads its id back).
+    const F: &str = "first-waiter:1";
+    const S: &str = "second-waiter:1";
     let server = RedisServer::start().expect("redis-server");
     let holder = gate(&server, "pubsub", 1).await;
     let first = gate(&server, "pubsub", 1).await.for_instance("first-waiter");
@@ -137,9 +140,9 @@ async fn a_release_wakes_the_process_that_waited_longest() {
     pubsub.subscribe(&second.wake_channel()).await.expect("subscribe");
     pubsub.subscribe(&holder.wake_channel()).await.expect("subscribe");
     let wave = granted_wave(holder.acquire_text("a", LEASE, 0).await.expect("acquire").admission);
-    assert!(matches!(first.acquire_text("f", LEASE, 0).await.expect("acquire").admission, Admission::Denied { .. }));
+    assert!(matches!(first.acquire_text(F, LEASE, 0).await.expect("acquire").admission, Admission::Denied { .. }));
     tokio::time::sleep(Duration::from_millis(5)).await;
-    assert!(matches!(second.acquire_text("s", LEASE, 0).await.expect("acquire").admission, Admission::Denied { .. }));
+    assert!(matches!(second.acquire_text(S, LEASE, 0).await.expect("acquire").admission, Admission::Denied { .. }));
     holder.finish_text("ghost", wave, WaveSignal::Neutral, 0).await.expect("finish ghost");
     holder.finish_text("a", wave, WaveSignal::Success, 0).await.expect("finish");
     let mut messages = pubsub.on_message();
@@ -149,16 +152,24 @@ async fn a_release_wakes_the_process_that_waited_longest() {
         .expect("stream open");
     let payload: String = message.get_payload().expect("payload");
     assert_eq!(
-        (message.get_channel_name(), payload.as_str()),
-        (first.wake_channel().as_str(), "pubsub"),
+        message.get_channel_name(),
+        first.wake_channel().as_str(),
         "the process that waited longest is woken, on its own channel, and only on a real release"
     );
-    // It takes the slot and leaves the list; the next release wakes the second one.
-    let wave = granted_wave(first.acquire_text("f", LEASE, 0).await.expect("acquire").admission);
-    first.finish_text("f", wave, WaveSignal::Success, 0).await.expect("finish");
+    // The release granted it its ask in the same step (the hand-off): the message says so.
+    let woken = WakeMessage::parse(&payload);
+    assert_eq!(woken.upstream, "pubsub", "{payload}");
+    let handed = woken.handed.unwrap_or_else(|| panic!("a grant in {payload:?}"));
+    assert_eq!((handed.id.as_str(), handed.wave, handed.state, handed.limit), (F, wave, WaveState::Normal, 1));
+    // Asking again with the same id (a lost message) is the same permit, not a second one.
+    let again = first.acquire_text(F, LEASE, 0).await.expect("acquire");
+    assert_eq!((granted_wave(again.admission), again.in_flight), (wave, 1));
+    // The next release hands the second one its ask.
+    first.finish_text(F, wave, WaveSignal::Success, 0).await.expect("finish");
     let message = tokio::time::timeout(Duration::from_secs(2), messages.next()).await.expect("message").expect("open");
     assert_eq!(message.get_channel_name(), second.wake_channel(), "then the second one, on its channel");
-    assert_eq!(message.get_payload::<String>().expect("payload"), "pubsub");
+    let handed = WakeMessage::parse(&message.get_payload::<String>().expect("payload")).handed.expect("a grant");
+    assert_eq!(handed.id.as_str(), S);
     // Nothing else was published: two releases, two deliveries.
     assert!(
         tokio::time::timeout(Duration::from_millis(200), messages.next()).await.is_err(),

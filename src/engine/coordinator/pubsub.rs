@@ -4,7 +4,8 @@
 //! A release anywhere in the fleet that frees a permit for a process waiting at the limit
 //! publishes the upstream's name on that process's channel only (`finish.lua`), so each release
 //! is delivered once, whatever the size of the fleet; the listener turns it into a [`Wake`] for
-//! the upstream's lane, which asks again at once instead of polling. A live change publishes
+//! the upstream's lane, which asks again at once instead of polling (or, when the release
+//! handed it the permit, takes the grant the message carries). A live change publishes
 //! the upstream's name on the changes channel (`live.lua`), which every process hears; the
 //! lane looks at the live settings at once ([`CheckLive`]). The listener resubscribes with
 //! backoff when the server goes away, and ends when the coordinator stops. Polling remains as a
@@ -17,10 +18,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use actix::WeakAddr;
-use wavegate_redis::{ReleaseSubscription, Store};
+use wavegate_redis::{ReleaseSubscription, Store, WakeMessage};
 
 use crate::engine::lane::{CheckLive, Lane};
-use crate::engine::wake::Wake;
+use crate::engine::wake::{Handed, HandedBy, Wake};
 
 const RESUBSCRIBE_MIN: Duration = Duration::from_millis(100);
 const RESUBSCRIBE_MAX: Duration = Duration::from_secs(2);
@@ -52,13 +53,21 @@ pub(super) fn spawn_listener(
                     for lane in routes.values().filter_map(WeakAddr::upgrade) {
                         lane.do_send(CheckLive);
                     }
-                    while let Some((channel, upstream)) = subscription.next().await {
+                    while let Some((channel, payload)) = subscription.next().await {
                         if !connected() {
                             return;
                         }
-                        let Some(lane) = routes.get(&upstream).and_then(WeakAddr::upgrade) else { continue };
+                        let message = WakeMessage::parse(&payload);
+                        let Some(lane) = routes.get(&message.upstream).and_then(WeakAddr::upgrade) else { continue };
                         if channel == wake {
-                            lane.do_send(Wake);
+                            let handed = message.handed.map(|h| Handed {
+                                id: h.id,
+                                wave: h.wave,
+                                state: h.state,
+                                limit: h.limit,
+                                by: HandedBy::Store,
+                            });
+                            lane.do_send(Wake { handed });
                         } else {
                             lane.do_send(CheckLive);
                         }

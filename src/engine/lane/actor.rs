@@ -101,6 +101,9 @@ pub(crate) struct Lane {
     pub(super) pumping: bool,
     /// A wake arrived while one was in flight: ask again as soon as it returns.
     pub(super) wake_pending: bool,
+    /// Acquires sent to the store so far: a release's reply asks again only when no acquire
+    /// sent after the release is in flight (that one saw the room the release freed).
+    pub(super) acquires_sent: u64,
     pub(super) retry_timer: Option<SpawnHandle>,
     /// Nobody can be admitted before this (a cooldown, a budget).
     pub(super) blocked_until: Option<Instant>,
@@ -245,6 +248,7 @@ impl Lane {
             held: HashMap::new(),
             pumping: false,
             wake_pending: false,
+            acquires_sent: 0,
             retry_timer: None,
             blocked_until: None,
             cooldown_until: None,
@@ -341,7 +345,10 @@ impl Handler<Finish> for Lane {
 impl Handler<Wake> for Lane {
     type Result = ();
 
-    fn handle(&mut self, _: Wake, ctx: &mut Context<Self>) {
+    fn handle(&mut self, wake: Wake, ctx: &mut Context<Self>) {
+        if let Some(handed) = wake.handed {
+            self.take_handed(handed, ctx);
+        }
         if self.shared.is_none() {
             // Local mode: a live change of the in-process gate wakes its lanes too (reading
             // the board is a lock, no round trip).

@@ -16,9 +16,10 @@ use super::actor::{Held, Lane};
 use super::messages::StoreTrouble;
 use super::waiters::{Waiter, Waiters};
 use crate::engine::clock::Instant;
-use crate::engine::gate::Answer;
+use crate::engine::gate::{Answer, Gate};
 use crate::engine::grant::{Grant, GrantInfo};
 use crate::engine::store::{self, StoreError};
+use crate::engine::wake::{Handed, HandedBy};
 use crate::error::{Budget, Error};
 use crate::metrics;
 use crate::status::Mode;
@@ -101,6 +102,7 @@ impl Lane {
                 }
                 Answer::Later(call) => {
                     let epoch = self.epoch;
+                    self.acquires_sent += 1;
                     self.pumping = true;
                     self.wake_pending = false;
                     ctx.spawn(call.into_actor(self).map(move |result, act, ctx| {
@@ -193,6 +195,11 @@ impl Lane {
         let now = Instant::now();
         self.last_shared.in_flight = Some((decision.in_flight(), now));
         match decision {
+            Decision::Granted { id, .. } if self.held.contains_key(&id) => {
+                // A release handed this permit already (the hand-off raced this ask with the
+                // same id): it is the same permit, held and given to its waiter once.
+                true
+            }
             Decision::Granted { id, wave, state, limit, .. } => {
                 self.cooldown_until = None;
                 self.blocked_until = None;
@@ -271,6 +278,37 @@ impl Lane {
                 false
             }
         }
+    }
+
+    /// Takes a permit a release granted to this lane's last ask at the limit (the hand-off):
+    /// to its waiter, as a grant of that ask would have; back at once when the waiter is gone.
+    /// A permit this lane holds already (its ask with the same id came first) is not taken
+    /// twice. One handed by a gate no longer in charge: the store's is given back when the
+    /// store is reachable (as a registration whose reply was lost), a former in-process gate's
+    /// is gone with it.
+    pub(super) fn take_handed(&mut self, handed: Handed, ctx: &mut Context<Self>) {
+        let in_charge = match (&self.gate, handed.by) {
+            (Gate::Shared(_), HandedBy::Store) => true,
+            (Gate::Local(gate), HandedBy::Local(number)) => gate.number() == number,
+            _ => false,
+        };
+        if !in_charge || self.reconciling {
+            if handed.by == HandedBy::Store {
+                self.drop_registration(handed.id, (0, 0), ctx);
+            }
+            return;
+        }
+        if self.held.contains_key(&handed.id) {
+            return;
+        }
+        metrics::permit_handed(self.name());
+        self.cooldown_until = None;
+        self.blocked_until = None;
+        self.window_until = None;
+        self.heard = None;
+        let reserved = self.waiters.get_mut(&handed.id).map_or((0, 0), |w| (w.tokens, w.output));
+        let info = GrantInfo::granted(handed.id, handed.wave, handed.state, handed.limit, reserved);
+        self.grant(info, ctx);
     }
 
     /// Hands the permit of `info` to its waiter (or back, when the waiter is gone).

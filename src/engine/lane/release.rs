@@ -110,26 +110,28 @@ impl Lane {
             Answer::Now(result) => self.on_released(result, release, attempt, None, ctx),
             Answer::Later(call) => {
                 let epoch = self.epoch;
+                let sent_after = self.acquires_sent;
                 self.releases_in_flight += 1;
                 ctx.spawn(call.into_actor(self).map(move |result, act, ctx| {
                     // Answered first (a retry it schedules is on its way too), then done.
-                    act.on_released(result, release, attempt, Some(epoch), ctx);
+                    act.on_released(result, release, attempt, Some((epoch, sent_after)), ctx);
                     act.release_done();
                 }));
             }
         }
     }
 
-    /// What a release's answer (or its failure) does: `store_epoch` is the epoch the store
-    /// was asked under, `None` for the in-process gate's answer.
+    /// What a release's answer (or its failure) does: `store` is the epoch the store was asked
+    /// under and the acquires sent before the release, `None` for the in-process gate's answer.
     fn on_released(
         &mut self,
         result: Result<Released, StoreError>,
         release: Release,
         attempt: u32,
-        store_epoch: Option<u64>,
+        store: Option<(u64, u64)>,
         ctx: &mut Context<Self>,
     ) {
+        let store_epoch = store.map(|(epoch, _)| epoch);
         match result {
             Ok(released) => {
                 let after = released.after;
@@ -177,7 +179,12 @@ impl Lane {
                 if released.rate_limit.is_some() {
                     self.tally.rate_limited();
                 }
-                self.pump(ctx);
+                // The room it freed is asked for, unless an acquire sent after this release is
+                // in flight: the store ran the release first, and that acquire saw the room.
+                let seen = store.is_some_and(|(_, sent_before)| self.pumping && self.acquires_sent > sent_before);
+                if !seen {
+                    self.pump(ctx);
+                }
             }
             Err(error) if !error.is_outage() => {
                 metrics::redis_error("finish", error.label());

@@ -24,12 +24,23 @@ pub(crate) struct Offers {
     pub(crate) by_tenant: Vec<(String, u32)>,
 }
 
+/// The ask a process without classes last made at the limit: the permit a release may hand it
+/// (`h|<instance>` in `KEYS[6]`: `'<lease> <tokens> <output> <id>'`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct WaitingHead {
+    pub(crate) id: String,
+    pub(crate) lease_ms: u64,
+    pub(crate) tokens: u64,
+    pub(crate) output: u64,
+}
+
 /// The waiting list.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct WaitingList {
     since: HashMap<String, u64>,
     seen: HashMap<String, u64>,
     offers: HashMap<String, Offers>,
+    heads: HashMap<String, WaitingHead>,
 }
 
 impl WaitingList {
@@ -66,6 +77,11 @@ impl WaitingList {
         self.offers.get(member)
     }
 
+    /// Records the ask `member` made at the limit (the last one replaces an earlier one).
+    pub(crate) fn set_head(&mut self, member: &str, head: WaitingHead) {
+        self.heads.insert(member.to_owned(), head);
+    }
+
     /// Since when `member` waits, if it is on the list.
     pub(crate) fn since(&self, member: &str) -> Option<u64> {
         self.since.get(member).copied()
@@ -76,6 +92,7 @@ impl WaitingList {
         self.since.remove(member);
         self.seen.remove(member);
         self.offers.remove(member);
+        self.heads.remove(member);
     }
 
     /// The members that asked within [`PRIORITY_FRESH_MS`] of `now_ms`.
@@ -94,10 +111,11 @@ impl WaitingList {
     }
 
     /// Takes off and returns the member that has waited longest (ties: the first by name;
-    /// `ZPOPMIN`).
-    pub(crate) fn pop_longest(&mut self) -> Option<String> {
+    /// `ZPOPMIN`), with the ask it last made at the limit, if it left one.
+    pub(crate) fn pop_longest(&mut self) -> Option<(String, Option<WaitingHead>)> {
         let member = self.since.iter().min_by(|a, b| (a.1, a.0).cmp(&(b.1, b.0))).map(|(member, _)| member.clone())?;
+        let head = self.heads.remove(&member);
         self.remove(&member);
-        Some(member)
+        Some((member, head))
     }
 }

@@ -6,7 +6,7 @@
 
 use super::waves::{LEASE_MS, case, status};
 use super::{Expect, SpecAsk, SpecCase, SpecClass, SpecSignal, Step, Wakes};
-use crate::wave::WaveState::Normal;
+use crate::wave::WaveState::{Cooldown, Normal};
 
 fn class(name: &'static str, weight: u32) -> SpecClass {
     SpecClass { name, weight, reserve_percent: 0, budget_percent: 100 }
@@ -65,11 +65,11 @@ fn classes_now(classes: &[(u32, u32)]) -> Step {
 }
 
 pub(super) fn cases() -> Vec<SpecCase> {
-    use Wakes::{Instance, Nobody};
+    use Wakes::{Hands, Instance, Nobody};
     let two = || vec![class("interactive", 3), class("batch", 1)];
     vec![
         classed(
-            "no classes: a release wakes the process that has waited longest, whoever asks first",
+            "no classes: a release hands the freed permit to the last ask of the process that has waited longest",
             1,
             Vec::new(),
             vec![
@@ -79,6 +79,8 @@ pub(super) fn cases() -> Vec<SpecCase> {
                     answers: "a1",
                     expect: Expect::Granted { wave: 1, state: Normal, limit: 1 },
                 },
+                waits("beta", vec![ask("b0", "x", 1)], "b0"),
+                // Its caller left: the next ask replaces it.
                 waits("beta", vec![ask("b1", "x", 1)], "b1"),
                 later(),
                 waits("gamma", vec![ask("c1", "x", 1)], "c1"),
@@ -90,17 +92,56 @@ pub(super) fn cases() -> Vec<SpecCase> {
                     held: false,
                     wakes: Nobody,
                 },
-                done("a1", Instance("beta")),
-                // Without classes there is no choice: whoever asks first is granted. The woken
-                // process was taken off the list (one wake, one asker) ...
-                granted("gamma", vec![ask("c1", "x", 1)], "c1", 1),
-                done("c1", Nobody),
-                // ... and asks again at its wake.
+                // The woken process is granted in the release: whoever asks first finds no room.
+                done("a1", Hands("beta", "b1")),
+                waits("gamma", vec![ask("c1", "x", 1)], "c1"),
+                status(Normal, 1, 1, 1),
+                // The woken process asks again with the same id (its wake-up was lost): the same
+                // permit, not a second one.
                 granted("beta", vec![ask("b1", "x", 1)], "b1", 1),
-                waits("gamma", vec![ask("c2", "x", 1)], "c2"),
-                done("b1", Instance("gamma")),
+                status(Normal, 1, 1, 1),
+                later(),
+                waits("beta", vec![ask("b2", "x", 1)], "b2"),
+                done("b1", Hands("gamma", "c1")),
+                done("c1", Hands("beta", "b2")),
+                // Nobody waits: nobody is woken, nothing is handed.
+                done("b2", Nobody),
+                status(Normal, 1, 1, 0),
             ],
         ),
+        classed(
+            "no classes: a release the wave holds back after it wakes the process without a permit",
+            1,
+            Vec::new(),
+            vec![
+                granted("alpha", vec![ask("a1", "x", 1)], "a1", 1),
+                waits("beta", vec![ask("b1", "x", 1)], "b1"),
+                Step::Finish {
+                    permit: "a1",
+                    wave: None,
+                    signal: SpecSignal::RateLimited(Some(400)),
+                    token_delta: 0,
+                    held: true,
+                    wakes: Instance("beta"),
+                },
+                status(Cooldown, 1, 2, 0),
+            ],
+        ),
+        SpecCase {
+            requests_per_minute: Some((600, 10)),
+            ..classed(
+                "no classes: with a rate budget in force a release wakes the process without a permit",
+                1,
+                Vec::new(),
+                vec![
+                    granted("alpha", vec![ask("a1", "x", 1)], "a1", 1),
+                    waits("beta", vec![ask("b1", "x", 1)], "b1"),
+                    done("a1", Instance("beta")),
+                    granted("beta", vec![ask("b1", "x", 1)], "b1", 1),
+                    status(Normal, 1, 1, 1),
+                ],
+            )
+        },
         classed(
             "classes: a freed permit goes to the class below its share, whichever process asks first",
             2,

@@ -185,13 +185,36 @@ pub(super) fn status(state: WaveState, limit: u32, wave: u64, in_flight: usize) 
 const PERMITS: [&str; 16] =
     ["p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8", "p9", "p10", "p11", "p12", "p13", "p14", "p15"];
 
-/// `count` permits granted together in `state`, then all finished with success.
+/// `count` permits granted together in `state`, then all finished with success. At the limit
+/// one more ask is refused, and the first release hands it the freed permit ([`handing_over`]).
 fn round(count: usize, wave: u64, state: WaveState, limit: u32) -> Vec<Step> {
     let mut steps: Vec<Step> = PERMITS[..count].iter().map(|p| granted(p, wave, state, limit)).collect();
+    let finishes = PERMITS[..count].iter().map(|p| finish(p, SpecSignal::Success)).collect();
     if count == limit as usize {
         steps.push(denied_at_limit("over"));
+        steps.extend(handing_over(finishes));
+    } else {
+        steps.extend(finishes);
     }
-    steps.extend(PERMITS[..count].iter().map(|p| finish(p, SpecSignal::Success)));
+    steps
+}
+
+/// `steps` after an ask `over` was refused at the limit: their first release hands `over` the
+/// freed permit, and `over`'s caller, gone meanwhile, gives it back unused at once.
+fn handing_over(mut steps: Vec<Step>) -> Vec<Step> {
+    let first = steps.iter().position(|step| matches!(step, Step::Finish { .. })).expect("a release");
+    if let Step::Finish { wakes, .. } = &mut steps[first] {
+        *wakes = Wakes::Hands(super::SPEC_INSTANCE, "over");
+    }
+    let back = Step::Finish {
+        permit: "over",
+        wave: None,
+        signal: SpecSignal::Neutral,
+        token_delta: 0,
+        held: true,
+        wakes: Wakes::Nobody,
+    };
+    steps.insert(first + 1, back);
     steps
 }
 
@@ -647,7 +670,7 @@ pub(super) fn cases() -> Vec<SpecCase> {
                 steps.extend(PERMITS[..4].iter().map(|p| granted(p, 2, Degraded, 4)));
                 steps.push(denied_at_limit("over"));
                 // Fully used rounds: 4, 5 and 6 hold; growth by one from the threshold.
-                steps.extend(busy_round(4, 2, Degraded, 5));
+                steps.extend(handing_over(busy_round(4, 2, Degraded, 5)));
                 steps.push(granted("p4", 2, Degraded, 5));
                 steps.extend(busy_round(5, 2, Degraded, 6));
                 steps.push(granted("p5", 2, Degraded, 6));
@@ -665,10 +688,9 @@ pub(super) fn cases() -> Vec<SpecCase> {
                 steps.push(status(Degraded, 7, 3, 7));
                 steps.push(denied_at_limit("over"));
                 // The calls of wave 2 end; wave 3's take their places.
-                for permit in &PERMITS[..7] {
-                    steps.push(finish(permit, Neutral));
-                    steps.push(granted(permit, 3, Degraded, 7));
-                }
+                steps.extend(handing_over(
+                    PERMITS[..7].iter().flat_map(|p| [finish(p, Neutral), granted(p, 3, Degraded, 7)]).collect(),
+                ));
                 steps.extend(busy_round(7, 3, Degraded, 7));
                 steps.push(Step::Advance { ms: 210 });
                 steps.extend(busy_round(7, 3, Degraded, 7));
