@@ -70,7 +70,7 @@ async fn at_limit_one_each_release_hands_the_permit_to_the_other_process() {
 
 /// A caller that gave up while its process waited leaves its ask at the store; the release that
 /// hands it the permit finds nobody to take it, and the process gives it back at once, not when
-/// its lease (minutes by default) ends.
+/// its lease (3 s by default) ends.
 #[actix::test]
 async fn a_permit_handed_to_a_caller_that_left_is_given_back_at_once() {
     let redis = RedisServer::start().expect("redis-server");
@@ -85,7 +85,7 @@ async fn a_permit_handed_to_a_caller_that_left_is_given_back_at_once() {
     let card = |con: &mut redis::Connection| -> u64 { redis::cmd("ZCARD").arg(&permits).query(con).expect("ZCARD") };
     assert_eq!(card(&mut con), 1);
     drop(held);
-    let deadline = Instant::now() + Duration::from_secs(2);
+    let deadline = Instant::now() + Duration::from_secs(1);
     while card(&mut con) != 0 {
         assert!(Instant::now() < deadline, "the permit handed to a caller that left is still held");
         tokio::time::sleep(Duration::from_millis(10)).await;
