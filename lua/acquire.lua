@@ -213,14 +213,7 @@ else
     if requests_day_tat then save_tat('requests_day_tat', requests_day_tat) end
     if tokens_day_tat then save_tat('tokens_day_tat', tokens_day_tat) end
     if ask.class_index then charge_class(config, ask.class_index, now, tokens) end
-    if redis.call('ZADD', KEYS[1], now + lease, id) == 1 then pc_change(id, 1) end
-    if pw_charge(windows, now, tokens, ask.output) then pw_save(windows) end -- [provider windows]
-    local mark = pw_mark(windows, now)
-    if mark then
-      redis.call('HSET', KEYS[3], id, s.wave, 'm|' .. id, mark)
-    else
-      redis.call('HSET', KEYS[3], id, s.wave)
-    end
+    pw_grant(windows, now, id, s.wave, lease, tokens, ask.output) -- [provider windows]
     if ask.turns then turns_granted(config, ask.turns, ask.class_index) end
     if deferred then
       -- Only what still waits goes on the list.

@@ -116,14 +116,7 @@ local function hand_off(member, config, s, now)
   local windows = pw_load(now)
   if pw_wait(windows, now, tokens, output) or budget_turn_wait(member, now) then return nil end
   budget_turn_granted(member, now)
-  if redis.call('ZADD', KEYS[1], now + lease, id) == 1 then pc_change(id, 1) end
-  if pw_charge(windows, now, tokens, output) then pw_save(windows) end
-  local mark = pw_mark(windows, now)
-  if mark then
-    redis.call('HSET', KEYS[3], id, s.wave, 'm|' .. id, mark)
-  else
-    redis.call('HSET', KEYS[3], id, s.wave)
-  end
+  pw_grant(windows, now, id, s.wave, lease, tokens, output)
   return id
 end
 

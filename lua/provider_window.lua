@@ -305,6 +305,19 @@ local function pw_mark(w, now)
   return string.format('%.0f:%.0f:%.0f:%.0f:%.0f', w.sent.requests, w.sent.tokens, now, w.sent.output, w.sent.back)
 end
 
+-- Registers permit `id`, granted in `wave`, until now + lease, charged to the provider's windows
+-- `w` with its mark (the grant of acquire.lua, the hand-off of finish.lua).
+local function pw_grant(w, now, id, wave, lease, tokens, output)
+  if redis.call('ZADD', KEYS[1], now + lease, id) == 1 then pc_change(id, 1) end
+  if pw_charge(w, now, tokens, output) then pw_save(w) end
+  local mark = pw_mark(w, now)
+  if mark then
+    redis.call('HSET', KEYS[3], id, wave, 'm|' .. id, mark)
+  else
+    redis.call('HSET', KEYS[3], id, wave)
+  end
+end
+
 -- What was granted (and given back) after `mark` (a permit's, as pw_mark wrote it), as
 -- {requests, tokens, output, back, at, place} (at: the permit's grant, at most `now`; place: its
 -- place in the count of grants); nil without a
