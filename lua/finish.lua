@@ -28,7 +28,11 @@
 --          (otherwise the output given back returns to the output window)
 -- ARGV[25] the generation of the state the process last saw, '' for none (see `generation` in
 --          wave.lua: if it is gone, WAVEGATE_LOST and nothing is written)
--- ARGV[26..49] optional: what the call's answer said of the provider's windows, taken in before
+-- ARGV[26] the hand-off (hand_off below): 'all' (whether or not the woken process hears its
+--          wake-up: the Rust twin's rule), 'heard' (only when the wake-up reached at least one
+--          subscriber: one server, where PUBLISH counts them), or 'none' (a Cluster, where PUBLISH
+--          counts only its own node's subscribers)
+-- ARGV[27..50] optional: what the call's answer said of the provider's windows, taken in before
 --          anything else, as report_window.lua would have just before this release (the same
 --          24 arguments, window_report.lua): one round trip per answer, not two
 -- Reply: {held, effect, limit_before, limit, wave, state, cooldown_ms, changed_from, in_flight,
@@ -40,9 +44,9 @@
 --   wake-up then carries the grant: '<upstream> <wave> <state> <limit> <id>', the upstream
 --   alone otherwise.
 -- (wavegate_core::LocalGate::finish is the Rust twin.)
-local reported = #ARGV == CONFIG_ARGS + 7 + REPORT_ARGS
-if #ARGV ~= CONFIG_ARGS + 7 and not reported then
-  return fail('finish', 'expected ' .. (CONFIG_ARGS + 7) .. ' ARGV, or ' .. REPORT_ARGS .. ' more with a report, got ' .. #ARGV)
+local reported = #ARGV == CONFIG_ARGS + 8 + REPORT_ARGS
+if #ARGV ~= CONFIG_ARGS + 8 and not reported then
+  return fail('finish', 'expected ' .. (CONFIG_ARGS + 8) .. ' ARGV, or ' .. REPORT_ARGS .. ' more with a report, got ' .. #ARGV)
 end
 local config = read_config(1)
 local id = ARGV[CONFIG_ARGS + 1]
@@ -62,8 +66,12 @@ if token_delta == nil or token_delta ~= math.floor(token_delta) or output_delta 
     .. tostring(delta_arg))
 end
 if not generation(ARGV[CONFIG_ARGS + 7], false) then return state_lost('finish') end
+local hand_off_rule = ARGV[CONFIG_ARGS + 8]
+if hand_off_rule ~= 'all' and hand_off_rule ~= 'heard' and hand_off_rule ~= 'none' then
+  return fail('finish', 'the hand-off rule must be all, heard or none, got ' .. tostring(hand_off_rule))
+end
 local now = now_ms()
-if reported then take_window_report(CONFIG_ARGS + 7, now) end
+if reported then take_window_report(CONFIG_ARGS + 8, now) end
 -- A refused call's reservation goes back to every provider window (ProviderWindows::refuse),
 -- unless its answer's report gave it back ('kept'); otherwise output given back goes back to the
 -- output window (ProviderWindows::give_back).
@@ -97,8 +105,9 @@ settle_part('tokens_day', token_delta)
 -- without classes, just taken off the waiting list) last made at the limit, as its acquire
 -- would have granted it, so the woken process needs no acquire of its own. Only where nothing
 -- but the wave decides: no rate or day budget in force; the wave, the provider's windows and
--- the budgets' turn must admit it; an id already held is not granted twice. Returns the id, or
--- nil (the process is woken and asks, as without a hand-off).
+-- the budgets' turn must admit it; an id already held is not granted twice. Returns the ask
+-- (granted by hand_over once the wake-up is out), or nil: the process is woken and asks, as
+-- without a hand-off.
 local function hand_off(member, config, s, now)
   local field = 'h:' .. member
   local head = redis.call('HGET', KEYS[6], field)
@@ -115,9 +124,13 @@ local function hand_off(member, config, s, now)
   if wave_denial(s, now, redis.call('ZCARD', KEYS[1])) then return nil end
   local windows = pw_load(now)
   if pw_wait(windows, now, tokens, output) or budget_turn_wait(member, now) then return nil end
-  budget_turn_granted(member, now)
-  pw_grant(windows, now, id, s.wave, lease, tokens, output)
-  return id
+  return { member = member, id = id, lease = lease, tokens = tokens, output = output, windows = windows }
+end
+
+-- Grants the ask hand_off chose.
+local function hand_over(ask, s, now)
+  budget_turn_granted(ask.member, now)
+  pw_grant(ask.windows, now, ask.id, s.wave, ask.lease, ask.tokens, ask.output)
 end
 
 -- (The report purged already, at the same now: nothing has expired since.)
@@ -139,7 +152,7 @@ local held = redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[3], id, 'm|' .. id)
 if held == 1 then pc_change(id, -1) end
 save_state(s, config) -- with the permits' counts (wave.lua)
-local woken, handed = nil, nil
+local woken, ask, handed = nil, nil, nil
 if held == 1 and channel ~= '' then
   local gone = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now - WAITING_TTL)
   if #gone > 0 then forget_counted(gone) end
@@ -159,16 +172,21 @@ if held == 1 and channel ~= '' then
       -- A member of a process configured with classes ('<class>|<instance>'; every process
       -- of an upstream should have the same classes) is woken by its instance id all the same.
       woken = string.match(longest[1], '|(.*)$') or longest[1]
-      handed = hand_off(longest[1], config, s, now)
+      if hand_off_rule ~= 'none' then ask = hand_off(longest[1], config, s, now) end
     end
   end
   -- The announcement is a courtesy: a user without channel rights (NOPERM) must not turn the
-  -- release into an error (the ZREM above has happened; the waiter's poll finds the slot, and
-  -- a permit handed to it is granted again when it asks with the same id).
+  -- release into an error (the ZREM above has happened; the waiter's poll finds the slot). A
+  -- permit is handed only with a wake-up that says so and (rule 'heard') reached its process:
+  -- nobody else would take it before its lease ends.
   if woken then
     local message = string.match(KEYS[1], '{([^}]*)}') or ''
-    if handed then message = message .. ' ' .. s.wave .. ' ' .. s.state .. ' ' .. s.limit .. ' ' .. handed end
-    redis.pcall('PUBLISH', channel .. woken .. '}:released', message)
+    if ask then message = message .. ' ' .. s.wave .. ' ' .. s.state .. ' ' .. s.limit .. ' ' .. ask.id end
+    local heard = redis.pcall('PUBLISH', channel .. woken .. '}:released', message)
+    if ask and (hand_off_rule == 'all' or (type(heard) == 'number' and heard > 0)) then
+      hand_over(ask, s, now)
+      handed = ask.id
+    end
   end
   pc_flush()
 end

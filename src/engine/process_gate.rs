@@ -103,25 +103,34 @@ impl ProcessGate {
         now_ms: u64,
     ) -> Released {
         let report = self.gate.lock().finish(id, wave, signal, token_delta, now_ms);
-        // A permit handed goes to its lane, this one included; a plain wake-up to another.
-        let handed = report.handed.clone().map(|(id, wave)| Handed {
-            id,
-            wave,
-            state: report.after.state,
-            limit: report.after.limit,
-            by: HandedBy::Local(self.number),
-        });
-        if let Some(wake) = report.wake.as_ref().filter(|wake| *wake != instance || handed.is_some()) {
-            let members = self.members.lock();
-            if let Some(lane) = members.iter().find(|(known, _)| known == wake).and_then(|(_, lane)| lane.upgrade()) {
-                lane.do_send(Wake { handed });
+        let (mut wake, mut handed) = (report.wake.clone(), report.handed.clone());
+        let mut after = (report.after, report.in_flight);
+        loop {
+            let lane = wake.as_ref().and_then(|wake| {
+                let members = self.members.lock();
+                members.iter().find(|(known, _)| known == wake).and_then(|(_, lane)| lane.upgrade())
+            });
+            match (handed.take(), lane) {
+                // A permit handed goes to its lane, this one included.
+                (Some((id, wave)), Some(lane)) => {
+                    let by = HandedBy::Local(self.number);
+                    let (state, limit) = (after.0.state, after.0.limit);
+                    lane.do_send(Wake { handed: Some(Handed { id, wave, state, limit, by }) });
+                }
+                // Its lane is gone (its scheduler stopped): given back at once, which may hand
+                // it to the next on the list.
+                (Some((id, wave)), None) => {
+                    let back = self.gate.lock().finish(&id, wave, WaveSignal::Neutral, TokenDelta::default(), now_ms);
+                    (wake, handed, after) = (back.wake, back.handed, (back.after, back.in_flight));
+                    continue;
+                }
+                // A plain wake-up to another lane.
+                (None, Some(lane)) if wake.as_ref() != Some(instance) => lane.do_send(Wake::ASK),
+                (None, _) => {}
             }
+            break;
         }
-        Released {
-            held: report.held,
-            rate_limit: report.rate_limit,
-            after: snapshot(report.after, report.in_flight, now_ms),
-        }
+        Released { held: report.held, rate_limit: report.rate_limit, after: snapshot(after.0, after.1, now_ms) }
     }
 
     /// Extends the leases of `ids`; returns those that were no longer held (registered again).

@@ -21,7 +21,7 @@ use wavegate_core::{
 };
 use wavegate_testkit::RedisServer;
 
-use crate::calls::{self, Call, Head};
+use crate::calls::{self, Call, HandOff, Head};
 use crate::connection::{Store, StoreConfig};
 use crate::scripts::source;
 use crate::shared_gate::SharedGate;
@@ -352,7 +352,16 @@ fn disagreement(
                     local.report_window(id.as_str(), report, now, tokens_each);
                 }
                 let report = local.finish(&id, wave, signal, settled, now);
-                let call = calls::finish(keys, &shared.config_args, (id.as_str(), ""), wave, signal, settled, answer);
+                let call = calls::finish(
+                    keys,
+                    &shared.config_args,
+                    (id.as_str(), ""),
+                    HandOff::Always,
+                    wave,
+                    signal,
+                    settled,
+                    answer,
+                );
                 let reply = rows(eval(con, &scripts.finish, &call, now).map_err(at)?).map_err(at)?;
                 let lua = calls::read_finish(&reply, wave).map_err(|e| at(e.to_string()))?;
                 let rust_handed = report.handed.as_ref().map(|(id, _)| id.clone());
@@ -553,7 +562,7 @@ fn one_line_mutants_of_the_scripts_make_the_twins_disagree() {
         ("local longest = redis.call('ZPOPMIN', KEYS[4])", "local longest = redis.call('ZPOPMAX', KEYS[4])"),
         // finish.lua: the hand-off, and what the wave admits of it.
         ("  if wave_denial(s, now, redis.call('ZCARD', KEYS[1])) then return nil end", ""),
-        ("      handed = hand_off(longest[1], config, s, now)", ""),
+        ("      if hand_off_rule ~= 'none' then ask = hand_off(longest[1], config, s, now) end", ""),
     ];
     let sources = [source::ACQUIRE, source::FINISH];
     for (original, mutant) in mutants {

@@ -137,10 +137,35 @@ pub(crate) fn read_acquire(reply: &[Value], heads: &[Head<'_>]) -> Result<Acquir
 
 /// `finish.lua`: the config, the id, its wave, the outcome, its `Retry-After`, the head of the
 /// wake-up channels, the token delta and the generation of the state last seen (`''` for none).
+/// Which releases hand their freed permit on (`finish.lua`'s `hand_off`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandOff {
+    /// Whether or not the woken process hears its wake-up: the Rust twin's rule.
+    Always,
+    /// Only when the wake-up reached a subscriber (one server, or behind Sentinel: `PUBLISH`
+    /// counts them).
+    WhenHeard,
+    /// Never (a Cluster: `PUBLISH` counts only the subscribers of its own node).
+    Never,
+}
+
+impl HandOff {
+    /// The script's argument.
+    pub(crate) fn as_arg(self) -> &'static str {
+        match self {
+            HandOff::Always => "all",
+            HandOff::WhenHeard => "heard",
+            HandOff::Never => "none",
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn finish<'a>(
     keys: &'a UpstreamKeys,
     config: &'a [String],
     (id, generation): (&str, &str),
+    hand_off: HandOff,
     wave: u64,
     signal: WaveSignal,
     token_delta: TokenDelta,
@@ -160,7 +185,8 @@ pub(crate) fn finish<'a>(
         .arg(retry_after)
         .arg(&keys.wakes)
         .arg(token_delta.to_arg())
-        .arg(generation);
+        .arg(generation)
+        .arg(hand_off.as_arg());
     match report {
         Some((report, tokens_each)) => with_report(call, id, report, tokens_each, false),
         None => call,
@@ -583,13 +609,31 @@ mod tests {
             (
                 "finish",
                 &s.finish,
-                finish(keys, config, ("x", ""), 1, WaveSignal::RateLimited { retry_after: None }, (-3).into(), None),
+                finish(
+                    keys,
+                    config,
+                    ("x", ""),
+                    HandOff::WhenHeard,
+                    1,
+                    WaveSignal::RateLimited { retry_after: None },
+                    (-3).into(),
+                    None,
+                ),
                 true,
             ),
             (
                 "finish with its answer's report",
                 &s.finish,
-                finish(keys, config, ("x", ""), 1, WaveSignal::Success, (-3).into(), Some((report, 10))),
+                finish(
+                    keys,
+                    config,
+                    ("x", ""),
+                    HandOff::Never,
+                    1,
+                    WaveSignal::Success,
+                    (-3).into(),
+                    Some((report, 10)),
+                ),
                 true,
             ),
             ("status", &s.status, status(keys, config), true),
@@ -742,7 +786,9 @@ mod tests {
             (
                 include_str!("../../../lua/finish.lua"),
                 source::FINISH,
-                finish(&keys, &config, ("x", ""), 1, WaveSignal::Neutral, 0.into(), Some((report, 0))).keys.len(),
+                finish(&keys, &config, ("x", ""), HandOff::Always, 1, WaveSignal::Neutral, 0.into(), Some((report, 0)))
+                    .keys
+                    .len(),
             ),
             (include_str!("../../../lua/status.lua"), source::STATUS, status(&keys, &config).keys.len()),
             (include_str!("../../../lua/renew.lua"), source::RENEW, renew(&keys, (lease, ""), ["x"]).keys.len()),

@@ -68,5 +68,5 @@ pub use processes::{LiveProcess, live_processes};
 pub use releases::{HandedPermit, ReleaseSubscription, WakeMessage};
 pub use scripts::preload;
 pub use sentinel::SentinelConfig;
-pub use shared_gate::{Acquired, ClassAsk, Finished, Reconciled, SharedGate, SharedStatus};
+pub use shared_gate::{Acquired, ClassAsk, Finished, HandOff, Reconciled, SharedGate, SharedStatus};
 pub use startup::{MIN_REDIS_VERSION, ServerInfo};

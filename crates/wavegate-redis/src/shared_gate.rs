@@ -19,7 +19,7 @@ use wavegate_core::{
 use wavegate_core::priority::PriorityClass;
 
 use crate::calls::{self, CONFIG_ARGS, Head, Reply};
-pub use crate::calls::{Finished, SharedStatus};
+pub use crate::calls::{Finished, HandOff, SharedStatus};
 use crate::connection::Store;
 use crate::day_word::DayWord;
 use crate::error::StoreError;
@@ -97,6 +97,9 @@ pub struct SharedGate {
     pub(crate) config_args: [String; CONFIG_ARGS],
     /// This process's instance id, put on the waiting list at the limit ('' for none).
     instance: String,
+    /// Which releases hand their freed permit on ([`HandOff`]): only with a wake-up heard, or
+    /// never on a Cluster.
+    hand_off: HandOff,
     /// The name of the class that takes permits whose id names none (with classes).
     default_class: Option<String>,
     /// The generation of the upstream's state this process last saw ('' before the first
@@ -131,6 +134,7 @@ impl SharedGate {
     /// The gate of upstream `name`, with its wave configuration and rate budgets.
     pub fn with_budgets(store: Store, name: &UpstreamName, wave: &WaveConfig, budgets: Budgets) -> Self {
         let keys = store.config().keyspace.upstream(name);
+        let hand_off = if store.config().cluster_nodes.is_empty() { HandOff::WhenHeard } else { HandOff::Never };
         let ladder = wave.cooldown.ladder().iter().map(|step| duration_ms(*step).to_string()).collect::<Vec<_>>();
         let rate = |b: Option<RateBudget>| b.map_or((0, 0), |b| (b.per_minute(), b.burst()));
         let (requests, requests_burst) = rate(budgets.requests);
@@ -162,6 +166,7 @@ impl SharedGate {
             name: name.as_str().to_owned(),
             keys,
             config_args,
+            hand_off,
             instance: String::new(),
             default_class: None,
             generation: Arc::default(),
@@ -193,6 +198,15 @@ impl SharedGate {
     /// one process asks again instead of all of them.
     pub fn for_instance(mut self, instance: impl Into<String>) -> Self {
         self.instance = instance.into();
+        self
+    }
+
+    /// Which releases hand their freed permit on: by default only with a wake-up a subscriber
+    /// heard, never on a Cluster. (Tests that compare the scripts with the Rust twin, which
+    /// has no subscribers, hand on always.)
+    #[doc(hidden)]
+    pub fn with_hand_off(mut self, hand_off: HandOff) -> Self {
+        self.hand_off = hand_off;
         self
     }
 
@@ -400,8 +414,9 @@ impl SharedGate {
     ) -> Result<Finished, StoreError> {
         const COMMAND: &str = "finish";
         let generation = self.generation();
+        let ids = (id, generation.as_str());
         let mut call =
-            calls::finish(&self.keys, &self.config_args, (id, &generation), wave, signal, token_delta, report);
+            calls::finish(&self.keys, &self.config_args, ids, self.hand_off, wave, signal, token_delta, report);
         self.send_live(&mut call);
         let reply: Vec<Value> = self.store.invoke(COMMAND, &call.invocation(&scripts().finish)).await?;
         calls::read_finish(&reply, wave)

@@ -13,7 +13,7 @@ use wavegate_core::{
     Ask, Budgets, Decision, Instance, LiveSetting, LiveSettings, LiveValue, PermitId, TokenDelta, UpstreamName,
     WaveSignal, WindowReport,
 };
-use wavegate_redis::{SharedGate, Store, StoreConfig, StoreError};
+use wavegate_redis::{HandOff, SharedGate, Store, StoreConfig, StoreError};
 use wavegate_testkit::RedisServer;
 
 /// The scripts of one upstream, one `SharedGate` per process asking.
@@ -30,7 +30,9 @@ struct LuaModel {
 
 impl LuaModel {
     fn new(runtime: Runtime, store: &Store, name: &UpstreamName, case: &SpecCase) -> Self {
-        let mut gate = SharedGate::with_budgets(store.clone(), name, &case.wave_config(), case.budgets());
+        // The twin hands permits on whether or not anybody hears the wake-up: so does this gate.
+        let gate = SharedGate::with_budgets(store.clone(), name, &case.wave_config(), case.budgets());
+        let mut gate = gate.with_hand_off(HandOff::Always);
         if !case.classes.is_empty() {
             gate = gate.with_classes(&case.priority_classes(), case.default_class, case.class_window());
         }

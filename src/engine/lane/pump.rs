@@ -206,7 +206,7 @@ impl Lane {
                 self.window_until = None;
                 self.heard = None;
                 let reserved = asked.iter().find(|ask| ask.id == id).map_or((0, 0), |ask| (ask.tokens, ask.output));
-                self.grant(GrantInfo::granted(id, wave, state, limit, reserved), ctx);
+                self.grant(GrantInfo::granted(id, wave, state, limit, reserved), true, ctx);
                 true
             }
             Decision::Denied { reason: DenyReason::Cooldown, retry_after_ms, in_flight, .. } => {
@@ -301,18 +301,26 @@ impl Lane {
         if self.held.contains_key(&handed.id) {
             return;
         }
+        let Some(waiter) = self.waiters.get_mut(&handed.id) else {
+            // Its caller left (or its permit came and went already): back as a registration
+            // nobody holds, without the warning of a lease that ended under a call.
+            self.drop_registration(handed.id, (0, 0), ctx);
+            return;
+        };
+        let reserved = (waiter.tokens, waiter.output);
         metrics::permit_handed(self.name());
         self.cooldown_until = None;
         self.blocked_until = None;
         self.window_until = None;
         self.heard = None;
-        let reserved = self.waiters.get_mut(&handed.id).map_or((0, 0), |w| (w.tokens, w.output));
         let info = GrantInfo::granted(handed.id, handed.wave, handed.state, handed.limit, reserved);
-        self.grant(info, ctx);
+        self.grant(info, false, ctx);
     }
 
-    /// Hands the permit of `info` to its waiter (or back, when the waiter is gone).
-    fn grant(&mut self, mut info: GrantInfo, ctx: &mut Context<Self>) {
+    /// Hands the permit of `info` to its waiter (or back, when the waiter is gone). `asked`: the
+    /// grant answers this lane's last ask (a handed permit does not: its waiter waited, so it
+    /// was not granted at once, whatever its place).
+    fn grant(&mut self, mut info: GrantInfo, asked: bool, ctx: &mut Context<Self>) {
         let now = Instant::now();
         let now_ms = self.clock.now_ms();
         let class = self.class_of(&info.id);
@@ -337,7 +345,7 @@ impl Lane {
             ctx.cancel_future(timer);
         }
         self.waiters.granted(&waiter);
-        info.at_once = waiter.alone && waiter.at_head == Some(self.asked_at);
+        info.at_once = asked && waiter.alone && waiter.at_head == Some(self.asked_at);
         self.pace.granted(waiter.class, now);
         let at_head = waiter.at_head.unwrap_or(now);
         info.queue_wait = at_head.saturating_duration_since(waiter.enqueued);
