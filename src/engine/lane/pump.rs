@@ -302,9 +302,14 @@ impl Lane {
             return;
         }
         let Some(waiter) = self.waiters.get_mut(&handed.id) else {
-            // Its caller left (or its permit came and went already): back as a registration
-            // nobody holds, without the warning of a lease that ended under a call.
-            self.drop_registration(handed.id, (0, 0), ctx);
+            // Its caller left (or its permit came and went already): the store's goes back as
+            // a registration nobody holds (without the warning of a lease that ended under a
+            // call), the in-process gate's as any permit whose caller is gone.
+            if handed.by == HandedBy::Store {
+                self.drop_registration(handed.id, (0, 0), ctx);
+            } else {
+                self.grant(GrantInfo::granted(handed.id, handed.wave, handed.state, handed.limit, (0, 0)), false, ctx);
+            }
             return;
         };
         let reserved = (waiter.tokens, waiter.output);
