@@ -101,6 +101,9 @@ settle_part('output', output_delta)
 -- The tokens per day as the tokens per minute (LocalGate::finish).
 settle_part('tokens_day', token_delta)
 
+-- The longest lease a handed permit gets (a day; HANDED_LEASE_MAX_MS in LocalGate::hand_off).
+local HANDED_LEASE_MAX = 86400000
+
 -- The hand-off (LocalGate::hand_off): the permit just freed goes to the ask `member` (a process
 -- without classes, just taken off the waiting list) last made at the limit, as its acquire
 -- would have granted it, so the woken process needs no acquire of its own. Only where nothing
@@ -117,7 +120,7 @@ local function hand_off(member, config, s, now)
   lease, tokens, output = tonumber(lease), tonumber(tokens), tonumber(output)
   if not id or not lease or not tokens or not output then return nil end
   -- Clamped to what it may mean: a lease of at most a day, an output part of the tokens.
-  lease, output = math.min(math.max(lease, 1), 86400000), math.min(output, tokens)
+  lease, output = math.min(math.max(lease, 1), HANDED_LEASE_MAX), math.min(output, tokens)
   if config.requests or config.tokens or config.input or config.output or config.requests_day
     or config.tokens_day then return nil end
   if redis.call('HGET', KEYS[3], id) then return nil end

@@ -201,10 +201,7 @@ impl Lane {
                 true
             }
             Decision::Granted { id, wave, state, limit, .. } => {
-                self.cooldown_until = None;
-                self.blocked_until = None;
-                self.window_until = None;
-                self.heard = None;
+                self.nothing_holds_back();
                 let reserved = asked.iter().find(|ask| ask.id == id).map_or((0, 0), |ask| (ask.tokens, ask.output));
                 self.grant(GrantInfo::granted(id, wave, state, limit, reserved), true, ctx);
                 true
@@ -314,12 +311,18 @@ impl Lane {
         };
         let reserved = (waiter.tokens, waiter.output);
         metrics::permit_handed(self.name());
+        self.nothing_holds_back();
+        let info = GrantInfo::granted(handed.id, handed.wave, handed.state, handed.limit, reserved);
+        self.grant(info, false, ctx);
+    }
+
+    /// The gate granted a permit (to an ask, or handed on): no cooldown, budget or provider
+    /// window holds this lane back any more, and what a denial proved is stale.
+    fn nothing_holds_back(&mut self) {
         self.cooldown_until = None;
         self.blocked_until = None;
         self.window_until = None;
         self.heard = None;
-        let info = GrantInfo::granted(handed.id, handed.wave, handed.state, handed.limit, reserved);
-        self.grant(info, false, ctx);
     }
 
     /// Hands the permit of `info` to its waiter (or back, when the waiter is gone). `asked`: the

@@ -25,7 +25,7 @@ pub(crate) struct Offers {
 }
 
 /// The ask a process without classes last made at the limit: the permit a release may hand it
-/// (`h|<instance>` in `KEYS[6]`: `'<lease> <tokens> <output> <id>'`).
+/// (`h:<instance>` in `KEYS[6]`: `'<lease> <tokens> <output> <id>'`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct WaitingHead {
     pub(crate) id: String,
