@@ -10,7 +10,9 @@
 -- ARGV[1..18] config (see read_config in wave.lua)
 -- ARGV[19] permit id
 -- ARGV[20] the wave the permit was issued in
--- ARGV[21] outcome: 'success', 'rate_limited' or 'neutral'
+-- ARGV[21] outcome: 'success', 'rate_limited', 'neutral', or 'served:<n>': a success while the
+--          provider served at most n calls at once, counted with no more permits in flight than
+--          that (shadow mode: the permits held are ghosts'; WaveSignal::ServedSuccess)
 -- ARGV[22] Retry-After in ms for 'rate_limited', or '' when the provider gave none
 -- ARGV[23] the text before the instance id of the wake-up channels ('<prefix>:{wake:'), or ''
 --          for no announcement: when a permit is freed, the name of the upstream (the hash tag
@@ -143,8 +145,11 @@ poll(s, now)
 local limit_before = s.limit
 local effect = 'none'
 local changed_from = ''
+local served = string.match(outcome, '^served:(%d+)$')
 if outcome == 'success' then
   changed_from = on_success(s, wave, redis.call('ZCARD', KEYS[1]), now, config) or ''
+elseif served ~= nil then
+  changed_from = on_success(s, wave, math.min(redis.call('ZCARD', KEYS[1]), tonumber(served)), now, config) or ''
 elseif outcome == 'rate_limited' then
   effect, limit_before = on_rate_limited(s, wave, now, retry_after, config)
 elseif outcome ~= 'neutral' then

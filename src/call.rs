@@ -152,7 +152,7 @@ struct CallLog {
 async fn attempts<F, Fut, T, E, C, M>(
     inner: &Inner,
     upstream: usize,
-    request: Request,
+    mut request: Request,
     classify: &C,
     meter: &M,
     mut f: F,
@@ -189,6 +189,9 @@ where
             Err(error) => return Err(error.widen()),
         };
         log.attempts += 1;
+        // In shadow: once an attempt failed as enforcing would not have (or had no ghost), the
+        // call's first ghost stands for the rest of it (known once the attempt is reported).
+        let covered = permit.shadow_covers_retry();
         log.wave = permit.wave();
         log.queue_wait += permit.queue_wait();
         log.permit_wait += permit.permit_wait();
@@ -201,6 +204,7 @@ where
             return Err(Error::deadline_passed(name(), log.attempts));
         };
         log.last = Some(outcome.label());
+        request.shadow_covered |= covered.is_some_and(|covered| covered.get());
         if outcome.rate_limit_kind() == Some(RateLimitKind::QuotaExhausted) {
             // A billing state, not a rate limit: no retry (the report refused the upstream).
             let retry_after = inner.quota[upstream].remaining().unwrap_or(config.quota_pause());

@@ -110,6 +110,7 @@ mod quota;
 mod registry;
 mod request_builder;
 mod scheduler;
+mod served;
 #[cfg(feature = "config")]
 pub mod settings;
 mod shadow;

@@ -87,6 +87,12 @@ impl Permit {
         self.grant.info().permit_wait
     }
 
+    /// In shadow: whether a retry after this attempt goes without a ghost of its own
+    /// (`Grant::shadow_covers_retry`).
+    pub(crate) fn shadow_covers_retry(&self) -> Option<crate::shadow::RetryCovered> {
+        self.grant.shadow_covers_retry()
+    }
+
     /// Whether it is a pass of shadow mode: granted at once, holding nothing, while its ghost
     /// waits for the permit the call would have held; its report reaches the policy when that
     /// permit would have been released (see [`UpstreamStatus::shadow`](crate::UpstreamStatus::shadow)).

@@ -3,11 +3,13 @@
 //! [`ShadowScope`](wavegate_core::ShadowScope) for the mode itself).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
+
+use crate::served::{CallOut, CallsOut};
 
 /// What shadow mode recorded for an upstream in this process, since the scheduler started
 /// (all zero when it never ran in shadow). Part of
@@ -22,6 +24,11 @@ pub struct ShadowStatus {
     pub classes: Vec<String>,
     /// Attempts let through at once in shadow.
     pub calls: u64,
+    /// Of them, retries let through without a ghost of their own: the attempt before met a
+    /// 429 or a failure that enforcing would not have met (more of this process's calls were
+    /// at the provider than the limit lets through), so enforcing would not have retried, and
+    /// the call's first ghost stands for the whole call.
+    pub retries_without_ghost: u64,
     /// Of their ghosts: granted a permit (at once or after a wait).
     pub would_have_granted: u64,
     /// Of those, granted after waiting 1 ms or more.
@@ -50,12 +57,50 @@ impl ShadowStatus {
     }
 }
 
+/// Whether enforcing would have met a 429 or a failure of a call in shadow while the
+/// provider served at most `served` of this process's calls at once (itself included,
+/// `CallOut::end`) and the limit was `limit`. Enforcing lets no more than the limit through: a provider that refused or
+/// failed with no more than that at it would have done the same to enforcing, and its answer is
+/// the limit's to learn from. With more at it, the answer may be the extra calls' doing:
+/// enforcing would have held them back, and this call would most likely have succeeded.
+pub(crate) fn enforcing_meets_failure(served: usize, limit: u32) -> bool {
+    served <= limit as usize
+}
+
+/// A call in shadow's verdict on its own failure, for the call's retries: set when a retry
+/// after it goes without a ghost (`Grant::shadow_covers_retry`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RetryCovered(Arc<AtomicBool>);
+
+impl RetryCovered {
+    /// Already set: for a retry that had no ghost.
+    pub(crate) fn set() -> Self {
+        Self(Arc::new(AtomicBool::new(true)))
+    }
+
+    /// The call failed while the provider served `served` of this process's calls at once
+    /// (itself included) and the limit was `limit`: sets the verdict unless enforcing would
+    /// have met the failure too (`enforcing_meets_failure`).
+    pub(crate) fn failed(&self, served: usize, limit: u32) {
+        if !enforcing_meets_failure(served, limit) {
+            self.0.store(true, Ordering::Release);
+        }
+    }
+
+    pub(crate) fn get(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
 /// The counts, shared by a lane and its ghosts.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ShadowTally {
     counts: Arc<Mutex<ShadowStatus>>,
     /// Calls let through that have not ended: this process's calls at the provider.
-    passes: Arc<AtomicUsize>,
+    passes: Arc<Mutex<CallsOut>>,
+    /// How long a call that succeeds takes, smoothed (nanoseconds; 0 before the first): how
+    /// long the ghost of a call enforcing would not have seen fail holds its permit.
+    success_hold_ns: Arc<AtomicU64>,
     /// Ghosts not done yet (waiting, or holding a permit they have not released).
     holding: Arc<AtomicUsize>,
     /// Drains asked so far (`Scheduler::shutdown`, the last handle's drop): a ghost started
@@ -80,31 +125,41 @@ impl Drop for GhostHolds {
     }
 }
 
-/// A call let through, until it ends: counted in [`ShadowTally`]'s calls at the provider.
-#[derive(Debug)]
-pub(crate) struct PassOut(Arc<AtomicUsize>);
-
-impl Drop for PassOut {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl ShadowTally {
     fn update(&self, change: impl FnOnce(&mut ShadowStatus)) {
-        change(&mut self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        change(&mut lock(&self.counts));
     }
 
-    /// A call let through goes to the provider: how many of this process's are there with it
-    /// (itself included), and the mark that counts it until dropped.
-    pub(crate) fn pass_out(&self) -> (usize, PassOut) {
-        let now = self.passes.fetch_add(1, Ordering::Relaxed) + 1;
-        (now, PassOut(self.passes.clone()))
+    /// A call let through goes to the provider: the mark that counts it until it ends.
+    pub(crate) fn pass_out(&self) -> CallOut {
+        CallsOut::go(&self.passes)
     }
 
-    /// This process's calls at the provider now.
-    pub(crate) fn passes_out(&self) -> usize {
-        self.passes.load(Ordering::Relaxed)
+    /// A call let through succeeded after `took`: the smoothed hold of calls that succeed
+    /// moves a fifth of the way towards it.
+    pub(crate) fn succeeded_in(&self, took: Duration) {
+        let took = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX).max(1);
+        let _ = self.success_hold_ns.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |smoothed| {
+            Some(if smoothed == 0 { took } else { smoothed - smoothed / 5 + took / 5 })
+        });
+    }
+
+    /// How long a call that succeeds takes here, smoothed; `None` before the first.
+    pub(crate) fn success_hold(&self) -> Option<Duration> {
+        let smoothed = self.success_hold_ns.load(Ordering::Relaxed);
+        (smoothed > 0).then(|| Duration::from_nanos(smoothed))
+    }
+
+    /// A retry let through without a ghost (see [`ShadowStatus::retries_without_ghost`]).
+    pub(crate) fn let_retry_through(&self) {
+        self.update(|s| {
+            s.calls += 1;
+            s.retries_without_ghost += 1;
+        });
     }
 
     /// A ghost starts: the mark that counts it until dropped.
@@ -164,7 +219,7 @@ impl ShadowTally {
 
     /// The counts, with the scope in force.
     pub(crate) fn status(&self, scope: &wavegate_core::ShadowScope) -> ShadowStatus {
-        let mut status = self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let mut status = lock(&self.counts).clone();
         status.upstream = scope.is_upstream();
         status.classes = scope.classes().to_vec();
         status

@@ -135,6 +135,29 @@ async fn the_wave_learns_from_the_answers_in_shadow() {
 }
 
 #[actix::test]
+async fn a_429_met_beyond_the_limit_teaches_nothing_and_its_retry_goes_without_a_ghost() {
+    // A provider that serves 3 at once, a limit of 3: enforcing would never send a fourth, so
+    // the 429s the fourth to eighth calls meet in shadow are not the limit's. The limit stays,
+    // and each refused call's retry (which enforcing would not have made) has no ghost: one
+    // ghost per call, as enforcing makes one call each.
+    let provider = mock(Some(3));
+    let (_scheduler, upstream) = local(UpstreamConfig::builder("llm").limit(3).shadow(true));
+    let addr = provider.addr();
+    join_all((0..8).map(|_| {
+        upstream
+            .request()
+            .call(|attempt| async move { if attempt.number == 1 { call_mock(addr).await } else { Ok(()) } })
+    }))
+    .await;
+    assert_eq!(provider.rate_limited(), 5, "the provider served three and refused five");
+    let shadow = settled(&upstream).await;
+    assert_eq!((shadow.calls, shadow.retries_without_ghost), (13, 5), "{shadow:?}");
+    assert_eq!(shadow.would_have_granted, 8, "a ghost per call: {shadow:?}");
+    let status = upstream.status().await.expect("status");
+    assert_eq!((status.limit, status.wave), (3, 1), "nothing learned from the 429s beyond the limit");
+}
+
+#[actix::test]
 async fn a_class_in_shadow_goes_at_once_and_takes_its_would_be_permits() {
     let provider = mock(None);
     let config =

@@ -19,6 +19,8 @@ use wavegate_core::{
 };
 
 use super::clock::{self, Instant};
+use crate::served::CallOut;
+use crate::shadow::RetryCovered;
 
 /// Release permit `id` and report its outcome (to the wave, the budgets, the breaker).
 #[derive(Debug, Message)]
@@ -50,6 +52,12 @@ pub(crate) struct ShadowFinish {
     pub(crate) window: Option<WindowReport>,
     /// When the call ended.
     pub(crate) ended: Instant,
+    /// The most of this process's calls the provider is known to have served at once while
+    /// this one was there, itself included (`CallOut::end`).
+    pub(crate) served: u32,
+    /// A failure enforcing would not have met, or a retry enforcing would not have made: the
+    /// call's first ghost stands for the rest of it.
+    pub(crate) covered: bool,
     /// The call was cancelled while its request was at the provider: held until then.
     pub(crate) hold_until: Option<Instant>,
 }
@@ -59,8 +67,10 @@ pub(crate) struct ShadowFinish {
 enum Sink {
     /// The lane that granted it.
     Lane(Recipient<Finish>),
-    /// The ghost of a call in shadow (the grant is a pass: nothing was taken).
-    Ghost(Option<oneshot::Sender<Box<ShadowFinish>>>),
+    /// The ghost of a call in shadow (the grant is a pass: nothing was taken). `out` counts
+    /// the call at the provider until it ends; `covered` says whether the call's retries go
+    /// without a ghost (see [`Grant::shadow_covers_retry`]).
+    Ghost { ghost: Option<oneshot::Sender<Box<ShadowFinish>>>, out: Option<CallOut>, covered: RetryCovered },
 }
 
 /// What a grant says about the permit.
@@ -146,33 +156,43 @@ impl Grant {
         Self { info, sink: Sink::Lane(lane), ticket, hold, received: false, in_service_since: None, done: false }
     }
 
-    /// A pass for a call in shadow: it holds nothing; its release goes to `ghost`, which
-    /// reports it in its time.
-    pub(crate) fn shadow(info: GrantInfo, ghost: oneshot::Sender<Box<ShadowFinish>>, hold: Duration) -> Self {
-        let sink = Sink::Ghost(Some(ghost));
+    /// A pass for a call in shadow, counted at the provider by `out` until it ends: it holds
+    /// nothing; its release goes to `ghost` (its ghost, or the task that follows a retry
+    /// without one), which reports it in its time. `covered`: see
+    /// [`shadow_covers_retry`](Self::shadow_covers_retry).
+    pub(crate) fn shadow(
+        info: GrantInfo,
+        (ghost, out): (oneshot::Sender<Box<ShadowFinish>>, CallOut),
+        covered: RetryCovered,
+        hold: Duration,
+    ) -> Self {
+        let sink = Sink::Ghost { ghost: Some(ghost), out: Some(out), covered };
         Self { info, sink, ticket: None, hold, received: false, in_service_since: None, done: false }
     }
 
     /// Whether it is a pass of shadow mode.
     pub(crate) fn is_shadow(&self) -> bool {
-        matches!(self.sink, Sink::Ghost(_))
+        matches!(self.sink, Sink::Ghost { .. })
+    }
+
+    /// For a pass: what says, once it is released, whether a retry after it goes without a
+    /// ghost of its own — its failure was one enforcing would not have met (more calls were
+    /// at the provider than the limit lets through, `shadow::enforcing_meets_failure`), or it
+    /// was a retry that had none already. Enforcing would not have retried: the call's first
+    /// ghost stands for the whole call.
+    pub(crate) fn shadow_covers_retry(&self) -> Option<RetryCovered> {
+        match &self.sink {
+            Sink::Ghost { covered, .. } => Some(covered.clone()),
+            Sink::Lane(_) => None,
+        }
     }
 
     /// Releases the permit as the call in shadow `finish` ended, `late` later than the call
-    /// (the ghost was granted that much after the call started). A ghost that waited was
-    /// answered in another state of the provider than enforcing would have made: its 429 or
-    /// failure says nothing of the limit (the provider was busier with calls enforcing would
-    /// have held), and its success says the limit holds only when `proven` (the provider
-    /// served at least the limit's calls at once while it ran).
-    pub(crate) fn finish_late(mut self, finish: ShadowFinish, late: Duration, proven: bool) {
+    /// (the ghost was granted that much after the call started), with what the ghost judged
+    /// enforcing would have met (`lane/shadow.rs`).
+    pub(crate) fn finish_late(mut self, finish: ShadowFinish, late: Duration, met: (WaveSignal, CallResult)) {
         let hold_until = finish.hold_until.map(|until| clock::after(until, late));
-        let (signal, result) = match (finish.signal, finish.result) {
-            (signal, result) if self.info.at_once => (signal, result),
-            (WaveSignal::Success, result) if proven => (WaveSignal::Success, result),
-            (_, CallResult::Success) => (WaveSignal::Neutral, CallResult::Success),
-            _ => (WaveSignal::Neutral, CallResult::Ignored),
-        };
-        self.send(signal, result, finish.tokens_used, finish.window, hold_until);
+        self.send(met.0, met.1, finish.tokens_used, finish.window, hold_until);
     }
 
     /// The caller has taken the grant out of its channel.
@@ -214,12 +234,27 @@ impl Grant {
         }
         let lane = match &mut self.sink {
             Sink::Lane(lane) => lane,
-            Sink::Ghost(ghost) => {
-                let finish =
-                    Box::new(ShadowFinish { signal, result, tokens_used, window, ended: Instant::now(), hold_until });
+            Sink::Ghost { ghost, out, covered } => {
+                let failed = matches!(signal, WaveSignal::RateLimited { .. }) || result == CallResult::Failure;
+                let served = out.take().map_or(0, |out| out.end(!failed));
+                if failed {
+                    covered.failed(served, self.info.limit);
+                }
+                let covered = covered.get();
+                let ended = Instant::now();
+                let finish = ShadowFinish {
+                    signal,
+                    result,
+                    tokens_used,
+                    window,
+                    ended,
+                    hold_until,
+                    served: u32::try_from(served).unwrap_or(u32::MAX),
+                    covered,
+                };
                 // A ghost refused or gone has nothing to report.
                 if let Some(ghost) = ghost.take() {
-                    let _ = ghost.send(finish);
+                    let _ = ghost.send(Box::new(finish));
                 }
                 return;
             }

@@ -38,12 +38,16 @@ pub(crate) struct Request {
     pub(crate) output: u64,
     /// When the whole request must be over; never later than the upstream's total timeout.
     pub(crate) deadline: Option<Instant>,
+    /// In shadow mode, this attempt is a retry its call's first ghost stands for
+    /// (`Grant::shadow_covers_retry`): it goes with a pass and no ghost of its own. Ignored
+    /// when the upstream no longer runs in shadow.
+    pub(crate) shadow_covered: bool,
 }
 
 impl Default for Request {
     /// A request in the upstream's default class, nothing else said.
     fn default() -> Self {
-        Self { class: ClassRef::Default, tenant: None, tokens: 0, output: 0, deadline: None }
+        Self { class: ClassRef::Default, tenant: None, tokens: 0, output: 0, deadline: None, shadow_covered: false }
     }
 }
 

@@ -77,6 +77,15 @@ pub enum WaveSignal {
     },
     /// Anything else (5xx, timeouts, client errors, cancellation): not a wave matter.
     Neutral,
+    /// The call succeeded while the provider served at most `at_most` calls at once: counts
+    /// towards recovery as a success with no more than that many permits in flight (shadow
+    /// mode, where the permits held are ghosts', and what the provider served is known
+    /// otherwise: a limit is taken for one that held only when the provider served it). The
+    /// Lua twin's outcome is `served:<at_most>` (`finish.lua`).
+    ServedSuccess {
+        /// The most calls the provider is known to have served at once while this one ran.
+        at_most: u32,
+    },
 }
 
 /// The longest lease a handed permit gets (a day): `lua/finish.lua` clamps the lease it reads
@@ -812,6 +821,9 @@ impl LocalGate {
         self.machine.poll(now_ms);
         let (rate_limit, transition) = match signal {
             WaveSignal::Success => (None, self.machine.on_success(wave, self.in_flight(), now_ms)),
+            WaveSignal::ServedSuccess { at_most } => {
+                (None, self.machine.on_success(wave, self.in_flight().min(at_most), now_ms))
+            }
             WaveSignal::RateLimited { retry_after } => {
                 (Some(self.machine.on_rate_limited(wave, now_ms, retry_after)), None)
             }

@@ -432,6 +432,8 @@ pub enum SpecSignal {
     RateLimited(Option<u64>),
     /// A non-wave outcome (5xx, timeout, cancelled).
     Neutral,
+    /// A success while the provider served at most this many calls at once (shadow mode).
+    Served(u32),
 }
 
 impl SpecSignal {
@@ -441,6 +443,7 @@ impl SpecSignal {
             SpecSignal::Success => WaveSignal::Success,
             SpecSignal::RateLimited(ms) => WaveSignal::RateLimited { retry_after: ms.map(Duration::from_millis) },
             SpecSignal::Neutral => WaveSignal::Neutral,
+            SpecSignal::Served(at_most) => WaveSignal::ServedSuccess { at_most },
         }
     }
 }

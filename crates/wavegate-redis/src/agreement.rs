@@ -89,7 +89,8 @@ enum StepIn {
         instance: usize,
         heads: Vec<(usize, usize, u32, u64)>,
     },
-    /// The `pick`-th held permit ends: 0 success, 1 neutral, 2 a 429; with a token delta.
+    /// The `pick`-th held permit ends: 0 success (a third of them served below the limit:
+    /// `ServedSuccess`), 1 neutral, 2 a 429; with a token delta.
     Finish {
         pick: usize,
         outcome: u8,
@@ -325,6 +326,7 @@ fn disagreement(
                 }
                 let (id, wave) = held.remove(pick % held.len());
                 let signal = match outcome {
+                    0 if delta % 3 == 0 => WaveSignal::ServedSuccess { at_most: (delta.unsigned_abs() % 4) as u32 },
                     0 => WaveSignal::Success,
                     1 => WaveSignal::Neutral,
                     _ => WaveSignal::RateLimited { retry_after: (delta % 2 == 0).then(|| Duration::from_millis(400)) },

@@ -171,8 +171,13 @@ pub(crate) fn finish<'a>(
     token_delta: TokenDelta,
     report: Option<(WindowReport, u64)>,
 ) -> Call<'a> {
+    let served;
     let (outcome, retry_after) = match signal {
         WaveSignal::Success => ("success", String::new()),
+        WaveSignal::ServedSuccess { at_most } => {
+            served = format!("served:{at_most}");
+            (served.as_str(), String::new())
+        }
         WaveSignal::RateLimited { retry_after } => {
             ("rate_limited", retry_after.map(|d| duration_ms(d).to_string()).unwrap_or_default())
         }

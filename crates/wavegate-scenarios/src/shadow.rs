@@ -54,6 +54,11 @@ struct Row {
     refused: u64,
     /// The limit each scheduler ended with (in shadow: where the wave would have put it).
     limits: Vec<u32>,
+    /// The 429s the wave took as the limit's (each started a wave: a step back or a stop),
+    /// as the last scheduler saw the wave id at the end.
+    cuts: u64,
+    /// In shadow: retries that went without a ghost (enforcing would not have made them).
+    retries_without_ghost: u64,
 }
 
 pub(crate) fn runner_main(args: &[String]) -> ExitCode {
@@ -92,14 +97,14 @@ fn run(args: &[String]) -> Result<(), String> {
     let shadow = runtime.block_on(pass(options, true))?;
     println!();
     println!(
-        "| run | calls | failed | provider max in flight | provider 429s | waited ≥ 1 ms | mean wait | max wait | wait p50 / p99 | refused | limit at the end |"
+        "| run | calls | failed | provider max in flight | provider 429s | waited ≥ 1 ms | mean wait | max wait | wait p50 / p99 | refused | limit at the end | 429s learned from | retries without a ghost |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|");
     for (label, row) in [("enforcing", &enforcing), ("shadow (would have)", &shadow)] {
         let quantiles =
             row.p50_p99.map_or("–".to_owned(), |(p50, p99)| format!("{} / {} ms", p50.as_millis(), p99.as_millis()));
         println!(
-            "| {label} | {} | {} | {} | {} | {} | {} ms | {} ms | {quantiles} | {} | {:?} |",
+            "| {label} | {} | {} | {} | {} | {} | {} ms | {} ms | {quantiles} | {} | {:?} | {} | {} |",
             row.calls,
             row.failed,
             row.provider_max,
@@ -108,7 +113,9 @@ fn run(args: &[String]) -> Result<(), String> {
             row.mean_wait.as_millis(),
             row.max_wait.as_millis(),
             row.refused,
-            row.limits
+            row.limits,
+            row.cuts,
+            row.retries_without_ghost
         );
     }
     let ratio = |shadow: f64, enforcing: f64| if enforcing > 0.0 { shadow / enforcing } else { f64::NAN };
@@ -186,7 +193,9 @@ async fn pass(options: Options, shadow: bool) -> Result<Row, String> {
     row.provider_max = provider.max_in_flight();
     row.provider_429s = provider.rate_limited();
     for upstream in &upstreams {
-        row.limits.push(upstream.status().await.map_err(|e| e.to_string())?.limit);
+        let status = upstream.status().await.map_err(|e| e.to_string())?;
+        row.limits.push(status.limit);
+        row.cuts = status.wave.saturating_sub(1);
     }
     if shadow {
         let recorded = settled(&upstreams).await?;
@@ -196,6 +205,7 @@ async fn pass(options: Options, shadow: bool) -> Result<Row, String> {
         row.mean_wait = total / u32::try_from(granted.max(1)).unwrap_or(u32::MAX);
         row.max_wait = recorded.iter().map(|s| s.would_have_waited_max).max().unwrap_or_default();
         row.refused = recorded.iter().map(ShadowStatus::refused).sum();
+        row.retries_without_ghost = recorded.iter().map(|s| s.retries_without_ghost).sum();
     } else {
         row.waited = waits.iter().filter(|w| **w >= Duration::from_millis(1)).count() as u64;
         let total: Duration = waits.iter().sum();

@@ -28,8 +28,16 @@ impl Lane {
         let Acquire { request, kind, wait_until, reply } = acquire;
         // In shadow the caller goes at once; its ghost is admitted and waits in its place.
         let ghost = self.shadow_class(&request);
+        let covered = request.shadow_covered;
         let reply = match ghost {
-            Some(class) => self.let_through(reply, request.tenant, request.tokens, class, Instant::now()),
+            Some(class) => {
+                let tokens = (request.tenant, request.tokens);
+                match self.let_through(reply, tokens, class, Instant::now(), covered) {
+                    Some(ghost) => ghost,
+                    // A retry its call's ghost stands for: nothing to admit.
+                    None => return,
+                }
+            }
             None => reply,
         };
         let (class, ticket) = match self.check(&request, kind) {

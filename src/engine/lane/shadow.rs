@@ -2,14 +2,15 @@
 //! holds nothing), and a *ghost* takes its place in the admission and the queue. When the
 //! ghost is granted, it records how long the call would have waited, then holds the permit as
 //! long as the call took — from its own grant, as enforcing would have started the call then —
-//! and reports the call's outcome: the budgets are charged its usage, and the wave and the
-//! breaker learn from it — from a 429 or a failure only when the ghost was granted at once (a
-//! call enforcing would have held met a provider busier than enforcing would have let it be:
-//! its 429 is not the limit's; its success still is one). A ghost refused records why; the
-//! call went on anyway.
+//! and reports what enforcing would have met: the budgets are charged the call's usage, and
+//! the wave and the breaker learn from a 429 or a failure only when no more calls were at the
+//! provider than the limit lets through (with more, the call would most likely have succeeded
+//! under enforcing: its ghost holds as long as successes take, and its retries go without a
+//! ghost of their own: one ghost per call, as enforcing makes one call). A ghost refused
+//! records why; the call went on anyway.
 
 use tokio::sync::oneshot;
-use wavegate_core::{Clock, WaveState};
+use wavegate_core::{CallResult, Clock, WaveSignal, WaveState};
 
 use super::actor::Lane;
 use crate::engine::clock::{self, Instant};
@@ -17,7 +18,7 @@ use crate::engine::grant::{Grant, GrantInfo, ShadowFinish};
 use crate::engine::request::{ClassRef, Request};
 use crate::error::Error;
 use crate::metrics;
-use crate::shadow::{GhostHolds, PassOut, ShadowTally};
+use crate::shadow::{GhostHolds, RetryCovered, ShadowTally};
 use crate::status::Mode;
 use wavegate_core::TenantTag;
 
@@ -40,15 +41,16 @@ impl Lane {
 
     /// Answers `reply` at once with a pass for a request of class `class` (of `tenant`, for
     /// `tokens`) that asked at `asked`, and starts its ghost; returns the reply the ghost
-    /// waits on, for the admission to answer.
+    /// waits on, for the admission to answer. A retry its call's first ghost stands for
+    /// (`covered`, see [`Grant::shadow_covers_retry`]) gets a pass and no ghost: `None`.
     pub(super) fn let_through(
         &mut self,
         reply: Reply,
-        tenant: Option<TenantTag>,
-        tokens: u64,
+        (tenant, tokens): (Option<TenantTag>, u64),
         class: usize,
         asked: Instant,
-    ) -> Reply {
+        covered: bool,
+    ) -> Option<Reply> {
         let (state, limit, wave) = self.seen_wave();
         self.sequence += 1;
         let class_name = self.config.classes().get(class).map(|c| c.name());
@@ -56,19 +58,27 @@ impl Lane {
         let id = wavegate_core::PermitId::new(class_name, &self.instance, self.sequence, tenant);
         let info = GrantInfo { at_once: true, ..GrantInfo::granted(id, wave, state, limit, (tokens, 0)) };
         let (finished, finish) = oneshot::channel();
-        let pass = Grant::shadow(info, finished, self.config.cancelled_call_hold());
-        let (ghost_reply, granted) = oneshot::channel();
+        // Counted at the provider until it ends.
+        let out = self.shadow.pass_out();
+        let verdict = if covered { RetryCovered::set() } else { RetryCovered::default() };
+        let pass = Grant::shadow(info, (finished, out), verdict, self.config.cancelled_call_hold());
         let name = self.name().to_owned();
         metrics::shadow_call(&name);
+        if covered {
+            self.shadow.let_retry_through();
+            actix::spawn(retry_without_ghost(self.shadow.clone(), finish));
+            let _ = reply.send(Ok(pass));
+            return None;
+        }
         self.shadow.let_through();
-        let out = self.shadow.pass_out();
+        let (ghost_reply, granted) = oneshot::channel();
         // Counted until it is done: a drain (shutdown) waits for it, and hurries it.
         let holds = self.shadow.holds();
         let times = (asked, Instant::now());
-        actix::spawn(ghost(name, self.shadow.clone(), times, (out, holds), granted, finish));
+        actix::spawn(ghost(name, self.shadow.clone(), times, (wave, holds), granted, finish));
         // A caller gone already drops the pass; its ghost still runs, as the call would have.
         let _ = reply.send(Ok(pass));
-        ghost_reply
+        Some(ghost_reply)
     }
 
     /// After a live change: the callers waiting in a class that runs in shadow now go at
@@ -91,7 +101,7 @@ impl Lane {
             })
             .collect();
         for (id, reply, tenant, tokens, class, asked) in enforced {
-            let ghost = self.let_through(reply, tenant, tokens, class, asked);
+            let Some(ghost) = self.let_through(reply, (tenant, tokens), class, asked, false) else { continue };
             if let Some(waiter) = self.waiters.get_mut(&id) {
                 waiter.reply = ghost;
             }
@@ -110,23 +120,47 @@ impl Lane {
     }
 }
 
+/// A retry let through without a ghost (its call's first ghost stands for it): a success
+/// teaches how long calls that succeed take.
+async fn retry_without_ghost(tally: ShadowTally, finish: oneshot::Receiver<Box<ShadowFinish>>) {
+    let started = Instant::now();
+    if let Ok(finish) = finish.await
+        && finish.result == CallResult::Success
+    {
+        tally.succeeded_in(finish.ended.saturating_duration_since(started));
+    }
+}
+
 /// A call's ghost — its caller asked at `asked`, its call went at `started` (the same time,
-/// but for a caller let through when shadow was switched on while it waited): waits for the
-/// permit the call would have waited for (`granted`), records
-/// the wait or the refusal, then holds the permit as long as the call held its pass (`finish`
-/// says how it ended) and releases it with the call's outcome. `out` counts the call among
-/// this process's calls at the provider (with how many there were when it went) until it ends;
+/// but for a caller let through when shadow was switched on while it waited) in wave `wave`
+/// as the lane saw it: waits for the permit the call would have waited for (`granted`),
+/// records the wait or the refusal, then holds the permit as long as enforcing would have
+/// held it (`finish` says how the call ended) and releases it with what enforcing would have
+/// met:
+///
+/// * a 429 or a failure with no more of this process's calls at the provider than the limit
+///   lets through (`shadow::enforcing_meets_failure`): as it came, held as long as the call
+///   took (enforcing would have met it and retried; the retry has a ghost of its own) — but
+///   nothing to learn when the wave has moved on since the call went (a 429 of the same burst
+///   cut it: enforcing's would have been late);
+/// * one with more: enforcing would have held those back and this call would most likely
+///   have succeeded, so the ghost holds as long as calls that succeed take and reports
+///   nothing to learn (the call's retries go without a ghost);
+/// * a success: as a success while the provider served no more calls at once than it is known
+///   to have served while this one ran (`WaveSignal::ServedSuccess`): ghosts that waited hold
+///   their permits later than their calls ran, and a success counted with the ghosts' permits
+///   could take a limit the provider never served for one that held.
+///
 /// `holds` counts the ghost until it is done. A ghost started before a drain (the process
 /// shutting down) releases its permit as soon as its call has ended, not a hold later.
 async fn ghost(
     name: String,
     tally: ShadowTally,
     (asked, started): (Instant, Instant),
-    marks: ((usize, PassOut), GhostHolds),
+    (wave, holds): (u64, GhostHolds),
     granted: oneshot::Receiver<Result<Grant, Error>>,
     finish: oneshot::Receiver<Box<ShadowFinish>>,
 ) {
-    let ((mut together, out), holds) = marks;
     let mut grant = match granted.await {
         Ok(Ok(grant)) => grant,
         Ok(Err(error)) => {
@@ -146,9 +180,21 @@ async fn ghost(
     tally.granted(waited);
     // The pass always reports (its drop does); a missing report means the scheduler stopped.
     let Ok(finish) = finish.await else { return };
-    together = together.max(tally.passes_out());
-    drop(out);
-    let held = finish.ended.saturating_duration_since(started);
+    let took = finish.ended.saturating_duration_since(started);
+    let failed = matches!(finish.signal, WaveSignal::RateLimited { .. }) || finish.result == CallResult::Failure;
+    let (held, failure) = match (failed, finish.covered) {
+        // Not enforcing's failure: the call would have succeeded.
+        (true, true) => (tally.success_hold().unwrap_or(took), Some((WaveSignal::Neutral, CallResult::Ignored))),
+        // Enforcing's failure, of a wave left since: late, as enforcing's would have been.
+        (true, false) if grant.info().wave != wave => (took, Some((WaveSignal::Neutral, finish.result))),
+        (true, false) => (took, Some((finish.signal, finish.result))),
+        (false, _) => {
+            if finish.result == CallResult::Success {
+                tally.succeeded_in(took);
+            }
+            (took, None)
+        }
+    };
     // The process shutting down does not wait the rest of the hold: the call has ended, and
     // a permit released after the scheduler stopped would stay held in the store until its
     // lease ends.
@@ -157,10 +203,12 @@ async fn ghost(
         let hurried = std::pin::pin!(tally.hurried(&holds));
         futures_util::future::select(hold, hurried).await;
     }
-    // A ghost that waited proves its limit holds only if the provider really served as many
-    // calls of this process at once while its call ran.
-    let proven = together >= grant.info().limit as usize;
-    grant.finish_late(*finish, waited, proven);
+    let success = match finish.signal {
+        WaveSignal::Success => WaveSignal::ServedSuccess { at_most: finish.served },
+        signal => signal,
+    };
+    let met = failure.unwrap_or((success, finish.result));
+    grant.finish_late(*finish, waited, met);
     // Its release is in the lane's mailbox now: a drain that waited for it sees it there.
     drop(holds);
 }

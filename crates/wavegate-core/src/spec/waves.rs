@@ -707,6 +707,32 @@ pub(super) fn cases() -> Vec<SpecCase> {
             })
         },
         SpecCase {
+            base_limit: 8,
+            recovery: Recovery::Adaptive,
+            ..case("adaptive: successes the provider served below the limit grow it but never make it one that held", {
+                let mut steps: Vec<Step> = PERMITS[..8].iter().map(|p| granted(p, 1, Normal, 8)).collect();
+                steps.push(finish("p0", RateLimited(None)));
+                steps.push(status(Degraded, 4, 2, 7));
+                steps.extend(PERMITS[1..8].iter().map(|p| finish(p, Neutral)));
+                steps.extend(PERMITS[..4].iter().map(|p| granted(p, 2, Degraded, 4)));
+                steps.push(denied_at_limit("over"));
+                // Four permits held, but the provider served 3 at once (shadow: the permits are
+                // ghosts'): the limit was used, so it grows, but 4 did not hold.
+                let served = busy_round(4, 2, Degraded, 5).into_iter().map(|step| match step {
+                    Step::Finish { permit, wave, token_delta, held, wakes, .. } => {
+                        Step::Finish { permit, wave, signal: SpecSignal::Served(3), token_delta, held, wakes }
+                    }
+                    step => step,
+                });
+                steps.extend(handing_over(served.collect()));
+                steps.push(granted("p4", 2, Degraded, 5));
+                // A 429 at 5 steps back by half (nothing held), not to 4 as after full rounds.
+                steps.push(finish("p4", RateLimited(None)));
+                steps.push(status(Degraded, 2, 3, 4));
+                steps
+            })
+        },
+        SpecCase {
             base_limit: 1,
             ..case(
                 "limit 1 stays 1 through a cut and recovers straight to NORMAL",
