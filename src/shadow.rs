@@ -70,25 +70,47 @@ pub(crate) fn enforcing_meets_failure(served: usize, limit: u32) -> bool {
 /// A call in shadow's verdict on its own failure, for the call's retries: set when a retry
 /// after it goes without a ghost (`Grant::shadow_covers_retry`).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct RetryCovered(Arc<AtomicBool>);
+pub(crate) struct RetryCovered {
+    covered: Arc<AtomicBool>,
+    /// In a fleet (other processes share the store): set by the call's ghost when it was
+    /// granted at once. This process counts only its own calls at the provider, so a failure
+    /// counts as enforcing's only when the fleet's ghosts also left room for this one at once
+    /// (enforcing would have sent it then); `None` for a process alone, whose count is the
+    /// fleet's.
+    at_once: Option<Arc<AtomicBool>>,
+}
 
 impl RetryCovered {
     /// Already set: for a retry that had no ghost.
     pub(crate) fn set() -> Self {
-        Self(Arc::new(AtomicBool::new(true)))
+        Self { covered: Arc::new(AtomicBool::new(true)), at_once: None }
+    }
+
+    /// Not set yet; `fleet`: other processes share the store (see the `at_once` field).
+    pub(crate) fn new(fleet: bool) -> Self {
+        Self { covered: Arc::default(), at_once: fleet.then(Arc::default) }
+    }
+
+    /// The call's ghost was granted at once.
+    pub(crate) fn granted_at_once(&self) {
+        if let Some(at_once) = &self.at_once {
+            at_once.store(true, Ordering::Release);
+        }
     }
 
     /// The call failed while the provider served `served` of this process's calls at once
     /// (itself included) and the limit was `limit`: sets the verdict unless enforcing would
-    /// have met the failure too (`enforcing_meets_failure`).
+    /// have met the failure too (`enforcing_meets_failure`; in a fleet, with a ghost granted
+    /// at once by then).
     pub(crate) fn failed(&self, served: usize, limit: u32) {
-        if !enforcing_meets_failure(served, limit) {
-            self.0.store(true, Ordering::Release);
+        let at_once = self.at_once.as_ref().is_none_or(|at_once| at_once.load(Ordering::Acquire));
+        if !at_once || !enforcing_meets_failure(served, limit) {
+            self.covered.store(true, Ordering::Release);
         }
     }
 
     pub(crate) fn get(&self) -> bool {
-        self.0.load(Ordering::Acquire)
+        self.covered.load(Ordering::Acquire)
     }
 }
 

@@ -24,7 +24,7 @@ pub(crate) mod store;
 mod wake;
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU32};
 
 use actix::{Actor, Addr, AsyncContext, Context};
 use tokio::sync::oneshot;
@@ -98,6 +98,8 @@ impl Engine {
         // Set by the coordinator's listener: whether this process hears the live changes
         // announced (its subscription is made).
         let hears_changes = Arc::new(AtomicBool::new(false));
+        // Set by the coordinator's heartbeats: the processes live in the fleet (0: not known).
+        let fleet_size = Arc::new(AtomicU32::new(0));
         let lanes: Vec<Addr<Lane>> = upstreams
             .iter()
             .enumerate()
@@ -115,12 +117,13 @@ impl Engine {
                     coordinator: coordinator.clone().recipient(),
                     gauge_reader: gauge_reader.clone(),
                     hears_changes: hears_changes.clone(),
+                    fleet_size: fleet_size.clone(),
                 };
                 Lane::start_in_arbiter(&arbiter, move |ctx| Lane::new(setup, ctx.address().downgrade().recipient()))
             })
             .collect();
         let weak = lanes.iter().map(Addr::downgrade).collect();
-        let actor = Coordinator::new(store, instance, weak, gates, live, (gauge_reader, hears_changes));
+        let actor = Coordinator::new(store, instance, weak, gates, live, (gauge_reader, hears_changes, fleet_size));
         arbiter.spawn_fn(move || {
             let context = Context::with_receiver(receiver);
             actix::spawn(context.into_future(actor));

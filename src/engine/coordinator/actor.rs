@@ -1,7 +1,7 @@
 //! The coordinator actor's state, its start, the heartbeat, and the messages it answers.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, MessageResult, WeakAddr, WrapFuture};
@@ -58,6 +58,8 @@ pub(crate) struct Coordinator {
     /// the lanes).
     #[cfg_attr(not(feature = "redis"), expect(dead_code, reason = "only a shared store announces changes"))]
     pub(super) hears_changes: Arc<AtomicBool>,
+    /// The live count last noted, for the lanes (0: none yet).
+    pub(super) fleet_size: Arc<AtomicU32>,
     /// The mode the last heartbeat told the fleet (`""`: none yet).
     pub(super) mode_told: String,
 }
@@ -69,7 +71,7 @@ impl Coordinator {
         lanes: Vec<WeakAddr<Lane>>,
         gates: Vec<Option<SharedGate>>,
         live: Option<u32>,
-        (gauge_reader, hears_changes): (Arc<AtomicBool>, Arc<AtomicBool>),
+        (gauge_reader, hears_changes, fleet_size): (Arc<AtomicBool>, Arc<AtomicBool>, Arc<AtomicU32>),
     ) -> Self {
         let mode = if store.is_some() { Mode::Shared } else { Mode::Local };
         let cluster = store.as_ref().is_some_and(store::is_cluster);
@@ -87,6 +89,7 @@ impl Coordinator {
             heartbeat_logged: None,
             gauge_reader,
             hears_changes,
+            fleet_size,
             mode_told: String::new(),
         };
         if let Some(live) = live {
@@ -167,6 +170,7 @@ impl Coordinator {
             }
         };
         self.live_instances = Some(counted);
+        self.fleet_size.store(counted, Ordering::Relaxed);
     }
 
     /// A store command of `domain`, made under `epoch`, failed: an outage switches the domain

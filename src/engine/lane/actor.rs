@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU32};
 use std::time::Duration;
 
 use actix::{Actor, AsyncContext, Context, Handler, MessageResult, Recipient, SpawnHandle, WeakRecipient};
@@ -137,6 +137,10 @@ pub(crate) struct Lane {
     /// Whether this process hears the live changes announced: the look without an
     /// announcement is then the slower safety net (`live.rs`).
     pub(super) hears_changes: Arc<AtomicBool>,
+    /// The processes live in the fleet at the last heartbeat (0: not known; set by the
+    /// coordinator): shadow mode judges a failure by this process's calls alone only when it is
+    /// the only one (`shadow.rs`).
+    pub(super) fleet_size: Arc<AtomicU32>,
     /// The counts since the last history sample, and the history (see `sampler.rs`).
     pub(super) tally: Tally,
     pub(super) history: Arc<HistoryRing>,
@@ -195,6 +199,8 @@ pub(crate) struct LaneSetup {
     pub(crate) gauge_reader: Arc<AtomicBool>,
     /// Whether this process hears the live changes announced (set by the coordinator).
     pub(crate) hears_changes: Arc<AtomicBool>,
+    /// The processes live in the fleet (set by the coordinator's heartbeats; 0: not known).
+    pub(crate) fleet_size: Arc<AtomicU32>,
 }
 
 impl Lane {
@@ -213,6 +219,7 @@ impl Lane {
             coordinator,
             gauge_reader,
             hears_changes,
+            fleet_size,
         } = setup;
         let shared = shared.map(Arc::new);
         let configured = config.clone();
@@ -265,6 +272,7 @@ impl Lane {
             learned_recorded: false,
             gauge_reader,
             hears_changes,
+            fleet_size,
             tally: Tally::default(),
             history,
             membership,

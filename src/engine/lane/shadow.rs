@@ -60,8 +60,8 @@ impl Lane {
         let (finished, finish) = oneshot::channel();
         // Counted at the provider until it ends.
         let out = self.shadow.pass_out();
-        let verdict = if covered { RetryCovered::set() } else { RetryCovered::default() };
-        let pass = Grant::shadow(info, (finished, out), verdict, self.config.cancelled_call_hold());
+        let verdict = if covered { RetryCovered::set() } else { RetryCovered::new(self.in_fleet()) };
+        let pass = Grant::shadow(info, (finished, out), verdict.clone(), self.config.cancelled_call_hold());
         let name = self.name().to_owned();
         metrics::shadow_call(&name);
         if covered {
@@ -75,7 +75,7 @@ impl Lane {
         // Counted until it is done: a drain (shutdown) waits for it, and hurries it.
         let holds = self.shadow.holds();
         let times = (asked, Instant::now());
-        actix::spawn(ghost(name, self.shadow.clone(), times, (wave, holds), granted, finish));
+        actix::spawn(ghost(name, self.shadow.clone(), times, (wave, verdict, holds), granted, finish));
         // A caller gone already drops the pass; its ghost still runs, as the call would have.
         let _ = reply.send(Ok(pass));
         Some(ghost_reply)
@@ -106,6 +106,12 @@ impl Lane {
                 waiter.reply = ghost;
             }
         }
+    }
+
+    /// Whether other processes share the store now (the last heartbeat counted more than
+    /// this one): their calls at the provider are not in this process's count.
+    fn in_fleet(&self) -> bool {
+        self.mode == Mode::Shared && self.fleet_size.load(std::sync::atomic::Ordering::Relaxed) > 1
     }
 
     /// The wave as last seen: the store's in shared mode, the in-process gate's otherwise.
@@ -139,7 +145,8 @@ async fn retry_without_ghost(tally: ShadowTally, finish: oneshot::Receiver<Box<S
 /// met:
 ///
 /// * a 429 or a failure with no more of this process's calls at the provider than the limit
-///   lets through (`shadow::enforcing_meets_failure`): as it came, held as long as the call
+///   lets through (`shadow::enforcing_meets_failure`; in a fleet, where the other processes'
+///   calls are not counted, with its ghost granted at once by then): as it came, held as long as the call
 ///   took (enforcing would have met it and retried; the retry has a ghost of its own) — but
 ///   nothing to learn when the wave has moved on since the call went (a 429 of the same burst
 ///   cut it: enforcing's would have been late);
@@ -157,7 +164,7 @@ async fn ghost(
     name: String,
     tally: ShadowTally,
     (asked, started): (Instant, Instant),
-    (wave, holds): (u64, GhostHolds),
+    (wave, verdict, holds): (u64, RetryCovered, GhostHolds),
     granted: oneshot::Receiver<Result<Grant, Error>>,
     finish: oneshot::Receiver<Box<ShadowFinish>>,
 ) {
@@ -174,6 +181,9 @@ async fn ghost(
         Err(_) => return,
     };
     grant.mark_received();
+    if grant.info().at_once {
+        verdict.granted_at_once();
+    }
     let at = Instant::now();
     let waited = at.saturating_duration_since(asked);
     metrics::shadow_wait(&name, waited);
