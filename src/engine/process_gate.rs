@@ -80,6 +80,11 @@ impl ProcessGate {
         members.push((instance, lane));
     }
 
+    /// How many lanes ask at this gate (schedulers of this process sharing it).
+    pub(crate) fn members(&self) -> usize {
+        self.members.lock().len()
+    }
+
     /// `instance`'s lane asks no more.
     pub(crate) fn leave(&self, instance: &Instance) {
         self.members.lock().retain(|(known, _)| known != instance);

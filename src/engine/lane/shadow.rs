@@ -108,10 +108,13 @@ impl Lane {
         }
     }
 
-    /// Whether other processes share the store now (the last heartbeat counted more than
-    /// this one): their calls at the provider are not in this process's count.
+    /// Whether other schedulers call the provider too — other schedulers of this process at
+    /// its in-process gate, or, with a store configured (shared or not right now), other
+    /// processes (the last heartbeat counted more than this one): their calls at the provider
+    /// are not in this one's count.
     fn in_fleet(&self) -> bool {
-        self.mode == Mode::Shared && self.fleet_size.load(std::sync::atomic::Ordering::Relaxed) > 1
+        let processes = self.fleet_size.load(std::sync::atomic::Ordering::Relaxed);
+        self.local.members() > 1 || (self.mode != Mode::Local && processes > 1)
     }
 
     /// The wave as last seen: the store's in shared mode, the in-process gate's otherwise.
