@@ -273,6 +273,20 @@ fn busy_round(n: usize, wave: u64, state: WaveState, after: u32) -> Vec<Step> {
     steps
 }
 
+/// Adaptive at base 8: eight permits, the first meets a 429 — 8 is too many: half (nothing
+/// held yet), threshold 4, ceiling 8, re-test in 200 ms — the others end, four are granted in
+/// wave 2, and `over` is refused at the limit.
+fn stepped_back_from_eight() -> Vec<Step> {
+    use WaveState::{Degraded, Normal};
+    let mut steps: Vec<Step> = PERMITS[..8].iter().map(|p| granted(p, 1, Normal, 8)).collect();
+    steps.push(finish("p0", SpecSignal::RateLimited(None)));
+    steps.push(status(Degraded, 4, 2, 7));
+    steps.extend(PERMITS[1..8].iter().map(|p| finish(p, SpecSignal::Neutral)));
+    steps.extend(PERMITS[..4].iter().map(|p| granted(p, 2, Degraded, 4)));
+    steps.push(denied_at_limit("over"));
+    steps
+}
+
 /// The cases of one process asking for one permit at a time.
 pub(super) fn cases() -> Vec<SpecCase> {
     use SpecSignal::{Neutral, RateLimited, Success};
@@ -662,13 +676,7 @@ pub(super) fn cases() -> Vec<SpecCase> {
             base_limit: 8,
             recovery: Recovery::Adaptive,
             ..case("adaptive: back to what held, re-tests spaced and backed off, a 429 at what held stops all", {
-                let mut steps: Vec<Step> = PERMITS[..8].iter().map(|p| granted(p, 1, Normal, 8)).collect();
-                // 8 is too many: half (nothing held yet), threshold 4, ceiling 8, re-test in 200 ms.
-                steps.push(finish("p0", RateLimited(None)));
-                steps.push(status(Degraded, 4, 2, 7));
-                steps.extend(PERMITS[1..8].iter().map(|p| finish(p, Neutral)));
-                steps.extend(PERMITS[..4].iter().map(|p| granted(p, 2, Degraded, 4)));
-                steps.push(denied_at_limit("over"));
+                let mut steps = stepped_back_from_eight();
                 // Fully used rounds: 4, 5 and 6 hold; growth by one from the threshold.
                 steps.extend(handing_over(busy_round(4, 2, Degraded, 5)));
                 steps.push(granted("p4", 2, Degraded, 5));
@@ -710,12 +718,7 @@ pub(super) fn cases() -> Vec<SpecCase> {
             base_limit: 8,
             recovery: Recovery::Adaptive,
             ..case("adaptive: successes the provider served below the limit grow it but never make it one that held", {
-                let mut steps: Vec<Step> = PERMITS[..8].iter().map(|p| granted(p, 1, Normal, 8)).collect();
-                steps.push(finish("p0", RateLimited(None)));
-                steps.push(status(Degraded, 4, 2, 7));
-                steps.extend(PERMITS[1..8].iter().map(|p| finish(p, Neutral)));
-                steps.extend(PERMITS[..4].iter().map(|p| granted(p, 2, Degraded, 4)));
-                steps.push(denied_at_limit("over"));
+                let mut steps = stepped_back_from_eight();
                 // Four permits held, but the provider served 3 at once (shadow: the permits are
                 // ghosts'): the limit was used, so it grows, but 4 did not hold.
                 let served = busy_round(4, 2, Degraded, 5).into_iter().map(|step| match step {
