@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
+use wavegate_core::{CallResult, WaveSignal};
 
 use crate::served::{CallOut, CallsOut};
 
@@ -57,11 +58,17 @@ impl ShadowStatus {
     }
 }
 
+/// Whether a call in shadow failed, for what enforcing would have met: a 429, or a failure of
+/// the upstream (5xx, transport error, timeout).
+pub(crate) fn is_failure(signal: WaveSignal, result: CallResult) -> bool {
+    matches!(signal, WaveSignal::RateLimited { .. }) || result == CallResult::Failure
+}
+
 /// Whether enforcing would have met a 429 or a failure of a call in shadow while the
 /// provider served at most `served` of this process's calls at once (itself included,
-/// `CallOut::end`) and the limit was `limit`. Enforcing lets no more than the limit through: a provider that refused or
-/// failed with no more than that at it would have done the same to enforcing, and its answer is
-/// the limit's to learn from. With more at it, the answer may be the extra calls' doing:
+/// `CallOut::end`) and the limit was `limit`. Enforcing lets no more than the limit through:
+/// a provider that refused or failed with no more than that at it would have done the same to
+/// enforcing, and its answer is the limit's to learn from. With more at it, the answer may be the extra calls' doing:
 /// enforcing would have held them back, and this call would most likely have succeeded.
 pub(crate) fn enforcing_meets_failure(served: usize, limit: u32) -> bool {
     served <= limit as usize
@@ -72,8 +79,8 @@ pub(crate) fn enforcing_meets_failure(served: usize, limit: u32) -> bool {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct RetryCovered {
     covered: Arc<AtomicBool>,
-    /// In a fleet (other processes share the store): set by the call's ghost when it was
-    /// granted at once. This process counts only its own calls at the provider, so a failure
+    /// In a fleet (other schedulers call the provider too, `Lane::in_fleet`): set by the call's
+    /// ghost when it was granted at once. This process counts only its own calls at the provider, so a failure
     /// counts as enforcing's only when the fleet's ghosts also left room for this one at once
     /// (enforcing would have sent it then); `None` for a process alone, whose count is the
     /// fleet's.
@@ -86,7 +93,7 @@ impl RetryCovered {
         Self { covered: Arc::new(AtomicBool::new(true)), at_once: None }
     }
 
-    /// Not set yet; `fleet`: other processes share the store (see the `at_once` field).
+    /// Not set yet; `fleet`: other schedulers call the provider too (see the `at_once` field).
     pub(crate) fn new(fleet: bool) -> Self {
         Self { covered: Arc::default(), at_once: fleet.then(Arc::default) }
     }
@@ -118,7 +125,7 @@ impl RetryCovered {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ShadowTally {
     counts: Arc<Mutex<ShadowStatus>>,
-    /// Calls let through that have not ended: this process's calls at the provider.
+    /// This process's calls at the provider, and what it served at once (`served.rs`).
     passes: Arc<Mutex<CallsOut>>,
     /// How long a call that succeeds takes, smoothed (nanoseconds; 0 before the first): how
     /// long the ghost of a call enforcing would not have seen fail holds its permit.

@@ -20,7 +20,7 @@ use wavegate_core::{
 
 use super::clock::{self, Instant};
 use crate::served::CallOut;
-use crate::shadow::RetryCovered;
+use crate::shadow::{RetryCovered, is_failure};
 
 /// Release permit `id` and report its outcome (to the wave, the budgets, the breaker).
 #[derive(Debug, Message)]
@@ -235,7 +235,7 @@ impl Grant {
         let lane = match &mut self.sink {
             Sink::Lane(lane) => lane,
             Sink::Ghost { ghost, out, covered } => {
-                let failed = matches!(signal, WaveSignal::RateLimited { .. }) || result == CallResult::Failure;
+                let failed = is_failure(signal, result);
                 let served = out.take().map_or(0, |out| out.end(!failed));
                 if failed {
                     covered.failed(served, self.info.limit);

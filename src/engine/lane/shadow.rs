@@ -18,7 +18,7 @@ use crate::engine::grant::{Grant, GrantInfo, ShadowFinish};
 use crate::engine::request::{ClassRef, Request};
 use crate::error::Error;
 use crate::metrics;
-use crate::shadow::{GhostHolds, RetryCovered, ShadowTally};
+use crate::shadow::{GhostHolds, RetryCovered, ShadowTally, is_failure};
 use crate::status::Mode;
 use wavegate_core::TenantTag;
 
@@ -149,10 +149,10 @@ async fn retry_without_ghost(tally: ShadowTally, finish: oneshot::Receiver<Box<S
 ///
 /// * a 429 or a failure with no more of this process's calls at the provider than the limit
 ///   lets through (`shadow::enforcing_meets_failure`; in a fleet, where the other processes'
-///   calls are not counted, with its ghost granted at once by then): as it came, held as long as the call
-///   took (enforcing would have met it and retried; the retry has a ghost of its own) — but
-///   nothing to learn when the wave has moved on since the call went (a 429 of the same burst
-///   cut it: enforcing's would have been late);
+///   calls are not counted, with its ghost granted at once by then): as it came, held as long
+///   as the call took (enforcing would have met it and retried; the retry has a ghost of its
+///   own) — but nothing to learn when the wave has moved on since the call went (a 429 of the
+///   same burst cut it: enforcing's would have been late);
 /// * one with more: enforcing would have held those back and this call would most likely
 ///   have succeeded, so the ghost holds as long as calls that succeed take and reports
 ///   nothing to learn (the call's retries go without a ghost);
@@ -194,7 +194,7 @@ async fn ghost(
     // The pass always reports (its drop does); a missing report means the scheduler stopped.
     let Ok(finish) = finish.await else { return };
     let took = finish.ended.saturating_duration_since(started);
-    let failed = matches!(finish.signal, WaveSignal::RateLimited { .. }) || finish.result == CallResult::Failure;
+    let failed = is_failure(finish.signal, finish.result);
     let (held, failure) = match (failed, finish.covered) {
         // Not enforcing's failure: the call would have succeeded.
         (true, true) => (tally.success_hold().unwrap_or(took), Some((WaveSignal::Neutral, CallResult::Ignored))),
