@@ -7,12 +7,16 @@
 -- KEYS[6] how many callers of each waiting process wait, by class, and the fleet's counts
 --         (hash; classes only: priority.lua, fleet.lua)
 -- KEYS[7] the waiting members of each class and tenant in order (zset; classes only: fleet.lua)
+-- KEYS[8] the calls the provider served lately in shadow mode, fleet-wide (zset: member
+--         '<went ms>:<permit id>', score the end in ms; served_at_once below)
 -- ARGV[1..18] config (see read_config in wave.lua)
 -- ARGV[19] permit id
 -- ARGV[20] the wave the permit was issued in
 -- ARGV[21] outcome: 'success', 'rate_limited', 'neutral', or 'served:<n>': a success while the
 --          provider served at most n calls at once, counted with no more permits in flight than
---          that (shadow mode: the permits held are ghosts'; WaveSignal::ServedSuccess)
+--          that (shadow mode: the permits held are ghosts'; WaveSignal::ServedSuccess); or
+--          'served:<n>:<went ago>:<ended ago>' with the call's span in ms before now: n is then
+--          at least the fleet's served calls beside it (served_at_once)
 -- ARGV[22] Retry-After in ms for 'rate_limited', or '' when the provider gave none
 -- ARGV[23] the text before the instance id of the wake-up channels ('<prefix>:{wake:'), or ''
 --          for no announcement: when a permit is freed, the name of the upstream (the hash tag
@@ -138,6 +142,40 @@ local function hand_over(ask, s, now)
   pw_grant(ask.windows, now, ask.id, s.wave, ask.lease, ask.tokens, ask.output)
 end
 
+-- The most calls the fleet's record (KEYS[8]) shows served at once while permit `id`'s call
+-- ran — it went `went_ago` ms and ended `ended_ago` ms before `now` — itself included, once
+-- it is recorded; at least 1. Spans are kept SERVED_SPANS_KEEP_MS after they ended, at most
+-- SERVED_SPANS_MAX (the first to end go first); calls that touch do not overlap.
+-- (wavegate_core::ServedSpans::record is the Rust twin.)
+local SERVED_SPANS_KEEP_MS = 60000
+local SERVED_SPANS_MAX = 256
+local function served_at_once(id, went_ago, ended_ago, now)
+  went_ago = math.min(went_ago, SERVED_SPANS_KEEP_MS)
+  ended_ago = math.min(ended_ago, went_ago)
+  local went, ended = math.max(0, now - went_ago), math.max(0, now - ended_ago)
+  redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', '(' .. (now - SERVED_SPANS_KEEP_MS))
+  redis.call('ZADD', KEYS[8], ended, went .. ':' .. id)
+  local over = redis.call('ZCARD', KEYS[8]) - SERVED_SPANS_MAX
+  if over > 0 then redis.call('ZPOPMIN', KEYS[8], over) end
+  redis.call('PEXPIRE', KEYS[8], SERVED_SPANS_KEEP_MS)
+  local spans = redis.call('ZRANGEBYSCORE', KEYS[8], '(' .. went, '+inf', 'WITHSCORES')
+  local edges = {}
+  for i = 1, #spans, 2 do
+    local start, stop = tonumber(string.match(spans[i], '^(%d+):')), tonumber(spans[i + 1])
+    if start ~= nil and stop ~= nil and start < ended then
+      edges[#edges + 1] = { math.max(start, went), 1 }
+      if stop < ended then edges[#edges + 1] = { stop, -1 } end
+    end
+  end
+  table.sort(edges, function(a, b) return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2]) end)
+  local at_once, most = 0, 1
+  for _, edge in ipairs(edges) do
+    at_once = at_once + edge[2]
+    if at_once > most then most = at_once end
+  end
+  return most
+end
+
 -- (The report purged already, at the same now: nothing has expired since.)
 if not reported then purge(now) end
 local s = load_state(config, now)
@@ -145,7 +183,12 @@ poll(s, now)
 local limit_before = s.limit
 local effect = 'none'
 local changed_from = ''
-local served = string.match(outcome, '^served:(%d+)$')
+local served, went_ago, ended_ago = string.match(outcome, '^served:(%d+):(%d+):(%d+)$')
+if served == nil then served = string.match(outcome, '^served:(%d+)$') end
+if went_ago ~= nil then
+  if KEYS[8] == nil then return fail('finish', 'a served span needs the served key (KEYS[8])') end
+  served = math.max(tonumber(served), served_at_once(id, tonumber(went_ago), tonumber(ended_ago), now))
+end
 if outcome == 'success' then
   changed_from = on_success(s, wave, redis.call('ZCARD', KEYS[1]), now, config) or ''
 elseif served ~= nil then

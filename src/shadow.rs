@@ -98,6 +98,11 @@ impl RetryCovered {
         Self { covered: Arc::default(), at_once: fleet.then(Arc::default) }
     }
 
+    /// Whether other schedulers call the provider too (made with [`new(true)`](Self::new)).
+    pub(crate) fn in_fleet(&self) -> bool {
+        self.at_once.is_some()
+    }
+
     /// The call's ghost was granted at once.
     pub(crate) fn granted_at_once(&self) {
         if let Some(at_once) = &self.at_once {

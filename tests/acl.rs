@@ -471,7 +471,7 @@ async fn the_documented_key_and_channel_patterns_cover_one_prefix_and_not_the_on
         let keyspace = wavegate::Keyspace::new(prefix);
         let keys = keyspace.upstream(&name);
         let mut every = vec![keyspace.instances(), keys.config.clone()];
-        every.extend(keys.waiting_script_keys().iter().map(|k| (*k).to_owned()));
+        every.extend(keys.finish_script_keys().iter().map(|k| (*k).to_owned()));
         for key in &every {
             assert_eq!(dry_run(&["HGET", key, "x"]), allowed, "key {key}");
         }

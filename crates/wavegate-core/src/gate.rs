@@ -48,6 +48,7 @@ use crate::permit_id::text::{class_of, member_instance, tenant_of};
 use crate::permit_id::{Instance, PermitId};
 use crate::priority::{ClassTurns, PriorityClass};
 use crate::provider_window::{ProviderWindows, WindowReport};
+use crate::served_spans::{ServedSpan, ServedSpans};
 use crate::token_delta::{TokenDelta, WindowsBack};
 use crate::wave::{
     Admission, DenyReason, RateLimitEffect, Transition, WaveConfig, WaveMachine, WaveSnapshot, WaveState,
@@ -81,10 +82,16 @@ pub enum WaveSignal {
     /// towards recovery as a success with no more than that many permits in flight (shadow
     /// mode, where the permits held are ghosts', and what the provider served is known
     /// otherwise: a limit is taken for one that held only when the provider served it). The
-    /// Lua twin's outcome is `served:<at_most>` (`finish.lua`).
+    /// Lua twin's outcome is `served:<at_most>` (`finish.lua`), or
+    /// `served:<at_most>:<went ago>:<ended ago>` with a span.
     ServedSuccess {
-        /// The most calls the provider is known to have served at once while this one ran.
+        /// The most calls the provider is known to have served at once while this one ran,
+        /// as its process saw them.
         at_most: u32,
+        /// When the call ran, to count the other processes' served calls beside it: the
+        /// gate keeps the fleet's recent ones ([`ServedSpans`]) and takes the larger count.
+        /// `None` when the process alone calls the provider.
+        span: Option<ServedSpan>,
     },
 }
 
@@ -196,6 +203,8 @@ pub struct LocalGate {
     class_budgets: ClassBudgets,
     /// The instances waiting at the limit.
     waiting: WaitingList,
+    /// The recent calls the provider served, of every member (shadow mode).
+    served: ServedSpans,
 }
 
 impl LocalGate {
@@ -227,6 +236,7 @@ impl LocalGate {
             turns: ClassTurns::default(),
             class_budgets: ClassBudgets::default(),
             waiting: WaitingList::default(),
+            served: ServedSpans::default(),
         }
     }
 
@@ -821,8 +831,9 @@ impl LocalGate {
         self.machine.poll(now_ms);
         let (rate_limit, transition) = match signal {
             WaveSignal::Success => (None, self.machine.on_success(wave, self.in_flight(), now_ms)),
-            WaveSignal::ServedSuccess { at_most } => {
-                (None, self.machine.on_success(wave, self.in_flight().min(at_most), now_ms))
+            WaveSignal::ServedSuccess { at_most, span } => {
+                let fleet = span.map_or(0, |span| self.served.record(id, span, now_ms));
+                (None, self.machine.on_success(wave, self.in_flight().min(at_most.max(fleet)), now_ms))
             }
             WaveSignal::RateLimited { retry_after } => {
                 (Some(self.machine.on_rate_limited(wave, now_ms, retry_after)), None)

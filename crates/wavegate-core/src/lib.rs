@@ -70,6 +70,7 @@ mod provider_window;
 mod rate_limit_kind;
 mod retry_after;
 mod retry_budget;
+mod served_spans;
 mod shadow;
 mod signals;
 #[cfg(feature = "spec")]
@@ -117,6 +118,7 @@ pub use provider_window::{
 pub use rate_limit_kind::RateLimitKind;
 pub use retry_after::{RetryAfterError, parse_retry_after};
 pub use retry_budget::{RetryBudget, RetryBudgetConfig};
+pub use served_spans::{SERVED_SPANS_KEEP_MS, SERVED_SPANS_MAX, ServedSpan, ServedSpans};
 pub use shadow::ShadowScope;
 pub use signals::{DOCUMENTED_PERIOD, MAX_RESET, ProviderSignals, REFILL_SLACK, SignalKind, Unreadable, Window};
 #[cfg(feature = "sse")]

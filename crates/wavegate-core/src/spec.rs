@@ -41,6 +41,7 @@ use crate::learned_limit::{LearnedLimit, LearnedLimits};
 use crate::permit_id::{Instance, PermitId, TenantTag};
 use crate::priority::PriorityClass;
 use crate::provider_window::{WindowLeft, WindowReport};
+use crate::served_spans::ServedSpan;
 use crate::token_delta::{TokenDelta, WindowsBack};
 use crate::wave::{DenyReason, Recovery, WaveConfig, WaveState};
 
@@ -434,6 +435,9 @@ pub enum SpecSignal {
     Neutral,
     /// A success while the provider served at most this many calls at once (shadow mode).
     Served(u32),
+    /// The same, with the call's span: it went and ended so many ms before its report (the
+    /// gate counts the fleet's served calls beside it).
+    ServedSpan(u32, u64, u64),
 }
 
 impl SpecSignal {
@@ -443,7 +447,14 @@ impl SpecSignal {
             SpecSignal::Success => WaveSignal::Success,
             SpecSignal::RateLimited(ms) => WaveSignal::RateLimited { retry_after: ms.map(Duration::from_millis) },
             SpecSignal::Neutral => WaveSignal::Neutral,
-            SpecSignal::Served(at_most) => WaveSignal::ServedSuccess { at_most },
+            SpecSignal::Served(at_most) => WaveSignal::ServedSuccess { at_most, span: None },
+            SpecSignal::ServedSpan(at_most, went_ago, ended_ago) => WaveSignal::ServedSuccess {
+                at_most,
+                span: Some(ServedSpan {
+                    went_ago: Duration::from_millis(went_ago),
+                    ended_ago: Duration::from_millis(ended_ago),
+                }),
+            },
         }
     }
 }

@@ -16,8 +16,8 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use redis::{Script, Value};
 use wavegate_core::priority::PriorityClass;
 use wavegate_core::{
-    Admission, DenyReason, Instance, LearnedLimit, LearnedLimits, LocalGate, PermitId, Recovery, TenantTag, TokenDelta,
-    UpstreamConfig, UpstreamName, WaveSignal, WindowLeft, WindowReport, WindowsBack,
+    Admission, DenyReason, Instance, LearnedLimit, LearnedLimits, LocalGate, PermitId, Recovery, ServedSpan, TenantTag,
+    TokenDelta, UpstreamConfig, UpstreamName, WaveSignal, WindowLeft, WindowReport, WindowsBack,
 };
 use wavegate_testkit::RedisServer;
 
@@ -90,7 +90,7 @@ enum StepIn {
         heads: Vec<(usize, usize, u32, u64)>,
     },
     /// The `pick`-th held permit ends: 0 success (a third of them served below the limit:
-    /// `ServedSuccess`), 1 neutral, 2 a 429; with a token delta.
+    /// `ServedSuccess`, half of those with a span), 1 neutral, 2 a 429; with a token delta.
     Finish {
         pick: usize,
         outcome: u8,
@@ -326,7 +326,14 @@ fn disagreement(
                 }
                 let (id, wave) = held.remove(pick % held.len());
                 let signal = match outcome {
-                    0 if delta % 3 == 0 => WaveSignal::ServedSuccess { at_most: (delta.unsigned_abs() % 4) as u32 },
+                    0 if delta % 3 == 0 => WaveSignal::ServedSuccess {
+                        at_most: (delta.unsigned_abs() % 4) as u32,
+                        // Half of them with a span, to count the fleet's served calls beside it.
+                        span: (delta % 2 == 0).then(|| ServedSpan {
+                            went_ago: Duration::from_millis(delta.unsigned_abs() % 300),
+                            ended_ago: Duration::from_millis(delta.unsigned_abs() % 7 * 10),
+                        }),
+                    },
                     0 => WaveSignal::Success,
                     1 => WaveSignal::Neutral,
                     _ => WaveSignal::RateLimited { retry_after: (delta % 2 == 0).then(|| Duration::from_millis(400)) },

@@ -174,8 +174,13 @@ pub(crate) fn finish<'a>(
     let served;
     let (outcome, retry_after) = match signal {
         WaveSignal::Success => ("success", String::new()),
-        WaveSignal::ServedSuccess { at_most } => {
-            served = format!("served:{at_most}");
+        WaveSignal::ServedSuccess { at_most, span } => {
+            served = match span {
+                Some(span) => {
+                    format!("served:{at_most}:{}:{}", duration_ms(span.went_ago), duration_ms(span.ended_ago))
+                }
+                None => format!("served:{at_most}"),
+            };
             (served.as_str(), String::new())
         }
         WaveSignal::RateLimited { retry_after } => {
@@ -183,7 +188,7 @@ pub(crate) fn finish<'a>(
         }
         WaveSignal::Neutral => ("neutral", String::new()),
     };
-    let call = Call::with_config(&keys.waiting_script_keys(), config)
+    let call = Call::with_config(&keys.finish_script_keys(), config)
         .arg(id)
         .arg(wave)
         .arg(outcome)
@@ -819,7 +824,8 @@ mod tests {
             );
             assert!(keys_documented(body) >= keys_used(body), "{name}: reads keys its contract does not list");
         }
-        // What each contract lists: the scripts that keep the waiting list all seven, the others
+        // What each contract lists: the scripts that keep the waiting list all seven (finish an
+        // eighth, the fleet's served calls in shadow mode), the others
         // the permits, the state and the waves (and are sent the fourth too), the heartbeat
         // its own key.
         let documented: Vec<usize> = [
@@ -834,9 +840,9 @@ mod tests {
         .into_iter()
         .map(keys_documented)
         .collect();
-        assert_eq!(documented, [7, 7, 7, 3, 3, 3, 1]);
+        assert_eq!(documented, [7, 8, 7, 3, 3, 3, 1]);
         assert_eq!(keys_used(source::ACQUIRE), 7);
-        assert_eq!(keys_used(source::FINISH), 7);
+        assert_eq!(keys_used(source::FINISH), 8);
     }
 }
 

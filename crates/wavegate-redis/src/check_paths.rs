@@ -14,8 +14,8 @@ use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 use wavegate_core::{
-    Ask, Instance, LearnedLimit, LearnedLimits, LiveChange, LiveSetting, OutageUsage, PermitId, TenantTag, TokenDelta,
-    UpstreamConfig, WaveSignal, WindowLeft, WindowReport, duration_ms,
+    Ask, Instance, LearnedLimit, LearnedLimits, LiveChange, LiveSetting, OutageUsage, PermitId, ServedSpan, TenantTag,
+    TokenDelta, UpstreamConfig, WaveSignal, WindowLeft, WindowReport, duration_ms,
 };
 
 use crate::connection::Store;
@@ -94,7 +94,10 @@ impl Store {
         // A renewal of a held id and of one the store lost (registered again).
         classed.renew(&[first.clone(), lost.clone()], lease).await?;
         // Releases with a settlement: the class's budget, the choice of whom to wake.
-        classed.finish(&first, 1, WaveSignal::Success, TokenDelta::new(-5, -5)).await?;
+        // A success in shadow, with its span (the fleet's served calls: its own key).
+        let span = ServedSpan { went_ago: Duration::from_millis(2), ended_ago: Duration::ZERO };
+        let served = WaveSignal::ServedSuccess { at_most: 1, span: Some(span) };
+        classed.finish(&first, 1, served, TokenDelta::new(-5, -5)).await?;
         classed.finish(&lost, 1, WaveSignal::Neutral, 0).await?;
         // An adoption after an outage, with its usage charged.
         classed.reconcile(&[adopted.as_str().to_owned()], &[], lease, OutageUsage::new(1, 10, Duration::ZERO)).await?;
@@ -116,7 +119,7 @@ impl Store {
         const COMMAND: &str = "PEXPIRE";
         let keys = gate.keys();
         let ttl = duration_ms(SCRATCH_TTL);
-        for key in keys.waiting_script_keys().into_iter().chain([keys.live.as_str()]) {
+        for key in keys.finish_script_keys().into_iter().chain([keys.live.as_str()]) {
             let key = key.to_owned();
             let timeout = self.config().command_timeout;
             let _: i64 = self

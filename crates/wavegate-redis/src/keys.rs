@@ -36,6 +36,7 @@ impl Keyspace {
             waiting_demand: format!("{base}:waiting_demand"),
             waiting_order: format!("{base}:waiting_order"),
             live: format!("{base}:live"),
+            served: format!("{base}:served"),
             changes: format!("{}:{{live:changes}}:released", self.prefix),
         }
     }
@@ -90,6 +91,10 @@ pub struct UpstreamKeys {
     pub waiting_order: String,
     /// Hash of the live settings an operator set, with their epoch and version (see `lua/live.lua`).
     pub live: String,
+    /// Sorted set of the calls the provider served lately in shadow mode, fleet-wide: member
+    /// `<went ms>:<permit id>`, score the end (ms); kept a minute (see
+    /// [`ServedSpans`](wavegate_core::ServedSpans), `lua/finish.lua`'s `served_at_once`).
+    pub served: String,
     /// The fleet's pub/sub channel of live changes, `<prefix>:{live:changes}:released` (the same
     /// for every upstream): a change publishes the upstream's name there, and every process
     /// subscribes, so each looks at once.
@@ -116,6 +121,13 @@ impl UpstreamKeys {
         ]
     }
 
+    /// The keys of the finish script: [`waiting_script_keys`](Self::waiting_script_keys), then
+    /// `served`.
+    pub fn finish_script_keys(&self) -> [&str; 8] {
+        let [a, b, c, d, e, f, g] = self.waiting_script_keys();
+        [a, b, c, d, e, f, g, &self.served]
+    }
+
     /// The pub/sub channel that wakes process `instance`: `<prefix>:{wake:<instance>}:released`.
     /// A release that frees a permit for a waiting process publishes the upstream's name on
     /// that process's channel only (one delivery per release, whatever the fleet's size); each
@@ -136,7 +148,7 @@ mod tests {
         let name = UpstreamName::new("openai").expect("valid");
         let keys = Keyspace::new("prod{x}").upstream(&name);
         assert_eq!(keys.permits, "prodx:{openai}:permits");
-        for key in keys.waiting_script_keys() {
+        for key in keys.finish_script_keys() {
             assert_eq!(key.matches("{openai}").count(), 1, "{key}");
             assert_eq!(key.matches('{').count(), 1, "{key}");
         }

@@ -10,7 +10,7 @@
 //! records why; the call went on anyway.
 
 use tokio::sync::oneshot;
-use wavegate_core::{CallResult, Clock, WaveSignal, WaveState};
+use wavegate_core::{CallResult, Clock, ServedSpan, WaveSignal, WaveState};
 
 use super::actor::Lane;
 use crate::engine::clock::{self, Instant};
@@ -159,7 +159,8 @@ async fn retry_without_ghost(tally: ShadowTally, finish: oneshot::Receiver<Box<S
 /// * a success: as a success while the provider served no more calls at once than it is known
 ///   to have served while this one ran (`WaveSignal::ServedSuccess`): ghosts that waited hold
 ///   their permits later than their calls ran, and a success counted with the ghosts' permits
-///   could take a limit the provider never served for one that held.
+///   could take a limit the provider never served for one that held. In a fleet the success
+///   carries its span, and the gate counts the fleet's served calls beside it (`ServedSpans`).
 ///
 /// `holds` counts the ghost until it is done. A ghost started before a drain (the process
 /// shutting down) releases its permit as soon as its call has ended, not a hold later.
@@ -216,8 +217,15 @@ async fn ghost(
         let hurried = std::pin::pin!(tally.hurried(&holds));
         futures_util::future::select(hold, hurried).await;
     }
+    // In a fleet, the call's span too: the gate counts the other processes' calls served
+    // beside it (this one's count is its share of the fleet's).
+    let now = Instant::now();
+    let span = verdict.in_fleet().then(|| ServedSpan {
+        went_ago: now.saturating_duration_since(started),
+        ended_ago: now.saturating_duration_since(finish.ended),
+    });
     let success = match finish.signal {
-        WaveSignal::Success => WaveSignal::ServedSuccess { at_most: finish.served },
+        WaveSignal::Success => WaveSignal::ServedSuccess { at_most: finish.served, span },
         signal => signal,
     };
     let met = failure.unwrap_or((success, finish.result));

@@ -736,6 +736,40 @@ pub(super) fn cases() -> Vec<SpecCase> {
             })
         },
         SpecCase {
+            base_limit: 8,
+            recovery: Recovery::Adaptive,
+            ..case(
+                "adaptive: a served success counts the fleet's served calls beside it, as far as they were reported",
+                {
+                    let mut steps = stepped_back_from_eight();
+                    // Four permits, each of another process that saw only its own call served (1),
+                    // each call 100 ms long and reported as it ended: the k-th report counts k.
+                    let pass = |first: bool| -> Vec<Step> {
+                        PERMITS[..4]
+                            .iter()
+                            .enumerate()
+                            .flat_map(|(i, permit)| {
+                                let limit = if !first && i >= 1 { 5 } else { 4 };
+                                [finish(permit, SpecSignal::ServedSpan(1, 100, 0)), granted(permit, 2, Degraded, limit)]
+                            })
+                            .collect()
+                    };
+                    // Reports 2, 3 and 4 count as used (1 does not: 1 × 2 < 4).
+                    steps.extend(handing_over(pass(true)));
+                    steps.push(status(Degraded, 4, 2, 4));
+                    // 200 ms on, calls that went after those ended: the second report of the pass
+                    // ends the round (4 successes), with 2 served at once: 4 did not hold; it grows.
+                    steps.push(Step::Advance { ms: 200 });
+                    steps.extend(pass(false));
+                    steps.push(granted("p4", 2, Degraded, 5));
+                    // So a 429 at 5 steps back by half, not to 4.
+                    steps.push(finish("p4", RateLimited(None)));
+                    steps.push(status(Degraded, 2, 3, 4));
+                    steps
+                },
+            )
+        },
+        SpecCase {
             base_limit: 1,
             ..case(
                 "limit 1 stays 1 through a cut and recovers straight to NORMAL",
