@@ -16,8 +16,11 @@
 --          provider served at most n calls at once, counted with no more permits in flight than
 --          that (shadow mode: the permits held are ghosts'; WaveSignal::ServedSuccess); or
 --          'served:<n>:<went ago>:<ended ago>' with the call's span in ms before now: n is then
---          at least the fleet's served calls beside it (served_at_once)
--- ARGV[22] Retry-After in ms for 'rate_limited', or '' when the provider gave none
+--          at least the fleet's served calls beside it (served_at_once); or
+--          'rate_limited_among:<went ago>:<ended ago>': a 429 of a call in shadow in a fleet, taken as
+--          'rate_limited' only when no more calls were served at once while it ran, itself included,
+--          than the limit (met_at_once), as 'neutral' otherwise (WaveSignal::RateLimitedAmong)
+-- ARGV[22] Retry-After in ms for a 429, or '' when the provider gave none
 -- ARGV[23] the text before the instance id of the wake-up channels ('<prefix>:{wake:'), or ''
 --          for no announcement: when a permit is freed, the name of the upstream (the hash tag
 --          of KEYS[1]) is published on the channel of the process that has waited longest at
@@ -149,16 +152,20 @@ end
 -- (wavegate_core::ServedSpans::record is the Rust twin.)
 local SERVED_SPANS_KEEP_MS = 60000
 local SERVED_SPANS_MAX = 256
-local function served_at_once(id, went_ago, ended_ago, now)
+local function span_at(went_ago, ended_ago, now)
   went_ago = math.min(went_ago, SERVED_SPANS_KEEP_MS)
   ended_ago = math.min(ended_ago, went_ago)
-  local went, ended = math.max(0, now - went_ago), math.max(0, now - ended_ago)
-  redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', '(' .. (now - SERVED_SPANS_KEEP_MS))
-  redis.call('ZADD', KEYS[8], ended, went .. ':' .. id)
-  local over = redis.call('ZCARD', KEYS[8]) - SERVED_SPANS_MAX
-  if over > 0 then redis.call('ZPOPMIN', KEYS[8], over) end
-  redis.call('PEXPIRE', KEYS[8], SERVED_SPANS_KEEP_MS)
+  return math.max(0, now - went_ago), math.max(0, now - ended_ago)
+end
+
+-- The most of the recorded spans (and `also`, a span {went, ended} or nil) at once within
+-- [went, ended].
+local function most_at_once(went, ended, also)
   local spans = redis.call('ZRANGEBYSCORE', KEYS[8], '(' .. went, '+inf', 'WITHSCORES')
+  if also ~= nil then
+    spans[#spans + 1] = also[1] .. ':'
+    spans[#spans + 1] = also[2]
+  end
   local edges = {}
   for i = 1, #spans, 2 do
     local start, stop = tonumber(string.match(spans[i], '^(%d+):')), tonumber(spans[i + 1])
@@ -174,6 +181,26 @@ local function served_at_once(id, went_ago, ended_ago, now)
     if at_once > most then most = at_once end
   end
   return most
+end
+
+local function served_at_once(id, went_ago, ended_ago, now)
+  local went, ended = span_at(went_ago, ended_ago, now)
+  redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', '(' .. (now - SERVED_SPANS_KEEP_MS))
+  redis.call('ZADD', KEYS[8], ended, went .. ':' .. id)
+  local over = redis.call('ZCARD', KEYS[8]) - SERVED_SPANS_MAX
+  if over > 0 then redis.call('ZPOPMIN', KEYS[8], over) end
+  redis.call('PEXPIRE', KEYS[8], SERVED_SPANS_KEEP_MS)
+  return most_at_once(went, ended, nil)
+end
+
+-- The most calls the record shows served at once while a refused call was at the provider
+-- — it went `went_ago` and ended `ended_ago` ms before `now` — itself included (not
+-- recorded); a refusal quicker than a millisecond counts those served at its millisecond.
+-- (wavegate_core::ServedSpans::met is the Rust twin.)
+local function met_at_once(went_ago, ended_ago, now)
+  local went, ended = span_at(went_ago, ended_ago, now)
+  ended = math.max(ended, went + 1)
+  return most_at_once(went, ended, { went, ended })
 end
 
 -- (The report purged already, at the same now: nothing has expired since.)
@@ -195,6 +222,13 @@ elseif served ~= nil then
   changed_from = on_success(s, wave, math.min(redis.call('ZCARD', KEYS[1]), tonumber(served)), now, config) or ''
 elseif outcome == 'rate_limited' then
   effect, limit_before = on_rate_limited(s, wave, now, retry_after, config)
+elseif string.match(outcome, '^rate_limited_among:%d+:%d+$') then
+  -- Enforcing's 429 only with no more served at once than the limit; otherwise nothing.
+  local m_went, m_ended = string.match(outcome, '^rate_limited_among:(%d+):(%d+)$')
+  if KEYS[8] == nil then return fail('finish', 'a 429 among served calls needs the served key (KEYS[8])') end
+  if met_at_once(tonumber(m_went), tonumber(m_ended), now) <= s.limit then
+    effect, limit_before = on_rate_limited(s, wave, now, retry_after, config)
+  end
 elseif outcome ~= 'neutral' then
   return fail('finish', 'unknown outcome ' .. outcome)
 end

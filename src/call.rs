@@ -32,6 +32,12 @@ use crate::error::{Error, ErrorKind};
 use crate::handle::Inner;
 use crate::metrics;
 use crate::permit::Permit;
+use crate::shadow::RetryCovered;
+
+/// At most how long a retry in shadow waits for the verdict on the attempt before it (in a
+/// fleet, a 429 quicker than its ghost's first answer waits for that answer): a ghost not
+/// answered by then is taken as not granted at once.
+const SHADOW_VERDICT_WAIT: Duration = Duration::from_secs(1);
 
 /// A permit for a caller that makes the call itself: waits at most the upstream's `max_wait`,
 /// and not past the request's deadline.
@@ -171,7 +177,14 @@ where
     let deadline = request.deadline.map_or(total, |deadline| deadline.min(total));
     let mut transient_retries = 0u32;
     let mut kind = AttemptKind::First;
+    // In shadow: the last attempt's verdict on its failure, read before the retry asks.
+    let mut verdict: Option<RetryCovered> = None;
     loop {
+        if let Some(verdict) = verdict.take() {
+            // Known once its ghost's first answer is (a store round trip at most).
+            let bound = SHADOW_VERDICT_WAIT.min(deadline.saturating_duration_since(Instant::now()));
+            request.shadow_covered |= verdict.settled(bound).await;
+        }
         let now = Instant::now();
         if now >= deadline {
             return Err(Error::deadline_passed(name(), log.attempts));
@@ -190,7 +203,8 @@ where
         };
         log.attempts += 1;
         // In shadow: once an attempt failed as enforcing would not have (or had no ghost), the
-        // call's first ghost stands for the rest of it (known once the attempt is reported).
+        // call's first ghost stands for the rest of it (known once the attempt is reported and
+        // its ghost answered).
         let covered = permit.shadow_covers_retry();
         log.wave = permit.wave();
         log.queue_wait += permit.queue_wait();
@@ -204,7 +218,7 @@ where
             return Err(Error::deadline_passed(name(), log.attempts));
         };
         log.last = Some(outcome.label());
-        request.shadow_covered |= covered.is_some_and(|covered| covered.get());
+        verdict = covered;
         if outcome.rate_limit_kind() == Some(RateLimitKind::QuotaExhausted) {
             // A billing state, not a rate limit: no retry (the report refused the upstream).
             let retry_after = inner.quota[upstream].remaining().unwrap_or(config.quota_pause());

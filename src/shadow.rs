@@ -61,7 +61,7 @@ impl ShadowStatus {
 /// Whether a call in shadow failed, for what enforcing would have met: a 429, or a failure of
 /// the upstream (5xx, transport error, timeout).
 pub(crate) fn is_failure(signal: WaveSignal, result: CallResult) -> bool {
-    matches!(signal, WaveSignal::RateLimited { .. }) || result == CallResult::Failure
+    signal.rate_limited().is_some() || result == CallResult::Failure
 }
 
 /// Whether enforcing would have met a 429 or a failure of a call in shadow while the
@@ -79,50 +79,107 @@ pub(crate) fn enforcing_meets_failure(served: usize, limit: u32) -> bool {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct RetryCovered {
     covered: Arc<AtomicBool>,
-    /// In a fleet (other schedulers call the provider too, `Lane::in_fleet`): set by the call's
-    /// ghost when it was granted at once. This process counts only its own calls at the provider, so a failure
-    /// counts as enforcing's only when the fleet's ghosts also left room for this one at once
-    /// (enforcing would have sent it then); `None` for a process alone, whose count is the
-    /// fleet's.
-    at_once: Option<Arc<AtomicBool>>,
+    /// In a fleet (other schedulers call the provider too, `Lane::in_fleet`): whether the
+    /// call's ghost was granted at once. This process counts only its own calls at the
+    /// provider, so a failure counts as enforcing's only when the fleet's ghosts also left room
+    /// for this one at once (enforcing would have sent it then); `None` for a process alone,
+    /// whose count is the fleet's.
+    fleet: Option<Arc<FleetVerdict>>,
+}
+
+/// A fleet's verdict: a failure can come back before the ghost's grant does (a provider that
+/// refuses faster than a store round trip); it waits for it.
+#[derive(Debug, Default)]
+struct FleetVerdict {
+    state: Mutex<FleetState>,
+    /// Wakes a call loop waiting for the verdict ([`RetryCovered::settled`]).
+    known: Notify,
+}
+
+#[derive(Debug, Default)]
+struct FleetState {
+    /// Whether the ghost was granted at once; `None` while its first answer is not known.
+    at_once: Option<bool>,
+    /// A failure that came before it: the calls served at once and the limit.
+    pending: Option<(usize, u32)>,
 }
 
 impl RetryCovered {
     /// Already set: for a retry that had no ghost.
     pub(crate) fn set() -> Self {
-        Self { covered: Arc::new(AtomicBool::new(true)), at_once: None }
+        Self { covered: Arc::new(AtomicBool::new(true)), fleet: None }
     }
 
-    /// Not set yet; `fleet`: other schedulers call the provider too (see the `at_once` field).
+    /// Not set yet; `fleet`: other schedulers call the provider too (see the `fleet` field).
     pub(crate) fn new(fleet: bool) -> Self {
-        Self { covered: Arc::default(), at_once: fleet.then(Arc::default) }
+        Self { covered: Arc::default(), fleet: fleet.then(Arc::default) }
     }
 
     /// Whether other schedulers call the provider too (made with [`new(true)`](Self::new)).
     pub(crate) fn in_fleet(&self) -> bool {
-        self.at_once.is_some()
+        self.fleet.is_some()
     }
 
-    /// The call's ghost was granted at once.
-    pub(crate) fn granted_at_once(&self) {
-        if let Some(at_once) = &self.at_once {
-            at_once.store(true, Ordering::Release);
+    /// The call's ghost was answered: granted at once, or not (granted after a wait, refused,
+    /// or gone). The first answer stands ([`settled`](Self::settled) may have given one);
+    /// a failure that came before it is judged now.
+    pub(crate) fn ghost_answered(&self, at_once: bool) {
+        let Some(fleet) = &self.fleet else { return };
+        let mut state = lock(&fleet.state);
+        if state.at_once.is_none() {
+            state.at_once = Some(at_once);
+            if let Some((served, limit)) = state.pending.take() {
+                self.judge(at_once, served, limit);
+            }
         }
+        drop(state);
+        fleet.known.notify_waiters();
     }
 
     /// The call failed while the provider served `served` of this process's calls at once
     /// (itself included) and the limit was `limit`: sets the verdict unless enforcing would
     /// have met the failure too (`enforcing_meets_failure`; in a fleet, with a ghost granted
-    /// at once by then).
+    /// at once — judged when its answer comes, if it has not yet).
     pub(crate) fn failed(&self, served: usize, limit: u32) {
-        let at_once = self.at_once.as_ref().is_none_or(|at_once| at_once.load(Ordering::Acquire));
+        let Some(fleet) = &self.fleet else {
+            self.judge(true, served, limit);
+            return;
+        };
+        let mut state = lock(&fleet.state);
+        match state.at_once {
+            Some(at_once) => self.judge(at_once, served, limit),
+            None => state.pending = Some((served, limit)),
+        }
+    }
+
+    fn judge(&self, at_once: bool, served: usize, limit: u32) {
         if !at_once || !enforcing_meets_failure(served, limit) {
             self.covered.store(true, Ordering::Release);
         }
     }
 
+    /// The verdict as it stands (a failure waiting for its ghost's answer is not set yet).
     pub(crate) fn get(&self) -> bool {
         self.covered.load(Ordering::Acquire)
+    }
+
+    /// The verdict, once a failure waiting for its ghost's answer has it — waiting at most
+    /// `bound`: a ghost not answered by then was not granted at once, and is taken as such.
+    pub(crate) async fn settled(&self, bound: Duration) -> bool {
+        if let Some(fleet) = &self.fleet {
+            let until = tokio::time::Instant::now() + bound;
+            loop {
+                let known = fleet.known.notified();
+                if lock(&fleet.state).pending.is_none() {
+                    break;
+                }
+                if tokio::time::timeout_at(until, known).await.is_err() {
+                    self.ghost_answered(false);
+                    break;
+                }
+            }
+        }
+        self.get()
     }
 }
 

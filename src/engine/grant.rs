@@ -55,9 +55,6 @@ pub(crate) struct ShadowFinish {
     /// The most of this process's calls the provider is known to have served at once while
     /// this one was there, itself included (`CallOut::end`).
     pub(crate) served: u32,
-    /// A failure enforcing would not have met, or a retry enforcing would not have made: the
-    /// call's first ghost stands for the rest of it.
-    pub(crate) covered: bool,
     /// The call was cancelled while its request was at the provider: held until then.
     pub(crate) hold_until: Option<Instant>,
 }
@@ -240,7 +237,6 @@ impl Grant {
                 if failed {
                     covered.failed(served, self.info.limit);
                 }
-                let covered = covered.get();
                 let ended = Instant::now();
                 let finish = ShadowFinish {
                     signal,
@@ -250,7 +246,6 @@ impl Grant {
                     ended,
                     hold_until,
                     served: u32::try_from(served).unwrap_or(u32::MAX),
-                    covered,
                 };
                 // A ghost refused or gone has nothing to report.
                 if let Some(ghost) = ghost.take() {

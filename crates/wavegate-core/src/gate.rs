@@ -93,6 +93,31 @@ pub enum WaveSignal {
         /// `None` when the process alone calls the provider.
         span: Option<ServedSpan>,
     },
+    /// A 429 of a call in shadow, in a fleet, reported once the calls served beside it have
+    /// ended: the limit's to learn from (as [`RateLimited`](Self::RateLimited)) only when the
+    /// fleet's recent served calls ([`ServedSpans::met`]) show no more calls served at once
+    /// while it ran, itself included, than the limit lets through — enforcing would have met
+    /// it; with more, it is the extra calls' doing, and nothing to learn (as
+    /// [`Neutral`](Self::Neutral)). The Lua twin's outcome is
+    /// `rate_limited_among:<went ago>:<ended ago>` (`finish.lua`).
+    RateLimitedAmong {
+        /// The provider's requested delay.
+        retry_after: Option<Duration>,
+        /// When the call was at the provider.
+        span: ServedSpan,
+    },
+}
+
+impl WaveSignal {
+    /// The `Retry-After` of a 429 (either kind), `None` for any other signal.
+    pub fn rate_limited(self) -> Option<Option<Duration>> {
+        match self {
+            WaveSignal::RateLimited { retry_after } | WaveSignal::RateLimitedAmong { retry_after, .. } => {
+                Some(retry_after)
+            }
+            _ => None,
+        }
+    }
 }
 
 /// The longest lease a handed permit gets (a day): `lua/finish.lua` clamps the lease it reads
@@ -837,6 +862,13 @@ impl LocalGate {
             }
             WaveSignal::RateLimited { retry_after } => {
                 (Some(self.machine.on_rate_limited(wave, now_ms, retry_after)), None)
+            }
+            WaveSignal::RateLimitedAmong { retry_after, span } => {
+                if self.served.met(span, now_ms) <= self.machine.snapshot().limit {
+                    (Some(self.machine.on_rate_limited(wave, now_ms, retry_after)), None)
+                } else {
+                    (None, None)
+                }
             }
             WaveSignal::Neutral => (None, None),
         };

@@ -62,6 +62,16 @@ impl ServedSpans {
         let beside = self.spans.iter().filter(|&&(end, _, _)| end > went).map(|&(end, _, start)| (start, end));
         most_at_once(beside, went, ended)
     }
+
+    /// The most calls the record shows served at once while a call that was *not* served (a
+    /// 429) was at the provider over `span` (reported at `now_ms`), itself included: what it
+    /// met. A refusal quicker than a millisecond counts the calls served at its millisecond.
+    pub fn met(&self, span: ServedSpan, now_ms: u64) -> u32 {
+        let (went, ended) = span.at(now_ms);
+        let ended = ended.max(went + 1);
+        let beside = self.spans.iter().filter(|&&(end, _, _)| end > went).map(|&(end, _, start)| (start, end));
+        most_at_once(beside.chain([(went, ended)]), went, ended)
+    }
 }
 
 /// The most of `spans` (start, end) at once within `[went, ended]`; spans that touch do not
@@ -107,6 +117,20 @@ mod tests {
         assert_eq!(spans.record("e", span(10, 0), 1_130), 2, "d and e; c ended as e went");
         // Reported late, as a ghost that waited does: the times are the call's, not the report's.
         assert_eq!(spans.record("f", span(1_100, 1_000), 6_100), 1);
+    }
+
+    #[test]
+    fn a_refusal_counts_the_served_calls_it_met() {
+        let mut spans = ServedSpans::default();
+        for (id, went_ago) in [("a", 100), ("b", 90), ("c", 80)] {
+            spans.record(id, span(went_ago, 0), 1_100);
+        }
+        // Refused at once at 1,050, reported at 1,150: it met a, b and c, and is not recorded.
+        assert_eq!(spans.met(span(100, 100), 1_150), 4);
+        assert_eq!(spans.met(span(100, 100), 1_150), 4);
+        // Refused after a, b and c ended: alone.
+        assert_eq!(spans.met(span(40, 30), 1_150), 1);
+        assert_eq!(spans.spans.len(), 3);
     }
 
     #[test]

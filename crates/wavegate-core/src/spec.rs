@@ -438,6 +438,9 @@ pub enum SpecSignal {
     /// The same, with the call's span: it went and ended so many ms before its report (the
     /// gate counts the fleet's served calls beside it).
     ServedSpan(u32, u64, u64),
+    /// A 429 of a call in shadow in a fleet, that went and ended so many ms before its report:
+    /// the limit's only if the fleet's served calls beside it leave it within the limit.
+    RateLimitedAmong(u64, u64),
 }
 
 impl SpecSignal {
@@ -448,15 +451,18 @@ impl SpecSignal {
             SpecSignal::RateLimited(ms) => WaveSignal::RateLimited { retry_after: ms.map(Duration::from_millis) },
             SpecSignal::Neutral => WaveSignal::Neutral,
             SpecSignal::Served(at_most) => WaveSignal::ServedSuccess { at_most, span: None },
-            SpecSignal::ServedSpan(at_most, went_ago, ended_ago) => WaveSignal::ServedSuccess {
-                at_most,
-                span: Some(ServedSpan {
-                    went_ago: Duration::from_millis(went_ago),
-                    ended_ago: Duration::from_millis(ended_ago),
-                }),
-            },
+            SpecSignal::ServedSpan(at_most, went_ago, ended_ago) => {
+                WaveSignal::ServedSuccess { at_most, span: Some(span_of(went_ago, ended_ago)) }
+            }
+            SpecSignal::RateLimitedAmong(went_ago, ended_ago) => {
+                WaveSignal::RateLimitedAmong { retry_after: None, span: span_of(went_ago, ended_ago) }
+            }
         }
     }
+}
+
+fn span_of(went_ago: u64, ended_ago: u64) -> ServedSpan {
+    ServedSpan { went_ago: Duration::from_millis(went_ago), ended_ago: Duration::from_millis(ended_ago) }
 }
 
 /// An implementation of the gate under test, through its entry points.

@@ -90,7 +90,8 @@ enum StepIn {
         heads: Vec<(usize, usize, u32, u64)>,
     },
     /// The `pick`-th held permit ends: 0 success (a third of them served below the limit:
-    /// `ServedSuccess`, half of those with a span), 1 neutral, 2 a 429; with a token delta.
+    /// `ServedSuccess`, half of those with a span), 1 neutral, 2 a 429 (a third of them among
+    /// the fleet's served calls: `RateLimitedAmong`); with a token delta.
     Finish {
         pick: usize,
         outcome: u8,
@@ -336,6 +337,14 @@ fn disagreement(
                     },
                     0 => WaveSignal::Success,
                     1 => WaveSignal::Neutral,
+                    // A third of the 429s among the fleet's served calls (shadow mode in a fleet).
+                    _ if delta % 3 == 0 => WaveSignal::RateLimitedAmong {
+                        retry_after: (delta % 2 == 0).then(|| Duration::from_millis(400)),
+                        span: ServedSpan {
+                            went_ago: Duration::from_millis(delta.unsigned_abs() % 200),
+                            ended_ago: Duration::from_millis(delta.unsigned_abs() % 5 * 10),
+                        },
+                    },
                     _ => WaveSignal::RateLimited { retry_after: (delta % 2 == 0).then(|| Duration::from_millis(400)) },
                 };
                 // A 429 gives its reservation back to the windows, or nothing when its report did.
@@ -353,8 +362,8 @@ fn disagreement(
                 let answer = (pick % 3 == 0).then(|| {
                     let remaining = delta.unsigned_abs() % 20;
                     let left = WindowLeft { remaining, reset_ms: 600, refills_to: (remaining % 2 == 0).then_some(20) };
-                    let refused = matches!(signal, WaveSignal::RateLimited { .. })
-                        .then(|| (delta.unsigned_abs() % 50, delta.unsigned_abs() % 7));
+                    let refused =
+                        signal.rate_limited().is_some().then(|| (delta.unsigned_abs() % 50, delta.unsigned_abs() % 7));
                     (WindowReport { requests: Some(left), refused, ..WindowReport::default() }, 10)
                 });
                 if let Some((report, tokens_each)) = answer {

@@ -29,16 +29,16 @@ impl Lane {
         // In shadow the caller goes at once; its ghost is admitted and waits in its place.
         let ghost = self.shadow_class(&request);
         let covered = request.shadow_covered;
-        let reply = match ghost {
+        let (reply, verdict) = match ghost {
             Some(class) => {
                 let tokens = (request.tenant, request.tokens);
                 match self.let_through(reply, tokens, class, Instant::now(), covered) {
-                    Some(ghost) => ghost,
+                    Some((ghost, verdict)) => (ghost, Some(verdict)),
                     // A retry its call's ghost stands for: nothing to admit.
                     None => return,
                 }
             }
-            None => reply,
+            None => (reply, None),
         };
         let (class, ticket) = match self.check(&request, kind) {
             Ok(admitted) => admitted,
@@ -66,9 +66,13 @@ impl Lane {
         let tenant = request.tenant.filter(|_| class_name.is_some());
         let id = PermitId::new(class_name, &self.instance, self.sequence, tenant);
         let alone = self.waiters.len() == 0;
+        if let Some(verdict) = verdict.as_ref().filter(|_| !alone) {
+            // Behind others: not granted at once, whenever it is.
+            verdict.ghost_answered(false);
+        }
         self.waiters.push(Waiter {
             alone,
-            ghost: ghost.is_some(),
+            ghost: verdict,
             id: id.clone(),
             enqueued: now,
             deadline: wait_until,

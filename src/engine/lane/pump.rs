@@ -162,6 +162,17 @@ impl Lane {
 
     /// Applies a gate's answer to an acquire; returns whether the next waiter may be served now.
     fn on_acquired(&mut self, result: Result<Decision, StoreError>, asked: &[Ask], ctx: &mut Context<Self>) -> bool {
+        // The ghosts asked for and not granted now are not granted at once (shadow mode's
+        // verdicts; `grant` tells the one granted).
+        let granted = match &result {
+            Ok(Decision::Granted { id, .. }) => Some(id),
+            _ => None,
+        };
+        for ask in asked.iter().filter(|ask| Some(&ask.id) != granted) {
+            if let Some(verdict) = self.waiters.get_mut(&ask.id).and_then(|w| w.ghost.as_ref()) {
+                verdict.ghost_answered(false);
+            }
+        }
         match result {
             Ok(decision) => self.on_decision(decision, asked, ctx),
             Err(error) => {

@@ -155,8 +155,8 @@ impl Lane {
                 } else if self.mode == Mode::Fallback {
                     // The outage's usage, charged to the store at the reconciliation.
                     self.outage.used(self.config.budgets(), self.clock.now_ms(), 0, release.token_delta.total);
-                    if let (Some(RateLimitEffect::Cut { .. }), WaveSignal::RateLimited { retry_after }) =
-                        (released.rate_limit, release.signal)
+                    if let (Some(RateLimitEffect::Cut { .. }), Some(retry_after)) =
+                        (released.rate_limit, release.signal.rate_limited())
                     {
                         self.outage.rate_limited = Some(retry_after);
                     }
@@ -211,6 +211,8 @@ impl Lane {
                 // back.
                 self.outage.unreleased.insert(release.id.clone());
                 self.on_store_error(store_epoch.unwrap_or(self.epoch), "finish", error, ctx);
+                // (A 429 among the fleet's served calls, of shadow mode, is not carried: whether
+                // enforcing would have met it takes the store's record.)
                 if let WaveSignal::RateLimited { .. } = release.signal {
                     self.pending_429(release);
                 }

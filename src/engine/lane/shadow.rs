@@ -41,8 +41,10 @@ impl Lane {
 
     /// Answers `reply` at once with a pass for a request of class `class` (of `tenant`, for
     /// `tokens`) that asked at `asked`, and starts its ghost; returns the reply the ghost
-    /// waits on, for the admission to answer. A retry its call's first ghost stands for
-    /// (`covered`, see [`Grant::shadow_covers_retry`]) gets a pass and no ghost: `None`.
+    /// waits on, for the admission to answer, and the call's verdict on its failure (told
+    /// when the ghost is known not to be granted at once). A retry its call's first ghost
+    /// stands for (`covered`, see [`Grant::shadow_covers_retry`]) gets a pass and no ghost:
+    /// `None`.
     pub(super) fn let_through(
         &mut self,
         reply: Reply,
@@ -50,7 +52,7 @@ impl Lane {
         class: usize,
         asked: Instant,
         covered: bool,
-    ) -> Option<Reply> {
+    ) -> Option<(Reply, RetryCovered)> {
         let (state, limit, wave) = self.seen_wave();
         self.sequence += 1;
         let class_name = self.config.classes().get(class).map(|c| c.name());
@@ -75,10 +77,11 @@ impl Lane {
         // Counted until it is done: a drain (shutdown) waits for it, and hurries it.
         let holds = self.shadow.holds();
         let times = (asked, Instant::now());
+        let told = verdict.clone();
         actix::spawn(ghost(name, self.shadow.clone(), times, (wave, verdict, holds), granted, finish));
         // A caller gone already drops the pass; its ghost still runs, as the call would have.
         let _ = reply.send(Ok(pass));
-        Some(ghost_reply)
+        Some((ghost_reply, told))
     }
 
     /// After a live change: the callers waiting in a class that runs in shadow now go at
@@ -92,18 +95,22 @@ impl Lane {
         let enforced: Vec<_> = self
             .waiters
             .iter_mut()
-            .filter(|w| !w.ghost && !w.reply.is_closed() && config.is_shadow(w.class))
+            .filter(|w| w.ghost.is_none() && !w.reply.is_closed() && config.is_shadow(w.class))
             .map(|w| {
-                w.ghost = true;
                 // A placeholder until the ghost's reply takes its place, below.
                 let reply = std::mem::replace(&mut w.reply, oneshot::channel().0);
                 (w.id.clone(), reply, w.tenant, w.tokens, w.class, w.enqueued)
             })
             .collect();
         for (id, reply, tenant, tokens, class, asked) in enforced {
-            let Some(ghost) = self.let_through(reply, (tenant, tokens), class, asked, false) else { continue };
+            let Some((ghost, verdict)) = self.let_through(reply, (tenant, tokens), class, asked, false) else {
+                continue;
+            };
+            // It waited already: not granted at once.
+            verdict.ghost_answered(false);
             if let Some(waiter) = self.waiters.get_mut(&id) {
                 waiter.reply = ghost;
+                waiter.ghost = Some(verdict);
             }
         }
     }
@@ -149,10 +156,13 @@ async fn retry_without_ghost(tally: ShadowTally, finish: oneshot::Receiver<Box<S
 ///
 /// * a 429 or a failure with no more of this process's calls at the provider than the limit
 ///   lets through (`shadow::enforcing_meets_failure`; in a fleet, where the other processes'
-///   calls are not counted, with its ghost granted at once by then): as it came, held as long
-///   as the call took (enforcing would have met it and retried; the retry has a ghost of its
-///   own) — but nothing to learn when the wave has moved on since the call went (a 429 of the
-///   same burst cut it: enforcing's would have been late);
+///   calls are not counted, with its ghost granted at once): as it came, held as long as the
+///   call took (enforcing would have met it and retried; the retry has a ghost of its own) —
+///   but nothing to learn when the wave has moved on since the call went (a 429 of the same
+///   burst cut it: enforcing's would have been late). In a fleet a 429 is held as long as a
+///   success takes, so that the calls served beside it have ended and been reported, and the
+///   gate learns from it only when the fleet's served calls beside it leave it within the
+///   limit (`WaveSignal::RateLimitedAmong`);
 /// * one with more: enforcing would have held those back and this call would most likely
 ///   have succeeded, so the ghost holds as long as calls that succeed take and reports
 ///   nothing to learn (the call's retries go without a ghost);
@@ -175,6 +185,7 @@ async fn ghost(
     let mut grant = match granted.await {
         Ok(Ok(grant)) => grant,
         Ok(Err(error)) => {
+            verdict.ghost_answered(false);
             metrics::shadow_refused(&name, error.code());
             tally.refused(error.code());
             // Counted at the provider until it ends.
@@ -182,12 +193,13 @@ async fn ghost(
             return;
         }
         // The lane stopped with the scheduler.
-        Err(_) => return,
+        Err(_) => {
+            verdict.ghost_answered(false);
+            return;
+        }
     };
     grant.mark_received();
-    if grant.info().at_once {
-        verdict.granted_at_once();
-    }
+    verdict.ghost_answered(grant.info().at_once);
     let at = Instant::now();
     let waited = at.saturating_duration_since(asked);
     metrics::shadow_wait(&name, waited);
@@ -196,11 +208,17 @@ async fn ghost(
     let Ok(finish) = finish.await else { return };
     let took = finish.ended.saturating_duration_since(started);
     let failed = is_failure(finish.signal, finish.result);
-    let (held, failure) = match (failed, finish.covered) {
+    // Known now: the ghost's answer came before the call's end was read.
+    let (held, failure) = match (failed, verdict.get()) {
         // Not enforcing's failure: the call would have succeeded.
         (true, true) => (tally.success_hold().unwrap_or(took), Some((WaveSignal::Neutral, CallResult::Ignored))),
         // Enforcing's failure, of a wave left since: late, as enforcing's would have been.
         (true, false) if grant.info().wave != wave => (took, Some((WaveSignal::Neutral, finish.result))),
+        // In a fleet, a 429 is judged by the fleet's served calls beside it (this process
+        // counts only its own): reported once those have ended, a success's time later.
+        (true, false) if verdict.in_fleet() && finish.signal.rate_limited().is_some() => {
+            (tally.success_hold().unwrap_or(took).max(took), Some((finish.signal, finish.result)))
+        }
         (true, false) => (took, Some((finish.signal, finish.result))),
         (false, _) => {
             if finish.result == CallResult::Success {
@@ -228,7 +246,12 @@ async fn ghost(
         WaveSignal::Success => WaveSignal::ServedSuccess { at_most: finish.served, span },
         signal => signal,
     };
-    let met = failure.unwrap_or((success, finish.result));
+    let met = match (failure, span) {
+        (Some((WaveSignal::RateLimited { retry_after }, result)), Some(span)) => {
+            (WaveSignal::RateLimitedAmong { retry_after, span }, result)
+        }
+        (failure, _) => failure.unwrap_or((success, finish.result)),
+    };
     grant.finish_late(*finish, waited, met);
     // Its release is in the lane's mailbox now: a drain that waited for it sees it there.
     drop(holds);

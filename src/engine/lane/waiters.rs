@@ -21,6 +21,7 @@ use wavegate_core::{Ask, BreakerTicket, PermitId, TenantTag};
 use crate::engine::clock::Instant;
 use crate::engine::grant::Grant;
 use crate::error::Error;
+use crate::shadow::RetryCovered;
 
 /// A caller waiting for a permit.
 #[derive(Debug)]
@@ -45,8 +46,9 @@ pub(crate) struct Waiter {
     /// Nobody waited in this process when it came: granted at its first ask, it did not wait
     /// for the limit at all (see [`GrantInfo::at_once`](crate::engine::grant::GrantInfo)).
     pub(crate) alone: bool,
-    /// It is the ghost of a call in shadow (the call went at once).
-    pub(crate) ghost: bool,
+    /// It is the ghost of a call in shadow (the call went at once): that call's verdict on
+    /// its failure, told when the ghost is known not to be granted at once.
+    pub(crate) ghost: Option<RetryCovered>,
     /// The timer that answers it at its deadline; cancelled when it is answered before.
     pub(crate) deadline_timer: Option<SpawnHandle>,
 }
@@ -314,7 +316,7 @@ mod tests {
         let now = Instant::now();
         let waiter = Waiter {
             alone: false,
-            ghost: false,
+            ghost: None,
             id: pid(id),
             enqueued: now,
             deadline: now + Duration::from_secs(60),

@@ -770,6 +770,34 @@ pub(super) fn cases() -> Vec<SpecCase> {
             )
         },
         SpecCase {
+            base_limit: 8,
+            recovery: Recovery::Adaptive,
+            ..case(
+                "adaptive: a 429 among the fleet's served calls is the limit's only when they leave it within the limit",
+                {
+                    let mut steps = stepped_back_from_eight();
+                    // The four calls were served for 100 ms each, side by side (each reported once
+                    // by its own process), and go again.
+                    steps.extend(handing_over(
+                        PERMITS[..4]
+                            .iter()
+                            .flat_map(|p| [finish(p, SpecSignal::ServedSpan(1, 100, 0)), granted(p, 2, Degraded, 4)])
+                            .collect(),
+                    ));
+                    // A call refused 50 ms ago met those four: five at once, more than the limit of
+                    // 4: enforcing would not have sent it; nothing to learn.
+                    steps.push(finish("p0", SpecSignal::RateLimitedAmong(50, 50)));
+                    steps.push(status(Degraded, 4, 2, 3));
+                    steps.push(granted("p0", 2, Degraded, 4));
+                    // One refused alone, later: the limit's (a step back by half, nothing held).
+                    steps.push(Step::Advance { ms: 200 });
+                    steps.push(finish("p1", SpecSignal::RateLimitedAmong(10, 10)));
+                    steps.push(status(Degraded, 2, 3, 3));
+                    steps
+                },
+            )
+        },
+        SpecCase {
             base_limit: 1,
             ..case(
                 "limit 1 stays 1 through a cut and recovers straight to NORMAL",
