@@ -8,7 +8,7 @@
 --         (hash; classes only: priority.lua, fleet.lua)
 -- KEYS[7] the waiting members of each class and tenant in order (zset; classes only: fleet.lua)
 -- KEYS[8] the calls the provider served lately in shadow mode, fleet-wide (zset: member
---         '<went ms>:<permit id>', score the end in ms; served_at_once below)
+--         '<went ms>:<permit id>', score the end in ms; record_served below)
 -- ARGV[1..18] config (see read_config in wave.lua)
 -- ARGV[19] permit id
 -- ARGV[20] the wave the permit was issued in
@@ -16,7 +16,9 @@
 --          provider served at most n calls at once, counted with no more permits in flight than
 --          that (shadow mode: the permits held are ghosts'; WaveSignal::ServedSuccess); or
 --          'served:<n>:<went ago>:<ended ago>' with the call's span in ms before now: n is then
---          at least the fleet's served calls beside it (served_at_once); or
+--          at least the fleet's served calls beside it (served_beside); 'span:<went ago>:<ended
+--          ago>': the call of the id (in shadow, a pass's: not held) was served then, recorded
+--          for the fleet's counts (record_served; WaveSignal::Served), nothing to learn; or
 --          'rate_limited_among:<went ago>:<ended ago>': a 429 of a call in shadow in a fleet, taken as
 --          'rate_limited' only when no more calls were served at once while it ran, itself included,
 --          than the limit (met_at_once), as 'neutral' otherwise (WaveSignal::RateLimitedAmong)
@@ -145,11 +147,9 @@ local function hand_over(ask, s, now)
   pw_grant(ask.windows, now, ask.id, s.wave, ask.lease, ask.tokens, ask.output)
 end
 
--- The most calls the fleet's record (KEYS[8]) shows served at once while permit `id`'s call
--- ran — it went `went_ago` ms and ended `ended_ago` ms before `now` — itself included, once
--- it is recorded; at least 1. Spans are kept SERVED_SPANS_KEEP_MS after they ended, at most
--- SERVED_SPANS_MAX (the first to end go first); calls that touch do not overlap.
--- (wavegate_core::ServedSpans::record is the Rust twin.)
+-- Shadow mode's record of the calls the provider served, fleet-wide (KEYS[8]): spans are kept
+-- SERVED_SPANS_KEEP_MS after they ended, at most SERVED_SPANS_MAX (the first to end go
+-- first); calls that touch do not overlap. (wavegate_core::ServedSpans is the Rust twin.)
 local SERVED_SPANS_KEEP_MS = 60000
 local SERVED_SPANS_MAX = 256
 local function span_at(went_ago, ended_ago, now)
@@ -183,20 +183,27 @@ local function most_at_once(went, ended, also)
   return most
 end
 
-local function served_at_once(id, went_ago, ended_ago, now)
+-- Records that the provider served permit `id`'s call, which went `went_ago` and ended
+-- `ended_ago` ms before `now`; recording it again changes nothing.
+local function record_served(id, went_ago, ended_ago, now)
   local went, ended = span_at(went_ago, ended_ago, now)
   redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', '(' .. (now - SERVED_SPANS_KEEP_MS))
   redis.call('ZADD', KEYS[8], ended, went .. ':' .. id)
   local over = redis.call('ZCARD', KEYS[8]) - SERVED_SPANS_MAX
   if over > 0 then redis.call('ZPOPMIN', KEYS[8], over) end
   redis.call('PEXPIRE', KEYS[8], SERVED_SPANS_KEEP_MS)
-  return most_at_once(went, ended, nil)
+end
+
+-- The most calls the record shows served at once while a served call was at the provider (it
+-- went `went_ago` and ended `ended_ago` ms before `now`): its own record counts it (at least 1).
+local function served_beside(went_ago, ended_ago, now)
+  local went, ended = span_at(went_ago, ended_ago, now)
+  return most_at_once(went, math.max(ended, went + 1), nil)
 end
 
 -- The most calls the record shows served at once while a refused call was at the provider
 -- — it went `went_ago` and ended `ended_ago` ms before `now` — itself included (not
 -- recorded); a refusal quicker than a millisecond counts those served at its millisecond.
--- (wavegate_core::ServedSpans::met is the Rust twin.)
 local function met_at_once(went_ago, ended_ago, now)
   local went, ended = span_at(went_ago, ended_ago, now)
   ended = math.max(ended, went + 1)
@@ -212,23 +219,28 @@ local effect = 'none'
 local changed_from = ''
 local served, went_ago, ended_ago = string.match(outcome, '^served:(%d+):(%d+):(%d+)$')
 if served == nil then served = string.match(outcome, '^served:(%d+)$') end
-if went_ago ~= nil then
-  if KEYS[8] == nil then return fail('finish', 'a served span needs the served key (KEYS[8])') end
-  served = math.max(tonumber(served), served_at_once(id, tonumber(went_ago), tonumber(ended_ago), now))
+local span_went, span_ended = string.match(outcome, '^span:(%d+):(%d+)$')
+local among_went, among_ended = string.match(outcome, '^rate_limited_among:(%d+):(%d+)$')
+if (went_ago or span_went or among_went) ~= nil and KEYS[8] == nil then
+  return fail('finish', 'a span needs the served key (KEYS[8])')
 end
-if outcome == 'success' then
+if went_ago ~= nil then
+  served = math.max(tonumber(served), served_beside(tonumber(went_ago), tonumber(ended_ago), now))
+end
+if span_went ~= nil then
+  record_served(id, tonumber(span_went), tonumber(span_ended), now)
+elseif among_went ~= nil then
+  -- Enforcing's 429 only with no more served at once than the limit; otherwise nothing.
+  if met_at_once(tonumber(among_went), tonumber(among_ended), now) <= s.limit then
+    effect, limit_before = on_rate_limited(s, wave, now, retry_after, config)
+  end
+elseif outcome == 'success' then
   changed_from = on_success(s, wave, redis.call('ZCARD', KEYS[1]), now, config) or ''
 elseif served ~= nil then
   changed_from = on_success(s, wave, math.min(redis.call('ZCARD', KEYS[1]), tonumber(served)), now, config) or ''
 elseif outcome == 'rate_limited' then
   effect, limit_before = on_rate_limited(s, wave, now, retry_after, config)
-elseif string.match(outcome, '^rate_limited_among:%d+:%d+$') then
-  -- Enforcing's 429 only with no more served at once than the limit; otherwise nothing.
-  local m_went, m_ended = string.match(outcome, '^rate_limited_among:(%d+):(%d+)$')
-  if KEYS[8] == nil then return fail('finish', 'a 429 among served calls needs the served key (KEYS[8])') end
-  if met_at_once(tonumber(m_went), tonumber(m_ended), now) <= s.limit then
-    effect, limit_before = on_rate_limited(s, wave, now, retry_after, config)
-  end
+
 elseif outcome ~= 'neutral' then
   return fail('finish', 'unknown outcome ' .. outcome)
 end

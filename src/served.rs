@@ -44,6 +44,11 @@ impl CallsOut {
 }
 
 impl CallOut {
+    /// When the call went to the provider.
+    pub(crate) fn went(&self) -> Instant {
+        self.went
+    }
+
     /// The call ended now, `served` (it succeeded) or not: the most of this process's calls
     /// the provider served at once while it was there, itself included (the calls still out
     /// count as served: a refusal comes back at once).

@@ -42,6 +42,18 @@ pub(crate) struct Finish {
     pub(crate) hold_until: Option<Instant>,
 }
 
+/// A call in shadow the provider served, in a fleet: the lane records its span in the gate
+/// in charge as it ends, for the fleet's counts (`WaveSignal::Served`: nothing held, nothing
+/// to learn), so that what the other processes' calls met counts it before its ghost reports.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct RecordServed {
+    /// The pass's id (never held).
+    pub(crate) id: PermitId,
+    pub(crate) went: Instant,
+    pub(crate) ended: Instant,
+}
+
 /// How a call in shadow ended, for its ghost: the ghost reports it when the permit the call
 /// would have held is released (`lane/shadow.rs`).
 #[derive(Debug)]
@@ -67,7 +79,13 @@ enum Sink {
     /// The ghost of a call in shadow (the grant is a pass: nothing was taken). `out` counts
     /// the call at the provider until it ends; `covered` says whether the call's retries go
     /// without a ghost (see [`Grant::shadow_covers_retry`]).
-    Ghost { ghost: Option<oneshot::Sender<Box<ShadowFinish>>>, out: Option<CallOut>, covered: RetryCovered },
+    Ghost {
+        ghost: Option<oneshot::Sender<Box<ShadowFinish>>>,
+        out: Option<CallOut>,
+        covered: RetryCovered,
+        /// In a fleet: the lane, told when the provider served the call (`RecordServed`).
+        served: Option<Recipient<RecordServed>>,
+    },
 }
 
 /// What a grant says about the permit.
@@ -157,13 +175,15 @@ impl Grant {
     /// nothing; its release goes to `ghost` (its ghost, or the task that follows a retry
     /// without one), which reports it in its time. `covered`: see
     /// [`shadow_covers_retry`](Self::shadow_covers_retry).
+    /// In a fleet, `served` (the lane) records the call's span as soon as the provider served
+    /// it, for the fleet's counts.
     pub(crate) fn shadow(
         info: GrantInfo,
         (ghost, out): (oneshot::Sender<Box<ShadowFinish>>, CallOut),
-        covered: RetryCovered,
+        (covered, served): (RetryCovered, Option<Recipient<RecordServed>>),
         hold: Duration,
     ) -> Self {
-        let sink = Sink::Ghost { ghost: Some(ghost), out: Some(out), covered };
+        let sink = Sink::Ghost { ghost: Some(ghost), out: Some(out), covered, served };
         Self { info, sink, ticket: None, hold, received: false, in_service_since: None, done: false }
     }
 
@@ -231,13 +251,19 @@ impl Grant {
         }
         let lane = match &mut self.sink {
             Sink::Lane(lane) => lane,
-            Sink::Ghost { ghost, out, covered } => {
+            Sink::Ghost { ghost, out, covered, served: lane } => {
                 let failed = is_failure(signal, result);
+                let went = out.as_ref().map(CallOut::went);
                 let served = out.take().map_or(0, |out| out.end(!failed));
                 if failed {
                     covered.failed(served, self.info.limit);
                 }
                 let ended = Instant::now();
+                if let (Some(lane), Some(went)) = (lane.as_ref(), went)
+                    && result == CallResult::Success
+                {
+                    lane.do_send(RecordServed { id: self.info.id.clone(), went, ended });
+                }
                 let finish = ShadowFinish {
                     signal,
                     result,

@@ -89,9 +89,17 @@ pub enum WaveSignal {
         /// as its process saw them.
         at_most: u32,
         /// When the call ran, to count the other processes' served calls beside it: the
-        /// gate keeps the fleet's recent ones ([`ServedSpans`]) and takes the larger count.
-        /// `None` when the process alone calls the provider.
+        /// gate keeps the fleet's recent ones ([`ServedSpans`], recorded as each ended:
+        /// [`Served`](Self::Served)) and takes the larger count. `None` when the process
+        /// alone calls the provider.
         span: Option<ServedSpan>,
+    },
+    /// A call in shadow the provider served over `span`, in a fleet, recorded as it ended for
+    /// the fleet's counts ([`ServedSpans`]); nothing to learn by itself, and the id (the
+    /// call's pass's) is not held. The Lua twin's outcome is `span:<went ago>:<ended ago>`.
+    Served {
+        /// When the call was at the provider.
+        span: ServedSpan,
     },
     /// A 429 of a call in shadow, in a fleet, reported once the calls served beside it have
     /// ended: the limit's to learn from (as [`RateLimited`](Self::RateLimited)) only when the
@@ -857,7 +865,7 @@ impl LocalGate {
         let (rate_limit, transition) = match signal {
             WaveSignal::Success => (None, self.machine.on_success(wave, self.in_flight(), now_ms)),
             WaveSignal::ServedSuccess { at_most, span } => {
-                let fleet = span.map_or(0, |span| self.served.record(id, span, now_ms));
+                let fleet = span.map_or(0, |span| self.served.served_beside(span, now_ms));
                 (None, self.machine.on_success(wave, self.in_flight().min(at_most.max(fleet)), now_ms))
             }
             WaveSignal::RateLimited { retry_after } => {
@@ -871,6 +879,10 @@ impl LocalGate {
                 }
             }
             WaveSignal::Neutral => (None, None),
+            WaveSignal::Served { span } => {
+                self.served.record(id, span, now_ms);
+                (None, None)
+            }
         };
         let held = self.ledger.remove(id).is_some();
         let mut wake = None;

@@ -1,8 +1,9 @@
 //! Shadow mode's fleet-wide record of the calls the provider served: when each success went
-//! and ended, so that a success reported by one process counts the others' calls the provider
-//! served beside it (a process alone sees only its own share of the fleet's). The Lua twin is
-//! `served_at_once` in `lua/finish.lua`, on the key `<prefix>:{<upstream>}:served` (a sorted
-//! set: member `<went ms>:<permit id>`, score the end in ms).
+//! and ended, recorded as it ends, so that what a call met — a success, or a 429 — counts the
+//! other processes' calls the provider served beside it (a process alone sees only its own
+//! share of the fleet's). The Lua twin is `record_served`, `served_beside` and `met_at_once` in
+//! `lua/finish.lua`, on the key `<prefix>:{<upstream>}:served` (a sorted set: member
+//! `<went ms>:<permit id>`, score the end in ms).
 //!
 //! A span is kept for [`SERVED_SPANS_KEEP_MS`] after its call ended, and at most
 //! [`SERVED_SPANS_MAX`] of them (the ones that ended first go first): a success that ran
@@ -46,10 +47,9 @@ pub struct ServedSpans {
 }
 
 impl ServedSpans {
-    /// Records the success of permit `id` that ran over `span` (reported at `now_ms`), and
-    /// returns the most calls the record shows served at once while it ran, itself included
-    /// (at least 1).
-    pub fn record(&mut self, id: &str, span: ServedSpan, now_ms: u64) -> u32 {
+    /// Records that the provider served permit `id`'s call over `span` (reported at
+    /// `now_ms`, as the call ended). Recording it again changes nothing.
+    pub fn record(&mut self, id: &str, span: ServedSpan, now_ms: u64) {
         let (went, ended) = span.at(now_ms);
         let member = format!("{went}:{id}");
         self.spans.retain(|(_, m, _)| *m != member);
@@ -59,18 +59,27 @@ impl ServedSpans {
         self.spans.sort();
         let over = self.spans.len().saturating_sub(SERVED_SPANS_MAX);
         self.spans.drain(..over);
-        let beside = self.spans.iter().filter(|&&(end, _, _)| end > went).map(|&(end, _, start)| (start, end));
-        most_at_once(beside, went, ended)
     }
 
-    /// The most calls the record shows served at once while a call that was *not* served (a
-    /// 429) was at the provider over `span` (reported at `now_ms`), itself included: what it
-    /// met. A refusal quicker than a millisecond counts the calls served at its millisecond.
+    /// The most calls the record shows served at once while a call the provider served over
+    /// `span` (reported at `now_ms`) was there: its own record counts it (at least 1).
+    pub fn served_beside(&self, span: ServedSpan, now_ms: u64) -> u32 {
+        let (went, ended) = span.at(now_ms);
+        most_at_once(self.ending_after(went), went, ended.max(went + 1))
+    }
+
+    /// The most calls a call *not* served (a 429, never recorded) met at the provider over
+    /// `span` (reported at `now_ms`): the served ones at once while it was there, and itself.
+    /// A refusal quicker than a millisecond counts the calls served at its millisecond.
     pub fn met(&self, span: ServedSpan, now_ms: u64) -> u32 {
         let (went, ended) = span.at(now_ms);
         let ended = ended.max(went + 1);
-        let beside = self.spans.iter().filter(|&&(end, _, _)| end > went).map(|&(end, _, start)| (start, end));
-        most_at_once(beside.chain([(went, ended)]), went, ended)
+        most_at_once(self.ending_after(went).chain([(went, ended)]), went, ended)
+    }
+
+    /// The recorded spans (start, end) that ended after `went`.
+    fn ending_after(&self, went: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.spans.iter().filter(move |&&(end, _, _)| end > went).map(|&(end, _, start)| (start, end))
     }
 }
 
@@ -105,47 +114,39 @@ mod tests {
     }
 
     #[test]
-    fn a_success_counts_the_fleets_served_calls_beside_it() {
+    fn a_call_counts_the_fleets_served_calls_beside_it() {
         let mut spans = ServedSpans::default();
-        // Three calls of 100 ms, from three processes, reported as each ended.
-        assert_eq!(spans.record("a", span(100, 0), 1_100), 1);
-        assert_eq!(spans.record("b", span(90, 0), 1_110), 2);
-        assert_eq!(spans.record("c", span(80, 0), 1_120), 3, "a, b and c were served at 1,040–1,100");
-        // One that went after the first ended: b and c only.
-        assert_eq!(spans.record("d", span(50, 0), 1_150), 3);
+        // Three calls of 100 ms, from three processes, recorded as each ended.
+        spans.record("a", span(100, 0), 1_100);
+        spans.record("b", span(90, 0), 1_110);
+        spans.record("c", span(80, 0), 1_120);
+        // Counted later (a ghost that waited reports late): the times are the call's.
+        assert_eq!(spans.served_beside(span(180, 100), 1_220), 3, "a, b and c were served at 1,040–1,100");
+        assert_eq!(spans.served_beside(span(100, 0), 1_100), 3, "a counted by its own record");
         // One that touches c's end: not beside it.
-        assert_eq!(spans.record("e", span(10, 0), 1_130), 2, "d and e; c ended as e went");
-        // Reported late, as a ghost that waited does: the times are the call's, not the report's.
-        assert_eq!(spans.record("f", span(1_100, 1_000), 6_100), 1);
-    }
-
-    #[test]
-    fn a_refusal_counts_the_served_calls_it_met() {
-        let mut spans = ServedSpans::default();
-        for (id, went_ago) in [("a", 100), ("b", 90), ("c", 80)] {
-            spans.record(id, span(went_ago, 0), 1_100);
-        }
-        // Refused at once at 1,050, reported at 1,150: it met a, b and c, and is not recorded.
+        spans.record("d", span(50, 0), 1_150);
+        spans.record("e", span(10, 0), 1_130);
+        assert_eq!(spans.served_beside(span(10, 0), 1_130), 2, "d and e; c ended as e went");
+        // A 429 (never recorded) at once at 1,050: it met a, b and c.
         assert_eq!(spans.met(span(100, 100), 1_150), 4);
-        assert_eq!(spans.met(span(100, 100), 1_150), 4);
-        // Refused after a, b and c ended: alone.
-        assert_eq!(spans.met(span(40, 30), 1_150), 1);
-        assert_eq!(spans.spans.len(), 3);
+        // One after they all ended: alone.
+        assert_eq!(spans.met(span(10, 10), 6_100), 1);
+        assert_eq!(spans.served_beside(span(10, 10), 6_100), 1, "at least itself");
     }
 
     #[test]
     fn spans_are_kept_a_minute_and_at_most_so_many() {
         let mut spans = ServedSpans::default();
         spans.record("old", span(10, 0), 1_000);
-        assert_eq!(spans.record("new", span(61_000, 0), 62_000), 1, "the old one ended 61 s ago");
-        assert_eq!(spans.spans.len(), 1);
+        spans.record("new", span(61_000, 0), 62_000);
+        assert_eq!(spans.spans.len(), 1, "the old one ended 61 s ago");
         for i in 0..SERVED_SPANS_MAX + 10 {
             spans.record(&i.to_string(), span(1_000, 0), 70_000 + i as u64);
         }
         assert_eq!(spans.spans.len(), SERVED_SPANS_MAX);
-        // A report made twice (a retried release) counts once.
-        let again = spans.record("x", span(1, 0), 80_000);
-        assert_eq!(spans.record("x", span(1, 0), 80_000), again);
+        // A record made twice (a retried release) counts once.
+        spans.record("x", span(1, 0), 80_000);
+        spans.record("x", span(1, 0), 80_000);
         assert_eq!(spans.spans.len(), SERVED_SPANS_MAX);
     }
 
@@ -153,7 +154,8 @@ mod tests {
     fn absurd_spans_are_clamped() {
         let mut spans = ServedSpans::default();
         // Ended before it went, and went before the clock began: taken as instant, at 0.
-        assert_eq!(spans.record("a", span(5, 50), 10), 1);
-        assert_eq!(spans.record("b", ServedSpan { went_ago: Duration::MAX, ended_ago: Duration::MAX }, 10), 1);
+        spans.record("a", span(5, 50), 10);
+        assert_eq!(spans.met(ServedSpan { went_ago: Duration::MAX, ended_ago: Duration::MAX }, 10), 1);
+        assert_eq!(spans.spans[0].0, 5);
     }
 }

@@ -436,8 +436,11 @@ pub enum SpecSignal {
     /// A success while the provider served at most this many calls at once (shadow mode).
     Served(u32),
     /// The same, with the call's span: it went and ended so many ms before its report (the
-    /// gate counts the fleet's served calls beside it).
+    /// gate counts the fleet's served calls recorded beside it).
     ServedSpan(u32, u64, u64),
+    /// A call in shadow in a fleet served from so many ms before its report to so many:
+    /// recorded for the fleet's counts (the id is a pass's, not held).
+    Recorded(u64, u64),
     /// A 429 of a call in shadow in a fleet, that went and ended so many ms before its report:
     /// the limit's only if the fleet's served calls beside it leave it within the limit.
     RateLimitedAmong(u64, u64),
@@ -454,6 +457,7 @@ impl SpecSignal {
             SpecSignal::ServedSpan(at_most, went_ago, ended_ago) => {
                 WaveSignal::ServedSuccess { at_most, span: Some(span_of(went_ago, ended_ago)) }
             }
+            SpecSignal::Recorded(went_ago, ended_ago) => WaveSignal::Served { span: span_of(went_ago, ended_ago) },
             SpecSignal::RateLimitedAmong(went_ago, ended_ago) => {
                 WaveSignal::RateLimitedAmong { retry_after: None, span: span_of(went_ago, ended_ago) }
             }

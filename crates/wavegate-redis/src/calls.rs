@@ -186,6 +186,10 @@ pub(crate) fn finish<'a>(
         WaveSignal::RateLimited { retry_after } => {
             ("rate_limited", retry_after.map(|d| duration_ms(d).to_string()).unwrap_or_default())
         }
+        WaveSignal::Served { span } => {
+            served = format!("span:{}:{}", duration_ms(span.went_ago), duration_ms(span.ended_ago));
+            (served.as_str(), String::new())
+        }
         WaveSignal::RateLimitedAmong { retry_after, span } => {
             served = format!("rate_limited_among:{}:{}", duration_ms(span.went_ago), duration_ms(span.ended_ago));
             (served.as_str(), retry_after.map(|d| duration_ms(d).to_string()).unwrap_or_default())

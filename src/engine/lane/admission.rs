@@ -32,7 +32,7 @@ impl Lane {
         let (reply, verdict) = match ghost {
             Some(class) => {
                 let tokens = (request.tenant, request.tokens);
-                match self.let_through(reply, tokens, class, Instant::now(), covered) {
+                match self.let_through(reply, tokens, class, Instant::now(), covered, ctx) {
                     Some((ghost, verdict)) => (ghost, Some(verdict)),
                     // A retry its call's ghost stands for: nothing to admit.
                     None => return,

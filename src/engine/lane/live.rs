@@ -206,7 +206,7 @@ impl Lane {
             self.blocked_until = None;
             self.heard = None;
             // A class switched to shadow holds none of its callers back, those waiting included.
-            self.let_waiting_through();
+            self.let_waiting_through(ctx);
         }
         let changed = settings != self.live;
         self.membership.apply(&settings.pools);

@@ -12,9 +12,12 @@
 use tokio::sync::oneshot;
 use wavegate_core::{CallResult, Clock, ServedSpan, WaveSignal, WaveState};
 
+use actix::{ActorFutureExt, AsyncContext, Context, Handler, WrapFuture};
+
 use super::actor::Lane;
 use crate::engine::clock::{self, Instant};
-use crate::engine::grant::{Grant, GrantInfo, ShadowFinish};
+use crate::engine::gate::{Answer, Settlement};
+use crate::engine::grant::{Grant, GrantInfo, RecordServed, ShadowFinish};
 use crate::engine::request::{ClassRef, Request};
 use crate::error::Error;
 use crate::metrics;
@@ -52,6 +55,7 @@ impl Lane {
         class: usize,
         asked: Instant,
         covered: bool,
+        ctx: &Context<Self>,
     ) -> Option<(Reply, RetryCovered)> {
         let (state, limit, wave) = self.seen_wave();
         self.sequence += 1;
@@ -62,8 +66,10 @@ impl Lane {
         let (finished, finish) = oneshot::channel();
         // Counted at the provider until it ends.
         let out = self.shadow.pass_out();
-        let verdict = if covered { RetryCovered::set() } else { RetryCovered::new(self.in_fleet()) };
-        let pass = Grant::shadow(info, (finished, out), verdict.clone(), self.config.cancelled_call_hold());
+        let fleet = self.in_fleet();
+        let verdict = if covered { RetryCovered::set() } else { RetryCovered::new(fleet) };
+        let recorder = fleet.then(|| ctx.address().recipient());
+        let pass = Grant::shadow(info, (finished, out), (verdict.clone(), recorder), self.config.cancelled_call_hold());
         let name = self.name().to_owned();
         metrics::shadow_call(&name);
         if covered {
@@ -87,7 +93,7 @@ impl Lane {
     /// After a live change: the callers waiting in a class that runs in shadow now go at
     /// once with a pass, as a call in shadow does; each one's place in the queue becomes its
     /// ghost's, whose wait counts from when the caller asked.
-    pub(super) fn let_waiting_through(&mut self) {
+    pub(super) fn let_waiting_through(&mut self, ctx: &Context<Self>) {
         if self.config.shadow().is_off() {
             return;
         }
@@ -103,7 +109,7 @@ impl Lane {
             })
             .collect();
         for (id, reply, tenant, tokens, class, asked) in enforced {
-            let Some((ghost, verdict)) = self.let_through(reply, (tenant, tokens), class, asked, false) else {
+            let Some((ghost, verdict)) = self.let_through(reply, (tenant, tokens), class, asked, false, ctx) else {
                 continue;
             };
             // It waited already: not granted at once.
@@ -132,6 +138,23 @@ impl Lane {
                 let snapshot = self.local.snapshot(self.clock.now_ms());
                 (snapshot.state, snapshot.limit, snapshot.wave)
             }
+        }
+    }
+}
+
+impl Handler<RecordServed> for Lane {
+    type Result = ();
+
+    fn handle(&mut self, record: RecordServed, ctx: &mut Context<Self>) {
+        let now = Instant::now();
+        let span = ServedSpan {
+            went_ago: now.saturating_duration_since(record.went),
+            ended_ago: now.saturating_duration_since(record.ended),
+        };
+        let settlement = Settlement { signal: WaveSignal::Served { span }, token_delta: 0.into(), report: None };
+        // A record lost (the store unreachable) counts fewer served at once: nothing more.
+        if let Answer::Later(call) = self.gate.release(&self.instance, record.id, 0, settlement, self.clock.now_ms()) {
+            ctx.spawn(call.into_actor(self).map(|_, _, _| ()));
         }
     }
 }

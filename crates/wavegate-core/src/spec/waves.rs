@@ -273,6 +273,15 @@ fn busy_round(n: usize, wave: u64, state: WaveState, after: u32) -> Vec<Step> {
     steps
 }
 
+/// The passes of calls in shadow of other processes (never held).
+const SERVED: [&str; 4] = ["s0", "s1", "s2", "s3"];
+
+/// The call of `pass` was served from `went_ago` to `ended_ago` ms ago, recorded as it ended.
+fn recorded(pass: &'static str, went_ago: u64, ended_ago: u64) -> Step {
+    let signal = SpecSignal::Recorded(went_ago, ended_ago);
+    Step::Finish { permit: pass, wave: None, signal, token_delta: 0, held: false, wakes: Wakes::Nobody }
+}
+
 /// Adaptive at base 8: eight permits, the first meets a 429 — 8 is too many: half (nothing
 /// held yet), threshold 4, ceiling 8, re-test in 200 ms — the others end, four are granted in
 /// wave 2, and `over` is refused at the limit.
@@ -738,36 +747,28 @@ pub(super) fn cases() -> Vec<SpecCase> {
         SpecCase {
             base_limit: 8,
             recovery: Recovery::Adaptive,
-            ..case(
-                "adaptive: a served success counts the fleet's served calls beside it, as far as they were reported",
-                {
-                    let mut steps = stepped_back_from_eight();
-                    // Four permits, each of another process that saw only its own call served (1),
-                    // each call 100 ms long and reported as it ended: the k-th report counts k.
-                    let pass = |first: bool| -> Vec<Step> {
-                        PERMITS[..4]
-                            .iter()
-                            .enumerate()
-                            .flat_map(|(i, permit)| {
-                                let limit = if !first && i >= 1 { 5 } else { 4 };
-                                [finish(permit, SpecSignal::ServedSpan(1, 100, 0)), granted(permit, 2, Degraded, limit)]
-                            })
-                            .collect()
-                    };
-                    // Reports 2, 3 and 4 count as used (1 does not: 1 × 2 < 4).
-                    steps.extend(handing_over(pass(true)));
-                    steps.push(status(Degraded, 4, 2, 4));
-                    // 200 ms on, calls that went after those ended: the second report of the pass
-                    // ends the round (4 successes), with 2 served at once: 4 did not hold; it grows.
-                    steps.push(Step::Advance { ms: 200 });
-                    steps.extend(pass(false));
-                    steps.push(granted("p4", 2, Degraded, 5));
-                    // So a 429 at 5 steps back by half, not to 4.
-                    steps.push(finish("p4", RateLimited(None)));
-                    steps.push(status(Degraded, 2, 3, 4));
-                    steps
-                },
-            )
+            ..case("adaptive: a served success counts the fleet's served calls recorded beside it", {
+                let mut steps = stepped_back_from_eight();
+                // Four calls of other processes, each of which saw only its own call served (1),
+                // were served for 100 ms side by side, recorded as each ended.
+                steps.extend(SERVED.iter().map(|pass| recorded(pass, 100, 0)));
+                // Each success counts the four: the limit of 4 held, fully used; it grows.
+                steps.extend(handing_over(
+                    PERMITS[..4]
+                        .iter()
+                        .enumerate()
+                        .flat_map(|(i, p)| {
+                            let limit = if i == 3 { 5 } else { 4 };
+                            [finish(p, SpecSignal::ServedSpan(1, 100, 0)), granted(p, 2, Degraded, limit)]
+                        })
+                        .collect(),
+                ));
+                steps.push(granted("p4", 2, Degraded, 5));
+                // So a 429 at 5 steps back to 4, what held (with 1 counted, nothing would have).
+                steps.push(finish("p4", RateLimited(None)));
+                steps.push(status(Degraded, 4, 3, 4));
+                steps
+            })
         },
         SpecCase {
             base_limit: 8,
@@ -776,23 +777,18 @@ pub(super) fn cases() -> Vec<SpecCase> {
                 "adaptive: a 429 among the fleet's served calls is the limit's only when they leave it within the limit",
                 {
                     let mut steps = stepped_back_from_eight();
-                    // The four calls were served for 100 ms each, side by side (each reported once
-                    // by its own process), and go again.
-                    steps.extend(handing_over(
-                        PERMITS[..4]
-                            .iter()
-                            .flat_map(|p| [finish(p, SpecSignal::ServedSpan(1, 100, 0)), granted(p, 2, Degraded, 4)])
-                            .collect(),
-                    ));
+                    steps.extend(SERVED.iter().map(|pass| recorded(pass, 100, 0)));
                     // A call refused 50 ms ago met those four: five at once, more than the limit of
                     // 4: enforcing would not have sent it; nothing to learn.
-                    steps.push(finish("p0", SpecSignal::RateLimitedAmong(50, 50)));
-                    steps.push(status(Degraded, 4, 2, 3));
-                    steps.push(granted("p0", 2, Degraded, 4));
-                    // One refused alone, later: the limit's (a step back by half, nothing held).
+                    steps.extend(handing_over(vec![
+                        finish("p0", SpecSignal::RateLimitedAmong(50, 50)),
+                        status(Degraded, 4, 2, 3),
+                        granted("p0", 2, Degraded, 4),
+                    ]));
+                    // One refused alone, later: the limit's (on trial since the step back: a stop).
                     steps.push(Step::Advance { ms: 200 });
                     steps.push(finish("p1", SpecSignal::RateLimitedAmong(10, 10)));
-                    steps.push(status(Degraded, 2, 3, 3));
+                    steps.push(status(Cooldown, 2, 3, 3));
                     steps
                 },
             )
