@@ -8,7 +8,7 @@
 --         (hash; classes only: priority.lua, fleet.lua)
 -- KEYS[7] the waiting members of each class and tenant in order (zset; classes only: fleet.lua)
 -- KEYS[8] the calls the provider served lately in shadow mode, fleet-wide (zset: member
---         '<went ms>:<permit id>', score the end in ms; record_served below)
+--         '<went ms>:<s|r>:<permit id>', served or not, score the end in ms; record_went below)
 -- ARGV[1..18] config (see read_config in wave.lua)
 -- ARGV[19] permit id
 -- ARGV[20] the wave the permit was issued in
@@ -16,12 +16,13 @@
 --          provider served at most n calls at once, counted with no more permits in flight than
 --          that (shadow mode: the permits held are ghosts'; WaveSignal::ServedSuccess); or
 --          'served:<n>:<went ago>:<ended ago>' with the call's span in ms before now: n is then
---          at least the fleet's served calls beside it (served_beside); 'span:<went ago>:<ended
---          ago>': the call of the id (in shadow, a pass's: not held) was served then, recorded
---          for the fleet's counts (record_served; WaveSignal::Served), nothing to learn; or
+--          at least the fleet's served calls beside it (served_beside); 'went:<s|r>:<went
+--          ago>:<ended ago>': the call of the id (in shadow, a pass's: not held) was at the
+--          provider then, served or not, recorded for the fleet's counts (record_went;
+--          WaveSignal::Went), nothing to learn; or
 --          'rate_limited_among:<went ago>:<ended ago>': a 429 of a call in shadow in a fleet, taken as
---          'rate_limited' only when no more calls were served at once while it ran, itself included,
---          than the limit (met_at_once), as 'neutral' otherwise (WaveSignal::RateLimitedAmong)
+--          'rate_limited' only when no more calls were at the provider at once while it ran, itself
+--          included, than the limit (met_at_once), as 'neutral' otherwise (WaveSignal::RateLimitedAmong)
 -- ARGV[22] Retry-After in ms for a 429, or '' when the provider gave none
 -- ARGV[23] the text before the instance id of the wake-up channels ('<prefix>:{wake:'), or ''
 --          for no announcement: when a permit is freed, the name of the upstream (the hash tag
@@ -147,9 +148,10 @@ local function hand_over(ask, s, now)
   pw_grant(ask.windows, now, ask.id, s.wave, ask.lease, ask.tokens, ask.output)
 end
 
--- Shadow mode's record of the calls the provider served, fleet-wide (KEYS[8]): spans are kept
--- SERVED_SPANS_KEEP_MS after they ended, at most SERVED_SPANS_MAX (the first to end go
--- first); calls that touch do not overlap. (wavegate_core::ServedSpans is the Rust twin.)
+-- Shadow mode's record of the calls at the provider, fleet-wide (KEYS[8]; member
+-- '<went>:<s|r>:<id>': served or not): spans are kept SERVED_SPANS_KEEP_MS after they ended,
+-- at most SERVED_SPANS_MAX (the first to end go first); calls that touch do not overlap.
+-- (wavegate_core::ServedSpans is the Rust twin.)
 local SERVED_SPANS_KEEP_MS = 60000
 local SERVED_SPANS_MAX = 256
 local function span_at(went_ago, ended_ago, now)
@@ -158,18 +160,21 @@ local function span_at(went_ago, ended_ago, now)
   return math.max(0, now - went_ago), math.max(0, now - ended_ago)
 end
 
--- The most of the recorded spans (and `also`, a span {went, ended} or nil) at once within
--- [went, ended].
-local function most_at_once(went, ended, also)
+-- The most of the recorded spans at once within [went, ended] — only the served ones if
+-- `served_only`; the one of permit `skip` aside; and `also`, a span {went, ended}, or nil.
+local function most_at_once(went, ended, served_only, skip, also)
   local spans = redis.call('ZRANGEBYSCORE', KEYS[8], '(' .. went, '+inf', 'WITHSCORES')
   if also ~= nil then
-    spans[#spans + 1] = also[1] .. ':'
+    spans[#spans + 1] = also[1] .. ':r:'
     spans[#spans + 1] = also[2]
   end
   local edges = {}
   for i = 1, #spans, 2 do
-    local start, stop = tonumber(string.match(spans[i], '^(%d+):')), tonumber(spans[i + 1])
-    if start ~= nil and stop ~= nil and start < ended then
+    local start, kind, of = string.match(spans[i], '^(%d+):([sr]):(.*)$')
+    start = tonumber(start)
+    local stop = tonumber(spans[i + 1])
+    local counted = (kind == 's' or not served_only) and of ~= skip
+    if start ~= nil and stop ~= nil and start < ended and counted then
       edges[#edges + 1] = { math.max(start, went), 1 }
       if stop < ended then edges[#edges + 1] = { stop, -1 } end
     end
@@ -183,12 +188,14 @@ local function most_at_once(went, ended, also)
   return most
 end
 
--- Records that the provider served permit `id`'s call, which went `went_ago` and ended
--- `ended_ago` ms before `now`; recording it again changes nothing.
-local function record_served(id, went_ago, ended_ago, now)
+-- Records that permit `id`'s call was at the provider — it went `went_ago` and ended
+-- `ended_ago` ms before `now` — `served` or not; recording it again changes nothing.
+local function record_went(id, served, went_ago, ended_ago, now)
   local went, ended = span_at(went_ago, ended_ago, now)
+  -- A call quicker than a millisecond was there for its millisecond.
+  ended = math.max(ended, went + 1)
   redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', '(' .. (now - SERVED_SPANS_KEEP_MS))
-  redis.call('ZADD', KEYS[8], ended, went .. ':' .. id)
+  redis.call('ZADD', KEYS[8], ended, went .. ':' .. served .. ':' .. id)
   local over = redis.call('ZCARD', KEYS[8]) - SERVED_SPANS_MAX
   if over > 0 then redis.call('ZPOPMIN', KEYS[8], over) end
   redis.call('PEXPIRE', KEYS[8], SERVED_SPANS_KEEP_MS)
@@ -198,16 +205,18 @@ end
 -- went `went_ago` and ended `ended_ago` ms before `now`): its own record counts it (at least 1).
 local function served_beside(went_ago, ended_ago, now)
   local went, ended = span_at(went_ago, ended_ago, now)
-  return most_at_once(went, math.max(ended, went + 1), nil)
+  return most_at_once(went, math.max(ended, went + 1), true, nil, nil)
 end
 
--- The most calls the record shows served at once while a refused call was at the provider
--- — it went `went_ago` and ended `ended_ago` ms before `now` — itself included (not
--- recorded); a refusal quicker than a millisecond counts those served at its millisecond.
-local function met_at_once(went_ago, ended_ago, now)
+-- The most calls at the provider at once, served or not (a provider counts the calls it is
+-- refusing too), while permit `id`'s refused call was there — it went `went_ago` and ended
+-- `ended_ago` ms before `now` — itself included once (its own record aside), within
+-- MET_MARGIN_MS of it (the processes' records are a few ms apart in the store's clock).
+local MET_MARGIN_MS = 5
+local function met_at_once(id, went_ago, ended_ago, now)
   local went, ended = span_at(went_ago, ended_ago, now)
-  ended = math.max(ended, went + 1)
-  return most_at_once(went, ended, { went, ended })
+  went, ended = math.max(0, went - MET_MARGIN_MS), math.max(ended, went + 1) + MET_MARGIN_MS
+  return most_at_once(went, ended, false, id, { went, ended })
 end
 
 -- (The report purged already, at the same now: nothing has expired since.)
@@ -219,7 +228,7 @@ local effect = 'none'
 local changed_from = ''
 local served, went_ago, ended_ago = string.match(outcome, '^served:(%d+):(%d+):(%d+)$')
 if served == nil then served = string.match(outcome, '^served:(%d+)$') end
-local span_went, span_ended = string.match(outcome, '^span:(%d+):(%d+)$')
+local went_kind, span_went, span_ended = string.match(outcome, '^went:([sr]):(%d+):(%d+)$')
 local among_went, among_ended = string.match(outcome, '^rate_limited_among:(%d+):(%d+)$')
 if (went_ago or span_went or among_went) ~= nil and KEYS[8] == nil then
   return fail('finish', 'a span needs the served key (KEYS[8])')
@@ -228,10 +237,10 @@ if went_ago ~= nil then
   served = math.max(tonumber(served), served_beside(tonumber(went_ago), tonumber(ended_ago), now))
 end
 if span_went ~= nil then
-  record_served(id, tonumber(span_went), tonumber(span_ended), now)
+  record_went(id, went_kind, tonumber(span_went), tonumber(span_ended), now)
 elseif among_went ~= nil then
   -- Enforcing's 429 only with no more served at once than the limit; otherwise nothing.
-  if met_at_once(tonumber(among_went), tonumber(among_ended), now) <= s.limit then
+  if met_at_once(id, tonumber(among_went), tonumber(among_ended), now) <= s.limit then
     effect, limit_before = on_rate_limited(s, wave, now, retry_after, config)
   end
 elseif outcome == 'success' then

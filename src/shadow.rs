@@ -136,15 +136,22 @@ impl RetryCovered {
         fleet.known.notify_waiters();
     }
 
-    /// The call failed while the provider served `served` of this process's calls at once
-    /// (itself included) and the limit was `limit`: sets the verdict unless enforcing would
-    /// have met the failure too (`enforcing_meets_failure`; in a fleet, with a ghost granted
-    /// at once — judged when its answer comes, if it has not yet).
-    pub(crate) fn failed(&self, served: usize, limit: u32) {
+    /// The call failed — with a 429 if `rate_limited` — while the provider served `served`
+    /// of this process's calls at once (itself included) and the limit was `limit`: sets the
+    /// verdict unless enforcing would have met the failure too (`enforcing_meets_failure`; in
+    /// a fleet, with a ghost granted at once — judged when its answer comes, if it has not
+    /// yet). In a fleet a 429 always sets it: whether enforcing would have met it is known
+    /// only once the fleet's calls beside it have ended, and its ghost stands for the call
+    /// (`lane/shadow.rs`).
+    pub(crate) fn failed(&self, served: usize, limit: u32, rate_limited: bool) {
         let Some(fleet) = &self.fleet else {
             self.judge(true, served, limit);
             return;
         };
+        if rate_limited {
+            self.covered.store(true, Ordering::Release);
+            return;
+        }
         let mut state = lock(&fleet.state);
         match state.at_once {
             Some(at_once) => self.judge(at_once, served, limit),

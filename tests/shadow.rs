@@ -189,6 +189,81 @@ async fn a_class_in_shadow_goes_at_once_and_takes_its_would_be_permits() {
     assert_eq!((shadow.upstream, shadow.classes.as_slice(), shadow.calls), (false, &["batch".to_owned()][..], 4));
 }
 
+/// Two schedulers on one Redis with `upstream` in shadow at limit 3 (a fleet: each counts
+/// only its own calls at the provider).
+#[cfg(feature = "redis")]
+fn fleet_in_shadow(redis: &RedisServer) -> [(Scheduler, Upstream); 2] {
+    let build = || {
+        let config = UpstreamConfig::builder("llm").limit(3).shadow(true).build().expect("config");
+        let scheduler = Scheduler::builder().upstream(config).redis(redis.url()).build().expect("scheduler");
+        let upstream = scheduler.upstream("llm").expect("llm");
+        (scheduler, upstream)
+    };
+    [build(), build()]
+}
+
+/// `n` calls through `upstream` whose first attempt goes to the mock (a retry succeeds at once).
+#[cfg(feature = "redis")]
+async fn first_attempts(upstream: &Upstream, addr: std::net::SocketAddr, n: usize) {
+    join_all((0..n).map(|_| {
+        upstream
+            .request()
+            .call(|attempt| async move { if attempt.number == 1 { call_mock(addr).await } else { Ok(()) } })
+    }))
+    .await;
+}
+
+/// The wave of both schedulers once the 429s' judgements are in (they wait for the calls
+/// beside them to end: a second before any call has succeeded).
+#[cfg(feature = "redis")]
+async fn judged_waves(fleet: &[(Scheduler, Upstream); 2]) -> [u64; 2] {
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let mut waves = [0; 2];
+    for (wave, (_, upstream)) in waves.iter_mut().zip(fleet) {
+        *wave = upstream.status().await.expect("status").wave;
+    }
+    waves
+}
+
+#[cfg(feature = "redis")]
+#[actix::test]
+async fn in_a_fleet_a_429_beside_the_limits_worth_of_served_calls_teaches_nothing() {
+    // A provider that serves 3 at once, a limit of 3, two schedulers sending 4 calls each at
+    // once: the provider serves 3 and refuses 5, while neither scheduler has more than 4 of
+    // its own calls there. Enforcing would have sent 3: the fleet's record of the calls at the
+    // provider puts each refusal beside the 3 served, so nothing is learned; each refused
+    // call's ghost stands for the whole call, and its retry goes without one.
+    let redis = RedisServer::start().expect("redis-server");
+    let provider = mock(Some(3));
+    let fleet = fleet_in_shadow(&redis);
+    let addr = provider.addr();
+    tokio::join!(first_attempts(&fleet[0].1, addr, 4), first_attempts(&fleet[1].1, addr, 4));
+    assert_eq!(provider.rate_limited(), 5, "the provider served three and refused five");
+    let (a, b) = (settled(&fleet[0].1).await, settled(&fleet[1].1).await);
+    assert_eq!(a.retries_without_ghost + b.retries_without_ghost, 5, "{a:?} {b:?}");
+    assert_eq!(a.would_have_granted + b.would_have_granted, 8, "a ghost per call: {a:?} {b:?}");
+    assert_eq!(judged_waves(&fleet).await, [1, 1], "nothing learned from 429s beyond the limit");
+}
+
+#[cfg(feature = "redis")]
+#[actix::test]
+async fn in_a_fleet_a_429_within_the_limit_is_learned() {
+    // A provider that serves 2 at once, a limit of 3: one scheduler's two calls are served,
+    // the other's one call, sent just after, is refused with three at the provider — as
+    // enforcing would have been (3 permits): the wave learns from it.
+    let redis = RedisServer::start().expect("redis-server");
+    let provider = mock(Some(2));
+    let fleet = fleet_in_shadow(&redis);
+    let addr = provider.addr();
+    let later = async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        first_attempts(&fleet[1].1, addr, 1).await;
+    };
+    tokio::join!(first_attempts(&fleet[0].1, addr, 2), later);
+    assert_eq!(provider.rate_limited(), 1);
+    assert_eq!(judged_waves(&fleet).await, [2, 2], "the 429 enforcing would have met was learned");
+}
+
 #[cfg(feature = "redis")]
 #[actix::test]
 async fn shadow_switched_live_reaches_two_schedulers_on_redis() {

@@ -42,22 +42,39 @@ pub(crate) struct Finish {
     pub(crate) hold_until: Option<Instant>,
 }
 
-/// A call in shadow the provider served, in a fleet: the lane records its span in the gate
-/// in charge as it ends, for the fleet's counts (`WaveSignal::Served`: nothing held, nothing
-/// to learn), so that what the other processes' calls met counts it before its ghost reports.
+/// What a call in shadow met at the provider, in a fleet, for the fleet's counts: the lane
+/// reports it to the gate in charge (nothing held: the id's permit, if any, is released).
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
-pub(crate) struct RecordServed {
-    /// The pass's id (never held).
+pub(crate) struct FleetReport {
+    /// The pass's id.
     pub(crate) id: PermitId,
+    /// The wave the call went in (a 429).
+    pub(crate) wave: u64,
+    /// When the call went to the provider and its answer ended.
     pub(crate) went: Instant,
     pub(crate) ended: Instant,
+    pub(crate) met: FleetMet,
+}
+
+/// What the call of a [`FleetReport`] met.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum FleetMet {
+    /// It ended, `served` or not (refused, failed): recorded as it ends (`WaveSignal::Went`),
+    /// so that what the other processes' calls met counts it before its ghost reports.
+    Went { served: bool },
+    /// A 429, reported once the calls served beside it have ended and been recorded: the
+    /// limit's to learn from only if they leave it within the limit
+    /// (`WaveSignal::RateLimitedAmong`).
+    RateLimited { retry_after: Option<Duration> },
 }
 
 /// How a call in shadow ended, for its ghost: the ghost reports it when the permit the call
 /// would have held is released (`lane/shadow.rs`).
 #[derive(Debug)]
 pub(crate) struct ShadowFinish {
+    /// The pass's id (the call's record in a fleet's counts).
+    pub(crate) pass: PermitId,
     pub(crate) signal: WaveSignal,
     pub(crate) result: CallResult,
     pub(crate) tokens_used: TokensUsed,
@@ -83,8 +100,8 @@ enum Sink {
         ghost: Option<oneshot::Sender<Box<ShadowFinish>>>,
         out: Option<CallOut>,
         covered: RetryCovered,
-        /// In a fleet: the lane, told when the provider served the call (`RecordServed`).
-        served: Option<Recipient<RecordServed>>,
+        /// In a fleet: the lane, told when the provider served the call (`FleetReport`).
+        served: Option<Recipient<FleetReport>>,
     },
 }
 
@@ -180,7 +197,7 @@ impl Grant {
     pub(crate) fn shadow(
         info: GrantInfo,
         (ghost, out): (oneshot::Sender<Box<ShadowFinish>>, CallOut),
-        (covered, served): (RetryCovered, Option<Recipient<RecordServed>>),
+        (covered, served): (RetryCovered, Option<Recipient<FleetReport>>),
         hold: Duration,
     ) -> Self {
         let sink = Sink::Ghost { ghost: Some(ghost), out: Some(out), covered, served };
@@ -256,15 +273,15 @@ impl Grant {
                 let went = out.as_ref().map(CallOut::went);
                 let served = out.take().map_or(0, |out| out.end(!failed));
                 if failed {
-                    covered.failed(served, self.info.limit);
+                    covered.failed(served, self.info.limit, signal.rate_limited().is_some());
                 }
                 let ended = Instant::now();
-                if let (Some(lane), Some(went)) = (lane.as_ref(), went)
-                    && result == CallResult::Success
-                {
-                    lane.do_send(RecordServed { id: self.info.id.clone(), went, ended });
+                if let (Some(lane), Some(went)) = (lane.as_ref(), went) {
+                    let met = FleetMet::Went { served: result == CallResult::Success };
+                    lane.do_send(FleetReport { id: self.info.id.clone(), wave: 0, went, ended, met });
                 }
                 let finish = ShadowFinish {
+                    pass: self.info.id.clone(),
                     signal,
                     result,
                     tokens_used,

@@ -90,20 +90,23 @@ pub enum WaveSignal {
         at_most: u32,
         /// When the call ran, to count the other processes' served calls beside it: the
         /// gate keeps the fleet's recent ones ([`ServedSpans`], recorded as each ended:
-        /// [`Served`](Self::Served)) and takes the larger count. `None` when the process
+        /// [`Went`](Self::Went)) and takes the larger count. `None` when the process
         /// alone calls the provider.
         span: Option<ServedSpan>,
     },
-    /// A call in shadow the provider served over `span`, in a fleet, recorded as it ended for
-    /// the fleet's counts ([`ServedSpans`]); nothing to learn by itself, and the id (the
-    /// call's pass's) is not held. The Lua twin's outcome is `span:<went ago>:<ended ago>`.
-    Served {
+    /// A call in shadow at the provider over `span`, in a fleet, `served` or not (refused,
+    /// failed), recorded as it ended for the fleet's counts ([`ServedSpans`]); nothing to
+    /// learn by itself, and the id (the call's pass's) is not held. The Lua twin's outcome is
+    /// `went:<s|r>:<went ago>:<ended ago>`.
+    Went {
         /// When the call was at the provider.
         span: ServedSpan,
+        /// Whether the provider served it.
+        served: bool,
     },
     /// A 429 of a call in shadow, in a fleet, reported once the calls served beside it have
     /// ended: the limit's to learn from (as [`RateLimited`](Self::RateLimited)) only when the
-    /// fleet's recent served calls ([`ServedSpans::met`]) show no more calls served at once
+    /// fleet's recent calls ([`ServedSpans::met`]) show no more calls at the provider at once
     /// while it ran, itself included, than the limit lets through — enforcing would have met
     /// it; with more, it is the extra calls' doing, and nothing to learn (as
     /// [`Neutral`](Self::Neutral)). The Lua twin's outcome is
@@ -872,15 +875,15 @@ impl LocalGate {
                 (Some(self.machine.on_rate_limited(wave, now_ms, retry_after)), None)
             }
             WaveSignal::RateLimitedAmong { retry_after, span } => {
-                if self.served.met(span, now_ms) <= self.machine.snapshot().limit {
+                if self.served.met(id, span, now_ms) <= self.machine.snapshot().limit {
                     (Some(self.machine.on_rate_limited(wave, now_ms, retry_after)), None)
                 } else {
                     (None, None)
                 }
             }
             WaveSignal::Neutral => (None, None),
-            WaveSignal::Served { span } => {
-                self.served.record(id, span, now_ms);
+            WaveSignal::Went { span, served } => {
+                self.served.record(id, span, served, now_ms);
                 (None, None)
             }
         };

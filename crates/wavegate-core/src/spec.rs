@@ -438,9 +438,9 @@ pub enum SpecSignal {
     /// The same, with the call's span: it went and ended so many ms before its report (the
     /// gate counts the fleet's served calls recorded beside it).
     ServedSpan(u32, u64, u64),
-    /// A call in shadow in a fleet served from so many ms before its report to so many:
-    /// recorded for the fleet's counts (the id is a pass's, not held).
-    Recorded(u64, u64),
+    /// A call in shadow in a fleet at the provider from so many ms before its report to so
+    /// many, served or not: recorded for the fleet's counts (the id is a pass's, not held).
+    Recorded(u64, u64, bool),
     /// A 429 of a call in shadow in a fleet, that went and ended so many ms before its report:
     /// the limit's only if the fleet's served calls beside it leave it within the limit.
     RateLimitedAmong(u64, u64),
@@ -457,7 +457,9 @@ impl SpecSignal {
             SpecSignal::ServedSpan(at_most, went_ago, ended_ago) => {
                 WaveSignal::ServedSuccess { at_most, span: Some(span_of(went_ago, ended_ago)) }
             }
-            SpecSignal::Recorded(went_ago, ended_ago) => WaveSignal::Served { span: span_of(went_ago, ended_ago) },
+            SpecSignal::Recorded(went_ago, ended_ago, served) => {
+                WaveSignal::Went { span: span_of(went_ago, ended_ago), served }
+            }
             SpecSignal::RateLimitedAmong(went_ago, ended_ago) => {
                 WaveSignal::RateLimitedAmong { retry_after: None, span: span_of(went_ago, ended_ago) }
             }

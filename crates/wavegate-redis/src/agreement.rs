@@ -327,12 +327,13 @@ fn disagreement(
                 }
                 let (id, wave) = held.remove(pick % held.len());
                 let signal = match outcome {
-                    // Some served calls recorded (a pass's id, in the engine: not held).
-                    0 if delta % 5 == 0 => WaveSignal::Served {
+                    // Some calls recorded, served or not (a pass's id, in the engine: not held).
+                    0 if delta % 5 == 0 => WaveSignal::Went {
                         span: ServedSpan {
                             went_ago: Duration::from_millis(delta.unsigned_abs() % 250),
                             ended_ago: Duration::from_millis(delta.unsigned_abs() % 3 * 20),
                         },
+                        served: delta % 2 == 0,
                     },
                     0 if delta % 3 == 0 => WaveSignal::ServedSuccess {
                         at_most: (delta.unsigned_abs() % 4) as u32,

@@ -186,8 +186,9 @@ pub(crate) fn finish<'a>(
         WaveSignal::RateLimited { retry_after } => {
             ("rate_limited", retry_after.map(|d| duration_ms(d).to_string()).unwrap_or_default())
         }
-        WaveSignal::Served { span } => {
-            served = format!("span:{}:{}", duration_ms(span.went_ago), duration_ms(span.ended_ago));
+        WaveSignal::Went { span, served: was } => {
+            let kind = if was { 's' } else { 'r' };
+            served = format!("went:{kind}:{}:{}", duration_ms(span.went_ago), duration_ms(span.ended_ago));
             (served.as_str(), String::new())
         }
         WaveSignal::RateLimitedAmong { retry_after, span } => {

@@ -12,12 +12,12 @@
 use tokio::sync::oneshot;
 use wavegate_core::{CallResult, Clock, ServedSpan, WaveSignal, WaveState};
 
-use actix::{ActorFutureExt, AsyncContext, Context, Handler, WrapFuture};
+use actix::{ActorFutureExt, AsyncContext, Context, Handler, Recipient, WrapFuture};
 
 use super::actor::Lane;
 use crate::engine::clock::{self, Instant};
 use crate::engine::gate::{Answer, Settlement};
-use crate::engine::grant::{Grant, GrantInfo, RecordServed, ShadowFinish};
+use crate::engine::grant::{FleetMet, FleetReport, Grant, GrantInfo, ShadowFinish};
 use crate::engine::request::{ClassRef, Request};
 use crate::error::Error;
 use crate::metrics;
@@ -69,7 +69,12 @@ impl Lane {
         let fleet = self.in_fleet();
         let verdict = if covered { RetryCovered::set() } else { RetryCovered::new(fleet) };
         let recorder = fleet.then(|| ctx.address().recipient());
-        let pass = Grant::shadow(info, (finished, out), (verdict.clone(), recorder), self.config.cancelled_call_hold());
+        let pass = Grant::shadow(
+            info,
+            (finished, out),
+            (verdict.clone(), recorder.clone()),
+            self.config.cancelled_call_hold(),
+        );
         let name = self.name().to_owned();
         metrics::shadow_call(&name);
         if covered {
@@ -84,7 +89,8 @@ impl Lane {
         let holds = self.shadow.holds();
         let times = (asked, Instant::now());
         let told = verdict.clone();
-        actix::spawn(ghost(name, self.shadow.clone(), times, (wave, verdict, holds), granted, finish));
+        let ghost_of = (wave, verdict, holds, recorder);
+        actix::spawn(ghost(name, self.shadow.clone(), times, ghost_of, granted, finish));
         // A caller gone already drops the pass; its ghost still runs, as the call would have.
         let _ = reply.send(Ok(pass));
         Some((ghost_reply, told))
@@ -142,22 +148,31 @@ impl Lane {
     }
 }
 
-impl Handler<RecordServed> for Lane {
+impl Handler<FleetReport> for Lane {
     type Result = ();
 
-    fn handle(&mut self, record: RecordServed, ctx: &mut Context<Self>) {
+    fn handle(&mut self, report: FleetReport, ctx: &mut Context<Self>) {
         let now = Instant::now();
         let span = ServedSpan {
-            went_ago: now.saturating_duration_since(record.went),
-            ended_ago: now.saturating_duration_since(record.ended),
+            went_ago: now.saturating_duration_since(report.went),
+            ended_ago: now.saturating_duration_since(report.ended),
         };
-        let settlement = Settlement { signal: WaveSignal::Served { span }, token_delta: 0.into(), report: None };
-        // A record lost (the store unreachable) counts fewer served at once: nothing more.
-        if let Answer::Later(call) = self.gate.release(&self.instance, record.id, 0, settlement, self.clock.now_ms()) {
+        let signal = match report.met {
+            FleetMet::Went { served } => WaveSignal::Went { span, served },
+            FleetMet::RateLimited { retry_after } => WaveSignal::RateLimitedAmong { retry_after, span },
+        };
+        let settlement = Settlement { signal, token_delta: 0.into(), report: None };
+        // A report lost (the store unreachable) teaches less: nothing more.
+        let now_ms = self.clock.now_ms();
+        if let Answer::Later(call) = self.gate.release(&self.instance, report.id, report.wave, settlement, now_ms) {
             ctx.spawn(call.into_actor(self).map(|_, _, _| ()));
         }
     }
 }
+
+/// How long after a 429 in a fleet its judgement waits while no call has succeeded yet to
+/// tell how long calls take.
+const UNKNOWN_SUCCESS_HOLD: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A retry let through without a ghost (its call's first ghost stands for it): a success
 /// teaches how long calls that succeed take.
@@ -201,7 +216,7 @@ async fn ghost(
     name: String,
     tally: ShadowTally,
     (asked, started): (Instant, Instant),
-    (wave, verdict, holds): (u64, RetryCovered, GhostHolds),
+    (wave, verdict, holds, fleet): (u64, RetryCovered, GhostHolds, Option<Recipient<FleetReport>>),
     granted: oneshot::Receiver<Result<Grant, Error>>,
     finish: oneshot::Receiver<Box<ShadowFinish>>,
 ) {
@@ -231,17 +246,16 @@ async fn ghost(
     let Ok(finish) = finish.await else { return };
     let took = finish.ended.saturating_duration_since(started);
     let failed = is_failure(finish.signal, finish.result);
+    // In a fleet, a 429 is judged by the fleet's calls at the provider beside it (this
+    // process counts only its own), once they have ended (below): its ghost stands for the
+    // whole call (its retries go without a ghost) and holds as long as a success takes.
+    let fleet_429 = fleet.is_some() && finish.signal.rate_limited().is_some();
     // Known now: the ghost's answer came before the call's end was read.
     let (held, failure) = match (failed, verdict.get()) {
         // Not enforcing's failure: the call would have succeeded.
         (true, true) => (tally.success_hold().unwrap_or(took), Some((WaveSignal::Neutral, CallResult::Ignored))),
         // Enforcing's failure, of a wave left since: late, as enforcing's would have been.
         (true, false) if grant.info().wave != wave => (took, Some((WaveSignal::Neutral, finish.result))),
-        // In a fleet, a 429 is judged by the fleet's served calls beside it (this process
-        // counts only its own): reported once those have ended, a success's time later.
-        (true, false) if verdict.in_fleet() && finish.signal.rate_limited().is_some() => {
-            (tally.success_hold().unwrap_or(took).max(took), Some((finish.signal, finish.result)))
-        }
         (true, false) => (took, Some((finish.signal, finish.result))),
         (false, _) => {
             if finish.result == CallResult::Success {
@@ -269,13 +283,23 @@ async fn ghost(
         WaveSignal::Success => WaveSignal::ServedSuccess { at_most: finish.served, span },
         signal => signal,
     };
-    let met = match (failure, span) {
-        (Some((WaveSignal::RateLimited { retry_after }, result)), Some(span)) => {
-            (WaveSignal::RateLimitedAmong { retry_after, span }, result)
+    let met = failure.unwrap_or((success, finish.result));
+    // Enforcing would have sent it only with its ghost granted at once.
+    let judged = match (fleet_429 && grant.info().at_once && grant.info().wave == wave, finish.signal, fleet) {
+        (true, WaveSignal::RateLimited { retry_after }, Some(fleet)) => {
+            let met = FleetMet::RateLimited { retry_after };
+            Some((fleet, FleetReport { id: finish.pass.clone(), wave, went: started, ended: finish.ended, met }))
         }
-        (failure, _) => failure.unwrap_or((success, finish.result)),
+        _ => None,
     };
     grant.finish_late(*finish, waited, met);
     // Its release is in the lane's mailbox now: a drain that waited for it sees it there.
     drop(holds);
+    if let Some((lane, report)) = judged {
+        // Once the calls beside it have ended and been recorded: twice as long as calls that
+        // succeed take (smoothed), from its end; before any has succeeded, a second.
+        let after = tally.success_hold().map_or(UNKNOWN_SUCCESS_HOLD, |hold| hold.saturating_mul(2));
+        tokio::time::sleep_until(clock::after(report.ended, after)).await;
+        lane.do_send(report);
+    }
 }

@@ -275,10 +275,16 @@ fn busy_round(n: usize, wave: u64, state: WaveState, after: u32) -> Vec<Step> {
 
 /// The passes of calls in shadow of other processes (never held).
 const SERVED: [&str; 4] = ["s0", "s1", "s2", "s3"];
+const REFUSED: [&str; 4] = ["r0", "r1", "r2", "r3"];
 
 /// The call of `pass` was served from `went_ago` to `ended_ago` ms ago, recorded as it ended.
 fn recorded(pass: &'static str, went_ago: u64, ended_ago: u64) -> Step {
-    let signal = SpecSignal::Recorded(went_ago, ended_ago);
+    recorded_as(pass, went_ago, ended_ago, true)
+}
+
+/// The same, `served` or not (refused).
+fn recorded_as(pass: &'static str, went_ago: u64, ended_ago: u64, served: bool) -> Step {
+    let signal = SpecSignal::Recorded(went_ago, ended_ago, served);
     Step::Finish { permit: pass, wave: None, signal, token_delta: 0, held: false, wakes: Wakes::Nobody }
 }
 
@@ -785,9 +791,17 @@ pub(super) fn cases() -> Vec<SpecCase> {
                         status(Degraded, 4, 2, 3),
                         granted("p0", 2, Degraded, 4),
                     ]));
-                    // One refused alone, later: the limit's (on trial since the step back: a stop).
+                    // Later, one refused beside four others being refused (a provider counts
+                    // the calls it refuses too; the record keeps none as served): five.
                     steps.push(Step::Advance { ms: 200 });
+                    steps.extend(REFUSED.iter().map(|pass| recorded_as(pass, 30, 5, false)));
                     steps.push(finish("p1", SpecSignal::RateLimitedAmong(10, 10)));
+                    steps.push(status(Degraded, 4, 2, 3));
+                    steps.push(granted("p1", 2, Degraded, 4));
+                    // One refused alone, later still: the limit's (on trial since the step
+                    // back: a stop).
+                    steps.push(Step::Advance { ms: 200 });
+                    steps.push(finish("p2", SpecSignal::RateLimitedAmong(10, 10)));
                     steps.push(status(Cooldown, 2, 3, 3));
                     steps
                 },
