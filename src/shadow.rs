@@ -199,6 +199,9 @@ pub(crate) struct ShadowTally {
     /// How long a call that succeeds takes, smoothed (nanoseconds; 0 before the first): how
     /// long the ghost of a call enforcing would not have seen fail holds its permit.
     success_hold_ns: Arc<AtomicU64>,
+    /// The longest a call that succeeded took (nanoseconds; 0 before the first): how long
+    /// after a 429 in a fleet the calls beside it may still run (`lane/shadow.rs`).
+    longest_success_ns: Arc<AtomicU64>,
     /// Ghosts not done yet (waiting, or holding a permit they have not released).
     holding: Arc<AtomicUsize>,
     /// Drains asked so far (`Scheduler::shutdown`, the last handle's drop): a ghost started
@@ -241,12 +244,19 @@ impl ShadowTally {
     /// moves a fifth of the way towards it.
     pub(crate) fn succeeded_in(&self, took: Duration) {
         let took = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX).max(1);
+        self.longest_success_ns.fetch_max(took, Ordering::Relaxed);
         let _ = self.success_hold_ns.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |smoothed| {
             Some(if smoothed == 0 { took } else { smoothed - smoothed / 5 + took / 5 })
         });
     }
 
     /// How long a call that succeeds takes here, smoothed; `None` before the first.
+    /// The longest a call that succeeded took; `None` before the first.
+    pub(crate) fn longest_success(&self) -> Option<Duration> {
+        let longest = self.longest_success_ns.load(Ordering::Relaxed);
+        (longest > 0).then(|| Duration::from_nanos(longest))
+    }
+
     pub(crate) fn success_hold(&self) -> Option<Duration> {
         let smoothed = self.success_hold_ns.load(Ordering::Relaxed);
         (smoothed > 0).then(|| Duration::from_nanos(smoothed))

@@ -190,16 +190,26 @@ async fn a_class_in_shadow_goes_at_once_and_takes_its_would_be_permits() {
 }
 
 /// Two schedulers on one Redis with `upstream` in shadow at limit 3 (a fleet: each counts
-/// only its own calls at the provider).
+/// only its own calls at the provider), once each has seen the other's heartbeat.
 #[cfg(feature = "redis")]
-fn fleet_in_shadow(redis: &RedisServer) -> [(Scheduler, Upstream); 2] {
+async fn fleet_in_shadow(redis: &RedisServer) -> [(Scheduler, Upstream); 2] {
     let build = || {
         let config = UpstreamConfig::builder("llm").limit(3).shadow(true).build().expect("config");
         let scheduler = Scheduler::builder().upstream(config).redis(redis.url()).build().expect("scheduler");
         let upstream = scheduler.upstream("llm").expect("llm");
         (scheduler, upstream)
     };
-    [build(), build()]
+    let fleet = [build(), build()];
+    // A heartbeat a second: by the second, each counts two processes live.
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    fleet
+}
+
+/// How many calls the fleet's record of calls at the provider holds.
+#[cfg(feature = "redis")]
+fn recorded_calls(redis: &RedisServer) -> usize {
+    let mut con = redis.connection().expect("connection");
+    redis::cmd("ZCARD").arg("wavegate:{llm}:served").query(&mut con).expect("ZCARD")
 }
 
 /// `n` calls through `upstream` whose first attempt goes to the mock (a retry succeeds at once).
@@ -235,7 +245,7 @@ async fn in_a_fleet_a_429_beside_the_limits_worth_of_served_calls_teaches_nothin
     // call's ghost stands for the whole call, and its retry goes without one.
     let redis = RedisServer::start().expect("redis-server");
     let provider = mock(Some(3));
-    let fleet = fleet_in_shadow(&redis);
+    let fleet = fleet_in_shadow(&redis).await;
     let addr = provider.addr();
     tokio::join!(first_attempts(&fleet[0].1, addr, 4), first_attempts(&fleet[1].1, addr, 4));
     assert_eq!(provider.rate_limited(), 5, "the provider served three and refused five");
@@ -243,6 +253,8 @@ async fn in_a_fleet_a_429_beside_the_limits_worth_of_served_calls_teaches_nothin
     assert_eq!(a.retries_without_ghost + b.retries_without_ghost, 5, "{a:?} {b:?}");
     assert_eq!(a.would_have_granted + b.would_have_granted, 8, "a ghost per call: {a:?} {b:?}");
     assert_eq!(judged_waves(&fleet).await, [1, 1], "nothing learned from 429s beyond the limit");
+    // Every attempt recorded as it ended (the retries too: the record cannot tell them apart).
+    assert_eq!(recorded_calls(&redis), 13);
 }
 
 #[cfg(feature = "redis")]
@@ -253,7 +265,7 @@ async fn in_a_fleet_a_429_within_the_limit_is_learned() {
     // enforcing would have been (3 permits): the wave learns from it.
     let redis = RedisServer::start().expect("redis-server");
     let provider = mock(Some(2));
-    let fleet = fleet_in_shadow(&redis);
+    let fleet = fleet_in_shadow(&redis).await;
     let addr = provider.addr();
     let later = async {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -262,6 +274,7 @@ async fn in_a_fleet_a_429_within_the_limit_is_learned() {
     tokio::join!(first_attempts(&fleet[0].1, addr, 2), later);
     assert_eq!(provider.rate_limited(), 1);
     assert_eq!(judged_waves(&fleet).await, [2, 2], "the 429 enforcing would have met was learned");
+    assert_eq!(recorded_calls(&redis), 4, "three calls and a retry, recorded as each ended");
 }
 
 #[cfg(feature = "redis")]

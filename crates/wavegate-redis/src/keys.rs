@@ -91,9 +91,10 @@ pub struct UpstreamKeys {
     pub waiting_order: String,
     /// Hash of the live settings an operator set, with their epoch and version (see `lua/live.lua`).
     pub live: String,
-    /// Sorted set of the calls the provider served lately in shadow mode, fleet-wide: member
-    /// `<went ms>:<permit id>`, score the end (ms); kept a minute (see
-    /// [`ServedSpans`](wavegate_core::ServedSpans), `lua/finish.lua`'s `served_at_once`).
+    /// Sorted set of the calls at the provider lately in shadow mode in a fleet: member
+    /// `<went ms>:<s|r>:<permit id>` (served or not), score the end (ms); kept a minute, at
+    /// most 256 (see [`ServedSpans`](wavegate_core::ServedSpans), `lua/finish.lua`'s
+    /// `record_went`).
     pub served: String,
     /// The fleet's pub/sub channel of live changes, `<prefix>:{live:changes}:released` (the same
     /// for every upstream): a change publishes the upstream's name there, and every process

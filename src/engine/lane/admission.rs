@@ -66,8 +66,10 @@ impl Lane {
         let tenant = request.tenant.filter(|_| class_name.is_some());
         let id = PermitId::new(class_name, &self.instance, self.sequence, tenant);
         let alone = self.waiters.len() == 0;
-        if let Some(verdict) = verdict.as_ref().filter(|_| !alone) {
-            // Behind others: not granted at once, whenever it is.
+        let held_back = self.blocked_until.is_some_and(|until| until > now) || self.reconciling || self.switching;
+        if let Some(verdict) = verdict.as_ref().filter(|_| !alone || held_back) {
+            // Behind others, or the lane asks nothing now (a cooldown, a budget's wait, a
+            // change of mode): not granted at once, whenever it is.
             verdict.ghost_answered(false);
         }
         self.waiters.push(Waiter {

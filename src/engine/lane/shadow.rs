@@ -174,6 +174,12 @@ impl Handler<FleetReport> for Lane {
 /// tell how long calls take.
 const UNKNOWN_SUCCESS_HOLD: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// Bounds of that wait once calls have succeeded: at least the records' travel to the store,
+/// at most half the record's keep (`wavegate_core::SERVED_SPANS_KEEP_MS`), so that the calls
+/// beside a 429 are still in it.
+const JUDGED_AFTER_LEAST: std::time::Duration = std::time::Duration::from_millis(50);
+const JUDGED_AFTER_MOST: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// A retry let through without a ghost (its call's first ghost stands for it): a success
 /// teaches how long calls that succeed take.
 async fn retry_without_ghost(tally: ShadowTally, finish: oneshot::Receiver<Box<ShadowFinish>>) {
@@ -293,13 +299,19 @@ async fn ghost(
         _ => None,
     };
     grant.finish_late(*finish, waited, met);
+    if let Some((lane, report)) = judged {
+        // Once the calls beside it have ended and been recorded: half as long again as the
+        // longest call that succeeded took, from its end (a second before any succeeded). A
+        // drain meanwhile (the process shutting down) drops it: nothing is written after.
+        let after = tally.longest_success().map_or(UNKNOWN_SUCCESS_HOLD, |longest| {
+            (longest + longest / 2).clamp(JUDGED_AFTER_LEAST, JUDGED_AFTER_MOST)
+        });
+        let judged = std::pin::pin!(tokio::time::sleep_until(clock::after(report.ended, after)));
+        let hurried = std::pin::pin!(tally.hurried(&holds));
+        if let futures_util::future::Either::Left(_) = futures_util::future::select(judged, hurried).await {
+            lane.do_send(report);
+        }
+    }
     // Its release is in the lane's mailbox now: a drain that waited for it sees it there.
     drop(holds);
-    if let Some((lane, report)) = judged {
-        // Once the calls beside it have ended and been recorded: twice as long as calls that
-        // succeed take (smoothed), from its end; before any has succeeded, a second.
-        let after = tally.success_hold().map_or(UNKNOWN_SUCCESS_HOLD, |hold| hold.saturating_mul(2));
-        tokio::time::sleep_until(clock::after(report.ended, after)).await;
-        lane.do_send(report);
-    }
 }
