@@ -154,10 +154,13 @@ end
 -- (wavegate_core::ServedSpans is the Rust twin.)
 local SERVED_SPANS_KEEP_MS = 60000
 local SERVED_SPANS_MAX = 256
+-- A span's start and end, from ms before `now`: went no earlier than the record keeps, ended
+-- no earlier than it went; a call quicker than a millisecond was there for its millisecond.
 local function span_at(went_ago, ended_ago, now)
   went_ago = math.min(went_ago, SERVED_SPANS_KEEP_MS)
   ended_ago = math.min(ended_ago, went_ago)
-  return math.max(0, now - went_ago), math.max(0, now - ended_ago)
+  local went = math.max(0, now - went_ago)
+  return went, math.max(math.max(0, now - ended_ago), went + 1)
 end
 
 -- The most of the recorded spans at once within [went, ended] — only the served ones if
@@ -192,8 +195,6 @@ end
 -- `ended_ago` ms before `now` — `served` or not; recording it again changes nothing.
 local function record_went(id, served, went_ago, ended_ago, now)
   local went, ended = span_at(went_ago, ended_ago, now)
-  -- A call quicker than a millisecond was there for its millisecond.
-  ended = math.max(ended, went + 1)
   redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', '(' .. (now - SERVED_SPANS_KEEP_MS))
   redis.call('ZADD', KEYS[8], ended, went .. ':' .. served .. ':' .. id)
   local over = redis.call('ZCARD', KEYS[8]) - SERVED_SPANS_MAX
@@ -205,7 +206,7 @@ end
 -- went `went_ago` and ended `ended_ago` ms before `now`): its own record counts it (at least 1).
 local function served_beside(went_ago, ended_ago, now)
   local went, ended = span_at(went_ago, ended_ago, now)
-  return most_at_once(went, math.max(ended, went + 1), true, nil, nil)
+  return most_at_once(went, ended, true, nil, nil)
 end
 
 -- The most calls at the provider at once, served or not (a provider counts the calls it is
@@ -215,7 +216,7 @@ end
 local MET_MARGIN_MS = 5
 local function met_at_once(id, went_ago, ended_ago, now)
   local went, ended = span_at(went_ago, ended_ago, now)
-  went, ended = math.max(0, went - MET_MARGIN_MS), math.max(ended, went + 1) + MET_MARGIN_MS
+  went, ended = math.max(0, went - MET_MARGIN_MS), ended + MET_MARGIN_MS
   return most_at_once(went, ended, false, id, { went, ended })
 end
 

@@ -115,11 +115,6 @@ impl RetryCovered {
         Self { covered: Arc::default(), fleet: fleet.then(Arc::default) }
     }
 
-    /// Whether other schedulers call the provider too (made with [`new(true)`](Self::new)).
-    pub(crate) fn in_fleet(&self) -> bool {
-        self.fleet.is_some()
-    }
-
     /// The call's ghost was answered: granted at once, or not (granted after a wait, refused,
     /// or gone). The first answer stands ([`settled`](Self::settled) may have given one);
     /// a failure that came before it is judged now.
@@ -226,7 +221,8 @@ impl Drop for GhostHolds {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// The mutex's value, whether or not a holder panicked (the counts stay usable).
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 

@@ -39,11 +39,13 @@ pub struct ServedSpan {
 
 impl ServedSpan {
     /// Its start and end in the record's time at `now_ms`: went no earlier than the record
-    /// keeps, ended no earlier than it went.
+    /// keeps, ended no earlier than it went; a call quicker than a millisecond was there for
+    /// its millisecond.
     fn at(self, now_ms: u64) -> (u64, u64) {
         let went_ago = duration_ms(self.went_ago).min(SERVED_SPANS_KEEP_MS);
         let ended_ago = duration_ms(self.ended_ago).min(went_ago);
-        (now_ms.saturating_sub(went_ago), now_ms.saturating_sub(ended_ago))
+        let went = now_ms.saturating_sub(went_ago);
+        (went, now_ms.saturating_sub(ended_ago).max(went + 1))
     }
 }
 
@@ -60,8 +62,6 @@ impl ServedSpans {
     /// changes nothing.
     pub fn record(&mut self, id: &str, span: ServedSpan, served: bool, now_ms: u64) {
         let (went, ended) = span.at(now_ms);
-        // A call quicker than a millisecond was there for its millisecond.
-        let ended = ended.max(went + 1);
         let member = format!("{went}:{}:{id}", if served { 's' } else { 'r' });
         self.spans.retain(|(_, m, _, _)| *m != member);
         let oldest = now_ms.saturating_sub(SERVED_SPANS_KEEP_MS);
@@ -76,7 +76,7 @@ impl ServedSpans {
     /// `span` (reported at `now_ms`) was there: its own record counts it (at least 1).
     pub fn served_beside(&self, span: ServedSpan, now_ms: u64) -> u32 {
         let (went, ended) = span.at(now_ms);
-        most_at_once(self.ending_after(went, true), went, ended.max(went + 1))
+        most_at_once(self.ending_after(went, true, None), went, ended)
     }
 
     /// The most calls a 429 met at the provider over `span` (reported at `now_ms`): those at
@@ -84,21 +84,24 @@ impl ServedSpans {
     /// too), and itself (its own record, if any, aside), within [`MET_MARGIN_MS`] of it.
     pub fn met(&self, id: &str, span: ServedSpan, now_ms: u64) -> u32 {
         let (went, ended) = span.at(now_ms);
-        let (went, ended) = (went.saturating_sub(MET_MARGIN_MS), ended.max(went + 1) + MET_MARGIN_MS);
-        let others = self
-            .spans
-            .iter()
-            .filter(move |&&(end, ref member, _, _)| end > went && member_id(member) != id)
-            .map(|&(end, _, start, _)| (start, end));
+        let (went, ended) = (went.saturating_sub(MET_MARGIN_MS), ended + MET_MARGIN_MS);
+        let others = self.ending_after(went, false, Some(id));
         most_at_once(others.chain([(went, ended)]), went, ended)
     }
 
-    /// The recorded spans (start, end) that ended after `went`, only the served ones if
-    /// `served`.
-    fn ending_after(&self, went: u64, served: bool) -> impl Iterator<Item = (u64, u64)> + '_ {
+    /// The recorded spans (start, end) that ended after `went`: only the served ones if
+    /// `served_only`, the one of permit `skip` aside.
+    fn ending_after<'a>(
+        &'a self,
+        went: u64,
+        served_only: bool,
+        skip: Option<&'a str>,
+    ) -> impl Iterator<Item = (u64, u64)> + 'a {
         self.spans
             .iter()
-            .filter(move |&&(end, _, _, was_served)| end > went && (was_served || !served))
+            .filter(move |&&(end, ref member, _, served)| {
+                end > went && (served || !served_only) && skip.is_none_or(|skip| member_id(member) != skip)
+            })
             .map(|&(end, _, start, _)| (start, end))
     }
 }

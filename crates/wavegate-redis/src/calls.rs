@@ -13,7 +13,8 @@ use std::time::Duration;
 use redis::{Script, ScriptInvocation, Value};
 use wavegate_core::{
     Admission, BudgetStatus, DayLeft, DenyReason, Instance, LearnedLimit, LearnedLimitStatus, LearnedStatus,
-    OutageUsage, PermitId, RateLimitEffect, TokenDelta, Transition, WaveSignal, WaveState, WindowReport, duration_ms,
+    OutageUsage, PermitId, RateLimitEffect, ServedSpan, TokenDelta, Transition, WaveSignal, WaveState, WindowReport,
+    duration_ms,
 };
 
 use crate::error::StoreError;
@@ -176,9 +177,7 @@ pub(crate) fn finish<'a>(
         WaveSignal::Success => ("success", String::new()),
         WaveSignal::ServedSuccess { at_most, span } => {
             served = match span {
-                Some(span) => {
-                    format!("served:{at_most}:{}:{}", duration_ms(span.went_ago), duration_ms(span.ended_ago))
-                }
+                Some(span) => format!("served:{at_most}:{}", span_arg(span)),
                 None => format!("served:{at_most}"),
             };
             (served.as_str(), String::new())
@@ -188,11 +187,11 @@ pub(crate) fn finish<'a>(
         }
         WaveSignal::Went { span, served: was } => {
             let kind = if was { 's' } else { 'r' };
-            served = format!("went:{kind}:{}:{}", duration_ms(span.went_ago), duration_ms(span.ended_ago));
+            served = format!("went:{kind}:{}", span_arg(span));
             (served.as_str(), String::new())
         }
         WaveSignal::RateLimitedAmong { retry_after, span } => {
-            served = format!("rate_limited_among:{}:{}", duration_ms(span.went_ago), duration_ms(span.ended_ago));
+            served = format!("rate_limited_among:{}", span_arg(span));
             (served.as_str(), retry_after.map(|d| duration_ms(d).to_string()).unwrap_or_default())
         }
         WaveSignal::Neutral => ("neutral", String::new()),
@@ -210,6 +209,11 @@ pub(crate) fn finish<'a>(
         Some((report, tokens_each)) => with_report(call, id, report, tokens_each, false),
         None => call,
     }
+}
+
+/// A call's span as `finish.lua`'s outcomes take it: `<went ago>:<ended ago>` in ms.
+fn span_arg(span: ServedSpan) -> String {
+    format!("{}:{}", duration_ms(span.went_ago), duration_ms(span.ended_ago))
 }
 
 /// What finishing a permit did.

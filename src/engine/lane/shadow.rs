@@ -152,11 +152,7 @@ impl Handler<FleetReport> for Lane {
     type Result = ();
 
     fn handle(&mut self, report: FleetReport, ctx: &mut Context<Self>) {
-        let now = Instant::now();
-        let span = ServedSpan {
-            went_ago: now.saturating_duration_since(report.went),
-            ended_ago: now.saturating_duration_since(report.ended),
-        };
+        let span = span_until_now(report.went, report.ended);
         let signal = match report.met {
             FleetMet::Went { served } => WaveSignal::Went { span, served },
             FleetMet::RateLimited { retry_after } => WaveSignal::RateLimitedAmong { retry_after, span },
@@ -168,6 +164,13 @@ impl Handler<FleetReport> for Lane {
             ctx.spawn(call.into_actor(self).map(|_, _, _| ()));
         }
     }
+}
+
+/// A call that went at `went` and ended at `ended`, as so long before now (how the gates take
+/// it: `ServedSpan`).
+fn span_until_now(went: Instant, ended: Instant) -> ServedSpan {
+    let now = Instant::now();
+    ServedSpan { went_ago: now.saturating_duration_since(went), ended_ago: now.saturating_duration_since(ended) }
 }
 
 /// How long after a 429 in a fleet its judgement waits while no call has succeeded yet to
@@ -199,14 +202,15 @@ async fn retry_without_ghost(tally: ShadowTally, finish: oneshot::Receiver<Box<S
 /// met:
 ///
 /// * a 429 or a failure with no more of this process's calls at the provider than the limit
-///   lets through (`shadow::enforcing_meets_failure`; in a fleet, where the other processes'
-///   calls are not counted, with its ghost granted at once): as it came, held as long as the
-///   call took (enforcing would have met it and retried; the retry has a ghost of its own) —
-///   but nothing to learn when the wave has moved on since the call went (a 429 of the same
-///   burst cut it: enforcing's would have been late). In a fleet a 429 is held as long as a
-///   success takes, so that the calls served beside it have ended and been reported, and the
-///   gate learns from it only when the fleet's served calls beside it leave it within the
-///   limit (`WaveSignal::RateLimitedAmong`);
+///   lets through (`shadow::enforcing_meets_failure`; a failure in a fleet, where the other
+///   processes' calls are not counted, with its ghost granted at once): as it came, held as
+///   long as the call took (enforcing would have met it and retried; the retry has a ghost of
+///   its own) — but nothing to learn when the wave has moved on since the call went (a 429 of
+///   the same burst cut it: enforcing's would have been late);
+/// * a 429 in a fleet: as one enforcing would not have met (below), and, with its ghost
+///   granted at once in the same wave, judged later, once the calls beside it have ended
+///   and been recorded (`FleetReport`): the gate learns from it only when the fleet's calls
+///   at the provider beside it leave it within the limit (`WaveSignal::RateLimitedAmong`);
 /// * one with more: enforcing would have held those back and this call would most likely
 ///   have succeeded, so the ghost holds as long as calls that succeed take and reports
 ///   nothing to learn (the call's retries go without a ghost);
@@ -253,9 +257,8 @@ async fn ghost(
     let took = finish.ended.saturating_duration_since(started);
     let failed = is_failure(finish.signal, finish.result);
     // In a fleet, a 429 is judged by the fleet's calls at the provider beside it (this
-    // process counts only its own), once they have ended (below): its ghost stands for the
-    // whole call (its retries go without a ghost) and holds as long as a success takes.
-    let fleet_429 = fleet.is_some() && finish.signal.rate_limited().is_some();
+    // process counts only its own), once they have ended (below): its verdict is set (its
+    // ghost stands for the whole call, and holds as long as a success takes).
     // Known now: the ghost's answer came before the call's end was read.
     let (held, failure) = match (failed, verdict.get()) {
         // Not enforcing's failure: the call would have succeeded.
@@ -280,21 +283,17 @@ async fn ghost(
     }
     // In a fleet, the call's span too: the gate counts the other processes' calls served
     // beside it (this one's count is its share of the fleet's).
-    let now = Instant::now();
-    let span = verdict.in_fleet().then(|| ServedSpan {
-        went_ago: now.saturating_duration_since(started),
-        ended_ago: now.saturating_duration_since(finish.ended),
-    });
+    let span = fleet.is_some().then(|| span_until_now(started, finish.ended));
     let success = match finish.signal {
         WaveSignal::Success => WaveSignal::ServedSuccess { at_most: finish.served, span },
         signal => signal,
     };
     let met = failure.unwrap_or((success, finish.result));
-    // Enforcing would have sent it only with its ghost granted at once.
-    let judged = match (fleet_429 && grant.info().at_once && grant.info().wave == wave, finish.signal, fleet) {
-        (true, WaveSignal::RateLimited { retry_after }, Some(fleet)) => {
+    // Enforcing would have sent it only with its ghost granted at once, in the same wave.
+    let judged = match (fleet, finish.signal.rate_limited()) {
+        (Some(lane), Some(retry_after)) if grant.info().at_once && grant.info().wave == wave => {
             let met = FleetMet::RateLimited { retry_after };
-            Some((fleet, FleetReport { id: finish.pass.clone(), wave, went: started, ended: finish.ended, met }))
+            Some((lane, FleetReport { id: finish.pass.clone(), wave, went: started, ended: finish.ended, met }))
         }
         _ => None,
     };
