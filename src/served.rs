@@ -4,10 +4,9 @@
 //! served: it does not count towards another call's "served at once".
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::engine::clock::Instant;
-use crate::shadow::lock;
 
 /// This process's calls at the provider now, and the recent ones that it served.
 #[derive(Debug, Default)]
@@ -26,6 +25,10 @@ pub(crate) struct CallOut {
     calls: Arc<Mutex<CallsOut>>,
     number: u64,
     went: Instant,
+}
+
+fn lock(calls: &Mutex<CallsOut>) -> MutexGuard<'_, CallsOut> {
+    calls.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl CallsOut {

@@ -221,8 +221,7 @@ impl Drop for GhostHolds {
     }
 }
 
-/// The mutex's value, whether or not a holder panicked (the counts stay usable).
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
