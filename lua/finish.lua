@@ -15,12 +15,12 @@
 -- ARGV[21] outcome: 'success', 'rate_limited', 'neutral', or 'served:<n>': a success while the
 --          provider served at most n calls at once, counted with no more permits in flight than
 --          that (shadow mode: the permits held are ghosts'; WaveSignal::ServedSuccess); or
---          'served:<n>:<went ago>:<ended ago>' with the call's span in ms before now: n is then
---          at least the fleet's served calls beside it (served_beside); 'went:<s|r>:<went
---          ago>:<ended ago>': the call of the id (in shadow, a pass's: not held) was at the
---          provider then, served or not, recorded for the fleet's counts (record_went;
---          WaveSignal::Went), nothing to learn; or
---          'rate_limited_among:<went ago>:<ended ago>': a 429 of a call in shadow in a fleet, taken as
+--          'served:<n>:<went>:<ended>' with the call's span in Unix ms (the clock TIME reads): n is
+--          then at least the fleet's served calls beside it (served_beside); 'went:<s|r>:<went>:
+--          <ended>': the call of the id (in shadow, a pass's: not held) was at the provider then,
+--          served or not, recorded for the fleet's counts (record_went; WaveSignal::Went),
+--          nothing to learn; or
+--          'rate_limited_among:<went>:<ended>': a 429 of a call in shadow in a fleet, taken as
 --          'rate_limited' only when no more calls were at the provider at once while it ran, itself
 --          included, than the limit (met_at_once), as 'neutral' otherwise (WaveSignal::RateLimitedAmong)
 -- ARGV[22] Retry-After in ms for a 429, or '' when the provider gave none
@@ -154,13 +154,15 @@ end
 -- (wavegate_core::ServedSpans is the Rust twin.)
 local SERVED_SPANS_KEEP_MS = 60000
 local SERVED_SPANS_MAX = 256
--- A span's start and end, from ms before `now`: went no earlier than the record keeps, ended
--- no earlier than it went; a call quicker than a millisecond was there for its millisecond.
-local function span_at(went_ago, ended_ago, now)
-  went_ago = math.min(went_ago, SERVED_SPANS_KEEP_MS)
-  ended_ago = math.min(ended_ago, went_ago)
-  local went = math.max(0, now - went_ago)
-  return went, math.max(math.max(0, now - ended_ago), went + 1)
+-- How far after now a span may end (the fleet's clocks a little apart from the server's).
+local SERVED_SPANS_AHEAD_MS = 1000
+-- A span's start and end (Unix ms) as the record at `now` keeps them: went no earlier than the
+-- record keeps and no later than SERVED_SPANS_AHEAD_MS ahead; ended no later than that and
+-- after it went (a call quicker than a millisecond was there for its millisecond).
+local function span_at(went, ended, now)
+  local latest = now + SERVED_SPANS_AHEAD_MS
+  went = math.min(math.max(went, now - SERVED_SPANS_KEEP_MS), latest)
+  return went, math.max(math.min(ended, latest), went + 1)
 end
 
 -- The most of the recorded spans at once within [went, ended] — only the served ones if
@@ -191,10 +193,10 @@ local function most_at_once(went, ended, served_only, skip, also)
   return most
 end
 
--- Records that permit `id`'s call was at the provider — it went `went_ago` and ended
--- `ended_ago` ms before `now` — `served` or not; recording it again changes nothing.
-local function record_went(id, served, went_ago, ended_ago, now)
-  local went, ended = span_at(went_ago, ended_ago, now)
+-- Records, at `now`, that permit `id`'s call was at the provider from `went` to `ended`,
+-- `served` or not; recording it again changes nothing.
+local function record_went(id, served, went, ended, now)
+  went, ended = span_at(went, ended, now)
   redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', '(' .. (now - SERVED_SPANS_KEEP_MS))
   redis.call('ZADD', KEYS[8], ended, went .. ':' .. served .. ':' .. id)
   local over = redis.call('ZCARD', KEYS[8]) - SERVED_SPANS_MAX
@@ -202,20 +204,20 @@ local function record_went(id, served, went_ago, ended_ago, now)
   redis.call('PEXPIRE', KEYS[8], SERVED_SPANS_KEEP_MS)
 end
 
--- The most calls the record shows served at once while a served call was at the provider (it
--- went `went_ago` and ended `ended_ago` ms before `now`): its own record counts it (at least 1).
-local function served_beside(went_ago, ended_ago, now)
-  local went, ended = span_at(went_ago, ended_ago, now)
+-- The most calls the record shows served at once while a served call was at the provider from
+-- `went` to `ended`: its own record counts it (at least 1).
+local function served_beside(went, ended, now)
+  went, ended = span_at(went, ended, now)
   return most_at_once(went, ended, true, nil, nil)
 end
 
 -- The most calls at the provider at once, served or not (a provider counts the calls it is
--- refusing too), while permit `id`'s refused call was there — it went `went_ago` and ended
--- `ended_ago` ms before `now` — itself included once (its own record aside), within
--- MET_MARGIN_MS of it (the processes' records are a few ms apart in the store's clock).
+-- refusing too), while permit `id`'s refused call was there, from `went` to `ended` — itself
+-- included once (its own record aside), within MET_MARGIN_MS of it (the fleet's clocks a little
+-- apart, each call timed from its process's side of the connection).
 local MET_MARGIN_MS = 5
-local function met_at_once(id, went_ago, ended_ago, now)
-  local went, ended = span_at(went_ago, ended_ago, now)
+local function met_at_once(id, went, ended, now)
+  went, ended = span_at(went, ended, now)
   went, ended = math.max(0, went - MET_MARGIN_MS), ended + MET_MARGIN_MS
   return most_at_once(went, ended, false, id, { went, ended })
 end
@@ -227,15 +229,15 @@ poll(s, now)
 local limit_before = s.limit
 local effect = 'none'
 local changed_from = ''
-local served, went_ago, ended_ago = string.match(outcome, '^served:(%d+):(%d+):(%d+)$')
+local served, served_went, served_ended = string.match(outcome, '^served:(%d+):(%d+):(%d+)$')
 if served == nil then served = string.match(outcome, '^served:(%d+)$') end
 local went_kind, span_went, span_ended = string.match(outcome, '^went:([sr]):(%d+):(%d+)$')
 local among_went, among_ended = string.match(outcome, '^rate_limited_among:(%d+):(%d+)$')
-if (went_ago or span_went or among_went) ~= nil and KEYS[8] == nil then
+if (served_went or span_went or among_went) ~= nil and KEYS[8] == nil then
   return fail('finish', 'a span needs the served key (KEYS[8])')
 end
-if went_ago ~= nil then
-  served = math.max(tonumber(served), served_beside(tonumber(went_ago), tonumber(ended_ago), now))
+if served_went ~= nil then
+  served = math.max(tonumber(served), served_beside(tonumber(served_went), tonumber(served_ended), now))
 end
 if span_went ~= nil then
   record_went(id, went_kind, tonumber(span_went), tonumber(span_ended), now)

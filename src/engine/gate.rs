@@ -81,7 +81,9 @@ impl Gate {
         let Settlement { signal, token_delta, report } = settlement;
         match self {
             Gate::Local(gate) => Answer::Now(Ok(gate.release(instance, &id, wave, signal, token_delta, now_ms))),
-            Gate::Shared(gate) => Answer::Later(store::finish(gate, id, wave, signal, token_delta, report)),
+            Gate::Shared(gate) => {
+                Answer::Later(store::finish(gate, id, wave, store::on_store_clock(signal, now_ms), token_delta, report))
+            }
         }
     }
 

@@ -121,6 +121,13 @@ mod present {
         .boxed_local()
     }
 
+    /// `signal` with its span moved from the engine's clock (reading `now_ms`) to the store's
+    /// (Unix time, the clock its scripts read), at the moment it is sent: the time it takes to
+    /// reach the store does not move it.
+    pub(crate) fn on_store_clock(signal: WaveSignal, now_ms: u64) -> WaveSignal {
+        signal.with_span_moved(now_ms, wavegate_redis::store_now_ms())
+    }
+
     pub(crate) fn renew(gate: &SharedGate, ids: Vec<PermitId>, lease: Duration) -> GateFuture<Vec<PermitId>> {
         let gate = gate.clone();
         async move { gate.renew(&ids, lease).await }.boxed_local()
@@ -347,6 +354,10 @@ mod absent {
         _: Option<(WindowReport, u64)>,
     ) -> GateFuture<Released> {
         match *gate {}
+    }
+
+    pub(crate) fn on_store_clock(signal: WaveSignal, _: u64) -> WaveSignal {
+        signal
     }
 
     pub(crate) fn renew(gate: &SharedGate, _: Vec<PermitId>, _: Duration) -> GateFuture<Vec<PermitId>> {

@@ -83,7 +83,7 @@ pub enum WaveSignal {
     /// mode, where the permits held are ghosts', and what the provider served is known
     /// otherwise: a limit is taken for one that held only when the provider served it). The
     /// Lua twin's outcome is `served:<at_most>` (`finish.lua`), or
-    /// `served:<at_most>:<went ago>:<ended ago>` with a span.
+    /// `served:<at_most>:<went>:<ended>` with a span (Unix ms).
     ServedSuccess {
         /// The most calls the provider is known to have served at once while this one ran,
         /// as its process saw them.
@@ -97,7 +97,7 @@ pub enum WaveSignal {
     /// A call in shadow at the provider over `span`, in a fleet, `served` or not (refused,
     /// failed), recorded as it ended for the fleet's counts ([`ServedSpans`]); nothing to
     /// learn by itself, and the id (the call's pass's) is not held. The Lua twin's outcome is
-    /// `went:<s|r>:<went ago>:<ended ago>`.
+    /// `went:<s|r>:<went>:<ended>`.
     Went {
         /// When the call was at the provider.
         span: ServedSpan,
@@ -110,7 +110,7 @@ pub enum WaveSignal {
     /// while it ran, itself included, than the limit lets through — enforcing would have met
     /// it; with more, it is the extra calls' doing, and nothing to learn (as
     /// [`Neutral`](Self::Neutral)). The Lua twin's outcome is
-    /// `rate_limited_among:<went ago>:<ended ago>` (`finish.lua`).
+    /// `rate_limited_among:<went>:<ended>` (`finish.lua`).
     RateLimitedAmong {
         /// The provider's requested delay.
         retry_after: Option<Duration>,
@@ -127,6 +127,21 @@ impl WaveSignal {
                 Some(retry_after)
             }
             _ => None,
+        }
+    }
+
+    /// The signal with its span, if any, moved from a clock that reads `from_now_ms` to one
+    /// that reads `to_now_ms` at the same instant ([`ServedSpan::moved`]: a process's clock to
+    /// the store's).
+    pub fn with_span_moved(self, from_now_ms: u64, to_now_ms: u64) -> Self {
+        let moved = |span: ServedSpan| span.moved(from_now_ms, to_now_ms);
+        match self {
+            WaveSignal::ServedSuccess { at_most, span } => WaveSignal::ServedSuccess { at_most, span: span.map(moved) },
+            WaveSignal::Went { span, served } => WaveSignal::Went { span: moved(span), served },
+            WaveSignal::RateLimitedAmong { retry_after, span } => {
+                WaveSignal::RateLimitedAmong { retry_after, span: moved(span) }
+            }
+            signal => signal,
         }
     }
 }

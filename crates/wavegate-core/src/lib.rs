@@ -118,7 +118,9 @@ pub use provider_window::{
 pub use rate_limit_kind::RateLimitKind;
 pub use retry_after::{RetryAfterError, parse_retry_after};
 pub use retry_budget::{RetryBudget, RetryBudgetConfig};
-pub use served_spans::{MET_MARGIN_MS, SERVED_SPANS_KEEP_MS, SERVED_SPANS_MAX, ServedSpan, ServedSpans};
+pub use served_spans::{
+    MET_MARGIN_MS, SERVED_SPANS_AHEAD_MS, SERVED_SPANS_KEEP_MS, SERVED_SPANS_MAX, ServedSpan, ServedSpans,
+};
 pub use shadow::ShadowScope;
 pub use signals::{DOCUMENTED_PERIOD, MAX_RESET, ProviderSignals, REFILL_SLACK, SignalKind, Unreadable, Window};
 #[cfg(feature = "sse")]

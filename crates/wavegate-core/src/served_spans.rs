@@ -1,7 +1,7 @@
 //! Shadow mode's fleet-wide record of the calls at the provider: when each went and ended,
 //! and whether the provider served it, recorded as it ends, so that what a call met — a
 //! success, or a 429 — counts the other processes' calls beside it (a process alone sees only
-//! its own share of the fleet's). The Lua twin is `record_served`, `served_beside` and `met_at_once` in
+//! its own share of the fleet's). The Lua twin is `record_went`, `served_beside` and `met_at_once` in
 //! `lua/finish.lua`, on the key `<prefix>:{<upstream>}:served` (a sorted set: member
 //! `<went ms>:<s|r>:<permit id>` (served or not), score the end in ms).
 //!
@@ -20,32 +20,56 @@ pub const SERVED_SPANS_KEEP_MS: u64 = 60_000;
 /// The most served spans kept per upstream.
 pub const SERVED_SPANS_MAX: usize = 256;
 
-/// How close to a 429 a call counts as met (ms, each side): each process reports its calls'
-/// times as so long before the report, which the store's clock places a round trip or a
-/// queue's wait late, so records of different processes are a few milliseconds apart; a
-/// call served beside a refusal of under a millisecond must not be missed for it (the 429
+/// How far after the record's now a span may end (ms): the processes of a fleet read their
+/// own clocks, a little apart from the store's; a span said to end later is clamped to it.
+pub const SERVED_SPANS_AHEAD_MS: u64 = 1_000;
+
+/// How close to a 429 a call counts as met (ms, each side): each process times its calls by
+/// its own clock (the fleet's clocks a little apart) and from its side of the connection (a
+/// call is at the provider a little inside the span its process measured), so a call served
+/// beside a refusal of under a millisecond must not be missed for a few milliseconds (the 429
 /// would be taken for the limit's). A call met this close that was not there counts one
 /// more, and the 429 teaches nothing: the next one does.
 pub const MET_MARGIN_MS: u64 = 5;
 
-/// When a served call went and ended, as time before its report.
+/// When a call went to the provider and when its answer ended, in milliseconds on the
+/// record's clock: the in-process gate's own, or Unix time for the shared store (the clock
+/// its `TIME` reads; each process converts its call's instants when it sends them, so a
+/// span does not move with the time it takes to reach the store).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServedSpan {
-    /// How long before the report the call went to the provider.
-    pub went_ago: Duration,
-    /// How long before the report the call's answer ended (clamped to `went_ago`).
-    pub ended_ago: Duration,
+    /// When the call went to the provider (ms).
+    pub went_ms: u64,
+    /// When the call's answer ended (ms; clamped to after `went_ms`).
+    pub ended_ms: u64,
 }
 
 impl ServedSpan {
-    /// Its start and end in the record's time at `now_ms`: went no earlier than the record
-    /// keeps, ended no earlier than it went; a call quicker than a millisecond was there for
-    /// its millisecond.
+    /// The span that went `went_ago` and ended `ended_ago` before `now_ms`.
+    pub fn ago(went_ago: Duration, ended_ago: Duration, now_ms: u64) -> Self {
+        Self {
+            went_ms: now_ms.saturating_sub(duration_ms(went_ago)),
+            ended_ms: now_ms.saturating_sub(duration_ms(ended_ago)),
+        }
+    }
+
+    /// The same instants on a clock that reads `to_now_ms` when this span's reads
+    /// `from_now_ms` (a process's clock to the store's).
+    pub fn moved(self, from_now_ms: u64, to_now_ms: u64) -> Self {
+        let at = |ms: u64| {
+            let moved = i128::from(to_now_ms) + i128::from(ms) - i128::from(from_now_ms);
+            u64::try_from(moved.max(0)).unwrap_or(u64::MAX)
+        };
+        Self { went_ms: at(self.went_ms), ended_ms: at(self.ended_ms) }
+    }
+
+    /// Its start and end as the record at `now_ms` keeps it: went no earlier than the record
+    /// keeps and no later than [`SERVED_SPANS_AHEAD_MS`] ahead; ended no later than that and
+    /// after it went (a call quicker than a millisecond was there for its millisecond).
     fn at(self, now_ms: u64) -> (u64, u64) {
-        let went_ago = duration_ms(self.went_ago).min(SERVED_SPANS_KEEP_MS);
-        let ended_ago = duration_ms(self.ended_ago).min(went_ago);
-        let went = now_ms.saturating_sub(went_ago);
-        (went, now_ms.saturating_sub(ended_ago).max(went + 1))
+        let latest = now_ms.saturating_add(SERVED_SPANS_AHEAD_MS);
+        let went = self.went_ms.clamp(now_ms.saturating_sub(SERVED_SPANS_KEEP_MS), latest);
+        (went, self.ended_ms.min(latest).max(went + 1))
     }
 }
 
@@ -57,9 +81,8 @@ pub struct ServedSpans {
 }
 
 impl ServedSpans {
-    /// Records that permit `id`'s call was at the provider over `span` (reported at
-    /// `now_ms`, as the call ended), `served` or not (refused, failed). Recording it again
-    /// changes nothing.
+    /// Records, at `now_ms`, that permit `id`'s call was at the provider over `span`,
+    /// `served` or not (refused, failed). Recording it again changes nothing.
     pub fn record(&mut self, id: &str, span: ServedSpan, served: bool, now_ms: u64) {
         let (went, ended) = span.at(now_ms);
         let member = format!("{went}:{}:{id}", if served { 's' } else { 'r' });
@@ -79,7 +102,7 @@ impl ServedSpans {
         most_at_once(self.ending_after(went, true, None), went, ended)
     }
 
-    /// The most calls a 429 met at the provider over `span` (reported at `now_ms`): those at
+    /// The most calls a 429 met at the provider over `span` (read at `now_ms`): those at
     /// once while it was there, served or not (a provider counts the calls it is refusing
     /// too), and itself (its own record, if any, aside), within [`MET_MARGIN_MS`] of it.
     pub fn met(&self, id: &str, span: ServedSpan, now_ms: u64) -> u32 {
@@ -137,60 +160,76 @@ fn most_at_once(spans: impl Iterator<Item = (u64, u64)>, went: u64, ended: u64) 
 mod tests {
     use super::*;
 
-    fn span(went_ago: u64, ended_ago: u64) -> ServedSpan {
-        ServedSpan { went_ago: Duration::from_millis(went_ago), ended_ago: Duration::from_millis(ended_ago) }
+    fn span(went_ms: u64, ended_ms: u64) -> ServedSpan {
+        ServedSpan { went_ms, ended_ms }
     }
 
     #[test]
     fn a_call_counts_the_fleets_served_calls_beside_it() {
         let mut spans = ServedSpans::default();
-        // Three calls of 100 ms, from three processes, recorded as each ended.
-        spans.record("a", span(100, 0), true, 1_100);
-        spans.record("b", span(90, 0), true, 1_110);
-        spans.record("c", span(80, 0), true, 1_120);
+        // Three calls of 100 ms or less, from three processes, recorded as each ended.
+        spans.record("a", span(1_000, 1_100), true, 1_100);
+        spans.record("b", span(1_020, 1_110), true, 1_110);
+        spans.record("c", span(1_040, 1_120), true, 1_120);
         // Counted later (a ghost that waited reports late): the times are the call's.
-        assert_eq!(spans.served_beside(span(180, 100), 1_220), 3, "a, b and c were served at 1,040–1,100");
-        assert_eq!(spans.served_beside(span(100, 0), 1_100), 3, "a counted by its own record");
+        assert_eq!(spans.served_beside(span(1_040, 1_120), 1_220), 3, "a, b and c were served at 1,040–1,100");
+        assert_eq!(spans.served_beside(span(1_000, 1_100), 1_100), 3, "a counted by its own record");
         // One that touches c's end: not beside it.
-        spans.record("d", span(50, 0), true, 1_150);
-        spans.record("e", span(10, 0), true, 1_130);
-        assert_eq!(spans.served_beside(span(10, 0), 1_130), 2, "d and e; c ended as e went");
+        spans.record("d", span(1_100, 1_150), true, 1_150);
+        spans.record("e", span(1_120, 1_130), true, 1_130);
+        assert_eq!(spans.served_beside(span(1_120, 1_130), 1_130), 2, "d and e; c ended as e went");
         // A 429 at once at 1,050: it met a, b and c.
-        assert_eq!(spans.met("x", span(100, 100), 1_150), 4);
+        assert_eq!(spans.met("x", span(1_050, 1_050), 1_150), 4);
         // Another call refused at 1,050 (recorded, not served): the next 429 there met it too,
         // a success did not; the refusal's own record counts once.
-        spans.record("y", span(100, 100), false, 1_150);
-        assert_eq!(spans.met("x", span(100, 100), 1_150), 5);
-        assert_eq!(spans.met("y", span(100, 100), 1_150), 4);
-        assert_eq!(spans.served_beside(span(180, 100), 1_220), 3);
+        spans.record("y", span(1_050, 1_050), false, 1_150);
+        assert_eq!(spans.met("x", span(1_050, 1_050), 1_150), 5);
+        assert_eq!(spans.met("y", span(1_050, 1_050), 1_150), 4);
+        assert_eq!(spans.served_beside(span(1_040, 1_120), 1_220), 3);
         // One after they all ended: alone.
-        assert_eq!(spans.met("x", span(10, 10), 6_100), 1);
-        assert_eq!(spans.served_beside(span(10, 10), 6_100), 1, "at least itself");
+        assert_eq!(spans.met("x", span(6_090, 6_090), 6_100), 1);
+        assert_eq!(spans.served_beside(span(6_090, 6_090), 6_100), 1, "at least itself");
     }
 
     #[test]
     fn spans_are_kept_a_minute_and_at_most_so_many() {
         let mut spans = ServedSpans::default();
-        spans.record("old", span(10, 0), true, 1_000);
-        spans.record("new", span(61_000, 0), false, 62_000);
+        spans.record("old", span(990, 1_000), true, 1_000);
+        spans.record("new", span(1_000, 62_000), false, 62_000);
         assert_eq!(spans.spans.len(), 1, "the old one ended 61 s ago");
         for i in 0..SERVED_SPANS_MAX + 10 {
-            spans.record(&i.to_string(), span(1_000, 0), i % 2 == 0, 70_000 + i as u64);
+            let ended = 70_000 + i as u64;
+            spans.record(&i.to_string(), span(ended - 1_000, ended), i % 2 == 0, ended);
         }
         assert_eq!(spans.spans.len(), SERVED_SPANS_MAX);
         // A record made twice (a retried release) counts once.
-        spans.record("x", span(1, 0), true, 80_000);
-        spans.record("x", span(1, 0), true, 80_000);
+        spans.record("x", span(79_999, 80_000), true, 80_000);
+        spans.record("x", span(79_999, 80_000), true, 80_000);
         assert_eq!(spans.spans.len(), SERVED_SPANS_MAX);
     }
 
     #[test]
     fn absurd_spans_are_clamped() {
         let mut spans = ServedSpans::default();
-        // Ended before it went, and went before the clock began: taken as instant, at 0.
-        spans.record("a", span(5, 50), true, 10);
-        let absurd = ServedSpan { went_ago: Duration::MAX, ended_ago: Duration::MAX };
-        assert_eq!(spans.met("b", absurd, 10), 2, "at 0, with a (5 ms) within the margin");
+        // Ended before it went: taken as instant.
+        spans.record("a", span(5, 0), true, 10);
         assert_eq!(spans.spans[0].0, 6, "there for its millisecond");
+        // Far in the future (a clock far ahead): at most a second ahead, where a is not.
+        let ahead = span(u64::MAX, u64::MAX);
+        assert_eq!(spans.met("b", ahead, 10), 1, "at 1,010, alone");
+        spans.record("b", ahead, false, 10);
+        assert_eq!(spans.spans[1].0, 1_011);
+        // From the beginning of time to the end: from the oldest kept to a second ahead.
+        assert_eq!(spans.met("c", span(0, u64::MAX), 10), 2, "a, then b, beside it");
+    }
+
+    #[test]
+    fn a_span_moves_from_a_processs_clock_to_the_stores() {
+        let span = ServedSpan::ago(Duration::from_millis(100), Duration::from_millis(20), 1_000);
+        assert_eq!((span.went_ms, span.ended_ms), (900, 980));
+        let moved = span.moved(1_000, 1_700_000_000_000);
+        assert_eq!((moved.went_ms, moved.ended_ms), (1_699_999_999_900, 1_699_999_999_980));
+        assert_eq!(moved.moved(1_700_000_000_000, 1_000), span, "and back");
+        assert_eq!(span.moved(1_000, 50).went_ms, 0, "not before the clock began");
     }
 }

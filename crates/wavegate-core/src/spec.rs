@@ -435,8 +435,9 @@ pub enum SpecSignal {
     Neutral,
     /// A success while the provider served at most this many calls at once (shadow mode).
     Served(u32),
-    /// The same, with the call's span: it went and ended so many ms before its report (the
-    /// gate counts the fleet's served calls recorded beside it).
+    /// The same, with the call's span: it went and ended so many ms before its report (each
+    /// model places them on its clock; the gate counts the fleet's served calls recorded
+    /// beside it).
     ServedSpan(u32, u64, u64),
     /// A call in shadow in a fleet at the provider from so many ms before its report to so
     /// many, served or not: recorded for the fleet's counts (the id is a pass's, not held).
@@ -447,8 +448,11 @@ pub enum SpecSignal {
 }
 
 impl SpecSignal {
-    /// The signal as the gate takes it.
-    pub fn to_wave_signal(self) -> WaveSignal {
+    /// The signal as the gate takes it, reported when its clock reads `now_ms`.
+    pub fn to_wave_signal(self, now_ms: u64) -> WaveSignal {
+        let span_of = |went_ago: u64, ended_ago: u64| {
+            ServedSpan::ago(Duration::from_millis(went_ago), Duration::from_millis(ended_ago), now_ms)
+        };
         match self {
             SpecSignal::Success => WaveSignal::Success,
             SpecSignal::RateLimited(ms) => WaveSignal::RateLimited { retry_after: ms.map(Duration::from_millis) },
@@ -465,10 +469,6 @@ impl SpecSignal {
             }
         }
     }
-}
-
-fn span_of(went_ago: u64, ended_ago: u64) -> ServedSpan {
-    ServedSpan { went_ago: Duration::from_millis(went_ago), ended_ago: Duration::from_millis(ended_ago) }
 }
 
 /// An implementation of the gate under test, through its entry points.
@@ -489,6 +489,8 @@ pub trait WaveModel {
     fn renew(&mut self, ids: &[PermitId]) -> Result<Vec<PermitId>, Self::Error>;
     /// Lets `ms` milliseconds pass.
     fn advance(&mut self, ms: u64) -> Result<(), Self::Error>;
+    /// Its clock now, in ms (the clock a [`ServedSpan`] is given on).
+    fn now_ms(&mut self) -> Result<u64, Self::Error>;
     /// Puts `budgets` in force from now on (a live change of a rate or a burst).
     fn set_budgets(&mut self, budgets: Budgets) -> Result<(), Self::Error>;
     /// The current state, the number of permits held and the classes' counts.
@@ -640,7 +642,8 @@ pub fn run_case<M: WaveModel>(case: &SpecCase, model: &mut M) -> Result<(), Spec
             Step::Finish { permit, wave, signal, token_delta, held, wakes } => {
                 let tag = wave.or_else(|| granted_in.get(permit).copied()).unwrap_or(0);
                 let id = ids.plain(permit);
-                let got = model.finish(&id, tag, signal.to_wave_signal(), (*token_delta).into()).map_err(io)?;
+                let signal = signal.to_wave_signal(model.now_ms().map_err(io)?);
+                let got = model.finish(&id, tag, signal, (*token_delta).into()).map_err(io)?;
                 let woke = got.wake.as_ref().map(Instance::as_str);
                 let handed = got.handed.as_ref().map(|(id, _)| ids.name_of(id));
                 let wake_ok = match wakes {
@@ -784,6 +787,10 @@ impl WaveModel for GateModel {
     fn advance(&mut self, ms: u64) -> Result<(), Self::Error> {
         self.clock.advance(Duration::from_millis(ms));
         Ok(())
+    }
+
+    fn now_ms(&mut self) -> Result<u64, Self::Error> {
+        Ok(self.clock.now_ms())
     }
 
     fn set_budgets(&mut self, budgets: Budgets) -> Result<(), Self::Error> {

@@ -63,6 +63,9 @@ impl<W: Mistake> WaveModel for Wrong<W> {
         self.1.advance(&mut self.0, ms);
         Ok(())
     }
+    fn now_ms(&mut self) -> Result<u64, Self::Error> {
+        self.0.now_ms()
+    }
     fn set_budgets(&mut self, budgets: wavegate_core::Budgets) -> Result<(), Self::Error> {
         self.0.set_budgets(budgets)
     }

@@ -326,32 +326,30 @@ fn disagreement(
                     continue;
                 }
                 let (id, wave) = held.remove(pick % held.len());
+                let ago = |went: u64, ended: u64| {
+                    ServedSpan::ago(Duration::from_millis(went), Duration::from_millis(ended), now)
+                };
                 let signal = match outcome {
                     // Some calls recorded, served or not (a pass's id, in the engine: not held).
                     0 if delta % 5 == 0 => WaveSignal::Went {
-                        span: ServedSpan {
-                            went_ago: Duration::from_millis(delta.unsigned_abs() % 250),
-                            ended_ago: Duration::from_millis(delta.unsigned_abs() % 3 * 20),
+                        // Some from a clock ahead of the store's, past what a record keeps.
+                        span: match delta % 7 {
+                            0 => ServedSpan { went_ms: now + 900, ended_ms: now + delta.unsigned_abs() % 3_000 },
+                            _ => ago(delta.unsigned_abs() % 250, delta.unsigned_abs() % 3 * 20),
                         },
                         served: delta % 2 == 0,
                     },
                     0 if delta % 3 == 0 => WaveSignal::ServedSuccess {
                         at_most: (delta.unsigned_abs() % 4) as u32,
                         // Half of them with a span, to count the fleet's served calls beside it.
-                        span: (delta % 2 == 0).then(|| ServedSpan {
-                            went_ago: Duration::from_millis(delta.unsigned_abs() % 300),
-                            ended_ago: Duration::from_millis(delta.unsigned_abs() % 7 * 10),
-                        }),
+                        span: (delta % 2 == 0).then(|| ago(delta.unsigned_abs() % 300, delta.unsigned_abs() % 7 * 10)),
                     },
                     0 => WaveSignal::Success,
                     1 => WaveSignal::Neutral,
                     // A third of the 429s among the fleet's served calls (shadow mode in a fleet).
                     _ if delta % 3 == 0 => WaveSignal::RateLimitedAmong {
                         retry_after: (delta % 2 == 0).then(|| Duration::from_millis(400)),
-                        span: ServedSpan {
-                            went_ago: Duration::from_millis(delta.unsigned_abs() % 200),
-                            ended_ago: Duration::from_millis(delta.unsigned_abs() % 5 * 10),
-                        },
+                        span: ago(delta.unsigned_abs() % 200, delta.unsigned_abs() % 5 * 10),
                     },
                     _ => WaveSignal::RateLimited { retry_after: (delta % 2 == 0).then(|| Duration::from_millis(400)) },
                 };

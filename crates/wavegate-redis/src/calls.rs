@@ -211,9 +211,10 @@ pub(crate) fn finish<'a>(
     }
 }
 
-/// A call's span as `finish.lua`'s outcomes take it: `<went ago>:<ended ago>` in ms.
+/// A call's span as `finish.lua`'s outcomes take it: `<went>:<ended>` in Unix ms (the
+/// store's clock: [`store_now_ms`](crate::store_now_ms)).
 fn span_arg(span: ServedSpan) -> String {
-    format!("{}:{}", duration_ms(span.went_ago), duration_ms(span.ended_ago))
+    format!("{}:{}", span.went_ms, span.ended_ms)
 }
 
 /// What finishing a permit did.
@@ -881,6 +882,7 @@ mod constants {
         let priority = include_str!("../../../lua/priority.lua");
         let windows = include_str!("../../../lua/provider_window.lua");
         let learned = include_str!("../../../lua/learned_limit.lua");
+        let finish = include_str!("../../../lua/finish.lua");
         assert_eq!(lua_number(wave, "CONFIG_ARGS"), CONFIG_ARGS as u64);
         assert_eq!(lua_number(wave, "WAITING_TTL"), wavegate_core::WAITING_TTL_MS);
         assert_eq!(lua_number(wave, "DAY_MOST_DEBT"), wavegate_core::DAY_MOST_DEBT_US);
@@ -892,5 +894,9 @@ mod constants {
         assert_eq!(lua_number(windows, "PW_MOST_LEFT"), wavegate_core::MAX_WINDOW_LEFT);
         assert_eq!(lua_number(learned, "LL_KEPT_WINDOWS"), wavegate_core::KEPT_WINDOWS);
         assert_eq!(lua_number(learned, "LL_MAX"), u64::from(u32::MAX));
+        assert_eq!(lua_number(finish, "SERVED_SPANS_KEEP_MS"), wavegate_core::SERVED_SPANS_KEEP_MS);
+        assert_eq!(lua_number(finish, "SERVED_SPANS_MAX"), wavegate_core::SERVED_SPANS_MAX as u64);
+        assert_eq!(lua_number(finish, "SERVED_SPANS_AHEAD_MS"), wavegate_core::SERVED_SPANS_AHEAD_MS);
+        assert_eq!(lua_number(finish, "MET_MARGIN_MS"), wavegate_core::MET_MARGIN_MS);
     }
 }

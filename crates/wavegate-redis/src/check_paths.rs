@@ -95,7 +95,8 @@ impl Store {
         classed.renew(&[first.clone(), lost.clone()], lease).await?;
         // Releases with a settlement: the class's budget, the choice of whom to wake.
         // A success in shadow, with its span (the fleet's served calls: its own key).
-        let span = ServedSpan { went_ago: Duration::from_millis(2), ended_ago: Duration::ZERO };
+        let now = crate::store_now_ms();
+        let span = ServedSpan { went_ms: now - 2, ended_ms: now };
         let served = WaveSignal::ServedSuccess { at_most: 1, span: Some(span) };
         classed.finish(&first, 1, served, TokenDelta::new(-5, -5)).await?;
         classed.finish(&lost, 1, WaveSignal::Neutral, 0).await?;

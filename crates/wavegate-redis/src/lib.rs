@@ -58,6 +58,7 @@ mod scripts;
 mod sentinel;
 mod shared_gate;
 mod startup;
+mod store_clock;
 
 pub use config_claim::{CLAIM_SETTINGS, CONFIG_CLAIM_TTL};
 pub use connection::{Heartbeat, Store, StoreConfig};
@@ -70,3 +71,4 @@ pub use scripts::preload;
 pub use sentinel::SentinelConfig;
 pub use shared_gate::{Acquired, ClassAsk, Finished, HandOff, Reconciled, SharedGate, SharedStatus};
 pub use startup::{MIN_REDIS_VERSION, ServerInfo};
+pub use store_clock::store_now_ms;

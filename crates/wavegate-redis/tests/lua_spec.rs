@@ -103,6 +103,11 @@ impl WaveModel for LuaModel {
         Ok(())
     }
 
+    fn now_ms(&mut self) -> Result<u64, StoreError> {
+        // The test's server runs on this host: its TIME is this clock.
+        Ok(wavegate_redis::store_now_ms())
+    }
+
     fn set_budgets(&mut self, budgets: Budgets) -> Result<(), StoreError> {
         self.send_pending()?;
         // As a process applies a live rate or burst: sent to the scripts in the budgets'

@@ -15,7 +15,7 @@ use wavegate_core::{CallResult, Clock, ServedSpan, WaveSignal, WaveState};
 use actix::{ActorFutureExt, AsyncContext, Context, Handler, Recipient, WrapFuture};
 
 use super::actor::Lane;
-use crate::engine::clock::{self, Instant};
+use crate::engine::clock::{self, EngineClock, Instant};
 use crate::engine::gate::{Answer, Settlement};
 use crate::engine::grant::{FleetMet, FleetReport, Grant, GrantInfo, ShadowFinish};
 use crate::engine::request::{ClassRef, Request};
@@ -69,10 +69,11 @@ impl Lane {
         let fleet = self.in_fleet();
         let verdict = if covered { RetryCovered::set() } else { RetryCovered::new(fleet) };
         let recorder = fleet.then(|| ctx.address().recipient());
+        let recorder = (recorder, self.clock);
         let pass = Grant::shadow(
             info,
             (finished, out),
-            (verdict.clone(), recorder.clone()),
+            (verdict.clone(), recorder.0.clone()),
             self.config.cancelled_call_hold(),
         );
         let name = self.name().to_owned();
@@ -152,7 +153,7 @@ impl Handler<FleetReport> for Lane {
     type Result = ();
 
     fn handle(&mut self, report: FleetReport, ctx: &mut Context<Self>) {
-        let span = span_until_now(report.went, report.ended);
+        let span = span_on(self.clock, report.went, report.ended);
         let signal = match report.met {
             FleetMet::Went { served } => WaveSignal::Went { span, served },
             FleetMet::RateLimited { retry_after } => WaveSignal::RateLimitedAmong { retry_after, span },
@@ -166,11 +167,10 @@ impl Handler<FleetReport> for Lane {
     }
 }
 
-/// A call that went at `went` and ended at `ended`, as so long before now (how the gates take
-/// it: `ServedSpan`).
-fn span_until_now(went: Instant, ended: Instant) -> ServedSpan {
-    let now = Instant::now();
-    ServedSpan { went_ago: now.saturating_duration_since(went), ended_ago: now.saturating_duration_since(ended) }
+/// A call that went at `went` and ended at `ended`, on the engine's clock (the in-process
+/// gate's; the store's glue moves it to the store's clock as it sends it: `store::finish`).
+fn span_on(clock: EngineClock, went: Instant, ended: Instant) -> ServedSpan {
+    ServedSpan { went_ms: clock.ms_at(went), ended_ms: clock.ms_at(ended) }
 }
 
 /// How long after a 429 in a fleet its judgement waits while no call has succeeded yet to
@@ -226,7 +226,12 @@ async fn ghost(
     name: String,
     tally: ShadowTally,
     (asked, started): (Instant, Instant),
-    (wave, verdict, holds, fleet): (u64, RetryCovered, GhostHolds, Option<Recipient<FleetReport>>),
+    (wave, verdict, holds, (fleet, clock)): (
+        u64,
+        RetryCovered,
+        GhostHolds,
+        (Option<Recipient<FleetReport>>, EngineClock),
+    ),
     granted: oneshot::Receiver<Result<Grant, Error>>,
     finish: oneshot::Receiver<Box<ShadowFinish>>,
 ) {
@@ -283,7 +288,7 @@ async fn ghost(
     }
     // In a fleet, the call's span too: the gate counts the other processes' calls served
     // beside it (this one's count is its share of the fleet's).
-    let span = fleet.is_some().then(|| span_until_now(started, finish.ended));
+    let span = fleet.is_some().then(|| span_on(clock, started, finish.ended));
     let success = match finish.signal {
         WaveSignal::Success => WaveSignal::ServedSuccess { at_most: finish.served, span },
         signal => signal,
