@@ -245,13 +245,13 @@ impl ShadowTally {
         });
     }
 
-    /// How long a call that succeeds takes here, smoothed; `None` before the first.
     /// The longest a call that succeeded took; `None` before the first.
     pub(crate) fn longest_success(&self) -> Option<Duration> {
         let longest = self.longest_success_ns.load(Ordering::Relaxed);
         (longest > 0).then(|| Duration::from_nanos(longest))
     }
 
+    /// How long a call that succeeds takes here, smoothed; `None` before the first.
     pub(crate) fn success_hold(&self) -> Option<Duration> {
         let smoothed = self.success_hold_ns.load(Ordering::Relaxed);
         (smoothed > 0).then(|| Duration::from_nanos(smoothed))

@@ -190,7 +190,8 @@ async fn a_class_in_shadow_goes_at_once_and_takes_its_would_be_permits() {
 }
 
 /// Two schedulers on one Redis with `upstream` in shadow at limit 3 (a fleet: each counts
-/// only its own calls at the provider), once each has seen the other's heartbeat.
+/// only its own calls at the provider), just started: neither has seen the other's heartbeat
+/// yet, and each judges its calls by the fleet's record from the first.
 #[cfg(feature = "redis")]
 async fn fleet_in_shadow(redis: &RedisServer) -> [(Scheduler, Upstream); 2] {
     let build = || {
@@ -199,10 +200,7 @@ async fn fleet_in_shadow(redis: &RedisServer) -> [(Scheduler, Upstream); 2] {
         let upstream = scheduler.upstream("llm").expect("llm");
         (scheduler, upstream)
     };
-    let fleet = [build(), build()];
-    // A heartbeat a second: by the second, each counts two processes live.
-    tokio::time::sleep(Duration::from_millis(2_100)).await;
-    fleet
+    [build(), build()]
 }
 
 /// How many calls the fleet's record of calls at the provider holds.

@@ -128,13 +128,15 @@ impl Lane {
         }
     }
 
-    /// Whether other schedulers call the provider too — other schedulers of this process at
-    /// its in-process gate, or, with a store configured (shared or not right now), other
-    /// processes (the last heartbeat counted more than this one): their calls at the provider
-    /// are not in this one's count.
+    /// Whether other schedulers may call the provider too, their calls not in this one's
+    /// count: other schedulers of this process at its in-process gate; any other process while
+    /// the store is shared (one that started a moment ago is counted by the heartbeats only a
+    /// second later, and a fleet starting together would take the provider's refusals of each
+    /// other's calls for the limit's until then); and, the store out of reach, other processes
+    /// as the last heartbeat counted them.
     fn in_fleet(&self) -> bool {
         let processes = self.fleet_size.load(std::sync::atomic::Ordering::Relaxed);
-        self.local.members() > 1 || (self.mode != Mode::Local && processes > 1)
+        self.local.members() > 1 || self.mode == Mode::Shared || (self.mode != Mode::Local && processes > 1)
     }
 
     /// The wave as last seen: the store's in shared mode, the in-process gate's otherwise.
