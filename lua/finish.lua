@@ -214,11 +214,17 @@ end
 -- The most calls at the provider at once, served or not (a provider counts the calls it is
 -- refusing too), while permit `id`'s refused call was there, from `went` to `ended` — itself
 -- included once (its own record aside), within MET_MARGIN_MS of it (the fleet's clocks a little
--- apart, each call timed from its process's side of the connection).
+-- apart, each call timed from its process's side of the connection); nil when the record may
+-- have let calls beside it go (it holds SERVED_SPANS_MAX and the first of them ended after the
+-- 429 went: a call dropped would make the 429 look within the limit).
 local MET_MARGIN_MS = 5
 local function met_at_once(id, went, ended, now)
   went, ended = span_at(went, ended, now)
   went, ended = math.max(0, went - MET_MARGIN_MS), ended + MET_MARGIN_MS
+  if redis.call('ZCARD', KEYS[8]) >= SERVED_SPANS_MAX then
+    local first = redis.call('ZRANGE', KEYS[8], 0, 0, 'WITHSCORES')
+    if first[2] ~= nil and tonumber(first[2]) > went then return nil end
+  end
   return most_at_once(went, ended, false, id, { went, ended })
 end
 
@@ -243,7 +249,8 @@ if span_went ~= nil then
   record_went(id, went_kind, tonumber(span_went), tonumber(span_ended), now)
 elseif among_went ~= nil then
   -- Enforcing's 429 only with no more served at once than the limit; otherwise nothing.
-  if met_at_once(id, tonumber(among_went), tonumber(among_ended), now) <= s.limit then
+  local met = met_at_once(id, tonumber(among_went), tonumber(among_ended), now)
+  if met ~= nil and met <= s.limit then
     effect, limit_before = on_rate_limited(s, wave, now, retry_after, config)
   end
 elseif outcome == 'success' then

@@ -890,7 +890,7 @@ impl LocalGate {
                 (Some(self.machine.on_rate_limited(wave, now_ms, retry_after)), None)
             }
             WaveSignal::RateLimitedAmong { retry_after, span } => {
-                if self.served.met(id, span, now_ms) <= self.machine.snapshot().limit {
+                if self.served.met(id, span, now_ms).is_some_and(|met| met <= self.machine.snapshot().limit) {
                     (Some(self.machine.on_rate_limited(wave, now_ms, retry_after)), None)
                 } else {
                     (None, None)

@@ -105,11 +105,19 @@ impl ServedSpans {
     /// The most calls a 429 met at the provider over `span` (read at `now_ms`): those at
     /// once while it was there, served or not (a provider counts the calls it is refusing
     /// too), and itself (its own record, if any, aside), within [`MET_MARGIN_MS`] of it.
-    pub fn met(&self, id: &str, span: ServedSpan, now_ms: u64) -> u32 {
+    /// `None` when the record may have let calls beside it go: it holds
+    /// [`SERVED_SPANS_MAX`] and the first of them ended after the 429 went (so many calls
+    /// since that the ones that ended first were dropped, and a call dropped would make the
+    /// 429 look within the limit).
+    pub fn met(&self, id: &str, span: ServedSpan, now_ms: u64) -> Option<u32> {
         let (went, ended) = span.at(now_ms);
         let (went, ended) = (went.saturating_sub(MET_MARGIN_MS), ended + MET_MARGIN_MS);
+        let full = self.spans.len() >= SERVED_SPANS_MAX;
+        if full && self.spans.first().is_some_and(|&(first_end, _, _, _)| first_end > went) {
+            return None;
+        }
         let others = self.ending_after(went, false, Some(id));
-        most_at_once(others.chain([(went, ended)]), went, ended)
+        Some(most_at_once(others.chain([(went, ended)]), went, ended))
     }
 
     /// The recorded spans (start, end) that ended after `went`: only the served ones if
@@ -179,15 +187,15 @@ mod tests {
         spans.record("e", span(1_120, 1_130), true, 1_130);
         assert_eq!(spans.served_beside(span(1_120, 1_130), 1_130), 2, "d and e; c ended as e went");
         // A 429 at once at 1,050: it met a, b and c.
-        assert_eq!(spans.met("x", span(1_050, 1_050), 1_150), 4);
+        assert_eq!(spans.met("x", span(1_050, 1_050), 1_150), Some(4));
         // Another call refused at 1,050 (recorded, not served): the next 429 there met it too,
         // a success did not; the refusal's own record counts once.
         spans.record("y", span(1_050, 1_050), false, 1_150);
-        assert_eq!(spans.met("x", span(1_050, 1_050), 1_150), 5);
-        assert_eq!(spans.met("y", span(1_050, 1_050), 1_150), 4);
+        assert_eq!(spans.met("x", span(1_050, 1_050), 1_150), Some(5));
+        assert_eq!(spans.met("y", span(1_050, 1_050), 1_150), Some(4));
         assert_eq!(spans.served_beside(span(1_040, 1_120), 1_220), 3);
         // One after they all ended: alone.
-        assert_eq!(spans.met("x", span(6_090, 6_090), 6_100), 1);
+        assert_eq!(spans.met("x", span(6_090, 6_090), 6_100), Some(1));
         assert_eq!(spans.served_beside(span(6_090, 6_090), 6_100), 1, "at least itself");
     }
 
@@ -202,6 +210,11 @@ mod tests {
             spans.record(&i.to_string(), span(ended - 1_000, ended), i % 2 == 0, ended);
         }
         assert_eq!(spans.spans.len(), SERVED_SPANS_MAX);
+        // The first ten were dropped: a 429 beside them cannot be judged; one after the first
+        // kept ended can.
+        assert_eq!(spans.met("x", span(69_005, 69_005), 70_300), None, "calls beside it may be gone");
+        // (From 70,015 with the margin: the 250 that ended after it, and itself.)
+        assert_eq!(spans.met("x", span(70_020, 70_020), 70_300), Some(251));
         // A record made twice (a retried release) counts once.
         spans.record("x", span(79_999, 80_000), true, 80_000);
         spans.record("x", span(79_999, 80_000), true, 80_000);
@@ -216,11 +229,11 @@ mod tests {
         assert_eq!(spans.spans[0].0, 6, "there for its millisecond");
         // Far in the future (a clock far ahead): at most a second ahead, where a is not.
         let ahead = span(u64::MAX, u64::MAX);
-        assert_eq!(spans.met("b", ahead, 10), 1, "at 1,010, alone");
+        assert_eq!(spans.met("b", ahead, 10), Some(1), "at 1,010, alone");
         spans.record("b", ahead, false, 10);
         assert_eq!(spans.spans[1].0, 1_011);
         // From the beginning of time to the end: from the oldest kept to a second ahead.
-        assert_eq!(spans.met("c", span(0, u64::MAX), 10), 2, "a, then b, beside it");
+        assert_eq!(spans.met("c", span(0, u64::MAX), 10), Some(2), "a, then b, beside it");
     }
 
     #[test]
