@@ -29,12 +29,22 @@ pub(super) struct Release {
     pub(super) wave: u64,
     pub(super) signal: WaveSignal,
     pub(super) token_delta: TokenDelta,
-    /// Only a registration that may exist (no call ran under it here): finding nothing to
-    /// release is then no news.
+    /// Only a registration that may exist (no call ran under it here), or a record of a call
+    /// in shadow (its id, a pass's, holds nothing: [`Release::is_fleet_record`]): finding
+    /// nothing to release is then no news.
     pub(super) registration_only: bool,
     /// What the call's answer said of the provider's windows, with the tokens it reserved: the
     /// store takes it in with the release (one round trip), with the first attempt only.
     pub(super) window: Option<(WindowReport, u64)>,
+}
+
+impl Release {
+    /// A record of a call in shadow for the fleet's counts, or its 429 judged by them
+    /// (`FleetReport`): its id, a pass's, was never registered, so an outage leaves nothing to
+    /// drop at the rejoin.
+    fn is_fleet_record(&self) -> bool {
+        matches!(self.signal, WaveSignal::Went { .. } | WaveSignal::RateLimitedAmong { .. })
+    }
 }
 
 impl Lane {
@@ -163,7 +173,7 @@ impl Lane {
                     if self.outage.registered.remove(&release.id) {
                         self.outage.unreleased.insert(release.id);
                     }
-                } else if !released.held {
+                } else if !released.held && !release.registration_only {
                     metrics::released_after_lease(name);
                 }
                 // The gauges follow the gate in charge.
@@ -198,7 +208,9 @@ impl Lane {
                             act.release(release, attempt + 1, ctx);
                         } else {
                             // The store went away meanwhile: the reconciliation drops it.
-                            act.outage.unreleased.insert(release.id);
+                            if !release.is_fleet_record() {
+                                act.outage.unreleased.insert(release.id);
+                            }
                             act.answer_drains();
                         }
                     });
@@ -209,7 +221,9 @@ impl Lane {
             Err(error) => {
                 // The release may not have happened: drop the registration when the store is
                 // back.
-                self.outage.unreleased.insert(release.id.clone());
+                if !release.is_fleet_record() {
+                    self.outage.unreleased.insert(release.id.clone());
+                }
                 self.on_store_error(store_epoch.unwrap_or(self.epoch), "finish", error, ctx);
                 // (A 429 among the fleet's served calls, of shadow mode, is not carried: whether
                 // enforcing would have met it takes the store's record.)

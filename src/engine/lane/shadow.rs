@@ -12,11 +12,11 @@
 use tokio::sync::oneshot;
 use wavegate_core::{CallResult, Clock, ServedSpan, WaveSignal, WaveState};
 
-use actix::{ActorFutureExt, AsyncContext, Context, Handler, Recipient, WrapFuture};
+use actix::{AsyncContext, Context, Handler, Recipient};
 
 use super::actor::Lane;
+use super::release::Release;
 use crate::engine::clock::{self, EngineClock, Instant};
-use crate::engine::gate::{Answer, Settlement};
 use crate::engine::grant::{FleetMet, FleetReport, Grant, GrantInfo, ShadowFinish};
 use crate::engine::request::{ClassRef, Request};
 use crate::error::Error;
@@ -160,12 +160,18 @@ impl Handler<FleetReport> for Lane {
             FleetMet::Went { served } => WaveSignal::Went { span, served },
             FleetMet::RateLimited { retry_after } => WaveSignal::RateLimitedAmong { retry_after, span },
         };
-        let settlement = Settlement { signal, token_delta: 0.into(), report: None };
-        // A report lost (the store unreachable) teaches less: nothing more.
-        let now_ms = self.clock.now_ms();
-        if let Answer::Later(call) = self.gate.release(&self.instance, report.id, report.wave, settlement, now_ms) {
-            ctx.spawn(call.into_actor(self).map(|_, _, _| ()));
-        }
+        // As a release (its id, a pass's, holds nothing): the reply's wave reaches the gauges,
+        // the metrics and the tally, a cut in fallback is carried to the store at the rejoin,
+        // and a drain waits for it. One lost (the store unreachable) teaches less: nothing more.
+        let release = Release {
+            id: report.id,
+            wave: report.wave,
+            signal,
+            token_delta: 0.into(),
+            registration_only: true,
+            window: None,
+        };
+        self.release(release, 0, ctx);
     }
 }
 
