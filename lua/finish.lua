@@ -156,6 +156,9 @@ local SERVED_SPANS_KEEP_MS = 60000
 local SERVED_SPANS_MAX = 256
 -- How far after now a span may end (the fleet's clocks a little apart from the server's).
 local SERVED_SPANS_AHEAD_MS = 1000
+-- How far a call's span, timed by its process, may reach beyond its time at the provider (ms,
+-- each side): a 429's span is widened by it, a success's count narrows every span by it.
+local SPAN_MARGIN_MS = 5
 -- A span's start and end (Unix ms) as the record at `now` keeps them: went no earlier than the
 -- record keeps and no later than SERVED_SPANS_AHEAD_MS ahead; ended no later than that and
 -- after it went (a call quicker than a millisecond was there for its millisecond).
@@ -166,8 +169,9 @@ local function span_at(went, ended, now)
 end
 
 -- The most of the recorded spans at once within [went, ended] — only the served ones if
--- `served_only`; the one of permit `skip` aside; and `also`, a span {went, ended}, or nil.
-local function most_at_once(went, ended, served_only, skip, also)
+-- `served_only`; the one of permit `skip` aside; each narrowed by `narrow` ms at both ends; and
+-- `also`, a span {went, ended}, or nil.
+local function most_at_once(went, ended, served_only, skip, also, narrow)
   local spans = redis.call('ZRANGEBYSCORE', KEYS[8], '(' .. went, '+inf', 'WITHSCORES')
   if also ~= nil then
     spans[#spans + 1] = also[1] .. ':r:'
@@ -178,8 +182,12 @@ local function most_at_once(went, ended, served_only, skip, also)
     local start, kind, of = string.match(spans[i], '^(%d+):([sr]):(.*)$')
     start = tonumber(start)
     local stop = tonumber(spans[i + 1])
+    if start ~= nil and stop ~= nil then
+      start = start + narrow
+      stop = math.max(stop - narrow, start)
+    end
     local counted = (kind == 's' or not served_only) and of ~= skip
-    if start ~= nil and stop ~= nil and start < ended and counted then
+    if start ~= nil and stop ~= nil and start < stop and stop > went and start < ended and counted then
       edges[#edges + 1] = { math.max(start, went), 1 }
       if stop < ended then edges[#edges + 1] = { stop, -1 } end
     end
@@ -205,27 +213,29 @@ local function record_went(id, served, went, ended, now)
 end
 
 -- The most calls the record shows served at once while a served call was at the provider from
--- `went` to `ended`: its own record counts it (at least 1).
+-- `went` to `ended`, each span narrowed by SPAN_MARGIN_MS at both ends: its own record counts it
+-- (at least 1).
 local function served_beside(went, ended, now)
   went, ended = span_at(went, ended, now)
-  return most_at_once(went, ended, true, nil, nil)
+  went = went + SPAN_MARGIN_MS
+  ended = math.max(ended - SPAN_MARGIN_MS, went)
+  return most_at_once(went, ended, true, nil, nil, SPAN_MARGIN_MS)
 end
 
 -- The most calls at the provider at once, served or not (a provider counts the calls it is
 -- refusing too), while permit `id`'s refused call was there, from `went` to `ended` — itself
--- included once (its own record aside), within MET_MARGIN_MS of it (the fleet's clocks a little
+-- included once (its own record aside), within SPAN_MARGIN_MS of it (the fleet's clocks a little
 -- apart, each call timed from its process's side of the connection); nil when the record may
 -- have let calls beside it go (it holds SERVED_SPANS_MAX and the first of them ended after the
 -- 429 went: a call dropped would make the 429 look within the limit).
-local MET_MARGIN_MS = 5
 local function met_at_once(id, went, ended, now)
   went, ended = span_at(went, ended, now)
-  went, ended = math.max(0, went - MET_MARGIN_MS), ended + MET_MARGIN_MS
+  went, ended = math.max(0, went - SPAN_MARGIN_MS), ended + SPAN_MARGIN_MS
   if redis.call('ZCARD', KEYS[8]) >= SERVED_SPANS_MAX then
     local first = redis.call('ZRANGE', KEYS[8], 0, 0, 'WITHSCORES')
     if first[2] ~= nil and tonumber(first[2]) > went then return nil end
   end
-  return most_at_once(went, ended, false, id, { went, ended })
+  return most_at_once(went, ended, false, id, { went, ended }, 0)
 end
 
 -- (The report purged already, at the same now: nothing has expired since.)

@@ -6,6 +6,10 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use std::time::Duration;
+
+use wavegate_core::SPAN_MARGIN_MS;
+
 use crate::engine::clock::Instant;
 
 /// This process's calls at the provider now, and the recent ones that it served.
@@ -49,20 +53,37 @@ impl CallOut {
         self.went
     }
 
+    /// The request is sent now (the caller says so: `Permit::request_sent`): the call is at
+    /// the provider from here, not from when it was let through.
+    pub(crate) fn sent(&mut self) {
+        self.went = Instant::now();
+        if let Some(went) = lock(&self.calls).open.get_mut(&self.number) {
+            *went = self.went;
+        }
+    }
+
     /// The call ended now, `served` (it succeeded) or not: the most of this process's calls
     /// the provider served at once while it was there, itself included (the calls still out
-    /// count as served: a refusal comes back at once).
+    /// count as served: a refusal comes back at once). A success counts with every span
+    /// narrowed by [`SPAN_MARGIN_MS`] at both ends, as the fleet's record does
+    /// ([`ServedSpans::served_beside`](wavegate_core::ServedSpans::served_beside)): calls
+    /// timed from this side of the connection that followed each other at the provider are not
+    /// counted at once.
     pub(crate) fn end(self, served: bool) -> usize {
         let now = Instant::now();
         let mut out = lock(&self.calls);
         out.open.remove(&self.number);
+        let margin = if served { Duration::from_millis(SPAN_MARGIN_MS) } else { Duration::ZERO };
+        let narrowed = |went: Instant, ended: Instant| (went + margin, ended.checked_sub(margin).unwrap_or(ended));
+        let (went, until) = narrowed(self.went, now);
         // Edges inside this call's time: +1 where a served call starts, -1 where it ends.
-        let mut edges: Vec<(Instant, i32)> = vec![(self.went, 1)];
+        let mut edges: Vec<(Instant, i32)> = vec![(went, 1)];
         let others = out.served.iter().copied().chain(out.open.values().map(|&went| (went, now)));
-        for (went, ended) in others {
-            if ended > self.went {
-                edges.push((went.max(self.went), 1));
-                if ended < now {
+        for (start, ended) in others {
+            let (start, ended) = narrowed(start, ended);
+            if ended > went && start < ended && start < until {
+                edges.push((start.max(went), 1));
+                if ended < until {
                     edges.push((ended, -1));
                 }
             }
@@ -96,21 +117,49 @@ impl Drop for CallOut {
 mod tests {
     use super::*;
 
+    fn pause(ms: u64) {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+
     #[test]
     fn a_call_counts_those_served_beside_it_not_those_refused() {
         let calls = Arc::new(Mutex::new(CallsOut::default()));
         let first = CallsOut::go(&calls);
         let second = CallsOut::go(&calls);
+        pause(20);
         let refused = CallsOut::go(&calls);
         // A refusal while two were served: three at the provider, two served and itself.
         assert_eq!(refused.end(false), 3);
         let third = CallsOut::go(&calls);
+        pause(20);
         assert_eq!(first.end(true), 3, "first, second and third; the refused one is not counted");
         assert_eq!(second.end(true), 3);
         assert_eq!(third.end(true), 3);
         // Alone now: what ended before it went does not count.
         let alone = CallsOut::go(&calls);
+        pause(20);
         assert_eq!(alone.end(true), 1);
         assert!(lock(&calls).served.is_empty() && lock(&calls).open.is_empty());
+    }
+
+    #[test]
+    fn calls_that_touch_within_the_margin_were_not_served_at_once() {
+        let calls = Arc::new(Mutex::new(CallsOut::default()));
+        let before = CallsOut::go(&calls);
+        pause(20);
+        let mut after = CallsOut::go(&calls);
+        pause(2);
+        // Timed from this side, they overlap by 2 ms: at the provider, one after the other.
+        assert_eq!(before.end(true), 1);
+        pause(20);
+        assert_eq!(after.end(true), 1);
+        // Let through long before its request was sent: at the provider from the sending.
+        let early = CallsOut::go(&calls);
+        after = CallsOut::go(&calls);
+        pause(20);
+        let _ = early.end(true);
+        after.sent();
+        pause(20);
+        assert_eq!(after.end(true), 1, "sent after the other ended");
     }
 }

@@ -240,8 +240,16 @@ impl Grant {
 
     /// The caller is sending its request to the provider now: from here on, a cancelled
     /// call keeps its permit until the provider has plausibly finished.
+    /// A pass (shadow) counts its call at the provider from here, not from when it was let
+    /// through.
     pub(crate) fn mark_in_service(&mut self) {
-        self.in_service_since.get_or_insert_with(Instant::now);
+        if self.in_service_since.is_some() {
+            return;
+        }
+        self.in_service_since = Some(Instant::now());
+        if let Sink::Ghost { out: Some(out), .. } = &mut self.sink {
+            out.sent();
+        }
     }
 
     /// Releases the permit with the call's outcome.

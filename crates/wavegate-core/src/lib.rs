@@ -119,7 +119,7 @@ pub use rate_limit_kind::RateLimitKind;
 pub use retry_after::{RetryAfterError, parse_retry_after};
 pub use retry_budget::{RetryBudget, RetryBudgetConfig};
 pub use served_spans::{
-    MET_MARGIN_MS, SERVED_SPANS_AHEAD_MS, SERVED_SPANS_KEEP_MS, SERVED_SPANS_MAX, ServedSpan, ServedSpans,
+    SERVED_SPANS_AHEAD_MS, SERVED_SPANS_KEEP_MS, SERVED_SPANS_MAX, SPAN_MARGIN_MS, ServedSpan, ServedSpans,
 };
 pub use shadow::ShadowScope;
 pub use signals::{DOCUMENTED_PERIOD, MAX_RESET, ProviderSignals, REFILL_SLACK, SignalKind, Unreadable, Window};

@@ -24,13 +24,16 @@ pub const SERVED_SPANS_MAX: usize = 256;
 /// own clocks, a little apart from the store's; a span said to end later is clamped to it.
 pub const SERVED_SPANS_AHEAD_MS: u64 = 1_000;
 
-/// How close to a 429 a call counts as met (ms, each side): each process times its calls by
-/// its own clock (the fleet's clocks a little apart) and from its side of the connection (a
-/// call is at the provider a little inside the span its process measured), so a call served
-/// beside a refusal of under a millisecond must not be missed for a few milliseconds (the 429
-/// would be taken for the limit's). A call met this close that was not there counts one
-/// more, and the 429 teaches nothing: the next one does.
-pub const MET_MARGIN_MS: u64 = 5;
+/// How far a call's span, as its process timed it, may reach beyond its time at the provider
+/// (ms, each side): a process times a call from its side of the connection (from sending the
+/// request to reading the answer, a little wider than the provider's) and by its own clock
+/// (the fleet's clocks a little apart). So a 429's span is widened by it (a call served beside
+/// a refusal of under a millisecond must not be missed, or the 429 would be taken for the
+/// limit's; one this close that was not there counts one more, and the 429 teaches nothing:
+/// the next one does), and a success's count of the calls served beside it narrows every span
+/// by it (two calls that followed each other at the provider must not be counted at once, or
+/// a limit the provider never served would be taken for one that held).
+pub const SPAN_MARGIN_MS: u64 = 5;
 
 /// When a call went to the provider and when its answer ended, in milliseconds on the
 /// record's clock: the in-process gate's own, or Unix time for the shared store (the clock
@@ -96,22 +99,25 @@ impl ServedSpans {
     }
 
     /// The most calls the record shows served at once while a call the provider served over
-    /// `span` (reported at `now_ms`) was there: its own record counts it (at least 1).
+    /// `span` (read at `now_ms`) was there, each span narrowed by [`SPAN_MARGIN_MS`] at both
+    /// ends: its own record counts it (at least 1).
     pub fn served_beside(&self, span: ServedSpan, now_ms: u64) -> u32 {
-        let (went, ended) = span.at(now_ms);
-        most_at_once(self.ending_after(went, true, None), went, ended)
+        let (went, ended) = narrowed(span.at(now_ms));
+        let beside =
+            self.ending_after(went, true, None).map(narrowed).filter(|&(start, end)| start < end && end > went);
+        most_at_once(beside, went, ended)
     }
 
     /// The most calls a 429 met at the provider over `span` (read at `now_ms`): those at
     /// once while it was there, served or not (a provider counts the calls it is refusing
-    /// too), and itself (its own record, if any, aside), within [`MET_MARGIN_MS`] of it.
+    /// too), and itself (its own record, if any, aside), within [`SPAN_MARGIN_MS`] of it.
     /// `None` when the record may have let calls beside it go: it holds
     /// [`SERVED_SPANS_MAX`] and the first of them ended after the 429 went (so many calls
     /// since that the ones that ended first were dropped, and a call dropped would make the
     /// 429 look within the limit).
     pub fn met(&self, id: &str, span: ServedSpan, now_ms: u64) -> Option<u32> {
         let (went, ended) = span.at(now_ms);
-        let (went, ended) = (went.saturating_sub(MET_MARGIN_MS), ended + MET_MARGIN_MS);
+        let (went, ended) = (went.saturating_sub(SPAN_MARGIN_MS), ended + SPAN_MARGIN_MS);
         let full = self.spans.len() >= SERVED_SPANS_MAX;
         if full && self.spans.first().is_some_and(|&(first_end, _, _, _)| first_end > went) {
             return None;
@@ -135,6 +141,13 @@ impl ServedSpans {
             })
             .map(|&(end, _, start, _)| (start, end))
     }
+}
+
+/// A span (start, end) narrowed by [`SPAN_MARGIN_MS`] at both ends (empty, start = end, when
+/// shorter than twice that).
+fn narrowed((start, end): (u64, u64)) -> (u64, u64) {
+    let start = start + SPAN_MARGIN_MS;
+    (start, end.saturating_sub(SPAN_MARGIN_MS).max(start))
 }
 
 /// The permit id of a member, `<went>:<s|r>:<id>`.
@@ -184,8 +197,14 @@ mod tests {
         assert_eq!(spans.served_beside(span(1_000, 1_100), 1_100), 3, "a counted by its own record");
         // One that touches c's end: not beside it.
         spans.record("d", span(1_100, 1_150), true, 1_150);
-        spans.record("e", span(1_120, 1_130), true, 1_130);
-        assert_eq!(spans.served_beside(span(1_120, 1_130), 1_130), 2, "d and e; c ended as e went");
+        spans.record("e", span(1_120, 1_140), true, 1_140);
+        assert_eq!(spans.served_beside(span(1_120, 1_140), 1_140), 2, "d and e; c ended as e went");
+        // Two that followed each other at the provider, their spans (timed from their
+        // processes' side) overlapping by less than the margin: not at once.
+        spans.record("f", span(2_000, 2_103), true, 2_103);
+        spans.record("g", span(2_100, 2_200), true, 2_200);
+        assert_eq!(spans.served_beside(span(2_100, 2_200), 2_200), 1);
+        assert_eq!(spans.served_beside(span(2_000, 2_103), 2_200), 1);
         // A 429 at once at 1,050: it met a, b and c.
         assert_eq!(spans.met("x", span(1_050, 1_050), 1_150), Some(4));
         // Another call refused at 1,050 (recorded, not served): the next 429 there met it too,

@@ -897,6 +897,6 @@ mod constants {
         assert_eq!(lua_number(finish, "SERVED_SPANS_KEEP_MS"), wavegate_core::SERVED_SPANS_KEEP_MS);
         assert_eq!(lua_number(finish, "SERVED_SPANS_MAX"), wavegate_core::SERVED_SPANS_MAX as u64);
         assert_eq!(lua_number(finish, "SERVED_SPANS_AHEAD_MS"), wavegate_core::SERVED_SPANS_AHEAD_MS);
-        assert_eq!(lua_number(finish, "MET_MARGIN_MS"), wavegate_core::MET_MARGIN_MS);
+        assert_eq!(lua_number(finish, "SPAN_MARGIN_MS"), wavegate_core::SPAN_MARGIN_MS);
     }
 }
