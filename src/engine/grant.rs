@@ -67,6 +67,10 @@ pub(crate) enum FleetMet {
     /// limit's to learn from only if they leave it within the limit
     /// (`WaveSignal::RateLimitedAmong`).
     RateLimited { retry_after: Option<Duration> },
+    /// A success, reported once the calls served beside it have ended and been recorded (some
+    /// were still at the provider when it ended): it counts them (`WaveSignal::ServedSuccess`
+    /// with its span), `at_most` being what this process saw served at once.
+    Served { at_most: u32 },
 }
 
 /// How a call in shadow ended, for its ghost: the ghost reports it when the permit the call

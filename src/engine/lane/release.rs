@@ -30,21 +30,15 @@ pub(super) struct Release {
     pub(super) signal: WaveSignal,
     pub(super) token_delta: TokenDelta,
     /// Only a registration that may exist (no call ran under it here), or a record of a call
-    /// in shadow (its id, a pass's, holds nothing: [`Release::is_fleet_record`]): finding
-    /// nothing to release is then no news.
+    /// in shadow (`fleet_record`): finding nothing to release is then no news.
     pub(super) registration_only: bool,
+    /// A record of a call in shadow for the fleet's counts, or what it met judged by them
+    /// (`FleetReport`): its id, a pass's, was never registered, so an outage leaves nothing to
+    /// drop at the rejoin.
+    pub(super) fleet_record: bool,
     /// What the call's answer said of the provider's windows, with the tokens it reserved: the
     /// store takes it in with the release (one round trip), with the first attempt only.
     pub(super) window: Option<(WindowReport, u64)>,
-}
-
-impl Release {
-    /// A record of a call in shadow for the fleet's counts, or its 429 judged by them
-    /// (`FleetReport`): its id, a pass's, was never registered, so an outage leaves nothing to
-    /// drop at the rejoin.
-    fn is_fleet_record(&self) -> bool {
-        matches!(self.signal, WaveSignal::Went { .. } | WaveSignal::RateLimitedAmong { .. })
-    }
 }
 
 impl Lane {
@@ -99,6 +93,7 @@ impl Lane {
             signal: finish.signal,
             token_delta: finish.token_delta,
             registration_only: false,
+            fleet_record: false,
             window,
         };
         self.release(release, 0, ctx);
@@ -208,7 +203,7 @@ impl Lane {
                             act.release(release, attempt + 1, ctx);
                         } else {
                             // The store went away meanwhile: the reconciliation drops it.
-                            if !release.is_fleet_record() {
+                            if !release.fleet_record {
                                 act.outage.unreleased.insert(release.id);
                             }
                             act.answer_drains();
@@ -221,7 +216,7 @@ impl Lane {
             Err(error) => {
                 // The release may not have happened: drop the registration when the store is
                 // back.
-                if !release.is_fleet_record() {
+                if !release.fleet_record {
                     self.outage.unreleased.insert(release.id.clone());
                 }
                 self.on_store_error(store_epoch.unwrap_or(self.epoch), "finish", error, ctx);
@@ -267,6 +262,7 @@ impl Lane {
                     signal: WaveSignal::Neutral,
                     token_delta,
                     registration_only: true,
+                    fleet_record: false,
                     window: None,
                 };
                 self.release(release, 0, ctx);

@@ -69,11 +69,10 @@ impl Lane {
         let fleet = self.in_fleet();
         let verdict = if covered { RetryCovered::set() } else { RetryCovered::new(fleet) };
         let recorder = fleet.then(|| ctx.address().recipient());
-        let recorder = (recorder, self.clock);
         let pass = Grant::shadow(
             info,
             (finished, out),
-            (verdict.clone(), recorder.0.clone()),
+            (verdict.clone(), recorder.clone()),
             self.config.cancelled_call_hold(),
         );
         let name = self.name().to_owned();
@@ -159,6 +158,7 @@ impl Handler<FleetReport> for Lane {
         let signal = match report.met {
             FleetMet::Went { served } => WaveSignal::Went { span, served },
             FleetMet::RateLimited { retry_after } => WaveSignal::RateLimitedAmong { retry_after, span },
+            FleetMet::Served { at_most } => WaveSignal::ServedSuccess { at_most, span: Some(span) },
         };
         // As a release (its id, a pass's, holds nothing): the reply's wave reaches the gauges,
         // the metrics and the tally, a cut in fallback is carried to the store at the rejoin,
@@ -169,6 +169,7 @@ impl Handler<FleetReport> for Lane {
             signal,
             token_delta: 0.into(),
             registration_only: true,
+            fleet_record: true,
             window: None,
         };
         self.release(release, 0, ctx);
@@ -234,12 +235,7 @@ async fn ghost(
     name: String,
     tally: ShadowTally,
     (asked, started): (Instant, Instant),
-    (wave, verdict, holds, (fleet, clock)): (
-        u64,
-        RetryCovered,
-        GhostHolds,
-        (Option<Recipient<FleetReport>>, EngineClock),
-    ),
+    (wave, verdict, holds, fleet): (u64, RetryCovered, GhostHolds, Option<Recipient<FleetReport>>),
     granted: oneshot::Receiver<Result<Grant, Error>>,
     finish: oneshot::Receiver<Box<ShadowFinish>>,
 ) {
@@ -294,22 +290,32 @@ async fn ghost(
         let hurried = std::pin::pin!(tally.hurried(&holds));
         futures_util::future::select(hold, hurried).await;
     }
-    // In a fleet, the call's span too: the gate counts the other processes' calls served
-    // beside it (this one's count is its share of the fleet's).
-    let span = fleet.is_some().then(|| span_on(clock, started, finish.ended));
-    let success = match finish.signal {
-        WaveSignal::Success => WaveSignal::ServedSuccess { at_most: finish.served, span },
-        signal => signal,
+    let report = |met: FleetMet, wave: u64| FleetReport {
+        id: finish.pass.clone(),
+        wave,
+        went: started,
+        ended: finish.ended,
+        met,
+    };
+    let (success, judged) = match (finish.signal, fleet) {
+        // In a fleet, a success is judged later too, once the calls served beside it have
+        // ended and been recorded (some were still at the provider when it ended); its ghost
+        // releases with nothing to learn.
+        (WaveSignal::Success, Some(lane)) => {
+            let met = FleetMet::Served { at_most: finish.served };
+            (WaveSignal::Neutral, Some((lane, report(met, grant.info().wave))))
+        }
+        (WaveSignal::Success, None) => (WaveSignal::ServedSuccess { at_most: finish.served, span: None }, None),
+        // Enforcing would have sent a 429 only with its ghost granted at once, in the same wave.
+        (signal, Some(lane)) => match signal.rate_limited() {
+            Some(retry_after) if grant.info().at_once && grant.info().wave == wave => {
+                (signal, Some((lane, report(FleetMet::RateLimited { retry_after }, wave))))
+            }
+            _ => (signal, None),
+        },
+        (signal, None) => (signal, None),
     };
     let met = failure.unwrap_or((success, finish.result));
-    // Enforcing would have sent it only with its ghost granted at once, in the same wave.
-    let judged = match (fleet, finish.signal.rate_limited()) {
-        (Some(lane), Some(retry_after)) if grant.info().at_once && grant.info().wave == wave => {
-            let met = FleetMet::RateLimited { retry_after };
-            Some((lane, FleetReport { id: finish.pass.clone(), wave, went: started, ended: finish.ended, met }))
-        }
-        _ => None,
-    };
     grant.finish_late(*finish, waited, met);
     if let Some((lane, report)) = judged {
         // Once the calls beside it have ended and been recorded: half as long again as the
