@@ -452,6 +452,6 @@ mod absent {
 #[cfg(not(feature = "redis"))]
 pub(crate) use absent::{
     acquire, change_live, claim_config, clear_windows, day_left, finish, heartbeat, hold_day_word, is_cluster, live,
-    ping, preload, probe, reconcile, rejected, rejection, release_day_word, renew, set_live, shared_gate, spend_quota,
-    status,
+    on_store_clock, ping, preload, probe, reconcile, rejected, rejection, release_day_word, renew, set_live,
+    shared_gate, spend_quota, status,
 };

@@ -6,14 +6,17 @@ use wavegate_core::{LocalGate, RateLimitEffect, SERVED_SPANS_MAX, ServedSpan, Up
 use wavegate_redis::{SharedGate, Store, StoreConfig, store_now_ms};
 use wavegate_testkit::RedisServer;
 
-/// What each 429 did: the one beside four served calls the record dropped since, then one
-/// alone after the first call the record kept.
-fn signals(now: u64) -> (Vec<(String, WaveSignal)>, [(String, WaveSignal); 2]) {
+/// A release's id and signal.
+type Finish = (String, WaveSignal);
+
+/// The records, then the two 429s judged: one beside four served calls the record dropped
+/// since, then one alone after the first call the record kept.
+fn signals(now: u64) -> (Vec<Finish>, [Finish; 2]) {
     let at = |went_ms: u64, ended_ms: u64| ServedSpan { went_ms, ended_ms };
     let refused = now - 10_000;
     // Four served beside the 429 (limit 4: five at once, not the limit's), then enough calls
     // of 10 ms, each after the last, to push them out.
-    let mut records: Vec<(String, WaveSignal)> = (0..4)
+    let mut records: Vec<Finish> = (0..4)
         .map(|i| (format!("beside-{i}"), WaveSignal::Went { span: at(refused - 50, refused + 50), served: true }))
         .collect();
     for i in 0..SERVED_SPANS_MAX as u64 {
